@@ -1,0 +1,74 @@
+// Visibility masks over [T_q,T_k] scores, as two distinct types: a boolean mask applied as a select, and an
+// additive 0/-inf mask applied as an add. Both broadcast over batch and heads; converting is explicit.
+#pragma once
+
+#include <Eigen/Core>
+
+#include "attncheck/tensor.hpp"
+
+namespace attncheck {
+
+/// Which keys a query may see when T_q != T_k.
+///  - TopLeft: query i sees keys j <= i (PyTorch's `is_causal`). The default.
+///  - BottomRight: query i sees keys j <= i + T_k - T_q (FlashAttention >= 2.1, KV-cache decoding): the
+///    last query sees every key.
+/// With T_q == T_k both are the ordinary lower triangle.
+enum class CausalAlignment { TopLeft, BottomRight };
+
+/// The alignment used when none is given.
+inline constexpr CausalAlignment kDefaultAlignment = CausalAlignment::TopLeft;
+
+/// Last key index query i may see (may be negative: then the row sees nothing).
+Index last_visible_key(Index i, Index T_q, Index T_k, CausalAlignment a);
+
+class AdditiveMask;
+
+/// Boolean visibility mask: visible(i,j) says whether query i may look at key j. Applied as a select, so
+/// whatever sits in a masked score (even NaN or Inf) never reaches the weights or the output.
+class BoolMask {
+ public:
+  using Array = Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  /// Wraps an explicit [T_q,T_k] visibility array; throws ShapeError when it is empty.
+  explicit BoolMask(Array visible);
+  /// The causal mask for T_q queries over T_k keys under the given alignment.
+  static BoolMask causal(Index T_q, Index T_k, CausalAlignment a = kDefaultAlignment);
+  /// Every key visible to every query (no mask).
+  static BoolMask full(Index T_q, Index T_k);
+
+  Index rows() const { return visible_.rows(); }
+  Index cols() const { return visible_.cols(); }
+  bool visible(Index i, Index j) const { return visible_(i, j); }
+  const Array& array() const { return visible_; }
+
+  /// 0 where visible, -inf where not.
+  AdditiveMask to_additive() const;
+
+ private:
+  Array visible_;
+};
+
+/// Additive mask: bias(i,j) is added to score (i,j) before softmax; 0 keeps it, -inf removes it. An Inf or
+/// NaN already in a masked score survives the add (-inf + inf = NaN), which is why BoolMask exists.
+class AdditiveMask {
+ public:
+  using Array = Eigen::Array<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+  /// Wraps an explicit [T_q,T_k] bias array; throws ShapeError when it is empty.
+  explicit AdditiveMask(Array bias);
+  /// The causal mask (0 on visible cells, -inf on the rest).
+  static AdditiveMask causal(Index T_q, Index T_k, CausalAlignment a = kDefaultAlignment);
+
+  Index rows() const { return bias_.rows(); }
+  Index cols() const { return bias_.cols(); }
+  float bias(Index i, Index j) const { return bias_(i, j); }
+  const Array& array() const { return bias_; }
+
+  /// Visible wherever the bias is not -inf. Lossy for finite non-zero biases (their value is dropped).
+  BoolMask to_bool() const;
+
+ private:
+  Array bias_;
+};
+
+}  // namespace attncheck

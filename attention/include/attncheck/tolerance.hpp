@@ -1,0 +1,27 @@
+// Derived error bounds for comparing an attention result at some dtype with the float64 oracle. Every bound
+// is a function of the dtype, T, D and the inputs' magnitudes; the derivation is in tolerance.cpp.
+#pragma once
+
+#include "attncheck/dtype.hpp"
+#include "attncheck/mask.hpp"
+#include "attncheck/tensor.hpp"
+
+namespace attncheck {
+
+/// γ_n = n·u / (1 - n·u): the relative error bound of an n-term floating-point sum or dot product.
+double gamma(Index n, double u);
+
+/// Allowed |actual - oracle| for one head, element by element, for a kernel at `dtype` that accumulates in
+/// float (double for float64) and received the same (already rounded) inputs as the oracle.
+struct HeadTolerance {
+  Matrix<double> output;   ///< [T_q,D]
+  Matrix<double> weights;  ///< [T_q,T_k]
+};
+
+/// `safety` multiplies the first-order bound (2 by default: the bound is first order in u, and exp's error
+/// is only known to be a few ulp).
+HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
+                             const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
+                             const Matrix<double>& oracle_weights, double safety = 2.0);
+
+}  // namespace attncheck

@@ -1,0 +1,274 @@
+// The reference scaled causal attention: shape checks, masked softmax over the key axis, weights·V.
+#include "attncheck/attention.hpp"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+namespace attncheck {
+namespace {
+
+template <class A> using ArrayA = Eigen::Array<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class S> using ConstRef = Eigen::Ref<const Matrix<S>>;
+
+std::string fmt_double(double x) {
+  std::string s = std::to_string(x);
+  if (std::isfinite(x)) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%.17g", x);
+    s = buf;
+  }
+  return s;
+}
+
+void require_positive(const char* who, const char* name, Index rows, Index cols) {
+  if (rows < 1 || cols < 1)
+    throw ShapeError(std::string(who) + ": " + name + " is " + shape_string(rows, cols) +
+                     "; every extent must be positive");
+}
+
+// "who: k is [5,8] but q is [5,16] (D differs)"
+[[noreturn]] void mismatch(const char* who, const std::string& a, const std::string& a_shape, const std::string& b,
+                           const std::string& b_shape, const std::string& why) {
+  throw ShapeError(std::string(who) + ": " + a + " is " + a_shape + " but " + b + " is " + b_shape + " (" + why +
+                   ")");
+}
+
+// exp that is exactly 0 at -inf. Eigen's vectorised float exp returns ~2.9e-39 there, and a future weight
+// must be exactly 0, not "close to zero".
+template <class A> ArrayA<A> exact_exp(const ArrayA<A>& z) {
+  return (z == -std::numeric_limits<A>::infinity()).select(ArrayA<A>::Zero(z.rows(), z.cols()), z.exp());
+}
+
+// Softmax along the key axis of z, where -inf entries are masked out. Subtracts the row max first, so
+// large scores cannot overflow exp. A row with nothing visible (max = -inf) becomes all zeros, not NaN.
+template <class A> Matrix<A> softmax_rows(const ArrayA<A>& z) {
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  Eigen::Array<A, Eigen::Dynamic, 1> row_max = z.rowwise().maxCoeff();
+  row_max = (row_max == neg_inf).select(A(0), row_max);  // empty row: z - 0 keeps every entry at -inf
+  const ArrayA<A> e = exact_exp<A>(z.colwise() - row_max);
+  const Eigen::Array<A, Eigen::Dynamic, 1> sum = e.rowwise().sum();
+  Matrix<A> w(z.rows(), z.cols());
+  for (Index i = 0; i < z.rows(); ++i) {
+    if (sum(i) == A(0))
+      w.row(i).setZero();
+    else
+      w.row(i) = (e.row(i) / sum(i)).matrix();
+  }
+  return w;
+}
+
+template <class S>
+void check_head(const char* who, const ConstRef<S>& q, const ConstRef<S>& k, const ConstRef<S>& v, Index mask_rows,
+                Index mask_cols) {
+  require_positive(who, "q", q.rows(), q.cols());
+  require_positive(who, "k", k.rows(), k.cols());
+  require_positive(who, "v", v.rows(), v.cols());
+  if (k.cols() != q.cols())
+    mismatch(who, "k", shape_string(k.rows(), k.cols()), "q", shape_string(q.rows(), q.cols()), "D differs");
+  if (v.rows() != k.rows())
+    mismatch(who, "v", shape_string(v.rows(), v.cols()), "k", shape_string(k.rows(), k.cols()),
+             "T differs: V needs one row per key");
+  if (v.cols() != q.cols())
+    mismatch(who, "v", shape_string(v.rows(), v.cols()), "q", shape_string(q.rows(), q.cols()), "D differs");
+  if (mask_rows != q.rows() || mask_cols != k.rows())
+    mismatch(who, "mask", shape_string(mask_rows, mask_cols), "QKᵀ", shape_string(q.rows(), k.rows()),
+             "the mask must be T_q x T_k");
+}
+
+template <class S> Matrix<Acc<S>> scaled_scores(const ConstRef<S>& q, const ConstRef<S>& k, double scale) {
+  using A = Acc<S>;
+  // scores [T_q,T_k] = Q [T_q,D] · Kᵀ [D,T_k], then scaled; both widened to the accumulation type first.
+  Matrix<A> s = q.template cast<A>() * k.template cast<A>().transpose();
+  s *= static_cast<A>(scale);
+  return s;
+}
+
+// One head under a boolean mask. Row i of the output only ever reads the value rows it can see, so NaN or
+// Inf in a masked value cannot reach it (0·Inf would be NaN).
+template <class S>
+HeadTrace<S> attend_bool(const char* who, const ConstRef<S>& q, const ConstRef<S>& k, const ConstRef<S>& v,
+                         const BoolMask& mask, double scale) {
+  using A = Acc<S>;
+  check_head<S>(who, q, k, v, mask.rows(), mask.cols());
+  HeadTrace<S> t;
+  t.scale = scale;
+  t.scores = scaled_scores<S>(q, k, scale);
+  // Select, not add: the masked score's value is never read.
+  const ArrayA<A> z = mask.array().select(t.scores.array(), -std::numeric_limits<A>::infinity());
+  t.weights = softmax_rows<A>(z);
+
+  const Matrix<A> va = v.template cast<A>();
+  Matrix<A> out(q.rows(), v.cols());
+  std::vector<Index> seen;
+  for (Index i = 0; i < q.rows(); ++i) {
+    const auto row = mask.array().row(i);
+    const Index n = row.count();
+    if (n == 0) {
+      out.row(i).setZero();
+    } else if (row.head(n).all()) {  // causal rows see a prefix of the keys
+      out.row(i).noalias() = t.weights.row(i).head(n) * va.topRows(n);
+    } else {
+      seen.clear();
+      for (Index j = 0; j < row.size(); ++j)
+        if (row(j)) seen.push_back(j);
+      out.row(i).noalias() = t.weights(i, seen) * va(seen, Eigen::all);
+    }
+  }
+  t.output = out.template cast<S>();
+  return t;
+}
+
+// One head under an additive mask: scores + bias, softmax, then the plain product weights·V over all keys.
+template <class S>
+HeadTrace<S> attend_additive(const char* who, const ConstRef<S>& q, const ConstRef<S>& k, const ConstRef<S>& v,
+                             const AdditiveMask& mask, double scale) {
+  using A = Acc<S>;
+  check_head<S>(who, q, k, v, mask.rows(), mask.cols());
+  HeadTrace<S> t;
+  t.scale = scale;
+  t.scores = scaled_scores<S>(q, k, scale);
+  const ArrayA<A> z = t.scores.array() + mask.array().template cast<A>();
+  t.weights = softmax_rows<A>(z);
+  t.output = (t.weights * v.template cast<A>()).template cast<S>();
+  return t;
+}
+
+void check_batched(const char* who, const Shape& q, const Shape& k, const Shape& v) {
+  const auto differs = [&](const Shape& a, const Shape& b, bool with_t) -> const char* {
+    if (a.B != b.B) return "B differs";
+    if (a.H != b.H) return "H differs";
+    if (with_t && a.T != b.T) return "T differs: V needs one row per key";
+    if (a.D != b.D) return "D differs";
+    return nullptr;
+  };
+  if (const char* why = differs(k, q, false)) mismatch(who, "k", to_string(k), "q", to_string(q), why);
+  if (const char* why = differs(v, k, true)) mismatch(who, "v", to_string(v), "k", to_string(k), why);
+}
+
+template <class S, class Mask>
+Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Mask& mask,
+                           const AttentionOptions& opts, Tensor<S>* weights) {
+  constexpr const char* who = "attention";
+  check_batched(who, q.shape(), k.shape(), v.shape());
+  const Shape& qs = q.shape();
+  const Index T_k = k.shape().T;
+  if (mask.rows() != qs.T || mask.cols() != T_k)
+    mismatch(who, "mask", shape_string(mask.rows(), mask.cols()), "QKᵀ", shape_string(qs.T, T_k),
+             "the mask must be T_q x T_k");
+  const double scale = resolve_scale(opts.scale, qs.D, who);
+
+  // output [B,H,T_q,D]; weights [B,H,T_q,T_k]
+  Tensor<S> out(qs);
+  if (weights) *weights = Tensor<S>(Shape{qs.B, qs.H, qs.T, T_k});
+  for (Index b = 0; b < qs.B; ++b)
+    for (Index h = 0; h < qs.H; ++h) {
+      HeadTrace<S> t;
+      if constexpr (std::is_same_v<Mask, BoolMask>)
+        t = attend_bool<S>(who, q.head(b, h), k.head(b, h), v.head(b, h), mask, scale);
+      else
+        t = attend_additive<S>(who, q.head(b, h), k.head(b, h), v.head(b, h), mask, scale);
+      out.head(b, h) = t.output;
+      if (weights) weights->head(b, h) = t.weights.template cast<S>();
+    }
+  return out;
+}
+
+}  // namespace
+
+double resolve_scale(const std::optional<double>& scale, Index D, const char* who) {
+  if (!scale) return 1.0 / std::sqrt(static_cast<double>(D));
+  if (!std::isfinite(*scale) || *scale <= 0)
+    throw ValueError(std::string(who) + ": scale must be finite and positive, got " + fmt_double(*scale));
+  return *scale;
+}
+
+template <class S>
+HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const BoolMask& mask,
+                    std::optional<double> scale) {
+  return attend_bool<S>("attend", q, k, v, mask, resolve_scale(scale, q.cols(), "attend"));
+}
+
+template <class S>
+HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const AdditiveMask& mask,
+                    std::optional<double> scale) {
+  return attend_additive<S>("attend", q, k, v, mask, resolve_scale(scale, q.cols(), "attend"));
+}
+
+template <class S>
+ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_q, const Matrix<S>& w_k,
+                                         const Matrix<S>& w_v, const AttentionOptions& opts) {
+  constexpr const char* who = "single_head_attention";
+  require_positive(who, "X", x.rows(), x.cols());
+  require_positive(who, "W_q", w_q.rows(), w_q.cols());
+  // Step 1-2: X [T,C] and W [C,d] give Q, K, V [T,d].
+  if (w_q.rows() != x.cols())
+    mismatch(who, "W_q", shape_string(w_q.rows(), w_q.cols()), "X", shape_string(x.rows(), x.cols()),
+             "W_q needs one row per input channel C = " + std::to_string(x.cols()));
+  const std::pair<const char*, const Matrix<S>*> others[] = {{"W_k", &w_k}, {"W_v", &w_v}};
+  for (const auto& [name, w] : others)
+    if (w->rows() != w_q.rows() || w->cols() != w_q.cols())
+      mismatch(who, name, shape_string(w->rows(), w->cols()), "W_q", shape_string(w_q.rows(), w_q.cols()),
+               w->rows() != w_q.rows() ? "C differs" : "d differs");
+  using A = Acc<S>;
+  const Matrix<A> xa = x.template cast<A>();
+  ProjectionTrace<S> p;
+  p.Q = (xa * w_q.template cast<A>()).template cast<S>();
+  p.K = (xa * w_k.template cast<A>()).template cast<S>();
+  p.V = (xa * w_v.template cast<A>()).template cast<S>();
+  // Steps 3-6: scores [T,T], causal mask, softmax over keys, weights [T,T], output [T,d].
+  const Index T = x.rows();
+  p.head = attend_bool<S>(who, p.Q, p.K, p.V, BoolMask::causal(T, T, opts.alignment),
+                          resolve_scale(opts.scale, w_q.cols(), who));
+  return p;
+}
+
+template <class S>
+Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
+                    Tensor<S>* weights) {
+  check_batched("attention", q.shape(), k.shape(), v.shape());
+  return attention_masked<S>(q, k, v, BoolMask::causal(q.shape().T, k.shape().T, opts.alignment), opts, weights);
+}
+
+template <class S>
+Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const BoolMask& mask,
+                    const AttentionOptions& opts, Tensor<S>* weights) {
+  return attention_masked<S>(q, k, v, mask, opts, weights);
+}
+
+template <class S>
+Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AdditiveMask& mask,
+                    const AttentionOptions& opts, Tensor<S>* weights) {
+  return attention_masked<S>(q, k, v, mask, opts, weights);
+}
+
+template <class S>
+Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
+                      Tensor<double>* weights) {
+  return attention<double>(q.template cast<double>(), k.template cast<double>(), v.template cast<double>(), opts,
+                           weights);
+}
+
+#define ATTNCHECK_INSTANTIATE(S)                                                                              \
+  template HeadTrace<S> attend(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&, const BoolMask&,          \
+                               std::optional<double>);                                                        \
+  template HeadTrace<S> attend(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&, const AdditiveMask&,      \
+                               std::optional<double>);                                                        \
+  template ProjectionTrace<S> single_head_attention(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&,     \
+                                                    const Matrix<S>&, const AttentionOptions&);               \
+  template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AttentionOptions&, \
+                               Tensor<S>*);                                                                   \
+  template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const BoolMask&,         \
+                               const AttentionOptions&, Tensor<S>*);                                          \
+  template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AdditiveMask&,     \
+                               const AttentionOptions&, Tensor<S>*);                                          \
+  template Tensor<double> oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AttentionOptions&, \
+                                 Tensor<double>*);
+
+ATTNCHECK_INSTANTIATE(float)
+ATTNCHECK_INSTANTIATE(double)
+ATTNCHECK_INSTANTIATE(Eigen::half)
+ATTNCHECK_INSTANTIATE(Eigen::bfloat16)
+
+}  // namespace attncheck

@@ -1,0 +1,158 @@
+// Causal alignment for T_q != T_k, empty rows, and boolean vs additive masks.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attncheck/attention.hpp"
+
+namespace attncheck {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+BoolMask::Array boolArray(Index r, Index c, std::initializer_list<int> v) {
+  BoolMask::Array a(r, c);
+  auto it = v.begin();
+  for (Index i = 0; i < r; ++i)
+    for (Index j = 0; j < c; ++j) a(i, j) = *it++ != 0;
+  return a;
+}
+
+TEST(CausalMask, topLeftAndBottomRightDifferWhenQueriesAreFewerThanKeys) {
+  // 2 queries over 3 keys. Top-left: query i sees j ≤ i. Bottom-right: j ≤ i + 3 - 2.
+  EXPECT_TRUE((BoolMask::causal(2, 3, CausalAlignment::TopLeft).array() == boolArray(2, 3, {1, 0, 0, 1, 1, 0})).all());
+  EXPECT_TRUE(
+      (BoolMask::causal(2, 3, CausalAlignment::BottomRight).array() == boolArray(2, 3, {1, 1, 0, 1, 1, 1})).all());
+  // Square: both are the lower triangle.
+  EXPECT_TRUE((BoolMask::causal(3, 3, CausalAlignment::TopLeft).array() ==
+               BoolMask::causal(3, 3, CausalAlignment::BottomRight).array())
+                  .all());
+  EXPECT_EQ(kDefaultAlignment, CausalAlignment::TopLeft);
+}
+
+// A hand-checked 2×3 case. D = 1, q = 0 so every visible score is 0 and the weights are uniform over what a
+// query sees; V = [3, 6, 9].
+//   top-left:     query 0 sees {3}        → 3;   query 1 sees {3, 6}    → 4.5
+//   bottom-right: query 0 sees {3, 6}     → 4.5; query 1 sees {3, 6, 9} → 6
+TEST(CausalMask, twoQueriesOverThreeKeysUnderBothAlignments) {
+  Tensor<double> q({1, 1, 2, 1}), k({1, 1, 3, 1}), v({1, 1, 3, 1});
+  k.head(0, 0) << 1, -2, 5;  // any keys: the scores are q·k = 0 whatever they are
+  v.head(0, 0) << 3, 6, 9;
+  Tensor<double> w({1, 1, 1, 1});
+  const auto tl = attention(q, k, v, {.scale = {}, .alignment = CausalAlignment::TopLeft}, &w);
+  EXPECT_EQ(w.shape(), (Shape{1, 1, 2, 3}));
+  EXPECT_EQ(tl(0, 0, 0, 0), 3.0);
+  EXPECT_EQ(tl(0, 0, 1, 0), 4.5);  // 0.5·3 + 0.5·6, exact in binary
+  EXPECT_EQ(w(0, 0, 0, 1), 0.0);
+  EXPECT_EQ(w(0, 0, 1, 2), 0.0);
+  const auto br = attention(q, k, v, {.scale = {}, .alignment = CausalAlignment::BottomRight}, &w);
+  EXPECT_EQ(br(0, 0, 0, 0), 4.5);
+  // (1/3)·3 + (1/3)·6 + (1/3)·9: three roundings of the weight and three of the sum, each ≤ u·18.
+  EXPECT_NEAR(br(0, 0, 1, 0), 6.0, 6 * std::ldexp(1.0, -53) * 18);
+  EXPECT_EQ(w(0, 0, 0, 2), 0.0);
+  EXPECT_NEAR(w(0, 0, 1, 2), 1.0 / 3, std::ldexp(1.0, -52));
+}
+
+// A query that sees no key gets zero weights and a zero output (documented), never NaN. Bottom-right with
+// T_q > T_k leaves the first T_q - T_k queries with nothing to see.
+TEST(CausalMask, aRowWithNoVisibleKeyIsZeroNotNaN) {
+  Tensor<float> q({1, 1, 3, 2}), k({1, 1, 2, 2}), v({1, 1, 2, 2});
+  q.values().setConstant(1);
+  k.values().setConstant(2);
+  v.values() << 1, 2, 3, 4;
+  Tensor<float> w({1, 1, 1, 1});
+  const auto out = attention(q, k, v, {.scale = {}, .alignment = CausalAlignment::BottomRight}, &w);
+  for (Index c = 0; c < 2; ++c) EXPECT_EQ(out(0, 0, 0, c), 0.0f);
+  for (Index j = 0; j < 2; ++j) EXPECT_EQ(w(0, 0, 0, j), 0.0f);
+  EXPECT_TRUE(out.values().allFinite());
+  EXPECT_EQ(out(0, 0, 1, 0), 1.0f);  // query 1 sees key 0 only
+  // Same through an explicit all-false mask, on both mask types.
+  const BoolMask none(BoolMask::Array::Constant(3, 2, false));
+  EXPECT_TRUE((attention(q, k, v, none).values().array() == 0).all());
+  EXPECT_TRUE((attention(q, k, v, none.to_additive()).values().array() == 0).all());
+}
+
+TEST(Masks, convertingBoolToAdditiveAndBackIsExact) {
+  const BoolMask m = BoolMask::causal(4, 6, CausalAlignment::BottomRight);
+  const AdditiveMask a = m.to_additive();
+  for (Index i = 0; i < 4; ++i)
+    for (Index j = 0; j < 6; ++j) EXPECT_EQ(a.bias(i, j), m.visible(i, j) ? 0.0f : -std::numeric_limits<float>::infinity());
+  EXPECT_TRUE((a.to_bool().array() == m.array()).all());
+  EXPECT_TRUE((AdditiveMask::causal(4, 6, CausalAlignment::BottomRight).array() == a.array()).all());
+}
+
+Tensor<double> filled(const Shape& s, double phase) {
+  Tensor<double> t(s);
+  for (Index n = 0; n < t.size(); ++n) t.values()[n] = std::sin(0.7 * double(n) + phase) * 3;
+  return t;
+}
+
+// On finite inputs the two masks give the same weights bit for bit (0 added to a visible score is exact and
+// both select nothing else); the outputs agree within the summation-order bound: the boolean path sums only
+// the visible rows, the additive one all T_k (the extra terms are exact zeros), so the two differ by at
+// most 2·γ_T·Σ_j w_j|v_j| ≤ 2·γ_T·max|v|.
+TEST(Masks, boolAndAdditiveAgreeOnFiniteInputs) {
+  const Shape s{2, 3, 7, 5};
+  const auto q = filled(s, 0.1), k = filled(s, 1.3), v = filled(s, 2.9);
+  const BoolMask m = BoolMask::causal(7, 7);
+  Tensor<double> wb({1, 1, 1, 1}), wa({1, 1, 1, 1});
+  const auto ob = attention(q, k, v, m, {}, &wb);
+  const auto oa = attention(q, k, v, m.to_additive(), {}, &wa);
+  EXPECT_EQ(wb.values(), wa.values());
+  const double tol = 2 * 7 * std::ldexp(1.0, -53) * v.values().cwiseAbs().maxCoeff() * 1.01;
+  EXPECT_LE((ob.values() - oa.values()).cwiseAbs().maxCoeff(), tol);
+}
+
+// An Inf in a masked score: the boolean mask never reads it, so the output stays finite and unchanged. The
+// additive mask adds -inf to +inf, which is NaN: that NaN becomes the row max and poisons the whole row.
+TEST(Masks, infInAMaskedScoreNeverReachesTheOutputUnderABoolMask) {
+  Tensor<double> q({1, 1, 2, 1}), k({1, 1, 2, 1}), v({1, 1, 2, 1});
+  q.values() << 1, 1;
+  k.values() << 0.5, 2;
+  v.values() << 7, 11;
+  const BoolMask m = BoolMask::causal(2, 2);
+  const auto before = attention(q, k, v, m);
+  k(0, 0, 1, 0) = kInf;  // score (0,1) = q0·k1 = +inf, in the masked future of query 0
+  const auto after_bool = attention(q, k, v, m);
+  EXPECT_EQ(after_bool(0, 0, 0, 0), before(0, 0, 0, 0));
+  EXPECT_EQ(after_bool(0, 0, 0, 0), 7.0);
+  const auto after_add = attention(q, k, v, m.to_additive());
+  EXPECT_TRUE(std::isnan(after_add(0, 0, 0, 0))) << "the additive mask turns inf + (-inf) into NaN";
+  // Inf in a future value: 0·Inf is NaN in a plain weights·V product; the boolean path never multiplies it.
+  k(0, 0, 1, 0) = 2;
+  v(0, 0, 1, 0) = kInf;
+  EXPECT_EQ(attention(q, k, v, m)(0, 0, 0, 0), 7.0);
+  EXPECT_TRUE(std::isnan(attention(q, k, v, m.to_additive())(0, 0, 0, 0)));
+}
+
+TEST(Scale, defaultsToOneOverRootDAndCanBeOverridden) {
+  Tensor<double> q({1, 1, 2, 4}), k({1, 1, 2, 4}), v({1, 1, 2, 4});
+  q.values().setConstant(1);
+  k.values() << 0, 0, 0, 0, 1, 1, 1, 1;  // scores for query 1: [0, 4·scale]
+  v.values() << 0, 0, 0, 0, 1, 1, 1, 1;
+  Tensor<double> w({1, 1, 1, 1});
+  // Both sides are a few correctly rounded operations (exp, add, divide) on values ≤ 8: 8u apart at most.
+  const double tol = 8 * std::ldexp(1.0, -53);
+  attention(q, k, v, {}, &w);
+  // default scale 1/√4: weight of key 1 is e^2/(1 + e^2)
+  EXPECT_NEAR(w(0, 0, 1, 1), std::exp(2.0) / (1 + std::exp(2.0)), tol);
+  attention(q, k, v, {.scale = 0.125, .alignment = kDefaultAlignment}, &w);
+  EXPECT_NEAR(w(0, 0, 1, 1), std::exp(0.5) / (1 + std::exp(0.5)), tol);
+}
+
+// Scores far beyond exp's range: the row max is subtracted first, so nothing overflows.
+TEST(Softmax, hugeScoresDoNotOverflow) {
+  Tensor<float> q({1, 1, 2, 1}), k({1, 1, 2, 1}), v({1, 1, 2, 1});
+  q.values() << 1e4f, 1e4f;
+  k.values() << 1e4f, 1e4f - 1;  // scores 1e8 and 1e8 - 1e4: the second weight underflows to 0
+  v.values() << 1, 2;
+  Tensor<float> w({1, 1, 1, 1});
+  const auto out = attention(q, k, v, {}, &w);
+  EXPECT_TRUE(out.values().allFinite());
+  EXPECT_EQ(w(0, 0, 1, 0), 1.0f);
+  EXPECT_EQ(out(0, 0, 1, 0), 1.0f);
+}
+
+}  // namespace
+}  // namespace attncheck

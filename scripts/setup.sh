@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs attncheck's build and test dependencies from Debian's packages, only those that are missing.
+# Idempotent: a second run installs nothing and takes a second.
+set -euo pipefail
+
+packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+          python3-numpy)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+echo "attncheck setup: installing ${missing[*]}" >&2
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

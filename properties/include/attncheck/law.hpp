@@ -1,0 +1,103 @@
+// Laws of scaled causal attention, and the runner that checks one against an implementation with
+// RapidCheck and keeps the shrunk counterexample in a form reports can print and replay.
+#pragma once
+
+#include <rapidcheck.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck {
+
+/// Bounds for the generators. The implementation's capabilities narrow them further.
+struct GenConfig {
+  DType dtype = DType::f32;
+  Index max_B = 4, max_H = 4;
+  Index max_T = 64;        ///< usual upper bound on T
+  Index max_T_tail = 256;  ///< a tail up to this, reached as RapidCheck's size grows
+  Index max_D = 128;
+  Capabilities caps;       ///< what the implementation under test accepts
+};
+
+/// One generated case of one law: the problem the implementation is called with, and whatever else the law
+/// needs (a second, perturbed problem; parameters such as the position t that was perturbed).
+struct LawCase {
+  Problem problem;
+  std::optional<Problem> variant;        ///< relational laws: the perturbed / permuted / prefix problem
+  std::map<std::string, double> params;  ///< law-specific: "t", "b", "h", "sample_seed", ...
+  std::vector<std::string> tags;         ///< coverage tags (T bucket, D bucket, value regime)
+};
+
+/// How a case broke a law, for the report: the worst offending entry, its size and the tolerance.
+struct Violation {
+  std::string message;              ///< one line a person reads first
+  std::string quantity;             ///< "weights", "output", "call", "variance"
+  std::vector<Index> worst_index;   ///< [b,h,i,j] for weights, [b,h,i,c] for outputs
+  double magnitude = 0;             ///< |actual - expected|, or the offending value
+  double tolerance = 0;             ///< what was allowed (0 for exact laws)
+  std::optional<Tensor<double>> expected, actual;  ///< in full, same shape
+  std::optional<Tensor<double>> weights;           ///< the implementation's weights on `problem`, when known
+  std::vector<std::pair<double, double>> series;   ///< scale stability: (D, variance) points to plot
+};
+
+/// A law: a generator of cases and a check of one case.
+struct Law {
+  std::string name;     ///< as `--property` takes it: "row-stochastic"
+  std::string summary;  ///< one line for `attncheck list`
+  std::string why;      ///< why every correct causal attention obeys it, and how its tolerance is derived
+  /// Empty when the law applies to an implementation with these capabilities; otherwise why not.
+  std::function<std::string(const Capabilities&)> not_applicable;
+  std::function<rc::Gen<LawCase>(const GenConfig&)> gen;
+  std::function<std::optional<Violation>(const Implementation&, const LawCase&)> check;
+};
+
+/// Every law, in the order they are documented.
+const std::vector<Law>& laws();
+/// The law of that name, or nullptr.
+const Law* find_law(std::string_view name);
+
+/// Progress of one law's run, for a terminal display.
+struct Progress {
+  std::string law;
+  int cases_done = 0, cases_total = 0;
+  int shrink_steps = 0;
+  bool shrinking = false;
+};
+
+struct RunOptions {
+  int cases = 100;         ///< RapidCheck's max_success
+  std::uint64_t seed = 0;  ///< RapidCheck's seed; the same seed replays the same run
+  int max_size = 100;      ///< RapidCheck's max_size
+  GenConfig gen;
+  std::string reproduce;   ///< a RapidCheck reproduce string for this law: replays exactly that case
+  std::function<void(const Progress&)> on_progress;
+};
+
+enum class LawStatus { held, falsified, not_applicable };
+
+struct LawResult {
+  std::string law, implementation;
+  DType dtype = DType::f32;
+  std::uint64_t seed = 0;
+  LawStatus status = LawStatus::held;
+  int cases_run = 0;      ///< cases generated before the first failure (or in all, when it held)
+  int shrink_steps = 0;   ///< accepted shrinks
+  double seconds = 0;
+  std::string reproduce;  ///< RapidCheck reproduce string: RC_PARAMS="reproduce=<this>"
+  std::optional<LawCase> minimal_case;
+  std::optional<Violation> violation;
+  std::map<std::string, int> coverage;  ///< tag -> cases
+  std::string note;                     ///< why not applicable; what was not checked
+};
+
+/// Runs one law against one implementation; never throws for a misbehaving implementation (that is a
+/// falsified law).
+LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts);
+
+}  // namespace attncheck

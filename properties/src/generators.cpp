@@ -1,0 +1,1 @@
+#include "attncheck/law.hpp"

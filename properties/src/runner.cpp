@@ -1,0 +1,140 @@
+// Runs one law with RapidCheck and keeps the minimal counterexample. RapidCheck accepts a shrink only when
+// the shrunk case still fails, so the last failing evaluation is the minimal case it reports.
+#include <chrono>
+
+#include "attncheck/law.hpp"
+
+// Declared in rapidcheck's private src/detail/ReproduceListener.h (built into librapidcheck.a, header not
+// installed by Debian): the same encoding RC_PARAMS="reproduce=..." reads.
+namespace rc::detail {
+std::unordered_map<std::string, Reproduce> stringToReproduceMap(const std::string& str);
+std::string reproduceMapToString(const std::unordered_map<std::string, Reproduce>& reproduceMap);
+}  // namespace rc::detail
+
+namespace attncheck {
+namespace {
+
+Violation call_failure(std::string message) {
+  Violation v;
+  v.message = std::move(message);
+  v.quantity = "call";
+  return v;
+}
+
+struct Failure {
+  LawCase lcase;
+  Violation violation;
+};
+
+thread_local std::optional<Failure> t_last_failure;
+
+class ProgressListener final : public rc::detail::TestListener {
+ public:
+  ProgressListener(Progress& p, const std::function<void(const Progress&)>& cb) : p_(p), cb_(cb) {}
+  void onTestCaseFinished(const rc::detail::CaseDescription& d) override {
+    if (d.result.type == rc::detail::CaseResult::Type::Failure) {
+      p_.shrinking = true;
+    } else if (!p_.shrinking) {
+      ++p_.cases_done;
+    }
+    if (cb_) cb_(p_);
+  }
+  void onShrinkTried(const rc::detail::CaseDescription&, bool accepted) override {
+    if (accepted) ++p_.shrink_steps;
+    if (cb_) cb_(p_);
+  }
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+
+ private:
+  Progress& p_;
+  const std::function<void(const Progress&)>& cb_;
+};
+
+std::string unquote(std::string s) {
+  if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
+  return s;
+}
+
+}  // namespace
+
+LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts) {
+  LawResult r;
+  r.law = law.name;
+  r.implementation = impl.name();
+  r.dtype = opts.gen.dtype;
+  r.seed = opts.seed;
+  const auto start = std::chrono::steady_clock::now();
+  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
+
+  GenConfig g = opts.gen;
+  g.caps = impl.capabilities();
+  std::string why_not = law.not_applicable ? law.not_applicable(g.caps) : std::string();
+  if (why_not.empty() && !g.caps.supports(g.dtype))
+    why_not = impl.name() + " does not accept " + std::string(dtype_name(g.dtype));
+  if (!why_not.empty()) {
+    r.status = LawStatus::not_applicable;
+    r.note = why_not;
+    return r;
+  }
+
+  const rc::Gen<LawCase> gen = law.gen(g);
+  const auto property = [&] {
+    LawCase c = *gen;
+    for (const auto& t : c.tags) RC_TAG(t);
+    std::optional<Violation> v;
+    try {
+      v = law.check(impl, c);
+    } catch (const ImplementationError& e) {
+      v = call_failure(std::string(kind_name(e.kind())) + ": " + e.what());
+    }
+    if (v) {
+      t_last_failure = Failure{c, *v};
+      RC_FAIL(v->message);
+    }
+  };
+
+  rc::detail::TestParams params;
+  params.seed = opts.seed;
+  params.maxSuccess = opts.cases;
+  params.maxSize = opts.max_size;
+  rc::detail::TestMetadata md;
+  md.id = law.name;
+  md.description = law.summary;
+  std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
+  if (!opts.reproduce.empty()) reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
+
+  Progress progress{.law = law.name, .cases_total = opts.cases};
+  ProgressListener listener(progress, opts.on_progress);
+  t_last_failure.reset();
+  const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
+  r.seconds = elapsed();
+  r.shrink_steps = progress.shrink_steps;
+
+  if (result.is<rc::detail::SuccessResult>()) {
+    const auto& s = result.get<rc::detail::SuccessResult>();
+    r.status = LawStatus::held;
+    r.cases_run = s.numSuccess;
+    for (const auto& [tags, n] : s.distribution)
+      for (const auto& t : tags) r.coverage[unquote(t)] += n;
+  } else if (result.is<rc::detail::FailureResult>()) {
+    const auto& f = result.get<rc::detail::FailureResult>();
+    r.status = LawStatus::falsified;
+    r.cases_run = f.numSuccess + 1;
+    r.reproduce = rc::detail::reproduceMapToString({{law.name, f.reproduce}});
+    if (t_last_failure) {
+      r.minimal_case = t_last_failure->lcase;
+      r.violation = t_last_failure->violation;
+    } else {
+      r.violation = call_failure(f.description);
+    }
+  } else if (result.is<rc::detail::GaveUpResult>()) {
+    throw std::logic_error("run_law: RapidCheck gave up on " + law.name + ": " +
+                           result.get<rc::detail::GaveUpResult>().description);
+  } else {
+    throw std::logic_error("run_law: RapidCheck error in " + law.name + ": " +
+                           result.get<rc::detail::Error>().description);
+  }
+  return r;
+}
+
+}  // namespace attncheck

@@ -29,16 +29,27 @@ double gamma(Index n, double u) {
   return nu < 1 ? nu / (1 - nu) : std::numeric_limits<double>::infinity();
 }
 
+double storage_floor(DType dtype) {
+  switch (dtype) {
+    case DType::f16: return std::ldexp(1.0, -25);
+    case DType::bf16: return std::ldexp(1.0, -134);
+    case DType::f32: return std::ldexp(1.0, -150);
+    case DType::f64: break;
+  }
+  return 0.0;
+}
+
+double accumulation_roundoff(DType dtype) {
+  return dtype == DType::f64 ? unit_roundoff(DType::f64) : unit_roundoff(DType::f32);
+}
+
 HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
                              const Matrix<double>& oracle_weights, double safety) {
   const double u_s = unit_roundoff(dtype);
-  const double u_a = dtype == DType::f64 ? unit_roundoff(DType::f64) : unit_roundoff(DType::f32);
+  const double u_a = accumulation_roundoff(dtype);
   const double tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
-  const double store_floor = dtype == DType::f16    ? std::ldexp(1.0, -25)
-                             : dtype == DType::bf16 ? std::ldexp(1.0, -134)
-                             : dtype == DType::f32  ? std::ldexp(1.0, -150)
-                                                    : 0.0;
+  const double store_floor = storage_floor(dtype);
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const double g_D = gamma(D, u_a);
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale

@@ -1,1 +1,192 @@
-#include "attncheck/law.hpp"
+// Generators for attention problems. RapidCheck's built-in floating-point generator stays in a narrow range,
+// so values are built from integers (which shrink toward 0) mapped through a regime and a magnitude.
+#include "attncheck/generators.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace attncheck {
+namespace {
+
+constexpr int kSteps = 1024;  // resolution of a unit-interval draw
+
+// Zigzag: 0, -1, 1, -2, 2, ... so that inRange's shrink toward 0 moves the value toward 0.
+int zigzag(int n) { return (n % 2) ? -(n + 1) / 2 : n / 2; }
+
+rc::Gen<int> gen_signed(int max_abs) { return rc::gen::map(rc::gen::inRange(0, 2 * max_abs + 1), zigzag); }
+
+// A unit-variance bell-shaped value from a symmetric integer: the logistic quantile ln((1+u)/(1-u)) scaled by
+// √3/π, whose variance is 1. The integer 0 maps to 0.
+double logistic(int n) {
+  const double u = double(n) / (kSteps + 1);
+  return std::log((1 + u) / (1 - u)) * std::sqrt(3.0) / M_PI;
+}
+
+}  // namespace
+
+std::string regime_name(Regime r) {
+  switch (r) {
+    case Regime::small_int: return "small-int";
+    case Regime::normal: return "normal";
+    case Regime::uniform: return "uniform";
+    case Regime::ties: return "ties";
+    case Regime::one_hot: return "one-hot";
+    case Regime::sparse: return "sparse";
+  }
+  return "?";
+}
+
+double round_to(DType dtype, double x) {
+  const double lim = max_finite(dtype) / 2;
+  x = std::clamp(x, -lim, lim);
+  return visit_dtype(dtype, [x](auto tag) { return double(static_cast<decltype(tag)>(x)); });
+}
+
+rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
+  const Index max_T = std::min<Index>(cfg.max_T, cfg.caps.max_T);
+  const Index max_tail = std::max<Index>(max_T, std::min<Index>(cfg.max_T_tail, cfg.caps.max_T));
+  // T: usually in [1, max_T]; one case in eight reaches into the tail (inRange scales with size, so the tail
+  // is only reached as RapidCheck's size grows).
+  const auto gen_T = [=] {
+    if (max_tail <= max_T) return rc::gen::inRange<Index>(1, max_T + 1);
+    return rc::gen::join(weighted_choice<rc::Gen<Index>>(
+        {{7, rc::gen::inRange<Index>(1, max_T + 1)}, {1, rc::gen::inRange<Index>(1, max_tail + 1)}}));
+  };
+  const auto gen_D = gen_head_dim(cfg);
+  const bool cross = allow_cross_lengths && cfg.caps.cross_lengths;
+  return rc::gen::exec([=] {
+    CaseShape s;
+    s.B = *rc::gen::inRange<Index>(1, cfg.max_B + 1);
+    s.H = *rc::gen::inRange<Index>(1, cfg.max_H + 1);
+    s.T_q = *gen_T();
+    s.T_k = s.T_q;
+    if (cross && *weighted_choice<bool>({{3, false}, {1, true}}))
+      s.T_k = *gen_T();
+    s.D = *gen_D;
+    return s;
+  });
+}
+
+rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
+  const Index max_D = cfg.max_D;
+  Index n_pow2 = 0;
+  while ((Index{1} << n_pow2) <= max_D) ++n_pow2;
+  return rc::gen::join(weighted_choice<rc::Gen<Index>>(
+      {{3, rc::gen::inRange<Index>(1, std::min<Index>(max_D, 16) + 1)},
+       {3, rc::gen::inRange<Index>(1, max_D + 1)},
+       {2, rc::gen::map(rc::gen::inRange<Index>(0, n_pow2), [](Index e) { return Index{1} << e; })}}));
+}
+
+rc::Gen<double> gen_magnitude() {
+  // 10^(n/10) for n in [-30, 40]: log-uniform over [1e-3, 1e4] at full size; shrinks toward 1.
+  return rc::gen::map(gen_signed(40), [](int n) { return std::pow(10.0, std::clamp(n, -30, 40) / 10.0); });
+}
+
+rc::Gen<Tensor<double>> gen_tensor(const Shape& s, Regime regime, double magnitude, DType dtype) {
+  const auto n = static_cast<std::size_t>(s.numel());
+  const auto build = [s, dtype](const std::vector<double>& values) {
+    Tensor<double> t(s);
+    for (Index i = 0; i < t.size(); ++i) t.values()[i] = round_to(dtype, values[std::size_t(i)]);
+    return t;
+  };
+  const double m = magnitude;
+  switch (regime) {
+    case Regime::small_int:
+      return rc::gen::map(rc::gen::container<std::vector<int>>(n, gen_signed(3)), [=](const std::vector<int>& v) {
+        return build(std::vector<double>(v.begin(), v.end()));
+      });
+    case Regime::normal:
+      return rc::gen::map(rc::gen::container<std::vector<int>>(n, gen_signed(kSteps)), [=](const std::vector<int>& v) {
+        std::vector<double> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = m * logistic(v[i]);
+        return build(x);
+      });
+    case Regime::uniform:
+      return rc::gen::map(rc::gen::container<std::vector<int>>(n, gen_signed(kSteps)), [=](const std::vector<int>& v) {
+        std::vector<double> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = m * v[i] / kSteps;
+        return build(x);
+      });
+    case Regime::ties:  // every entry equal: every score in a row ties
+      return rc::gen::map(gen_signed(kSteps), [=](int v) { return build(std::vector<double>(n, m * v / kSteps)); });
+    case Regime::one_hot:  // each row is m·e_c for one column c
+      return rc::gen::map(rc::gen::container<std::vector<Index>>(std::size_t(s.B * s.H * s.T),
+                                                                 rc::gen::inRange<Index>(0, s.D)),
+                          [=](const std::vector<Index>& cols) {
+                            std::vector<double> x(n, 0.0);
+                            for (std::size_t r = 0; r < cols.size(); ++r) x[r * std::size_t(s.D) + std::size_t(cols[r])] = m;
+                            return build(x);
+                          });
+    case Regime::sparse:  // three entries in four are 0
+      return rc::gen::map(
+          rc::gen::container<std::vector<int>>(
+              n, rc::gen::join(weighted_choice<rc::Gen<int>>({{3, rc::gen::just(0)}, {1, gen_signed(kSteps)}}))),
+          [=](const std::vector<int>& v) {
+            std::vector<double> x(n);
+            for (std::size_t i = 0; i < n; ++i) x[i] = m * logistic(v[i]);
+            return build(x);
+          });
+  }
+  throw std::logic_error("gen_tensor: unknown regime");
+}
+
+std::vector<std::string> shape_tags(const Problem& p) {
+  const Shape& q = p.q.shape();
+  std::vector<std::string> tags;
+  const Index T = q.T;
+  tags.push_back(T == 1 ? "T=1" : T < 16 ? "T=2..15" : T <= 64 ? "T=16..64" : "T>64");
+  const Index D = q.D;
+  const bool pow2 = (D & (D - 1)) == 0;
+  const Index r = Index(std::lround(std::sqrt(double(D))));
+  tags.push_back(pow2 ? "D=pow2" : "D=non-pow2");
+  if (D % 2) tags.push_back("D=odd");
+  if (r * r != D) tags.push_back("D=non-square");
+  if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
+  // Largest |score| = scale·max|q|·max|k|·D is an upper bound; use the real maximum per head instead.
+  const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(D));
+  double smax = 0;
+  for (Index b = 0; b < q.B; ++b)
+    for (Index h = 0; h < q.H; ++h)
+      smax = std::max(smax, (Matrix<double>(p.q.head(b, h)) * Matrix<double>(p.k.head(b, h)).transpose())
+                                    .cwiseAbs()
+                                    .maxCoeff() *
+                                scale);
+  tags.push_back(smax > 1e4 ? "|score|>1e4" : smax > 10 ? "|score|=10..1e4" : "|score|<=10");
+  return tags;
+}
+
+rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
+  return rc::gen::exec([=] {
+    const CaseShape s = *gen_shape(cfg, opts.allow_cross_lengths);
+    const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int},
+                                                             {4, Regime::normal},
+                                                             {2, Regime::uniform},
+                                                             {1, Regime::ties},
+                                                             {1, Regime::one_hot},
+                                                             {1, Regime::sparse}});
+    const double m_qk = regime == Regime::small_int ? 1.0 : *gen_magnitude();
+    const double m_v = regime == Regime::small_int ? 1.0 : *gen_magnitude();
+    LawCase c;
+    Problem& p = c.problem;
+    p.dtype = cfg.dtype;
+    p.q = *gen_tensor({s.B, s.H, s.T_q, s.D}, regime, m_qk, cfg.dtype);
+    p.k = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_qk, cfg.dtype);
+    p.v = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_v, cfg.dtype);
+    if (s.T_q != s.T_k && !cfg.caps.alignments.empty()) {
+      std::vector<std::pair<std::size_t, CausalAlignment>> choices;
+      for (const auto a : cfg.caps.alignments) choices.emplace_back(1, a);
+      p.alignment = *weighted_choice(choices);
+    }
+    else if (!cfg.caps.supports(p.alignment) && !cfg.caps.alignments.empty()) p.alignment = cfg.caps.alignments.front();
+    if (opts.allow_custom_scale && cfg.caps.custom_scale) {
+      const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
+      if (custom > 0) p.scale = custom;
+    }
+    p.want_weights = cfg.caps.returns_weights;
+    c.tags = shape_tags(p);
+    c.tags.push_back("regime=" + regime_name(regime));
+    return c;
+  });
+}
+
+}  // namespace attncheck

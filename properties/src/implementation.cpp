@@ -17,6 +17,7 @@ std::string_view kind_name(ImplementationError::Kind k) {
     case ImplementationError::Kind::timeout: return "timeout";
     case ImplementationError::Kind::wrong_size: return "wrong size";
     case ImplementationError::Kind::protocol: return "protocol error";
+    case ImplementationError::Kind::nonfinite: return "non-finite output";
   }
   return "error";
 }
@@ -64,8 +65,10 @@ void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& 
 }
 
 ImplementationPtr reference_implementation() {
+  Capabilities caps;
+  caps.nonfinite_safe = true;
   static const ImplementationPtr ref = make_implementation(
-      "reference", "attncheck's Eigen core: boolean causal mask, stable softmax, float accumulation", Capabilities{},
+      "reference", "attncheck's Eigen core: boolean causal mask, stable softmax, float accumulation", caps,
       [](const Problem& p) {
         return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
           return attention(q, k, v, AttentionOptions{.scale = pr.scale, .alignment = pr.alignment}, w);

@@ -1,5 +1,6 @@
 // Runs one law with RapidCheck and keeps the minimal counterexample. RapidCheck accepts a shrink only when
 // the shrunk case still fails, so the last failing evaluation is the minimal case it reports.
+#include <algorithm>
 #include <chrono>
 
 #include "attncheck/law.hpp"
@@ -95,7 +96,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
 
   rc::detail::TestParams params;
   params.seed = opts.seed;
-  params.maxSuccess = opts.cases;
+  params.maxSuccess = law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
   params.maxSize = opts.max_size;
   rc::detail::TestMetadata md;
   md.id = law.name;
@@ -103,7 +104,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
   if (!opts.reproduce.empty()) reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
 
-  Progress progress{.law = law.name, .cases_total = opts.cases};
+  Progress progress{.law = law.name, .cases_total = params.maxSuccess};
   ProgressListener listener(progress, opts.on_progress);
   t_last_failure.reset();
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
@@ -135,6 +136,39 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
                            result.get<rc::detail::Error>().description);
   }
   return r;
+}
+
+RunOptions options_from_rc_params(const std::string& law) {
+  const auto& cfg = rc::detail::configuration();
+  RunOptions o;
+  o.seed = cfg.testParams.seed;
+  o.cases = cfg.testParams.maxSuccess;
+  o.max_size = cfg.testParams.maxSize;
+  if (const auto it = cfg.reproduce.find(law); it != cfg.reproduce.end())
+    o.reproduce = rc::detail::reproduceMapToString({{law, it->second}});
+  return o;
+}
+
+std::string describe(const LawResult& r) {
+  std::string s = r.law + " on " + r.implementation + " (" + std::string(dtype_name(r.dtype)) + ", seed " +
+                  std::to_string(r.seed) + "): ";
+  switch (r.status) {
+    case LawStatus::held: return s + "held in " + std::to_string(r.cases_run) + " cases\n";
+    case LawStatus::not_applicable: return s + "not applicable: " + r.note + "\n";
+    case LawStatus::falsified: break;
+  }
+  s += "FALSIFIED after " + std::to_string(r.cases_run) + " cases and " + std::to_string(r.shrink_steps) +
+       " shrink steps\n";
+  if (r.violation) s += "  " + r.violation->message + "\n";
+  if (r.minimal_case) {
+    const Problem& p = r.minimal_case->problem;
+    const Shape& q = p.q.shape();
+    s += "  minimal case: B=" + std::to_string(q.B) + " H=" + std::to_string(q.H) + " T=" + std::to_string(q.T) +
+         (p.k.shape().T != q.T ? " T_k=" + std::to_string(p.k.shape().T) : std::string()) +
+         " D=" + std::to_string(q.D) + "\n";
+  }
+  if (!r.reproduce.empty()) s += "  replay: RC_PARAMS=\"reproduce=" + r.reproduce + "\"\n";
+  return s;
 }
 
 }  // namespace attncheck

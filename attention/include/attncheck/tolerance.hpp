@@ -11,6 +11,13 @@ namespace attncheck {
 /// γ_n = n·u / (1 - n·u): the relative error bound of an n-term floating-point sum or dot product.
 double gamma(Index n, double u);
 
+/// Half the spacing of the dtype's subnormals: rounding a tiny value into the dtype is off by this much
+/// absolutely, not relatively (2^-25 for float16, 2^-134 for bfloat16, 2^-150 for float32, 0 for float64).
+double storage_floor(DType dtype);
+
+/// Unit roundoff of the type a dtype accumulates in (float for float32/float16/bfloat16, double for float64).
+double accumulation_roundoff(DType dtype);
+
 /// Allowed |actual - oracle| for one head, element by element, for a kernel at `dtype` that accumulates in
 /// float (double for float64) and received the same (already rounded) inputs as the oracle.
 struct HeadTolerance {

@@ -38,16 +38,20 @@ struct Capabilities {
   std::vector<CausalAlignment> alignments{CausalAlignment::TopLeft, CausalAlignment::BottomRight};
   bool custom_scale = true;
   Index max_T = Index{1} << 20;
+  /// Claims boolean-mask (select) semantics: NaN or Inf in a masked score, key or value never reaches an
+  /// output. Most additive-mask kernels compute 0·Inf = NaN there and do not claim it.
+  bool nonfinite_safe = false;
 
   bool supports(DType t) const;
   bool supports(CausalAlignment a) const;
 };
 
 /// The implementation under test misbehaved: an error status, a crash, a hang, output of the wrong size,
-/// a broken protocol. A law that meets one is falsified (with the case that caused it), not an internal error.
+/// a broken protocol, a NaN or Inf from finite inputs. A law that meets one is falsified (with the case that
+/// caused it), not an internal error.
 class ImplementationError : public std::runtime_error {
  public:
-  enum class Kind { error_status, crash, timeout, wrong_size, protocol };
+  enum class Kind { error_status, crash, timeout, wrong_size, protocol, nonfinite };
   ImplementationError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
 
@@ -92,7 +96,8 @@ template <class F> Outcome run_typed(const Problem& p, F&& f) {
   });
 }
 
-/// The reference core (attncheck::attention with a BoolMask) as an implementation named "reference".
+/// The reference core (attncheck::attention with a BoolMask) as an implementation named "reference"; it
+/// claims every capability, nonfinite_safe included.
 ImplementationPtr reference_implementation();
 
 /// Checks that an outcome has the shapes the problem implies; throws ImplementationError(wrong_size)

@@ -55,6 +55,9 @@ struct Law {
   std::function<std::string(const Capabilities&)> not_applicable;
   std::function<rc::Gen<LawCase>(const GenConfig&)> gen;
   std::function<std::optional<Violation>(const Implementation&, const LawCase&)> check;
+  /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is
+  /// itself a large sample, such as the scale-variance test.
+  int max_cases = 0;
 };
 
 /// Every law, in the order they are documented.
@@ -99,5 +102,13 @@ struct LawResult {
 /// Runs one law against one implementation; never throws for a misbehaving implementation (that is a
 /// falsified law).
 LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts);
+
+/// RunOptions from RC_PARAMS as RapidCheck's own tests read it (seed, max_success, max_size, and the
+/// `reproduce` entry for `law`), so `RC_PARAMS="seed=..."` or a printed reproduce string replays a ctest run.
+RunOptions options_from_rc_params(const std::string& law);
+
+/// A few lines for a person: the law's verdict, the violation, the minimal shape and the RC_PARAMS line that
+/// replays it.
+std::string describe(const LawResult& r);
 
 }  // namespace attncheck

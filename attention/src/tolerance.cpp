@@ -16,6 +16,9 @@
 //    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Rounding into the
 //    dtype's subnormal range is absolute, not relative: half the smallest subnormal (2^-25 for float16,
 //    2^-134 for bfloat16, 2^-150 for float32) on every stored weight and output.
+// 5. Saturation. When Δ is large (scores ~1e10 in float), ρ overflows: the dtype cannot resolve the softmax at
+//    all. Weights still lie in [0, 1] and outputs in the hull of the visible values, so a weight is off by at
+//    most 1 and an output by at most 2·max|v|: ρ is capped there (which also keeps 0·∞ out of the bound).
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -71,13 +74,15 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
     v_max = v_col_max.maxCoeff();
     const double delta = dot_err + 4 * u_a * s_max;
     const double g_T = gamma(n_vis, u_a);
-    const double rho = std::expm1(2 * delta + g_T + 5 * u_a);
+    const double rho = std::min(std::expm1(2 * delta + g_T + 5 * u_a), 2.0);
     for (Index j = 0; j < T_k; ++j)
       if (mask.visible(i, j))
-        tol.weights(i, j) = safety * (oracle_weights(i, j) * rho + u_s * oracle_weights(i, j)) + tiny + store_floor;
+        tol.weights(i, j) =
+            std::min(1.0, safety * (oracle_weights(i, j) * rho + u_s * oracle_weights(i, j))) + tiny + store_floor;
     for (Index c = 0; c < D; ++c)
-      tol.output(i, c) = safety * (v_col_max(c) * (rho + g_T * (1 + rho)) + u_s * std::abs(oracle_output(i, c))) +
-                         static_cast<double>(n_vis) * tiny * v_max + store_floor;
+      tol.output(i, c) =
+          safety * (v_col_max(c) * std::min(rho + g_T * (1 + rho), 2.0) + u_s * std::abs(oracle_output(i, c))) +
+          static_cast<double>(n_vis) * tiny * v_max + store_floor;
   }
   return tol;
 }

@@ -10,11 +10,6 @@ namespace {
 
 constexpr int kSteps = 1024;  // resolution of a unit-interval draw
 
-// Zigzag: 0, -1, 1, -2, 2, ... so that inRange's shrink toward 0 moves the value toward 0.
-int zigzag(int n) { return (n % 2) ? -(n + 1) / 2 : n / 2; }
-
-rc::Gen<int> gen_signed(int max_abs) { return rc::gen::map(rc::gen::inRange(0, 2 * max_abs + 1), zigzag); }
-
 // A unit-variance bell-shaped value from a symmetric integer: the logistic quantile ln((1+u)/(1-u)) scaled by
 // √3/π, whose variance is 1. The integer 0 maps to 0.
 double logistic(int n) {
@@ -78,56 +73,72 @@ rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
 }
 
 rc::Gen<double> gen_magnitude() {
-  // 10^(n/10) for n in [-30, 40]: log-uniform over [1e-3, 1e4] at full size; shrinks toward 1.
-  return rc::gen::map(gen_signed(40), [](int n) { return std::pow(10.0, std::clamp(n, -30, 40) / 10.0); });
+  // 10^(n/10) for n uniform in [-30, 40] whatever the size (log-uniform over [1e-3, 1e4]); shrinks toward
+  // n = 0, magnitude 1.
+  return [](const rc::Random& random, int) {
+    const int n = int(rc::Random(random).next() % 71) - 30;
+    return rc::shrinkable::map(rc::shrinkable::shrinkRecur(n, [](int x) { return rc::shrink::towards(x, 0); }),
+                               [](int x) { return std::pow(10.0, x / 10.0); });
+  };
 }
 
+namespace {
+
+// A per-coordinate random integer in [-lim, lim]: the value at (b,h,i,d) depends only on the case's base seed
+// and those four numbers, never on the shape. So when shrinking makes T or D smaller, the entries that remain
+// keep their values and the case usually still fails, and shrinking can go on down to the smallest shape.
+int coord_int(std::uint64_t base, Index b, Index h, Index i, Index d, int lim) {
+  std::uint64_t key = base;
+  for (const Index c : {b, h, i, d}) key = (key ^ std::uint64_t(c)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+  return int(rc::Random(key).next() % std::uint64_t(2 * lim + 1)) - lim;
+}
+
+}  // namespace
+
 rc::Gen<Tensor<double>> gen_tensor(const Shape& s, Regime regime, double magnitude, DType dtype) {
-  const auto n = static_cast<std::size_t>(s.numel());
-  const auto build = [s, dtype](const std::vector<double>& values) {
-    Tensor<double> t(s);
-    for (Index i = 0; i < t.size(); ++i) t.values()[i] = round_to(dtype, values[std::size_t(i)]);
-    return t;
+  return [=](const rc::Random& random, int size) {
+    const std::uint64_t base = rc::Random(random).next();
+    // Like rc::gen::inRange, the range grows with RapidCheck's size, so the first cases are the simplest.
+    const auto lim = [size](int max_abs) { return std::max(1, int(std::int64_t(max_abs) * std::min(size, 100) / 100)); };
+    std::vector<int> raw(std::size_t(s.numel()));
+    std::size_t n = 0;
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i)
+          for (Index d = 0; d < s.D; ++d, ++n) switch (regime) {
+              case Regime::small_int: raw[n] = coord_int(base, b, h, i, d, 3); break;
+              case Regime::ties: raw[n] = coord_int(base, 0, 0, 0, 0, lim(kSteps)); break;
+              case Regime::one_hot:  // the row's hot column, drawn per row and folded into [0, D)
+                raw[n] = (d == std::abs(coord_int(base, b, h, i, 0, 1 << 20)) % s.D) ? 1 : 0;
+                break;
+              case Regime::sparse: raw[n] = coord_int(base, b, h, i, d, 4 * lim(kSteps)); break;
+              default: raw[n] = coord_int(base, b, h, i, d, lim(kSteps)); break;
+            }
+    // Each entry's integer maps to its value; shrinking moves each integer toward 0, i.e. each value toward 0.
+    const auto value = [=](int r) -> double {
+      switch (regime) {
+        case Regime::small_int: return r;
+        case Regime::normal: return magnitude * logistic(r);
+        case Regime::uniform:
+        case Regime::ties: return magnitude * r / kSteps;
+        case Regime::one_hot: return magnitude * r;
+        case Regime::sparse: return r % 4 ? 0.0 : magnitude * logistic(r / 4);  // three entries in four are 0
+      }
+      return 0;
+    };
+    const auto build = [=](const std::vector<int>& v) {
+      Tensor<double> t(s);
+      for (std::size_t k = 0; k < v.size(); ++k) t.values()[Index(k)] = round_to(dtype, value(v[k]));
+      return t;
+    };
+    return rc::shrinkable::map(rc::shrinkable::shrinkRecur(std::move(raw),
+                                                           [](const std::vector<int>& v) {
+                                                             return rc::shrink::eachElement(v, [](int x) {
+                                                               return rc::shrink::towards(x, 0);
+                                                             });
+                                                           }),
+                               build);
   };
-  const double m = magnitude;
-  switch (regime) {
-    case Regime::small_int:
-      return rc::gen::map(rc::gen::container<std::vector<int>>(n, gen_signed(3)), [=](const std::vector<int>& v) {
-        return build(std::vector<double>(v.begin(), v.end()));
-      });
-    case Regime::normal:
-      return rc::gen::map(rc::gen::container<std::vector<int>>(n, gen_signed(kSteps)), [=](const std::vector<int>& v) {
-        std::vector<double> x(n);
-        for (std::size_t i = 0; i < n; ++i) x[i] = m * logistic(v[i]);
-        return build(x);
-      });
-    case Regime::uniform:
-      return rc::gen::map(rc::gen::container<std::vector<int>>(n, gen_signed(kSteps)), [=](const std::vector<int>& v) {
-        std::vector<double> x(n);
-        for (std::size_t i = 0; i < n; ++i) x[i] = m * v[i] / kSteps;
-        return build(x);
-      });
-    case Regime::ties:  // every entry equal: every score in a row ties
-      return rc::gen::map(gen_signed(kSteps), [=](int v) { return build(std::vector<double>(n, m * v / kSteps)); });
-    case Regime::one_hot:  // each row is m·e_c for one column c
-      return rc::gen::map(rc::gen::container<std::vector<Index>>(std::size_t(s.B * s.H * s.T),
-                                                                 rc::gen::inRange<Index>(0, s.D)),
-                          [=](const std::vector<Index>& cols) {
-                            std::vector<double> x(n, 0.0);
-                            for (std::size_t r = 0; r < cols.size(); ++r) x[r * std::size_t(s.D) + std::size_t(cols[r])] = m;
-                            return build(x);
-                          });
-    case Regime::sparse:  // three entries in four are 0
-      return rc::gen::map(
-          rc::gen::container<std::vector<int>>(
-              n, rc::gen::join(weighted_choice<rc::Gen<int>>({{3, rc::gen::just(0)}, {1, gen_signed(kSteps)}}))),
-          [=](const std::vector<int>& v) {
-            std::vector<double> x(n);
-            for (std::size_t i = 0; i < n; ++i) x[i] = m * logistic(v[i]);
-            return build(x);
-          });
-  }
-  throw std::logic_error("gen_tensor: unknown regime");
 }
 
 std::vector<std::string> shape_tags(const Problem& p) {

@@ -1,0 +1,144 @@
+// The generators reach the inputs where bugs live (coverage floors, enforced), shrink to the smallest case,
+// stay representable in the dtype, and replay exactly from a seed.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attncheck/generators.hpp"
+
+namespace attncheck {
+namespace {
+
+// A law that never fails (or fails on `fails`), to drive the generator through run_law.
+Law probeLaw(std::function<std::optional<Violation>(const LawCase&)> fails = {}) {
+  Law l;
+  l.name = "probe";
+  l.not_applicable = [](const Capabilities&) { return std::string(); };
+  l.gen = [](const GenConfig& cfg) { return gen_problem(cfg); };
+  l.check = [fails](const Implementation&, const LawCase& c) -> std::optional<Violation> {
+    if (fails) return fails(c);
+    return std::nullopt;
+  };
+  return l;
+}
+
+Violation violation(const std::string& m) {
+  Violation v;
+  v.message = m;
+  return v;
+}
+
+// Floors on the share of cases, over 400 cases. Each expected share (measured: see the test output) is at
+// least twice its floor, so by a binomial (Chernoff) tail the chance that a correct generator misses a floor
+// at n = 400 is below 1e-9 per run.
+TEST(Generators, coverageFloorsAreMetAndVisible) {
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 400;
+  const LawResult r = run_law(probeLaw(), *reference_implementation(), opts);
+  ASSERT_EQ(r.status, LawStatus::held);
+  const auto share = [&](std::initializer_list<const char*> tags) {
+    int n = 0;
+    for (const char* t : tags) n += r.coverage.count(t) ? r.coverage.at(t) : 0;
+    return double(n) / r.cases_run;
+  };
+  for (const auto& [tag, n] : r.coverage) std::cout << "  " << tag << ": " << 100.0 * n / r.cases_run << "%\n";
+  EXPECT_GE(share({"|score|>1e4"}), 0.05) << "scores beyond ±1e4, where finite masks and missing max-subtraction break";
+  EXPECT_GE(share({"T=16..64", "T>64"}), 0.10) << "T >= 16";
+  EXPECT_GE(share({"T>64"}), 0.02) << "the tail beyond 64";
+  EXPECT_GE(share({"D=non-pow2"}), 0.10) << "non-power-of-two D";
+  EXPECT_GE(share({"D=odd"}), 0.10) << "odd D";
+  EXPECT_GE(share({"T_q!=T_k"}), 0.05) << "T_q != T_k";
+  for (const char* regime : {"regime=small-int", "regime=normal", "regime=uniform", "regime=ties", "regime=one-hot",
+                             "regime=sparse"})
+    EXPECT_GE(share({regime}), 0.03) << regime;
+}
+
+// A property that fails whenever T >= 2 shrinks to B = H = 1, T = 2, D = 1 with every value 0.
+TEST(Generators, shrinkingReachesTheSmallestShapeAndZeroValues) {
+  RunOptions opts;
+  opts.seed = 7;
+  const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                if (c.problem.q.shape().T >= 2) return violation("T >= 2");
+                                return std::nullopt;
+                              }),
+                              *reference_implementation(), opts);
+  ASSERT_EQ(r.status, LawStatus::falsified);
+  const Problem& p = r.minimal_case->problem;
+  EXPECT_EQ(p.q.shape(), (Shape{1, 1, 2, 1}));
+  EXPECT_EQ(p.k.shape(), (Shape{1, 1, 2, 1}));
+  EXPECT_TRUE((p.q.values().array() == 0).all() && (p.k.values().array() == 0).all() &&
+              (p.v.values().array() == 0).all());
+  EXPECT_FALSE(p.scale.has_value());
+  EXPECT_GT(r.shrink_steps, 0);
+}
+
+// A property that fails when some |q| exceeds 100 keeps one such entry and zeros the rest.
+TEST(Generators, valuesShrinkTowardZero) {
+  RunOptions opts;
+  opts.seed = 11;
+  opts.cases = 400;
+  const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                if (c.problem.q.values().cwiseAbs().maxCoeff() > 100) return violation("|q| > 100");
+                                return std::nullopt;
+                              }),
+                              *reference_implementation(), opts);
+  ASSERT_EQ(r.status, LawStatus::falsified);
+  const Problem& p = r.minimal_case->problem;
+  EXPECT_EQ(p.q.shape().B * p.q.shape().H * p.q.shape().T * p.q.shape().D, 1) << to_string(p.q.shape());
+  EXPECT_EQ((p.k.values().array() != 0).count(), 0);
+  EXPECT_EQ((p.v.values().array() != 0).count(), 0);
+}
+
+// Every generated value is exactly representable in the dtype, so the native call sees the same numbers.
+TEST(Generators, valuesAreRepresentableInTheDtype) {
+  for (const DType dt : {DType::f16, DType::bf16, DType::f32}) {
+    RunOptions opts = options_from_rc_params("probe");
+    opts.gen.dtype = dt;
+    const LawResult r = run_law(probeLaw([dt](const LawCase& c) -> std::optional<Violation> {
+                                  for (const auto* t : {&c.problem.q, &c.problem.k, &c.problem.v})
+                                    for (Index i = 0; i < t->size(); ++i)
+                                      if (round_to(dt, t->values()[i]) != t->values()[i] || !std::isfinite(t->values()[i]))
+                                        return violation("not representable");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    EXPECT_EQ(r.status, LawStatus::held) << dtype_name(dt) << ": " << describe(r);
+  }
+}
+
+// The same seed gives the same cases: every failure can be replayed.
+TEST(Generators, aSeedReplaysTheSameCases) {
+  std::vector<std::vector<double>> first, second;
+  for (auto* store : {&first, &second}) {
+    RunOptions opts;
+    opts.seed = 1234;
+    opts.cases = 20;
+    run_law(probeLaw([store](const LawCase& c) -> std::optional<Violation> {
+              store->emplace_back(c.problem.q.values().begin(), c.problem.q.values().end());
+              return std::nullopt;
+            }),
+            *reference_implementation(), opts);
+  }
+  ASSERT_EQ(first.size(), 20u);
+  EXPECT_EQ(first, second);
+}
+
+// The capabilities narrow the generator: an implementation that takes only T <= 8 never sees more.
+TEST(Generators, capabilitiesBoundTheShapes) {
+  Capabilities caps;
+  caps.max_T = 8;
+  caps.cross_lengths = false;
+  const auto small = make_implementation("small", "", caps, [](const Problem& p) {
+    return reference_implementation()->forward(p);
+  });
+  const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                if (c.problem.q.shape().T > 8 || c.problem.k.shape().T != c.problem.q.shape().T)
+                                  return violation("outside the capabilities");
+                                return std::nullopt;
+                              }),
+                              *small, options_from_rc_params("probe"));
+  EXPECT_EQ(r.status, LawStatus::held) << describe(r);
+}
+
+}  // namespace
+}  // namespace attncheck

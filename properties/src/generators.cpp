@@ -54,9 +54,11 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
     s.B = *rc::gen::inRange<Index>(1, cfg.max_B + 1);
     s.H = *rc::gen::inRange<Index>(1, cfg.max_H + 1);
     s.T_q = *gen_T();
-    s.T_k = s.T_q;
-    if (cross && *weighted_choice<bool>({{3, false}, {1, true}}))
-      s.T_k = *gen_T();
+    // Draws are unconditional: a draw that happens only for some values of an earlier one would shift every
+    // later draw when shrinking changes that value, and the case would change entirely instead of shrinking.
+    const bool differ = cross && *weighted_choice<bool>({{3, false}, {1, true}});
+    const Index T_k = *gen_T();
+    s.T_k = differ ? T_k : s.T_q;
     s.D = *gen_D;
     return s;
   });
@@ -175,20 +177,22 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
                                                              {1, Regime::ties},
                                                              {1, Regime::one_hot},
                                                              {1, Regime::sparse}});
-    const double m_qk = regime == Regime::small_int ? 1.0 : *gen_magnitude();
-    const double m_v = regime == Regime::small_int ? 1.0 : *gen_magnitude();
+    const double m_qk_drawn = *gen_magnitude(), m_v_drawn = *gen_magnitude();  // unconditional, see gen_shape
+    const double m_qk = regime == Regime::small_int ? 1.0 : m_qk_drawn;
+    const double m_v = regime == Regime::small_int ? 1.0 : m_v_drawn;
     LawCase c;
     Problem& p = c.problem;
     p.dtype = cfg.dtype;
     p.q = *gen_tensor({s.B, s.H, s.T_q, s.D}, regime, m_qk, cfg.dtype);
     p.k = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_qk, cfg.dtype);
     p.v = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_v, cfg.dtype);
-    if (s.T_q != s.T_k && !cfg.caps.alignments.empty()) {
+    if (!cfg.caps.alignments.empty()) {
       std::vector<std::pair<std::size_t, CausalAlignment>> choices;
       for (const auto a : cfg.caps.alignments) choices.emplace_back(1, a);
-      p.alignment = *weighted_choice(choices);
+      const CausalAlignment drawn = *weighted_choice(choices);  // unconditional, see gen_shape
+      // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
+      p.alignment = s.T_q != s.T_k || !cfg.caps.supports(p.alignment) ? drawn : p.alignment;
     }
-    else if (!cfg.caps.supports(p.alignment) && !cfg.caps.alignments.empty()) p.alignment = cfg.caps.alignments.front();
     if (opts.allow_custom_scale && cfg.caps.custom_scale) {
       const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
       if (custom > 0) p.scale = custom;

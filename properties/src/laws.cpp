@@ -640,18 +640,22 @@ rc::Gen<LawCase> gen_independence(const GenConfig& cfg) {
     LawCase c = *gen_problem(g);
     Problem& p = c.problem;
     Shape s = p.q.shape();
+    // Independence needs two slices: a case with one gets a second head. Drawn unconditionally, so that
+    // shrinking the shape does not shift the draws after it.
+    const Tensor<double> extra_q = *gen_tensor({1, 1, s.T, s.D}, Regime::normal, 1.0, cfg.dtype);
+    const Tensor<double> extra_k = *gen_tensor({1, 1, p.k.shape().T, s.D}, Regime::normal, 1.0, cfg.dtype);
+    const Tensor<double> extra_v = *gen_tensor({1, 1, p.k.shape().T, s.D}, Regime::normal, 1.0, cfg.dtype);
     if (s.B * s.H < 2) {
-      // Independence needs two slices: give the case a second head, drawn like the first.
-      const auto more = [&](const Tensor<double>& t) {
+      const auto more = [](const Tensor<double>& t, const Tensor<double>& extra) {
         const Shape ts = t.shape();
         Tensor<double> r({ts.B, 2, ts.T, ts.D});
         r.head(0, 0) = t.head(0, 0);
-        r.head(0, 1) = (*gen_tensor({1, 1, ts.T, ts.D}, Regime::normal, 1.0, cfg.dtype)).head(0, 0);
+        r.head(0, 1) = extra.head(0, 0);
         return r;
       };
-      p.q = more(p.q);
-      p.k = more(p.k);
-      p.v = more(p.v);
+      p.q = more(p.q, extra_q);
+      p.k = more(p.k, extra_k);
+      p.v = more(p.v, extra_v);
       s = p.q.shape();
     }
     const Index b = *rc::gen::inRange<Index>(0, s.B), h = *rc::gen::inRange<Index>(0, s.H);

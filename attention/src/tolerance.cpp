@@ -5,13 +5,15 @@
 //
 // 1. Scores. s_ij = scale·Σ_c q_ic k_jc over D terms: |δs_ij| ≤ γ_D·scale·Σ_c |q_ic k_jc| (dot product), plus
 //    u_a·|s_ij| each for rounding the scale and the multiply, plus u_a·|s_ij - m_i| ≤ 2u_a·max|s| for
-//    subtracting the row max. So Δ_i = max_j [γ_D·scale·Σ_c|q_ic k_jc|] + 4·u_a·max_j|s_ij|.
+//    subtracting the row max, plus u_s·|s_ij| when the kernel stores the scores in the dtype between steps
+//    (PyTorch's math path does: its QKᵀ is a dtype tensor). So
+//    Δ_i = max_j [γ_D·scale·Σ_c|q_ic k_jc|] + (4·u_a + u_s)·max_j|s_ij|.
 // 2. Softmax. Perturbing every exponent by at most Δ moves each weight by a factor within e^{±2Δ}. exp itself
 //    is accurate to a few ulp (4u_a budgeted), the T_vis-term sum adds γ_T relative, the division u_a. So
-//    |w̃_ij - w_ij| ≤ w_ij·ρ_i with ρ_i = exp(2Δ_i + γ_T + 5u_a) - 1, and the returned weights are rounded to
-//    the dtype: + u_s·w_ij.
+//    |w̃_ij - w_ij| ≤ w_ij·ρ_i with ρ_i = exp(2Δ_i + γ_T + 5u_a) - 1, and the weights are rounded to the dtype
+//    (returned, or stored before the product with V): + u_s·w_ij.
 // 3. Output. o_i = Σ_j w_ij v_j: |δo_ic| ≤ Σ_j |δw_ij||v_jc| + γ_T·Σ_j w̃_ij|v_jc|
-//    ≤ max_j|v_jc|·(ρ_i + γ_T·(1 + ρ_i)), then rounding to the dtype: + u_s·|o_ic|.
+//    ≤ max_j|v_jc|·(ρ_i + u_s + γ_T·(1 + ρ_i + u_s)), then rounding to the dtype: + u_s·|o_ic|.
 // 4. Floors. Eigen's vectorised float exp returns about 2^-128 instead of a denormal for arguments below -87.3:
 //    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Rounding into the
 //    dtype's subnormal range is absolute, not relative: half the smallest subnormal (2^-25 for float16,
@@ -72,7 +74,7 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
     }
     if (n_vis == 0) continue;  // the row is exactly zero in every correct kernel
     v_max = v_col_max.maxCoeff();
-    const double delta = dot_err + 4 * u_a * s_max;
+    const double delta = dot_err + (4 * u_a + u_s) * s_max;
     const double g_T = gamma(n_vis, u_a);
     const double rho = std::min(std::expm1(2 * delta + g_T + 5 * u_a), 2.0);
     for (Index j = 0; j < T_k; ++j)
@@ -81,7 +83,7 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
             std::min(1.0, safety * (oracle_weights(i, j) * rho + u_s * oracle_weights(i, j))) + tiny + store_floor;
     for (Index c = 0; c < D; ++c)
       tol.output(i, c) =
-          safety * (v_col_max(c) * std::min(rho + g_T * (1 + rho), 2.0) + u_s * std::abs(oracle_output(i, c))) +
+          safety * (v_col_max(c) * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) + u_s * std::abs(oracle_output(i, c))) +
           static_cast<double>(n_vis) * tiny * v_max + store_floor;
   }
   return tol;

@@ -197,7 +197,7 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
       const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
       if (custom > 0) p.scale = custom;
     }
-    p.want_weights = cfg.caps.returns_weights;
+    p.want_weights = opts.want_weights && cfg.caps.returns_weights;
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(regime));
     return c;

@@ -56,6 +56,9 @@ double round_to(DType dtype, double x);
 struct ProblemOptions {
   bool allow_cross_lengths = true;  ///< T_q != T_k when the implementation accepts it
   bool allow_custom_scale = true;   ///< sometimes pass an explicit scale
+  /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
+  /// kernel whose weights are recovered by probing, each one costs extra calls.
+  bool want_weights = true;
 };
 
 /// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors.

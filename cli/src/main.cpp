@@ -1,23 +1,17 @@
-// attncheck: property-based verification of scaled causal attention. Subcommands are added per feature.
-#include <CLI/CLI.hpp>
+// attncheck: property-based verification of scaled causal attention. The command itself lives in the
+// attncheck::cli library (app.cpp), so tests run it in-process.
+#include <unistd.h>
+
 #include <iostream>
 
-#include "demo.hpp"
+#include "attncheck/cli.hpp"
 
 int main(int argc, char** argv) {
-  CLI::App app{"attncheck: checks the laws of scaled causal attention"};
-  app.require_subcommand(1);
-  auto* demo = app.add_subcommand("demo", "walk through the source card's T=3, d=2 example and its invariants");
   try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return e.get_exit_code() == 0 ? app.exit(e) : (app.exit(e), 2);
-  }
-  try {
-    if (*demo) return attncheck::cli::run_demo(std::cout);
+    return attncheck::cli::run(argc, argv, attncheck::cli::default_registry(), std::cout, std::cerr,
+                               ::isatty(STDERR_FILENO) != 0);
   } catch (const std::exception& e) {
     std::cerr << "attncheck: internal error: " << e.what() << "\n";
-    return 3;
+    return attncheck::cli::kInternal;
   }
-  return 0;
 }

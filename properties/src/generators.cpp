@@ -37,6 +37,73 @@ double round_to(DType dtype, double x) {
   return visit_dtype(dtype, [x](auto tag) { return double(static_cast<decltype(tag)>(x)); });
 }
 
+namespace {
+
+std::vector<Index> towards_one(Index x) {
+  std::vector<Index> out;
+  auto seq = rc::shrink::towards<Index>(x, 1);
+  while (auto v = seq.next()) out.push_back(*v);
+  return out;
+}
+
+// Every shape one step simpler than s. The whole geometry is one shrinkable, so after any accepted step all
+// extents are tried again: gen::exec never returns to an earlier draw, so a T_q that could not shrink while
+// T_k was still large stayed large after T_k shrank. A square case may also become a cross-length one with
+// fewer elements, under either alignment: T_q = 1, T_k = 2 is reachable from T_q = T_k = 2.
+std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, const Capabilities& caps) {
+  std::vector<CaseShape> out;
+  const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
+  const auto add = [&](CaseShape c) {
+    if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
+    out.push_back(c);
+    if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
+      c.alignment = CausalAlignment::BottomRight;
+      out.push_back(c);
+    }
+  };
+  for (const Index b : towards_one(s.B)) {
+    CaseShape c = s;
+    c.B = b;
+    add(c);
+  }
+  for (const Index h : towards_one(s.H)) {
+    CaseShape c = s;
+    c.H = h;
+    add(c);
+  }
+  if (s.T_q == s.T_k)
+    for (const Index t : towards_one(s.T_q)) {
+      CaseShape c = s;
+      c.T_q = c.T_k = t;
+      add(c);
+    }
+  if (cross) {
+    for (const Index t : towards_one(s.T_q)) {
+      CaseShape c = s;
+      c.T_q = t;
+      add(c);
+    }
+    for (const Index t : towards_one(s.T_k)) {
+      CaseShape c = s;
+      c.T_k = t;
+      add(c);
+    }
+  }
+  for (const Index d : towards_one(s.D)) {
+    CaseShape c = s;
+    c.D = d;
+    add(c);
+  }
+  if (s.alignment != kDefaultAlignment && caps.supports(kDefaultAlignment)) {
+    CaseShape c = s;
+    c.alignment = kDefaultAlignment;
+    out.push_back(c);
+  }
+  return out;
+}
+
+}  // namespace
+
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
   const Index max_T = std::min<Index>(cfg.max_T, cfg.caps.max_T);
   const Index max_tail = std::max<Index>(max_T, std::min<Index>(cfg.max_T_tail, cfg.caps.max_T));
@@ -49,19 +116,33 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
   };
   const auto gen_D = gen_head_dim(cfg);
   const bool cross = allow_cross_lengths && cfg.caps.cross_lengths;
-  return rc::gen::exec([=] {
+  const Capabilities caps = cfg.caps;
+  // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
+  const auto initial = rc::gen::exec([=] {
     CaseShape s;
     s.B = *rc::gen::inRange<Index>(1, cfg.max_B + 1);
     s.H = *rc::gen::inRange<Index>(1, cfg.max_H + 1);
     s.T_q = *gen_T();
     // Draws are unconditional: a draw that happens only for some values of an earlier one would shift every
     // later draw when shrinking changes that value, and the case would change entirely instead of shrinking.
-    const bool differ = cross && *weighted_choice<bool>({{3, false}, {1, true}});
+    const bool differ = cross && *weighted_choice<bool>({{2, false}, {1, true}});
     const Index T_k = *gen_T();
     s.T_k = differ ? T_k : s.T_q;
     s.D = *gen_D;
+    if (!caps.alignments.empty()) {
+      std::vector<std::pair<std::size_t, CausalAlignment>> choices;
+      for (const auto a : caps.alignments) choices.emplace_back(1, a);
+      const CausalAlignment drawn = *weighted_choice(choices);
+      // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
+      s.alignment = s.T_q != s.T_k || !caps.supports(s.alignment) ? drawn : s.alignment;
+    }
     return s;
   });
+  return [=](const rc::Random& random, int size) {
+    return rc::shrinkable::shrinkRecur(initial(random, size).value(), [=](const CaseShape& s) {
+      return rc::seq::fromContainer(shape_shrinks(s, cross, caps));
+    });
+  };
 }
 
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
@@ -155,6 +236,8 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (D % 2) tags.push_back("D=odd");
   if (r * r != D) tags.push_back("D=non-square");
   if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
+  // Bottom-right with T_q > T_k: the first queries see no key (their weights must be 0, not uniform).
+  if (last_visible_key(0, T, p.k.shape().T, p.alignment) < 0) tags.push_back("a-query-sees-nothing");
   // Largest |score| = scale·max|q|·max|k|·D is an upper bound; use the real maximum per head instead.
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(D));
   double smax = 0;
@@ -186,13 +269,7 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
     p.q = *gen_tensor({s.B, s.H, s.T_q, s.D}, regime, m_qk, cfg.dtype);
     p.k = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_qk, cfg.dtype);
     p.v = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_v, cfg.dtype);
-    if (!cfg.caps.alignments.empty()) {
-      std::vector<std::pair<std::size_t, CausalAlignment>> choices;
-      for (const auto a : cfg.caps.alignments) choices.emplace_back(1, a);
-      const CausalAlignment drawn = *weighted_choice(choices);  // unconditional, see gen_shape
-      // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
-      p.alignment = s.T_q != s.T_k || !cfg.caps.supports(p.alignment) ? drawn : p.alignment;
-    }
+    p.alignment = s.alignment;  // drawn and shrunk with the shape
     if (opts.allow_custom_scale && cfg.caps.custom_scale) {
       const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
       if (custom > 0) p.scale = custom;

@@ -115,7 +115,8 @@ std::optional<Violation> compare(const std::string& what, const std::string& qua
             }
             continue;
           }
-          if (std::isfinite(e) && !std::isfinite(a)) {
+          if (!std::isfinite(e) && same_bits(e, a)) continue;  // the same Inf or NaN: nothing to measure
+          if (!std::isfinite(e) || !std::isfinite(a)) {
             worst = {b, h, i, j};
             worst_diff = std::abs(a - e);
             worst_tol = (*tol)(b, h, i, j);
@@ -434,8 +435,8 @@ ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std
 
 const char* kScaleWhy =
     "Scores are divided by sqrt(D) so that, for queries and keys with unit-variance entries, their variance "
-    "stays 1 whatever the head dimension; without it softmax saturates as D grows. Deterministic form: a T=2 "
-    "probe with key 0 = 0 recovers the effective scale as log(w11/w10)/c and must equal 1/sqrt(D) within twice "
+    "stays 1 whatever the head dimension; without it softmax saturates as D grows. Deterministic form: a "
+    "two-key probe with key 0 = 0 recovers the effective scale as log(w11/w10)/c and must equal 1/sqrt(D) within twice "
     "the weights' derived relative error over c. Statistical form: the median of 60 means of 256 squared "
     "scaled scores must lie within 0.5 of 1 (false alarm <= 9.2e-7 per run, derived from Var(x^2) <= 8, "
     "Chebyshev per group and Hoeffding over groups), while the same statistic on unscaled scores grows with D.";
@@ -446,11 +447,16 @@ rc::Gen<LawCase> gen_scale(const GenConfig& cfg) {
     LawCase c;
     Problem& p = c.problem;
     p.dtype = cfg.dtype;
-    p.q = Tensor<double>({1, 1, 2, D});
+    // Probe: one query that sees two keys, k₀ = 0 and k₁ = e₀, with q = c·e₀, c ≈ √D: its scaled scores are 0
+    // and c/√D ≈ 1. The smallest such case is one query over two keys, bottom-right aligned; an
+    // implementation without cross lengths gets T = 2 and the probe is query 1.
+    const bool one_query = cfg.caps.cross_lengths && cfg.caps.supports(CausalAlignment::BottomRight);
+    const Index T_q = one_query ? 1 : 2;
+    p.alignment = one_query ? CausalAlignment::BottomRight : kDefaultAlignment;
+    p.q = Tensor<double>({1, 1, T_q, D});
     p.k = Tensor<double>({1, 1, 2, D});
     p.v = Tensor<double>({1, 1, 2, D});
-    // Probe: q₁ = c·e₀ with c ≈ √D, k₁ = e₀, k₀ = 0: the scaled score of (1,1) is c/√D ≈ 1, of (1,0) is 0.
-    p.q(0, 0, 1, 0) = round_to(cfg.dtype, std::sqrt(double(D)));
+    p.q(0, 0, T_q - 1, 0) = round_to(cfg.dtype, std::sqrt(double(D)));
     p.k(0, 0, 1, 0) = 1;
     p.v(0, 0, 1, 0) = 1;
     c.params["D"] = double(D);
@@ -468,24 +474,25 @@ std::optional<Violation> check_scale(const Implementation& impl, const LawCase& 
   const Problem& p = c.problem;
   const Index D = p.q.shape().D;
   const double want = 1 / std::sqrt(double(D));
-  const double cq = p.q(0, 0, 1, 0);
+  const Index r = p.q.shape().T - 1;  // the probing query
+  const double cq = p.q(0, 0, r, 0);
 
   // Deterministic form.
   const Outcome o = call(impl, p);
   const Tensor<double>& w = *o.weights;
   const OracleRun orc = run_oracle(p);
-  const double w10 = w(0, 0, 1, 0), w11 = w(0, 0, 1, 1);
-  // |log w̃ - log w| ≤ r/(1 - r) for a relative error r, so the ratio's log is off by at most the sum of both.
-  const double r10 = orc.tol_w(0, 0, 1, 0) / orc.w(0, 0, 1, 0), r11 = orc.tol_w(0, 0, 1, 1) / orc.w(0, 0, 1, 1);
+  const double w10 = w(0, 0, r, 0), w11 = w(0, 0, r, 1);
+  // |log w̃ - log w| ≤ e/(1 - e) for a relative error e, so the ratio's log is off by at most the sum of both.
+  const double r10 = orc.tol_w(0, 0, r, 0) / orc.w(0, 0, r, 0), r11 = orc.tol_w(0, 0, r, 1) / orc.w(0, 0, r, 1);
   const double tol = (r10 / (1 - r10) + r11 / (1 - r11)) / cq;
   const double got = std::log(w11 / w10) / cq;
   if (!(std::abs(got - want) <= tol)) {
     Violation v;
     v.quantity = "scale";
-    v.worst_index = {0, 0, 1, 1};
+    v.worst_index = {0, 0, r, 1};
     v.magnitude = std::abs(got - want);
     v.tolerance = tol;
-    v.message = "scale-variance: the effective scale recovered from a T=2 probe at D=" + std::to_string(D) +
+    v.message = "scale-variance: the effective scale recovered from a two-key probe at D=" + std::to_string(D) +
                 " is " + num(got) + ", not 1/sqrt(D) = " + num(want);
     v.weights = w;
     v.expected = orc.w;

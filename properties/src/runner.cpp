@@ -58,6 +58,14 @@ std::string unquote(std::string s) {
 
 }  // namespace
 
+std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
+  try {
+    return law.check(impl, c);
+  } catch (const ImplementationError& e) {
+    return call_failure(std::string(kind_name(e.kind())) + ": " + e.what());
+  }
+}
+
 LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts) {
   LawResult r;
   r.law = law.name;
@@ -82,12 +90,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   const auto property = [&] {
     LawCase c = *gen;
     for (const auto& t : c.tags) RC_TAG(t);
-    std::optional<Violation> v;
-    try {
-      v = law.check(impl, c);
-    } catch (const ImplementationError& e) {
-      v = call_failure(std::string(kind_name(e.kind())) + ": " + e.what());
-    }
+    const std::optional<Violation> v = evaluate_case(law, impl, c);
     if (v) {
       t_last_failure = Failure{c, *v};
       RC_FAIL(v->message);
@@ -131,6 +134,11 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   } else if (result.is<rc::detail::GaveUpResult>()) {
     throw std::logic_error("run_law: RapidCheck gave up on " + law.name + ": " +
                            result.get<rc::detail::GaveUpResult>().description);
+  } else if (!opts.reproduce.empty()) {
+    // Replaying a stored reproduce string whose case no longer fails: the bug is fixed, the law held there.
+    r.status = LawStatus::held;
+    r.cases_run = 1;
+    r.note = "the reproduced case no longer fails (" + result.get<rc::detail::Error>().description + ")";
   } else {
     throw std::logic_error("run_law: RapidCheck error in " + law.name + ": " +
                            result.get<rc::detail::Error>().description);
@@ -165,7 +173,11 @@ std::string describe(const LawResult& r) {
     const Shape& q = p.q.shape();
     s += "  minimal case: B=" + std::to_string(q.B) + " H=" + std::to_string(q.H) + " T=" + std::to_string(q.T) +
          (p.k.shape().T != q.T ? " T_k=" + std::to_string(p.k.shape().T) : std::string()) +
-         " D=" + std::to_string(q.D) + "\n";
+         " D=" + std::to_string(q.D) +
+         (p.k.shape().T != q.T
+              ? (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)")
+              : "") +
+         "\n";
   }
   if (!r.reproduce.empty()) s += "  replay: RC_PARAMS=\"reproduce=" + r.reproduce + "\"\n";
   return s;

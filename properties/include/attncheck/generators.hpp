@@ -14,6 +14,7 @@ namespace attncheck {
 /// The extents of one case. T_k differs from T_q only when the law and the implementation allow it.
 struct CaseShape {
   Index B = 1, H = 1, T_q = 1, T_k = 1, D = 1;
+  CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
 };
 
 /// How the values of a case are drawn. Small integers come first: that is where shrinking ends.
@@ -37,7 +38,8 @@ template <class T> rc::Gen<T> weighted_choice(std::vector<std::pair<std::size_t,
 
 
 /// Shape generator: B, H in [1, max], T in [1, max_T] with a tail up to max_T_tail as RapidCheck's size
-/// grows, D in [1, max_D] (small, uniform and power-of-two draws). All shrink toward 1.
+/// grows, D in [1, max_D] (small, uniform and power-of-two draws), and the causal alignment. The whole
+/// geometry is one shrinkable: every extent shrinks toward 1, and a square case may become a cross-length one.
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths);
 
 /// Head dimension D in [1, max_D]: small, uniform and power-of-two draws, shrinking toward 1.

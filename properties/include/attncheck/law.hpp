@@ -99,8 +99,12 @@ struct LawResult {
   std::string note;                     ///< why not applicable; what was not checked
 };
 
+/// Checks one case of a law (replaying a stored counterexample, for instance): an ImplementationError from
+/// the implementation becomes a violation, as in run_law.
+std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c);
+
 /// Runs one law against one implementation; never throws for a misbehaving implementation (that is a
-/// falsified law).
+/// falsified law). A `reproduce` string whose case no longer fails counts as held, with a note.
 LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts);
 
 /// RunOptions from RC_PARAMS as RapidCheck's own tests read it (seed, max_success, max_size, and the

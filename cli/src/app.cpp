@@ -1,0 +1,84 @@
+// The command line: CLI11 parses `attncheck demo | list | check`, and every error becomes one exit code
+// with a message that says what was expected.
+#include <CLI/CLI.hpp>
+#include <ostream>
+
+#include "attncheck/cli.hpp"
+#include "attncheck/reports.hpp"
+#include "check.hpp"
+#include "demo.hpp"
+
+namespace attncheck::cli {
+
+int run(int argc, const char* const* argv, const Registry& registry, std::ostream& out, std::ostream& err,
+        bool err_is_terminal) {
+  CLI::App app{"attncheck: checks the laws of scaled causal attention against an implementation", "attncheck"};
+  app.require_subcommand(1);
+  app.footer(
+      "Exit codes: 0 every law held; 1 at least one law was falsified (reports written); 2 usage or configuration "
+      "error; 3 internal error.");
+  auto* demo = app.add_subcommand("demo", "walk through the source card's T=3, d=2 example and its invariants");
+  auto* list = app.add_subcommand("list", "print the laws and the built-in implementations, one per line, name first");
+  auto* check = app.add_subcommand("check", "run the laws against an implementation and write counterexample reports");
+
+  CheckOptions o;
+  check->add_option("--impl", o.impl,
+                    "what to check: reference, mutant:NAME, control:NAME (see `attncheck list`), plugin:PATH.so or "
+                    "exec:COMMAND");
+  check->add_option("--cases", o.cases, "cases per law")->check(CLI::Range(1, 10'000'000))->capture_default_str();
+  check->add_option("--seed", o.seed, "RapidCheck seed; the same seed checks the same cases")->capture_default_str();
+  check->add_option("--max-B", o.max_B, "largest batch")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--max-H", o.max_H, "largest number of heads")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--max-T", o.max_T, "largest sequence length (most cases stay at T <= 64)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  check->add_option("--max-D", o.max_D, "largest head dimension")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--dtype", o.dtype, "element type the implementation is called with")
+      ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}))
+      ->capture_default_str();
+  check->add_option("--property", o.properties, "check only this law (repeatable; `attncheck list` shows them)")
+      ->delimiter(',');
+  check->add_option("--report-dir", o.report_dir,
+                    "where reports go (default: attncheck-reports/<impl>, e.g. attncheck-reports/mutant-mask-zero)");
+  check->add_option("--format", o.format, "which reports to write: any of md,json,junit")->capture_default_str();
+  check->add_option("--replay", o.replay,
+                    "re-check exactly the case stored in a LAW.json report or a corpus entry (--impl defaults to the "
+                    "one recorded)");
+  check->add_option("--reproduce", o.reproduce,
+                    "a RapidCheck reproduce string from a report: regenerates that case (needs one --property and the "
+                    "report's --dtype/--max-*)");
+  check->add_option("--corpus", o.corpus,
+                    "root of the counterexample corpus (default: <report-dir>/corpus, or attncheck-reports/corpus); "
+                    "entries of <root>/<impl> are replayed before new cases");
+  check->add_flag("--no-corpus", o.no_corpus, "neither replay nor extend the corpus");
+  check->add_flag("--force", o.force, "replace a different report left in --report-dir by an earlier run");
+  check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e, out, err);
+    return code == 0 ? kAllHeld : kUsage;
+  }
+
+  try {
+    if (*demo) return run_demo(out);
+    if (*list) return run_list(registry, out);
+    if (*check) return run_check(o, registry, out, err, err_is_terminal);
+  } catch (const UsageError& e) {
+    err << "attncheck: " << e.what() << "\n";
+    return kUsage;
+  } catch (const reports::ReportExists& e) {
+    err << "attncheck: " << e.what() << "\n";
+    return kUsage;
+  } catch (const reports::FileError& e) {
+    err << "attncheck: " << e.what() << "\n";
+    return kUsage;
+  } catch (const std::exception& e) {
+    err << "attncheck: internal error: " << e.what() << "\n";
+    return kInternal;
+  }
+  return kInternal;
+}
+
+}  // namespace attncheck::cli

@@ -1,0 +1,316 @@
+// `attncheck check`: replays the corpus, runs each law with RapidCheck, writes the reports and prints the
+// summary table; `--replay FILE` re-checks one stored case; `attncheck list`.
+#include "check.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <ostream>
+
+#include "attncheck/reports.hpp"
+#include "progress.hpp"
+
+namespace attncheck::cli {
+namespace fs = std::filesystem;
+using reports::Json;
+namespace {
+
+std::string seconds(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2fs", s);
+  return buf;
+}
+
+std::string pad(std::string s, std::size_t width) {
+  if (s.size() < width) s.append(width - s.size(), ' ');
+  return s;
+}
+
+std::string lpad(const std::string& s, std::size_t width) {
+  return s.size() < width ? std::string(width - s.size(), ' ') + s : s;
+}
+
+DType dtype_option(const std::string& name) {
+  try {
+    return reports::parse_dtype(name);
+  } catch (const reports::FormatError&) {
+    throw UsageError("--dtype: expected float32, float64, float16 or bfloat16 but got \"" + name + "\"");
+  }
+}
+
+std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) {
+  if (reg.laws.empty()) throw std::logic_error("this build has no laws registered");
+  std::vector<const Law*> out;
+  if (o.properties.empty()) {
+    for (const Law& l : reg.laws) out.push_back(&l);
+    return out;
+  }
+  for (const std::string& name : o.properties) {
+    const auto it = std::find_if(reg.laws.begin(), reg.laws.end(), [&](const Law& l) { return l.name == name; });
+    if (it == reg.laws.end()) {
+      std::string names;
+      for (const Law& l : reg.laws) names += (names.empty() ? "" : ", ") + l.name;
+      throw UsageError("--property: unknown law \"" + name + "\"; expected one of: " + names);
+    }
+    if (std::find(out.begin(), out.end(), &*it) == out.end()) out.push_back(&*it);
+  }
+  return out;
+}
+
+bool same_bounds(const GenConfig& a, const GenConfig& b) {
+  return a.dtype == b.dtype && a.max_B == b.max_B && a.max_H == b.max_H && a.max_T == b.max_T &&
+         a.max_T_tail == b.max_T_tail && a.max_D == b.max_D;
+}
+
+// Replays the stored counterexamples of this law first, as Hypothesis's example database does: a fixed bug
+// stays fixed only if the case that showed it is tried again.
+std::optional<reports::LawReport> replay_corpus(const Law& law, const Implementation& impl, const GenConfig& gen,
+                                                const reports::Corpus& corpus, std::ostream& err) {
+  const Capabilities& caps = impl.capabilities();
+  if ((law.not_applicable && !law.not_applicable(caps).empty()) || !caps.supports(gen.dtype)) return std::nullopt;
+  for (const fs::path& file : corpus.entries(law.name)) {
+    try {
+      const reports::StoredCounterexample s = reports::read_counterexample(file);
+      if (s.law != law.name || s.dtype != gen.dtype) continue;
+      auto v = evaluate_case(law, impl, s.lcase);
+      if (!v) continue;
+      reports::LawReport r;
+      r.result.law = law.name;
+      r.result.implementation = impl.name();
+      r.result.dtype = gen.dtype;
+      r.result.status = LawStatus::falsified;
+      r.result.seed = s.seed;
+      r.result.cases_run = s.cases_run;
+      r.result.shrink_steps = s.shrink_steps;
+      // The string replays RapidCheck's choices only under the bounds it was recorded with.
+      if (same_bounds(s.gen, gen)) r.result.reproduce = s.reproduce;
+      r.result.minimal_case = s.lcase;
+      r.result.violation = std::move(v);
+      r.found_by = file.string();
+      return r;
+    } catch (const std::exception& e) {
+      err << "attncheck: warning: skipping corpus entry " << file.string() << ": " << e.what() << "\n";
+    }
+  }
+  return std::nullopt;
+}
+
+void print_violation(const Violation& v, std::ostream& out) {
+  out << "  " << v.message << "\n";
+  if (!v.worst_index.empty()) {
+    out << "  worst " << v.quantity << " [";
+    for (std::size_t n = 0; n < v.worst_index.size(); ++n) out << (n ? "," : "") << v.worst_index[n];
+    out << "]";
+    const auto at = [&](const std::optional<Tensor<double>>& t) -> std::optional<std::string> {
+      const auto& w = v.worst_index;
+      if (!t || w.size() != 4) return std::nullopt;
+      const Shape& s = t->shape();
+      if (w[0] >= s.B || w[1] >= s.H || w[2] >= s.T || w[3] >= s.D) return std::nullopt;
+      return reports::number_to_json((*t)(w[0], w[1], w[2], w[3])).dump();
+    };
+    const auto expected = at(v.expected), actual = at(v.actual);
+    if (expected && actual) out << ": expected " << *expected << ", actual " << *actual;
+    else if (actual) out << ": " << *actual;
+    out << "\n";
+  }
+  out << "  magnitude " << reports::number_to_json(v.magnitude).dump() << ", tolerance "
+      << reports::number_to_json(v.tolerance).dump() << "\n";
+}
+
+bool same_violation(const Violation& a, const Violation& b) {
+  return a.message == b.message && a.worst_index == b.worst_index &&
+         reports::number_to_json(a.magnitude) == reports::number_to_json(b.magnitude);
+}
+
+int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
+  reports::StoredCounterexample s;
+  try {
+    s = reports::read_counterexample(o.replay);
+  } catch (const std::exception& e) {
+    throw UsageError(std::string("--replay: ") + e.what());
+  }
+  const auto it = std::find_if(reg.laws.begin(), reg.laws.end(), [&](const Law& l) { return l.name == s.law; });
+  if (it == reg.laws.end())
+    throw UsageError("--replay: " + o.replay + " is a counterexample to the law \"" + s.law +
+                     "\", which this build does not have (`attncheck list` shows the laws)");
+  const Law& law = *it;
+  const ImplementationPtr impl = resolve_implementation(o.impl.empty() ? s.implementation : o.impl, reg);
+  const Shape& q = s.lcase.problem.q.shape();
+  out << "replaying " << law.name << " on " << impl->name() << " with the case stored in " << o.replay << " ("
+      << dtype_name(s.lcase.problem.dtype) << ", B=" << q.B << " H=" << q.H << " T=" << q.T << " D=" << q.D << ")\n";
+
+  const auto v = evaluate_case(law, *impl, s.lcase);
+  if (v) {
+    out << "falsified again";
+    if (s.violation) out << (same_violation(*v, *s.violation) ? " (the same violation as recorded)" : " (differently from the record)");
+    out << ":\n";
+    print_violation(*v, out);
+  } else {
+    out << "holds now: the stored case no longer breaks the law\n";
+  }
+
+  bool regenerated_fails = false;
+  if (!s.reproduce.empty()) {
+    RunOptions ro;
+    ro.cases = s.cases;
+    ro.seed = s.seed;
+    ro.max_size = s.max_size;
+    ro.gen = s.gen;
+    ro.reproduce = s.reproduce;
+    const LawResult r = run_law(law, *impl, ro);
+    regenerated_fails = r.status == LawStatus::falsified;
+    const bool same_case = r.minimal_case && reports::to_json(*r.minimal_case) == reports::to_json(s.lcase);
+    if (regenerated_fails)
+      out << "the reproduce string regenerates " << (same_case ? "the same case" : "a different case (the generators changed since?)")
+          << " and it falsifies the law\n";
+    else
+      out << "the reproduce string's case does not falsify the law\n";
+  }
+  return (v || regenerated_fails) ? kFalsified : kAllHeld;
+}
+
+}  // namespace
+
+int run_list(const Registry& reg, std::ostream& out) {
+  std::size_t width = 0;
+  for (const Law& l : reg.laws) width = std::max(width, l.name.size());
+  for (const auto& p : reg.builtins) width = std::max(width, p->name().size());
+  width += 2;
+  for (const Law& l : reg.laws) out << pad(l.name, width) << "law        " << l.summary << "\n";
+  for (const auto& p : reg.builtins) {
+    const std::string& n = p->name();
+    const std::string kind = n.starts_with("mutant:") ? "mutant" : n.starts_with("control:") ? "control" : "reference";
+    out << pad(n, width) << pad(kind, 11) << p->description() << "\n";
+  }
+  return kAllHeld;
+}
+
+int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal) {
+  if (!o.replay.empty()) return run_replay(o, reg, out);
+  if (o.impl.empty())
+    throw UsageError("check: --impl is required: reference, mutant:NAME or control:NAME (`attncheck list` shows them), "
+                     "plugin:PATH.so or exec:COMMAND");
+  const DType dtype = dtype_option(o.dtype);
+  reports::Formats formats;
+  try {
+    formats = reports::parse_formats(o.format);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  if (!o.reproduce.empty() && o.properties.size() != 1)
+    throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
+  const std::vector<const Law*> selected = select_laws(o, reg);
+  const ImplementationPtr impl = resolve_implementation(o.impl, reg);
+
+  reports::RunInfo run;
+  run.implementation = impl->name();
+  run.implementation_description = impl->description();
+  run.dtype = dtype;
+  run.seed = o.seed;
+  run.cases = o.cases;
+  run.gen.dtype = dtype;
+  run.gen.max_B = o.max_B;
+  run.gen.max_H = o.max_H;
+  // --max-T bounds every T; the generators keep most cases at T <= 64 and reach up to --max-T in a tail.
+  run.gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
+  run.gen.max_T_tail = o.max_T;
+  run.gen.max_D = o.max_D;
+
+  const std::string slug = reports::slug(run.implementation);
+  const fs::path report_dir = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / slug : fs::path(o.report_dir);
+  const fs::path corpus_root =
+      !o.corpus.empty() ? fs::path(o.corpus) : o.report_dir.empty() ? fs::path(kDefaultReportRoot) / "corpus"
+                                                                     : fs::path(o.report_dir) / "corpus";
+  const std::optional<reports::Corpus> corpus =
+      o.no_corpus ? std::nullopt : std::optional<reports::Corpus>(reports::Corpus(corpus_root / slug));
+
+  out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
+      << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
+      << run.gen.max_B << ", H <= " << run.gen.max_H << ", T <= " << run.gen.max_T << " (tail to " << run.gen.max_T_tail
+      << "), D <= " << run.gen.max_D << "\n"
+      << std::flush;
+
+  ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
+  std::vector<reports::LawReport> results;
+  std::vector<double> times;
+  int k = 0;
+  for (const Law* law : selected) {
+    progress.begin(law->name, ++k, static_cast<int>(selected.size()));
+    const auto start = std::chrono::steady_clock::now();
+    std::optional<reports::LawReport> rep;
+    if (corpus && o.reproduce.empty()) rep = replay_corpus(*law, *impl, run.gen, *corpus, err);
+    if (!rep) {
+      RunOptions ro;
+      ro.cases = o.cases;
+      ro.seed = o.seed;
+      ro.max_size = run.max_size;
+      ro.gen = run.gen;
+      ro.reproduce = o.reproduce;
+      ro.on_progress = [&](const Progress& p) { progress.update(p); };
+      rep.emplace();
+      rep->result = run_law(*law, *impl, ro);
+    }
+    progress.end();
+    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    rep->summary = law->summary;
+    rep->why = law->why;
+    if (rep->result.status == LawStatus::falsified && rep->result.minimal_case) {
+      const fs::path entry = corpus ? corpus->path_for(law->name, *rep->result.minimal_case) : fs::path();
+      if (corpus && rep->found_by.empty()) {
+        reports::LawReport self = *rep;
+        self.replay_file = entry.string();
+        corpus->save(entry, reports::law_document(run, self));
+      }
+      rep->replay_file = formats.json ? (report_dir / reports::law_file(law->name, ".json")).string() : entry.string();
+    }
+    results.push_back(std::move(*rep));
+  }
+
+  // The summary table.
+  std::size_t width = 4;
+  for (const auto& r : results) width = std::max(width, r.result.law.size());
+  width += 2;
+  out << "\n" << pad("law", width) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9) << lpad("time", 9) << "\n";
+  int falsified = 0, na = 0;
+  for (std::size_t n = 0; n < results.size(); ++n) {
+    const LawResult& r = results[n].result;
+    falsified += r.status == LawStatus::falsified;
+    na += r.status == LawStatus::not_applicable;
+    const std::string status = r.status == LawStatus::falsified ? "FALSIFIED" : r.status == LawStatus::held ? "held" : "n/a";
+    out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
+        << lpad(std::to_string(r.shrink_steps), 9) << lpad(seconds(times[n]), 9);
+    if (!results[n].found_by.empty()) out << "  (corpus)";
+    if (r.status == LawStatus::not_applicable) out << "  " << r.note;
+    out << "\n";
+  }
+  out << "\n";
+
+  reports::PublishResult published;
+  try {
+    published = reports::publish(report_dir, reports::render_run(run, results, formats), o.force);
+  } catch (const reports::ReportExists& e) {
+    out << "reports not written\n" << std::flush;
+    throw;
+  }
+
+  const int applicable = static_cast<int>(results.size()) - na;
+  if (falsified) {
+    out << run.implementation << ": " << falsified << " of " << applicable << " laws falsified";
+  } else {
+    out << run.implementation << ": all " << applicable << " laws held";
+  }
+  if (na) out << " (" << na << " not applicable)";
+  out << "; seed " << run.seed << ". Reports in " << report_dir.string() << "/"
+      << (published.written.empty() ? " (unchanged)" : "") << "\n";
+  for (const auto& r : results) {
+    if (r.result.status != LawStatus::falsified) continue;
+    std::string message = r.result.violation ? r.result.violation->message : std::string("falsified");
+    if (message.starts_with(r.result.law + ": ")) message.erase(0, r.result.law.size() + 2);  // said once is enough
+    out << "  " << r.result.law << ": " << message << "\n";
+    if (formats.md) out << "    report: " << (report_dir / reports::law_file(r.result.law, ".md")).string() << "\n";
+    if (const auto cmd = reports::replay_command(run, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
+  }
+  return falsified ? kFalsified : kAllHeld;
+}
+
+}  // namespace attncheck::cli

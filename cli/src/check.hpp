@@ -1,0 +1,44 @@
+// `attncheck check` and `attncheck list`: the options as parsed, and the functions that run them.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "attncheck/cli.hpp"
+
+namespace attncheck::cli {
+
+/// The default seed: fixed, so two runs of the same command check the same cases and write the same report.
+inline constexpr std::uint64_t kDefaultSeed = 1;
+/// The default root of report folders: each implementation's reports go to ROOT/<slug of its spec>.
+inline constexpr const char* kDefaultReportRoot = "attncheck-reports";
+
+/// `attncheck check`'s options, as CLI11 fills them in.
+struct CheckOptions {
+  std::string impl;
+  int cases = 100;
+  std::uint64_t seed = kDefaultSeed;
+  Index max_B = 4, max_H = 4, max_T = 256, max_D = 128;
+  std::string dtype = "float32";
+  std::vector<std::string> properties;
+  std::string report_dir;  ///< empty: attncheck-reports/<slug>
+  std::string format = "md,json,junit";
+  std::string replay;
+  std::string reproduce;
+  std::string corpus;      ///< empty: <report root>/corpus
+  bool no_corpus = false;
+  bool force = false;
+  bool progress = false;
+};
+
+/// Runs the laws against --impl (or replays --replay); returns an ExitCode. Throws UsageError and the
+/// reports' FileError / FormatError / ReportExists for exit code 2.
+int run_check(const CheckOptions& o, const Registry& registry, std::ostream& out, std::ostream& err,
+              bool err_is_terminal);
+
+/// Prints every law and built-in implementation, one per line, name first.
+int run_list(const Registry& registry, std::ostream& out);
+
+}  // namespace attncheck::cli

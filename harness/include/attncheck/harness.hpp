@@ -1,0 +1,49 @@
+// The plug-in harness: turns "plugin:PATH.so" (a C ABI shared library, run in a worker process by default)
+// and "exec:COMMAND" (a persistent child speaking harness/PROTOCOL.md) into an attncheck::Implementation.
+#pragma once
+
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck {
+
+/// A bad implementation spec: unknown scheme, missing/unloadable file, missing symbol, ABI mismatch. CLI exit 2.
+class SpecError : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+/// The default per-call timeout: $ATTNCHECK_CALL_TIMEOUT (seconds) when set to a positive number, else 10.
+double default_call_timeout();
+
+/// How plug-ins are run.
+struct HarnessOptions {
+  double call_timeout_s = default_call_timeout();  ///< per call; a hang becomes ImplementationError(timeout)
+  bool isolate = true;                             ///< run shared-library plug-ins in a separate process (default)
+  bool probe_weights = true;  ///< recover the weights of a plug-in that returns none by one-hot probing
+};
+
+/// Resolves "plugin:PATH.so" or "exec:COMMAND" to an Implementation. Throws SpecError.
+ImplementationPtr load_implementation(const std::string& spec, const HarnessOptions& opts = {});
+
+/// Wraps a plug-in's raw implementation with the checks every plug-in call gets: outcome shapes, and no NaN
+/// or Inf where none may be (finite inputs whose scores cannot overflow). Both throw ImplementationError.
+ImplementationPtr checked_implementation(ImplementationPtr impl);
+
+/// Throws ImplementationError(nonfinite) when `o` holds a NaN or Inf although every input of `p` is finite
+/// and no score can overflow the accumulation type (then every output is a convex combination of V).
+void check_finite_outcome(const Problem& p, const Outcome& o, const std::string& impl_name);
+
+/// Serves an implementation over the exec: protocol (harness/PROTOCOL.md) on in_fd/out_fd until bye or EOF,
+/// so C++ code can be checked in a separate process too. `make` runs after the hello; a SpecError it throws
+/// is sent as a refusal. Returns 0 after bye or EOF, 2 after a refusal or a protocol error.
+int serve(const std::function<ImplementationPtr()>& make, int in_fd = 0, int out_fd = 1);
+
+/// The path of the attncheck-plugin-host executable: $ATTNCHECK_PLUGIN_HOST, else beside the running
+/// program, else the build tree's, else the installed one. Throws SpecError when none exists.
+std::string plugin_host_path();
+
+}  // namespace attncheck

@@ -1,0 +1,195 @@
+// The C ABI loader: dlopen, the ABI version check, and a forward call that detects output the plug-in
+// did not write or wrote past (sentinel-filled buffers with a guard zone behind them).
+#include "c_plugin.hpp"
+
+#include <dlfcn.h>
+#include <sys/stat.h>
+
+#include <array>
+#include <cstring>
+#include <vector>
+
+#include "attncheck/harness.hpp"
+#include "attncheck/plugin.h"
+#include "protocol.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+// Quiet NaNs with a payload no arithmetic produces: an element still holding it was never written.
+template <class S>
+S sentinel() {
+  if constexpr (std::is_same_v<S, double>)
+    return Eigen::numext::bit_cast<double>(std::uint64_t{0x7FFDA5A5A5A5A5A5});
+  else if constexpr (std::is_same_v<S, float>)
+    return Eigen::numext::bit_cast<float>(std::uint32_t{0x7FE5A5A5});
+  else
+    return Eigen::numext::bit_cast<S>(std::uint16_t{std::is_same_v<S, Eigen::half> ? 0x7E5Au : 0x7FE5u});
+}
+
+template <class S>
+bool is_sentinel(const S& x) {
+  return std::memcmp(&x, std::array{sentinel<S>()}.data(), sizeof(S)) == 0;
+}
+
+// Bytes behind each output buffer that must still hold the sentinel after the call: a plug-in that writes
+// a row or a head too many lands here instead of in someone else's memory (up to this much).
+constexpr std::size_t kGuardBytes = 4096;
+
+template <class S>
+attncheck_tensor_in in_tensor(const Tensor<S>& t) {
+  const Shape& s = t.shape();
+  return {t.data(), {s.B, s.H, s.T, s.D}, {s.H * s.T * s.D, s.T * s.D, s.D, 1}};
+}
+
+// A sentinel-filled buffer for a tensor of `shape`, with the guard zone behind it.
+template <class S>
+struct OutBuffer {
+  explicit OutBuffer(const Shape& s)
+      : shape(s), data(std::size_t(s.numel()) + kGuardBytes / sizeof(S), sentinel<S>()) {}
+  attncheck_tensor_out view() {
+    return {data.data(),
+            {shape.B, shape.H, shape.T, shape.D},
+            {shape.H * shape.T * shape.D, shape.T * shape.D, shape.D, 1}};
+  }
+  // Throws ImplementationError(wrong_size) when the plug-in wrote past the end or left an element unwritten.
+  Tensor<double> take(const std::string& who, const char* what) const {
+    const std::size_t n = std::size_t(shape.numel());
+    for (std::size_t i = n; i < data.size(); ++i)
+      if (!is_sentinel(data[i]))
+        throw ImplementationError(ImplementationError::Kind::wrong_size,
+                                  who + ": wrote past the end of its " + what + " " + to_string(shape) + " (element " +
+                                      std::to_string(i) + " of a buffer of " + std::to_string(n) + ")");
+    std::size_t unwritten = 0, first = n;
+    for (std::size_t i = 0; i < n; ++i)
+      if (is_sentinel(data[i])) {
+        ++unwritten;
+        first = std::min(first, i);
+      }
+    if (unwritten > 0) {
+      const Index d = Index(first) % shape.D, i = Index(first) / shape.D % shape.T,
+                  h = Index(first) / (shape.D * shape.T) % shape.H, b = Index(first) / (shape.D * shape.T * shape.H);
+      throw ImplementationError(ImplementationError::Kind::wrong_size,
+                                who + ": returned OK but left " + std::to_string(unwritten) + " of " +
+                                    std::to_string(n) + " elements of its " + what + " " + to_string(shape) +
+                                    " unwritten (the first at [" + std::to_string(b) + "," + std::to_string(h) + "," +
+                                    std::to_string(i) + "," + std::to_string(d) + "])");
+    }
+    Tensor<S> t(shape);
+    std::copy(data.begin(), data.begin() + std::ptrdiff_t(n), t.data());
+    return t.template cast<double>();
+  }
+  Shape shape;
+  std::vector<S> data;
+};
+
+std::string status_name(std::int32_t st) {
+  switch (st) {
+    case ATTNCHECK_ERROR:
+      return "ATTNCHECK_ERROR";
+    case ATTNCHECK_UNSUPPORTED:
+      return "ATTNCHECK_UNSUPPORTED";
+  }
+  return "an unknown status";
+}
+
+class CPlugin final : public Implementation {
+ public:
+  CPlugin(std::string name, const attncheck_plugin_v1* table) : name_(std::move(name)), table_(table) {
+    description_ = std::string(table->name) + (table->description ? std::string(": ") + table->description : "");
+    caps_.dtypes.clear();
+    for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+      if (table->dtypes & wire::dtype_code(t)) caps_.dtypes.push_back(t);
+    caps_.alignments.clear();
+    if (table->alignments & ATTNCHECK_ALIGN_TOP_LEFT || table->alignments == 0)
+      caps_.alignments.push_back(CausalAlignment::TopLeft);
+    if (table->alignments & ATTNCHECK_ALIGN_BOTTOM_RIGHT) caps_.alignments.push_back(CausalAlignment::BottomRight);
+    caps_.returns_weights = table->flags & ATTNCHECK_CAP_RETURNS_WEIGHTS;
+    caps_.custom_scale = table->flags & ATTNCHECK_CAP_CUSTOM_SCALE;
+    caps_.cross_lengths = table->flags & ATTNCHECK_CAP_CROSS_LENGTHS;
+    caps_.nonfinite_safe = table->flags & ATTNCHECK_CAP_NONFINITE_SAFE;
+    if (table->max_T > 0) caps_.max_T = table->max_T;
+  }
+  const std::string& name() const override { return name_; }
+  const std::string& description() const override { return description_; }
+  const Capabilities& capabilities() const override { return caps_; }
+
+  Outcome forward(const Problem& p) const override {
+    return visit_dtype(p.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>();
+      const Shape qs = q.shape();
+      OutBuffer<S> out(qs), w(Shape{qs.B, qs.H, qs.T, k.shape().T});
+      const bool want_w = p.want_weights && caps_.returns_weights;
+      attncheck_tensor_out w_view = w.view();
+      attncheck_call call{};
+      call.dtype = wire::dtype_code(p.dtype);
+      call.alignment = wire::alignment_code(p.alignment);
+      call.has_scale = p.scale ? 1 : 0;
+      call.scale = p.scale.value_or(0.0);
+      call.q = in_tensor(q);
+      call.k = in_tensor(k);
+      call.v = in_tensor(v);
+      call.output = out.view();
+      call.weights = want_w ? &w_view : nullptr;
+      char message[1024] = {};
+      const std::int32_t st = table_->forward(&call, message, sizeof message);
+      message[sizeof message - 1] = '\0';
+      if (st != ATTNCHECK_OK)
+        throw ImplementationError(ImplementationError::Kind::error_status,
+                                  name_ + " returned status " + std::to_string(st) + " (" + status_name(st) +
+                                      "): " + (message[0] ? message : "(no message)"));
+      Outcome o;
+      o.output = out.take(name_, "output");
+      if (want_w) o.weights = w.take(name_, "weights");
+      return o;
+    });
+  }
+
+ private:
+  std::string name_, description_;
+  const attncheck_plugin_v1* table_;
+  Capabilities caps_;
+};
+
+}  // namespace
+
+std::string as_file_path(const std::string& path) { return path.find('/') == std::string::npos ? "./" + path : path; }
+
+ImplementationPtr load_c_plugin(const std::string& path, const std::string& name) {
+  const std::string file = as_file_path(path);
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0)
+    throw SpecError(name + ": no such file " + file + " (expected a shared library built against attncheck/plugin.h)");
+  // RTLD_NOW: an unresolved symbol is reported here, as a load error, not as a crash in the middle of a law.
+  void* handle = ::dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle) throw SpecError(name + ": cannot load " + file + ": " + ::dlerror());
+  // The handle is never closed: a plug-in may leave threads or atexit handlers that point into its code.
+  using Entry = const attncheck_plugin_v1* (*)();
+  void* sym = ::dlsym(handle, ATTNCHECK_PLUGIN_ENTRY_NAME);
+  if (!sym)
+    throw SpecError(name + ": " + file +
+                    " has no symbol " ATTNCHECK_PLUGIN_ENTRY_NAME
+                    "; a plug-in exports `ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void)` "
+                    "(see attncheck/plugin.h)");
+  const attncheck_plugin_v1* table = reinterpret_cast<Entry>(sym)();
+  if (!table) throw SpecError(name + ": " ATTNCHECK_PLUGIN_ENTRY_NAME "() returned NULL (expected its table)");
+  // The version is the first field of every version of the table, so it can be read before trusting the rest.
+  std::uint32_t version = 0;
+  std::memcpy(&version, table, sizeof version);
+  if (version != ATTNCHECK_PLUGIN_ABI_VERSION)
+    throw SpecError(name + ": the plug-in has ABI version " + std::to_string(version) +
+                    " but this attncheck loads ABI version " + std::to_string(ATTNCHECK_PLUGIN_ABI_VERSION) +
+                    "; rebuild it against this attncheck's attncheck/plugin.h");
+  if (!table->forward) throw SpecError(name + ": the plug-in's table has no forward function");
+  if (table->dtypes == 0 || (table->dtypes & ~0xFu))
+    throw SpecError(name + ": the plug-in's dtypes are " + std::to_string(table->dtypes) +
+                    " (expected a non-empty combination of ATTNCHECK_DTYPE_* bits)");
+  if (table->alignments & ~0x3u)
+    throw SpecError(name + ": the plug-in's alignments are " + std::to_string(table->alignments) +
+                    " (expected a combination of ATTNCHECK_ALIGN_* bits)");
+  if (!table->name) throw SpecError(name + ": the plug-in's table has no name");
+  return std::make_shared<CPlugin>(name, table);
+}
+
+}  // namespace attncheck::detail

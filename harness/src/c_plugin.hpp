@@ -1,0 +1,18 @@
+// Loads a C ABI plug-in (attncheck/plugin.h) into this process and calls it. The plug-in host runs this in
+// a worker process; `HarnessOptions::isolate = false` runs it in the caller's.
+#pragma once
+
+#include <string>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck::detail {
+
+/// The plug-in at `path` as an implementation called `name`. Throws SpecError when the file is missing or
+/// cannot be loaded, the entry point is missing, its ABI version differs, or its table is malformed.
+ImplementationPtr load_c_plugin(const std::string& path, const std::string& name);
+
+/// Prefixes "./" to a path without a slash, so dlopen reads that file instead of searching the library path.
+std::string as_file_path(const std::string& path);
+
+}  // namespace attncheck::detail

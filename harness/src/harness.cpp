@@ -1,0 +1,131 @@
+// Resolves plug-in specs to implementations and wraps them with the checks every plug-in call gets.
+#include "attncheck/harness.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <limits>
+
+#include "attncheck/probe.hpp"
+#include "c_plugin.hpp"
+#include "subprocess.hpp"
+
+namespace attncheck {
+namespace {
+
+class CheckedImplementation final : public Implementation {
+ public:
+  explicit CheckedImplementation(ImplementationPtr inner) : inner_(std::move(inner)) {}
+  const std::string& name() const override { return inner_->name(); }
+  const std::string& description() const override { return inner_->description(); }
+  const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  Outcome forward(const Problem& p) const override {
+    Outcome o = inner_->forward(p);
+    check_outcome_shape(p, o, name());
+    check_finite_outcome(p, o, name());
+    return o;
+  }
+
+ private:
+  ImplementationPtr inner_;
+};
+
+bool all_finite(const Tensor<double>& t) { return t.values().allFinite(); }
+double max_abs(const Tensor<double>& t) { return t.values().cwiseAbs().maxCoeff(); }
+
+void throw_first_nonfinite(const Tensor<double>& t, const char* what, const std::string& who, const std::string& why) {
+  const Shape& s = t.shape();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i)
+        for (Index c = 0; c < s.D; ++c)
+          if (!std::isfinite(t(b, h, i, c)))
+            throw ImplementationError(ImplementationError::Kind::nonfinite,
+                                      who + ": " + what + "[" + std::to_string(b) + "," + std::to_string(h) + "," +
+                                          std::to_string(i) + "," + std::to_string(c) + "] is " +
+                                          std::to_string(t(b, h, i, c)) + " although " + why);
+}
+
+bool is_executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
+
+}  // namespace
+
+ImplementationPtr checked_implementation(ImplementationPtr impl) {
+  return std::make_shared<CheckedImplementation>(std::move(impl));
+}
+
+void check_finite_outcome(const Problem& p, const Outcome& o, const std::string& impl_name) {
+  if (!all_finite(p.q) || !all_finite(p.k) || !all_finite(p.v)) return;
+  if (o.output.values().allFinite() && (!o.weights || o.weights->values().allFinite())) return;
+  // |score| <= D·max|q|·max|k|·scale. Below the accumulation type's largest value (float for every dtype
+  // but float64, as kernels accumulate), softmax is finite and every output is a convex combination of V
+  // rows, so no correct kernel returns a NaN or Inf: any is a bug, not rounding.
+  const Index D = p.q.shape().D;
+  const double scale = p.scale.value_or(1 / std::sqrt(double(D)));
+  const double bound = double(D) * max_abs(p.q) * max_abs(p.k) * scale;
+  const double limit = p.dtype == DType::f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max();
+  if (!(bound < limit / 2)) return;
+  char why[200];
+  std::snprintf(why, sizeof why, "every input is finite and no score can overflow %s (|score| <= %.3g)",
+                p.dtype == DType::f64 ? "float64" : "float32", bound);
+  throw_first_nonfinite(o.output, "output", impl_name, why);
+  if (o.weights) throw_first_nonfinite(*o.weights, "weights", impl_name, why);
+}
+
+double default_call_timeout() {
+  if (const char* env = std::getenv("ATTNCHECK_CALL_TIMEOUT"); env && *env) {
+    char* end = nullptr;
+    const double s = std::strtod(env, &end);
+    if (*end == '\0' && s > 0 && std::isfinite(s)) return s;
+  }
+  return 10;
+}
+
+std::string plugin_host_path() {
+  if (const char* env = std::getenv("ATTNCHECK_PLUGIN_HOST"); env && *env) {
+    if (!is_executable(env))
+      throw SpecError(std::string("ATTNCHECK_PLUGIN_HOST is ") + env + ", which is not an executable file");
+    return env;
+  }
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::string beside = (self.parent_path() / "attncheck-plugin-host").string();
+    if (is_executable(beside)) return beside;
+  }
+  for (const std::string p : {ATTNCHECK_PLUGIN_HOST_BUILD, ATTNCHECK_PLUGIN_HOST_INSTALL})
+    if (is_executable(p)) return p;
+  throw SpecError("cannot find attncheck-plugin-host (looked beside this program, in " ATTNCHECK_PLUGIN_HOST_BUILD
+                  " and " ATTNCHECK_PLUGIN_HOST_INSTALL
+                  "); set ATTNCHECK_PLUGIN_HOST to its path, or pass "
+                  "--no-isolate to load the plug-in in-process");
+}
+
+ImplementationPtr load_implementation(const std::string& spec, const HarnessOptions& opts) {
+  ImplementationPtr raw;
+  if (spec.rfind("plugin:", 0) == 0) {
+    const std::string path = spec.substr(7);
+    if (path.empty()) throw SpecError("plugin: needs a path, e.g. plugin:./libmyattention.so");
+    const std::string file = detail::as_file_path(path);
+    struct stat st {};
+    if (::stat(file.c_str(), &st) != 0)
+      throw SpecError(spec + ": no such file " + file +
+                      " (expected a shared library built against attncheck/plugin.h)");
+    raw = opts.isolate ? detail::start_subprocess(spec, {plugin_host_path(), file}, opts)
+                       : detail::load_c_plugin(path, spec);
+  } else if (spec.rfind("exec:", 0) == 0) {
+    const std::string command = spec.substr(5);
+    if (command.empty()) throw SpecError("exec: needs a command, e.g. exec:'/usr/bin/python3 my_attention.py'");
+    raw = detail::start_subprocess(spec, {"/bin/sh", "-c", command}, opts);
+  } else {
+    throw SpecError("unknown implementation spec '" + spec + "' (expected plugin:PATH.so or exec:COMMAND)");
+  }
+  ImplementationPtr impl = checked_implementation(std::move(raw));
+  if (opts.probe_weights && !impl->capabilities().returns_weights) impl = with_recovered_weights(std::move(impl));
+  return impl;
+}
+
+}  // namespace attncheck

@@ -1,0 +1,211 @@
+// attncheck-law: one implementation, the named laws (all by default), every dtype it accepts; a short text
+// report per falsified law with the minimal case and the command that replays it.
+#include "attncheck/law_main.hpp"
+
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <iostream>
+#include <sstream>
+
+#include "attncheck/harness.hpp"
+#include "attncheck/law.hpp"
+#include "attncheck/probe.hpp"
+
+namespace attncheck {
+namespace {
+
+std::string fmt(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.9g", x);
+  return b;
+}
+
+std::string index_string(const std::vector<Index>& ix) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < ix.size(); ++i) s += (i ? "," : "") + std::to_string(ix[i]);
+  return s + "]";
+}
+
+// A tensor small enough to read, head by head; larger ones are summarised by their shape.
+void print_tensor(std::ostream& os, const char* name, const Tensor<double>& t) {
+  const Shape& s = t.shape();
+  os << "    " << name << " " << to_string(s);
+  if (t.size() > 96) {
+    os << " (" << t.size() << " values, not shown)\n";
+    return;
+  }
+  os << "\n";
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      os << "      [" << b << "," << h << "]";
+      for (Index i = 0; i < s.T; ++i) {
+        os << (i ? "\n            " : " ");
+        for (Index c = 0; c < s.D; ++c) os << (c ? " " : "") << fmt(t(b, h, i, c));
+      }
+      os << "\n";
+    }
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (const char ch : s) q += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return q + "'";
+}
+
+std::optional<DType> parse_dtype(const std::string& s) {
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (s == dtype_name(t)) return t;
+  return std::nullopt;
+}
+
+}  // namespace
+
+int law_main(int argc, char** argv, ImplementationPtr builtin) {
+  CLI::App app{"Checks the laws of scaled causal attention against one implementation"};
+  std::string spec;
+  std::vector<std::string> law_names, dtype_names;
+  int cases = 100, max_T = 64;
+  std::uint64_t seed = 0;
+  double timeout = 10;
+  bool list = false, no_isolate = false, probe = false;
+  std::string reproduce;
+  app.add_option("--impl", spec, "plugin:PATH.so or exec:COMMAND");
+  app.add_option("--law", law_names, "a law to check (repeatable; default: every law)");
+  app.add_option("--dtype", dtype_names,
+                 "float32, float64, float16 or bfloat16 (repeatable; default: every dtype the implementation accepts)");
+  app.add_option("--cases", cases, "cases per law and dtype")->check(CLI::PositiveNumber);
+  app.add_option("--seed", seed, "RapidCheck seed; the same seed replays the same run");
+  app.add_option("--max-T", max_T, "usual upper bound on T")->check(CLI::PositiveNumber);
+  app.add_option("--timeout", timeout, "seconds a plug-in may take per call")->check(CLI::PositiveNumber);
+  app.add_option("--reproduce", reproduce, "RapidCheck reproduce string of one falsified law (from a report)");
+  app.add_flag("--no-isolate", no_isolate, "load a plugin: shared library into this process (a crash ends the run)");
+  app.add_flag("--probe", probe, "print the scale and causal alignment the implementation really uses");
+  app.add_flag("--list", list, "print the law names, one per line, and exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  }
+  if (list) {
+    for (const Law& l : laws()) std::cout << l.name << "\n";
+    return 0;
+  }
+
+  if (spec.empty() && !builtin) {
+    std::cerr << "attncheck-law: --impl is required (plugin:PATH.so or exec:COMMAND)\n";
+    return 2;
+  }
+  std::vector<const Law*> selected;
+  for (const auto& n : law_names) {
+    const Law* l = find_law(n);
+    if (!l) {
+      std::cerr << "attncheck-law: unknown law '" << n << "' (attncheck-law --list prints the names)\n";
+      return 2;
+    }
+    selected.push_back(l);
+  }
+  if (law_names.empty())
+    for (const Law& l : laws()) selected.push_back(&l);
+  std::vector<DType> dtypes;
+  for (const auto& n : dtype_names) {
+    const auto t = parse_dtype(n);
+    if (!t) {
+      std::cerr << "attncheck-law: unknown dtype '" << n << "' (expected float32, float64, float16 or bfloat16)\n";
+      return 2;
+    }
+    dtypes.push_back(*t);
+  }
+
+  // A builtin gets the checks and the weight recovery a loaded plug-in gets.
+  ImplementationPtr impl = builtin ? checked_implementation(builtin) : nullptr;
+  if (impl && !impl->capabilities().returns_weights) impl = with_recovered_weights(impl);
+  try {
+    if (!spec.empty())
+      impl = load_implementation(spec, HarnessOptions{.call_timeout_s = timeout, .isolate = !no_isolate});
+  } catch (const SpecError& e) {
+    std::cerr << "attncheck-law: " << e.what() << "\n";
+    return 2;
+  }
+  const Capabilities& caps = impl->capabilities();
+  std::cout << impl->name() << ": " << impl->description() << "\n";
+  if (probe) std::cout << probe_conventions(*impl).summary << "\n";
+
+  std::vector<std::string> not_checked;
+  if (dtypes.empty()) {
+    for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      if (caps.supports(t))
+        dtypes.push_back(t);
+      else
+        not_checked.push_back(std::string(dtype_name(t)));
+    }
+  }
+
+  int falsified = 0;
+  std::ostringstream details;
+  try {
+    for (const DType t : dtypes) {
+      for (const Law* law : selected) {
+        RunOptions ro;
+        ro.cases = cases;
+        ro.seed = seed;
+        ro.gen.dtype = t;
+        ro.gen.max_T = max_T;
+        ro.reproduce = reproduce;
+        const LawResult r = run_law(*law, *impl, ro);
+        std::printf("%-28s %-9s ", law->name.c_str(), std::string(dtype_name(t)).c_str());
+        if (r.status == LawStatus::held) {
+          std::printf("held (%d cases, %.2f s)\n", r.cases_run, r.seconds);
+        } else if (r.status == LawStatus::not_applicable) {
+          std::printf("not applicable: %s\n", r.note.c_str());
+        } else {
+          ++falsified;
+          std::printf("FALSIFIED after %d cases (%d shrinks)\n", r.cases_run, r.shrink_steps);
+          details << "\n" << law->name << " falsified by " << impl->name() << " at " << dtype_name(t) << ":\n";
+          if (r.violation) {
+            const Violation& v = *r.violation;
+            details << "  " << v.message << "\n";
+            if (!v.worst_index.empty())
+              details << "  worst " << v.quantity << index_string(v.worst_index)
+                      << ": |actual - expected| = " << fmt(v.magnitude) << ", allowed " << fmt(v.tolerance) << "\n";
+          }
+          if (r.minimal_case) {
+            const Problem& p = r.minimal_case->problem;
+            const Shape q = p.q.shape();
+            details << "  minimal case: B=" << q.B << " H=" << q.H << " T_q=" << q.T << " T_k=" << p.k.shape().T
+                    << " D=" << q.D << ", scale " << (p.scale ? fmt(*p.scale) : "default (1/sqrt(D))") << ", "
+                    << (p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right") << "\n";
+            for (const auto& [k, val] : r.minimal_case->params) details << "    " << k << " = " << fmt(val) << "\n";
+            print_tensor(details, "q", p.q);
+            print_tensor(details, "k", p.k);
+            print_tensor(details, "v", p.v);
+            if (const auto& var = r.minimal_case->variant) {  // a relational law's second call
+              details << "    and the call it is compared with:\n";
+              print_tensor(details, "q'", var->q);
+              print_tensor(details, "k'", var->k);
+              print_tensor(details, "v'", var->v);
+            }
+            if (r.violation && r.violation->expected) print_tensor(details, "expected", *r.violation->expected);
+            if (r.violation && r.violation->actual) print_tensor(details, "actual", *r.violation->actual);
+          }
+          std::string replay = "attncheck-law --impl " + shell_quote(impl->name()) + " --law " + law->name +
+                               " --dtype " + std::string(dtype_name(t)) + " --seed " + std::to_string(seed) +
+                               " --reproduce " + shell_quote(r.reproduce);
+          details << "  replay: " << replay << "\n";
+        }
+        std::fflush(stdout);
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "attncheck-law: internal error: " << e.what() << "\n";
+    return 3;
+  }
+  if (!not_checked.empty()) {
+    std::cout << "not checked:";
+    for (const auto& n : not_checked) std::cout << " " << n;
+    std::cout << " (" << impl->name() << " does not accept them)\n";
+  }
+  std::cout << details.str();
+  return falsified ? 1 : 0;
+}
+
+}  // namespace attncheck

@@ -1,0 +1,301 @@
+// Encoding and decoding of the exec: protocol's frames (harness/PROTOCOL.md is the specification).
+#include "protocol.hpp"
+
+#include <cctype>
+
+namespace attncheck::wire {
+
+std::string Reader::str() {
+  const std::uint32_t n = u32();
+  return std::string(raw(n));
+}
+
+std::string_view Reader::raw(std::size_t n) {
+  if (n > left())
+    throw ProtocolError(what_ + ": needs " + std::to_string(n) + " more bytes at offset " + std::to_string(pos_) +
+                        " but only " + std::to_string(left()) + " are left");
+  const auto s = p_.substr(pos_, n);
+  pos_ += n;
+  return s;
+}
+
+std::string frame(FrameType type, std::string_view payload) {
+  Writer w;
+  w.raw(kMagic.data(), kMagic.size());
+  w.u32(static_cast<std::uint32_t>(type));
+  w.u64(payload.size());
+  w.raw(payload.data(), payload.size());
+  return std::move(w.bytes());
+}
+
+namespace {
+std::string printable(std::string_view bytes) {
+  std::string s;
+  for (const unsigned char c : bytes) s += std::isprint(c) ? char(c) : '.';
+  return s;
+}
+}  // namespace
+
+std::pair<FrameType, std::uint64_t> parse_header(std::string_view header) {
+  if (header.size() != kHeaderSize || header.substr(0, 4) != std::string_view(kMagic.data(), 4))
+    throw ProtocolError("expected a frame starting with \"ATNC\" but got \"" + printable(header) +
+                        "\" (does the program print to stdout? its stdout belongs to the protocol)");
+  Reader r(header.substr(4), "frame header");
+  const std::uint32_t type = r.u32();
+  const std::uint64_t length = r.u64();
+  if (type < 1 || type > 6) throw ProtocolError("unknown frame type " + std::to_string(type));
+  return {FrameType(type), length};
+}
+
+std::string_view frame_type_name(FrameType t) {
+  switch (t) {
+    case FrameType::hello:
+      return "hello";
+    case FrameType::caps:
+      return "caps";
+    case FrameType::refuse:
+      return "refuse";
+    case FrameType::forward:
+      return "forward";
+    case FrameType::result:
+      return "result";
+    case FrameType::bye:
+      return "bye";
+  }
+  return "?";
+}
+
+std::uint32_t dtype_code(DType t) {
+  switch (t) {
+    case DType::f32:
+      return 1;
+    case DType::f64:
+      return 2;
+    case DType::f16:
+      return 4;
+    case DType::bf16:
+      return 8;
+  }
+  return 0;
+}
+
+DType dtype_from_code(std::uint32_t code) {
+  switch (code) {
+    case 1:
+      return DType::f32;
+    case 2:
+      return DType::f64;
+    case 4:
+      return DType::f16;
+    case 8:
+      return DType::bf16;
+  }
+  throw ProtocolError("unknown dtype code " + std::to_string(code) + " (expected 1, 2, 4 or 8)");
+}
+
+std::uint32_t alignment_code(CausalAlignment a) { return a == CausalAlignment::BottomRight ? 2 : 1; }
+
+CausalAlignment alignment_from_code(std::uint32_t code) {
+  if (code == 1) return CausalAlignment::TopLeft;
+  if (code == 2) return CausalAlignment::BottomRight;
+  throw ProtocolError("unknown alignment code " + std::to_string(code) + " (expected 1 or 2)");
+}
+
+std::size_t element_size(DType t) {
+  switch (t) {
+    case DType::f64:
+      return 8;
+    case DType::f32:
+      return 4;
+    case DType::f16:
+    case DType::bf16:
+      return 2;
+  }
+  return 4;
+}
+
+std::string encode_hello() {
+  Writer w;
+  w.u32(kProtocolVersion);
+  return frame(FrameType::hello, w.bytes());
+}
+
+std::string encode_caps(const Handshake& h) {
+  Writer w;
+  w.u32(h.version);
+  std::uint32_t dtypes = 0, alignments = 0;
+  for (const auto t : h.caps.dtypes) dtypes |= dtype_code(t);
+  for (const auto a : h.caps.alignments) alignments |= alignment_code(a);
+  w.u32(dtypes);
+  w.u32(alignments);
+  w.u32((h.caps.returns_weights ? 1u : 0u) | (h.caps.custom_scale ? 2u : 0u) | (h.caps.cross_lengths ? 4u : 0u) |
+        (h.caps.nonfinite_safe ? 8u : 0u));
+  w.i64(h.caps.max_T);
+  w.str(h.name);
+  w.str(h.description);
+  return frame(FrameType::caps, w.bytes());
+}
+
+Handshake decode_caps(std::string_view payload) {
+  Reader r(payload, "caps frame");
+  Handshake h;
+  h.version = r.u32();
+  if (h.version != kProtocolVersion) return h;  // the caller names both versions; the rest may differ
+  const std::uint32_t dtypes = r.u32(), alignments = r.u32(), flags = r.u32();
+  const std::int64_t max_T = r.i64();
+  h.name = r.str();
+  h.description = r.str();
+  if (dtypes == 0 || (dtypes & ~0xFu))
+    throw ProtocolError("caps frame: dtypes bits are " + std::to_string(dtypes) +
+                        " (expected a non-empty combination of 1=f32, 2=f64, 4=f16, 8=bf16)");
+  if (alignments & ~0x3u)
+    throw ProtocolError("caps frame: alignment bits are " + std::to_string(alignments) +
+                        " (expected a combination of 1=top-left, 2=bottom-right)");
+  h.caps.dtypes.clear();
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (dtypes & dtype_code(t)) h.caps.dtypes.push_back(t);
+  h.caps.alignments.clear();
+  if (alignments & 1u || alignments == 0) h.caps.alignments.push_back(CausalAlignment::TopLeft);
+  if (alignments & 2u) h.caps.alignments.push_back(CausalAlignment::BottomRight);
+  h.caps.returns_weights = flags & 1u;
+  h.caps.custom_scale = flags & 2u;
+  h.caps.cross_lengths = flags & 4u;
+  h.caps.nonfinite_safe = flags & 8u;
+  if (max_T < 0) throw ProtocolError("caps frame: max_T is " + std::to_string(max_T) + " (expected >= 0)");
+  if (max_T > 0) h.caps.max_T = max_T;
+  return h;
+}
+
+std::string encode_refuse(std::string_view message) {
+  Writer w;
+  w.str(message);
+  return frame(FrameType::refuse, w.bytes());
+}
+
+namespace {
+void put_shape(Writer& w, const Shape& s) {
+  w.i64(s.B);
+  w.i64(s.H);
+  w.i64(s.T);
+  w.i64(s.D);
+}
+std::array<std::int64_t, 4> get_shape(Reader& r) { return {r.i64(), r.i64(), r.i64(), r.i64()}; }
+Shape checked_shape(const std::array<std::int64_t, 4>& a, const char* which) {
+  for (const auto x : a)
+    if (x < 1 || x > (std::int64_t{1} << 32))
+      throw ProtocolError(std::string("forward frame: ") + which + " shape " + shape_string(a) +
+                          " has an extent outside [1, 2^32]");
+  return Shape{a[0], a[1], a[2], a[3]};
+}
+// Bytes of a tensor of raw shape `s`; a shape claiming more than 2^40 bytes is a protocol error, which also
+// keeps the product from overflowing.
+std::size_t nbytes(const std::array<std::int64_t, 4>& s, DType t) {
+  constexpr std::size_t kLimit = std::size_t{1} << 40;
+  std::size_t n = element_size(t);
+  for (const auto x : s) {
+    if (x < 0) throw ProtocolError("result frame: shape " + shape_string(s) + " has a negative extent");
+    if (x > 0 && n > kLimit / std::size_t(x))
+      throw ProtocolError("result frame: shape " + shape_string(s) + " claims more than 2^40 bytes");
+    n *= std::size_t(x);
+  }
+  return n;
+}
+}  // namespace
+
+std::string shape_string(const std::array<std::int64_t, 4>& s) {
+  return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "," +
+         std::to_string(s[3]) + "]";
+}
+
+std::string to_bytes(const Tensor<double>& t, DType dtype) {
+  return visit_dtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const Tensor<S> native = t.template cast<S>();
+    return std::string(reinterpret_cast<const char*>(native.data()), std::size_t(native.size()) * sizeof(S));
+  });
+}
+
+Tensor<double> from_bytes(std::string_view bytes, const Shape& shape, DType dtype) {
+  return visit_dtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    Tensor<S> native(shape);
+    if (bytes.size() != std::size_t(native.size()) * sizeof(S))
+      throw ProtocolError("from_bytes: " + std::to_string(bytes.size()) + " bytes for a tensor of " +
+                          std::to_string(native.size()) + " elements");
+    std::memcpy(native.data(), bytes.data(), bytes.size());
+    return native.template cast<double>();
+  });
+}
+
+std::string encode_forward(const Problem& p) {
+  Writer w;
+  w.u32(dtype_code(p.dtype));
+  w.u32(alignment_code(p.alignment));
+  w.u32((p.scale ? 1u : 0u) | (p.want_weights ? 2u : 0u));
+  w.u32(0);
+  w.f64(p.scale.value_or(0.0));
+  put_shape(w, p.q.shape());
+  put_shape(w, p.k.shape());
+  for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
+  return frame(FrameType::forward, w.bytes());
+}
+
+Problem decode_forward(std::string_view payload) {
+  Reader r(payload, "forward frame");
+  Problem p;
+  p.dtype = dtype_from_code(r.u32());
+  p.alignment = alignment_from_code(r.u32());
+  const std::uint32_t flags = r.u32();
+  r.u32();
+  const double scale = r.f64();
+  if (flags & 1u) p.scale = scale;
+  p.want_weights = flags & 2u;
+  const Shape qs = checked_shape(get_shape(r), "q"), ks = checked_shape(get_shape(r), "k");
+  const std::size_t es = element_size(p.dtype);
+  p.q = from_bytes(r.raw(std::size_t(qs.numel()) * es), qs, p.dtype);
+  p.k = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
+  p.v = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
+  if (r.left() != 0) throw ProtocolError("forward frame: " + std::to_string(r.left()) + " bytes left over");
+  return p;
+}
+
+std::string encode_result(const Outcome& o, DType dtype) {
+  Writer w;
+  w.i32(ok);
+  w.u32(o.weights ? 1u : 0u);
+  w.str("");
+  put_shape(w, o.output.shape());
+  w.bytes() += to_bytes(o.output, dtype);
+  if (o.weights) {
+    put_shape(w, o.weights->shape());
+    w.bytes() += to_bytes(*o.weights, dtype);
+  }
+  return frame(FrameType::result, w.bytes());
+}
+
+std::string encode_failure(std::int32_t status, std::string_view message) {
+  Writer w;
+  w.i32(status);
+  w.u32(0);
+  w.str(message);
+  return frame(FrameType::result, w.bytes());
+}
+
+Result decode_result(std::string_view payload, DType dtype) {
+  Reader r(payload, "result frame");
+  Result res;
+  res.status = r.i32();
+  res.has_weights = r.u32() & 1u;
+  res.message = r.str();
+  if (res.status != ok) return res;
+  res.out_shape = get_shape(r);
+  res.out_bytes = r.raw(nbytes(res.out_shape, dtype));
+  if (res.has_weights) {
+    res.w_shape = get_shape(r);
+    res.w_bytes = r.raw(nbytes(res.w_shape, dtype));
+  }
+  if (r.left() != 0) throw ProtocolError("result frame: " + std::to_string(r.left()) + " bytes left over");
+  return res;
+}
+
+}  // namespace attncheck::wire

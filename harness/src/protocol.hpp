@@ -1,0 +1,133 @@
+// The exec: wire protocol (harness/PROTOCOL.md): little-endian frames, the handshake, and the encoding of a
+// Problem and of its result. Shared by the subprocess client and the plug-in host, so there is one protocol.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian and this code copies arrays as they lie in memory");
+
+/// The protocol version this build speaks (PROTOCOL.md, "Versions").
+inline constexpr std::uint32_t kProtocolVersion = 1;
+/// Every frame starts with these four bytes, so a child that prints text is caught at once.
+inline constexpr std::array<char, 4> kMagic{'A', 'T', 'N', 'C'};
+/// magic, type (u32), payload length (u64).
+inline constexpr std::size_t kHeaderSize = 16;
+
+enum class FrameType : std::uint32_t { hello = 1, caps = 2, refuse = 3, forward = 4, result = 5, bye = 6 };
+
+/// Status codes of a result frame (the C ABI's ATTNCHECK_OK/ERROR/UNSUPPORTED, plus one the host reports).
+enum Status : std::int32_t { ok = 0, error = 1, unsupported = 2, wrong_size = 3 };
+
+/// A frame or payload that does not follow the protocol.
+class ProtocolError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Appends little-endian fields to a byte string.
+class Writer {
+ public:
+  void u32(std::uint32_t x) { raw(&x, 4); }
+  void i32(std::int32_t x) { raw(&x, 4); }
+  void u64(std::uint64_t x) { raw(&x, 8); }
+  void i64(std::int64_t x) { raw(&x, 8); }
+  void f64(double x) { raw(&x, 8); }
+  void str(std::string_view s) {
+    u32(static_cast<std::uint32_t>(s.size()));
+    raw(s.data(), s.size());
+  }
+  void raw(const void* p, std::size_t n) { buf_.append(static_cast<const char*>(p), n); }
+  std::string& bytes() { return buf_; }
+
+ private:
+  std::string buf_;
+};
+
+/// Reads little-endian fields from a payload; throws ProtocolError naming `what` when it runs short.
+class Reader {
+ public:
+  Reader(std::string_view payload, std::string what) : p_(payload), what_(std::move(what)) {}
+  std::uint32_t u32() { return take<std::uint32_t>(); }
+  std::int32_t i32() { return take<std::int32_t>(); }
+  std::uint64_t u64() { return take<std::uint64_t>(); }
+  std::int64_t i64() { return take<std::int64_t>(); }
+  double f64() { return take<double>(); }
+  std::string str();
+  std::string_view raw(std::size_t n);
+  std::size_t left() const { return p_.size() - pos_; }
+
+ private:
+  template <class T>
+  T take() {
+    T x;
+    const auto s = raw(sizeof(T));
+    std::memcpy(&x, s.data(), sizeof(T));
+    return x;
+  }
+  std::string_view p_;
+  std::size_t pos_ = 0;
+  std::string what_;
+};
+
+/// A whole frame: header then payload.
+std::string frame(FrameType type, std::string_view payload);
+/// Parses a 16-byte header; throws ProtocolError (quoting the bytes) when the magic is wrong.
+std::pair<FrameType, std::uint64_t> parse_header(std::string_view header);
+std::string_view frame_type_name(FrameType t);
+
+std::uint32_t dtype_code(DType t);
+DType dtype_from_code(std::uint32_t code);  ///< throws ProtocolError for an unknown code
+std::uint32_t alignment_code(CausalAlignment a);
+CausalAlignment alignment_from_code(std::uint32_t code);
+std::size_t element_size(DType t);
+
+/// What the child declares in its caps frame.
+struct Handshake {
+  std::uint32_t version = 0;
+  Capabilities caps;
+  std::string name, description;
+};
+
+std::string encode_hello();
+std::string encode_caps(const Handshake& h);
+Handshake decode_caps(std::string_view payload);  ///< checks the version before anything else
+std::string encode_refuse(std::string_view message);
+
+std::string encode_forward(const Problem& p);
+Problem decode_forward(std::string_view payload);
+
+/// A decoded result frame. Shapes are as the child sent them, unchecked, so a wrong size can be reported.
+struct Result {
+  std::int32_t status = ok;
+  std::string message;
+  std::array<std::int64_t, 4> out_shape{};
+  std::string_view out_bytes;
+  bool has_weights = false;
+  std::array<std::int64_t, 4> w_shape{};
+  std::string_view w_bytes;
+};
+
+std::string encode_result(const Outcome& o, DType dtype);
+std::string encode_failure(std::int32_t status, std::string_view message);
+Result decode_result(std::string_view payload, DType dtype);
+
+/// Native little-endian bytes of a tensor at `dtype` (exact: its values are representable at dtype).
+std::string to_bytes(const Tensor<double>& t, DType dtype);
+/// The tensor of `shape` held in `bytes` at `dtype`, widened to double (exact).
+Tensor<double> from_bytes(std::string_view bytes, const Shape& shape, DType dtype);
+
+/// "[1,2,3,4]" for a raw shape.
+std::string shape_string(const std::array<std::int64_t, 4>& s);
+
+}  // namespace attncheck::wire

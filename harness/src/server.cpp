@@ -1,0 +1,102 @@
+// The child side of the exec: protocol: answers the handshake, then forward frames, until bye or EOF. The
+// plug-in host runs a C ABI plug-in through it; a C++ project can expose its own implementation the same way.
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "attncheck/harness.hpp"
+#include "protocol.hpp"
+
+namespace attncheck {
+namespace {
+
+// Reads exactly n bytes; false on EOF before the first byte, ProtocolError on EOF in the middle.
+bool read_full(int fd, std::string& buf, std::size_t n) {
+  buf.resize(n);
+  std::size_t got = 0;
+  while (got < n) {
+    const ssize_t r = ::read(fd, buf.data() + got, n - got);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      if (got == 0 && r == 0) return false;
+      throw wire::ProtocolError("input ended in the middle of a frame");
+    }
+    got += std::size_t(r);
+  }
+  return true;
+}
+
+void write_all(int fd, const std::string& data) {
+  std::size_t done = 0;
+  while (done < data.size()) {
+    const ssize_t r = ::write(fd, data.data() + done, data.size() - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) throw wire::ProtocolError("cannot write a frame: the other side is gone");
+    done += std::size_t(r);
+  }
+}
+
+}  // namespace
+
+int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd) {
+  std::string header, payload;
+  ImplementationPtr impl;
+  try {
+    while (read_full(in_fd, header, wire::kHeaderSize)) {
+      const auto [type, length] = wire::parse_header(header);
+      if (!read_full(in_fd, payload, length) && length > 0) throw wire::ProtocolError("input ended before a payload");
+      switch (type) {
+        case wire::FrameType::hello: {
+          wire::Reader r(payload, "hello frame");
+          const std::uint32_t version = r.u32();
+          if (version != wire::kProtocolVersion) {
+            // Answer with our version anyway: the harness names both numbers.
+            wire::Handshake h;
+            h.version = wire::kProtocolVersion;
+            write_all(out_fd, wire::encode_caps(h));
+            return 2;
+          }
+          try {
+            impl = make();
+          } catch (const SpecError& e) {
+            write_all(out_fd, wire::encode_refuse(e.what()));
+            return 2;
+          }
+          wire::Handshake h;
+          h.version = wire::kProtocolVersion;
+          h.caps = impl->capabilities();
+          h.name = impl->name();
+          h.description = impl->description();
+          write_all(out_fd, wire::encode_caps(h));
+          break;
+        }
+        case wire::FrameType::forward: {
+          if (!impl) throw wire::ProtocolError("a forward frame came before the hello");
+          const Problem p = wire::decode_forward(payload);
+          std::string reply;
+          try {
+            reply = wire::encode_result(impl->forward(p), p.dtype);
+          } catch (const ImplementationError& e) {
+            const auto st = e.kind() == ImplementationError::Kind::wrong_size ? wire::wrong_size : wire::error;
+            reply = wire::encode_failure(st, e.what());
+          } catch (const std::exception& e) {
+            reply = wire::encode_failure(wire::error, e.what());
+          }
+          write_all(out_fd, reply);
+          break;
+        }
+        case wire::FrameType::bye:
+          return 0;
+        default:
+          throw wire::ProtocolError("unexpected " + std::string(wire::frame_type_name(type)) + " frame");
+      }
+    }
+  } catch (const wire::ProtocolError& e) {
+    const std::string msg = std::string("attncheck serve: protocol error: ") + e.what() + "\n";
+    [[maybe_unused]] const auto n = ::write(2, msg.data(), msg.size());
+    return 2;
+  }
+  return 0;
+}
+
+}  // namespace attncheck

@@ -1,0 +1,365 @@
+// The parent side of the exec: protocol. One child serves every call; a crash, a hang past the per-call
+// timeout, or a broken frame becomes an ImplementationError, and the next call starts a fresh child.
+#include "subprocess.hpp"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include "protocol.hpp"
+
+extern char** environ;
+
+namespace attncheck::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Kind = ImplementationError::Kind;
+
+// How much of the child's stderr is kept for messages: enough for a Python traceback's last lines.
+constexpr std::size_t kStderrTail = 2000;
+// The handshake may wait for a slow start (importing torch takes seconds), never less than a call.
+constexpr double kMinStartupSeconds = 60;
+
+std::string describe_status(int status) {
+  if (WIFSIGNALED(status)) {
+    const int sig = WTERMSIG(status);
+    return "was killed by signal " + std::to_string(sig) + " (" + ::strsignal(sig) + ")";
+  }
+  if (WIFEXITED(status)) {
+    const int code = WEXITSTATUS(status);
+    // exec: runs the command through /bin/sh, which reports a child killed by signal N as status 128 + N.
+    if (code > 128 && code < 128 + 32)
+      return "exited with status " + std::to_string(code) +
+             " (the shell's way of saying its command was killed by signal " + std::to_string(code - 128) + ", " +
+             ::strsignal(code - 128) + ")";
+    return "exited with status " + std::to_string(code);
+  }
+  return "stopped (status " + std::to_string(status) + ")";
+}
+
+class ExecImplementation final : public Implementation {
+ public:
+  ExecImplementation(std::string name, std::vector<std::string> argv, const HarnessOptions& opts)
+      : name_(std::move(name)), argv_(std::move(argv)), opts_(opts) {
+    try {
+      const wire::Handshake h = start();
+      caps_ = h.caps;
+      // The plug-in host names its implementation as we do ("plugin:PATH"); other children name their own.
+      description_ = h.name == name_ ? h.description : h.name + (h.description.empty() ? "" : ": " + h.description);
+    } catch (const ImplementationError& e) {
+      throw SpecError(e.what());
+    }
+  }
+  ~ExecImplementation() override { stop(/*gently=*/true); }
+
+  const std::string& name() const override { return name_; }
+  const std::string& description() const override { return description_; }
+  const Capabilities& capabilities() const override { return caps_; }
+
+  Outcome forward(const Problem& p) const override {
+    std::lock_guard lock(mu_);
+    if (pid_ < 0) start();
+    const Shape qs = p.q.shape();
+    const Shape want_w{qs.B, qs.H, qs.T, p.k.shape().T};
+    const std::size_t es = wire::element_size(p.dtype);
+    // A wrong-size answer up to twice the expected size is decoded and reported as such; beyond that the
+    // frame is refused unread.
+    const std::size_t expected = std::size_t(qs.numel() + want_w.numel()) * es;
+    const std::string payload =
+        exchange(wire::encode_forward(p), wire::FrameType::result, opts_.call_timeout_s, 2 * expected + (1u << 20));
+    wire::Result r;
+    try {
+      r = wire::decode_result(payload, p.dtype);
+    } catch (const wire::ProtocolError& e) {
+      stop(false);
+      throw ImplementationError(Kind::protocol, name_ + ": " + e.what());
+    }
+    // The plug-in host's messages already start with our name ("plugin:PATH ..."); others get it prefixed.
+    const bool named = r.message.rfind(name_, 0) == 0;
+    if (r.status == wire::wrong_size)
+      throw ImplementationError(Kind::wrong_size, named ? r.message : name_ + ": " + r.message);
+    if (r.status != wire::ok)
+      throw ImplementationError(Kind::error_status,
+                                named ? r.message
+                                      : name_ + " returned status " + std::to_string(r.status) + " (" +
+                                            (r.status == wire::unsupported ? "unsupported" : "error") +
+                                            "): " + (r.message.empty() ? "(no message)" : r.message));
+    const std::array<std::int64_t, 4> want_out{qs.B, qs.H, qs.T, qs.D};
+    if (r.out_shape != want_out)
+      throw ImplementationError(Kind::wrong_size, name_ + ": output is " + wire::shape_string(r.out_shape) +
+                                                      " but q is " + to_string(qs) +
+                                                      " (the output must have q's shape)");
+    Outcome o;
+    o.output = wire::from_bytes(r.out_bytes, qs, p.dtype);
+    if (r.has_weights) {
+      const std::array<std::int64_t, 4> want{want_w.B, want_w.H, want_w.T, want_w.D};
+      if (r.w_shape != want)
+        throw ImplementationError(Kind::wrong_size, name_ + ": weights are " + wire::shape_string(r.w_shape) +
+                                                        " but must be " + to_string(want_w) + " ([B,H,T_q,T_k])");
+      if (p.want_weights) o.weights = wire::from_bytes(r.w_bytes, want_w, p.dtype);
+    } else if (p.want_weights && caps_.returns_weights) {
+      throw ImplementationError(Kind::wrong_size, name_ +
+                                                      ": returned no weights although its handshake says it "
+                                                      "returns them and this call asked for them");
+    }
+    return o;
+  }
+
+ private:
+  // Spawns the child in its own process group (so a kill reaches whatever it started) with stdin and
+  // stdout on one socket and stderr on a pipe, then does the handshake. Throws ImplementationError.
+  wire::Handshake start() const {
+    stderr_tail_.clear();
+    int sv[2];
+    if (::socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+      throw ImplementationError(Kind::crash, name_ + ": socketpair failed: " + std::strerror(errno));
+    int err[2];
+    if (::pipe2(err, O_CLOEXEC) != 0) {
+      ::close(sv[0]);
+      ::close(sv[1]);
+      throw ImplementationError(Kind::crash, name_ + ": pipe failed: " + std::strerror(errno));
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
+    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
+    posix_spawnattr_t attr;
+    posix_spawnattr_init(&attr);
+    sigset_t none, defaults;
+    sigemptyset(&none);
+    sigemptyset(&defaults);
+    sigaddset(&defaults, SIGPIPE);
+    sigaddset(&defaults, SIGINT);
+    sigaddset(&defaults, SIGTERM);
+    posix_spawnattr_setsigmask(&attr, &none);
+    posix_spawnattr_setsigdefault(&attr, &defaults);
+    posix_spawnattr_setpgroup(&attr, 0);
+    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    std::vector<char*> args;
+    for (const auto& a : argv_) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    pid_t pid = -1;
+    const int rc = ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), environ);
+    posix_spawn_file_actions_destroy(&fa);
+    posix_spawnattr_destroy(&attr);
+    ::close(sv[1]);
+    ::close(err[1]);
+    if (rc != 0) {
+      ::close(sv[0]);
+      ::close(err[0]);
+      throw ImplementationError(Kind::crash, name_ + ": cannot start " + argv_[0] + ": " + std::strerror(rc));
+    }
+    pid_ = pid;
+    phase_ = "before finishing the handshake";
+    sock_ = sv[0];
+    err_ = err[0];
+    ::fcntl(sock_, F_SETFL, ::fcntl(sock_, F_GETFL) | O_NONBLOCK);
+    ::fcntl(err_, F_SETFL, ::fcntl(err_, F_GETFL) | O_NONBLOCK);
+
+    const std::string hint = " (expected a program speaking the attncheck exec protocol, harness/PROTOCOL.md)";
+    std::string payload;
+    wire::FrameType type{};
+    try {
+      payload = exchange(wire::encode_hello(), std::nullopt, std::max(kMinStartupSeconds, opts_.call_timeout_s),
+                         1u << 20, &type);
+    } catch (const ImplementationError& e) {
+      throw ImplementationError(e.kind(), std::string(e.what()) + hint);
+    }
+    try {
+      if (type == wire::FrameType::refuse) {
+        wire::Reader r(payload, "refuse frame");
+        const std::string msg = r.str();
+        stop(true);
+        throw ImplementationError(Kind::protocol, msg);
+      }
+      if (type != wire::FrameType::caps)
+        throw wire::ProtocolError("sent a " + std::string(wire::frame_type_name(type)) + " frame instead of caps");
+      const wire::Handshake h = wire::decode_caps(payload);
+      if (h.version != wire::kProtocolVersion) {
+        stop(true);
+        throw ImplementationError(Kind::protocol, name_ + ": speaks protocol version " + std::to_string(h.version) +
+                                                      " but this attncheck speaks version " +
+                                                      std::to_string(wire::kProtocolVersion));
+      }
+      phase_ = "during the call";
+      return h;
+    } catch (const wire::ProtocolError& e) {
+      stop(false);
+      throw ImplementationError(Kind::protocol, name_ + ": bad handshake: " + e.what() + hint);
+    }
+  }
+
+  // Ends the child: gently (bye, then a second to exit) at the end of a run, at once after a failure.
+  // Always reaps it and kills its whole process group, so nothing it started outlives the harness.
+  void stop(bool gently) const {
+    if (pid_ < 0) return;
+    if (gently && sock_ >= 0) {
+      const std::string bye = wire::frame(wire::FrameType::bye, {});
+      [[maybe_unused]] const auto n = ::send(sock_, bye.data(), bye.size(), MSG_NOSIGNAL);
+    }
+    if (sock_ >= 0) ::close(sock_);
+    sock_ = -1;
+    int status = 0;
+    bool reaped = false;
+    if (gently) {
+      for (int i = 0; i < 100 && !reaped; ++i) {
+        reaped = ::waitpid(pid_, &status, WNOHANG) == pid_;
+        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    ::kill(-pid_, SIGKILL);
+    if (!reaped) ::waitpid(pid_, &status, 0);
+    if (err_ >= 0) ::close(err_);
+    err_ = -1;
+    pid_ = -1;
+  }
+
+  void drain_stderr() const {
+    char buf[4096];
+    while (err_ >= 0) {
+      const ssize_t n = ::read(err_, buf, sizeof buf);
+      if (n > 0) {
+        stderr_tail_.append(buf, std::size_t(n));
+        if (stderr_tail_.size() > kStderrTail) stderr_tail_.erase(0, stderr_tail_.size() - kStderrTail);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        if (n == 0) {
+          ::close(err_);
+          err_ = -1;
+        }
+        return;
+      }
+    }
+  }
+
+  std::string stderr_note() const {
+    drain_stderr();
+    std::string t = stderr_tail_;
+    while (!t.empty() && (t.back() == '\n' || t.back() == ' ')) t.pop_back();
+    return t.empty() ? "" : "; its stderr ends with:\n" + t;
+  }
+
+  // The child closed its end: reap it (it is exiting or has exited), say how it ended, and kill whatever
+  // it started.
+  [[noreturn]] void died() const {
+    int status = 0;
+    bool reaped = false;
+    for (int i = 0; i < 200 && !reaped; ++i) {
+      reaped = ::waitpid(pid_, &status, WNOHANG) == pid_;
+      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    const std::string how = reaped ? describe_status(status) : "closed its end of the socket";
+    const std::string note = stderr_note();
+    ::kill(-pid_, SIGKILL);
+    if (!reaped) ::waitpid(pid_, &status, 0);
+    if (sock_ >= 0) ::close(sock_);
+    if (err_ >= 0) ::close(err_);
+    sock_ = err_ = -1;
+    pid_ = -1;
+    throw ImplementationError(Kind::crash, name_ + ": the process " + how + " " + phase_ + note);
+  }
+
+  // Sends `request` and reads one whole frame back within `timeout_s`, draining stderr meanwhile. Returns its
+  // payload; `expect` (when set) is the only frame type accepted. Throws ImplementationError and leaves no
+  // child behind on a timeout, a death or garbage.
+  std::string exchange(const std::string& request, std::optional<wire::FrameType> expect, double timeout_s,
+                       std::size_t max_payload, wire::FrameType* got_type = nullptr) const {
+    const auto deadline =
+        Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    std::size_t written = 0;
+    bool send_failed = false, eof = false;
+    std::string in;
+    std::optional<std::pair<wire::FrameType, std::uint64_t>> header;
+    char buf[1 << 16];
+    while (true) {
+      const bool sending = written < request.size() && !send_failed;
+      pollfd fds[2] = {{sock_, short(POLLIN | (sending ? POLLOUT : 0)), 0}, {err_, POLLIN, 0}};
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+      if (left <= 0) {
+        const std::string note = stderr_note();
+        stop(false);
+        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_seconds(timeout_s) +
+                                                     " s; the process was killed and the next call starts a new one" +
+                                                     note);
+      }
+      const int n = ::poll(fds, err_ >= 0 ? 2 : 1, int(std::min<long long>(left, 1000)));
+      if (n < 0 && errno != EINTR)
+        throw ImplementationError(Kind::crash, name_ + ": poll failed: " + std::strerror(errno));
+      if (n <= 0) continue;
+      if (err_ >= 0 && fds[1].revents) drain_stderr();
+      // Read before writing, and judge what was read before the end of the stream: a child that printed
+      // text and exited is a protocol error (with its text quoted), not only a dead child.
+      if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+        const ssize_t r = ::recv(sock_, buf, sizeof buf, 0);
+        if (r > 0) in.append(buf, std::size_t(r));
+        else if (r == 0 || (errno != EAGAIN && errno != EINTR)) eof = true;
+      }
+      if (sending && (fds[0].revents & POLLOUT)) {
+        const ssize_t w = ::send(sock_, request.data() + written, request.size() - written, MSG_NOSIGNAL);
+        if (w > 0) written += std::size_t(w);
+        else if (w < 0 && errno != EAGAIN && errno != EINTR) send_failed = true;  // gone: read what it left
+      }
+      try {
+        if (!header && in.size() >= wire::kHeaderSize) {
+          header = wire::parse_header(std::string_view(in).substr(0, wire::kHeaderSize));
+          if (expect && header->first != *expect)
+            throw wire::ProtocolError("sent a " + std::string(wire::frame_type_name(header->first)) +
+                                      " frame where a " + std::string(wire::frame_type_name(*expect)) +
+                                      " frame was expected");
+          if (header->second > max_payload)
+            throw wire::ProtocolError("announced a payload of " + std::to_string(header->second) +
+                                      " bytes, more than the " + std::to_string(max_payload) + " this call allows");
+        }
+        if (header && in.size() >= wire::kHeaderSize + header->second) {
+          if (written < request.size() || in.size() > wire::kHeaderSize + header->second)
+            throw wire::ProtocolError("answered before reading the whole request, or sent more than one frame");
+          if (got_type) *got_type = header->first;
+          return in.substr(wire::kHeaderSize);
+        }
+        if (eof) died();
+      } catch (const wire::ProtocolError& e) {
+        const std::string note = stderr_note();
+        stop(false);
+        throw ImplementationError(Kind::protocol, name_ + ": " + e.what() + note);
+      }
+    }
+  }
+
+  static std::string format_seconds(double s) {
+    char b[32];
+    std::snprintf(b, sizeof b, "%g", s);
+    return b;
+  }
+
+  std::string name_, description_;
+  std::vector<std::string> argv_;
+  HarnessOptions opts_;
+  Capabilities caps_;
+  mutable std::mutex mu_;
+  mutable pid_t pid_ = -1;
+  mutable int sock_ = -1, err_ = -1;
+  mutable std::string stderr_tail_;
+  mutable std::string phase_;  ///< "during the call", or the handshake: for crash messages
+};
+
+}  // namespace
+
+ImplementationPtr start_subprocess(std::string name, std::vector<std::string> argv, const HarnessOptions& opts) {
+  return std::make_shared<ExecImplementation>(std::move(name), std::move(argv), opts);
+}
+
+}  // namespace attncheck::detail

@@ -1,0 +1,43 @@
+"""A Python implementation for the exec: tests that misbehaves in the way argv[1] names, once the case is big
+enough (so shrinking has something to do), and is plain float64 causal attention otherwise."""
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import attncheck_plugin
+
+MODE = sys.argv[1]
+
+
+def attention(q, k, v, scale=None):
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    if MODE == "raise" and T_q >= 2:
+        raise ZeroDivisionError("kernel blew up at T_q = %d" % T_q)
+    if MODE == "exit" and T_q >= 2:
+        os._exit(3)
+    if MODE == "segv" and T_q >= 2:
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if MODE == "hang" and T_k >= 2:
+        time.sleep(1000)
+    if MODE == "print":
+        print("debug output that must not reach the protocol", T_q)
+    s = q @ k.swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    s = np.where(np.tril(np.ones((T_q, T_k), dtype=bool)), s, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    w /= w.sum(axis=-1, keepdims=True)
+    out = w @ v
+    if MODE == "shape" and D >= 2:
+        return out[..., :-1]
+    if MODE == "nan" and T_q >= 2:
+        out[..., -1, 0] = np.nan
+    if MODE == "noweights" and T_q >= 2:
+        return out
+    return (out, w) if MODE in ("weights", "print", "noweights") else out
+
+
+if __name__ == "__main__":
+    attncheck_plugin.serve(attention, name="bad-client-" + MODE, dtypes=("float64",),
+                           returns_weights=MODE in ("weights", "print", "noweights"))

@@ -1,0 +1,145 @@
+// exec: implementations: the protocol carries every dtype bit-exactly, one child serves every call, and a
+// child that raises, exits, crashes, hangs, returns the wrong shape or a NaN is a falsified law; a child
+// that cannot start or speaks another protocol is a SpecError.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "attncheck/harness.hpp"
+#include "attncheck/law.hpp"
+#include "test_support.hpp"
+
+namespace attncheck {
+namespace {
+
+const std::string kPython = "/usr/bin/python3";
+
+bool numpy_available() {
+  static const bool ok = std::system((kPython + " -c 'import numpy' 2>/dev/null").c_str()) == 0;
+  return ok;
+}
+
+std::string python_spec(const std::string& script, const std::string& args = "") {
+  return "exec:PYTHONPATH=" ATTNCHECK_PYTHON_DIR " " + kPython + " " + script + (args.empty() ? "" : " " + args);
+}
+
+std::string bad_client(const std::string& mode) { return python_spec(ATTNCHECK_TESTS_DIR "/bad_client.py", mode); }
+
+LawResult run(const std::string& law, const Implementation& impl, int cases = 30) {
+  RunOptions o;
+  o.cases = cases;
+  o.gen.dtype = impl.capabilities().dtypes.front();
+  return run_law(*find_law(law), impl, o);
+}
+
+std::string message_of(const LawResult& r) { return r.violation ? r.violation->message : ""; }
+
+#define REQUIRE_NUMPY() \
+  if (!numpy_available()) GTEST_SKIP() << kPython << " cannot import numpy (apt-get install python3-numpy)"
+
+TEST(Exec, everyDtypeCrossesTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_EQ(served->capabilities().dtypes, local->capabilities().dtypes);
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+    Problem p = test::wave_problem(t, 2, 2, 3, 5, 3);
+    p.scale = 0.75;
+    p.alignment = CausalAlignment::BottomRight;
+    const Outcome a = served->forward(p), b = local->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << dtype_name(t);
+    ASSERT_TRUE(a.weights && b.weights);
+    EXPECT_EQ(a.weights->values(), b.weights->values()) << dtype_name(t);
+  }
+}
+
+TEST(Exec, numpyExampleHoldsOracleAgreement) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_attention.py"));
+  EXPECT_TRUE(impl->capabilities().returns_weights);
+  const LawResult r = run("oracle-agreement", *impl, 20);
+  EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
+}
+
+TEST(Exec, strayPrintsGoToStderrNotIntoTheProtocol) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(bad_client("print"));
+  const Outcome o = impl->forward(test::wave_problem(DType::f64, 1, 1, 3, 3, 2));
+  EXPECT_TRUE(o.output.values().allFinite());
+}
+
+struct Misbehaviour {
+  std::string mode, kind, detail;
+};
+
+// gtest prints a parameter in the test's name; the mode says it all.
+void PrintTo(const Misbehaviour& m, std::ostream* os) { *os << m.mode; }
+
+class ExecMisbehaviour : public ::testing::TestWithParam<Misbehaviour> {};
+
+TEST_P(ExecMisbehaviour, isAFalsifiedLawAndTheRunGoesOn) {
+  REQUIRE_NUMPY();
+  const Misbehaviour& m = GetParam();
+  const auto impl = load_implementation(bad_client(m.mode), HarnessOptions{.call_timeout_s = 0.5});
+  const LawResult r = run("oracle-agreement", *impl, 20);
+  ASSERT_EQ(r.status, LawStatus::falsified);
+  EXPECT_EQ(message_of(r).rfind(m.kind + ":", 0), 0u) << message_of(r);
+  EXPECT_NE(message_of(r).find(m.detail), std::string::npos) << message_of(r);
+  // A case below the misbehaviour's threshold still works: the implementation (restarted if needed) serves on.
+  EXPECT_NO_THROW(impl->forward(test::wave_problem(DType::f64, 1, 1, 1, 1, 1)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Modes, ExecMisbehaviour,
+    ::testing::Values(Misbehaviour{"raise", "error status", "ZeroDivisionError: kernel blew up at T_q = 2"},
+                      Misbehaviour{"exit", "crash", "exited with status 3"},
+                      Misbehaviour{"segv", "crash", "killed by signal 11"},
+                      Misbehaviour{"hang", "timeout", "no answer within 0.5 s"},
+                      Misbehaviour{"shape", "wrong size", "output is [1,1,1,1] but q is [1,1,1,2]"},
+                      Misbehaviour{"nan", "non-finite output", "output[0,0,1,0] is nan"},
+                      Misbehaviour{"noweights", "wrong size", "returned no weights"}),
+    [](const auto& info) { return info.param.mode; });
+
+TEST(Exec, aCommandThatDoesNotStartIsASpecError) {
+  try {
+    load_implementation("exec:/nonexistent/attention-server");
+    ADD_FAILURE() << "started a command that does not exist";
+  } catch (const SpecError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("exited with status 127"), std::string::npos) << m;
+    EXPECT_NE(m.find("PROTOCOL.md"), std::string::npos) << m;
+  }
+}
+
+TEST(Exec, aChildThatPrintsTextInsteadOfFramesIsASpecError) {
+  try {
+    load_implementation("exec:echo hello world, I am not a protocol");
+    ADD_FAILURE() << "accepted text as a handshake";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected a frame starting with \"ATNC\" but got \"hello world, I "),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Exec, anotherProtocolVersionNamesBoth) {
+  try {
+    load_implementation("exec:" + kPython + " " ATTNCHECK_TESTS_DIR "/wrong_version.py");
+    ADD_FAILURE() << "accepted protocol version 2";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("speaks protocol version 2 but this attncheck speaks version 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Exec, aChildThatFailsToStartShowsItsStderr) {
+  try {
+    load_implementation("exec:" + kPython + " -c 'import attncheck_no_such_module'");
+    ADD_FAILURE() << "accepted a child that died";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("No module named 'attncheck_no_such_module'"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attncheck

@@ -1,0 +1,93 @@
+// Black-box probing: weights recovered from outputs alone equal the weights the reference returns, bit for
+// bit, and the scale and alignment an implementation really uses are found, also when they are wrong.
+#include "attncheck/probe.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "attncheck/harness.hpp"
+#include "test_support.hpp"
+
+namespace attncheck {
+namespace {
+
+TEST(Probe, recoveredWeightsEqualReturnedWeightsExactly) {
+  const auto ref = reference_implementation();
+  // T_k > D, so the keys come in several blocks, the last one partial (7 = 3 + 3 + 1).
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (const CausalAlignment a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight}) {
+      Problem p = test::wave_problem(t, 2, 2, 5, 7, 3);
+      p.alignment = a;
+      const Outcome o = ref->forward(p);
+      ASSERT_TRUE(o.weights);
+      // One product by 1 and exact zeros otherwise: the recovered weight is the returned one, not close to it.
+      EXPECT_EQ(recover_weights(*ref, p).values(), o.weights->values()) << dtype_name(t);
+    }
+}
+
+TEST(Probe, wrapperGivesWeightsToAnImplementationWithoutThem) {
+  const auto ref = reference_implementation();
+  Capabilities caps;
+  caps.returns_weights = false;
+  const auto blind = make_implementation("blind", "outputs only", caps, [ref](const Problem& p) {
+    Outcome o = ref->forward(p);
+    o.weights.reset();
+    return o;
+  });
+  const auto probed = with_recovered_weights(blind);
+  EXPECT_TRUE(probed->capabilities().returns_weights);
+  const Problem p = test::wave_problem(DType::f32, 1, 2, 4, 4, 2);
+  const Outcome o = probed->forward(p);
+  ASSERT_TRUE(o.weights);
+  EXPECT_EQ(o.weights->values(), ref->forward(p).weights->values());
+}
+
+TEST(Probe, findsTheReferenceConventions) {
+  const Conventions c = probe_conventions(*reference_implementation());
+  EXPECT_EQ(c.dtype, DType::f64);
+  EXPECT_EQ(c.scale_rule, "1/√D");
+  EXPECT_EQ(c.causal, "causal");
+  ASSERT_EQ(c.alignment.size(), 2u);
+  EXPECT_EQ(c.alignment[0].second, "top-left");
+  EXPECT_EQ(c.alignment[1].second, "bottom-right");
+  ASSERT_TRUE(c.custom_scale_used);
+  EXPECT_NEAR(*c.custom_scale_used, kProbeCustomScale, 1e-12);
+  EXPECT_NE(c.summary.find("scale 1/√D (0.5 at D=4, 0.125 at D=64)"), std::string::npos) << c.summary;
+}
+
+TEST(Probe, findsAWrongScaleAndAnIgnoredAlignment) {
+  // Scales by 1/D whatever it is asked, and always aligns bottom-right: the two mistakes probing exists for.
+  Capabilities caps;
+  caps.dtypes = {DType::f32};
+  const auto odd = make_implementation("odd", "1/D, bottom-right", caps, [](const Problem& p) {
+    return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem&, auto* w) {
+      return attention(
+          q, k, v, AttentionOptions{.scale = 1.0 / double(q.shape().D), .alignment = CausalAlignment::BottomRight}, w);
+    });
+  });
+  const Conventions c = probe_conventions(*odd);
+  EXPECT_EQ(c.dtype, DType::f32);
+  EXPECT_EQ(c.scale_rule, "1/D");
+  ASSERT_EQ(c.alignment.size(), 2u);
+  EXPECT_EQ(c.alignment[0].second, "bottom-right");  // asked top-left
+  ASSERT_TRUE(c.custom_scale_used);
+  EXPECT_NEAR(*c.custom_scale_used, 0.25, 1e-5);  // asked 0.375 at D=4, used 1/4
+  EXPECT_NE(c.summary.find("asked top-left: bottom-right"), std::string::npos) << c.summary;
+}
+
+TEST(Probe, findsAMaskThatLetsTheFutureIn) {
+  Capabilities caps;
+  caps.cross_lengths = false;
+  const auto leaky = make_implementation("leaky", "no mask", caps, [](const Problem& p) {
+    return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem&, auto* w) {
+      return attention(q, k, v, BoolMask::full(q.shape().T, k.shape().T), {}, w);
+    });
+  });
+  const Conventions c = probe_conventions(*leaky);
+  EXPECT_EQ(c.causal, "not causal: at T=4 the queries see keys 0:{0,1,2,3} 1:{0,1,2,3} 2:{0,1,2,3} 3:{0,1,2,3}");
+  EXPECT_TRUE(c.alignment.empty());
+}
+
+}  // namespace
+}  // namespace attncheck

@@ -1,0 +1,35 @@
+// The mutant zoo: realistic buggy attention implementations, each with the smallest case that shows its bug,
+// plus correct controls written differently. The suite must kill every mutant and pass every control.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck {
+
+/// One entry of the zoo: a realistic buggy implementation, or a correct control written differently.
+struct Mutant {
+  /// Named "mutant:<name>" or "control:<name>".
+  ImplementationPtr impl;
+  /// The mistake in one line ("mask filled with 0 instead of -inf"); for controls, what differs.
+  std::string bug;
+  /// A correct alternative: no law may fail on it.
+  bool control = false;
+  /// {B,H,T,D} of the smallest case that can show the bug (T = T_q).
+  Shape minimal_shape;
+  /// Why nothing smaller can show it.
+  std::string why_minimal;
+  /// Laws expected to falsify it.
+  std::vector<std::string> killed_by;
+};
+
+/// Every mutant and control, in a stable order.
+const std::vector<Mutant>& mutant_zoo();
+
+/// The zoo entry whose impl->name() is `name`, or nullptr.
+const Mutant* find_mutant(std::string_view name);
+
+}  // namespace attncheck

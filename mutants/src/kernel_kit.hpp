@@ -1,0 +1,125 @@
+// The plain pieces a from-scratch attention is built from (the [B,H] loop, scores, a stable masked softmax),
+// shared by the zoo so that each mutant's body shows only the code its author wrote, bug included.
+#pragma once
+
+#include <cmath>
+#include <limits>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck::zoo {
+
+/// What one head's code knows about the call.
+struct HeadCtx {
+  Index b = 0, h = 0;
+  Index B = 1, H = 1, T_q = 1, T_k = 1, D = 1;
+  DType dtype = DType::f32;     ///< the inputs' dtype (the head itself computes in Acc<S>)
+  std::optional<double> scale;  ///< the problem's scale, as given (empty: the kernel's default)
+  CausalAlignment alignment = kDefaultAlignment;
+
+  /// 1/√D unless the problem overrides it: the correct default.
+  double resolved_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)); }
+  /// Query i may see key j.
+  bool visible(Index i, Index j) const { return j <= last_visible_key(i, T_q, T_k, alignment); }
+};
+
+/// One head's result in the accumulation type A.
+template <class A>
+struct HeadOut {
+  Matrix<A> weights;  ///< [T_q,T_k]
+  Matrix<A> output;   ///< [T_q,D]
+};
+
+/// scores [T_q,T_k] = Q [T_q,D] · Kᵀ [D,T_k] · scale.
+template <class A>
+Matrix<A> scores(const Matrix<A>& Q, const Matrix<A>& K, double scale) {
+  Matrix<A> s = Q * K.transpose();
+  s *= static_cast<A>(scale);
+  return s;
+}
+
+/// Softmax along each row, -inf entries masked: subtracts the row max, a row with nothing visible is all 0.
+template <class A>
+Matrix<A> softmax_rows(const Matrix<A>& z) {
+  const A neg_inf = -std::numeric_limits<A>::infinity();
+  Matrix<A> w = Matrix<A>::Zero(z.rows(), z.cols());
+  for (Index i = 0; i < z.rows(); ++i) {
+    A m = neg_inf;
+    for (Index j = 0; j < z.cols(); ++j) m = std::max(m, z(i, j));
+    if (m == neg_inf) continue;  // nothing visible: a zero row, not 0/0
+    A sum = 0;
+    for (Index j = 0; j < z.cols(); ++j) sum += (w(i, j) = std::exp(z(i, j) - m));
+    for (Index j = 0; j < z.cols(); ++j) w(i, j) /= sum;
+  }
+  return w;
+}
+
+/// Row i of the output from the keys row i may see: Σ_{j visible} W(i,j)·V(j,:). Never reads a future value,
+/// so a NaN there cannot reach row i through 0·NaN.
+template <class A>
+Matrix<A> mix_visible(const Matrix<A>& W, const Matrix<A>& V, const HeadCtx& c) {
+  Matrix<A> out = Matrix<A>::Zero(W.rows(), V.cols());
+  for (Index i = 0; i < W.rows(); ++i)
+    for (Index j = 0; j < W.cols(); ++j)
+      if (c.visible(i, j)) out.row(i) += W(i, j) * V.row(j);
+  return out;
+}
+
+/// Scores with every future entry replaced by -inf (a select: the future score is never read).
+template <class A>
+Matrix<A> causal_select(const Matrix<A>& s, const HeadCtx& c) {
+  Matrix<A> z = s;
+  for (Index i = 0; i < z.rows(); ++i)
+    for (Index j = 0; j < z.cols(); ++j)
+      if (!c.visible(i, j)) z(i, j) = -std::numeric_limits<A>::infinity();
+  return z;
+}
+
+/// A whole head under the author's own visibility rule `vis(i, j)`: future scores selected to -inf, softmax
+/// over keys, and values mixed over the keys the rule lets through. A wrong rule is the only possible bug.
+template <class A, class Vis>
+HeadOut<A> attend_where(const Matrix<A>& s, const Matrix<A>& V, Vis vis) {
+  Matrix<A> z = s;
+  for (Index i = 0; i < z.rows(); ++i)
+    for (Index j = 0; j < z.cols(); ++j)
+      if (!vis(i, j)) z(i, j) = -std::numeric_limits<A>::infinity();
+  HeadOut<A> r;
+  r.weights = softmax_rows(z);
+  r.output = Matrix<A>::Zero(z.rows(), V.cols());
+  for (Index i = 0; i < z.rows(); ++i)
+    for (Index j = 0; j < z.cols(); ++j)
+      if (vis(i, j)) r.output.row(i) += r.weights(i, j) * V.row(j);
+  return r;
+}
+
+/// The [B,H] loop: widens each head of q, k, v to A = Acc<S>, runs `head(Q, K, V, ctx) -> HeadOut<A>` and
+/// rounds the output (and weights, when asked) back to S.
+template <class S, class HeadFn>
+Tensor<S> per_head(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
+                   HeadFn&& head) {
+  using A = Acc<S>;
+  const Shape& s = q.shape();
+  HeadCtx c{.B = s.B,
+            .H = s.H,
+            .T_q = s.T,
+            .T_k = k.shape().T,
+            .D = s.D,
+            .dtype = p.dtype,
+            .scale = p.scale,
+            .alignment = p.alignment};
+  Tensor<S> out(s);
+  if (w) *w = Tensor<S>(Shape{s.B, s.H, s.T, c.T_k});
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      c.b = b;
+      c.h = h;
+      const Matrix<A> Q = q.head(b, h).template cast<A>(), K = k.head(b, h).template cast<A>(),
+                      V = v.head(b, h).template cast<A>();
+      const HeadOut<A> r = head(Q, K, V, c);
+      out.head(b, h) = r.output.template cast<S>();
+      if (w) w->head(b, h) = r.weights.template cast<S>();
+    }
+  return out;
+}
+
+}  // namespace attncheck::zoo

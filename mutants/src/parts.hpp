@@ -1,0 +1,37 @@
+// The zoo's entries, grouped by where the mistake sits; each function builds its family's Mutant records.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "attncheck/mutants.hpp"
+#include "kernel_kit.hpp"
+
+namespace attncheck::zoo {
+
+/// What every zoo entry declares: the full contract, as its author believes the kernel meets it (so every
+/// law applies, strict causality with non-finite inputs included).
+inline Capabilities zoo_capabilities() {
+  Capabilities c;
+  c.nonfinite_safe = true;
+  return c;
+}
+
+/// An implementation whose body is one head's code, run over [B,H] at every dtype by per_head.
+/// `fn(Q, K, V, ctx) -> HeadOut<A>` is generic over the accumulation type A.
+template <class HeadFn>
+ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn) {
+  return make_implementation(std::move(name), std::move(description), zoo_capabilities(), [fn](const Problem& p) {
+    return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
+      return per_head(q, k, v, pr, w, fn);
+    });
+  });
+}
+
+std::vector<Mutant> mask_mutants();     ///< where the mask is built or applied
+std::vector<Mutant> softmax_mutants();  ///< the softmax step
+std::vector<Mutant> scale_mutants();    ///< the scale
+std::vector<Mutant> layout_mutants();   ///< memory layout and state between calls
+std::vector<Mutant> controls();         ///< correct implementations written differently
+
+}  // namespace attncheck::zoo

@@ -1,0 +1,58 @@
+// Mutants whose mistake is the scale: forgotten, 1/D, or √ of the wrong extent. Each honours an explicit
+// scale (the author's code reads the option) and gets only the default wrong.
+#include "parts.hpp"
+
+namespace attncheck::zoo {
+namespace {
+
+// Correct causal attention at the scale `pick(c, K)` chooses when the problem gives none.
+template <class Pick>
+auto with_default_scale(Pick pick) {
+  return [pick](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+    using A = typename std::decay_t<decltype(Q)>::Scalar;
+    const double scale = c.scale ? *c.scale : pick(c, K);
+    HeadOut<A> r;
+    r.weights = softmax_rows<A>(causal_select<A>(scores(Q, K, scale), c));
+    r.output = mix_visible(r.weights, V, c);
+    return r;
+  };
+}
+
+}  // namespace
+
+std::vector<Mutant> scale_mutants() {
+  std::vector<Mutant> z;
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:scale-forgotten", "default scale 1: QKᵀ is never divided by √D",
+                        with_default_scale([](const HeadCtx&, const auto&) { return 1.0; })),
+      .bug = "scale forgotten: scores are QKᵀ, not QKᵀ/√D",
+      .minimal_shape = {1, 1, 1, 2},
+      .why_minimal = "1/sqrt(D) = 1 at D = 1, so D = 2; the scale matters only when one query weighs two keys: T_q = "
+                     "1, T_k = 2 under bottom-right",
+      .killed_by = {"scale-variance", "oracle-agreement"},
+  });
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:scale-one-over-d", "default scale 1/D instead of 1/√D",
+                        with_default_scale([](const HeadCtx& c, const auto&) { return 1.0 / double(c.D); })),
+      .bug = "scale 1/D instead of 1/√D",
+      .minimal_shape = {1, 1, 1, 2},
+      .why_minimal = "1/D = 1/sqrt(D) at D = 1, so D = 2; the scale matters only when one query weighs two keys: T_q = "
+                     "1, T_k = 2 under bottom-right",
+      .killed_by = {"scale-variance", "oracle-agreement"},
+  });
+  // K is [T_k,D] row-major here: K.rows() is T_k, the head dimension is K.cols().
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:scale-rows-for-cols", "default scale 1/√T_k: K.rows() read as the head dim",
+                        with_default_scale([](const HeadCtx&, const auto& K) {
+                          return 1.0 / std::sqrt(static_cast<double>(K.rows()));
+                        })),
+      .bug = "scale 1/√T_k instead of 1/√D: rows and columns of K confused",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "1/sqrt(T_k) must differ from 1/sqrt(D) = 1 and one query must weigh two keys: T_q = 1, T_k = 2 "
+                     "under bottom-right, D = 1",
+      .killed_by = {"oracle-agreement", "scale-variance"},
+  });
+  return z;
+}
+
+}  // namespace attncheck::zoo

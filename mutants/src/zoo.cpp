@@ -1,0 +1,23 @@
+// The zoo's registry: every mutant and control in a stable order, looked up by implementation name.
+#include "attncheck/mutants.hpp"
+#include "parts.hpp"
+
+namespace attncheck {
+
+const std::vector<Mutant>& mutant_zoo() {
+  static const std::vector<Mutant> all = [] {
+    std::vector<Mutant> z;
+    for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants, zoo::controls})
+      for (Mutant& m : part()) z.push_back(std::move(m));
+    return z;
+  }();
+  return all;
+}
+
+const Mutant* find_mutant(std::string_view name) {
+  for (const Mutant& m : mutant_zoo())
+    if (m.impl->name() == name) return &m;
+  return nullptr;
+}
+
+}  // namespace attncheck

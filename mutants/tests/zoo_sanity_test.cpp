@@ -1,0 +1,315 @@
+// Each mutant, on a hand-made input at its minimal shape, at every dtype: it really differs from the
+// reference (with the values worked out by hand below), and each control agrees with the float64 oracle
+// within the core's derived tolerance. These run without any law, so the zoo is checked on its own.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "attncheck/mutants.hpp"
+#include "attncheck/tolerance.hpp"
+
+namespace attncheck {
+namespace {
+
+constexpr DType kDTypes[] = {DType::f32, DType::f64, DType::f16, DType::bf16};
+const double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A problem at `dtype` from row-major values (small integers and NaN: exact in every dtype).
+Problem make_problem(DType dtype, Shape qs, Index T_k, std::vector<double> q, std::vector<double> k,
+                     std::vector<double> v, CausalAlignment a = kDefaultAlignment) {
+  const auto tensor = [](Shape s, const std::vector<double>& x) {
+    return Tensor<double>(s, Eigen::Map<const Eigen::VectorXd>(x.data(), Index(x.size())));
+  };
+  Problem p;
+  p.dtype = dtype;
+  p.q = tensor(qs, q);
+  p.k = tensor({qs.B, qs.H, T_k, qs.D}, k);
+  p.v = tensor({qs.B, qs.H, T_k, qs.D}, v);
+  p.alignment = a;
+  return p;
+}
+
+Outcome run(const std::string& name, const Problem& p) {
+  const Mutant* m = find_mutant(name);
+  if (!m) throw std::logic_error("no zoo entry " + name);
+  return m->impl->forward(p);
+}
+
+Outcome reference(const Problem& p) { return reference_implementation()->forward(p); }
+
+// The mutant's output differs from the reference's somewhere (NaN against a number counts).
+bool outputs_differ(const Outcome& a, const Outcome& b) {
+  for (Index n = 0; n < a.output.size(); ++n) {
+    const double x = a.output.values()[n], y = b.output.values()[n];
+    if (!(x == y) && !(std::isnan(x) && std::isnan(y))) return true;
+  }
+  return false;
+}
+
+TEST(Zoo, NamesAreUniqueAndPrefixedAndEveryEntryIsDocumented) {
+  std::set<std::string> seen;
+  int controls = 0;
+  for (const Mutant& m : mutant_zoo()) {
+    const std::string& n = m.impl->name();
+    EXPECT_TRUE(seen.insert(n).second) << n;
+    EXPECT_EQ(n.rfind(m.control ? "control:" : "mutant:", 0), 0u) << n;
+    EXPECT_FALSE(m.bug.empty()) << n;
+    EXPECT_FALSE(m.why_minimal.empty()) << n;
+    EXPECT_EQ(find_mutant(n), &m);
+    if (m.control) {
+      ++controls;
+      EXPECT_TRUE(m.killed_by.empty()) << n;
+    } else {
+      EXPECT_FALSE(m.killed_by.empty()) << n;
+      EXPECT_GE(m.minimal_shape.numel(), 1) << n;
+    }
+  }
+  EXPECT_GE(controls, 2);
+  EXPECT_GE(mutant_zoo().size() - controls, 10u);
+  EXPECT_EQ(find_mutant("mutant:no-such-thing"), nullptr);
+}
+
+// All-zero q and k make every score 0: the reference gives query 0 weight 1 on key 0, any mutant that lets
+// query 0 see key 1 (or shares key 0's column with query 1) gives it exactly 1/2.
+TEST(Zoo, FutureKeyGetsHalfTheWeightWhenScoresAreZero) {
+  for (const char* name : {"mutant:mask-zero", "mutant:anti-causal", "mutant:look-ahead", "mutant:softmax-query-axis",
+                           "mutant:mask-after-softmax"})
+    for (DType t : kDTypes) {
+      SCOPED_TRACE(std::string(name) + " at " + std::string(dtype_name(t)));
+      const Problem p = make_problem(t, {1, 1, 2, 1}, 2, {0, 0}, {0, 0}, {1, 3});
+      const Outcome ref = reference(p), m = run(name, p);
+      EXPECT_EQ((*ref.weights)(0, 0, 0, 0), 1.0);
+      EXPECT_EQ((*m.weights)(0, 0, 0, 0), 0.5);  // 1/2 is exact in every dtype
+    }
+}
+
+// Mask applied to one slice: the other head (or batch) puts 1/2 on the future key.
+TEST(Zoo, PartlyExpandedMaskLeavesTheOtherSliceUnmasked) {
+  for (DType t : kDTypes) {
+    const Problem ph = make_problem(t, {1, 2, 2, 1}, 2, {0, 0, 0, 0}, {0, 0, 0, 0}, {1, 3, 1, 3});
+    const Outcome mh = run("mutant:mask-head0-only", ph);
+    EXPECT_EQ((*mh.weights)(0, 0, 0, 1), 0.0) << "head 0 is masked";
+    EXPECT_EQ((*mh.weights)(0, 1, 0, 1), 0.5) << "head 1 is not";
+    const Problem pb = make_problem(t, {2, 1, 2, 1}, 2, {0, 0, 0, 0}, {0, 0, 0, 0}, {1, 3, 1, 3});
+    const Outcome mb = run("mutant:mask-batch0-only", pb);
+    EXPECT_EQ((*mb.weights)(0, 0, 0, 1), 0.0) << "batch 0 is masked";
+    EXPECT_EQ((*mb.weights)(1, 0, 0, 1), 0.5) << "batch 1 is not";
+    // And at B = 2 (head mutant) or H = 2 (batch mutant) they are right: the axis matters.
+    EXPECT_FALSE(outputs_differ(run("mutant:mask-head0-only", pb), reference(pb)));
+    EXPECT_FALSE(outputs_differ(run("mutant:mask-batch0-only", ph), reference(ph)));
+  }
+}
+
+// T = 1, v0 = 2: the only correct output is 2 (weight 1 on key 0).
+TEST(Zoo, QueryZeroLosesItsOnlyKey) {
+  for (const char* name : {"mutant:diagonal-masked", "mutant:first-row-skipped"})
+    for (DType t : kDTypes) {
+      SCOPED_TRACE(std::string(name) + " at " + std::string(dtype_name(t)));
+      const Problem p = make_problem(t, {1, 1, 1, 1}, 1, {1}, {1}, {2});
+      EXPECT_EQ(reference(p).output(0, 0, 0, 0), 2.0);
+      const Outcome m = run(name, p);
+      EXPECT_EQ(m.output(0, 0, 0, 0), 0.0);
+      EXPECT_EQ((*m.weights)(0, 0, 0, 0), 0.0);
+    }
+}
+
+// A NaN in the future value v1: row 0 of the reference reads only v0; a plain weights·V reads 0·NaN.
+TEST(Zoo, PlainProductLetsAFutureNaNIntoRowZero) {
+  for (const char* name : {"mutant:additive-nan-leak", "mutant:mask-minus-1e4", "mutant:mask-zero"})
+    for (DType t : kDTypes) {
+      SCOPED_TRACE(std::string(name) + " at " + std::string(dtype_name(t)));
+      const Problem p = make_problem(t, {1, 1, 2, 1}, 2, {1, 1}, {1, 1}, {2, kNaN});
+      EXPECT_EQ(reference(p).output(0, 0, 0, 0), 2.0);
+      EXPECT_TRUE(std::isnan(run(name, p).output(0, 0, 0, 0)));
+    }
+}
+
+// -1e4 leaks once a future score beats the visible one by more than ~1e4 - 104 (exp(-104) underflows float):
+// q0 = 100, k = (-100, 100), D = 1: scores -1e4 and 1e4, so the future key wins outright (weight 1).
+// 100 and -100 are exact in every dtype; the scores are formed in float (or double).
+TEST(Zoo, MinusTenThousandLeaksAtLargeScores) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 1, 2, 1}, 2, {100, 0}, {-100, 100}, {1, 3});
+    const Outcome m = run("mutant:mask-minus-1e4", p);
+    EXPECT_EQ((*m.weights)(0, 0, 0, 1), 1.0) << dtype_name(t);
+    EXPECT_EQ(m.output(0, 0, 0, 0), 3.0) << dtype_name(t);
+    EXPECT_EQ(reference(p).output(0, 0, 0, 0), 1.0);
+  }
+}
+
+// The -inf mask mutants loop over the keys their own rule allows, so a future NaN stays out of row 0: their
+// one bug is the rule, not a second one hiding in the product.
+TEST(Zoo, SelectMaskMutantsKeepAFutureNaNOutOfRowZero) {
+  for (const char* name : {"mutant:mask-lowest", "mutant:diagonal-masked", "mutant:mask-head0-only",
+                           "mutant:alignment-ignored", "mutant:softmax-query-axis", "mutant:scale-forgotten"}) {
+    const Problem p = make_problem(DType::f32, {1, 1, 2, 1}, 2, {1, 1}, {1, 1}, {2, kNaN});
+    EXPECT_FALSE(std::isnan(run(name, p).output(0, 0, 0, 0))) << name;
+  }
+}
+
+// In half the fill is -65504: q0 = 256, k0 = -256 makes the visible score -65536 (formed exactly in float), so
+// the masked key 1 at -65504 takes almost all the weight (exp(-32) is left for key 0). float's fill, -3.4e38,
+// never loses to a real score.
+TEST(Zoo, HalfPrecisionLowestLosesToAVeryNegativeScore) {
+  const Problem p16 = make_problem(DType::f16, {1, 1, 1, 1}, 2, {256}, {-256, 0}, {1, 3});
+  EXPECT_GT((*run("mutant:mask-lowest", p16).weights)(0, 0, 0, 1), 0.99);
+  EXPECT_EQ((*reference(p16).weights)(0, 0, 0, 1), 0.0);
+  Problem p32 = p16;
+  p32.dtype = DType::f32;
+  EXPECT_EQ((*run("mutant:mask-lowest", p32).weights)(0, 0, 0, 1), 0.0);
+}
+
+// Bottom-right with T_q = 2 > T_k = 1: query 0 sees nothing. The reference gives it a zero row; a finite
+// fill makes the row's max the fill itself, so the masked key gets weight 1 (the output stays 0: the mutant
+// mixes values over visible keys only).
+TEST(Zoo, FiniteFillGivesAnEmptyRowAMaskedKey) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 1, 2, 1}, 1, {0, 0}, {0}, {5}, CausalAlignment::BottomRight);
+    EXPECT_EQ((*reference(p).weights)(0, 0, 0, 0), 0.0);
+    const Outcome m = run("mutant:mask-lowest", p);
+    EXPECT_EQ((*m.weights)(0, 0, 0, 0), 1.0) << dtype_name(t);
+  }
+}
+
+// Bottom-right with T_q = 1 < T_k = 2: query 0 sees both keys (zero scores: weights 1/2, output (1+3)/2 = 2);
+// the top-left-only mutant lets it see key 0 alone (output 1).
+TEST(Zoo, AlignmentIgnoredUsesTopLeftForABottomRightRequest) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 1, 1, 1}, 2, {0}, {0, 0}, {1, 3}, CausalAlignment::BottomRight);
+    EXPECT_EQ(reference(p).output(0, 0, 0, 0), 2.0);
+    EXPECT_EQ(run("mutant:alignment-ignored", p).output(0, 0, 0, 0), 1.0) << dtype_name(t);
+  }
+}
+
+// One score of 32·32 = 1024 (D = 1, scale 1): exp(1024) overflows float and double, Inf/Inf = NaN.
+TEST(Zoo, NoMaxSubtractionOverflowsToNaN) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 1, 1, 1}, 1, {32}, {32}, {1});
+    EXPECT_EQ(reference(p).output(0, 0, 0, 0), 1.0);
+    const Outcome m = run("mutant:no-max-subtraction", p);
+    EXPECT_TRUE(std::isnan((*m.weights)(0, 0, 0, 0))) << dtype_name(t);
+    EXPECT_TRUE(std::isnan(m.output(0, 0, 0, 0))) << dtype_name(t);
+  }
+}
+
+// D = 2, q1 = (1,1), k = ((0,0),(1,1)): query 1's scores are 0 and 2·scale. The correct scale 1/√2 gives
+// key 1 the weight σ(√2); scale 1 gives σ(2) and 1/D gives σ(1). At D = 1 all three scales agree.
+TEST(Zoo, WrongDefaultScaleChangesTheWeights) {
+  const auto sigmoid = [](double x) { return 1 / (1 + std::exp(-x)); };
+  const std::pair<const char*, double> cases[] = {{"mutant:scale-forgotten", 2.0}, {"mutant:scale-one-over-d", 1.0}};
+  for (const auto& [name, score] : cases) {
+    const Problem p = make_problem(DType::f64, {1, 1, 2, 2}, 2, {0, 0, 1, 1}, {0, 0, 1, 1}, {1, 1, 3, 3});
+    EXPECT_NEAR((*reference(p).weights)(0, 0, 1, 1), sigmoid(std::sqrt(2.0)), 1e-15);
+    EXPECT_NEAR((*run(name, p).weights)(0, 0, 1, 1), sigmoid(score), 1e-15) << name;
+    const Problem d1 = make_problem(DType::f64, {1, 1, 2, 1}, 2, {0, 1}, {0, 1}, {1, 3});
+    EXPECT_FALSE(outputs_differ(run(name, d1), reference(d1))) << name << " must be right at D = 1";
+    Problem given = p;
+    given.scale = 0.5;  // an explicit scale is honoured
+    EXPECT_FALSE(outputs_differ(run(name, given), reference(given))) << name;
+  }
+  // Rows for columns: T_k = 2, D = 1, q1 = k1 = 1: scale 1/√2 instead of 1.
+  const Problem p = make_problem(DType::f64, {1, 1, 2, 1}, 2, {0, 1}, {0, 1}, {1, 3});
+  EXPECT_NEAR((*reference(p).weights)(0, 0, 1, 1), sigmoid(1.0), 1e-15);
+  EXPECT_NEAR((*run("mutant:scale-rows-for-cols", p).weights)(0, 0, 1, 1), sigmoid(1 / std::sqrt(2.0)), 1e-15);
+}
+
+// H = 2, T = 2, D = 1, zero scores, v = (1,3 | 5,7) in [B,H,T,D] memory. The [B,T,H,D] reader sees head 0's
+// values as memory 0 and 2 (1 and 5): its query 1 averages them to 3 and writes the result at memory 2,
+// which is head 1's query 0, whose correct output is 5.
+TEST(Zoo, LayoutMutantMixesHeadsWhenHAndTExceedOne) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 2, 2, 1}, 2, {0, 0, 0, 0}, {0, 0, 0, 0}, {1, 3, 5, 7});
+    EXPECT_EQ(reference(p).output(0, 1, 0, 0), 5.0);
+    EXPECT_EQ(run("mutant:layout-bthd", p).output(0, 1, 0, 0), 3.0) << dtype_name(t);
+    const Problem one_head = make_problem(t, {2, 1, 2, 1}, 2, {0, 0, 0, 0}, {0, 0, 0, 0}, {1, 3, 5, 7});
+    EXPECT_FALSE(outputs_differ(run("mutant:layout-bthd", one_head), reference(one_head)));
+  }
+}
+
+// The same call twice: the second adds onto the first's sums (v0 = 2, T = 1: 2, then 4 — or more, if an
+// earlier call of the same size already left something behind).
+TEST(Zoo, StaleAccumulatorAnswersARepeatedCallDifferently) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 1, 1, 1}, 1, {1}, {1}, {2});
+    const double first = run("mutant:stale-accumulator", p).output(0, 0, 0, 0);
+    const double second = run("mutant:stale-accumulator", p).output(0, 0, 0, 0);
+    EXPECT_EQ(second - first, 2.0) << dtype_name(t);
+  }
+}
+
+// Deterministic inputs that exercise several tiles (T up to 7 with tiles of 3), T_q != T_k, both alignments.
+struct OracleCase {
+  Shape q;
+  Index T_k;
+  CausalAlignment a;
+};
+const OracleCase kOracleCases[] = {{{1, 1, 1, 1}, 1, CausalAlignment::TopLeft},
+                                   {{2, 3, 7, 5}, 7, CausalAlignment::TopLeft},
+                                   {{1, 2, 4, 3}, 7, CausalAlignment::BottomRight},
+                                   {{1, 2, 6, 3}, 2, CausalAlignment::BottomRight},
+                                   {{1, 1, 5, 8}, 3, CausalAlignment::TopLeft}};
+
+// Entries where `impl` leaves the core's derived tolerance around the float64 oracle, plus future weights that
+// are not exactly 0, on one case at one dtype. Values come from a fixed formula, rounded to the dtype (so the
+// oracle sees what the kernel sees).
+int oracle_violations(const Implementation& impl, DType t, const OracleCase& c) {
+  const auto fill = [&](Shape s, double phase) {
+    Tensor<double> x(s);
+    for (Index n = 0; n < x.size(); ++n)
+      x.values()[n] =
+          visit_dtype(t, [&](auto tag) { return double(decltype(tag)(3 * std::sin(0.7 * double(n) + phase))); });
+    return x;
+  };
+  Problem p;
+  p.dtype = t;
+  p.alignment = c.a;
+  p.q = fill(c.q, 0.1);
+  p.k = fill({c.q.B, c.q.H, c.T_k, c.q.D}, 1.3);
+  p.v = fill({c.q.B, c.q.H, c.T_k, c.q.D}, 2.9);
+  const Outcome o = impl.forward(p);
+  Tensor<double> ow(Shape{1, 1, 1, 1});
+  const Tensor<double> oo = oracle(p.q, p.k, p.v, AttentionOptions{.scale = {}, .alignment = c.a}, &ow);
+  const BoolMask mask = BoolMask::causal(c.q.T, c.T_k, c.a);
+  const double scale = 1 / std::sqrt(double(c.q.D));
+  int bad = 0;
+  for (Index b = 0; b < c.q.B; ++b)
+    for (Index h = 0; h < c.q.H; ++h) {
+      const HeadTolerance tol =
+          head_tolerance(t, p.q.head(b, h), p.k.head(b, h), p.v.head(b, h), mask, scale, oo.head(b, h), ow.head(b, h));
+      for (Index i = 0; i < c.q.T; ++i) {
+        for (Index d = 0; d < c.q.D; ++d) bad += !(std::abs(o.output(b, h, i, d) - oo(b, h, i, d)) <= tol.output(i, d));
+        for (Index j = 0; j < c.T_k; ++j) {
+          bad += !(std::abs((*o.weights)(b, h, i, j) - ow(b, h, i, j)) <= tol.weights(i, j));
+          bad += !mask.visible(i, j) && (*o.weights)(b, h, i, j) != 0.0;  // exact, not small
+        }
+      }
+    }
+  return bad;
+}
+
+// Controls against the float64 oracle, within the core's derived tolerance, at every dtype.
+TEST(Zoo, ControlsAgreeWithTheOracleWithinTheDerivedTolerance) {
+  for (const Mutant& m : mutant_zoo()) {
+    if (!m.control) continue;
+    for (DType t : kDTypes)
+      for (const OracleCase& c : kOracleCases)
+        EXPECT_EQ(oracle_violations(*m.impl, t, c), 0)
+            << m.impl->name() << " at " << dtype_name(t) << " q " << to_string(c.q) << " T_k " << c.T_k;
+  }
+}
+
+// The same comparison is not blind: it flags a mutant whose error is a wrong scale (every case with D > 1 and a
+// query that weighs two keys), and a reversed mask.
+TEST(Zoo, TheOracleComparisonFlagsMutants) {
+  for (const char* name : {"mutant:scale-forgotten", "mutant:anti-causal"})
+    for (DType t : kDTypes) {
+      int bad = 0;
+      for (const OracleCase& c : kOracleCases) bad += oracle_violations(*find_mutant(name)->impl, t, c);
+      EXPECT_GT(bad, 0) << name << " at " << dtype_name(t);
+    }
+}
+
+}  // namespace
+}  // namespace attncheck

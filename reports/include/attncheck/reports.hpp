@@ -1,0 +1,145 @@
+// Counterexample reports: what one `attncheck check` run writes (LAW.json, LAW.md with SVG pictures,
+// summary.json, summary.md, junit.xml), atomic publishing without silent overwrites, and the corpus of every
+// failure that later runs replay first.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attncheck/law.hpp"
+#include "attncheck/report_json.hpp"
+
+namespace attncheck::reports {
+
+/// The settings of one run, as reports print them and as replay commands need them.
+struct RunInfo {
+  std::string implementation;              ///< the spec as --impl took it
+  std::string implementation_description;  ///< one line
+  DType dtype = DType::f32;
+  std::uint64_t seed = 0;
+  int cases = 100;                         ///< per law
+  int max_size = 100;                      ///< RapidCheck's max_size
+  GenConfig gen;                           ///< the bounds max_B..max_D (caps are not reported)
+  std::string program = "attncheck";       ///< how the commands printed in reports start
+};
+
+/// One law's result, what reports say about the law, and where it can be replayed from.
+struct LawReport {
+  LawResult result;
+  std::string summary;      ///< Law::summary
+  std::string why;          ///< Law::why
+  /// Empty when generated in this run; else the corpus file that failed again. Only the terminal says so: the
+  /// report of a case replayed from the corpus is the report written when it was found (same seed, cases run
+  /// and shrink steps), so rerunning a command rewrites identical files.
+  std::string found_by;
+  std::string replay_file;  ///< the file `--replay` takes (LAW.json or the corpus entry), as printed
+};
+
+/// Which kinds of files a run writes (`--format md,json,junit`).
+struct Formats {
+  bool md = true, json = true, junit = true;
+};
+/// Parses "md,json,junit" (any non-empty subset); throws std::invalid_argument naming the bad item.
+Formats parse_formats(std::string_view list);
+
+/// A file of a report, by name inside the report folder.
+struct ReportFile {
+  std::string name;
+  std::string content;
+};
+
+/// The file names a falsified law's report uses: LAW.json, LAW.md, LAW-weights.svg, LAW-variance.svg.
+std::string law_file(std::string_view law, std::string_view suffix);
+
+/// `attncheck check --impl SPEC --replay FILE`: re-checks exactly the stored case.
+std::string replay_command(const RunInfo& run, const LawReport& r);
+/// `attncheck check ... --property LAW --reproduce STRING`: regenerates the case from RapidCheck's string.
+std::string reproduce_command(const RunInfo& run, const LawReport& r);
+
+/// The LAW.json document of a falsified law; a corpus entry is the same document.
+Json law_document(const RunInfo& run, const LawReport& r);
+
+/// Every file of a run, rendered deterministically (no dates, no timings): per falsified law its JSON,
+/// Markdown and pictures; then summary.json, summary.md and junit.xml, as `formats` asks.
+std::vector<ReportFile> render_run(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats);
+
+/// The Markdown report of one falsified law (pictures are referenced by file name).
+std::string law_markdown(const RunInfo& run, const LawReport& r);
+/// An SVG heatmap of weights [T_q,T_k] of one head: future cells outlined in red, the worst cell in black.
+std::string weights_svg(const Tensor<double>& weights, Index b, Index h, CausalAlignment alignment,
+                        const std::vector<Index>& worst_index, const std::string& title);
+/// An SVG plot of (D, variance) points, D on a log2 axis.
+std::string series_svg(const std::vector<std::pair<double, double>>& series, const std::string& title);
+/// JUnit XML: one testsuite for the run, one testcase per law.
+std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws);
+
+/// A report file could not be written or read (permissions, not a directory, disk full).
+class FileError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// A report folder already holds a different report from an earlier run, and --force was not given.
+class ReportExists : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+/// Writes `content` to a temporary file beside `path`, flushes it to disk and renames it over `path`, so a
+/// reader sees the old file or the new one, never half of one. Throws FileError.
+void write_atomic(const std::filesystem::path& path, std::string_view content);
+
+/// What publish() did.
+struct PublishResult {
+  std::vector<std::string> written, unchanged, removed;
+};
+
+/// Writes `files` into `dir` (created if missing). A file already there with the same bytes is left alone.
+/// If any file would change, or an earlier run's report file (listed in its summary.json) would be left
+/// stale, nothing is written and ReportExists is thrown, unless `force`: then changed files are replaced and
+/// stale ones removed. summary.json is written last. Other files in `dir` are never touched.
+PublishResult publish(const std::filesystem::path& dir, const std::vector<ReportFile>& files, bool force);
+
+/// "mutant:mask-zero" -> "mutant-mask-zero": a file-name-safe form of an implementation spec.
+std::string slug(std::string_view spec);
+
+/// The counterexample corpus of one implementation: a folder of LAW-<hash>.json files, each a law_document.
+/// Entries are only ever added, never changed or removed.
+class Corpus {
+ public:
+  /// The corpus folder itself (ROOT/<slug>); created on the first save.
+  explicit Corpus(std::filesystem::path dir) : dir_(std::move(dir)) {}
+  const std::filesystem::path& dir() const { return dir_; }
+  /// Where the case of `law` is kept: DIR/<law>-<case hash>.json.
+  std::filesystem::path path_for(std::string_view law, const LawCase& c) const;
+  /// The entries of `law`, sorted by file name (so replay order is stable).
+  std::vector<std::filesystem::path> entries(std::string_view law) const;
+  /// Stores `doc` at `path` unless a file is already there (same case, same hash). True when written.
+  bool save(const std::filesystem::path& path, const Json& doc) const;
+
+ private:
+  std::filesystem::path dir_;
+};
+
+/// A counterexample read back from a LAW.json report or a corpus entry.
+struct StoredCounterexample {
+  std::string law, implementation;
+  DType dtype = DType::f32;
+  std::uint64_t seed = 0;
+  int cases = 100, max_size = 100;
+  GenConfig gen;
+  std::string reproduce;  ///< empty when the failure did not come from RapidCheck generation
+  int cases_run = 0, shrink_steps = 0;  ///< how it was found
+  LawCase lcase;
+  std::optional<Violation> violation;  ///< as recorded
+};
+
+/// Reads a LAW.json report or a corpus entry. Throws FileError when it cannot be read, FormatError when it
+/// is not a counterexample attncheck wrote.
+StoredCounterexample read_counterexample(const std::filesystem::path& file);
+
+}  // namespace attncheck::reports

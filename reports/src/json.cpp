@@ -1,0 +1,280 @@
+// JSON encoding of counterexamples. nlohmann's serializer prints doubles with enough digits to parse back
+// to the same value, so finite numbers round-trip; non-finite ones become strings (JSON has no Inf/NaN).
+#include "attncheck/report_json.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+
+namespace attncheck::reports {
+namespace {
+
+[[noreturn]] void fail(std::string_view what, const std::string& expected, const Json& got) {
+  std::string shown = got.dump();
+  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
+  throw FormatError(std::string(what) + ": expected " + expected + " but got " + shown);
+}
+
+const Json& field(const Json& j, const char* key, std::string_view what) {
+  if (!j.is_object()) fail(what, "an object", j);
+  const auto it = j.find(key);
+  if (it == j.end()) throw FormatError(std::string(what) + ": the field \"" + key + "\" is missing");
+  return *it;
+}
+
+std::string sub(std::string_view what, std::string_view key) { return std::string(what) + "." + std::string(key); }
+
+Index extent(const Json& j, std::string_view what) {
+  if (!j.is_number_integer() || j.get<std::int64_t>() < 1) fail(what, "a positive integer extent", j);
+  return static_cast<Index>(j.get<std::int64_t>());
+}
+
+Json problem_or_null(const std::optional<Problem>& p) { return p ? to_json(*p) : Json(nullptr); }
+Json tensor_or_null(const std::optional<Tensor<double>>& t) { return t ? to_json(*t) : Json(nullptr); }
+
+std::optional<Tensor<double>> optional_tensor(const Json& j, const char* key, std::string_view what) {
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) return std::nullopt;
+  return tensor_from_json(*it, sub(what, key));
+}
+
+// Arrays on one line with ", " between elements, at any depth.
+std::string one_line(const Json& j) {
+  if (!j.is_array()) return j.dump();
+  std::string out = "[";
+  for (std::size_t n = 0; n < j.size(); ++n) out += (n ? ", " : "") + one_line(j[n]);
+  return out + "]";
+}
+
+void dump_into(const Json& j, int indent, std::string& out) {
+  const auto plain = [](const Json& e) { return !e.is_structured() || e.empty(); };
+  const std::string pad(static_cast<std::size_t>(indent + 2), ' ');
+  if (j.is_object() && !j.empty()) {
+    out += "{\n";
+    bool first = true;
+    for (const auto& [key, value] : j.items()) {
+      if (!first) out += ",\n";
+      first = false;
+      out += pad + Json(key).dump() + ": ";
+      dump_into(value, indent + 2, out);
+    }
+    out += "\n" + std::string(static_cast<std::size_t>(indent), ' ') + "}";
+  } else if (j.is_array() && !j.empty()) {
+    bool all_plain = true;
+    for (const auto& e : j) all_plain = all_plain && plain(e);
+    // A small nested array (a tiny tensor) reads best on one line.
+    if (!all_plain) {
+      bool nested_plain = true;
+      for (const auto& e : j) nested_plain = nested_plain && e.is_array();
+      if (nested_plain && j.dump().size() <= 80) all_plain = true;
+    }
+    if (all_plain) {
+      out += one_line(j);
+      return;
+    }
+    out += "[\n";
+    for (std::size_t n = 0; n < j.size(); ++n) {
+      if (n) out += ",\n";
+      out += pad;
+      dump_into(j[n], indent + 2, out);
+    }
+    out += "\n" + std::string(static_cast<std::size_t>(indent), ' ') + "]";
+  } else {
+    out += j.dump();
+  }
+}
+
+}  // namespace
+
+Json number_to_json(double x) {
+  if (std::isnan(x)) return "nan";
+  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
+  return x;
+}
+
+double number_from_json(const Json& j, std::string_view what) {
+  if (j.is_number()) return j.get<double>();
+  if (j.is_string()) {
+    const auto& s = j.get_ref<const std::string&>();
+    if (s == "inf") return std::numeric_limits<double>::infinity();
+    if (s == "-inf") return -std::numeric_limits<double>::infinity();
+    if (s == "nan") return std::numeric_limits<double>::quiet_NaN();
+  }
+  fail(what, "a number, \"inf\", \"-inf\" or \"nan\"", j);
+}
+
+DType parse_dtype(std::string_view name) {
+  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (dtype_name(t) == name) return t;
+  throw FormatError("dtype: expected float32, float64, float16 or bfloat16 but got \"" + std::string(name) + "\"");
+}
+
+std::string_view alignment_name(CausalAlignment a) {
+  return a == CausalAlignment::BottomRight ? "bottom-right" : "top-left";
+}
+
+Json to_json(const Tensor<double>& t) {
+  const Shape& s = t.shape();
+  Json values = Json::array();
+  for (Index b = 0; b < s.B; ++b) {
+    Json head_b = Json::array();
+    for (Index h = 0; h < s.H; ++h) {
+      Json rows = Json::array();
+      for (Index i = 0; i < s.T; ++i) {
+        Json row = Json::array();
+        for (Index d = 0; d < s.D; ++d) row.push_back(number_to_json(t(b, h, i, d)));
+        rows.push_back(std::move(row));
+      }
+      head_b.push_back(std::move(rows));
+    }
+    values.push_back(std::move(head_b));
+  }
+  return Json{{"shape", {s.B, s.H, s.T, s.D}}, {"values", std::move(values)}};
+}
+
+Tensor<double> tensor_from_json(const Json& j, std::string_view what) {
+  const Json& shape = field(j, "shape", what);
+  if (!shape.is_array() || shape.size() != 4) fail(sub(what, "shape"), "[B,H,T,D]", shape);
+  const Shape s{extent(shape[0], sub(what, "shape")), extent(shape[1], sub(what, "shape")),
+                extent(shape[2], sub(what, "shape")), extent(shape[3], sub(what, "shape"))};
+  Tensor<double> t(s);
+  const Json& values = field(j, "values", what);
+  const std::string vw = sub(what, "values");
+  const auto expect_len = [&](const Json& a, Index n, const char* level) {
+    if (!a.is_array() || static_cast<Index>(a.size()) != n)
+      fail(vw, "an array of " + std::to_string(n) + " (" + level + ") for shape " + to_string(s), a);
+  };
+  expect_len(values, s.B, "B");
+  for (Index b = 0; b < s.B; ++b) {
+    expect_len(values[b], s.H, "H");
+    for (Index h = 0; h < s.H; ++h) {
+      expect_len(values[b][h], s.T, "T");
+      for (Index i = 0; i < s.T; ++i) {
+        expect_len(values[b][h][i], s.D, "last extent");
+        for (Index d = 0; d < s.D; ++d) t(b, h, i, d) = number_from_json(values[b][h][i][d], vw);
+      }
+    }
+  }
+  return t;
+}
+
+Json to_json(const Problem& p) {
+  return Json{{"dtype", dtype_name(p.dtype)},
+              {"alignment", alignment_name(p.alignment)},
+              {"scale", p.scale ? number_to_json(*p.scale) : Json(nullptr)},
+              {"want_weights", p.want_weights},
+              {"q", to_json(p.q)},
+              {"k", to_json(p.k)},
+              {"v", to_json(p.v)}};
+}
+
+Problem problem_from_json(const Json& j, std::string_view what) {
+  Problem p;
+  const Json& dtype = field(j, "dtype", what);
+  if (!dtype.is_string()) fail(sub(what, "dtype"), "a dtype name", dtype);
+  p.dtype = parse_dtype(dtype.get<std::string>());
+  const Json& align = field(j, "alignment", what);
+  if (align == "top-left") p.alignment = CausalAlignment::TopLeft;
+  else if (align == "bottom-right") p.alignment = CausalAlignment::BottomRight;
+  else fail(sub(what, "alignment"), "\"top-left\" or \"bottom-right\"", align);
+  const Json& scale = field(j, "scale", what);
+  if (!scale.is_null()) p.scale = number_from_json(scale, sub(what, "scale"));
+  const Json& want = field(j, "want_weights", what);
+  if (!want.is_boolean()) fail(sub(what, "want_weights"), "true or false", want);
+  p.want_weights = want.get<bool>();
+  p.q = tensor_from_json(field(j, "q", what), sub(what, "q"));
+  p.k = tensor_from_json(field(j, "k", what), sub(what, "k"));
+  p.v = tensor_from_json(field(j, "v", what), sub(what, "v"));
+  return p;
+}
+
+Json to_json(const LawCase& c) {
+  Json params = Json::object();
+  for (const auto& [key, value] : c.params) params[key] = number_to_json(value);
+  return Json{{"problem", to_json(c.problem)},
+              {"variant", problem_or_null(c.variant)},
+              {"params", std::move(params)},
+              {"tags", c.tags}};
+}
+
+LawCase law_case_from_json(const Json& j, std::string_view what) {
+  LawCase c;
+  c.problem = problem_from_json(field(j, "problem", what), sub(what, "problem"));
+  if (const auto it = j.find("variant"); it != j.end() && !it->is_null())
+    c.variant = problem_from_json(*it, sub(what, "variant"));
+  if (const auto it = j.find("params"); it != j.end()) {
+    if (!it->is_object()) fail(sub(what, "params"), "an object of numbers", *it);
+    for (const auto& [key, value] : it->items()) c.params[key] = number_from_json(value, sub(what, "params." + key));
+  }
+  if (const auto it = j.find("tags"); it != j.end()) {
+    if (!it->is_array()) fail(sub(what, "tags"), "an array of strings", *it);
+    for (const auto& t : *it) {
+      if (!t.is_string()) fail(sub(what, "tags"), "a string", t);
+      c.tags.push_back(t.get<std::string>());
+    }
+  }
+  return c;
+}
+
+Json to_json(const Violation& v) {
+  Json series = Json::array();
+  for (const auto& [d, var] : v.series) series.push_back(Json::array({number_to_json(d), number_to_json(var)}));
+  return Json{{"message", v.message},
+              {"quantity", v.quantity},
+              {"worst_index", v.worst_index},
+              {"magnitude", number_to_json(v.magnitude)},
+              {"tolerance", number_to_json(v.tolerance)},
+              {"expected", tensor_or_null(v.expected)},
+              {"actual", tensor_or_null(v.actual)},
+              {"weights", tensor_or_null(v.weights)},
+              {"series", std::move(series)}};
+}
+
+Violation violation_from_json(const Json& j, std::string_view what) {
+  Violation v;
+  const Json& message = field(j, "message", what);
+  if (!message.is_string()) fail(sub(what, "message"), "a string", message);
+  v.message = message.get<std::string>();
+  if (const auto it = j.find("quantity"); it != j.end() && it->is_string()) v.quantity = it->get<std::string>();
+  if (const auto it = j.find("worst_index"); it != j.end()) {
+    if (!it->is_array()) fail(sub(what, "worst_index"), "an array of indices", *it);
+    for (const auto& i : *it) {
+      if (!i.is_number_integer()) fail(sub(what, "worst_index"), "an integer", i);
+      v.worst_index.push_back(static_cast<Index>(i.get<std::int64_t>()));
+    }
+  }
+  if (const auto it = j.find("magnitude"); it != j.end()) v.magnitude = number_from_json(*it, sub(what, "magnitude"));
+  if (const auto it = j.find("tolerance"); it != j.end()) v.tolerance = number_from_json(*it, sub(what, "tolerance"));
+  v.expected = optional_tensor(j, "expected", what);
+  v.actual = optional_tensor(j, "actual", what);
+  v.weights = optional_tensor(j, "weights", what);
+  if (const auto it = j.find("series"); it != j.end()) {
+    if (!it->is_array()) fail(sub(what, "series"), "an array of [D, variance] pairs", *it);
+    for (const auto& pt : *it) {
+      if (!pt.is_array() || pt.size() != 2) fail(sub(what, "series"), "a [D, variance] pair", pt);
+      v.series.emplace_back(number_from_json(pt[0], sub(what, "series")), number_from_json(pt[1], sub(what, "series")));
+    }
+  }
+  return v;
+}
+
+std::string dump_pretty(const Json& j) {
+  std::string out;
+  dump_into(j, 0, out);
+  out += "\n";
+  return out;
+}
+
+std::string case_hash(const LawCase& c) {
+  std::uint64_t h = 14695981039346656037ull;  // FNV-1a 64 offset basis
+  for (const unsigned char ch : to_json(c).dump()) {
+    h ^= ch;
+    h *= 1099511628211ull;  // FNV-1a 64 prime
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+}  // namespace attncheck::reports

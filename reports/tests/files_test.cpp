@@ -1,0 +1,187 @@
+// Report files: writes are atomic, an earlier report is never overwritten silently, the corpus only grows,
+// and a stored counterexample reads back as it was written.
+#include <gtest/gtest.h>
+
+#include "attncheck/reports.hpp"
+#include "temp_dir.hpp"
+
+namespace attncheck::reports {
+namespace {
+
+namespace fs = std::filesystem;
+using attncheck::testing::slurp;
+using attncheck::testing::spit;
+using attncheck::testing::TempDir;
+
+std::vector<std::string> names_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : fs::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST(WriteAtomic, replacesTheFileAndLeavesNoTemporary) {
+  TempDir tmp;
+  const fs::path file = tmp.path() / "a.json";
+  write_atomic(file, "first\n");
+  write_atomic(file, "second\n");
+  EXPECT_EQ(slurp(file), "second\n");
+  EXPECT_EQ(names_in(tmp.path()), std::vector<std::string>{"a.json"});
+}
+
+TEST(WriteAtomic, failureNamesThePathAndLeavesTheOldFile) {
+  TempDir tmp;
+  const fs::path missing_dir = tmp.path() / "no" / "such" / "a.json";
+  try {
+    write_atomic(missing_dir, "x");
+    FAIL() << "wrote into a folder that does not exist";
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find(missing_dir.string()), std::string::npos) << e.what();
+  }
+  // A folder where the file should be: rename fails; the folder and its content stay as they were.
+  const fs::path blocked = tmp.path() / "blocked";
+  fs::create_directories(blocked / "inside");
+  EXPECT_THROW(write_atomic(blocked, "x"), FileError);
+  EXPECT_TRUE(fs::is_directory(blocked / "inside"));
+  EXPECT_EQ(names_in(tmp.path()), std::vector<std::string>{"blocked"});
+}
+
+TEST(Publish, identicalRerunIsLeftAloneAndChangeIsRefusedWithoutForce) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "reports";
+  const std::vector<ReportFile> first = {{"law.json", "{}\n"}, {"summary.json", "{\"n\": 1}\n"}};
+  const PublishResult r1 = publish(dir, first, false);
+  EXPECT_EQ(r1.written.size(), 2u);
+  EXPECT_EQ(slurp(dir / "summary.json"), "{\"n\": 1}\n");
+
+  const PublishResult r2 = publish(dir, first, false);
+  EXPECT_TRUE(r2.written.empty());
+  EXPECT_EQ(r2.unchanged.size(), 2u);
+
+  const std::vector<ReportFile> second = {{"law.json", "{\"changed\": true}\n"}, {"summary.json", "{\"n\": 1}\n"}};
+  try {
+    publish(dir, second, false);
+    FAIL() << "an earlier report was overwritten silently";
+  } catch (const ReportExists& e) {
+    EXPECT_NE(std::string(e.what()).find("law.json"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--force"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(slurp(dir / "law.json"), "{}\n") << "the refused run must write nothing";
+
+  const PublishResult r3 = publish(dir, second, true);
+  EXPECT_EQ(r3.written, std::vector<std::string>{"law.json"});
+  EXPECT_EQ(slurp(dir / "law.json"), "{\"changed\": true}\n");
+}
+
+TEST(Publish, staleFileOfAnEarlierRunCountsAsAChangeAndForceRemovesIt) {
+  TempDir tmp;
+  const fs::path dir = tmp.path();
+  publish(dir, {{"old-law.md", "# old\n"}, {"summary.md", "s\n"}}, false);
+  spit(dir / "notes.txt", "mine\n");  // not attncheck's: never touched
+  EXPECT_THROW(publish(dir, {{"summary.md", "s\n"}}, false), ReportExists);
+  EXPECT_TRUE(fs::exists(dir / "old-law.md"));
+  const PublishResult r = publish(dir, {{"summary.md", "s\n"}}, true);
+  EXPECT_EQ(r.removed, std::vector<std::string>{"old-law.md"});
+  EXPECT_FALSE(fs::exists(dir / "old-law.md"));
+  EXPECT_EQ(slurp(dir / "notes.txt"), "mine\n");
+}
+
+TEST(Publish, aFileWhereTheFolderShouldBeIsAFileError) {
+  TempDir tmp;
+  spit(tmp.path() / "taken", "x");
+  EXPECT_THROW(publish(tmp.path() / "taken", {{"a", "b"}}, false), FileError);
+}
+
+LawCase tiny_case(double x) {
+  LawCase c;
+  c.problem.q = Tensor<double>({1, 1, 1, 1});
+  c.problem.k = c.problem.v = c.problem.q;
+  c.problem.q(0, 0, 0, 0) = x;
+  return c;
+}
+
+TEST(Corpus, keepsEveryCaseOnceAndListsOnlyItsLaw) {
+  TempDir tmp;
+  const Corpus corpus(tmp.path() / "mutant-x");
+  const fs::path a = corpus.path_for("row", tiny_case(1));
+  const fs::path b = corpus.path_for("row", tiny_case(2));
+  const fs::path other = corpus.path_for("row-stochastic", tiny_case(1));
+  EXPECT_NE(a, b);
+  EXPECT_TRUE(corpus.save(a, Json{{"n", 1}}));
+  EXPECT_FALSE(corpus.save(a, Json{{"n", 2}})) << "an entry is never replaced";
+  EXPECT_EQ(slurp(a), "{\n  \"n\": 1\n}\n");
+  EXPECT_TRUE(corpus.save(b, Json{{"n", 3}}));
+  EXPECT_TRUE(corpus.save(other, Json{{"n", 4}}));
+  spit(corpus.dir() / "row-notahash.json", "{}");
+  std::vector<fs::path> want = {a, b};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(corpus.entries("row"), want);
+  EXPECT_EQ(corpus.entries("row-stochastic"), std::vector<fs::path>{other});
+  EXPECT_TRUE(Corpus(tmp.path() / "none").entries("row").empty());
+}
+
+TEST(ReadCounterexample, readsBackWhatLawDocumentWrote) {
+  TempDir tmp;
+  RunInfo run;
+  run.implementation = "mutant:x";
+  run.dtype = DType::f16;
+  run.seed = 77;
+  run.gen.max_D = 8;
+  LawReport r;
+  r.result.law = "row-stochastic";
+  r.result.status = LawStatus::falsified;
+  r.result.seed = 77;
+  r.result.cases_run = 5;
+  r.result.shrink_steps = 9;
+  r.result.reproduce = "ABC";
+  r.result.minimal_case = tiny_case(std::numeric_limits<double>::infinity());
+  r.result.minimal_case->problem.dtype = DType::f16;
+  Violation v;
+  v.message = "m";
+  v.quantity = "weights";
+  v.worst_index = {0, 0, 0, 0};
+  v.magnitude = 1;
+  r.result.violation = v;
+  r.replay_file = (tmp.path() / "row-stochastic.json").string();
+  write_atomic(r.replay_file, dump_pretty(law_document(run, r)));
+
+  const StoredCounterexample s = read_counterexample(r.replay_file);
+  EXPECT_EQ(s.law, "row-stochastic");
+  EXPECT_EQ(s.implementation, "mutant:x");
+  EXPECT_EQ(s.dtype, DType::f16);
+  EXPECT_EQ(s.seed, 77u);
+  EXPECT_EQ(s.cases_run, 5);
+  EXPECT_EQ(s.shrink_steps, 9);
+  EXPECT_EQ(s.gen.max_D, 8);
+  EXPECT_EQ(s.reproduce, "ABC");
+  EXPECT_EQ(s.lcase.problem.q(0, 0, 0, 0), std::numeric_limits<double>::infinity());
+  ASSERT_TRUE(s.violation.has_value());
+  EXPECT_EQ(s.violation->message, "m");
+}
+
+TEST(ReadCounterexample, missingAndForeignFilesAreRefusedWithWhatWasExpected) {
+  TempDir tmp;
+  try {
+    read_counterexample(tmp.path() / "nope.json");
+    FAIL();
+  } catch (const FileError& e) {
+    EXPECT_NE(std::string(e.what()).find("no such file"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("LAW.json"), std::string::npos) << e.what();
+  }
+  spit(tmp.path() / "bad.json", "{not json");
+  EXPECT_THROW(read_counterexample(tmp.path() / "bad.json"), FormatError);
+  spit(tmp.path() / "other.json", "{\"format\": \"something-else\"}");
+  EXPECT_THROW(read_counterexample(tmp.path() / "other.json"), FormatError);
+}
+
+TEST(Slug, makesSpecsSafeFileNames) {
+  EXPECT_EQ(slug("mutant:mask-zero"), "mutant-mask-zero");
+  EXPECT_EQ(slug("reference"), "reference");
+  EXPECT_EQ(slug("exec:python3 my kernel.py --fast"), "exec-python3-my-kernel.py-fast");
+  EXPECT_EQ(slug("plugin:../x/libk.so"), "plugin-..-x-libk.so");
+  EXPECT_EQ(slug(".."), "implementation");
+  EXPECT_EQ(slug("plugin:/a/b").find('/'), std::string::npos);
+}
+
+}  // namespace
+}  // namespace attncheck::reports

@@ -1,0 +1,146 @@
+// A stored counterexample must replay exactly: every double survives the JSON round trip bit for bit,
+// non-finite values included, and a malformed file is refused with a message naming what was expected.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "attncheck/report_json.hpp"
+
+namespace attncheck::reports {
+namespace {
+
+using Lim = std::numeric_limits<double>;
+
+// Values where a lossy encoding shows: non-finite ones, signed zero, the subnormal and normal extremes, and
+// decimals whose shortest form is not their exact binary value.
+const std::vector<double> kAwkward = {0.0,          -0.0,          1.0 / 3.0,     0.1,         -2.5e-310,
+                                      Lim::denorm_min(), Lim::min(), Lim::max(),   Lim::lowest(), 1e300,
+                                      Lim::infinity(), -Lim::infinity(), Lim::quiet_NaN(), 65504.0, -1e-45};
+
+Tensor<double> awkward_tensor(Shape s, std::size_t offset) {
+  Tensor<double> t(s);
+  for (Index n = 0; n < t.size(); ++n) t.data()[n] = kAwkward[(static_cast<std::size_t>(n) + offset) % kAwkward.size()];
+  return t;
+}
+
+// Bitwise equality, except that any NaN equals any NaN (the encoding keeps neither sign nor payload).
+void expect_same_values(const Tensor<double>& a, const Tensor<double>& b) {
+  ASSERT_EQ(a.shape(), b.shape());
+  for (Index n = 0; n < a.size(); ++n) {
+    const double x = a.data()[n], y = b.data()[n];
+    if (std::isnan(x)) {
+      EXPECT_TRUE(std::isnan(y)) << "entry " << n;
+    } else {
+      EXPECT_EQ(std::bit_cast<std::uint64_t>(x), std::bit_cast<std::uint64_t>(y)) << "entry " << n << ": " << x << " vs " << y;
+    }
+  }
+}
+
+Problem awkward_problem(std::size_t offset) {
+  Problem p;
+  p.dtype = DType::f64;
+  p.q = awkward_tensor({1, 2, 3, 4}, offset);
+  p.k = awkward_tensor({1, 2, 5, 4}, offset + 1);
+  p.v = awkward_tensor({1, 2, 5, 4}, offset + 2);
+  p.scale = 0.125;
+  p.alignment = CausalAlignment::BottomRight;
+  p.want_weights = false;
+  return p;
+}
+
+TEST(ReportJson, lawCaseRoundTripsEveryDoubleIncludingNonFinite) {
+  LawCase c;
+  c.problem = awkward_problem(0);
+  c.variant = awkward_problem(3);
+  c.variant->alignment = CausalAlignment::TopLeft;
+  c.variant->scale.reset();
+  c.params = {{"t", 2}, {"huge", Lim::infinity()}, {"tiny", -Lim::denorm_min()}};
+  c.tags = {"T=2..15", "regime=\"quoted\""};
+
+  const std::string text = dump_pretty(to_json(c));
+  const LawCase back = law_case_from_json(Json::parse(text), "case");
+
+  expect_same_values(c.problem.q, back.problem.q);
+  expect_same_values(c.problem.k, back.problem.k);
+  expect_same_values(c.problem.v, back.problem.v);
+  ASSERT_TRUE(back.variant.has_value());
+  expect_same_values(c.variant->q, back.variant->q);
+  EXPECT_EQ(back.problem.dtype, DType::f64);
+  EXPECT_EQ(back.problem.scale, 0.125);
+  EXPECT_EQ(back.problem.alignment, CausalAlignment::BottomRight);
+  EXPECT_FALSE(back.problem.want_weights);
+  EXPECT_EQ(back.variant->alignment, CausalAlignment::TopLeft);
+  EXPECT_FALSE(back.variant->scale.has_value());
+  EXPECT_EQ(back.params.at("t"), 2);
+  EXPECT_EQ(back.params.at("huge"), Lim::infinity());
+  EXPECT_EQ(std::bit_cast<std::uint64_t>(back.params.at("tiny")), std::bit_cast<std::uint64_t>(-Lim::denorm_min()));
+  EXPECT_EQ(back.tags, c.tags);
+}
+
+TEST(ReportJson, nonFiniteNumbersAreSpelledAsDocumentedStrings) {
+  EXPECT_EQ(number_to_json(Lim::infinity()), "inf");
+  EXPECT_EQ(number_to_json(-Lim::infinity()), "-inf");
+  EXPECT_EQ(number_to_json(Lim::quiet_NaN()), "nan");
+  EXPECT_TRUE(number_to_json(-0.0).is_number());
+  EXPECT_TRUE(std::signbit(number_from_json(Json::parse(number_to_json(-0.0).dump()), "x")));
+  EXPECT_THROW(number_from_json("Infinity", "x"), FormatError);
+  EXPECT_THROW(number_from_json(nullptr, "x"), FormatError);
+}
+
+TEST(ReportJson, violationRoundTripsWithTensorsAndSeries) {
+  Violation v;
+  v.message = "weights[0,0,0,1] = 0.5 but must be 0";
+  v.quantity = "weights";
+  v.worst_index = {0, 1, 2, 3};
+  v.magnitude = 0.5;
+  v.tolerance = Lim::denorm_min();
+  v.actual = awkward_tensor({1, 2, 3, 4}, 5);
+  v.series = {{2, 1.0000001}, {4, Lim::quiet_NaN()}};
+  const Violation back = violation_from_json(Json::parse(dump_pretty(to_json(v))), "violation");
+  EXPECT_EQ(back.message, v.message);
+  EXPECT_EQ(back.worst_index, v.worst_index);
+  EXPECT_EQ(back.magnitude, 0.5);
+  EXPECT_EQ(back.tolerance, Lim::denorm_min());
+  EXPECT_FALSE(back.expected.has_value());
+  ASSERT_TRUE(back.actual.has_value());
+  expect_same_values(*v.actual, *back.actual);
+  ASSERT_EQ(back.series.size(), 2u);
+  EXPECT_EQ(back.series[0].second, 1.0000001);
+  EXPECT_TRUE(std::isnan(back.series[1].second));
+}
+
+TEST(ReportJson, malformedTensorIsRefusedNamingTheShape) {
+  Json j = to_json(awkward_tensor({1, 1, 2, 2}, 0));
+  j["values"][0][0][1].erase(1);  // one row one value short
+  try {
+    tensor_from_json(j, "case.problem.q");
+    FAIL() << "a short row was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("case.problem.q.values"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[1,1,2,2]"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(tensor_from_json(Json{{"shape", {1, 0, 1, 1}}, {"values", Json::array()}}, "t"), FormatError);
+  EXPECT_THROW(parse_dtype("float8"), FormatError);
+}
+
+TEST(ReportJson, caseHashNamesTheCaseNotTheRun) {
+  LawCase a;
+  a.problem = awkward_problem(0);
+  LawCase b = a;
+  EXPECT_EQ(case_hash(a), case_hash(b));
+  b.problem.q(0, 0, 0, 0) = 42;
+  EXPECT_NE(case_hash(a), case_hash(b));
+  EXPECT_EQ(case_hash(a).size(), 16u);
+}
+
+TEST(ReportJson, smallArraysPrintOnOneLine) {
+  const std::string text = dump_pretty(Json{{"worst_index", {0, 1, 2, 3}}});
+  EXPECT_NE(text.find("\"worst_index\": [0, 1, 2, 3]"), std::string::npos) << text;
+  EXPECT_EQ(text.back(), '\n');
+}
+
+}  // namespace
+}  // namespace attncheck::reports

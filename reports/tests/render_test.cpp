@@ -1,0 +1,167 @@
+// What a person and a CI dashboard read: the files a run writes, the heatmap's future outlines, the bold
+// offending entries, JUnit counts, and that nothing in a report depends on the clock.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "attncheck/reports.hpp"
+
+namespace attncheck::reports {
+namespace {
+
+std::size_t count(const std::string& haystack, const std::string& needle) {
+  std::size_t n = 0;
+  for (auto pos = haystack.find(needle); pos != std::string::npos; pos = haystack.find(needle, pos + needle.size())) ++n;
+  return n;
+}
+
+// The legend draws one sample outline; every other one is a future cell.
+constexpr const char* kFutureOutline = "stroke=\"#d62728\" stroke-width=\"2\"";
+
+Tensor<double> filled(Shape s, double x) {
+  Tensor<double> t(s);
+  t.values().setConstant(x);
+  return t;
+}
+
+RunInfo a_run() {
+  RunInfo run;
+  run.implementation = "mutant:leaky";
+  run.implementation_description = "a mask that leaks <&> on purpose";
+  run.seed = 3;
+  return run;
+}
+
+LawReport falsified_weights_law() {
+  LawReport r;
+  r.summary = "every weight on a future key is exactly 0";
+  r.why = "exp(-inf) is 0";
+  r.replay_file = "out/zero-future-weight.json";
+  LawResult& res = r.result;
+  res.law = "zero-future-weight";
+  res.status = LawStatus::falsified;
+  res.seed = 3;
+  res.cases_run = 4;
+  res.shrink_steps = 7;
+  res.reproduce = "XYZ";
+  LawCase c;
+  c.problem.q = filled({1, 1, 3, 2}, 0.5);
+  c.problem.k = c.problem.v = c.problem.q;
+  res.minimal_case = c;
+  Violation v;
+  v.message = "weights[0,0,0,1] = 0.5 <but> must be 0 & stay 0";
+  v.quantity = "weights";
+  v.worst_index = {0, 0, 0, 1};
+  v.magnitude = 0.5;
+  v.weights = filled({1, 1, 3, 3}, 1.0 / 3);
+  res.violation = v;
+  return r;
+}
+
+LawReport held_law(std::string name) {
+  LawReport r;
+  r.result.law = std::move(name);
+  r.result.status = LawStatus::held;
+  r.result.cases_run = 100;
+  return r;
+}
+
+TEST(WeightsSvg, outlinesExactlyTheFutureCells) {
+  // Top-left, T=3: query i sees keys j <= i, so (0,1), (0,2), (1,2) are future.
+  const std::string top_left = weights_svg(filled({1, 1, 3, 3}, 0.2), 0, 0, CausalAlignment::TopLeft, {}, "t");
+  EXPECT_EQ(count(top_left, kFutureOutline), 3u + 1u);
+  // Bottom-right, T_q=2, T_k=3: query i sees j <= i + 1, so only (0,2) is future.
+  const std::string bottom_right = weights_svg(filled({1, 1, 2, 3}, 0.2), 0, 0, CausalAlignment::BottomRight, {}, "t");
+  EXPECT_EQ(count(bottom_right, kFutureOutline), 1u + 1u);
+  // Bottom-right, T_q=3, T_k=1: queries 0 and 1 see no key at all; only their one cell is outlined.
+  const std::string no_key = weights_svg(filled({1, 1, 3, 1}, 0), 0, 0, CausalAlignment::BottomRight, {}, "t");
+  EXPECT_EQ(count(no_key, kFutureOutline), 2u + 1u);
+  EXPECT_TRUE(top_left.starts_with("<svg ") && top_left.ends_with("</svg>\n"));
+}
+
+TEST(WeightsSvg, marksTheWorstCellAndNonFiniteValues) {
+  Tensor<double> w = filled({1, 2, 2, 2}, 0.5);
+  w(0, 1, 0, 1) = std::numeric_limits<double>::quiet_NaN();
+  const std::string s = weights_svg(w, 0, 1, CausalAlignment::TopLeft, {0, 1, 0, 1}, "a <title>");
+  EXPECT_EQ(count(s, "stroke=\"black\" stroke-width=\"3\""), 1u + 1u);  // the cell and its legend sample
+  EXPECT_EQ(count(s, ">NaN</text>"), 1u);
+  EXPECT_EQ(count(s, "a &lt;title&gt;"), 2u);  // escaped in <title> and in the heading
+  // A leak too small for two decimals must not read as 0.
+  Tensor<double> tiny = filled({1, 1, 2, 2}, 0);
+  tiny(0, 0, 0, 1) = 1e-30;
+  EXPECT_EQ(count(weights_svg(tiny, 0, 0, CausalAlignment::TopLeft, {}, "t"), ">&gt;0</text>"), 1u);
+}
+
+TEST(LawMarkdown, boldsOnlyEntriesBeyondTheTolerance) {
+  LawReport r = falsified_weights_law();
+  Violation& v = *r.result.violation;
+  v.quantity = "output";
+  v.tolerance = 1e-3;
+  v.expected = filled({1, 1, 3, 2}, 0.25);
+  v.actual = v.expected;
+  (*v.actual)(0, 0, 1, 0) = 0.25 + 1e-4;    // within the tolerance
+  (*v.actual)(0, 0, 2, 1) = 0.30000000000000004;  // beyond it, printed with every digit
+  v.worst_index = {0, 0, 2, 1};
+  const std::string md = law_markdown(a_run(), r);
+  EXPECT_EQ(count(md, "**0.30000000000000004** ◀ worst"), 1u) << md;
+  EXPECT_EQ(count(md, "**0.2501**"), 0u) << md;
+  EXPECT_NE(md.find(" 0.2501 |"), std::string::npos) << md;
+  EXPECT_NE(md.find("1 of 6 entries"), std::string::npos) << md;
+  EXPECT_NE(md.find("attncheck check --impl mutant:leaky --replay out/zero-future-weight.json"), std::string::npos);
+  EXPECT_NE(md.find("exp(-inf) is 0"), std::string::npos) << "the law's why belongs in the report";
+}
+
+TEST(LawMarkdown, variantShowsWhatTheLawChanged) {
+  LawReport r = falsified_weights_law();
+  LawCase& c = *r.result.minimal_case;
+  c.variant = c.problem;
+  c.variant->v(0, 0, 2, 1) = 1e300;
+  const std::string md = law_markdown(a_run(), r);
+  EXPECT_NE(md.find("- `v[0,0,2,1]`: 0.5 → 1e+300"), std::string::npos) << md;
+}
+
+TEST(RenderRun, writesTheFilesFormatsAskForAndNoTimings) {
+  std::vector<LawReport> laws = {held_law("row-stochastic"), falsified_weights_law(), held_law("determinism")};
+  laws[2].result.status = LawStatus::not_applicable;
+  laws[2].result.note = "needs two calls";
+
+  const auto files = render_run(a_run(), laws, Formats{});
+  std::vector<std::string> names;
+  for (const auto& f : files) names.push_back(f.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"zero-future-weight.json", "zero-future-weight.md",
+                                             "zero-future-weight-weights.svg", "summary.md", "junit.xml",
+                                             "summary.json"}));
+
+  laws[0].result.seconds = 12.5;  // the clock must not reach the files
+  laws[1].result.seconds = 0.01;
+  const auto again = render_run(a_run(), laws, Formats{});
+  ASSERT_EQ(again.size(), files.size());
+  for (std::size_t n = 0; n < files.size(); ++n) EXPECT_EQ(again[n].content, files[n].content) << files[n].name;
+
+  const auto md_only = render_run(a_run(), laws, parse_formats("md"));
+  EXPECT_TRUE(std::none_of(md_only.begin(), md_only.end(), [](const ReportFile& f) {
+    return f.name.ends_with(".json") || f.name.ends_with(".xml");
+  }));
+}
+
+TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {
+  std::vector<LawReport> laws = {held_law("row-stochastic"), falsified_weights_law(), held_law("determinism")};
+  laws[2].result.status = LawStatus::not_applicable;
+  laws[2].result.note = "n/a <here>";
+  const std::string x = junit_xml(a_run(), laws);
+  EXPECT_EQ(count(x, "tests=\"3\" failures=\"1\" errors=\"0\" skipped=\"1\""), 2u) << x;
+  EXPECT_EQ(count(x, "<testcase "), 3u);
+  EXPECT_NE(x.find("message=\"weights[0,0,0,1] = 0.5 &lt;but&gt; must be 0 &amp; stay 0\""), std::string::npos) << x;
+  EXPECT_EQ(x.find("<but>"), std::string::npos);
+}
+
+TEST(Formats, parsesSubsetsAndRefusesUnknownItems) {
+  const Formats f = parse_formats("junit,md");
+  EXPECT_TRUE(f.md && f.junit && !f.json);
+  EXPECT_THROW(parse_formats("md,html"), std::invalid_argument);
+  EXPECT_THROW(parse_formats(""), std::invalid_argument);
+  EXPECT_THROW(parse_formats("md,"), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace attncheck::reports

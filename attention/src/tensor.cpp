@@ -35,6 +35,12 @@ std::string_view dtype_name(DType t) {
   return "float32";
 }
 
+std::optional<DType> parse_dtype(std::string_view name) {
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (dtype_name(t) == name) return t;
+  return std::nullopt;
+}
+
 double unit_roundoff(DType t) {
   switch (t) {
     case DType::f64: return std::ldexp(1.0, -53);

@@ -6,8 +6,9 @@
 // 1. Scores. s_ij = scale·Σ_c q_ic k_jc over D terms: |δs_ij| ≤ γ_D·scale·Σ_c |q_ic k_jc| (dot product), plus
 //    u_a·|s_ij| each for rounding the scale and the multiply, plus u_a·|s_ij - m_i| ≤ 2u_a·max|s| for
 //    subtracting the row max, plus u_s·|s_ij| when the kernel stores the scores in the dtype between steps
-//    (PyTorch's math path does: its QKᵀ is a dtype tensor). So
-//    Δ_i = max_j [γ_D·scale·Σ_c|q_ic k_jc|] + (4·u_a + u_s)·max_j|s_ij|.
+//    (PyTorch's math path does: its QKᵀ is a dtype tensor), plus 2u_s·scale·Σ_c|q_ic k_jc| when it scales q
+//    (or q and k) in the dtype before the product (as `q / sqrt(D)` does). So
+//    Δ_i = max_j [(γ_D + 2u_s)·scale·Σ_c|q_ic k_jc|] + (4·u_a + u_s)·max_j|s_ij|  (u_s terms: not for float64).
 // 2. Softmax. Perturbing every exponent by at most Δ moves each weight by a factor within e^{±2Δ}. exp itself
 //    is accurate to a few ulp (4u_a budgeted), the T_vis-term sum adds γ_T relative, the division u_a. So
 //    |w̃_ij - w_ij| ≤ w_ij·ρ_i with ρ_i = exp(2Δ_i + γ_T + 5u_a) - 1, and the weights are rounded to the dtype
@@ -57,6 +58,7 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
   const double store_floor = storage_floor(dtype);
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const double g_D = gamma(D, u_a);
+  const double pre_scale = dtype == DType::f64 ? 0.0 : 2 * u_s;  // q (and k) scaled in the dtype first
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
 
@@ -68,7 +70,7 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
       ++n_vis;
-      dot_err = std::max(dot_err, g_D * abs_qk(i, j));
+      dot_err = std::max(dot_err, (g_D + pre_scale) * abs_qk(i, j));
       s_max = std::max(s_max, std::abs(s(i, j)));
       v_col_max = v_col_max.cwiseMax(v.row(j).cwiseAbs());
     }

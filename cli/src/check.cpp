@@ -31,11 +31,8 @@ std::string lpad(const std::string& s, std::size_t width) {
 }
 
 DType dtype_option(const std::string& name) {
-  try {
-    return reports::parse_dtype(name);
-  } catch (const reports::FormatError&) {
-    throw UsageError("--dtype: expected float32, float64, float16 or bfloat16 but got \"" + name + "\"");
-  }
+  if (const auto t = parse_dtype(name)) return *t;
+  throw UsageError("--dtype: expected float32, float64, float16 or bfloat16 but got \"" + name + "\"");
 }
 
 std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) {
@@ -201,6 +198,12 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
   const std::vector<const Law*> selected = select_laws(o, reg);
   const ImplementationPtr impl = resolve_implementation(o.impl, reg);
+  if (!impl->capabilities().supports(dtype)) {
+    std::string accepted;
+    for (const DType t : impl->capabilities().dtypes) accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
+    throw UsageError("--dtype: " + impl->name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) +
+                     " but got " + std::string(dtype_name(dtype)) + "; no law could be checked");
+  }
 
   reports::RunInfo run;
   run.implementation = impl->name();
@@ -232,6 +235,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
   std::vector<reports::LawReport> results;
+  std::vector<std::pair<fs::path, reports::Json>> corpus_entries;
   std::vector<double> times;
   int k = 0;
   for (const Law* law : selected) {
@@ -259,7 +263,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       if (corpus && rep->found_by.empty()) {
         reports::LawReport self = *rep;
         self.replay_file = entry.string();
-        corpus->save(entry, reports::law_document(run, self));
+        corpus_entries.emplace_back(entry, reports::law_document(run, self));  // saved once the reports are
       }
       rep->replay_file = formats.json ? (report_dir / reports::law_file(law->name, ".json")).string() : entry.string();
     }
@@ -292,6 +296,8 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     out << "reports not written\n" << std::flush;
     throw;
   }
+  // Only now: a run whose reports were refused writes nothing at all, corpus included.
+  for (const auto& [entry, doc] : corpus_entries) corpus->save(entry, doc);
 
   const int applicable = static_cast<int>(results.size()) - na;
   if (falsified) {

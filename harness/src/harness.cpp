@@ -36,17 +36,22 @@ class CheckedImplementation final : public Implementation {
 bool all_finite(const Tensor<double>& t) { return t.values().allFinite(); }
 double max_abs(const Tensor<double>& t) { return t.values().cwiseAbs().maxCoeff(); }
 
-void throw_first_nonfinite(const Tensor<double>& t, const char* what, const std::string& who, const std::string& why) {
+// Rows of queries that see no key are skipped: what a kernel returns there (zeros, or NaN as PyTorch does) is
+// outside every law, which skip those rows too.
+void throw_first_nonfinite(const Problem& p, const Tensor<double>& t, const char* what, const std::string& who,
+                           const std::string& why) {
   const Shape& s = t.shape();
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h)
-      for (Index i = 0; i < s.T; ++i)
+      for (Index i = 0; i < s.T; ++i) {
+        if (last_visible_key(i, p.q.shape().T, p.k.shape().T, p.alignment) < 0) continue;
         for (Index c = 0; c < s.D; ++c)
           if (!std::isfinite(t(b, h, i, c)))
             throw ImplementationError(ImplementationError::Kind::nonfinite,
                                       who + ": " + what + "[" + std::to_string(b) + "," + std::to_string(h) + "," +
                                           std::to_string(i) + "," + std::to_string(c) + "] is " +
                                           std::to_string(t(b, h, i, c)) + " although " + why);
+      }
 }
 
 bool is_executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
@@ -66,13 +71,16 @@ void check_finite_outcome(const Problem& p, const Outcome& o, const std::string&
   const Index D = p.q.shape().D;
   const double scale = p.scale.value_or(1 / std::sqrt(double(D)));
   const double bound = double(D) * max_abs(p.q) * max_abs(p.k) * scale;
-  const double limit = p.dtype == DType::f64 ? std::numeric_limits<double>::max() : std::numeric_limits<float>::max();
+  // float16 kernels may keep QKᵀ in the dtype, where 65504 is the largest finite score.
+  const double limit = p.dtype == DType::f64   ? std::numeric_limits<double>::max()
+                       : p.dtype == DType::f16 ? max_finite(DType::f16)
+                                               : std::numeric_limits<float>::max();
   if (!(bound < limit / 2)) return;
   char why[200];
   std::snprintf(why, sizeof why, "every input is finite and no score can overflow %s (|score| <= %.3g)",
-                p.dtype == DType::f64 ? "float64" : "float32", bound);
-  throw_first_nonfinite(o.output, "output", impl_name, why);
-  if (o.weights) throw_first_nonfinite(*o.weights, "weights", impl_name, why);
+                p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32", bound);
+  throw_first_nonfinite(p, o.output, "output", impl_name, why);
+  if (o.weights) throw_first_nonfinite(p, *o.weights, "weights", impl_name, why);
 }
 
 double default_call_timeout() {

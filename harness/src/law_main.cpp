@@ -52,12 +52,6 @@ std::string shell_quote(const std::string& s) {
   return q + "'";
 }
 
-std::optional<DType> parse_dtype(const std::string& s) {
-  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (s == dtype_name(t)) return t;
-  return std::nullopt;
-}
-
 }  // namespace
 
 int law_main(int argc, char** argv, ImplementationPtr builtin) {
@@ -66,7 +60,7 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
   std::vector<std::string> law_names, dtype_names;
   int cases = 100, max_T = 64;
   std::uint64_t seed = 0;
-  double timeout = 10;
+  double timeout = default_call_timeout();
   bool list = false, no_isolate = false, probe = false;
   std::string reproduce;
   app.add_option("--impl", spec, "plugin:PATH.so or exec:COMMAND");

@@ -99,12 +99,6 @@ struct Row {
   double seconds = 0;
 };
 
-std::optional<DType> parse_dtype(const std::string& s) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (dtype_name(t) == s) return t;
-  return std::nullopt;
-}
-
 // Smallest counterexample among the killing laws: fewest q elements, then k elements, then law order.
 const LawResult* smallest(const std::vector<LawResult>& rs) {
   const LawResult* best = nullptr;

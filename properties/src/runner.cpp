@@ -87,10 +87,22 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   }
 
   const rc::Gen<LawCase> gen = law.gen(g);
+  // RapidCheck counts any exception as a failing case. attncheck's own errors (a broken oracle or
+  // statistic, a bad parameter) are not counterexamples: keep the first one and rethrow it after the run, so
+  // callers report an internal error instead of a falsified law.
+  std::exception_ptr internal;
   const auto property = [&] {
     LawCase c = *gen;
     for (const auto& t : c.tags) RC_TAG(t);
-    const std::optional<Violation> v = evaluate_case(law, impl, c);
+    std::optional<Violation> v;
+    try {
+      v = evaluate_case(law, impl, c);
+    } catch (const rc::detail::CaseResult&) {
+      throw;
+    } catch (...) {
+      if (!internal) internal = std::current_exception();
+      throw;
+    }
     if (v) {
       t_last_failure = Failure{c, *v};
       RC_FAIL(v->message);
@@ -113,6 +125,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
+  if (internal) std::rethrow_exception(internal);
 
   if (result.is<rc::detail::SuccessResult>()) {
     const auto& s = result.get<rc::detail::SuccessResult>();

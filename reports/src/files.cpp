@@ -213,7 +213,7 @@ StoredCounterexample read_counterexample(const fs::path& file) {
   };
   s.law = text_field("law");
   s.implementation = text_field("implementation");
-  s.dtype = parse_dtype(text_field("dtype"));
+  s.dtype = dtype_field(text_field("dtype"));
   s.seed = int_field(doc, "seed", std::uint64_t{0});
   s.cases_run = int_field(doc, "cases_run", 0);
   s.shrink_steps = int_field(doc, "shrink_steps", 0);

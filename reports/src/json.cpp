@@ -104,9 +104,8 @@ double number_from_json(const Json& j, std::string_view what) {
   fail(what, "a number, \"inf\", \"-inf\" or \"nan\"", j);
 }
 
-DType parse_dtype(std::string_view name) {
-  for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
-    if (dtype_name(t) == name) return t;
+DType dtype_field(std::string_view name) {
+  if (const auto t = parse_dtype(name)) return *t;
   throw FormatError("dtype: expected float32, float64, float16 or bfloat16 but got \"" + std::string(name) + "\"");
 }
 
@@ -173,7 +172,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   Problem p;
   const Json& dtype = field(j, "dtype", what);
   if (!dtype.is_string()) fail(sub(what, "dtype"), "a dtype name", dtype);
-  p.dtype = parse_dtype(dtype.get<std::string>());
+  p.dtype = dtype_field(dtype.get<std::string>());
   const Json& align = field(j, "alignment", what);
   if (align == "top-left") p.alignment = CausalAlignment::TopLeft;
   else if (align == "bottom-right") p.alignment = CausalAlignment::BottomRight;

@@ -123,7 +123,7 @@ TEST(ReportJson, malformedTensorIsRefusedNamingTheShape) {
     EXPECT_NE(std::string(e.what()).find("[1,1,2,2]"), std::string::npos) << e.what();
   }
   EXPECT_THROW(tensor_from_json(Json{{"shape", {1, 0, 1, 1}}, {"values", Json::array()}}, "t"), FormatError);
-  EXPECT_THROW(parse_dtype("float8"), FormatError);
+  EXPECT_THROW(dtype_field("float8"), FormatError);
 }
 
 TEST(ReportJson, caseHashNamesTheCaseNotTheRun) {

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <optional>
 #include <string_view>
 
 namespace attncheck {
@@ -11,6 +12,9 @@ enum class DType { f32, f64, f16, bf16 };
 
 /// The name a person types for a dtype (`float32`, `float64`, `float16`, `bfloat16`).
 std::string_view dtype_name(DType t);
+
+/// The dtype a person named (`float32`, `float64`, `float16`, `bfloat16`), or nothing.
+std::optional<DType> parse_dtype(std::string_view name);
 
 /// Unit roundoff u = 2^-p of the dtype's significand: rounding to it has relative error at most u.
 double unit_roundoff(DType t);

@@ -32,8 +32,8 @@ Json number_to_json(double x);
 /// The inverse of number_to_json; throws FormatError naming `what` for anything else.
 double number_from_json(const Json& j, std::string_view what);
 
-/// The name a person types for a dtype, parsed back ("float32", "float64", "float16", "bfloat16").
-DType parse_dtype(std::string_view name);
+/// A report's dtype field parsed back ("float32", ...); throws FormatError for any other name.
+DType dtype_field(std::string_view name);
 /// "top-left" or "bottom-right".
 std::string_view alignment_name(CausalAlignment a);
 

@@ -330,16 +330,22 @@ rc::Gen<LawCase> gen_perturbation(const GenConfig& cfg) {
   });
 }
 
-std::optional<Violation> check_perturbation(const Implementation& impl, const LawCase& c) {
+// The shared body of causal-perturbation and strict-causality-nonfinite: the variant changed only the future
+// of position t ("params.t"), so every output at positions <= t must be bit-identical.
+std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const char* what_changed,
+                                                          const Implementation& impl, const LawCase& c) {
   const Index t = Index(c.params.at("t"));
   const Outcome a = call(impl, c.problem), b = call(impl, *c.variant);
-  auto v = compare("causal-perturbation", "output", a.output, b.output, nullptr,
-                   [t](Index, Index, Index i, Index) { return i <= t; });
+  auto v = compare(law, "output", a.output, b.output, nullptr, [t](Index, Index, Index i, Index) { return i <= t; });
   if (v) {
-    v->message += "; only positions after " + std::to_string(t) + " were changed";
+    v->message += "; only positions after " + std::to_string(t) + " were " + what_changed;
     v->weights = b.weights;
   }
   return v;
+}
+
+std::optional<Violation> check_perturbation(const Implementation& impl, const LawCase& c) {
+  return check_earlier_outputs_unchanged("causal-perturbation", "changed", impl, c);
 }
 
 const char* kPrefixWhy =
@@ -882,15 +888,7 @@ rc::Gen<LawCase> gen_strict(const GenConfig& cfg) {
 }
 
 std::optional<Violation> check_strict(const Implementation& impl, const LawCase& c) {
-  const Index t = Index(c.params.at("t"));
-  const Outcome a = call(impl, c.problem), b = call(impl, *c.variant);
-  auto v = compare("strict-causality-nonfinite", "output", a.output, b.output, nullptr,
-                   [t](Index, Index, Index i, Index) { return i <= t; });
-  if (v) {
-    v->message += "; only positions after " + std::to_string(t) + " were set to NaN/Inf";
-    v->weights = b.weights;
-  }
-  return v;
+  return check_earlier_outputs_unchanged("strict-causality-nonfinite", "set to NaN/Inf", impl, c);
 }
 
 std::string always_applies(const Capabilities&) { return ""; }

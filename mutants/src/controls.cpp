@@ -83,27 +83,12 @@ ImplementationPtr wide_accumulation() {
       "control:double-accumulation", "correct; every dtype accumulates in double, rounded once at the end",
       zoo_capabilities(), [](const Problem& p) {
         return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
-          using S = typename std::decay_t<decltype(q)>::Scalar;
-          const Shape& s = q.shape();
-          HeadCtx c{.B = s.B,
-                    .H = s.H,
-                    .T_q = s.T,
-                    .T_k = k.shape().T,
-                    .D = s.D,
-                    .dtype = pr.dtype,
-                    .scale = pr.scale,
-                    .alignment = pr.alignment};
-          Tensor<S> out(s);
-          if (w) *w = Tensor<S>(Shape{s.B, s.H, s.T, c.T_k});
-          for (Index b = 0; b < s.B; ++b)
-            for (Index h = 0; h < s.H; ++h) {
-              const Matrix<double> Q = q.head(b, h).template cast<double>(), K = k.head(b, h).template cast<double>(),
-                                   V = v.head(b, h).template cast<double>();
-              const Matrix<double> W = softmax_rows<double>(causal_select<double>(scores(Q, K, c.resolved_scale()), c));
-              out.head(b, h) = mix_visible(W, V, c).template cast<S>();
-              if (w) w->head(b, h) = W.template cast<S>();
-            }
-          return out;
+          return per_head_in<double>(q, k, v, pr, w, [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+            HeadOut<double> r;
+            r.weights = softmax_rows<double>(causal_select<double>(scores(Q, K, c.resolved_scale()), c));
+            r.output = mix_visible(r.weights, V, c);
+            return r;
+          });
         });
       });
 }

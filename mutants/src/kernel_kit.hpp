@@ -92,12 +92,11 @@ HeadOut<A> attend_where(const Matrix<A>& s, const Matrix<A>& V, Vis vis) {
   return r;
 }
 
-/// The [B,H] loop: widens each head of q, k, v to A = Acc<S>, runs `head(Q, K, V, ctx) -> HeadOut<A>` and
-/// rounds the output (and weights, when asked) back to S.
-template <class S, class HeadFn>
-Tensor<S> per_head(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
-                   HeadFn&& head) {
-  using A = Acc<S>;
+/// The [B,H] loop: widens each head of q, k, v to the accumulation type A, runs
+/// `head(Q, K, V, ctx) -> HeadOut<A>` and rounds the output (and weights, when asked) back to S.
+template <class A, class S, class HeadFn>
+Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
+                      HeadFn&& head) {
   const Shape& s = q.shape();
   HeadCtx c{.B = s.B,
             .H = s.H,
@@ -120,6 +119,13 @@ Tensor<S> per_head(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, c
       if (w) w->head(b, h) = r.weights.template cast<S>();
     }
   return out;
+}
+
+/// per_head_in at the kernels' usual accumulation type, Acc<S> (float for low precision).
+template <class S, class HeadFn>
+Tensor<S> per_head(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
+                   HeadFn&& head) {
+  return per_head_in<Acc<S>>(q, k, v, p, w, std::forward<HeadFn>(head));
 }
 
 }  // namespace attncheck::zoo

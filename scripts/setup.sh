@@ -3,7 +3,7 @@
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 
-packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev
+packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
           python3-numpy python3-torch)
 
 missing=()

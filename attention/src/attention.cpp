@@ -2,6 +2,7 @@
 #include "attncheck/attention.hpp"
 
 #include "attncheck/format.hpp"
+#include "streamed.hpp"
 
 #include <cmath>
 #include <limits>
@@ -262,6 +263,9 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   check_batched("attention", q.shape(), k.shape(), v.shape());
   const Index B = q.shape().B, T_q = q.shape().T, T_k = k.shape().T;
   check_options("attention", opts, B, T_k);
+  if (!weights)  // nothing asks for [T_q,T_k]: stream it
+    return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
+                                       false);
   if (opts.key_lengths.empty()) {  // one mask for every batch entry
     const BoolMask mask = BoolMask::of(visibility(opts, 0, T_q, T_k));
     return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights);
@@ -293,6 +297,26 @@ Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
                            weights);
 }
 
+template <class S>
+Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
+                                RowStats* stats) {
+  constexpr const char* who = "streaming_oracle";
+  check_batched(who, q.shape(), k.shape(), v.shape());
+  check_options(who, opts, q.shape().B, k.shape().T);
+  return detail::streamed_forward<double>(q.template cast<double>(), k.template cast<double>(),
+                                          v.template cast<double>(), opts, resolve_scale(opts.scale, q.shape().D, who),
+                                          stats ? &stats->values : nullptr, stats != nullptr);
+}
+
+double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const AttentionOptions& opts,
+                       const RowStats& stats, Index b, Index h, Index i, Index j) {
+  if (!visibility(opts, b, q.shape().T, k.shape().T).visible(i, j) || stats.sum(b, h, i) == 0) return 0;
+  const double scale = resolve_scale(opts.scale, q.shape().D, "streamed_weight");
+  const Index g = kv_head(h, q.shape().H, k.shape().H);
+  const double s = q.head(b, h).row(i).dot(k.head(b, g).row(j)) * scale;
+  return std::exp(s - stats.max(b, h, i)) / stats.sum(b, h, i);
+}
+
 #define ATTNCHECK_INSTANTIATE(S)                                                                              \
   template HeadTrace<S> attend(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&, const BoolMask&,          \
                                std::optional<double>);                                                        \
@@ -307,7 +331,9 @@ Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
   template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AdditiveMask&,     \
                                const AttentionOptions&, Tensor<S>*);                                          \
   template Tensor<double> oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AttentionOptions&, \
-                                 Tensor<double>*);
+                                 Tensor<double>*);                                                            \
+  template Tensor<double> streaming_oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,              \
+                                           const AttentionOptions&, RowStats*);
 
 ATTNCHECK_INSTANTIATE(float)
 ATTNCHECK_INSTANTIATE(double)

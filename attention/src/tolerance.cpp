@@ -30,6 +30,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace attncheck {
 
@@ -52,49 +53,122 @@ double accumulation_roundoff(DType dtype) {
   return dtype == DType::f64 ? unit_roundoff(DType::f64) : unit_roundoff(DType::f32);
 }
 
+namespace {
+
+// The terms of one row i (steps 1-4): its relative weight error ρ_w from the largest scale·Σ_c|q_ic k_jc|
+// and |s_ij| over its n_vis visible keys, and its output bound from ρ_w and the largest |v_jc| per column.
+struct RowTerms {
+  DType dtype;
+  double u_s, u_a, tiny, store_floor, g_D, pre_scale, safety;
+
+  RowTerms(DType t, Index D, double safety_)
+      : dtype(t),
+        u_s(unit_roundoff(t)),
+        u_a(accumulation_roundoff(t)),
+        tiny(t == DType::f64 ? 0.0 : std::ldexp(1.0, -126)),
+        store_floor(storage_floor(t)),
+        g_D(gamma(D, u_a)),
+        pre_scale(t == DType::f64 ? 0.0 : 2 * unit_roundoff(t)),  // q (and k) scaled in the dtype first
+        safety(safety_) {}
+
+  double rho_w(double abs_dot, double s_max, Index n_vis) const {
+    const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max;
+    return std::expm1(2 * delta + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
+  }
+
+  double weight(double w, double rho_w) const {
+    return (std::isinf(rho_w) ? 1.0 : std::min(1.0, safety * (w * rho_w + u_s * w))) + tiny + store_floor;
+  }
+
+  template <class Row, class Out>
+  void output(double rho_w, Index n_vis, const Eigen::RowVectorXd& v_col_max, const Row& oracle_out, Out&& tol) const {
+    const double rho = std::min(rho_w, 2.0), g_T = gamma(n_vis, u_a), v_max = v_col_max.maxCoeff();
+    for (Index c = 0; c < v_col_max.size(); ++c)
+      tol(c) = safety * (v_col_max(c) * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) +
+                         u_s * std::abs(oracle_out(c))) +
+               static_cast<double>(n_vis) * tiny * v_max + store_floor;
+  }
+};
+
+}  // namespace
+
 HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
                              const Matrix<double>& oracle_weights, double safety) {
-  const double u_s = unit_roundoff(dtype);
-  const double u_a = accumulation_roundoff(dtype);
-  const double tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
-  const double store_floor = storage_floor(dtype);
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
-  const double g_D = gamma(D, u_a);
-  const double pre_scale = dtype == DType::f64 ? 0.0 : 2 * u_s;  // q (and k) scaled in the dtype first
+  const RowTerms terms(dtype, D, safety);
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
 
   HeadTolerance tol{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, T_k)};
   for (Index i = 0; i < T_q; ++i) {
-    double dot_err = 0, s_max = 0, v_max = 0;
+    double abs_dot = 0, s_max = 0;
     Index n_vis = 0;
     Eigen::RowVectorXd v_col_max = Eigen::RowVectorXd::Zero(D);
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
       ++n_vis;
-      dot_err = std::max(dot_err, (g_D + pre_scale) * abs_qk(i, j));
+      abs_dot = std::max(abs_dot, abs_qk(i, j));
       s_max = std::max(s_max, std::abs(s(i, j)));
       v_col_max = v_col_max.cwiseMax(v.row(j).cwiseAbs());
     }
     if (n_vis == 0) continue;  // the row is exactly zero in every correct kernel
-    v_max = v_col_max.maxCoeff();
-    const double delta = dot_err + (4 * u_a + u_s) * s_max;
-    const double g_T = gamma(n_vis, u_a);
-    const double rho_w = std::expm1(2 * delta + g_T + 5 * u_a);  // may be +inf: the weights are unresolved
-    const double rho = std::min(rho_w, 2.0);
+    const double rho_w = terms.rho_w(abs_dot, s_max, n_vis);
     for (Index j = 0; j < T_k; ++j)
-      if (mask.visible(i, j))
-        tol.weights(i, j) = (std::isinf(rho_w) ? 1.0
-                                               : std::min(1.0, safety * (oracle_weights(i, j) * rho_w +
-                                                                         u_s * oracle_weights(i, j)))) +
-                            tiny + store_floor;
-    for (Index c = 0; c < D; ++c)
-      tol.output(i, c) =
-          safety * (v_col_max(c) * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) + u_s * std::abs(oracle_output(i, c))) +
-          static_cast<double>(n_vis) * tiny * v_max + store_floor;
+      if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w);
+    terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i));
   }
   return tol;
+}
+
+VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis) {
+  const Index T_q = vis.T_q, D = v.cols();
+  VisibleRange r{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, D)};
+  std::vector<Index> lo, hi;  // monotone queues of key indices: values increasing (lo) or decreasing (hi)
+  for (Index c = 0; c < D; ++c) {
+    lo.clear();
+    hi.clear();
+    std::size_t lo_head = 0, hi_head = 0;
+    Index next = 0;  // keys [0, next) have entered the queues
+    for (Index i = 0; i < T_q; ++i) {
+      const KeyRange kr = vis.keys(i);
+      if (kr.empty()) continue;
+      for (next = std::max(next, kr.begin); next < kr.end; ++next) {
+        while (lo.size() > lo_head && v(lo.back(), c) >= v(next, c)) lo.pop_back();
+        while (hi.size() > hi_head && v(hi.back(), c) <= v(next, c)) hi.pop_back();
+        lo.push_back(next);
+        hi.push_back(next);
+      }
+      while (lo[lo_head] < kr.begin) ++lo_head;
+      while (hi[hi_head] < kr.begin) ++hi_head;
+      r.min(i, c) = v(lo[lo_head], c);
+      r.max(i, c) = v(hi[hi_head], c);
+    }
+  }
+  return r;
+}
+
+Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, const Visibility& vis,
+                                         const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
+                                         const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety) {
+  const Index T_q = vis.T_q, D = v.cols();
+  const RowTerms terms(dtype, D, safety);
+  const VisibleRange range = visible_value_range(v, vis);
+  Matrix<double> tol = Matrix<double>::Zero(T_q, D);
+  if (rho_w) rho_w->setZero(T_q);
+  for (Index i = 0; i < T_q; ++i) {
+    const Index n_vis = vis.keys(i).size();
+    if (n_vis == 0) continue;
+    const double r = terms.rho_w(abs_dot(i), abs_score(i), n_vis);
+    if (rho_w) (*rho_w)(i) = r;
+    const Eigen::RowVectorXd v_col_max = range.min.row(i).cwiseAbs().cwiseMax(range.max.row(i).cwiseAbs());
+    terms.output(r, n_vis, v_col_max, oracle_output.row(i), tol.row(i));
+  }
+  return tol;
+}
+
+double weight_tolerance(DType dtype, double w, double rho_w, double safety) {
+  return RowTerms(dtype, 1, safety).weight(w, rho_w);
 }
 
 }  // namespace attncheck

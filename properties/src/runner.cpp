@@ -2,8 +2,13 @@
 // the shrunk case still fails, so the last failing evaluation is the minimal case it reports.
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <thread>
 
 #include "attncheck/law.hpp"
+#include "laws/support.hpp"
 
 // Declared in rapidcheck's private src/detail/ReproduceListener.h (built into librapidcheck.a, header not
 // installed by Debian): the same encoding RC_PARAMS="reproduce=..." reads.
@@ -66,7 +71,20 @@ std::optional<Violation> evaluate_case(const Law& law, const Implementation& imp
   }
 }
 
-LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts) {
+namespace {
+
+// Why a law cannot be checked against impl under these bounds ("" when it can).
+std::string why_not_applicable(const Law& law, const Implementation& impl, const GenConfig& g) {
+  std::string why_not = law.not_applicable ? law.not_applicable(g) : std::string();
+  if (why_not.empty() && !g.caps.supports(g.dtype))
+    why_not = impl.name() + " does not accept " + std::string(dtype_name(g.dtype));
+  return why_not;
+}
+
+// run_law; `known_held[n]`, when given, says that the n-th case drawn before any failure was already checked
+// and held, so it is not checked again.
+LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOptions& opts,
+                       const std::vector<bool>* known_held) {
   LawResult r;
   r.law = law.name;
   r.implementation = impl.name();
@@ -77,9 +95,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
 
   GenConfig g = opts.gen;
   g.caps = impl.capabilities();
-  std::string why_not = law.not_applicable ? law.not_applicable(g) : std::string();
-  if (why_not.empty() && !g.caps.supports(g.dtype))
-    why_not = impl.name() + " does not accept " + std::string(dtype_name(g.dtype));
+  const std::string why_not = why_not_applicable(law, impl, g);
   if (!why_not.empty()) {
     r.status = LawStatus::not_applicable;
     r.note = why_not;
@@ -91,12 +107,18 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   // statistic, a bad parameter) are not counterexamples: keep the first one and rethrow it after the run, so
   // callers report an internal error instead of a falsified law.
   std::exception_ptr internal;
+  std::string sampled;  // what the last long-context case checked by sampling, for the note
+  Progress progress{.law = law.name};
+  std::size_t drawn = 0;
   const auto property = [&] {
     LawCase c = *gen;
     for (const auto& t : c.tags) RC_TAG(t);
+    const std::size_t n = drawn++;
+    if (known_held && !progress.shrinking && n < known_held->size() && (*known_held)[n]) return;
     std::optional<Violation> v;
     try {
       v = evaluate_case(law, impl, c);
+      if (std::string n = law_kit::take_sampling_note(); !n.empty()) sampled = std::move(n);
     } catch (const rc::detail::CaseResult&) {
       throw;
     } catch (...) {
@@ -119,13 +141,15 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
   if (!opts.reproduce.empty()) reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
 
-  Progress progress{.law = law.name, .cases_total = params.maxSuccess};
+  progress.cases_total = params.maxSuccess;
   ProgressListener listener(progress, opts.on_progress);
   t_last_failure.reset();
+  law_kit::take_sampling_note();  // nothing left over from a corpus replay
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
   if (internal) std::rethrow_exception(internal);
+  r.note = sampled;
 
   if (result.is<rc::detail::SuccessResult>()) {
     const auto& s = result.get<rc::detail::SuccessResult>();
@@ -157,6 +181,136 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
                            result.get<rc::detail::Error>().description);
   }
   return r;
+}
+
+// One drawn case waiting for, or done with, its check in run_laws.
+struct Job {
+  std::size_t law = 0, index = 0;
+  LawCase lcase;
+};
+struct Checked {
+  bool failed = false;  // falsified, or attncheck's own error: either way the law is re-run alone
+  std::string note;
+  double seconds = 0;
+};
+
+}  // namespace
+
+LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts) {
+  return run_law_impl(law, impl, opts, nullptr);
+}
+
+std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
+                                const RunOptions& opts, int jobs) {
+  std::vector<LawResult> out;
+  if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty()) {
+    for (const Law* law : laws) out.push_back(run_law(*law, impl, opts));
+    return out;
+  }
+
+  // The checks run on `jobs` workers; the calling thread draws every case with RapidCheck and queues it,
+  // at most 2·jobs ahead (each case may hold long-context tensors).
+  std::mutex mu;
+  std::condition_variable ready, space;
+  std::deque<Job> queue;
+  bool closed = false;
+  std::vector<std::deque<Checked>> checked(laws.size());
+  std::vector<char> failed(laws.size(), 0);
+  const auto worker = [&] {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock lock(mu);
+        ready.wait(lock, [&] { return closed || !queue.empty(); });
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+        space.notify_one();
+        if (failed[job.law]) continue;  // the law is re-run alone anyway
+      }
+      Checked c;
+      const auto start = std::chrono::steady_clock::now();
+      try {
+        c.failed = evaluate_case(*laws[job.law], impl, job.lcase).has_value();
+      } catch (...) {
+        c.failed = true;  // re-run alone, where the error surfaces as it would serially
+      }
+      c.note = law_kit::take_sampling_note();
+      c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      std::lock_guard lock(mu);
+      checked[job.law][job.index] = std::move(c);
+      if (checked[job.law][job.index].failed) failed[job.law] = 1;
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < jobs; ++t) pool.emplace_back(worker);
+
+  std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size());
+  std::vector<Progress> progress(laws.size());
+  for (std::size_t l = 0; l < laws.size(); ++l) {
+    const Law& law = *laws[l];
+    GenConfig g = opts.gen;
+    g.caps = impl.capabilities();
+    if (!why_not_applicable(law, impl, g).empty()) continue;  // run_law says so below, without a case
+    const rc::Gen<LawCase> gen = law.gen(g);
+    std::size_t n = 0;
+    const auto property = [&] {
+      LawCase c = *gen;
+      for (const auto& t : c.tags) RC_TAG(t);
+      std::unique_lock lock(mu);
+      space.wait(lock, [&] { return queue.size() < 2 * std::size_t(jobs); });
+      checked[l].emplace_back();
+      queue.push_back(Job{l, n++, std::move(c)});
+      ready.notify_one();
+    };
+    rc::detail::TestParams params;
+    params.seed = opts.seed;
+    params.maxSuccess = law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
+    params.maxSize = opts.max_size;
+    rc::detail::TestMetadata md;
+    md.id = law.name;
+    md.description = law.summary;
+    progress[l] = Progress{.law = law.name, .cases_total = params.maxSuccess};
+    ProgressListener listener(progress[l], opts.on_progress);
+    const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
+    drawn[l] = rc::detail::checkTestable(property, md, params, listener, no_reproduce);
+  }
+  {
+    std::lock_guard lock(mu);
+    closed = true;
+  }
+  ready.notify_all();
+  for (auto& t : pool) t.join();
+
+  for (std::size_t l = 0; l < laws.size(); ++l) {
+    const Law& law = *laws[l];
+    const bool all_drawn = drawn[l] && drawn[l]->is<rc::detail::SuccessResult>();
+    if (!drawn[l] || !all_drawn || failed[l]) {  // not applicable, or something to shrink or report: alone
+      std::vector<bool> held;
+      for (const Checked& c : checked[l]) {
+        if (c.failed) break;
+        held.push_back(true);
+      }
+      out.push_back(run_law_impl(law, impl, opts, &held));
+      continue;
+    }
+    LawResult r;
+    r.law = law.name;
+    r.implementation = impl.name();
+    r.dtype = opts.gen.dtype;
+    r.seed = opts.seed;
+    r.status = LawStatus::held;
+    const auto& s = drawn[l]->get<rc::detail::SuccessResult>();
+    r.cases_run = s.numSuccess;
+    for (const auto& [tags, n] : s.distribution)
+      for (const auto& t : tags) r.coverage[unquote(t)] += n;
+    for (const Checked& c : checked[l]) {
+      r.seconds += c.seconds;
+      if (!c.note.empty()) r.note = c.note;
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
 }
 
 RunOptions options_from_rc_params(const std::string& law) {

@@ -34,6 +34,9 @@ struct AttentionOptions {
   /// Sliding window (FlashAttention's left window w >= 0): a query at aligned position p sees only keys
   /// p - w <= j <= p. Empty: no window. Causal path only.
   std::optional<Index> window{};
+  /// Threads for the streamed forward (attention() without weights): 0 takes every core. The result's bits
+  /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
+  int threads = 0;
 };
 
 /// The visibility rule of batch entry b under these options (causal alignment, padding, window).
@@ -69,7 +72,10 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
 
 /// Batched causal attention: Q [B,H,T_q,D], K,V [B,H_kv,T_k,D] → output [B,H,T_q,D]. H_kv divides H
 /// (grouped-query attention; H_kv = 1 is multi-query): query head h reads kv head h / (H / H_kv), as
-/// repeat_interleave, FlashAttention and ggml do. When `weights` is not null it receives [B,H,T_q,T_k].
+/// repeat_interleave, FlashAttention and ggml do. When `weights` is not null it receives [B,H,T_q,T_k] and the
+/// path is the materialising one, bit for bit the single-head path's; without, the forward is streamed: query
+/// blocks against key tiles with an online softmax, hidden tiles skipped, heads and blocks on threads, O(T·D)
+/// extra memory (identical bits whatever opts.threads).
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts = {},
                     Tensor<S>* weights = nullptr);
@@ -87,6 +93,26 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
 template <class S>
 Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts = {},
                       Tensor<double>* weights = nullptr);
+
+/// Per-row statistics of the streamed float64 oracle, from which any weight of a row follows without a
+/// [T_q,T_k] matrix: w_ij = exp(s_ij - m_i) / l_i for a visible key j, 0 otherwise.
+struct RowStats {
+  Tensor<double> values{Shape{}};  ///< [B,H,T_q,4]: m, l, max|s|, max scale·Σ_c|q_c k_c| (over visible keys)
+  double max(Index b, Index h, Index i) const { return values(b, h, i, 0); }        ///< m_i (-inf: no key)
+  double sum(Index b, Index h, Index i) const { return values(b, h, i, 1); }        ///< l_i (0: no key)
+  double abs_score(Index b, Index h, Index i) const { return values(b, h, i, 2); }  ///< max_j |s_ij|
+  double abs_dot(Index b, Index h, Index i) const { return values(b, h, i, 3); }    ///< max_j scale·Σ|q k|
+};
+
+/// The float64 oracle streamed like the core's forward (tiled, online softmax): O(T·D) memory at any T, so
+/// long contexts can be checked. `stats`, when not null, receives each row's RowStats.
+template <class S>
+Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                const AttentionOptions& opts = {}, RowStats* stats = nullptr);
+
+/// The oracle's weight (b, h, i, j) from its streamed row statistics and the float64 inputs (O(D)).
+double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const AttentionOptions& opts,
+                       const RowStats& stats, Index b, Index h, Index i, Index j);
 
 /// The kv head query head h of H reads when K and V have H_kv heads: h / (H / H_kv).
 inline Index kv_head(Index h, Index H, Index H_kv) { return h / (H / H_kv); }

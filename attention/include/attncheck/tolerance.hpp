@@ -31,4 +31,24 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
                              const Matrix<double>& oracle_weights, double safety = 2.0);
 
+/// Per row i and column c, the smallest and largest v[j,c] over the keys row i sees (0 for a row that sees
+/// none), in O(T·D) with one monotone queue per column: visible runs only move right as i grows.
+struct VisibleRange {
+  Matrix<double> min, max;  ///< [T_q,D]
+};
+VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis);
+
+/// The output part of head_tolerance without any [T_q,T_k] matrix, for long contexts: the same bound from each
+/// row's largest scale·Σ|q·k| (`abs_dot`) and |s| (`abs_score`) over its visible keys, which the streaming
+/// oracle's RowStats carry. `rho_w` receives each row's relative weight error ρ_w (+inf where the dtype
+/// cannot resolve the row's softmax), for weight_tolerance on sampled weights.
+Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, const Visibility& vis,
+                                         const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
+                                         const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w,
+                                         double safety = 2.0);
+
+/// Allowed |actual - oracle| on one visible weight whose oracle value is w, in a row with relative error
+/// ρ_w (head_tolerance's weight bound, element by element).
+double weight_tolerance(DType dtype, double w, double rho_w, double safety = 2.0);
+
 }  // namespace attncheck

@@ -76,6 +76,10 @@ struct Capabilities {
   bool window = false;
   /// Has a backward pass (Implementation::backward): the gradient laws apply.
   bool backward = false;
+  /// Calls may run concurrently from several threads and each call's result depends only on its problem (no
+  /// state kept between calls): `--jobs` then checks several laws at once. Off by default: a plug-in, a
+  /// subprocess or a stateful kernel is called one law after the other, in the serial order.
+  bool reentrant = false;
   /// The convention it declares for rows that see no key; empty: either is accepted, and reports say which
   /// one it follows.
   std::optional<EmptyRows> empty_rows;

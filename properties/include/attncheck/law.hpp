@@ -111,6 +111,14 @@ std::optional<Violation> evaluate_case(const Law& law, const Implementation& imp
 /// falsified law). A `reproduce` string whose case no longer fails counts as held, with a note.
 LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts);
 
+/// Runs `laws` against one implementation, one result per law in order, each exactly what run_law gives
+/// when the laws run one after the other. With jobs > 1 and a reentrant implementation (Capabilities::
+/// reentrant), up to `jobs` cases (of any law) are checked at once: RapidCheck, which is not thread-safe,
+/// draws every case on the calling thread, and a law any of whose cases failed is then re-run alone (its
+/// cases known to hold are not checked again), so its shrinking is RapidCheck's own, in the serial order.
+std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
+                                const RunOptions& opts, int jobs);
+
 /// RunOptions from RC_PARAMS as RapidCheck's own tests read it (seed, max_success, max_size, and the
 /// `reproduce` entry for `law`), so `RC_PARAMS="seed=..."` or a printed reproduce string replays a ctest run.
 RunOptions options_from_rc_params(const std::string& law);

@@ -20,23 +20,26 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   Tensor<double> hi(s), tol(s);
   const Include include = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
   for (Index b = 0; b < s.B; ++b)
-    for (Index h = 0; h < s.H; ++h)
+    for (Index h = 0; h < s.H; ++h) {
+      // O(T·D) whatever T: the visible runs only move right as i grows.
+      const VisibleRange range = visible_value_range(p.v.head(b, kv_of(p, h)), p.visibility(b));
       for (Index i = 0; i < s.T; ++i) {
         const KeyRange r = keys_of(p, b, i);
         if (r.empty()) continue;
-        const auto vis = p.v.head(b, kv_of(p, h)).middleRows(r.begin, r.size());
         for (Index d = 0; d < s.D; ++d) {
-          const double vmin = vis.col(d).minCoeff(), vmax = vis.col(d).maxCoeff();
+          const double vmin = range.min(i, d), vmax = range.max(i, d);
           const double x = o.output(b, h, i, d);
-          const double slack = kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s) * vis.col(d).cwiseAbs().maxCoeff() +
-                                          u_s * std::abs(x)) +
-                               storage_floor(p.dtype);
+          const double slack =
+              kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s) * std::max(std::abs(vmin), std::abs(vmax)) +
+                         u_s * std::abs(x)) +
+              storage_floor(p.dtype);
           // Expected: the nearest point of [vmin, vmax]; tolerance: the slack.
           hi(b, h, i, d) = std::clamp(x, vmin, vmax);
           tol(b, h, i, d) = slack;
           if (std::isnan(x)) hi(b, h, i, d) = vmin;
         }
       }
+    }
   auto v = compare("convex-hull", "output", hi, o.output, &tol, include);
   if (v) {
     const auto& ix = v->worst_index;

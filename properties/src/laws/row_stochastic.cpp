@@ -13,8 +13,55 @@ const char* kWhy =
     "rescalings), rounding each weight to the dtype adds u_s in all plus the dtype's subnormal floor per weight, "
     "and the check's own double sum adds gamma_{T_k}(2^-53); the whole is doubled.";
 
+// Long context. Sums: with V's column 0 all ones, output[i,0] = Σ_j w_ij·1, the row sum as the kernel itself
+// accumulates it: the weights' own slack (γ_{2T_k} + 2u_a), the T_k-term accumulation of the product γ_{T_k},
+// rounding the output to the dtype u_s; doubled. Signs and finiteness: the sampled weights.
+std::optional<Violation> check_sampled(const Implementation& impl, const Problem& p) {
+  const Shape& s = p.q.shape();
+  const Index T_k = p.k.shape().T;
+  const double u_a = accumulation_roundoff(p.dtype), u_s = unit_roundoff(p.dtype);
+  const double tol = kSafety * (gamma(2 * T_k, u_a) + gamma(T_k, u_a) + 2 * u_a + u_s);
+  Problem ones = p;
+  ones.want_weights = false;
+  ones.v = Tensor<double>(p.k.shape());
+  for (Index b = 0; b < p.k.shape().B; ++b)
+    for (Index g = 0; g < p.k.shape().H; ++g) ones.v.head(b, g).col(0).setOnes();
+  const Outcome o = call(impl, ones);
+  const WeightSample w = sample_weights(impl, p, sample_keys(T_k, kSampledKeys));
+  const std::string what = "; row sums read from an all-ones value column";
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i) {
+        if (keys_of(p, b, i).empty()) continue;
+        for (Index n = 0; n < Index(w.keys.size()); ++n)
+          if (const double x = w.w(b, h, i, n); !std::isfinite(x) || x < 0) {
+            Violation v;
+            v.quantity = "weights";
+            v.worst_index = {b, h, i, n};
+            v.magnitude = x;
+            v.message = "row-stochastic: weights" + idx({b, h, i, w.keys[std::size_t(n)]}) + " is " + num(x) +
+                        (std::isfinite(x) ? " (negative)" : " (not finite)");
+            return on_sample(v, w, p);
+          }
+        const double sum = o.output(b, h, i, 0);
+        if (!(std::abs(sum - 1) <= tol)) {
+          Violation v;
+          v.quantity = "weights";
+          v.worst_index = {b, h, i};
+          v.magnitude = std::abs(sum - 1);
+          v.tolerance = tol;
+          v.message = "row-stochastic: row " + idx({b, h, i}) + " of the weights sums to " + num(sum) +
+                      ", not 1 (off by " + num(std::abs(sum - 1)) + ", tolerance " + num(tol) + ")" + what;
+          return on_sample(v, w, p);
+        }
+      }
+  note_sampling(describe_sample(w, p) + what);
+  return std::nullopt;
+}
+
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
+  if (long_context(p)) return check_sampled(impl, p);
   const Outcome o = call(impl, p);
   const Tensor<double>& w = *o.weights;
   const Shape& s = w.shape();

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 
 namespace attncheck::law_kit {
 
@@ -37,7 +38,17 @@ bool same_bits(double a, double b) {
   return std::memcmp(&a, &b, sizeof a) == 0;
 }
 
+bool long_context(const Problem& p) {
+  const Shape& q = p.q.shape();
+  return double(q.B) * double(q.H) * double(q.T) * double(p.k.shape().T) > kMaterialisedWeights;
+}
+
 Outcome call(const Implementation& impl, const Problem& p) {
+  if (p.want_weights && long_context(p)) {
+    Problem plain = p;
+    plain.want_weights = false;
+    return call(impl, plain);
+  }
   Outcome o = impl.forward(p);
   check_outcome_shape(p, o, impl.name());
   if (p.want_weights && !o.weights)
@@ -50,10 +61,110 @@ std::string needs_weights(const GenConfig& g) {
   return g.caps.returns_weights ? "" : "needs the attention weights, which this implementation does not return";
 }
 
+namespace {
+
+thread_local std::string t_sampling_note;
+
+// The streamed oracle of a long context: outputs and their bound in O(T·D), weights on demand.
+OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
+  OracleRun r;
+  r.streamed = true;
+  r.out = streaming_oracle<double>(p.q, p.k, p.v, opts, &r.stats);
+  r.tol_out = Tensor<double>(r.out.shape());
+  const Shape& s = p.q.shape();
+  r.rho_w = Tensor<double>({s.B, s.H, s.T, 1});
+  Eigen::VectorXd abs_dot(s.T), abs_score(s.T), rho;
+  for (Index b = 0; b < s.B; ++b) {
+    const Visibility vis = p.visibility(b);
+    for (Index h = 0; h < s.H; ++h) {
+      for (Index i = 0; i < s.T; ++i) {
+        abs_dot(i) = r.stats.abs_dot(b, h, i);
+        abs_score(i) = r.stats.abs_score(b, h, i);
+      }
+      r.tol_out.head(b, h) = streamed_output_tolerance(p.dtype, p.v.head(b, kv_of(p, h)), vis, abs_dot, abs_score,
+                                                       r.out.head(b, h), &rho, kSafety);
+      r.rho_w.head(b, h) = rho;
+    }
+  }
+  return r;
+}
+
+}  // namespace
+
+double OracleRun::weight(const Problem& p, Index b, Index h, Index i, Index j) const {
+  return streamed ? streamed_weight(p.q, p.k, p.options(), stats, b, h, i, j) : w(b, h, i, j);
+}
+
+double OracleRun::weight_tol(const Problem& p, Index b, Index h, Index i, Index j) const {
+  if (!streamed) return tol_w(b, h, i, j);
+  return visible(p, b, i, j) ? weight_tolerance(p.dtype, weight(p, b, h, i, j), rho_w(b, h, i, 0), kSafety) : 0.0;
+}
+
+std::vector<Index> sample_keys(Index T_k, std::size_t max_keys) {
+  std::vector<Index> keys;
+  const auto add = [&](Index j) {
+    if (j >= 0 && j < T_k && keys.size() < max_keys && std::find(keys.begin(), keys.end(), j) == keys.end())
+      keys.push_back(j);
+  };
+  for (const Index j : {T_k - 1, Index{0}, Index{1}, T_k / 2, T_k / 2 + 1, T_k - 2}) add(j);
+  for (Index t = 16; t < T_k; t *= 2)
+    for (const Index j : {t, t - 1, t + 1}) add(j);
+  std::sort(keys.begin(), keys.end());
+  return keys;
+}
+
+WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys) {
+  const Shape qs = p.q.shape(), ks = p.k.shape();
+  WeightSample s;
+  s.keys = keys;
+  s.w = Tensor<double>({qs.B, qs.H, qs.T, Index(keys.size())});
+  Problem probe = p;
+  probe.want_weights = false;
+  for (std::size_t start = 0; start < keys.size(); start += std::size_t(ks.D)) {
+    const Index width = std::min<Index>(ks.D, Index(keys.size() - start));
+    probe.v = Tensor<double>(ks);
+    for (Index b = 0; b < ks.B; ++b)
+      for (Index g = 0; g < ks.H; ++g)
+        for (Index c = 0; c < width; ++c) probe.v(b, g, keys[start + std::size_t(c)], c) = 1;
+    const Outcome o = call(impl, probe);
+    ++s.calls;
+    for (Index b = 0; b < qs.B; ++b)
+      for (Index h = 0; h < qs.H; ++h)
+        for (Index i = 0; i < qs.T; ++i)
+          for (Index c = 0; c < width; ++c) s.w(b, h, i, Index(start) + c) = o.output(b, h, i, c);
+  }
+  return s;
+}
+
+std::string describe_sample(const WeightSample& s, const Problem& p) {
+  std::string keys;
+  for (const Index j : s.keys) keys += (keys.empty() ? "" : ",") + std::to_string(j);
+  return "long context (B*H*T_q*T_k > 2^22): weights sampled at keys {" + keys + "} (" +
+         std::to_string(s.keys.size()) + " of " + std::to_string(p.k.shape().T) + ") for all " +
+         std::to_string(p.q.shape().T) + " query rows, by " + std::to_string(s.calls) + " one-hot calls";
+}
+
+void note_sampling(const std::string& what) { t_sampling_note = what; }
+
+std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSample& s, const Problem& p) {
+  const std::string what = describe_sample(s, p);
+  note_sampling(what);
+  if (!v) return v;
+  if (v->worst_index.size() == 4) v->worst_index[3] = s.keys[std::size_t(v->worst_index[3])];
+  v->expected.reset();
+  v->actual.reset();
+  v->tolerances.reset();
+  v->message += " [" + what + "]";
+  return v;
+}
+
+std::string take_sampling_note() { return std::exchange(t_sampling_note, std::string()); }
+
 OracleRun run_oracle(const Problem& p) {
   OracleRun r;
   AttentionOptions opts = p.options();
   opts.scale = scale_of(p);
+  if (long_context(p)) return run_streamed_oracle(p, opts);
   r.out = attention<double>(p.q, p.k, p.v, opts, &r.w);
   r.tol_out = Tensor<double>(r.out.shape());
   r.tol_w = Tensor<double>(r.w.shape());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <functional>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -38,9 +39,42 @@ inline std::string num(double x) { return format_number(x, 9); }
 /// Bitwise equality of two values widened from the same dtype; any NaN equals any NaN.
 bool same_bits(double a, double b);
 
+/// Above this many weights (B·H·T_q·T_k) a case is a long context: no law asks for or materialises
+/// [T_q,T_k]. The oracle is streamed (O(T·D)), outputs are still checked in full, and weights are sampled
+/// at chosen key columns for every query row by one-hot probing (sample_weights). 2^22 weights are 32 MiB
+/// of doubles; every case at the default bounds (B, H <= 4, T <= 256) stays below it.
+inline constexpr double kMaterialisedWeights = double(1 << 22);
+/// Whether p is a long context (see kMaterialisedWeights).
+bool long_context(const Problem& p);
+
 /// Calls the implementation and insists on weights when the law needs them and the implementation says it
-/// returns them.
+/// returns them. A long context is called without weights (want_weights cleared).
 Outcome call(const Implementation& impl, const Problem& p);
+
+/// Weights at sampled key columns, recovered from outputs alone: with V's column c one-hot at key keys[c]
+/// (every other value 0), output[i,c] = weight[i, keys[c]] exactly, so one call gives D key columns for every
+/// query row. Works for any implementation, weights or not, at any T.
+struct WeightSample {
+  std::vector<Index> keys;     ///< the sampled keys
+  Tensor<double> w{Shape{}};   ///< [B,H,T_q,keys]: every query's weight on each sampled key
+  int calls = 0;               ///< implementation calls it took
+};
+/// The keys a long-context law samples: both ends, the middle, and both sides of every power of two from 16
+/// (where tiled kernels change tile), at most `max_keys`, the most telling first.
+std::vector<Index> sample_keys(Index T_k, std::size_t max_keys);
+/// How many keys the long-context weight laws sample (both ends, the middle, 16..2^k ± 1: 36 at T = 16384).
+inline constexpr std::size_t kSampledKeys = 48;
+/// Probes the weights of p at `keys` (ceil(keys / D) calls).
+WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys);
+/// "weights sampled at keys 0, 1, ... (n of T_k) for all T_q query rows", for reports.
+std::string describe_sample(const WeightSample& s, const Problem& p);
+/// A violation found on a WeightSample, re-indexed to the real key ([b,h,i,keys[c]]), its sampled tensors
+/// dropped (they are [.., keys], not [.., T_k]) and the sample described in its message; also notes it.
+std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSample& s, const Problem& p);
+/// Records what a law checked by sampling in this case; run_law puts it in the result's note.
+void note_sampling(const std::string& what);
+/// The note recorded since the last call (empty when nothing was sampled), for run_law.
+std::string take_sampling_note();
 
 /// not_applicable for laws that read the weights.
 std::string needs_weights(const GenConfig& g);
@@ -48,8 +82,16 @@ std::string needs_weights(const GenConfig& g);
 inline std::string always_applies(const GenConfig&) { return ""; }
 
 /// The float64 oracle on the problem's (already rounded) inputs, with the derived tolerance per element.
+/// For a long context the oracle is streamed: w and tol_w stay empty, and weights come from weight() and
+/// weight_tolerance() at the entries a law samples.
 struct OracleRun {
   Tensor<double> out{Shape{}}, w{Shape{}}, tol_out{Shape{}}, tol_w{Shape{}};
+  bool streamed = false;
+  RowStats stats;                  ///< streamed only: each row's m, l, max|s|, max scale·Σ|q·k|
+  Tensor<double> rho_w{Shape{}};   ///< streamed only: [B,H,T_q,1] each row's relative weight error
+  /// The oracle weight (b,h,i,j) and its allowed error, materialised or streamed.
+  double weight(const Problem& p, Index b, Index h, Index i, Index j) const;
+  double weight_tol(const Problem& p, Index b, Index h, Index i, Index j) const;
 };
 OracleRun run_oracle(const Problem& p);
 

@@ -1,0 +1,212 @@
+// The streamed causal forward: query blocks against key tiles with an online softmax (FlashAttention's
+// recurrence), fully hidden tiles skipped, Eigen products per tile, (b, h, query block) items on threads.
+// Extra memory is O(T·D) per head plus one [block, tile] score matrix per thread; no [T_q,T_k] matrix.
+//
+//   q [B,H,T_q,D], k,v [B,H_kv,T_k,D]     per item: Q_blk [Bq,D], K_t,V_t [Bk,D]
+//   S = Q_blk K_tᵀ·scale [Bq,Bk]          m_new = max(m, rowmax S), c = exp(m - m_new)
+//   P = exp(S - m_new)                    l = c·l + rowsum P,  acc = c·acc + P V_t
+//   output = acc / l  (0 where l = 0: a row that sees no key)
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "attncheck/attention.hpp"
+#include "streamed.hpp"
+
+namespace attncheck::detail {
+namespace {
+
+// Query rows per block and keys per tile. A [64,128] score tile of float fits in L1 with its exp.
+constexpr Index kBlockQ = 64, kTileK = 128;
+// Below this many multiply-adds (visible scores times D) threads cost more than they save.
+constexpr double kThreadWork = double(1 << 22);
+
+template <class A> using ArrayA = Eigen::Array<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <class A> using Column = Eigen::Array<A, Eigen::Dynamic, 1>;
+template <class A> using HeadRef = Eigen::Map<const Matrix<A>, Eigen::Unaligned>;
+
+// exp(m_old - m_new), the factor that rescales what was accumulated under the old max; exactly 0 when
+// nothing was accumulated yet (m_old = -inf), where Eigen's vectorised exp would give ~2.9e-39, not 0.
+template <class A> A rescale(A m_old, A m_new) {
+  return m_old == -std::numeric_limits<A>::infinity() ? A(0) : std::exp(m_old - m_new);
+}
+
+// Per-block state of the recurrence and its scratch, reused across tiles.
+template <class A> struct BlockState {
+  Matrix<A> acc;               // [n,D] Σ_j exp(s_ij - m_i) v_j
+  Column<A> m, l;              // running max and denominator
+  Column<double> abs_s, abs_dot;  // bound statistics (oracle only)
+  ArrayA<A> s, p, sabs;        // [n,w] scores, their exps, scale·|Q||K|ᵀ
+};
+
+template <class A, bool kBounds>
+void update_row(BlockState<A>& st, Index r, Index c0, Index w, const HeadRef<A>& v, Index key0) {
+  auto seg = st.s.row(r).segment(c0, w);
+  const A m_new = std::max(st.m(r), seg.maxCoeff());
+  const A c = rescale(st.m(r), m_new);
+  auto p = st.p.row(r).segment(c0, w);
+  p = (seg - m_new).exp();
+  st.l(r) = st.l(r) * c + p.sum();
+  st.acc.row(r) = st.acc.row(r) * c + p.matrix() * v.middleRows(key0, w);
+  st.m(r) = m_new;
+  if constexpr (kBounds) {
+    st.abs_s(r) = std::max<double>(st.abs_s(r), seg.abs().maxCoeff());
+    st.abs_dot(r) = std::max<double>(st.abs_dot(r), st.sabs.row(r).segment(c0, w).maxCoeff());
+  }
+}
+
+// Rows [i0, i1) of one head: every key tile the block can see, in order.
+template <class S, class A, bool kBounds>
+void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v, const Visibility& vis, A scale,
+                  Index i0, Index i1, S* out, double* stats, BlockState<A>& st) {
+  const Index n = i1 - i0, D = q.cols();
+  st.acc.setZero(n, D);
+  st.m.setConstant(n, -std::numeric_limits<A>::infinity());
+  st.l.setZero(n);
+  if constexpr (kBounds) {
+    st.abs_s.setZero(n);
+    st.abs_dot.setZero(n);
+  }
+  // Visible runs only move right as i grows (causal position, window start and padding are all monotone),
+  // so the block sees keys [begin(i0), end(i1-1)) and no tile outside it.
+  const Index kb = vis.keys(i0).begin, ke = vis.keys(i1 - 1).end;
+  const KeyRange first = vis.keys(i0), last = vis.keys(i1 - 1);
+  for (Index t0 = kb / kTileK * kTileK; kb < ke && t0 < ke; t0 += kTileK) {  // kb >= ke: no row sees a key
+    const Index j0 = std::max(t0, kb), j1 = std::min(t0 + kTileK, ke), w = j1 - j0;
+    const auto qb = q.middleRows(i0, n);
+    const auto kt = k.middleRows(j0, w);
+    st.s.resize(n, w);
+    st.s.matrix().noalias() = qb * kt.transpose();
+    st.s *= scale;
+    if constexpr (kBounds) {
+      st.sabs.resize(n, w);
+      st.sabs.matrix().noalias() = qb.cwiseAbs() * kt.cwiseAbs().transpose();
+      st.sabs *= scale;
+    }
+    st.p.resize(n, w);
+    // Every row sees the whole tile: one product for the block.
+    if (first.end >= j1 && last.begin <= j0) {
+      const Column<A> m_new = st.m.max(st.s.rowwise().maxCoeff());
+      Column<A> c(n);
+      for (Index r = 0; r < n; ++r) c(r) = rescale(st.m(r), m_new(r));
+      st.p = (st.s.colwise() - m_new).exp();
+      st.l = st.l * c + st.p.rowwise().sum();
+      st.acc.array().colwise() *= c;
+      st.acc.noalias() += st.p.matrix() * v.middleRows(j0, w);
+      st.m = m_new;
+      if constexpr (kBounds) {
+        st.abs_s = st.abs_s.max(st.s.abs().rowwise().maxCoeff().template cast<double>());
+        st.abs_dot = st.abs_dot.max(st.sabs.rowwise().maxCoeff().template cast<double>());
+      }
+      continue;
+    }
+    // A tile on the diagonal or a window's edge: each row reads only its visible keys, so a hidden score
+    // (NaN or Inf included) is never read and a hidden value row is never multiplied.
+    for (Index r = 0; r < n; ++r) {
+      const KeyRange kr = vis.keys(i0 + r);
+      const Index a = std::max(kr.begin, j0), e = std::min(kr.end, j1);
+      if (a < e) update_row<A, kBounds>(st, r, a - j0, e - a, v, a);
+    }
+  }
+  for (Index r = 0; r < n; ++r) {
+    S* o = out + (i0 + r) * D;
+    if (st.l(r) == A(0)) {
+      std::fill(o, o + D, S(0));
+    } else {
+      const A inv = st.l(r);
+      for (Index c = 0; c < D; ++c) o[c] = S(st.acc(r, c) / inv);
+    }
+    if (stats) {
+      double* row = stats + 4 * (i0 + r);
+      row[0] = double(st.m(r));
+      row[1] = double(st.l(r));
+      if constexpr (kBounds) {
+        row[2] = st.abs_s(r);
+        row[3] = st.abs_dot(r);
+      }
+    }
+  }
+}
+
+// The inputs in the accumulation type: the tensor itself when S is A, a widened copy otherwise (O(T·D)).
+template <class S, class A> struct Widened {
+  explicit Widened(const Tensor<S>& t) {
+    if constexpr (std::is_same_v<S, A>)
+      ptr = &t;
+    else
+      ptr = &copy.emplace(t.template cast<A>());
+  }
+  HeadRef<A> head(Index b, Index h) const {
+    const Shape& s = ptr->shape();
+    return HeadRef<A>(ptr->data() + (b * s.H + h) * s.T * s.D, s.T, s.D);
+  }
+  const Tensor<A>* ptr = nullptr;
+  std::optional<Tensor<A>> copy;
+};
+
+template <class S, class A, bool kBounds>
+Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts, double scale,
+              Tensor<double>* stats) {
+  const Shape& qs = q.shape();
+  const Index T_k = k.shape().T, H_kv = k.shape().H;
+  const Widened<S, A> qa(q), ka(k), va(v);
+  Tensor<S> out(qs);
+  if (stats) *stats = Tensor<double>(Shape{qs.B, qs.H, qs.T, 4});
+  std::vector<Visibility> vis;
+  for (Index b = 0; b < qs.B; ++b) vis.push_back(visibility(opts, b, qs.T, T_k));
+
+  // Items (b, h, block), heaviest first under the causal rule (later blocks see more keys), so the last
+  // items left are short ones. Each item writes only its own rows: the bits do not depend on the threads.
+  const Index blocks = (qs.T + kBlockQ - 1) / kBlockQ, items = qs.B * qs.H * blocks;
+  double work = 0;
+  for (Index b = 0; b < qs.B; ++b)
+    for (Index i = 0; i < qs.T; i += kBlockQ) work += double(vis[std::size_t(b)].keys(i).size()) * kBlockQ;
+  work *= double(qs.H * qs.D);
+  const auto item = [&](Index n, BlockState<A>& st) {
+    const Index blk = blocks - 1 - n % blocks, bh = n / blocks, b = bh / qs.H, h = bh % qs.H;
+    const Index g = kv_head(h, qs.H, H_kv);
+    const Index i0 = blk * kBlockQ, i1 = std::min(qs.T, i0 + kBlockQ);
+    S* o = out.data() + (b * qs.H + h) * qs.T * qs.D;
+    double* sp = stats ? stats->data() + (b * qs.H + h) * qs.T * 4 : nullptr;
+    stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis[std::size_t(b)], A(scale), i0, i1, o,
+                                sp, st);
+  };
+  const unsigned hw = opts.threads > 0 ? unsigned(opts.threads) : std::max(1u, std::thread::hardware_concurrency());
+  const unsigned threads = work < kThreadWork ? 1u : unsigned(std::min<Index>(hw, items));
+  std::atomic<Index> next{0};
+  const auto worker = [&] {
+    BlockState<A> st;
+    for (Index n = next++; n < items; n = next++) item(n, st);
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (auto& t : pool) t.join();
+  return out;
+}
+
+}  // namespace
+
+template <class S>
+Tensor<S> streamed_forward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
+                           double scale, Tensor<double>* stats, bool bounds) {
+  using A = Acc<S>;
+  if (bounds) return run<S, A, true>(q, k, v, opts, scale, stats);
+  return run<S, A, false>(q, k, v, opts, scale, stats);
+}
+
+template Tensor<float> streamed_forward(const Tensor<float>&, const Tensor<float>&, const Tensor<float>&,
+                                        const AttentionOptions&, double, Tensor<double>*, bool);
+template Tensor<double> streamed_forward(const Tensor<double>&, const Tensor<double>&, const Tensor<double>&,
+                                         const AttentionOptions&, double, Tensor<double>*, bool);
+template Tensor<Eigen::half> streamed_forward(const Tensor<Eigen::half>&, const Tensor<Eigen::half>&,
+                                              const Tensor<Eigen::half>&, const AttentionOptions&, double,
+                                              Tensor<double>*, bool);
+template Tensor<Eigen::bfloat16> streamed_forward(const Tensor<Eigen::bfloat16>&, const Tensor<Eigen::bfloat16>&,
+                                                  const Tensor<Eigen::bfloat16>&, const AttentionOptions&, double,
+                                                  Tensor<double>*, bool);
+
+}  // namespace attncheck::detail

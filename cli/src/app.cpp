@@ -52,6 +52,11 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "entries of <root>/<impl> are replayed before new cases");
   check->add_flag("--no-corpus", o.no_corpus, "neither replay nor extend the corpus");
   check->add_flag("--force", o.force, "replace a different report left in --report-dir by an earlier run");
+  check->add_option("--jobs", o.jobs,
+                    "cases of different laws checked at once (default: one per core); the reports are the same as "
+                    "with --jobs 1. Only for an implementation that declares itself reentrant (the reference); "
+                    "others run one law after the other")
+      ->check(CLI::Range(1, 1024));
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
 
   try {

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <ostream>
+#include <thread>
 
 #include "attncheck/reports.hpp"
 #include "progress.hpp"
@@ -235,29 +236,51 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       << "), D <= " << run.gen.max_D << "\n"
       << std::flush;
 
+  // First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time.
   ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
+  std::vector<std::optional<reports::LawReport>> replayed(selected.size());
+  std::vector<double> times(selected.size(), 0.0);
+  std::vector<const Law*> pending;
+  for (std::size_t n = 0; n < selected.size(); ++n) {
+    if (!corpus || !o.reproduce.empty()) {
+      pending.push_back(selected[n]);
+      continue;
+    }
+    const auto start = std::chrono::steady_clock::now();
+    replayed[n] = replay_corpus(*selected[n], *impl, run.gen, *corpus, err);
+    times[n] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (!replayed[n]) pending.push_back(selected[n]);
+  }
+  RunOptions ro;
+  ro.cases = o.cases;
+  ro.seed = o.seed;
+  ro.max_size = run.max_size;
+  ro.gen = run.gen;
+  ro.reproduce = o.reproduce;
+  std::string current;
+  int k = 0;
+  ro.on_progress = [&](const Progress& p) {
+    if (p.law != current) {
+      if (!current.empty()) progress.end();
+      progress.begin(p.law, ++k, static_cast<int>(pending.size()));
+      current = p.law;
+    }
+    progress.update(p);
+  };
+  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<LawResult> ran = run_laws(pending, *impl, ro, jobs);
+  if (!current.empty()) progress.end();
+
   std::vector<reports::LawReport> results;
   std::vector<std::pair<fs::path, reports::Json>> corpus_entries;
-  std::vector<double> times;
-  int k = 0;
-  for (const Law* law : selected) {
-    progress.begin(law->name, ++k, static_cast<int>(selected.size()));
-    const auto start = std::chrono::steady_clock::now();
-    std::optional<reports::LawReport> rep;
-    if (corpus && o.reproduce.empty()) rep = replay_corpus(*law, *impl, run.gen, *corpus, err);
+  for (std::size_t n = 0, next = 0; n < selected.size(); ++n) {
+    const Law* law = selected[n];
+    std::optional<reports::LawReport> rep = std::move(replayed[n]);
     if (!rep) {
-      RunOptions ro;
-      ro.cases = o.cases;
-      ro.seed = o.seed;
-      ro.max_size = run.max_size;
-      ro.gen = run.gen;
-      ro.reproduce = o.reproduce;
-      ro.on_progress = [&](const Progress& p) { progress.update(p); };
       rep.emplace();
-      rep->result = run_law(*law, *impl, ro);
+      rep->result = std::move(ran[next++]);
+      times[n] += rep->result.seconds;
     }
-    progress.end();
-    times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
     rep->summary = law->summary;
     rep->why = law->why;
     if (rep->result.status == LawStatus::falsified && rep->result.minimal_case) {

@@ -31,6 +31,7 @@ struct CheckOptions {
   bool no_corpus = false;
   bool force = false;
   bool progress = false;
+  int jobs = 0;            ///< laws checked at once; 0: one per core
 };
 
 /// Runs the laws against --impl (or replays --replay); returns an ExitCode. Throws UsageError and the

@@ -3,6 +3,7 @@
 // independent of the real laws; the real registry checks the reference and a mutant.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <sstream>
 
 #include "temp_dir.hpp"
@@ -235,6 +236,52 @@ TEST(RealLaws, mutantIsFalsifiedAndItsReportReplays) {
   const Result on_reference = attncheck(
       real_registry(), {"check", "--replay", (dir / (first_falsified + ".json")).string(), "--impl", "reference"});
   EXPECT_EQ(on_reference.code, kAllHeld) << on_reference.out << on_reference.err;
+}
+
+// Every file of a report folder, by name.
+std::map<std::string, std::string> files_of(const fs::path& dir) {
+  std::map<std::string, std::string> files;
+  for (const auto& e : fs::recursive_directory_iterator(dir))
+    if (e.is_regular_file()) files[fs::relative(e.path(), dir).string()] = slurp(e.path());
+  return files;
+}
+
+// --jobs checks cases of several laws at once; the reports must be those of a serial run byte for byte, for a
+// kernel whose laws all hold and for one whose falsified laws are re-run and shrunk. Both are reentrant, so
+// the concurrent path is the one taken.
+TEST(Jobs, reportsAreIdenticalToASerialRun) {
+  Registry reg = real_registry();
+  reg.builtins.push_back(make_implementation(
+      "test:reentrant-off", "the reference, with every output from position 2 on scaled by 1.01",
+      reference_implementation()->capabilities(), [](const Problem& p) {
+        Outcome o = reference_implementation()->forward(p);
+        const Shape& s = o.output.shape();
+        for (Index b = 0; b < s.B; ++b)
+          for (Index h = 0; h < s.H; ++h)
+            for (Index i = 2; i < s.T; ++i) o.output.head(b, h).row(i) *= 1.01;
+        return o;
+      }));
+  for (const std::string impl : {"reference", "test:reentrant-off"}) {
+    TempDir tmp;
+    // The same folder for both runs: the reports name it in their replay commands.
+    const fs::path dir = tmp.path() / "reports";
+    const auto run_with = [&](const std::string& jobs) {
+      fs::remove_all(dir);
+      const Result r = attncheck(reg, {"check", "--impl", impl, "--cases", "25", "--no-corpus", "--jobs", jobs,
+                                       "--report-dir", dir.string()});
+      return std::make_pair(r, files_of(dir));
+    };
+    const auto [serial, serial_files] = run_with("1");
+    const auto [parallel, parallel_files] = run_with("2");
+    EXPECT_EQ(serial.code, impl == "reference" ? kAllHeld : kFalsified) << serial.out << serial.err;
+    EXPECT_EQ(parallel.code, serial.code) << parallel.out << parallel.err;
+    ASSERT_TRUE(serial_files.count("summary.json")) << impl;
+    ASSERT_EQ(serial_files.size(), parallel_files.size()) << impl;
+    for (const auto& [name, text] : serial_files) {
+      ASSERT_TRUE(parallel_files.count(name)) << impl << ": " << name;
+      EXPECT_EQ(parallel_files.at(name), text) << impl << ": " << name << " differs between --jobs 1 and --jobs 2";
+    }
+  }
 }
 
 }  // namespace

@@ -344,14 +344,17 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (empty_row) tags.push_back("a-query-sees-nothing");
   // Largest |score| = scale·max|q|·max|k|·D is an upper bound; use the real maximum per head instead.
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(D));
+  // 256 query rows at a time: a long context's [T_q,T_k] scores would not fit in memory.
   double smax = 0;
   for (Index b = 0; b < q.B; ++b)
-    for (Index h = 0; h < q.H; ++h)
-      smax = std::max(smax, (Matrix<double>(p.q.head(b, h)) *
-                             Matrix<double>(p.k.head(b, kv_head(h, q.H, p.kv_heads()))).transpose())
-                                    .cwiseAbs()
-                                    .maxCoeff() *
-                                scale);
+    for (Index h = 0; h < q.H; ++h) {
+      const auto k = p.k.head(b, kv_head(h, q.H, p.kv_heads()));
+      for (Index i = 0; i < T; i += 256) {
+        const Index n = std::min<Index>(256, T - i);
+        smax = std::max(smax, (Matrix<double>(p.q.head(b, h).middleRows(i, n)) * k.transpose()).cwiseAbs().maxCoeff() *
+                                  scale);
+      }
+    }
   tags.push_back(smax > 1e4 ? "|score|>1e4" : smax > 10 ? "|score|=10..1e4" : "|score|<=10");
   return tags;
 }

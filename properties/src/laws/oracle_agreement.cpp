@@ -19,7 +19,7 @@ const char* kWhy =
 // Long context: the weights at the sampled keys for every query row, against the streamed oracle's, with the
 // same two rules (the reference's own sampled weights for FlashAttention's).
 std::optional<Violation> check_sampled_weights(const Implementation& impl, const Problem& p, const OracleRun& r) {
-  const std::vector<Index> keys = sample_keys(p.k.shape().T, kSampledKeys);
+  const std::vector<Index> keys = sampled_keys(p);
   const WeightSample got = sample_weights(impl, p, keys), mine = sample_weights(*reference_implementation(), p, keys);
   const Shape& s = got.w.shape();
   Tensor<double> want(s), tol(s);

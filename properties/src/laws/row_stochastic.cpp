@@ -27,7 +27,7 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
   for (Index b = 0; b < p.k.shape().B; ++b)
     for (Index g = 0; g < p.k.shape().H; ++g) ones.v.head(b, g).col(0).setOnes();
   const Outcome o = call(impl, ones);
-  const WeightSample w = sample_weights(impl, p, sample_keys(T_k, kSampledKeys));
+  const WeightSample w = sample_weights(impl, p, sampled_keys(p));
   const std::string what = "; row sums read from an all-ones value column";
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h)

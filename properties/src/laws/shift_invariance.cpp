@@ -31,7 +31,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 // Long context: both problems' weights at the sampled keys, for every query row.
 std::optional<Violation> check_sampled(const Implementation& impl, const LawCase& c) {
   const Problem &p = c.problem, &q = *c.variant;
-  const std::vector<Index> keys = sample_keys(p.k.shape().T, kSampledKeys);
+  const std::vector<Index> keys = sampled_keys(p);
   const WeightSample a = sample_weights(impl, p, keys), b = sample_weights(impl, q, keys);
   const OracleRun oa = run_oracle(p), ob = run_oracle(q);
   const Shape& s = a.w.shape();

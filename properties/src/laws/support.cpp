@@ -113,6 +113,10 @@ std::vector<Index> sample_keys(Index T_k, std::size_t max_keys) {
   return keys;
 }
 
+std::vector<Index> sampled_keys(const Problem& p) {
+  return sample_keys(p.k.shape().T, std::min(kSampledKeys, kProbeCalls * std::size_t(p.k.shape().D)));
+}
+
 WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys) {
   const Shape qs = p.q.shape(), ks = p.k.shape();
   WeightSample s;

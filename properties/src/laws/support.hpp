@@ -62,8 +62,11 @@ struct WeightSample {
 /// The keys a long-context law samples: both ends, the middle, and both sides of every power of two from 16
 /// (where tiled kernels change tile), at most `max_keys`, the most telling first.
 std::vector<Index> sample_keys(Index T_k, std::size_t max_keys);
-/// How many keys the long-context weight laws sample (both ends, the middle, 16..2^k ± 1: 36 at T = 16384).
-inline constexpr std::size_t kSampledKeys = 48;
+/// How many keys the long-context weight laws sample (both ends, the middle, 16..2^k ± 1: 36 at T = 16384),
+/// and in at most how many probing calls (each a whole forward): at D = 1, 8 keys.
+inline constexpr std::size_t kSampledKeys = 48, kProbeCalls = 8;
+/// The keys a long-context law samples for p: sample_keys within kSampledKeys and kProbeCalls calls.
+std::vector<Index> sampled_keys(const Problem& p);
 /// Probes the weights of p at `keys` (ceil(keys / D) calls).
 WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys);
 /// "weights sampled at keys 0, 1, ... (n of T_k) for all T_q query rows", for reports.

@@ -37,7 +37,7 @@ std::optional<Violation> hidden_weights_zero(const Implementation& impl, const P
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   if (long_context(p)) {  // every query row against the sampled keys, each of which is hidden from many rows
-    const WeightSample s = sample_weights(impl, p, sample_keys(p.k.shape().T, kSampledKeys));
+    const WeightSample s = sample_weights(impl, p, sampled_keys(p));
     return on_sample(hidden_weights_zero(impl, p, s.w, [&](Index c) { return s.keys[std::size_t(c)]; }), s, p);
   }
   const Outcome o = call(impl, p);

@@ -243,6 +243,20 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     }
   };
   std::vector<std::thread> pool;
+  const auto close_and_join = [&] {
+    {
+      std::lock_guard lock(mu);
+      closed = true;
+    }
+    ready.notify_all();
+    for (auto& t : pool)
+      if (t.joinable()) t.join();
+  };
+  // Joins the workers on every way out, an exception from a generator included.
+  struct Joiner {
+    const decltype(close_and_join)& f;
+    ~Joiner() { f(); }
+  } joiner{close_and_join};
   for (int t = 0; t < jobs; ++t) pool.emplace_back(worker);
 
   std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size());
@@ -275,12 +289,7 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
     drawn[l] = rc::detail::checkTestable(property, md, params, listener, no_reproduce);
   }
-  {
-    std::lock_guard lock(mu);
-    closed = true;
-  }
-  ready.notify_all();
-  for (auto& t : pool) t.join();
+  close_and_join();
 
   for (std::size_t l = 0; l < laws.size(); ++l) {
     const Law& law = *laws[l];

@@ -143,6 +143,14 @@ done:
   v.tolerance = tol ? worst_tol : 0;
   v.expected = expected;
   v.actual = actual;
+  if (tol) {
+    v.tolerances = *tol;  // for the report's error map; a cell the law does not compare may differ by anything
+    for (Index b2 = 0; include && b2 < s.B; ++b2)
+      for (Index h2 = 0; h2 < s.H; ++h2)
+        for (Index i2 = 0; i2 < s.T; ++i2)
+          for (Index j2 = 0; j2 < s.D; ++j2)
+            if (!include(b2, h2, i2, j2)) (*v.tolerances)(b2, h2, i2, j2) = std::numeric_limits<double>::infinity();
+  }
   const std::string at = quantity + idx({b, h, i, j});
   if (!tol)
     v.message = what + ": " + at + " is " + num(actual(b, h, i, j)) + " but was " + num(expected(b, h, i, j)) +
@@ -395,15 +403,34 @@ std::optional<Violation> check_prefix(const Implementation& impl, const LawCase&
 constexpr int kGroups = 60, kGroupSize = 256, kScaleCases = 20;
 constexpr double kEps = 0.5;
 
-double median_of_means(std::vector<double> x) {
+// The kGroups group means of x, sorted.
+std::vector<double> sorted_group_means(const std::vector<double>& x) {
   std::vector<double> means(kGroups);
   for (int g = 0; g < kGroups; ++g) {
     double s = 0;
     for (int i = 0; i < kGroupSize; ++i) s += x[std::size_t(g * kGroupSize + i)];
     means[std::size_t(g)] = s / kGroupSize;
   }
-  std::nth_element(means.begin(), means.begin() + kGroups / 2, means.end());
-  return means[kGroups / 2];
+  std::sort(means.begin(), means.end());
+  return means;
+}
+
+double median_of_means(const std::vector<double>& x) { return sorted_group_means(x)[kGroups / 2]; }
+
+// The report's band around the median of means: the order statistics m₍k₎ ≤ median ≤ m₍G+1-k₎ of the G group
+// means cover the group mean's true median with probability 1 - 2·P(Bin(G, 1/2) < k), whatever the
+// distribution. k is the largest with P(Bin(G, 1/2) < k) ≤ 2.5%, so the band is an at least 95% confidence
+// interval (G = 60: k = 22, coverage 97.3%).
+VariancePoint variance_point(double D, const std::vector<double>& x) {
+  const std::vector<double> m = sorted_group_means(x);
+  double below = 0, term = std::ldexp(1.0, -kGroups);  // P(Bin = 0), then P(Bin < k) accumulated
+  int k = 0;
+  while (below + term <= 0.025) {
+    below += term;
+    term *= double(kGroups - k) / double(k + 1);  // C(G, k+1) / C(G, k)
+    ++k;
+  }
+  return VariancePoint{D, m[kGroups / 2], m[std::size_t(k - 1)], m[std::size_t(kGroups - k)]};
 }
 
 // One T=2 head per sample, key 0 = 0 so the weights of query 1 are (1, e^s)/(1 + e^s) and the scaled score is
@@ -480,9 +507,26 @@ rc::Gen<LawCase> gen_scale(const GenConfig& cfg) {
     const auto word = rc::gen::noShrink(rc::gen::inRange<std::uint32_t>(0, std::numeric_limits<std::uint32_t>::max()));
     c.params["sample_seed_hi"] = double(*word);
     c.params["sample_seed_lo"] = double(*word);
+    c.params["sweep_max_D"] = double(cfg.max_D);  // how far the report's variance plot sweeps D
     c.tags = shape_tags(p);
     return c;
   });
+}
+
+std::uint64_t sample_seed(const LawCase& c) {
+  return (std::uint64_t(c.params.at("sample_seed_hi")) << 32) | std::uint64_t(c.params.at("sample_seed_lo"));
+}
+
+// For the report's plot: the same statistic over D = 1, 2, 4, ... up to the run's --max-D (cases stored
+// before the bound was recorded sweep to 128), so the trend names the mistake: ∝ D when the scale is
+// forgotten, ∝ 1/D when it is applied twice.
+std::vector<VariancePoint> variance_sweep(const Implementation& impl, DType dtype, const LawCase& c) {
+  const auto bound = c.params.find("sweep_max_D");
+  const Index max_D = bound != c.params.end() ? Index(bound->second) : 128;
+  std::vector<VariancePoint> out;
+  for (Index d = 1; d <= max_D; d *= 2)
+    out.push_back(variance_point(double(d), sample_scores(impl, dtype, d, sample_seed(c) + std::uint64_t(d)).scaled_sq));
+  return out;
 }
 
 std::optional<Violation> check_scale(const Implementation& impl, const LawCase& c) {
@@ -512,13 +556,12 @@ std::optional<Violation> check_scale(const Implementation& impl, const LawCase& 
     v.weights = w;
     v.expected = orc.w;
     v.actual = w;
-    v.series = {{double(D), got * got * double(D)}};
+    v.series = variance_sweep(impl, p.dtype, c);
     return v;
   }
 
   // Statistical form.
-  const std::uint64_t seed =
-      (std::uint64_t(c.params.at("sample_seed_hi")) << 32) | std::uint64_t(c.params.at("sample_seed_lo"));
+  const std::uint64_t seed = sample_seed(c);
   const ScoreSamples s = sample_scores(impl, p.dtype, D, seed);
   const double var = median_of_means(s.scaled_sq);
   const double raw = median_of_means(s.raw_sq);
@@ -534,11 +577,7 @@ std::optional<Violation> check_scale(const Implementation& impl, const LawCase& 
     v.tolerance = kEps;
     v.message = "scale-variance: the scaled scores' variance at D=" + std::to_string(D) + " is " + num(var) +
                 ", not 1 (allowed 1 ± " + num(kEps) + "; unscaled it is " + num(raw) + ")";
-    // For the report's plot: the same statistic over a sweep of head dimensions.
-    for (Index d = 1; d <= std::max<Index>(D, 128); d *= 2) {
-      const ScoreSamples sd = sample_scores(impl, p.dtype, d, seed + std::uint64_t(d));
-      v.series.emplace_back(double(d), median_of_means(sd.scaled_sq));
-    }
+    v.series = variance_sweep(impl, p.dtype, c);
     return v;
   }
   return std::nullopt;

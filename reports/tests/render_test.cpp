@@ -129,8 +129,8 @@ TEST(RenderRun, writesTheFilesFormatsAskForAndNoTimings) {
   std::vector<std::string> names;
   for (const auto& f : files) names.push_back(f.name);
   EXPECT_EQ(names, (std::vector<std::string>{"zero-future-weight.json", "zero-future-weight.md",
-                                             "zero-future-weight-weights.svg", "summary.md", "junit.xml",
-                                             "summary.json"}));
+                                             "zero-future-weight-weights.svg", "zero-future-weight.html", "summary.md",
+                                             "index.html", "junit.xml", "summary.json"}));
 
   laws[0].result.seconds = 12.5;  // the clock must not reach the files
   laws[1].result.seconds = 0.01;
@@ -142,6 +142,44 @@ TEST(RenderRun, writesTheFilesFormatsAskForAndNoTimings) {
   EXPECT_TRUE(std::none_of(md_only.begin(), md_only.end(), [](const ReportFile& f) {
     return f.name.ends_with(".json") || f.name.ends_with(".xml");
   }));
+}
+
+TEST(Html, indexIsSelfContainedAndLinksEveryFalsifiedLaw) {
+  std::vector<LawReport> laws = {held_law("row-stochastic"), falsified_weights_law()};
+  const auto files = render_run(a_run(), laws, Formats{});
+  const auto find = [&](const std::string& name) {
+    const auto it = std::find_if(files.begin(), files.end(), [&](const ReportFile& f) { return f.name == name; });
+    return it == files.end() ? std::string() : it->content;
+  };
+  const std::string index = find("index.html"), page = find("zero-future-weight.html");
+  ASSERT_FALSE(index.empty());
+  ASSERT_FALSE(page.empty());
+  for (const std::string& html : {index, page}) {
+    EXPECT_TRUE(html.starts_with("<!DOCTYPE html>\n"));
+    EXPECT_EQ(count(html, "<script"), 0u);
+    EXPECT_EQ(count(html, "default-src 'none'"), 1u) << "nothing may be fetched";
+    EXPECT_EQ(count(html, "<svg "), 1u) << "the heatmap, inline";
+    EXPECT_EQ(count(html, "<img"), 0u);
+  }
+  EXPECT_NE(index.find("<a href=\"zero-future-weight.html\">"), std::string::npos) << index;
+  EXPECT_NE(index.find("<td><code>row-stochastic</code></td><td>held</td>"), std::string::npos) << index;
+  EXPECT_NE(page.find("<a href=\"index.html\">"), std::string::npos);
+  // The description's markup characters are text, not markup.
+  EXPECT_NE(page.find("a mask that leaks &lt;&amp;&gt; on purpose"), std::string::npos) << page;
+}
+
+TEST(Html, markdownSubsetBecomesHtml) {
+  const std::string h = markdown_to_html(
+      "# Title `a|b`\n\n> a **bold** q[0,1] and *it*\n\n| x | y |\n|---|---:|\n| `p\\|q` | 1 |\n\n"
+      "- one [link](r.md)\n  more\n\n![pic](p.svg)\n\n![missing](m.svg)\n",
+      {{"p.svg", "<svg>P</svg>\n"}});
+  EXPECT_NE(h.find("<h1 id=\"title-a-b\">Title <code>a|b</code></h1>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<blockquote>a <strong>bold</strong> q[0,1] and <em>it</em></blockquote>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<th>x</th><th class=\"num\">y</th>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<td><code>p|q</code></td><td class=\"num\">1</td>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<li>one <a href=\"r.html\">link</a><br>more</li>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<figure>\n<svg>P</svg>\n</figure>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<img src=\"m.svg\" alt=\"missing\">"), std::string::npos) << h;
 }
 
 TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {
@@ -158,7 +196,8 @@ TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {
 TEST(Formats, parsesSubsetsAndRefusesUnknownItems) {
   const Formats f = parse_formats("junit,md");
   EXPECT_TRUE(f.md && f.junit && !f.json);
-  EXPECT_THROW(parse_formats("md,html"), std::invalid_argument);
+  EXPECT_TRUE(parse_formats("md,html").html);
+  EXPECT_THROW(parse_formats("md,pdf"), std::invalid_argument);
   EXPECT_THROW(parse_formats(""), std::invalid_argument);
   EXPECT_THROW(parse_formats("md,"), std::invalid_argument);
 }

@@ -3,11 +3,11 @@
 // values themselves. Large heads are max-pooled so that one bad cell still shows.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <stdexcept>
 
+#include "attncheck/format.hpp"
 #include "render_common.hpp"
 
 namespace attncheck::reports {
@@ -63,24 +63,9 @@ std::string value_color(double x, double scale, bool weights) {
   return t < 0 ? mix_color(-t, 255, 255, 255, 33, 102, 172) : mix_color(t, 255, 255, 255, 178, 24, 43);
 }
 
-std::string short_num(double x) {
-  if (std::isnan(x)) return "NaN";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2g", x);
-  return buf;
-}
-
-std::string ratio_text(double r) {
-  if (std::isinf(r)) return "inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.3g", r);
-  return buf;
-}
-
 }  // namespace
 
-std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment alignment, const std::string& title) {
+std::string error_map_svg(const Violation& v, Index b, Index h, const Visibility& vis, const std::string& title) {
   if (!v.expected || !v.actual || !v.tolerances || v.expected->shape() != v.actual->shape() ||
       v.expected->shape() != v.tolerances->shape())
     throw std::invalid_argument("error_map_svg: needs expected, actual and tolerances of one shape");
@@ -101,7 +86,7 @@ std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment 
       const std::size_t n = static_cast<std::size_t>((i / pr) * cols + c / pc);
       const Cell cell = measure(e(b, h, i, c), a(b, h, i, c), tol(b, h, i, c), i, c);
       if ((i % pr == 0 && c % pc == 0) || worse(cell, cells[n])) cells[n] = cell;
-      future[n] &= weights && c > last_visible_key(i, R, C, alignment);
+      future[n] &= weights && !vis.visible(i, c);
       for (const double x : {e(b, h, i, c), a(b, h, i, c)})
         if (std::isfinite(x)) scale = std::max(scale, std::abs(x));
     }
@@ -142,8 +127,10 @@ std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment 
       s += svg_text(x0 + static_cast<int>(k) * cell + cell / 2, top + grid_h + 12, std::to_string(k * pc),
                     "text-anchor=\"middle\" font-size=\"10\"");
   }
-  s += svg_text(14, top + grid_h / 2, "query i &#8594;",
-                "text-anchor=\"middle\" transform=\"rotate(90 14 " + std::to_string(top + grid_h / 2) + ")\"");
+  // Centred on the rows, but never higher than its own length allows: it would run into the column label.
+  const int label_y = top + std::max(grid_h, 80) / 2;
+  s += svg_text(14, label_y, "query i &#8594;",
+                "text-anchor=\"middle\" transform=\"rotate(90 14 " + std::to_string(label_y) + ")\"");
 
   const bool show_values = cell >= 40;
   for (Index r = 0; r < rows; ++r)
@@ -161,7 +148,7 @@ std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment 
                   col_name + " " + std::to_string(k * pc) + "-" + std::to_string(std::min(C, (k + 1) * pc) - 1) +
                   ", worst " + where;
         attrs += std::string(" class=\"") + (m.nonfinite ? "nonfinite" : "over") + "\"><title>" + where +
-                 ": error/tolerance " + ratio_text(m.ratio) + " (actual " + num(actual) + ", expected " + num(expected) +
+                 ": error/tolerance " + format_number(m.ratio, 3) + " (actual " + num(actual) + ", expected " + num(expected) +
                  ")</title></rect";
         s += "<rect x=\"" + std::to_string(panel_x[0] + x) + "\" y=\"" + std::to_string(y) + "\" width=\"" +
              std::to_string(cell) + "\" height=\"" + std::to_string(cell) + "\" " + attrs + ">\n";
@@ -175,8 +162,10 @@ std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment 
                     "fill=\"" + value_color(actual, scale, weights) + "\" stroke=\"#dddddd\" stroke-width=\"1\"");
       if (show_values) {
         const double t = weights ? actual : (scale > 0 ? std::abs(actual) / scale : 0);
-        s += svg_text(panel_x[1] + x + cell / 2, y + cell / 2 + 4, weights ? cell_text(actual) : short_num(actual),
-                      std::string("text-anchor=\"middle\" font-size=\"11\" fill=\"") +
+        const std::string text = weights ? cell_text(actual) : format_number(actual, 2);
+        // A 40-px cell fits five characters at 11 px; "-4.2e+04" needs the smaller size.
+        s += svg_text(panel_x[1] + x + cell / 2, y + cell / 2 + 4, text,
+                      std::string("text-anchor=\"middle\" font-size=\"") + (text.size() > 5 ? "8" : "11") + "\" fill=\"" +
                           (std::isfinite(actual) && t > 0.5 ? "white" : "black") + "\"");
       }
     }
@@ -209,7 +198,7 @@ std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment 
   ly += 20;
   if (weights) {
     s += svg_rect(panel_x[0], ly, 14, 14, "fill=\"white\" stroke=\"#d62728\" stroke-width=\"2\"");
-    s += svg_text(panel_x[0] + 20, ly + 11, "future key: weight must be 0");
+    s += svg_text(panel_x[0] + 20, ly + 11, hidden_key_label(vis) + ": weight must be 0");
     ly += 20;
   }
   if (has_worst) {

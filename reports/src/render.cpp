@@ -87,6 +87,15 @@ PictureSet pictures_of(const LawResult& res) {
   return p;
 }
 
+Visibility picture_visibility(const Problem& p, Index b, Index T_q, Index T_k) {
+  if (p.q.shape().T == T_q && p.k.shape().T == T_k && b < p.q.shape().B) return p.visibility(b);
+  return Visibility{T_q, T_k, p.alignment};
+}
+
+std::string hidden_key_label(const Visibility& vis) {
+  return vis.key_length < 0 && !vis.window ? "future key" : "key it may not see";
+}
+
 std::pair<Index, Index> worst_head(const Violation& v, const Shape& s) {
   const auto& w = v.worst_index;
   if (w.size() == 4 && w[0] < s.B && w[1] < s.H) return {w[0], w[1]};
@@ -323,16 +332,17 @@ std::vector<ReportFile> law_pictures(const RunInfo& run, const LawReport& r) {
   if (!pics.error_map && !pics.weights && !pics.variance) return files;
   const Violation& v = *res.violation;
   const std::string title = run.implementation + " on " + res.law;
-  const CausalAlignment alignment = res.minimal_case->problem.alignment;
+  const Problem& p = res.minimal_case->problem;
   if (pics.error_map) {
     const auto [b, h] = worst_head(v, v.expected->shape());
-    files.push_back({law_file(res.law, "-error.svg"), error_map_svg(v, b, h, alignment, title)});
+    const Shape& s = v.expected->shape();
+    files.push_back({law_file(res.law, "-error.svg"), error_map_svg(v, b, h, picture_visibility(p, b, s.T, s.D), title)});
   }
   if (pics.weights) {
     const Tensor<double>& w = v.weights ? *v.weights : *v.actual;
     const auto [b, h] = worst_head(v, w.shape());
     files.push_back({law_file(res.law, "-weights.svg"),
-                     weights_svg(w, b, h, alignment, v.quantity == "weights" ? v.worst_index : std::vector<Index>{}, title)});
+                     weights_svg(w, b, h, picture_visibility(p, b, w.shape().T, w.shape().D), v.quantity == "weights" ? v.worst_index : std::vector<Index>{}, title)});
   }
   if (pics.variance)
     files.push_back({law_file(res.law, "-variance.svg"), variance_svg(v.series, title + ": score variance against D")});

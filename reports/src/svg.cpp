@@ -63,7 +63,7 @@ std::string svg_open(int width, int height, const std::string& title) {
 }  // namespace detail
 
 using namespace detail;
-std::string weights_svg(const Tensor<double>& weights, Index b, Index h, CausalAlignment alignment,
+std::string weights_svg(const Tensor<double>& weights, Index b, Index h, const Visibility& vis,
                         const std::vector<Index>& worst_index, const std::string& title) {
   const Index Tq = weights.shape().T, Tk = weights.shape().D;
   const Index longest = std::max(Tq, Tk);
@@ -102,8 +102,9 @@ std::string weights_svg(const Tensor<double>& weights, Index b, Index h, CausalA
   // The red outline sits inside the cell, clear of the black worst-entry outline on its edge.
   const int inset = cell >= 14 ? 3 : 1;
   for (Index i = 0; i < Tq; ++i)
-    for (Index j = std::max<Index>(0, last_visible_key(i, Tq, Tk, alignment) + 1); j < Tk; ++j)
-      s += svg_rect(left + static_cast<int>(j) * cell + inset, top + static_cast<int>(i) * cell + inset, cell - 2 * inset,
+    for (Index j = 0; j < Tk; ++j)
+      if (!vis.visible(i, j))
+        s += svg_rect(left + static_cast<int>(j) * cell + inset, top + static_cast<int>(i) * cell + inset, cell - 2 * inset,
                 cell - 2 * inset, "fill=\"none\" stroke=\"#d62728\" stroke-width=\"2\"");
   if (has_worst && worst_index[2] < Tq && worst_index[3] < Tk)
     s += svg_rect(left + static_cast<int>(worst_index[3]) * cell, top + static_cast<int>(worst_index[2]) * cell, cell, cell,
@@ -117,7 +118,7 @@ std::string weights_svg(const Tensor<double>& weights, Index b, Index h, CausalA
   s += svg_text(lx + 22, top + 8, "1");
   s += svg_text(lx + 22, top + 112, "0");
   s += svg_rect(lx, top + 124, 16, 16, "fill=\"white\" stroke=\"#d62728\" stroke-width=\"2\"");
-  s += svg_text(lx + 22, top + 136, "future: must be 0");
+  s += svg_text(lx + 22, top + 136, hidden_key_label(vis) + ": must be 0");
   s += svg_rect(lx, top + 148, 16, 16, "fill=\"#e377c2\"");
   s += svg_text(lx + 22, top + 160, "NaN or Inf");
   if (has_worst) {

@@ -118,12 +118,38 @@ TEST(ErrorMap, largeHeadsAreMaxPooledAndKeepTheirOneBadEntry) {
   v.tolerances->values().setConstant(1e-6);
   (*v.actual)(0, 1, 77, 3) = 1e-3;  // 1000 tolerances off, in head h=1
   v.worst_index = {0, 1, 77, 3};
-  const std::string svg = error_map_svg(v, 0, 1, CausalAlignment::TopLeft, "t");
+  const std::string svg = error_map_svg(v, 0, 1, Visibility{T, D, CausalAlignment::TopLeft}, "t");
   EXPECT_NE(svg.find("Downsampled by max-pooling: each cell is the worst of a block of 3&#215;1 entries"), std::string::npos);
   EXPECT_EQ(count(svg, "class=\"over\""), 1u);
   EXPECT_NE(svg.find("rows 75-77 x c 3-3, worst i=77, c=3: error/tolerance 1e+03"), std::string::npos) << svg;
   // Head 0 has nothing to show.
-  EXPECT_EQ(count(error_map_svg(v, 0, 0, CausalAlignment::TopLeft, "t"), "class=\"over\""), 0u);
+  EXPECT_EQ(count(error_map_svg(v, 0, 0, Visibility{T, D, CausalAlignment::TopLeft}, "t"), "class=\"over\""), 0u);
+}
+
+TEST(ErrorMap, aTiledErrorPatternKeepsItsBlocksWhenPooled) {
+  // The error pattern of a tiled kernel that forgets to rescale, at a size that must be pooled: T = 192 keys
+  // in tiles of 32, and each weight (i, j) of a key tile before the query's own tile is wrong by 10 tolerances.
+  // Pooled 4 x 4 (192 / 48), the past-tolerance cells must be exactly the blocks below the diagonal tiles.
+  constexpr Index T = 192, tile = 32, pool = 4;
+  Violation v;
+  v.quantity = "weights";
+  v.expected = Tensor<double>({1, 1, T, T});
+  v.tolerances = Tensor<double>({1, 1, T, T});
+  v.tolerances->values().setConstant(1e-6);
+  v.actual = *v.expected;
+  for (Index i = 0; i < T; ++i)
+    for (Index j = 0; j < i / tile * tile; ++j) (*v.actual)(0, 0, i, j) = 1e-5;
+  const std::string svg = error_map_svg(v, 0, 0, Visibility{T, T, CausalAlignment::TopLeft}, "t");
+  EXPECT_NE(svg.find("a block of 4&#215;4 entries"), std::string::npos);
+  static const std::regex block("class=\"over\"><title>rows ([0-9]+)-[0-9]+ x j ([0-9]+)-");
+  std::set<std::pair<Index, Index>> got, want;
+  for (auto it = std::sregex_iterator(svg.begin(), svg.end(), block); it != std::sregex_iterator(); ++it)
+    got.insert({std::stoll((*it)[1]) / pool, std::stoll((*it)[2]) / pool});
+  for (Index r = 0; r < T / pool; ++r)
+    for (Index k = 0; k < T / pool; ++k)
+      if (k * pool / tile < r * pool / tile) want.insert({r, k});
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(want.size(), 15u * 8 * 8) << "the 15 tile blocks below the diagonal, 8 x 8 picture cells each";
 }
 
 TEST(ErrorMap, marksNonFiniteEntriesAndOutlinesFutureWeights) {
@@ -137,14 +163,14 @@ TEST(ErrorMap, marksNonFiniteEntriesAndOutlinesFutureWeights) {
   v.tolerances->values().setConstant(1e-7);
   (*v.actual)(0, 0, 2, 1) = std::numeric_limits<double>::quiet_NaN();
   (*v.actual)(0, 0, 1, 1) += 5e-8;  // within the tolerance: light, unmarked
-  const std::string svg = error_map_svg(v, 0, 0, CausalAlignment::TopLeft, "t");
+  const std::string svg = error_map_svg(v, 0, 0, Visibility{3, 3, CausalAlignment::TopLeft}, "t");
   EXPECT_EQ(count(svg, "class=\"nonfinite\""), 1u);
   EXPECT_EQ(count(svg, "class=\"over\""), 0u);
   // Top-left, T = 3: (0,1), (0,2), (1,2) are future, outlined in both panels, plus the legend's sample.
   EXPECT_EQ(count(svg, "stroke=\"#d62728\" stroke-width=\"2\""), 3u * 2 + 1);
   Violation bad = v;
   bad.tolerances.reset();
-  EXPECT_THROW(error_map_svg(bad, 0, 0, CausalAlignment::TopLeft, "t"), std::invalid_argument);
+  EXPECT_THROW(error_map_svg(bad, 0, 0, Visibility{3, 3, CausalAlignment::TopLeft}, "t"), std::invalid_argument);
 }
 
 TEST(VarianceSweep, forgottenScaleFollowsTheLineD) {

@@ -68,28 +68,34 @@ LawReport held_law(std::string name) {
 
 TEST(WeightsSvg, outlinesExactlyTheFutureCells) {
   // Top-left, T=3: query i sees keys j <= i, so (0,1), (0,2), (1,2) are future.
-  const std::string top_left = weights_svg(filled({1, 1, 3, 3}, 0.2), 0, 0, CausalAlignment::TopLeft, {}, "t");
+  const std::string top_left = weights_svg(filled({1, 1, 3, 3}, 0.2), 0, 0, Visibility{3, 3, CausalAlignment::TopLeft}, {}, "t");
   EXPECT_EQ(count(top_left, kFutureOutline), 3u + 1u);
   // Bottom-right, T_q=2, T_k=3: query i sees j <= i + 1, so only (0,2) is future.
-  const std::string bottom_right = weights_svg(filled({1, 1, 2, 3}, 0.2), 0, 0, CausalAlignment::BottomRight, {}, "t");
+  const std::string bottom_right = weights_svg(filled({1, 1, 2, 3}, 0.2), 0, 0, Visibility{2, 3, CausalAlignment::BottomRight}, {}, "t");
   EXPECT_EQ(count(bottom_right, kFutureOutline), 1u + 1u);
   // Bottom-right, T_q=3, T_k=1: queries 0 and 1 see no key at all; only their one cell is outlined.
-  const std::string no_key = weights_svg(filled({1, 1, 3, 1}, 0), 0, 0, CausalAlignment::BottomRight, {}, "t");
+  const std::string no_key = weights_svg(filled({1, 1, 3, 1}, 0), 0, 0, Visibility{3, 1, CausalAlignment::BottomRight}, {}, "t");
   EXPECT_EQ(count(no_key, kFutureOutline), 2u + 1u);
+  // Key padding and a window hide more than the future: T=4, keys 3.. padding, window 1 (query i sees
+  // i-1..i), so row 0 hides 1,2,3; row 1 hides 2,3; row 2 hides 0,3; row 3 hides 0,1,3 (ten cells).
+  const std::string padded =
+      weights_svg(filled({1, 1, 4, 4}, 0.2), 0, 0, Visibility{4, 4, CausalAlignment::TopLeft, 3, 1}, {}, "t");
+  EXPECT_EQ(count(padded, kFutureOutline), 10u + 1u);
+  EXPECT_NE(padded.find("key it may not see: must be 0"), std::string::npos);
   EXPECT_TRUE(top_left.starts_with("<svg ") && top_left.ends_with("</svg>\n"));
 }
 
 TEST(WeightsSvg, marksTheWorstCellAndNonFiniteValues) {
   Tensor<double> w = filled({1, 2, 2, 2}, 0.5);
   w(0, 1, 0, 1) = std::numeric_limits<double>::quiet_NaN();
-  const std::string s = weights_svg(w, 0, 1, CausalAlignment::TopLeft, {0, 1, 0, 1}, "a <title>");
+  const std::string s = weights_svg(w, 0, 1, Visibility{2, 2, CausalAlignment::TopLeft}, {0, 1, 0, 1}, "a <title>");
   EXPECT_EQ(count(s, "stroke=\"black\" stroke-width=\"3\""), 1u + 1u);  // the cell and its legend sample
   EXPECT_EQ(count(s, ">NaN</text>"), 1u);
   EXPECT_EQ(count(s, "a &lt;title&gt;"), 2u);  // escaped in <title> and in the heading
   // A leak too small for two decimals must not read as 0.
   Tensor<double> tiny = filled({1, 1, 2, 2}, 0);
   tiny(0, 0, 0, 1) = 1e-30;
-  EXPECT_EQ(count(weights_svg(tiny, 0, 0, CausalAlignment::TopLeft, {}, "t"), ">&gt;0</text>"), 1u);
+  EXPECT_EQ(count(weights_svg(tiny, 0, 0, Visibility{2, 2, CausalAlignment::TopLeft}, {}, "t"), ">&gt;0</text>"), 1u);
 }
 
 TEST(LawMarkdown, boldsOnlyEntriesBeyondTheTolerance) {

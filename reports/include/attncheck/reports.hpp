@@ -86,14 +86,16 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
 std::string markdown_to_html(std::string_view md, const std::vector<ReportFile>& svgs);
 /// A whole self-contained HTML page: inline style, no scripts, a policy that forbids loading anything.
 std::string html_page(const std::string& title, const std::string& body);
-/// An SVG heatmap of weights [T_q,T_k] of one head: future cells outlined in red, the worst cell in black.
-std::string weights_svg(const Tensor<double>& weights, Index b, Index h, CausalAlignment alignment,
+/// An SVG heatmap of weights [T_q,T_k] of one head: the keys a query may not see under `vis` (future keys,
+/// padding, keys outside the window) outlined in red, the worst cell in black.
+std::string weights_svg(const Tensor<double>& weights, Index b, Index h, const Visibility& vis,
                         const std::vector<Index>& worst_index, const std::string& title);
 /// The error map of head (b,h) of a violation with `tolerances`: |actual - expected| / tolerance per entry on
-/// a log colour scale (future weights outlined, NaN/Inf marked, cells past the tolerance carry class "over"),
+/// a log colour scale (weights a query may not see under `vis` outlined, NaN/Inf marked, cells past the
+/// tolerance carry class "over"),
 /// beside the actual values. Heads over 48 entries a side are max-pooled, and the picture says so.
 /// Throws std::invalid_argument without expected, actual and tolerances of one shape.
-std::string error_map_svg(const Violation& v, Index b, Index h, CausalAlignment alignment, const std::string& title);
+std::string error_map_svg(const Violation& v, Index b, Index h, const Visibility& vis, const std::string& title);
 /// The score variance swept over D (log-log), with its 95% band, against the lines 1 (correct), D (scale
 /// forgotten) and 1/D (scale applied twice).
 std::string variance_svg(const std::vector<VariancePoint>& series, const std::string& title);

@@ -172,6 +172,15 @@ def main():
                                            session=False)["sessionId"]
             for domain in ("Page", "Runtime", "Log"):
                 browser.send(domain + ".enable")
+            # Negative control: a page with a missing image and a console error must be caught, or the checks
+            # below prove nothing.
+            broken = os.path.join(out_dir, "broken-control.html")
+            with open(broken, "w") as f:
+                f.write("<!DOCTYPE html><title>broken</title><table></table><img src=\"no-such-picture.png\">"
+                        "<script>console.error('planted error')</script>")
+            planted, _ = check_page(browser, broken)
+            if not any("planted error" in p for p in planted) or not any("IMG" in p for p in planted):
+                failures.append("the negative control went unnoticed: " + repr(planted))
             for impl in impls:
                 report = os.path.join(out_dir, impl.replace(":", "-"))
                 run = subprocess.run([attncheck, "check", "--impl", impl, "--report-dir", report, "--no-corpus",

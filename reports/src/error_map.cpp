@@ -148,7 +148,7 @@ std::string error_map_svg(const Violation& v, Index b, Index h, const Visibility
                   col_name + " " + std::to_string(k * pc) + "-" + std::to_string(std::min(C, (k + 1) * pc) - 1) +
                   ", worst " + where;
         attrs += std::string(" class=\"") + (m.nonfinite ? "nonfinite" : "over") + "\"><title>" + where +
-                 ": error/tolerance " + format_number(m.ratio, 3) + " (actual " + num(actual) + ", expected " + num(expected) +
+                 ": error/tolerance " + format_number(m.ratio, 3) + " (actual " + num(actual, true) + ", expected " + num(expected, true) +
                  ")</title></rect";
         s += "<rect x=\"" + std::to_string(panel_x[0] + x) + "\" y=\"" + std::to_string(y) + "\" width=\"" +
              std::to_string(cell) + "\" height=\"" + std::to_string(cell) + "\" " + attrs + ">\n";

@@ -124,9 +124,9 @@ TEST(Exec, aChildThatPrintsTextInsteadOfFramesIsASpecError) {
 TEST(Exec, anotherProtocolVersionNamesBoth) {
   try {
     load_implementation("exec:" + kPython + " " ATTNCHECK_TESTS_DIR "/wrong_version.py");
-    ADD_FAILURE() << "accepted protocol version 2";
+    ADD_FAILURE() << "accepted protocol version 3";
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("speaks protocol version 2 but this attncheck speaks version 1"),
+    EXPECT_NE(std::string(e.what()).find("speaks protocol version 3 but this attncheck speaks versions 1 to 2"),
               std::string::npos)
         << e.what();
   }

@@ -192,9 +192,11 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     ftype, payload = ch.read()
     if ftype != HELLO:
         raise ProtocolError("expected a hello frame first, got type %r" % ftype)
-    (version,) = struct.unpack_from("<I", payload)
-    # The lower of the two newest versions; an attncheck older than version 1 does not exist.
-    version = min(version, PROTOCOL_VERSION) if version >= 1 else PROTOCOL_VERSION
+    # u32 1 (for version-1 clients), then the newest version attncheck speaks (absent before version 2). The
+    # two sides speak the lower of their newest versions.
+    first = struct.unpack_from("<I", payload)[0]
+    newest = struct.unpack_from("<I", payload, 4)[0] if len(payload) >= 8 else first
+    version = min(newest, PROTOCOL_VERSION) if first >= 1 else PROTOCOL_VERSION
     flags = ((1 if returns_weights else 0) | (2 if custom_scale else 0) | (4 if cross_lengths else 0)
              | (8 if nonfinite_safe else 0))
     caps = struct.pack("<IIIIq", version, sum(DTYPE_CODES[d] for d in dtypes),
@@ -205,7 +207,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                   | (HAS_BACKWARD if backward is not None else 0))
         caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows])
     ch.write(CAPS, caps)
-    if struct.unpack_from("<I", payload)[0] < 1:
+    if first < 1:
         sys.exit(2)
 
     while True:

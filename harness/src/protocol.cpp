@@ -120,8 +120,17 @@ std::size_t element_size(DType t) {
 
 std::string encode_hello() {
   Writer w;
+  // Version 1 first: a version-1 client stops unless this field is 1. The newest version follows.
+  w.u32(kOldestProtocolVersion);
   w.u32(kProtocolVersion);
   return frame(FrameType::hello, w.bytes());
+}
+
+std::uint32_t decode_hello(std::string_view payload) {
+  Reader r(payload, "hello frame");
+  const std::uint32_t first = r.u32();
+  // A version-1 attncheck sends only the first field.
+  return r.left() >= 4 ? r.u32() : first;
 }
 
 std::string encode_caps(const Handshake& h) {

@@ -114,7 +114,10 @@ struct Handshake {
   std::string name, description;
 };
 
+/// The hello frame: u32 1 (what a version-1 client checks), then u32 kProtocolVersion (from version 2).
 std::string encode_hello();
+/// The newest version the sender of a hello speaks: its second field, or its first when there is none.
+std::uint32_t decode_hello(std::string_view payload);
 std::string encode_caps(const Handshake& h);
 /// Reads the version first, and nothing more when it is outside [kOldestProtocolVersion, kProtocolVersion].
 Handshake decode_caps(std::string_view payload);

@@ -61,8 +61,7 @@ int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd)
       if (!read_full(in_fd, payload, length) && length > 0) throw wire::ProtocolError("input ended before a payload");
       switch (type) {
         case wire::FrameType::hello: {
-          wire::Reader r(payload, "hello frame");
-          const std::uint32_t version = r.u32();
+          const std::uint32_t version = wire::decode_hello(payload);
           if (version < wire::kOldestProtocolVersion) {
             // Answer with our version anyway: the harness names both numbers.
             wire::Handshake h;

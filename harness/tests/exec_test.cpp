@@ -1,6 +1,7 @@
-// exec: implementations: the protocol carries every dtype bit-exactly, one child serves every call, and a
-// child that raises, exits, crashes, hangs, returns the wrong shape or a NaN is a falsified law; a child
-// that cannot start or speaks another protocol is a SpecError.
+// exec: implementations: the protocol carries every dtype bit-exactly, version 2's GQA, key lengths, window
+// and backward frames intact, and version-1 clients still work; one child serves every call, and a child that
+// raises, exits, crashes, hangs, returns the wrong shape or a NaN is a falsified law; a child that cannot
+// start or speaks another protocol is a SpecError.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -58,6 +59,91 @@ TEST(Exec, numpyExampleHoldsOracleAgreement) {
   EXPECT_TRUE(impl->capabilities().returns_weights);
   const LawResult r = run("oracle-agreement", *impl, 20);
   EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
+}
+
+// B=2, H=4 over H_kv=2 kv heads, T_q=3 bottom-right over T_k=5, D=2, key lengths {4, 3}, window 1, and dO.
+Problem abi2_problem() {
+  Problem p = test::wave_problem(DType::f64, 2, 4, 3, 5, 2);
+  p.k = test::wave({2, 2, 5, 2}, DType::f64, 0.2);
+  p.v = test::wave({2, 2, 5, 2}, DType::f64, 0.3);
+  p.alignment = CausalAlignment::BottomRight;
+  p.key_lengths = {4, 3};
+  p.window = 1;
+  p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+  return p;
+}
+
+std::string numpy_example() { return python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_attention.py"); }
+
+TEST(Exec, numpyExampleDeclaresEveryVersion2Capability) {
+  REQUIRE_NUMPY();
+  const Capabilities c = load_implementation(numpy_example())->capabilities();
+  EXPECT_TRUE(c.gqa && c.key_padding && c.window && c.backward);
+  EXPECT_EQ(c.empty_rows, EmptyRows::zero);
+}
+
+// Two independent implementations, the C example in-process and the numpy example over the wire, agree on
+// GQA, padding, a window and the gradients: the keywords and the backward frames arrive intact.
+TEST(Exec, numpyExampleAgreesWithTheCExampleForwardAndBackward) {
+  REQUIRE_NUMPY();
+  const auto numpy = load_implementation(numpy_example());
+  const auto c = load_implementation("plugin:" + test::example_plugin("attention_plugin"),
+                                     HarnessOptions{.isolate = false});
+  const Problem p = abi2_problem();
+  const Outcome a = numpy->forward(p), b = c->forward(p);
+  // float64, T_k = 5, D = 2, |values| <= 1: each side rounds a handful of products and sums, ~10 ulps of 1.
+  const double tol = 1e-14;
+  EXPECT_LT((a.output.values() - b.output.values()).cwiseAbs().maxCoeff(), tol);
+  ASSERT_TRUE(a.weights && b.weights);
+  EXPECT_LT((a.weights->values() - b.weights->values()).cwiseAbs().maxCoeff(), tol);
+  const Gradients ga = numpy->backward(p), gb = c->backward(p);
+  EXPECT_EQ(ga.dk.shape(), p.k.shape());
+  EXPECT_LT((ga.dq.values() - gb.dq.values()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LT((ga.dk.values() - gb.dk.values()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LT((ga.dv.values() - gb.dv.values()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_GT(ga.dk.values().cwiseAbs().maxCoeff(), 0.01);  // not trivially zero
+}
+
+TEST(Exec, aVersion1ClientStillWorks) {
+  REQUIRE_NUMPY();
+  // The frozen version-1 client first on PYTHONPATH: its caps frame has no version-2 extension.
+  const auto impl = load_implementation("exec:PYTHONPATH=" ATTNCHECK_TESTS_DIR "/abi1 " + kPython +
+                                        " " ATTNCHECK_TESTS_DIR "/bad_client.py weights");
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.returns_weights);
+  EXPECT_FALSE(c.gqa || c.key_padding || c.window || c.backward || c.empty_rows);
+  EXPECT_THROW(impl->forward(abi2_problem()), std::invalid_argument);  // never sent what it cannot read
+  const LawResult r = run("oracle-agreement", *impl, 20);
+  EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
+}
+
+TEST(Exec, gradientsWithOneHeadPerQueryHeadAreAWrongSize) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(bad_client("dkshape"));
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 3, 2);
+  p.k = test::wave({1, 1, 3, 2}, DType::f64, 0.2);
+  p.v = test::wave({1, 1, 3, 2}, DType::f64, 0.3);
+  p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+  try {
+    impl->backward(p);
+    ADD_FAILURE() << "accepted dk with 2 heads for 1 kv head";
+  } catch (const ImplementationError& e) {
+    EXPECT_EQ(e.kind(), ImplementationError::Kind::wrong_size);
+    EXPECT_NE(std::string(e.what()).find("dk is [1,2,3,2] but must be [1,1,3,2] (the shape of k, [B,H_kv,T_k,D]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Exec, aBadEmptyRowsConventionIsASpecError) {
+  REQUIRE_NUMPY();
+  try {
+    load_implementation(bad_client("emptyrows"));
+    ADD_FAILURE() << "accepted empty_rows='nans'";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty_rows is 'nans' (expected None, 'zero' or 'nan')"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Exec, strayPrintsGoToStderrNotIntoTheProtocol) {

@@ -262,9 +262,7 @@ Tensor<double> from_bytes(std::string_view bytes, const Shape& shape, DType dtyp
 namespace {
 
 // The fields a forward and a backward frame share: the call's options, shapes, key lengths, window, q, k, v.
-std::string call_payload(const Problem& p, std::uint32_t version) {
-  if (version < 2 && (!p.key_lengths.empty() || p.window))
-    throw std::logic_error("protocol version " + std::to_string(version) + " cannot carry key lengths or a window");
+std::string call_payload(const Problem& p) {
   Writer w;
   w.u32(dtype_code(p.dtype));
   w.u32(alignment_code(p.alignment));
@@ -325,8 +323,8 @@ void put_tensor(Writer& w, const Tensor<double>& t, DType dtype) {
 
 }  // namespace
 
-std::string encode_forward(const Problem& p, std::uint32_t version) {
-  return frame(FrameType::forward, call_payload(p, version));
+std::string encode_forward(const Problem& p) {
+  return frame(FrameType::forward, call_payload(p));
 }
 
 Problem decode_forward(std::string_view payload) {
@@ -340,7 +338,7 @@ std::string encode_backward(const Problem& p) {
   if (!p.d_output) throw std::logic_error("encode_backward: the problem has no d_output");
   Problem call = p;
   call.want_weights = false;
-  return frame(FrameType::backward, call_payload(call, 2) + to_bytes(*p.d_output, p.dtype));
+  return frame(FrameType::backward, call_payload(call) + to_bytes(*p.d_output, p.dtype));
 }
 
 Problem decode_backward(std::string_view payload) {

@@ -123,8 +123,8 @@ std::string encode_caps(const Handshake& h);
 Handshake decode_caps(std::string_view payload);
 std::string encode_refuse(std::string_view message);
 
-/// A forward frame at protocol `version`. Key lengths and a window need version 2 (std::logic_error else).
-std::string encode_forward(const Problem& p, std::uint32_t version = kProtocolVersion);
+/// A forward frame. Without key lengths and a window (version 2's fields) it is also a version-1 frame.
+std::string encode_forward(const Problem& p);
 Problem decode_forward(std::string_view payload);
 /// A backward frame (version 2): the forward call's fields, then *p.d_output.
 std::string encode_backward(const Problem& p);

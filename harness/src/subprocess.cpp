@@ -57,7 +57,6 @@ class ExecImplementation final : public Implementation {
     try {
       const wire::Handshake h = start();
       caps_ = h.caps;
-      version_ = h.version;
       // The plug-in host names its implementation as we do ("plugin:PATH"); other children name their own.
       description_ = h.name == name_ ? h.description : h.name + (h.description.empty() ? "" : ": " + h.description);
     } catch (const ImplementationError& e) {
@@ -71,6 +70,8 @@ class ExecImplementation final : public Implementation {
   const Capabilities& capabilities() const override { return caps_; }
 
   Outcome forward(const Problem& p) const override {
+    // A child of version 1 declares none of version 2's capabilities, so its calls never use version 2's
+    // fields: a forward frame without them is the same at both versions.
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
     if (pid_ < 0) start();
@@ -81,7 +82,7 @@ class ExecImplementation final : public Implementation {
     // frame is refused unread.
     const std::size_t expected = std::size_t(qs.numel() + want_w.numel()) * es;
     const std::string payload =
-        exchange(wire::encode_forward(p, version_), wire::FrameType::result, opts_.call_timeout_s, 2 * expected + (1u << 20));
+        exchange(wire::encode_forward(p), wire::FrameType::result, opts_.call_timeout_s, 2 * expected + (1u << 20));
     wire::Result r;
     try {
       r = wire::decode_result(payload, p.dtype);
@@ -395,7 +396,6 @@ class ExecImplementation final : public Implementation {
   std::vector<std::string> argv_;
   HarnessOptions opts_;
   Capabilities caps_;
-  std::uint32_t version_ = wire::kProtocolVersion;  ///< the protocol version the handshake settled on
   mutable std::mutex mu_;
   mutable pid_t pid_ = -1;
   mutable int sock_ = -1, err_ = -1;

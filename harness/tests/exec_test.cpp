@@ -4,7 +4,12 @@
 // start or speaks another protocol is a SpecError.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -143,6 +148,51 @@ TEST(Exec, aBadEmptyRowsConventionIsASpecError) {
   } catch (const SpecError& e) {
     EXPECT_NE(std::string(e.what()).find("empty_rows is 'nans' (expected None, 'zero' or 'nan')"), std::string::npos)
         << e.what();
+  }
+}
+
+// attncheck::serve() answers each attncheck in its own version: a version-1 hello (one field) gets a
+// version-1 caps frame without the version-2 extension, a version-2 hello gets the extension.
+TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
+  for (const std::uint32_t newest : {1u, 2u}) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    std::thread server([&] { attncheck::serve([] { return reference_implementation(); }, sv[1], sv[1]); });
+    // Frames as PROTOCOL.md lays them out: "ATNC", u32 type, u64 length, payload (little-endian).
+    const auto frame = [](std::uint32_t type, const std::vector<std::uint32_t>& fields) {
+      std::string f = "ATNC";
+      const std::uint64_t length = 4 * fields.size();
+      f.append(reinterpret_cast<const char*>(&type), 4).append(reinterpret_cast<const char*>(&length), 8);
+      for (const std::uint32_t x : fields) f.append(reinterpret_cast<const char*>(&x), 4);
+      return f;
+    };
+    const std::string hello = newest == 1 ? frame(1, {1}) : frame(1, {1, 2});
+    ASSERT_EQ(::write(sv[0], hello.data(), hello.size()), ssize_t(hello.size()));
+    char header[16];
+    ASSERT_EQ(::recv(sv[0], header, 16, MSG_WAITALL), 16);
+    std::uint64_t length = 0;
+    std::memcpy(&length, header + 8, 8);
+    std::string caps(length, '\0');
+    ASSERT_EQ(::recv(sv[0], caps.data(), length, MSG_WAITALL), ssize_t(length));
+    std::uint32_t version = 0, flags2 = 0, empty_rows = 0;
+    std::memcpy(&version, caps.data(), 4);
+    EXPECT_EQ(version, newest);
+    // u32 version, dtypes, alignments, flags, i64 max_T, then two strings: "reference" and its description.
+    const std::size_t v1_size = 24 + 4 + reference_implementation()->name().size() + 4 +
+                                reference_implementation()->description().size();
+    EXPECT_EQ(caps.size(), newest == 1 ? v1_size : v1_size + 8);
+    if (newest == 2 && caps.size() == v1_size + 8) {
+      std::memcpy(&flags2, caps.data() + v1_size, 4);
+      std::memcpy(&empty_rows, caps.data() + v1_size + 4, 4);
+      const Capabilities& c = reference_implementation()->capabilities();
+      EXPECT_EQ(flags2, (c.gqa ? 1u : 0u) | (c.key_padding ? 2u : 0u) | (c.window ? 4u : 0u) | (c.backward ? 8u : 0u));
+      EXPECT_EQ(empty_rows, 1u);  // the reference's convention: zero
+    }
+    const std::string bye = frame(6, {});
+    ASSERT_EQ(::write(sv[0], bye.data(), bye.size()), ssize_t(bye.size()));
+    server.join();
+    ::close(sv[0]);
+    ::close(sv[1]);
   }
 }
 

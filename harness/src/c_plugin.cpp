@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "attncheck/harness.hpp"
@@ -163,7 +164,7 @@ class CPlugin final : public Implementation {
 
   Gradients backward(const Problem& p) const override {
     if (!caps_.backward) return Implementation::backward(p);
-    if (!p.d_output) throw std::invalid_argument(name_ + ": a backward call needs Problem::d_output");
+    if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     check_within_capabilities(p, caps_, name_);
     return visit_dtype(p.dtype, [&](auto tag) {
       using S = decltype(tag);
@@ -298,14 +299,14 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
 
 void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name) {
   const auto refuse = [&](const std::string& what, const char* cap) {
-    throw std::invalid_argument(name + ": this call has " + what + " but the implementation does not declare " +
+    throw std::logic_error(name + ": this call has " + what + " but the implementation does not declare " +
                                 cap + " (a law or a test sent a call outside its capabilities)");
   };
   if (p.kv_heads() != p.q.shape().H && !caps.gqa)
     refuse(std::to_string(p.kv_heads()) + " kv heads for " + std::to_string(p.q.shape().H) + " query heads", "GQA");
   if (!p.key_lengths.empty() && !caps.key_padding) refuse("key lengths", "key padding");
   if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != p.q.shape().B)
-    throw std::invalid_argument(name + ": this call has " + std::to_string(p.key_lengths.size()) +
+    throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +
                                 " key lengths for a batch of " + std::to_string(p.q.shape().B));
   if (p.window && !caps.window) refuse("a window", "windows");
 }

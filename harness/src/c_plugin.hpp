@@ -13,7 +13,7 @@ namespace attncheck::detail {
 /// (flags its version cannot carry, a bad empty_rows).
 ImplementationPtr load_c_plugin(const std::string& path, const std::string& name);
 
-/// Throws std::invalid_argument (an internal error: a law's bug, not the implementation's) when `p` needs a
+/// Throws std::logic_error (an internal error: a law's bug, not the implementation's) when `p` needs a
 /// capability `caps` lacks: kv heads fewer than query heads, key lengths, a window. A C plug-in or exec client
 /// that did not declare one cannot be sent it faithfully.
 void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name);

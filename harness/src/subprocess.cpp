@@ -114,7 +114,7 @@ class ExecImplementation final : public Implementation {
 
   Gradients backward(const Problem& p) const override {
     if (!caps_.backward) return Implementation::backward(p);
-    if (!p.d_output) throw std::invalid_argument(name_ + ": a backward call needs Problem::d_output");
+    if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
     if (pid_ < 0) start();

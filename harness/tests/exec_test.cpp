@@ -117,7 +117,7 @@ TEST(Exec, aVersion1ClientStillWorks) {
   const Capabilities& c = impl->capabilities();
   EXPECT_TRUE(c.returns_weights);
   EXPECT_FALSE(c.gqa || c.key_padding || c.window || c.backward || c.empty_rows);
-  EXPECT_THROW(impl->forward(abi2_problem()), std::invalid_argument);  // never sent what it cannot read
+  EXPECT_THROW(impl->forward(abi2_problem()), std::logic_error);  // never sent what it cannot read
   const LawResult r = run("oracle-agreement", *impl, 20);
   EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
 }

@@ -240,8 +240,8 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
                     "ATTNCHECK_CAP_* bits, within " + hex(kAbi2Flags) + ")");
   const auto* v2 = reinterpret_cast<const attncheck_plugin_v2*>(table);
   const std::string v1_hint =
-      "; a table declared as attncheck_plugin_v1 must set abi_version to ATTNCHECK_PLUGIN_ABI_V1, not "
-      "ATTNCHECK_PLUGIN_ABI_VERSION";
+      "; if the table is declared as attncheck_plugin_v1, set its abi_version to ATTNCHECK_PLUGIN_ABI_V1 (1), not "
+      "ATTNCHECK_PLUGIN_ABI_VERSION (2)";
   if (v2->empty_rows > ATTNCHECK_EMPTY_ROWS_NAN)
     throw SpecError(name + ": the plug-in's empty_rows is " + std::to_string(v2->empty_rows) +
                     " (expected 0 ATTNCHECK_EMPTY_ROWS_UNSPECIFIED, 1 ATTNCHECK_EMPTY_ROWS_ZERO or 2 "

@@ -127,7 +127,7 @@ typedef int32_t (*attncheck_backward_fn)(const attncheck_backward_call* call, ch
 
 /** The table a plug-in hands over. Its first field is always the ABI version, so any loader can read it. */
 typedef struct attncheck_plugin_v1 {
-  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_VERSION, first, always */
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V1 for this table, first, always */
   uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
   uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
   uint32_t flags;       /**< ATTNCHECK_CAP_* bits */

@@ -24,6 +24,7 @@ class RecoveredWeights final : public Implementation {
     if (p.want_weights) o.weights = recover_weights(*inner_, p);
     return o;
   }
+  Gradients backward(const Problem& p) const override { return inner_->backward(p); }
 
  private:
   ImplementationPtr inner_;

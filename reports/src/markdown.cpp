@@ -68,8 +68,11 @@ std::string tensor_tables(const Tensor<double>& t, const std::string& corner, co
 
 std::string shape_table(const Problem& p) {
   const Shape& q = p.q.shape();
-  std::string md = "| B | H | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---|---|---|\n";
-  md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(q.T) + " | " +
+  // H_kv: the kv heads of K and V (H_kv < H: grouped queries, query head h reading kv head h / (H / H_kv)).
+  std::string md =
+      "| B | H | H_kv | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---:|---|---|---|\n";
+  md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(p.kv_heads()) + " | " +
+        std::to_string(q.T) + " | " +
         std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) + " | " +
         (p.scale ? num(*p.scale, true) : std::string("1/√D (default)")) + " | " + std::string(alignment_name(p.alignment)) +
         " | " + std::string(dtype_name(p.dtype)) + " |\n";

@@ -76,6 +76,14 @@ std::string shape_table(const Problem& p) {
         std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) + " | " +
         (p.scale ? num(*p.scale, true) : std::string("1/√D (default)")) + " | " + std::string(alignment_name(p.alignment)) +
         " | " + std::string(dtype_name(p.dtype)) + " |\n";
+  const Index H_kv = p.kv_heads(), group = q.H / H_kv;
+  if (H_kv < q.H) {  // which query heads share each kv head
+    md += "\nGrouped queries: ";
+    for (Index g = 0; g < H_kv; ++g)
+      md += (g ? "; " : "") + std::string(group > 1 ? "query heads " : "query head ") + std::to_string(g * group) +
+            (group > 1 ? "–" + std::to_string((g + 1) * group - 1) : "") + " read kv head " + std::to_string(g);
+    md += ".\n";
+  }
   return md;
 }
 

@@ -2,6 +2,7 @@
 #include "support.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <iterator>
@@ -253,11 +254,15 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
     const Index begin = *std::prev(std::upper_bound(starts.begin(), starts.end(), i));
     const auto next = std::upper_bound(starts.begin(), starts.end(), i);
     const Index end = next == starts.end() ? T : *next;
-    v->message += " (row " + std::to_string(i) + " of the full forward vs. " +
-                  (end - begin == 1 ? "query " + std::to_string(i) + " called alone"
-                                    : "queries " + std::to_string(begin) + ".." + std::to_string(end - 1) +
-                                          " called together") +
-                  " over keys 0.." + std::to_string(end - 1) + ", bottom-right)";
+    // Neither result is known to be the right one: say where each came from.
+    const auto [b, h, r, d] = std::array{v->worst_index[0], v->worst_index[1], i, v->worst_index[3]};
+    v->message = std::string(law) + ": output" + idx({b, h, r, d}) + " is " + num(full.output(b, h, r, d)) +
+                 " in the full forward but " + num(chunked(b, h, r, d)) + " when " +
+                 (end - begin == 1 ? "query " + std::to_string(i) + " is called alone"
+                                   : "queries " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                                         " are called together") +
+                 " over keys 0.." + std::to_string(end - 1) + ", bottom-right (off by " + num(v->magnitude) +
+                 ", tolerance " + num(v->tolerance) + ")";
     v->weights = full.weights;
   }
   return v;

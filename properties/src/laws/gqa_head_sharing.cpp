@@ -9,8 +9,8 @@ namespace {
 const char* kWhy =
     "With grouped-query attention (K and V with H_kv heads, H_kv dividing H) query head h reads kv head "
     "h / (H / H_kv), the convention of repeat_interleave, FlashAttention and ggml. So changing kv head g of "
-    "batch entry b must leave every query head outside group g (heads g.H/H_kv .. (g+1).H/H_kv - 1 of entry b), "
-    "and every other batch entry, bit-identical; and changing query head h must leave every other head "
+    "batch entry b must leave every query head outside group g (with G = H / H_kv, heads g*G .. (g+1)*G - 1 of "
+    "entry b), and every other batch entry, bit-identical; and changing query head h must leave every other head "
     "bit-identical. Exact: the unchanged heads' arithmetic is the same. A kernel that picks the kv head as "
     "h % H_kv, or computes the group size wrongly, breaks the first; one that mixes query heads, the second. "
     "Needs an implementation that declares grouped-query attention.";

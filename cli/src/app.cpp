@@ -29,6 +29,10 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--seed", o.seed, "RapidCheck seed; the same seed checks the same cases")->capture_default_str();
   check->add_option("--max-B", o.max_B, "largest batch")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   check->add_option("--max-H", o.max_H, "largest number of heads")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--max-Hkv", o.max_H_kv,
+                    "most kv heads K and V may have, for implementations that declare grouped-query attention "
+                    "(1: multi-query throughout; default: up to H)")
+      ->check(CLI::Range(1, 1 << 16));
   check->add_option("--max-T", o.max_T, "largest sequence length (most cases stay at T <= 64)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();

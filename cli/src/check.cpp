@@ -55,7 +55,8 @@ std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) 
 }
 
 bool same_bounds(const GenConfig& a, const GenConfig& b) {
-  return a.dtype == b.dtype && a.max_B == b.max_B && a.max_H == b.max_H && a.max_T == b.max_T &&
+  return a.dtype == b.dtype && a.max_B == b.max_B && a.max_H == b.max_H && a.max_H_kv == b.max_H_kv &&
+         a.max_T == b.max_T &&
          a.max_T_tail == b.max_T_tail && a.max_D == b.max_D;
 }
 
@@ -216,6 +217,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   run.gen.dtype = dtype;
   run.gen.max_B = o.max_B;
   run.gen.max_H = o.max_H;
+  run.gen.max_H_kv = o.max_H_kv;
   // --max-T bounds every T; the generators keep most cases at T <= 64 and reach up to --max-T in a tail.
   run.gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
   run.gen.max_T_tail = o.max_T;
@@ -231,7 +233,8 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
       << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
-      << run.gen.max_B << ", H <= " << run.gen.max_H << ", T <= " << run.gen.max_T << " (tail to " << run.gen.max_T_tail
+      << run.gen.max_B << ", H <= " << run.gen.max_H
+      << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string()) << ", T <= " << run.gen.max_T << " (tail to " << run.gen.max_T_tail
       << "), D <= " << run.gen.max_D << "\n"
       << std::flush;
 

@@ -21,6 +21,7 @@ struct CheckOptions {
   int cases = 100;
   std::uint64_t seed = kDefaultSeed;
   Index max_B = 4, max_H = 4, max_T = 256, max_D = 128;
+  Index max_H_kv = 0;  ///< 0: kv heads up to H
   std::string dtype = "float32";
   std::vector<std::string> properties;
   std::string report_dir;  ///< empty: attncheck-reports/<slug>

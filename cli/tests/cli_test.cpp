@@ -102,6 +102,7 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
            {"check", "--impl", "reference", "--dtype", "float8"},
            {"check", "--impl", "reference", "--cases", "0"},
            {"check", "--impl", "reference", "--format", "md,pdf"},
+           {"check", "--impl", "reference", "--max-Hkv", "0"},
            {"check", "--impl", "mutant:no-such-mutant"},
            {"check", "--impl", "reference", "--reproduce", "ABC"},
            {"check"},
@@ -209,6 +210,25 @@ TEST(RealLaws, referenceHoldsEveryLaw) {
   const Result r = attncheck(real_registry(), {"check", "--impl", "reference", "--report-dir", tmp.path().string()});
   EXPECT_EQ(r.code, kAllHeld) << r.out << r.err;
   EXPECT_TRUE(fs::exists(tmp.path() / "junit.xml"));
+}
+
+// --max-Hkv bounds the kv heads: at 1 (multi-query attention) h % H_kv and h / (H / H_kv) are both 0, so the
+// modulo mutant cannot show its bug; at 2 it can, and the report's shape table and regenerate command carry it.
+TEST(RealLaws, maxHkvBoundsTheKvHeadsAndReportsCarryThem) {
+  TempDir tmp;
+  const auto check = [&](const char* max_H_kv) {
+    return attncheck(real_registry(), {"check", "--impl", "mutant:gqa-kv-modulo", "--property", "gqa-equivalence",
+                                       "--max-Hkv", max_H_kv, "--report-dir", (tmp.path() / max_H_kv).string()});
+  };
+  const Result mqa = check("1");
+  EXPECT_EQ(mqa.code, kAllHeld) << mqa.out << mqa.err;
+  EXPECT_TRUE(contains(mqa.out, "H <= 4, H_kv <= 1,")) << mqa.out;
+  const Result gqa = check("2");
+  ASSERT_EQ(gqa.code, kFalsified) << gqa.out << gqa.err;
+  const std::string md = slurp(tmp.path() / "2" / "gqa-equivalence.md");
+  EXPECT_TRUE(contains(md, "| B | H | H_kv | T_q |")) << md;
+  EXPECT_TRUE(contains(md, "| 1 | 4 | 2 | 1 |")) << md;  // the minimal case: H = 4 over H_kv = 2
+  EXPECT_TRUE(contains(md, "--max-Hkv 2")) << md;
 }
 
 TEST(RealLaws, mutantIsFalsifiedAndItsReportReplays) {

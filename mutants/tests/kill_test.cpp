@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
@@ -19,11 +20,13 @@ constexpr int kSweepCases = 100;    // per law and seed: the default budget, as 
 constexpr int kControlSeeds = 10;  // seeds kSeed+1 .. kSeed+10
 constexpr int kControlCases = 25;  // per law and seed
 
-// The k side of each mutant's minimal case (Mutant::minimal_shape is q's [B,H,T_q,D]): T_k, and the alignment
-// when T_q != T_k makes it matter. The reasons are the mutants' why_minimal.
+// The k side of each mutant's minimal case (Mutant::minimal_shape is q's [B,H,T_q,D]): T_k, the alignment
+// when T_q != T_k makes it matter, and the kv heads when they are fewer than H. The reasons are the mutants'
+// why_minimal.
 struct MinimalK {
   Index T_k;
   CausalAlignment alignment = CausalAlignment::TopLeft;
+  std::optional<Index> H_kv{};  ///< empty: as many as H
 };
 const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:mask-zero", {2}},
@@ -45,7 +48,34 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:scale-rows-for-cols", {2, CausalAlignment::BottomRight}},
     {"mutant:layout-bthd", {2}},
     {"mutant:stale-accumulator", {1}},
+    {"mutant:gqa-kv-modulo", {1, CausalAlignment::TopLeft, 2}},
+    {"mutant:gqa-group-pow2", {1, CausalAlignment::TopLeft, 1}},
+    {"mutant:decode-top-left", {2, CausalAlignment::BottomRight}},
+    {"mutant:decode-drops-newest", {2, CausalAlignment::BottomRight}},
+    {"mutant:chunk-masked-from-zero", {3, CausalAlignment::BottomRight}},
+    {"mutant:decode-cache-off-by-one", {2, CausalAlignment::BottomRight}},
 };
+
+// Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
+// (full prefill), so prefix-consistency, which makes only square calls, cannot see them; the chunk kernel's
+// decode path is right, so decode-consistency cannot see it either.
+const std::map<std::string, std::vector<std::string>> kMustHold = {
+    {"mutant:decode-top-left", {"prefix-consistency"}},
+    {"mutant:decode-drops-newest", {"prefix-consistency"}},
+    {"mutant:decode-cache-off-by-one", {"prefix-consistency"}},
+    {"mutant:chunk-masked-from-zero", {"prefix-consistency", "decode-consistency"}},
+};
+
+// Mutants held to more than one kill per seed: on every seed from 1 to 20 each expected law kills them (issue
+// 9's grouped-query and KV-cache mutants), and the smallest of those kills is their minimal case on at least
+// kMinimalOnSeeds of the 20. Not on all: a value that shrank first can leave the shape one step short of the
+// minimum, since RapidCheck's gen::exec never returns to an earlier draw (seed 1 is held to the minimum by
+// KilledByItsLawsAndShrunkToTheMinimalCase, over all laws).
+const std::vector<std::string> kEveryLawEverySeed = {"mutant:gqa-kv-modulo",      "mutant:gqa-group-pow2",
+                                                     "mutant:decode-top-left",    "mutant:decode-drops-newest",
+                                                     "mutant:chunk-masked-from-zero",
+                                                     "mutant:decode-cache-off-by-one"};
+constexpr int kMinimalOnSeeds = 15;
 
 LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DType dtype = DType::f32) {
   RunOptions o;
@@ -56,7 +86,7 @@ LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DT
 }
 
 std::string case_line(const LawResult& r) {
-  if (!r.minimal_case) return r.law + " (no case kept)";
+  if (!r.minimal_case) return r.law + " (" + (r.status == LawStatus::held ? "held" : "no case kept") + ")";
   const Problem& p = r.minimal_case->problem;
   return r.law + ": q " + to_string(p.q.shape()) + ", k " + to_string(p.k.shape()) +
          (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") +
@@ -96,6 +126,16 @@ std::string param_name(const testing::TestParamInfo<std::string>& info) {
   return s;
 }
 
+// The k side of a mutant's minimal case: T_k, the alignment when T_q != T_k, the kv heads.
+void expect_minimal_k(const Mutant& m, const Problem& p, const std::string& context) {
+  const MinimalK want = kMinimalK.at(m.impl->name());
+  EXPECT_EQ(p.k.shape().T, want.T_k) << "smallest: " << context;
+  if (p.k.shape().T != p.q.shape().T) {
+    EXPECT_EQ(p.alignment, want.alignment) << "smallest: " << context;
+  }
+  EXPECT_EQ(p.kv_heads(), want.H_kv.value_or(p.q.shape().H)) << "kv heads; smallest: " << context;
+}
+
 class Mutants : public testing::TestWithParam<std::string> {
  protected:
   const Mutant& mutant() const { return *find_mutant(GetParam()); }
@@ -130,17 +170,55 @@ TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
   }
   ASSERT_NE(smallest, nullptr) << m.impl->name() << " survived every law";
   const Problem& p = smallest->minimal_case->problem;
-  const MinimalK want = kMinimalK.at(m.impl->name());
   std::string all;
   for (const LawResult& r : results)
     if (r.status == LawStatus::falsified) all += "\n  " + case_line(r);
   EXPECT_EQ(to_string(p.q.shape()), to_string(m.minimal_shape))
       << "smallest: " << case_line(*smallest) << "\nwhy minimal: " << m.why_minimal << "\nall:" << all;
-  EXPECT_EQ(p.k.shape().T, want.T_k) << "smallest: " << case_line(*smallest) << "\nall:" << all;
-  if (p.k.shape().T != p.q.shape().T) {
-    EXPECT_EQ(p.alignment, want.alignment) << case_line(*smallest);
-  }
+  expect_minimal_k(m, p, case_line(*smallest) + "\nall:" + all);
+  if (kMustHold.count(m.impl->name()))
+    for (const LawResult& r : results)
+      for (const std::string& l : kMustHold.at(m.impl->name()))
+        if (r.law == l) {
+          EXPECT_EQ(r.status, LawStatus::held) << m.impl->name() << ": " << case_line(r);
+        }
 }
+
+// On every seed from 1 to 20 each expected law kills the mutant, and on most of them the smallest of their
+// counterexamples is the minimal case (only the mutants in kEveryLawEverySeed).
+class EverySeed : public testing::TestWithParam<std::string> {};
+
+TEST_P(EverySeed, EachExpectedLawKillsAndMostSeedsShrinkToTheMinimalCase) {
+  const Mutant& m = *find_mutant(GetParam());
+  const MinimalK want = kMinimalK.at(m.impl->name());
+  int minimal = 0;
+  std::string missed;
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    std::optional<LawResult> smallest;
+    for (const std::string& name : m.killed_by) {
+      LawResult r = run(*find_law(name), m, seed, RunOptions{}.cases);
+      EXPECT_EQ(r.status, LawStatus::falsified) << name << " did not kill " << m.impl->name() << " at seed " << seed;
+      if (r.status != LawStatus::falsified || !r.minimal_case) continue;
+      const auto size = [](const LawResult& x) {
+        return std::pair{x.minimal_case->problem.q.shape().numel(), x.minimal_case->problem.k.shape().numel()};
+      };
+      if (!smallest || size(r) < size(*smallest)) smallest = std::move(r);
+    }
+    if (!smallest) continue;
+    const Problem& p = smallest->minimal_case->problem;
+    if (p.q.shape() == m.minimal_shape && p.k.shape().T == want.T_k &&
+        (p.k.shape().T == p.q.shape().T || p.alignment == want.alignment) &&
+        p.kv_heads() == want.H_kv.value_or(p.q.shape().H))
+      ++minimal;
+    else
+      missed += "\n  seed " + std::to_string(seed) + ": " + case_line(*smallest);
+  }
+  RecordProperty("minimal_on_seeds", std::to_string(minimal) + "/20");
+  EXPECT_GE(minimal, kMinimalOnSeeds) << m.impl->name() << " shrunk to its minimal case on " << minimal
+                                      << "/20 seeds; the others:" << missed;
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, EverySeed, testing::ValuesIn(kEveryLawEverySeed), param_name);
 
 // Over kSweepSeeds other seeds with kSweepCases cases per law, some law kills the mutant on every seed.
 TEST_P(Mutants, KilledOnEverySeedOfTheSweep) {

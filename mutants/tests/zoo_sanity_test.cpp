@@ -18,15 +18,15 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A problem at `dtype` from row-major values (small integers and NaN: exact in every dtype).
 Problem make_problem(DType dtype, Shape qs, Index T_k, std::vector<double> q, std::vector<double> k,
-                     std::vector<double> v, CausalAlignment a = kDefaultAlignment) {
+                     std::vector<double> v, CausalAlignment a = kDefaultAlignment, Index H_kv = 0) {
   const auto tensor = [](Shape s, const std::vector<double>& x) {
     return Tensor<double>(s, Eigen::Map<const Eigen::VectorXd>(x.data(), Index(x.size())));
   };
   Problem p;
   p.dtype = dtype;
   p.q = tensor(qs, q);
-  p.k = tensor({qs.B, qs.H, T_k, qs.D}, k);
-  p.v = tensor({qs.B, qs.H, T_k, qs.D}, v);
+  p.k = tensor({qs.B, H_kv ? H_kv : qs.H, T_k, qs.D}, k);  // H_kv 0: as many kv heads as query heads
+  p.v = tensor({qs.B, H_kv ? H_kv : qs.H, T_k, qs.D}, v);
   p.alignment = a;
   return p;
 }
@@ -180,6 +180,63 @@ TEST(Zoo, AlignmentIgnoredUsesTopLeftForABottomRightRequest) {
     const Problem p = make_problem(t, {1, 1, 1, 1}, 2, {0}, {0, 0}, {1, 3}, CausalAlignment::BottomRight);
     EXPECT_EQ(reference(p).output(0, 0, 0, 0), 2.0);
     EXPECT_EQ(run("mutant:alignment-ignored", p).output(0, 0, 0, 0), 1.0) << dtype_name(t);
+  }
+}
+
+// H = 4 query heads over H_kv = 2 kv heads whose values are 1 and 3 (zero scores): heads 0..3 read kv heads
+// 0, 0, 1, 1 (outputs 1, 1, 3, 3); h % H_kv reads 0, 1, 0, 1.
+TEST(Zoo, KvModuloSwapsTheMiddleHeadsKvHeads) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 4, 1, 1}, 1, {0, 0, 0, 0}, {0, 0}, {1, 3}, kDefaultAlignment, 2);
+    const Outcome r = reference(p), m = run("mutant:gqa-kv-modulo", p);
+    for (Index h = 0; h < 4; ++h) {
+      EXPECT_EQ(r.output(0, h, 0, 0), h < 2 ? 1.0 : 3.0);
+      EXPECT_EQ(m.output(0, h, 0, 0), h % 2 ? 3.0 : 1.0) << dtype_name(t) << " head " << h;
+    }
+  }
+}
+
+// A group of 3 (H = 3, H_kv = 1, value 5): every head reads kv head 0 (output 5); h >> floor(log2 3) sends
+// head 2 to kv head 1, past the end of K and V (read as zeros: output 0).
+TEST(Zoo, PowerOfTwoGroupMathReadsPastTheLastKvHead) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 3, 1, 1}, 1, {0, 0, 0}, {0}, {5}, kDefaultAlignment, 1);
+    const Outcome r = reference(p), m = run("mutant:gqa-group-pow2", p);
+    for (Index h = 0; h < 3; ++h) EXPECT_EQ(r.output(0, h, 0, 0), 5.0);
+    EXPECT_EQ(m.output(0, 1, 0, 0), 5.0) << dtype_name(t);
+    EXPECT_EQ(m.output(0, 2, 0, 0), 0.0) << dtype_name(t);
+  }
+}
+
+// A decode step (one query, bottom-right, zero scores over values 1 and 3) must average both (2). The decode
+// mutants see key 0 alone, drop key 1, or read slot 1 as a copy of slot 0: all give 1. On a square call (a full
+// prefill: rows 1 and 2) they are right.
+TEST(Zoo, DecodeMutantsMissTheNewestKeyButPrefillRight) {
+  for (DType t : kDTypes) {
+    const Problem step = make_problem(t, {1, 1, 1, 1}, 2, {0}, {0, 0}, {1, 3}, CausalAlignment::BottomRight);
+    const Problem prefill = make_problem(t, {1, 1, 2, 1}, 2, {0, 0}, {0, 0}, {1, 3}, CausalAlignment::BottomRight);
+    EXPECT_EQ(reference(step).output(0, 0, 0, 0), 2.0);
+    for (const char* name : {"mutant:decode-top-left", "mutant:decode-drops-newest", "mutant:decode-cache-off-by-one"}) {
+      EXPECT_EQ(run(name, step).output(0, 0, 0, 0), 1.0) << name << " at " << dtype_name(t);
+      const Outcome o = run(name, prefill);
+      EXPECT_EQ(o.output(0, 0, 0, 0), 1.0) << name << " at " << dtype_name(t);
+      EXPECT_EQ(o.output(0, 0, 1, 0), 2.0) << name << " at " << dtype_name(t);
+    }
+  }
+}
+
+// A prefill chunk of two queries over three keys (values 1, 3, 5; zero scores): rows see keys 0..1 and 0..2
+// (outputs 2 and 3). Masked from position 0 they see 0 and 0..1 (1 and 2); a decode step stays right.
+TEST(Zoo, ChunkMaskedFromZeroMissesTheEarlierChunksKeys) {
+  for (DType t : kDTypes) {
+    const Problem chunk = make_problem(t, {1, 1, 2, 1}, 3, {0, 0}, {0, 0, 0}, {1, 3, 5}, CausalAlignment::BottomRight);
+    const Outcome r = reference(chunk), m = run("mutant:chunk-masked-from-zero", chunk);
+    EXPECT_EQ(r.output(0, 0, 0, 0), 2.0);
+    EXPECT_EQ(r.output(0, 0, 1, 0), 3.0);
+    EXPECT_EQ(m.output(0, 0, 0, 0), 1.0) << dtype_name(t);
+    EXPECT_EQ(m.output(0, 0, 1, 0), 2.0) << dtype_name(t);
+    const Problem step = make_problem(t, {1, 1, 1, 1}, 3, {0}, {0, 0, 0}, {1, 3, 5}, CausalAlignment::BottomRight);
+    EXPECT_EQ(run("mutant:chunk-masked-from-zero", step).output(0, 0, 0, 0), 3.0) << dtype_name(t);
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <numeric>
 
 namespace attncheck {
@@ -53,6 +54,12 @@ std::vector<Index> divisors(Index n) {
   for (Index k = 1; k <= n; ++k)
     if (n % k == 0) d.push_back(k);
   return d;
+}
+
+// The divisors of n strictly between 1 and n.
+std::vector<Index> inner_divisors(Index n) {
+  std::vector<Index> d = divisors(n);
+  return d.size() > 2 ? std::vector<Index>(d.begin() + 1, d.end() - 1) : std::vector<Index>{};
 }
 
 // A shape with T_k changed keeps its key lengths inside [0, T_k] and its padding per batch entry.
@@ -180,7 +187,9 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
   const bool gqa = opts.allow_gqa && cfg.caps.gqa, padding = opts.allow_padding && cfg.caps.key_padding,
              window = opts.allow_window && cfg.caps.window;
   const Capabilities caps = cfg.caps;
-  const Index max_B = cfg.max_B;
+  const Index max_B = cfg.max_B, max_H_kv = cfg.max_H_kv;
+  // KV-cache shapes (a decode step, a prefill chunk) are bottom-right cross-length calls.
+  const bool cache_shapes = cross && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2;
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
   const auto initial = rc::gen::exec([=] {
     CaseShape s;
@@ -203,11 +212,23 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
     }
     s.H_kv = s.H;
     if (gqa) {
-      // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or any divisor, a third each.
+      // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or, a third each, a divisor
+      // strictly between 1 and H (true grouping: several kv heads, several query heads each). That needs an H
+      // such as 4 or 6, rare among small draws, so such a case takes the largest one within --max-H.
       const int kind = *rc::gen::inRange(0, 3);
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const std::vector<Index> ds = divisors(s.H);
-      s.H_kv = kind == 0 ? s.H : kind == 1 ? 1 : ds[std::size_t(pick) % ds.size()];
+      if (kind == 2 && inner_divisors(s.H).empty())
+        for (Index h = cfg.max_H; h > s.H; --h)
+          if (!inner_divisors(h).empty()) {
+            s.H = h;
+            break;
+          }
+      const std::vector<Index> ds = divisors(s.H), inner = inner_divisors(s.H);
+      s.H_kv = kind == 0 ? s.H
+               : kind == 1 || inner.empty() ? 1
+                                            : inner[std::size_t(pick) % inner.size()];
+      if (max_H_kv > 0 && s.H_kv > max_H_kv)  // the largest divisor within --max-Hkv
+        s.H_kv = *std::prev(std::upper_bound(ds.begin(), ds.end(), max_H_kv));
     }
     if (padding) {
       // Half the cases padded; each entry's length is then T_k (unpadded), 0 (all padding) or anywhere between.
@@ -226,6 +247,19 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
       const int kind = *rc::gen::inRange(0, 3);
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       if (windowed) s.window = kind == 0 ? 0 : kind == 1 ? 1 : pick % (std::max(s.T_q, s.T_k) + 2);
+    }
+    if (cache_shapes) {
+      // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
+      // max-T), one in four a prefill chunk (T_q < T_k queries, the last ones), both bottom-right. Drawn last,
+      // and square cases are left alone, so every earlier draw, and every square case, stays as it was.
+      const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      if (differ && kind != 0) {
+        s.T_k = std::max<Index>({s.T_q, s.T_k, 2});
+        s.T_q = kind == 1 ? 1 : 1 + pick % (s.T_k - 1);
+        s.alignment = CausalAlignment::BottomRight;
+        fit_key_lengths(s);
+      }
     }
     return s;
   });
@@ -337,6 +371,9 @@ std::vector<std::string> shape_tags(const Problem& p) {
       }
   }
   if (p.window) tags.push_back(*p.window == 0 ? "window=0" : "window");
+  // KV-cache calls: the new token(s) at the end of the cache.
+  if (p.alignment == CausalAlignment::BottomRight && T < p.k.shape().T)
+    tags.push_back(T == 1 ? "decode (T_q=1<T_k, bottom-right)" : "chunk (1<T_q<T_k, bottom-right)");
   // A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
   bool empty_row = false;
   for (Index b = 0; b < q.B && !empty_row; ++b)

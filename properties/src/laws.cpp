@@ -12,7 +12,8 @@ const std::vector<Law>& laws() {
                             prefix_consistency(),      scale_variance(),     first_position(),
                             convex_hull(),             shift_invariance(),   batch_head_independence(),
                             oracle_agreement(),        paths_agree(),        determinism(),
-                            strict_causality_nonfinite()};
+                            strict_causality_nonfinite(), decode_consistency(), chunked_prefill(),
+                            gqa_head_sharing(),        gqa_equivalence()};
   }();
   return all;
 }

@@ -49,6 +49,10 @@ TEST(Generators, coverageFloorsAreMetAndVisible) {
   EXPECT_GE(share({"D=odd"}), 0.10) << "odd D";
   EXPECT_GE(share({"T_q!=T_k"}), 0.05) << "T_q != T_k";
   EXPECT_GE(share({"a-query-sees-nothing"}), 0.03) << "queries with no visible key (bottom-right, T_q > T_k)";
+  EXPECT_GE(share({"decode (T_q=1<T_k, bottom-right)"}), 0.04) << "decode steps";
+  EXPECT_GE(share({"chunk (1<T_q<T_k, bottom-right)"}), 0.03) << "prefill chunks";
+  EXPECT_GE(share({"H_kv=1<H (MQA)"}), 0.10) << "multi-query attention";
+  EXPECT_GE(share({"1<H_kv<H (GQA)"}), 0.03) << "grouped queries with more than one kv head";
   for (const char* regime : {"regime=small-int", "regime=normal", "regime=uniform", "regime=ties", "regime=one-hot",
                              "regime=sparse"})
     EXPECT_GE(share({regime}), 0.03) << regime;

@@ -37,13 +37,47 @@ TEST(Law, oracleAgreement) { expectHoldsOnReference("oracle-agreement", kAllDtyp
 TEST(Law, pathsAgree) { expectHoldsOnReference("paths-agree"); }
 TEST(Law, determinism) { expectHoldsOnReference("determinism"); }
 TEST(Law, strictCausalityNonfinite) { expectHoldsOnReference("strict-causality-nonfinite", {DType::f32, DType::f16}); }
+TEST(Law, decodeConsistency) { expectHoldsOnReference("decode-consistency", kAllDtypes); }
+TEST(Law, chunkedPrefill) { expectHoldsOnReference("chunked-prefill", kAllDtypes); }
+TEST(Law, gqaHeadSharing) { expectHoldsOnReference("gqa-head-sharing", kAllDtypes); }
+TEST(Law, gqaEquivalence) { expectHoldsOnReference("gqa-equivalence", kAllDtypes); }
+
+// The grouped-query laws need an implementation that declares GQA, the KV-cache laws bottom-right cross-length
+// calls; otherwise they are not applicable, and say why.
+TEST(Law, gqaAndCacheLawsSayWhyTheyDoNotApply) {
+  const auto reason = [](const char* law, const Capabilities& caps) {
+    GenConfig g;
+    g.caps = caps;
+    return find_law(law)->not_applicable(g);
+  };
+  Capabilities plain;  // no GQA; T_q != T_k under both alignments
+  EXPECT_NE(reason("gqa-head-sharing", plain).find("grouped-query attention"), std::string::npos);
+  EXPECT_NE(reason("gqa-equivalence", plain).find("grouped-query attention"), std::string::npos);
+  EXPECT_EQ(reason("decode-consistency", plain), "");
+  Capabilities square = plain;
+  square.cross_lengths = false;
+  EXPECT_NE(reason("decode-consistency", square).find("T_q < T_k"), std::string::npos);
+  Capabilities top_left = plain;
+  top_left.alignments = {CausalAlignment::TopLeft};
+  EXPECT_NE(reason("chunked-prefill", top_left).find("bottom-right"), std::string::npos);
+  const LawResult r = run_law(*find_law("gqa-equivalence"), *make_implementation("plain", "", plain, [](const Problem& p) {
+    return reference_implementation()->forward(p);
+  }), RunOptions{});
+  EXPECT_EQ(r.status, LawStatus::not_applicable);
+  EXPECT_FALSE(r.note.empty());
+  Capabilities gqa = plain;
+  gqa.gqa = true;
+  EXPECT_EQ(reason("gqa-head-sharing", gqa), "");
+}
 
 // Every law in laws() has a test above: a new law without one fails here.
 TEST(Law, everyLawHasATest) {
   const std::set<std::string> tested = {"row-stochastic", "zero-future-weight", "causal-perturbation",
                                         "prefix-consistency", "scale-variance", "first-position", "convex-hull",
                                         "shift-invariance", "batch-head-independence", "oracle-agreement",
-                                        "paths-agree", "determinism", "strict-causality-nonfinite"};
+                                        "paths-agree", "determinism", "strict-causality-nonfinite",
+                                        "decode-consistency", "chunked-prefill", "gqa-head-sharing",
+                                        "gqa-equivalence"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

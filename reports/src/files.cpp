@@ -223,6 +223,7 @@ StoredCounterexample read_counterexample(const fs::path& file) {
     s.max_size = int_field(*g, "max_size", s.max_size);
     s.gen.max_B = int_field(*g, "max_B", s.gen.max_B);
     s.gen.max_H = int_field(*g, "max_H", s.gen.max_H);
+    s.gen.max_H_kv = int_field(*g, "max_H_kv", s.gen.max_H_kv);
     s.gen.max_T = int_field(*g, "max_T", s.gen.max_T);
     s.gen.max_T_tail = int_field(*g, "max_T_tail", s.gen.max_T_tail);
     s.gen.max_D = int_field(*g, "max_D", s.gen.max_D);

@@ -68,11 +68,22 @@ std::string tensor_tables(const Tensor<double>& t, const std::string& corner, co
 
 std::string shape_table(const Problem& p) {
   const Shape& q = p.q.shape();
-  std::string md = "| B | H | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---|---|---|\n";
-  md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(q.T) + " | " +
+  // H_kv: the kv heads of K and V (H_kv < H: grouped queries, query head h reading kv head h / (H / H_kv)).
+  std::string md =
+      "| B | H | H_kv | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---:|---|---|---|\n";
+  md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(p.kv_heads()) + " | " +
+        std::to_string(q.T) + " | " +
         std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) + " | " +
         (p.scale ? num(*p.scale, true) : std::string("1/√D (default)")) + " | " + std::string(alignment_name(p.alignment)) +
         " | " + std::string(dtype_name(p.dtype)) + " |\n";
+  const Index H_kv = p.kv_heads(), group = q.H / H_kv;
+  if (H_kv < q.H) {  // which query heads share each kv head
+    md += "\nGrouped queries: ";
+    for (Index g = 0; g < H_kv; ++g)
+      md += (g ? "; " : "") + std::string(group > 1 ? "query heads " : "query head ") + std::to_string(g * group) +
+            (group > 1 ? "–" + std::to_string((g + 1) * group - 1) : "") + " read kv head " + std::to_string(g);
+    md += ".\n";
+  }
   return md;
 }
 

@@ -109,15 +109,18 @@ using namespace detail;
 namespace {
 
 Json generator_json(const RunInfo& run) {
-  return Json{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
-              {"max_H", run.gen.max_H},     {"max_T", run.gen.max_T},       {"max_T_tail", run.gen.max_T_tail},
-              {"max_D", run.gen.max_D}};
+  Json g{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
+         {"max_H", run.gen.max_H},     {"max_T", run.gen.max_T},       {"max_T_tail", run.gen.max_T_tail},
+         {"max_D", run.gen.max_D}};
+  if (run.gen.max_H_kv > 0) g["max_H_kv"] = run.gen.max_H_kv;  // only when bounded (--max-Hkv)
+  return g;
 }
 
 Json shape_json(const Problem& p) {
   const Shape& q = p.q.shape();
   Json s{{"B", q.B}, {"H", q.H}, {"T", q.T}, {"D", q.D}};
   if (p.k.shape().T != q.T) s["T_k"] = p.k.shape().T;
+  if (p.kv_heads() != q.H) s["H_kv"] = p.kv_heads();
   return s;
 }
 
@@ -163,6 +166,7 @@ std::string reproduce_command(const RunInfo& run, const LawReport& r) {
   return run.program + " check --impl " + shell_quote(run.implementation) + " --property " +
          shell_quote(r.result.law) + " --dtype " + std::string(dtype_name(run.dtype)) +
          " --max-B " + std::to_string(run.gen.max_B) + " --max-H " + std::to_string(run.gen.max_H) +
+         (run.gen.max_H_kv > 0 ? " --max-Hkv " + std::to_string(run.gen.max_H_kv) : std::string()) +
          " --max-T " + std::to_string(run.gen.max_T_tail) + " --max-D " + std::to_string(run.gen.max_D) +
          " --reproduce " + shell_quote(r.result.reproduce);
 }
@@ -241,7 +245,9 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
   md += run.implementation_description + "\n\n";
   md += "dtype " + std::string(dtype_name(run.dtype)) + ", seed " + std::to_string(run.seed) + ", " +
         std::to_string(run.cases) + " cases per law, B ≤ " + std::to_string(run.gen.max_B) + ", H ≤ " +
-        std::to_string(run.gen.max_H) + ", T ≤ " + std::to_string(run.gen.max_T) + " (tail to " +
+        std::to_string(run.gen.max_H) +
+        (run.gen.max_H_kv > 0 ? ", H_kv ≤ " + std::to_string(run.gen.max_H_kv) : std::string()) + ", T ≤ " +
+        std::to_string(run.gen.max_T) + " (tail to " +
         std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) + "\n\n";
   // Margin: how far past its tolerance the worst entry is. Exact laws and held ones have none to show.
   md += "| law | result | cases | shrink steps | margin | report |\n|---|---|---:|---:|---:|---|\n";

@@ -70,7 +70,9 @@ struct ProblemOptions {
 
 /// Shape generator: B, H in [1, max], T in [1, max_T] with a tail up to max_T_tail as RapidCheck's size
 /// grows, D in [1, max_D] (small, uniform and power-of-two draws), the causal alignment, and, where allowed,
-/// H_kv among the divisors of H, per-sequence key lengths and a window. The whole geometry is one
+/// H_kv among the divisors of H (at most max_H_kv), per-sequence key lengths and a window. For implementations
+/// that take bottom-right cross-length calls, a quarter of the cross-length cases each become a decode step
+/// (T_q = 1 < T_k) or a prefill chunk (T_q < T_k), bottom-right. The whole geometry is one
 /// shrinkable: every extent shrinks toward 1 (H and H_kv together, keeping H_kv | H), padding and the window
 /// toward none, and a square case may become a cross-length one.
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = {});

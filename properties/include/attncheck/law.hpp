@@ -19,6 +19,9 @@ namespace attncheck {
 struct GenConfig {
   DType dtype = DType::f32;
   Index max_B = 4, max_H = 4;
+  /// At most this many kv heads, for implementations with grouped-query attention (0: up to H). 1 asks for
+  /// multi-query attention throughout. K and V of other implementations always have H heads.
+  Index max_H_kv = 0;
   Index max_T = 64;        ///< usual upper bound on T
   Index max_T_tail = 256;  ///< a tail up to this, reached as RapidCheck's size grows
   Index max_D = 128;

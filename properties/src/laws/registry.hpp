@@ -18,5 +18,9 @@ Law oracle_agreement();
 Law paths_agree();
 Law determinism();
 Law strict_causality_nonfinite();
+Law decode_consistency();
+Law chunked_prefill();
+Law gqa_head_sharing();
+Law gqa_equivalence();
 
 }  // namespace attncheck::law_kit

@@ -2,8 +2,10 @@
 #include "support.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 
 namespace attncheck::law_kit {
@@ -150,11 +152,11 @@ void replace_rows(Tensor<double>& t, const Tensor<double>& other, Index from) {
       for (Index i = std::max<Index>(from, 0); i < s.T; ++i) t.head(b, h).row(i) = other.head(b, h).row(i);
 }
 
-Tensor<double> first_rows(const Tensor<double>& t, Index n) {
+Tensor<double> rows_of(const Tensor<double>& t, Index begin, Index end) {
   const Shape& s = t.shape();
-  Tensor<double> r({s.B, s.H, n, s.D});
+  Tensor<double> r({s.B, s.H, end - begin, s.D});
   for (Index b = 0; b < s.B; ++b)
-    for (Index h = 0; h < s.H; ++h) r.head(b, h) = t.head(b, h).topRows(n);
+    for (Index h = 0; h < s.H; ++h) r.head(b, h) = t.head(b, h).middleRows(begin, end - begin);
   return r;
 }
 
@@ -206,6 +208,70 @@ std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const 
   if (v) {
     v->message += "; only positions after " + std::to_string(t) + " were " + what_changed;
     v->weights = b.weights;
+  }
+  return v;
+}
+
+Problem cached_call(const Problem& p, Index begin, Index end) {
+  Problem c = p;
+  c.q = rows_of(p.q, begin, end);
+  c.k = first_rows(p.k, end);
+  c.v = first_rows(p.v, end);
+  c.alignment = CausalAlignment::BottomRight;  // query i - begin sits at position (i - begin) + end - (end - begin) = i
+  for (Index& len : c.key_lengths) len = std::min(len, end);
+  return c;
+}
+
+std::string needs_cached_calls(const GenConfig& g) {
+  if (!g.caps.cross_lengths)
+    return "needs calls with fewer queries than keys (T_q < T_k, a KV cache), which this implementation does not "
+           "accept";
+  if (!g.caps.supports(CausalAlignment::BottomRight))
+    return "needs bottom-right causal alignment (the new queries at the end of the cached keys), which this "
+           "implementation does not support";
+  return "";
+}
+
+std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
+                                             const std::vector<Index>& starts) {
+  const Index T = p.q.shape().T;
+  const Outcome full = call(impl, p);
+  const OracleRun of = run_oracle(p);
+  Tensor<double> chunked(full.output.shape()), tol = of.tol_out;
+  for (std::size_t n = 0; n < starts.size(); ++n) {
+    const Index begin = starts[n], end = n + 1 < starts.size() ? starts[n + 1] : T;
+    const Problem one = cached_call(p, begin, end);
+    const Outcome o = call(impl, one);
+    const OracleRun oc = run_oracle(one);
+    // Both results are within their derived bounds of their oracles, and the two oracles differ by what they
+    // differ (the same rows, another call shape: usually 0).
+    const Tensor<double> extra(
+        oc.tol_out.shape(),
+        Eigen::VectorXd(oc.tol_out.values() + (rows_of(of.out, begin, end).values() - oc.out.values()).cwiseAbs()));
+    for (Index b = 0; b < p.q.shape().B; ++b)
+      for (Index h = 0; h < p.q.shape().H; ++h) {
+        chunked.head(b, h).middleRows(begin, end - begin) = o.output.head(b, h);
+        tol.head(b, h).middleRows(begin, end - begin) += extra.head(b, h);
+      }
+  }
+  // Rows that see no key follow the implementation's empty-row convention, checked by oracle-agreement.
+  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  auto v = compare(law, "output", full.output, chunked, &tol, seen);
+  if (v) {
+    const Index i = v->worst_index[2];
+    const Index begin = *std::prev(std::upper_bound(starts.begin(), starts.end(), i));
+    const auto next = std::upper_bound(starts.begin(), starts.end(), i);
+    const Index end = next == starts.end() ? T : *next;
+    // Neither result is known to be the right one: say where each came from.
+    const auto [b, h, r, d] = std::array{v->worst_index[0], v->worst_index[1], i, v->worst_index[3]};
+    v->message = std::string(law) + ": output" + idx({b, h, r, d}) + " is " + num(full.output(b, h, r, d)) +
+                 " in the full forward but " + num(chunked(b, h, r, d)) + " when " +
+                 (end - begin == 1 ? "query " + std::to_string(i) + " is called alone"
+                                   : "queries " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                                         " are called together") +
+                 " over keys 0.." + std::to_string(end - 1) + ", bottom-right (off by " + num(v->magnitude) +
+                 ", tolerance " + num(v->tolerance) + ")";
+    v->weights = full.weights;
   }
   return v;
 }

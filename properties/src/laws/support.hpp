@@ -65,8 +65,10 @@ std::optional<Violation> compare(const std::string& what, const std::string& qua
 
 /// Rows [from, T) of every head of t replaced by the same rows of `other`.
 void replace_rows(Tensor<double>& t, const Tensor<double>& other, Index from);
+/// Rows [begin, end) of every head.
+Tensor<double> rows_of(const Tensor<double>& t, Index begin, Index end);
 /// Rows [0, n) of every head.
-Tensor<double> first_rows(const Tensor<double>& t, Index n);
+inline Tensor<double> first_rows(const Tensor<double>& t, Index n) { return rows_of(t, 0, n); }
 /// Head (b, h) alone, as a [1,1,T,D] tensor.
 Tensor<double> slice(const Tensor<double>& t, Index b, Index h);
 /// Query head h of batch entry b alone, with its kv head and its key length: a one-head problem.
@@ -88,6 +90,18 @@ rc::Gen<LawCase> gen_plain(const GenConfig& cfg);
 /// future of position t ("params.t"), so every output at positions <= t must be bit-identical.
 std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const char* what_changed,
                                                           const Implementation& impl, const LawCase& c);
+
+/// Queries [begin, end) of a square problem as an inference engine calls them against its KV cache: alone,
+/// over keys 0..end-1, bottom-right aligned (so query i keeps its position i), key lengths cut to end.
+Problem cached_call(const Problem& p, Index begin, Index end);
+/// not_applicable for the laws that make such calls: they need T_q < T_k and bottom-right alignment.
+std::string needs_cached_calls(const GenConfig& g);
+/// The shared body of decode-consistency and chunked-prefill: the square problem's queries, cut into the
+/// contiguous chunks that start at `starts` (ascending, starts[0] == 0), each called by cached_call, must
+/// reproduce the rows of the full forward within both results' derived oracle bounds plus the oracle's own
+/// difference between the two.
+std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
+                                             const std::vector<Index>& starts);
 
 /// With T_q == T_k both alignments give the same mask: the one to ask in that the implementation accepts.
 CausalAlignment square_alignment(const Capabilities& caps);

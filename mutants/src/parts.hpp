@@ -20,8 +20,9 @@ inline Capabilities zoo_capabilities() {
 /// An implementation whose body is one head's code, run over [B,H] at every dtype by per_head.
 /// `fn(Q, K, V, ctx) -> HeadOut<A>` is generic over the accumulation type A.
 template <class HeadFn>
-ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn) {
-  return make_implementation(std::move(name), std::move(description), zoo_capabilities(), [fn](const Problem& p) {
+ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn,
+                            Capabilities caps = zoo_capabilities()) {
+  return make_implementation(std::move(name), std::move(description), std::move(caps), [fn](const Problem& p) {
     return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
       return per_head(q, k, v, pr, w, fn);
     });
@@ -32,6 +33,7 @@ std::vector<Mutant> mask_mutants();     ///< where the mask is built or applied
 std::vector<Mutant> softmax_mutants();  ///< the softmax step
 std::vector<Mutant> scale_mutants();    ///< the scale
 std::vector<Mutant> layout_mutants();   ///< memory layout and state between calls
+std::vector<Mutant> padding_mutants();  ///< key padding, sliding windows, rows that see no key (and controls)
 std::vector<Mutant> controls();         ///< correct implementations written differently
 
 }  // namespace attncheck::zoo

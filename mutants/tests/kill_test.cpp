@@ -24,6 +24,8 @@ constexpr int kControlCases = 25;  // per law and seed
 struct MinimalK {
   Index T_k;
   CausalAlignment alignment = CausalAlignment::TopLeft;
+  std::vector<Index> key_lengths{};  ///< the padding of the minimal case (empty: none)
+  std::optional<Index> window{};     ///< its window (empty: none)
 };
 const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:mask-zero", {2}},
@@ -45,6 +47,12 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:scale-rows-for-cols", {2, CausalAlignment::BottomRight}},
     {"mutant:layout-bthd", {2}},
     {"mutant:stale-accumulator", {1}},
+    {"mutant:padding-on-queries", {2, CausalAlignment::BottomRight, {1}}},
+    {"mutant:padding-wrong-entry", {1, CausalAlignment::TopLeft, {0, 1}}},
+    {"mutant:padding-minus-1e4", {1, CausalAlignment::TopLeft, {0}}},
+    {"mutant:window-too-wide", {2, CausalAlignment::BottomRight, {}, 0}},
+    {"mutant:window-from-query-index", {2, CausalAlignment::BottomRight, {}, 0}},
+    {"mutant:window-diagonal-tile-only", {3, CausalAlignment::BottomRight, {}, 0}},
 };
 
 LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DType dtype = DType::f32) {
@@ -58,8 +66,14 @@ LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DT
 std::string case_line(const LawResult& r) {
   if (!r.minimal_case) return r.law + " (no case kept)";
   const Problem& p = r.minimal_case->problem;
+  std::string extra;
+  if (!p.key_lengths.empty()) {
+    extra += ", key_lengths";
+    for (std::size_t b = 0; b < p.key_lengths.size(); ++b) extra += (b ? "," : " ") + std::to_string(p.key_lengths[b]);
+  }
+  if (p.window) extra += ", window " + std::to_string(*p.window);
   return r.law + ": q " + to_string(p.q.shape()) + ", k " + to_string(p.k.shape()) +
-         (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") +
+         (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") + extra +
          " (RC_PARAMS=\"reproduce=" + r.reproduce + "\"): " + (r.violation ? r.violation->message : "");
 }
 
@@ -140,6 +154,8 @@ TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
   if (p.k.shape().T != p.q.shape().T) {
     EXPECT_EQ(p.alignment, want.alignment) << case_line(*smallest);
   }
+  EXPECT_EQ(p.key_lengths, want.key_lengths) << case_line(*smallest);
+  EXPECT_EQ(p.window, want.window) << case_line(*smallest);
 }
 
 // Over kSweepSeeds other seeds with kSweepCases cases per law, some law kills the mutant on every seed.

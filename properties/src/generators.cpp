@@ -67,7 +67,8 @@ void fit_key_lengths(CaseShape& c) {
 // T_k was still large stayed large after T_k shrank. A square case may also become a cross-length one with
 // fewer elements, under either alignment: T_q = 1, T_k = 2 is reachable from T_q = T_k = 2. H and H_kv shrink
 // together (H_kv always divides H); padding and the window shrink toward none.
-std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, const Capabilities& caps) {
+std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, const Capabilities& caps,
+                                     const ProblemOptions& opts) {
   std::vector<CaseShape> out;
   const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
   const auto add = [&](CaseShape c) {
@@ -135,7 +136,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
   if (!s.key_lengths.empty()) {
     CaseShape c = s;
     c.key_lengths.clear();
-    add(c);
+    if (!opts.require_padding) add(c);
     for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
       auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
       while (auto len = seq.next()) {
@@ -148,7 +149,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
   if (s.window) {
     CaseShape c = s;
     c.window.reset();
-    add(c);
+    if (!opts.require_window) add(c);
     for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
       CaseShape l = s;
       l.window = w - 1;
@@ -218,20 +219,23 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
         const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
         lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
       }
-      if (padded) s.key_lengths.assign(lengths.begin(), lengths.begin() + s.B);
+      if (padded || opts.require_padding) s.key_lengths.assign(lengths.begin(), lengths.begin() + s.B);
     }
     if (window) {
-      // Half the cases windowed: 0 (a query sees only its own key), 1, or anything up to beyond T_k.
+      // Half the cases windowed: 0 (a query sees only its own key), 1, at or beyond T (no key is ever old
+      // enough to leave it, which must equal no window), or anything up to there, a quarter each.
       const bool windowed = *rc::gen::arbitrary<bool>();
-      const int kind = *rc::gen::inRange(0, 3);
+      const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}, {1, 3}});  // whatever the size
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      if (windowed) s.window = kind == 0 ? 0 : kind == 1 ? 1 : pick % (std::max(s.T_q, s.T_k) + 2);
+      const Index T = std::max(s.T_q, s.T_k);
+      if (windowed || opts.require_window)
+        s.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
     }
     return s;
   });
   return [=](const rc::Random& random, int size) {
     return rc::shrinkable::shrinkRecur(initial(random, size).value(), [=](const CaseShape& s) {
-      return rc::seq::fromContainer(shape_shrinks(s, cross, gqa, caps));
+      return rc::seq::fromContainer(shape_shrinks(s, cross, gqa, caps, opts));
     });
   };
 }
@@ -329,14 +333,19 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
   if (p.kv_heads() != q.H) tags.push_back(p.kv_heads() == 1 ? "H_kv=1<H (MQA)" : "1<H_kv<H (GQA)");
   if (!p.key_lengths.empty()) {
+    // Each kind of length once per case: all padding, none, and some.
+    const Index T_k = p.k.shape().T;
+    bool zero = false, full = false, partial = false;
+    for (const Index len : p.key_lengths) (len == 0 ? zero : len == T_k ? full : partial) = true;
     tags.push_back("padded");
-    for (const Index len : p.key_lengths)
-      if (len == 0) {
-        tags.push_back("a-sequence-of-length-0");
-        break;
-      }
+    if (zero) tags.push_back("length=0");
+    if (full) tags.push_back("length=T_k");
+    if (partial) tags.push_back("length=partial");
   }
-  if (p.window) tags.push_back(*p.window == 0 ? "window=0" : "window");
+  if (p.window) {
+    const Index w = *p.window, T_max = std::max(T, p.k.shape().T);
+    tags.push_back(w == 0 ? "window=0" : w == 1 ? "window=1" : w >= T_max ? "window>=T" : "window=2..T-1");
+  }
   // A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
   bool empty_row = false;
   for (Index b = 0; b < q.B && !empty_row; ++b)

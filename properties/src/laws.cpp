@@ -12,7 +12,9 @@ const std::vector<Law>& laws() {
                             prefix_consistency(),      scale_variance(),     first_position(),
                             convex_hull(),             shift_invariance(),   batch_head_independence(),
                             oracle_agreement(),        paths_agree(),        determinism(),
-                            strict_causality_nonfinite()};
+                            strict_causality_nonfinite(), key_padding_invariance(),
+                            varlen_equivalence(),         window_zero_weight(),
+                            window_perturbation(),        empty_row_convention()};
   }();
   return all;
 }

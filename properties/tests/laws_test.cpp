@@ -37,13 +37,20 @@ TEST(Law, oracleAgreement) { expectHoldsOnReference("oracle-agreement", kAllDtyp
 TEST(Law, pathsAgree) { expectHoldsOnReference("paths-agree"); }
 TEST(Law, determinism) { expectHoldsOnReference("determinism"); }
 TEST(Law, strictCausalityNonfinite) { expectHoldsOnReference("strict-causality-nonfinite", {DType::f32, DType::f16}); }
+TEST(Law, keyPaddingInvariance) { expectHoldsOnReference("key-padding-invariance", kAllDtypes); }
+TEST(Law, varlenEquivalence) { expectHoldsOnReference("varlen-equivalence", kAllDtypes); }
+TEST(Law, windowZeroWeight) { expectHoldsOnReference("window-zero-weight", kAllDtypes); }
+TEST(Law, windowPerturbation) { expectHoldsOnReference("window-perturbation", kAllDtypes); }
+TEST(Law, emptyRowConvention) { expectHoldsOnReference("empty-row-convention", kAllDtypes); }
 
 // Every law in laws() has a test above: a new law without one fails here.
 TEST(Law, everyLawHasATest) {
   const std::set<std::string> tested = {"row-stochastic", "zero-future-weight", "causal-perturbation",
                                         "prefix-consistency", "scale-variance", "first-position", "convex-hull",
                                         "shift-invariance", "batch-head-independence", "oracle-agreement",
-                                        "paths-agree", "determinism", "strict-causality-nonfinite"};
+                                        "paths-agree", "determinism", "strict-causality-nonfinite",
+                                        "key-padding-invariance", "varlen-equivalence", "window-zero-weight",
+                                        "window-perturbation", "empty-row-convention"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

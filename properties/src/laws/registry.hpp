@@ -18,5 +18,10 @@ Law oracle_agreement();
 Law paths_agree();
 Law determinism();
 Law strict_causality_nonfinite();
+Law key_padding_invariance();
+Law varlen_equivalence();
+Law window_zero_weight();
+Law window_perturbation();
+Law empty_row_convention();
 
 }  // namespace attncheck::law_kit

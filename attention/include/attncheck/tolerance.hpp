@@ -12,8 +12,7 @@ namespace attncheck {
 double gamma(Index n, double u);
 
 /// Half the spacing of the dtype's subnormals: rounding a tiny value into the dtype is off by this much
-/// absolutely, not relatively (2^-25 for float16, 2^-134 for bfloat16, 2^-150 for float32; 2^-1072 for float64,
-/// where exp and the division of a kernel and of the float64 oracle itself all round into its subnormals).
+/// absolutely, not relatively (2^-25 for float16, 2^-134 for bfloat16, 2^-150 for float32, 0 for float64).
 double storage_floor(DType dtype);
 
 /// Unit roundoff of the type a dtype accumulates in (float for float32/float16/bfloat16, double for float64).

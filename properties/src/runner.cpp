@@ -197,8 +197,13 @@ std::string describe(const LawResult& r) {
          " D=" + std::to_string(q.D) +
          (p.k.shape().T != q.T
               ? (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)")
-              : "") +
-         "\n";
+              : "");
+    if (!p.key_lengths.empty()) {
+      s += " key_lengths=";
+      for (std::size_t b = 0; b < p.key_lengths.size(); ++b) s += (b ? "," : "") + std::to_string(p.key_lengths[b]);
+    }
+    if (p.window) s += " window=" + std::to_string(*p.window);
+    s += "\n";
   }
   if (!r.reproduce.empty()) s += "  replay: RC_PARAMS=\"reproduce=" + r.reproduce + "\"\n";
   return s;

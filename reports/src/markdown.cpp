@@ -73,6 +73,14 @@ std::string shape_table(const Problem& p) {
         std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) + " | " +
         (p.scale ? num(*p.scale, true) : std::string("1/√D (default)")) + " | " + std::string(alignment_name(p.alignment)) +
         " | " + std::string(dtype_name(p.dtype)) + " |\n";
+  if (!p.key_lengths.empty()) {
+    md += "\nkey lengths:";
+    for (std::size_t b = 0; b < p.key_lengths.size(); ++b) md += (b ? ", " : " ") + std::to_string(p.key_lengths[b]);
+    md += " (keys j ≥ key_lengths[b] of batch entry b are padding)\n";
+  }
+  if (p.window)
+    md += "\nsliding window: " + std::to_string(*p.window) + " (the query at aligned position p sees keys p - " +
+          std::to_string(*p.window) + " .. p)\n";
   return md;
 }
 

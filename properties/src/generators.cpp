@@ -55,11 +55,16 @@ std::vector<Index> divisors(Index n) {
   return d;
 }
 
-// A shape with T_k changed keeps its key lengths inside [0, T_k] and its padding per batch entry.
-void fit_key_lengths(CaseShape& c) {
-  if (c.key_lengths.empty()) return;
+// A shape whose T_k changed from old_T_k keeps its key lengths inside [0, T_k], in one of two ways: each batch
+// entry keeps its padding (the number of padded keys at its end, as far as T_k allows), or its length (clamped
+// to T_k). A bug that needs a padded key after the real ones shows under the first; one that needs a real
+// key before the padded ones (a length of 1, say) under the second. Offering only one stops shrinking early.
+CaseShape fit_key_lengths(CaseShape c, Index old_T_k, bool keep_padding) {
+  if (c.key_lengths.empty()) return c;
   c.key_lengths.resize(std::size_t(c.B), c.T_k);
-  for (Index& len : c.key_lengths) len = std::min(len, c.T_k);
+  for (Index& len : c.key_lengths)
+    len = keep_padding ? std::clamp<Index>(c.T_k - (old_T_k - len), 0, c.T_k) : std::min(len, c.T_k);
+  return c;
 }
 
 // Every shape one step simpler than s. The whole geometry is one shrinkable, so after any accepted step all
@@ -71,14 +76,18 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
                                      const ProblemOptions& opts) {
   std::vector<CaseShape> out;
   const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
-  const auto add = [&](CaseShape c) {
+  const auto add_fitted = [&](CaseShape c) {
     if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
-    fit_key_lengths(c);
     out.push_back(c);
     if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
       c.alignment = CausalAlignment::BottomRight;
       out.push_back(c);
     }
+  };
+  const auto add = [&](const CaseShape& c) {
+    const CaseShape padded = fit_key_lengths(c, s.T_k, true), clamped = fit_key_lengths(c, s.T_k, false);
+    add_fitted(padded);
+    if (clamped.key_lengths != padded.key_lengths) add_fitted(clamped);
   };
   for (const Index b : towards_one(s.B)) {
     CaseShape c = s;

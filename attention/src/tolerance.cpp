@@ -16,7 +16,9 @@
 // 3. Output. o_i = Σ_j w_ij v_j: |δo_ic| ≤ Σ_j |δw_ij||v_jc| + γ_T·Σ_j w̃_ij|v_jc|
 //    ≤ max_j|v_jc|·(ρ_i + u_s + γ_T·(1 + ρ_i + u_s)), then rounding to the dtype: + u_s·|o_ic|.
 // 4. Floors. Eigen's vectorised float exp returns about 2^-128 instead of a denormal for arguments below -87.3:
-//    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Rounding into the
+//    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Its double exp
+//    does the same below -708.4, at 2^-1022 (a correct float64 kernel returned 5.1e-309 for exp(-717.5) =
+//    2.3e-312): the float64 floor is 2^-1022. Rounding into the
 //    dtype's subnormal range is absolute, not relative: half the smallest subnormal (2^-25 for float16,
 //    2^-134 for bfloat16, 2^-150 for float32) on every stored weight and output.
 // 5. Saturation. When Δ is large (scores ~1e10 in float), ρ overflows: the dtype cannot resolve the softmax at
@@ -57,7 +59,7 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
                              const Matrix<double>& oracle_weights, double safety) {
   const double u_s = unit_roundoff(dtype);
   const double u_a = accumulation_roundoff(dtype);
-  const double tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
+  const double tiny = std::ldexp(1.0, dtype == DType::f64 ? -1022 : -126);
   const double store_floor = storage_floor(dtype);
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const double g_D = gamma(D, u_a);

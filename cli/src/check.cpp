@@ -289,7 +289,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
         << lpad(std::to_string(r.shrink_steps), 9) << lpad(seconds(times[n]), 9);
     if (!results[n].found_by.empty()) out << "  (corpus)";
-    if (r.status == LawStatus::not_applicable) out << "  " << r.note;
+    if (!r.note.empty()) out << "  " << r.note;  // why not applicable, or what a held law found
     out << "\n";
   }
   out << "\n";

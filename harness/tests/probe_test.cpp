@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "attncheck/harness.hpp"
+#include "attncheck/law.hpp"
 #include "test_support.hpp"
 
 namespace attncheck {
@@ -87,6 +88,59 @@ TEST(Probe, findsAMaskThatLetsTheFutureIn) {
   const Conventions c = probe_conventions(*leaky);
   EXPECT_EQ(c.causal, "not causal: at T=4 the queries see keys 0:{0,1,2,3} 1:{0,1,2,3} 2:{0,1,2,3} 3:{0,1,2,3}");
   EXPECT_TRUE(c.alignment.empty());
+}
+
+// The reference's outputs, except that a row that sees no key is NaN (ggml's soft_max_ext path and PyTorch's
+// math path do this), with no weights: the laws get them by probing.
+ImplementationPtr nan_rows_without_weights(std::optional<EmptyRows> declared) {
+  Capabilities caps;
+  caps.returns_weights = false;
+  caps.key_padding = caps.window = true;
+  caps.empty_rows = declared;
+  const auto ref = reference_implementation();
+  return make_implementation("nan-rows", "NaN where a query sees no key", caps, [ref](const Problem& p) {
+    Outcome o = ref->forward(p);
+    o.weights.reset();
+    const Shape& s = p.q.shape();
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i)
+          if (p.visibility(b).keys(i).empty()) o.output.head(b, h).row(i).setConstant(std::nan(""));
+    return o;
+  });
+}
+
+// The false alarm of issue 10: under bottom-right alignment with T_q > T_k the first queries see no key, their
+// probed weights are NaN, and zero-future-weight used to report that NaN as a leak. A kernel that follows the
+// nan convention (declared or not) passes every weight law through probing; one that declares zero and returns
+// NaN is caught, so the laws can still fail.
+TEST(Probe, nanInRowsThatSeeNoKeyIsNoFalseAlarmThroughProbedWeights) {
+  Problem p = test::wave_problem(DType::f32, 1, 1, 4, 2, 2);
+  p.alignment = CausalAlignment::BottomRight;  // queries 0 and 1 sit at positions -2 and -1
+  const Tensor<double> w = recover_weights(*nan_rows_without_weights(std::nullopt), p);
+  ASSERT_TRUE(std::isnan(w(0, 0, 0, 0)) && std::isnan(w(0, 0, 1, 1)));
+  ASSERT_EQ(w(0, 0, 2, 0), reference_implementation()->forward(p).weights->operator()(0, 0, 2, 0));
+
+  for (const std::optional<EmptyRows> declared : {std::optional<EmptyRows>{}, std::optional{EmptyRows::nan}}) {
+    const auto probed = with_recovered_weights(nan_rows_without_weights(declared));
+    for (const char* name : {"zero-future-weight", "window-zero-weight", "key-padding-invariance", "row-stochastic",
+                             "oracle-agreement", "empty-row-convention"}) {
+      RunOptions opts;
+      opts.seed = 10;
+      const LawResult r = run_law(*find_law(name), *probed, opts);
+      EXPECT_EQ(r.status, LawStatus::held) << (declared ? "declared nan: " : "undeclared: ") << describe(r);
+      if (std::string(name) == "empty-row-convention") {
+        EXPECT_NE(r.note.find("nan convention"), std::string::npos) << r.note;
+      }
+    }
+  }
+  const auto liar = with_recovered_weights(nan_rows_without_weights(EmptyRows::zero));
+  for (const char* name : {"zero-future-weight", "empty-row-convention"}) {
+    RunOptions opts;
+    opts.seed = 10;
+    EXPECT_EQ(run_law(*find_law(name), *liar, opts).status, LawStatus::falsified) << name << " missed NaN rows "
+                                                                                     "of a kernel that declares zero";
+  }
 }
 
 }  // namespace

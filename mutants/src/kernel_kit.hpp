@@ -17,11 +17,17 @@ struct HeadCtx {
   DType dtype = DType::f32;     ///< the inputs' dtype (the head itself computes in Acc<S>)
   std::optional<double> scale;  ///< the problem's scale, as given (empty: the kernel's default)
   CausalAlignment alignment = kDefaultAlignment;
+  Index key_length = -1;          ///< this batch entry's key length; negative: no padding
+  std::optional<Index> window{};  ///< the sliding window; empty: none
 
   /// 1/√D unless the problem overrides it: the correct default.
   double resolved_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)); }
+  /// The correct rule: causal alignment, key padding and the window.
+  Visibility visibility() const {
+    return Visibility{.T_q = T_q, .T_k = T_k, .alignment = alignment, .key_length = key_length, .window = window};
+  }
   /// Query i may see key j.
-  bool visible(Index i, Index j) const { return j <= last_visible_key(i, T_q, T_k, alignment); }
+  bool visible(Index i, Index j) const { return visibility().visible(i, j); }
 };
 
 /// One head's result in the accumulation type A.
@@ -131,6 +137,8 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
     for (Index h = 0; h < s.H; ++h) {
       c.b = b;
       c.h = h;
+      c.key_length = p.key_lengths.empty() ? -1 : p.key_lengths[std::size_t(b)];
+      c.window = p.window;
       const Index g = kv_of(h, c.H, c.H_kv);
       const Matrix<A> Q = q.head(b, h).template cast<A>(), K = kv_head_as_read<A>(k, b, g),
                       V = kv_head_as_read<A>(v, b, g);

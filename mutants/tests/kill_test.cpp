@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
@@ -27,6 +28,10 @@ struct MinimalK {
   Index T_k;
   CausalAlignment alignment = CausalAlignment::TopLeft;
   std::optional<Index> H_kv{};  ///< empty: as many as H
+  /// The padding of the minimal case, in ascending order (empty: none); not asserted where it does not matter
+  /// (a window mutant's minimal case may or may not keep a padded key, the size is the same).
+  std::optional<std::vector<Index>> key_lengths = std::vector<Index>{};
+  std::optional<Index> window{};  ///< its window (empty: none)
 };
 const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:mask-zero", {2}},
@@ -54,6 +59,12 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:decode-drops-newest", {2, CausalAlignment::BottomRight}},
     {"mutant:chunk-masked-from-zero", {3, CausalAlignment::BottomRight}},
     {"mutant:decode-cache-off-by-one", {2, CausalAlignment::BottomRight}},
+    {"mutant:padding-on-queries", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{1}}},
+    {"mutant:padding-wrong-entry", {1, CausalAlignment::TopLeft, {}, std::vector<Index>{0, 1}}},
+    {"mutant:padding-minus-1e4", {1, CausalAlignment::TopLeft, {}, std::vector<Index>{0}}},
+    {"mutant:window-too-wide", {2, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
+    {"mutant:window-from-query-index", {2, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
+    {"mutant:window-diagonal-tile-only", {3, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -77,6 +88,12 @@ const std::vector<std::string> kEveryLawEverySeed = {"mutant:gqa-kv-modulo",    
                                                      "mutant:decode-cache-off-by-one"};
 constexpr int kMinimalOnSeeds = 15;
 
+// Which batch entry has which length is the shrinker's choice between equally small cases: compare them sorted.
+std::vector<Index> sorted(std::vector<Index> v) {
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
 LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DType dtype = DType::f32) {
   RunOptions o;
   o.seed = seed;
@@ -88,8 +105,14 @@ LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DT
 std::string case_line(const LawResult& r) {
   if (!r.minimal_case) return r.law + " (" + (r.status == LawStatus::held ? "held" : "no case kept") + ")";
   const Problem& p = r.minimal_case->problem;
+  std::string extra;
+  if (!p.key_lengths.empty()) {
+    extra += ", key_lengths";
+    for (std::size_t b = 0; b < p.key_lengths.size(); ++b) extra += (b ? "," : " ") + std::to_string(p.key_lengths[b]);
+  }
+  if (p.window) extra += ", window " + std::to_string(*p.window);
   return r.law + ": q " + to_string(p.q.shape()) + ", k " + to_string(p.k.shape()) +
-         (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") +
+         (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") + extra +
          " (RC_PARAMS=\"reproduce=" + r.reproduce + "\"): " + (r.violation ? r.violation->message : "");
 }
 
@@ -126,7 +149,7 @@ std::string param_name(const testing::TestParamInfo<std::string>& info) {
   return s;
 }
 
-// The k side of a mutant's minimal case: T_k, the alignment when T_q != T_k, the kv heads.
+// A mutant's minimal case: q's shape, T_k, the alignment when T_q != T_k, the kv heads, key lengths, window.
 void expect_minimal_k(const Mutant& m, const Problem& p, const std::string& context) {
   const MinimalK want = kMinimalK.at(m.impl->name());
   EXPECT_EQ(p.k.shape().T, want.T_k) << "smallest: " << context;
@@ -134,6 +157,12 @@ void expect_minimal_k(const Mutant& m, const Problem& p, const std::string& cont
     EXPECT_EQ(p.alignment, want.alignment) << "smallest: " << context;
   }
   EXPECT_EQ(p.kv_heads(), want.H_kv.value_or(p.q.shape().H)) << "kv heads; smallest: " << context;
+  EXPECT_EQ(to_string(p.q.shape()), to_string(m.minimal_shape))
+      << "smallest: " << context << "\nwhy minimal: " << m.why_minimal;
+  if (want.key_lengths) {
+    EXPECT_EQ(sorted(p.key_lengths), *want.key_lengths) << "key lengths; smallest: " << context;
+  }
+  EXPECT_EQ(p.window, want.window) << "window; smallest: " << context;
 }
 
 class Mutants : public testing::TestWithParam<std::string> {
@@ -173,8 +202,6 @@ TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
   std::string all;
   for (const LawResult& r : results)
     if (r.status == LawStatus::falsified) all += "\n  " + case_line(r);
-  EXPECT_EQ(to_string(p.q.shape()), to_string(m.minimal_shape))
-      << "smallest: " << case_line(*smallest) << "\nwhy minimal: " << m.why_minimal << "\nall:" << all;
   expect_minimal_k(m, p, case_line(*smallest) + "\nall:" + all);
   if (kMustHold.count(m.impl->name()))
     for (const LawResult& r : results)
@@ -182,6 +209,31 @@ TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
         if (r.law == l) {
           EXPECT_EQ(r.status, LawStatus::held) << m.impl->name() << ": " << case_line(r);
         }
+}
+
+// The mutants whose minimal case is also asserted at every seed 1..kSweepSeeds (through their own laws only, to
+// keep the sweep affordable): the padding and window mutants, whose minimal case has key lengths or a window
+// that shrinking must find on its own.
+const std::set<std::string> kMinimalOnEverySeed = {
+    "mutant:padding-on-queries", "mutant:padding-wrong-entry",     "mutant:padding-minus-1e4",
+    "mutant:window-too-wide",    "mutant:window-from-query-index", "mutant:window-diagonal-tile-only"};
+
+TEST_P(Mutants, ShrunkToTheMinimalCaseOnEverySeed) {
+  const Mutant& m = mutant();
+  if (!kMinimalOnEverySeed.count(m.impl->name())) GTEST_SKIP() << "minimal case asserted at the fixed seed only";
+  for (std::uint64_t seed = kSeed; seed < kSeed + kSweepSeeds; ++seed) {
+    std::optional<LawResult> smallest;
+    for (const std::string& name : m.killed_by) {
+      LawResult r = run(*find_law(name), m, seed, RunOptions{}.cases);
+      if (r.status != LawStatus::falsified || !r.minimal_case) continue;
+      const auto size = [](const LawResult& x) {
+        return std::pair{x.minimal_case->problem.q.shape().numel(), x.minimal_case->problem.k.shape().numel()};
+      };
+      if (!smallest || size(r) < size(*smallest)) smallest = std::move(r);
+    }
+    ASSERT_TRUE(smallest) << m.impl->name() << " survived its laws at seed " << seed;
+    expect_minimal_k(m, smallest->minimal_case->problem, "seed " + std::to_string(seed) + ": " + case_line(*smallest));
+  }
 }
 
 // On every seed from 1 to 20 each expected law kills the mutant, and on most of them the smallest of their

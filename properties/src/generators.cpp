@@ -62,11 +62,16 @@ std::vector<Index> inner_divisors(Index n) {
   return d.size() > 2 ? std::vector<Index>(d.begin() + 1, d.end() - 1) : std::vector<Index>{};
 }
 
-// A shape with T_k changed keeps its key lengths inside [0, T_k] and its padding per batch entry.
-void fit_key_lengths(CaseShape& c) {
-  if (c.key_lengths.empty()) return;
+// A shape whose T_k changed from old_T_k keeps its key lengths inside [0, T_k], in one of two ways: each batch
+// entry keeps its padding (the number of padded keys at its end, as far as T_k allows), or its length (clamped
+// to T_k). A bug that needs a padded key after the real ones shows under the first; one that needs a real
+// key before the padded ones (a length of 1, say) under the second. Offering only one stops shrinking early.
+CaseShape fit_key_lengths(CaseShape c, Index old_T_k, bool keep_padding) {
+  if (c.key_lengths.empty()) return c;
   c.key_lengths.resize(std::size_t(c.B), c.T_k);
-  for (Index& len : c.key_lengths) len = std::min(len, c.T_k);
+  for (Index& len : c.key_lengths)
+    len = keep_padding ? std::clamp<Index>(c.T_k - (old_T_k - len), 0, c.T_k) : std::min(len, c.T_k);
+  return c;
 }
 
 // Every shape one step simpler than s. The whole geometry is one shrinkable, so after any accepted step all
@@ -74,17 +79,22 @@ void fit_key_lengths(CaseShape& c) {
 // T_k was still large stayed large after T_k shrank. A square case may also become a cross-length one with
 // fewer elements, under either alignment: T_q = 1, T_k = 2 is reachable from T_q = T_k = 2. H and H_kv shrink
 // together (H_kv always divides H); padding and the window shrink toward none.
-std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, const Capabilities& caps) {
+std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, const Capabilities& caps,
+                                     const ProblemOptions& opts) {
   std::vector<CaseShape> out;
   const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
-  const auto add = [&](CaseShape c) {
+  const auto add_fitted = [&](CaseShape c) {
     if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
-    fit_key_lengths(c);
     out.push_back(c);
     if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
       c.alignment = CausalAlignment::BottomRight;
       out.push_back(c);
     }
+  };
+  const auto add = [&](const CaseShape& c) {
+    const CaseShape padded = fit_key_lengths(c, s.T_k, true), clamped = fit_key_lengths(c, s.T_k, false);
+    add_fitted(padded);
+    if (clamped.key_lengths != padded.key_lengths) add_fitted(clamped);
   };
   for (const Index b : towards_one(s.B)) {
     CaseShape c = s;
@@ -142,7 +152,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
   if (!s.key_lengths.empty()) {
     CaseShape c = s;
     c.key_lengths.clear();
-    add(c);
+    if (!opts.require_padding) add(c);
     for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
       auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
       while (auto len = seq.next()) {
@@ -155,7 +165,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
   if (s.window) {
     CaseShape c = s;
     c.window.reset();
-    add(c);
+    if (!opts.require_window) add(c);
     for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
       CaseShape l = s;
       l.window = w - 1;
@@ -239,14 +249,17 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
         const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
         lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
       }
-      if (padded) s.key_lengths.assign(lengths.begin(), lengths.begin() + s.B);
+      if (padded || opts.require_padding) s.key_lengths.assign(lengths.begin(), lengths.begin() + s.B);
     }
     if (window) {
-      // Half the cases windowed: 0 (a query sees only its own key), 1, or anything up to beyond T_k.
+      // Half the cases windowed: 0 (a query sees only its own key), 1, at or beyond T (no key is ever old
+      // enough to leave it, which must equal no window), or anything up to there, a quarter each.
       const bool windowed = *rc::gen::arbitrary<bool>();
-      const int kind = *rc::gen::inRange(0, 3);
+      const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}, {1, 3}});  // whatever the size
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      if (windowed) s.window = kind == 0 ? 0 : kind == 1 ? 1 : pick % (std::max(s.T_q, s.T_k) + 2);
+      const Index T = std::max(s.T_q, s.T_k);
+      if (windowed || opts.require_window)
+        s.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
     }
     if (cache_shapes) {
       // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
@@ -255,17 +268,18 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
       const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       if (differ && kind != 0) {
+        const Index old_T_k = s.T_k;
         s.T_k = std::max<Index>({s.T_q, s.T_k, 2});
         s.T_q = kind == 1 ? 1 : 1 + pick % (s.T_k - 1);
         s.alignment = CausalAlignment::BottomRight;
-        fit_key_lengths(s);
+        s = fit_key_lengths(s, old_T_k, false);
       }
     }
     return s;
   });
   return [=](const rc::Random& random, int size) {
     return rc::shrinkable::shrinkRecur(initial(random, size).value(), [=](const CaseShape& s) {
-      return rc::seq::fromContainer(shape_shrinks(s, cross, gqa, caps));
+      return rc::seq::fromContainer(shape_shrinks(s, cross, gqa, caps, opts));
     });
   };
 }
@@ -363,14 +377,19 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
   if (p.kv_heads() != q.H) tags.push_back(p.kv_heads() == 1 ? "H_kv=1<H (MQA)" : "1<H_kv<H (GQA)");
   if (!p.key_lengths.empty()) {
+    // Each kind of length once per case: all padding, none, and some.
+    const Index T_k = p.k.shape().T;
+    bool zero = false, full = false, partial = false;
+    for (const Index len : p.key_lengths) (len == 0 ? zero : len == T_k ? full : partial) = true;
     tags.push_back("padded");
-    for (const Index len : p.key_lengths)
-      if (len == 0) {
-        tags.push_back("a-sequence-of-length-0");
-        break;
-      }
+    if (zero) tags.push_back("length=0");
+    if (full) tags.push_back("length=T_k");
+    if (partial) tags.push_back("length=partial");
   }
-  if (p.window) tags.push_back(*p.window == 0 ? "window=0" : "window");
+  if (p.window) {
+    const Index w = *p.window, T_max = std::max(T, p.k.shape().T);
+    tags.push_back(w == 0 ? "window=0" : w == 1 ? "window=1" : w >= T_max ? "window>=T" : "window=2..T-1");
+  }
   // KV-cache calls: the new token(s) at the end of the cache.
   if (p.alignment == CausalAlignment::BottomRight && T < p.k.shape().T)
     tags.push_back(T == 1 ? "decode (T_q=1<T_k, bottom-right)" : "chunk (1<T_q<T_k, bottom-right)");

@@ -13,7 +13,9 @@ const std::vector<Law>& laws() {
                             convex_hull(),             shift_invariance(),   batch_head_independence(),
                             oracle_agreement(),        paths_agree(),        determinism(),
                             strict_causality_nonfinite(), decode_consistency(), chunked_prefill(),
-                            gqa_head_sharing(),        gqa_equivalence()};
+                            gqa_head_sharing(),        gqa_equivalence(),  key_padding_invariance(),
+                            varlen_equivalence(),         window_zero_weight(),
+                            window_perturbation(),        empty_row_convention()};
   }();
   return all;
 }

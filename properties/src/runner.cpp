@@ -133,6 +133,13 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
     r.cases_run = s.numSuccess;
     for (const auto& [tags, n] : s.distribution)
       for (const auto& t : tags) r.coverage[unquote(t)] += n;
+    if (law.finding) {
+      try {
+        r.note = law.finding(impl, g);
+      } catch (const ImplementationError& e) {
+        r.note = "could not tell: " + std::string(kind_name(e.kind())) + ": " + e.what();
+      }
+    }
   } else if (result.is<rc::detail::FailureResult>()) {
     const auto& f = result.get<rc::detail::FailureResult>();
     r.status = LawStatus::falsified;
@@ -174,7 +181,8 @@ std::string describe(const LawResult& r) {
   std::string s = r.law + " on " + r.implementation + " (" + std::string(dtype_name(r.dtype)) + ", seed " +
                   std::to_string(r.seed) + "): ";
   switch (r.status) {
-    case LawStatus::held: return s + "held in " + std::to_string(r.cases_run) + " cases\n";
+    case LawStatus::held:
+      return s + "held in " + std::to_string(r.cases_run) + " cases" + (r.note.empty() ? "" : "; " + r.note) + "\n";
     case LawStatus::not_applicable: return s + "not applicable: " + r.note + "\n";
     case LawStatus::falsified: break;
   }
@@ -189,8 +197,13 @@ std::string describe(const LawResult& r) {
          " D=" + std::to_string(q.D) +
          (p.k.shape().T != q.T
               ? (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)")
-              : "") +
-         "\n";
+              : "");
+    if (!p.key_lengths.empty()) {
+      s += " key_lengths=";
+      for (std::size_t b = 0; b < p.key_lengths.size(); ++b) s += (b ? "," : "") + std::to_string(p.key_lengths[b]);
+    }
+    if (p.window) s += " window=" + std::to_string(*p.window);
+    s += "\n";
   }
   if (!r.reproduce.empty()) s += "  replay: RC_PARAMS=\"reproduce=" + r.reproduce + "\"\n";
   return s;

@@ -48,7 +48,17 @@ TEST(Generators, coverageFloorsAreMetAndVisible) {
   EXPECT_GE(share({"D=non-pow2"}), 0.10) << "non-power-of-two D";
   EXPECT_GE(share({"D=odd"}), 0.10) << "odd D";
   EXPECT_GE(share({"T_q!=T_k"}), 0.05) << "T_q != T_k";
-  EXPECT_GE(share({"a-query-sees-nothing"}), 0.03) << "queries with no visible key (bottom-right, T_q > T_k)";
+  EXPECT_GE(share({"a-query-sees-nothing"}), 0.10)
+      << "queries with no visible key (bottom-right with T_q > T_k, or every key padding)";
+  // Padding (the reference honours key lengths and windows, so the generator draws them): a sequence that is
+  // all padding, one that is not padded at all, and one in between; windows of 0, 1, 2..T-1 and beyond T.
+  EXPECT_GE(share({"length=0"}), 0.08) << "a sequence of length 0 (every key padding)";
+  EXPECT_GE(share({"length=T_k"}), 0.08) << "a padded batch with a full-length sequence";
+  EXPECT_GE(share({"length=partial"}), 0.08) << "a sequence with some padding";
+  EXPECT_GE(share({"window=0"}), 0.05) << "window 0: a query sees only its own position";
+  EXPECT_GE(share({"window=1"}), 0.05) << "window 1";
+  EXPECT_GE(share({"window=2..T-1"}), 0.03) << "a window inside the sequence";
+  EXPECT_GE(share({"window>=T"}), 0.05) << "a window at or beyond T (must equal no window)";
   EXPECT_GE(share({"decode (T_q=1<T_k, bottom-right)"}), 0.04) << "decode steps";
   EXPECT_GE(share({"chunk (1<T_q<T_k, bottom-right)"}), 0.03) << "prefill chunks";
   EXPECT_GE(share({"H_kv=1<H (MQA)"}), 0.10) << "multi-query attention";

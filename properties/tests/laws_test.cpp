@@ -2,6 +2,7 @@
 // sets the seed and case count, and a failure prints the minimal case and the RC_PARAMS line that replays it.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 
 #include "attncheck/law.hpp"
@@ -70,6 +71,46 @@ TEST(Law, gqaAndCacheLawsSayWhyTheyDoNotApply) {
   EXPECT_EQ(reason("gqa-head-sharing", gqa), "");
 }
 
+TEST(Law, keyPaddingInvariance) { expectHoldsOnReference("key-padding-invariance", kAllDtypes); }
+TEST(Law, varlenEquivalence) { expectHoldsOnReference("varlen-equivalence", kAllDtypes); }
+TEST(Law, windowZeroWeight) { expectHoldsOnReference("window-zero-weight", kAllDtypes); }
+TEST(Law, windowPerturbation) { expectHoldsOnReference("window-perturbation", kAllDtypes); }
+TEST(Law, emptyRowConvention) { expectHoldsOnReference("empty-row-convention", kAllDtypes); }
+
+// The reference, with `fill(problem, outcome, b, h, i)` applied to every row that sees no key.
+ImplementationPtr with_empty_rows(std::function<void(const Problem&, Outcome&, Index, Index, Index)> fill) {
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.empty_rows.reset();
+  return make_implementation("empty-rows", "reference with other empty rows", caps, [fill](const Problem& p) {
+    Outcome o = reference_implementation()->forward(p);
+    for (Index b = 0; b < p.q.shape().B; ++b)
+      for (Index h = 0; h < p.q.shape().H; ++h)
+        for (Index i = 0; i < p.q.shape().T; ++i)
+          if (p.visibility(b).keys(i).empty()) fill(p, o, b, h, i);
+    return o;
+  });
+}
+
+// empty-row-convention can fail on what only it checks: a convention that changes with the dtype (NaN in
+// float16, 0 elsewhere), and a row that mixes them (NaN output, zero weights).
+TEST(Law, emptyRowConventionCatchesAChangeAcrossDtypesAndAMixInsideARow) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto nan_in_half = with_empty_rows([nan](const Problem& p, Outcome& o, Index b, Index h, Index i) {
+    if (p.dtype != DType::f16) return;
+    o.output.head(b, h).row(i).setConstant(nan);
+    if (o.weights) o.weights->head(b, h).row(i).setConstant(nan);
+  });
+  const auto mixed = with_empty_rows(
+      [nan](const Problem&, Outcome& o, Index b, Index h, Index i) { o.output.head(b, h).row(i).setConstant(nan); });
+  const Law& law = *find_law("empty-row-convention");
+  const LawResult r1 = run_law(law, *nan_in_half, options_from_rc_params(law.name));
+  ASSERT_EQ(r1.status, LawStatus::falsified) << describe(r1);
+  EXPECT_NE(r1.violation->message.find("must not change across calls or dtypes"), std::string::npos) << describe(r1);
+  const LawResult r2 = run_law(law, *mixed, options_from_rc_params(law.name));
+  ASSERT_EQ(r2.status, LawStatus::falsified) << describe(r2);
+  EXPECT_NE(r2.violation->message.find("mixes the conventions"), std::string::npos) << describe(r2);
+}
+
 // Every law in laws() has a test above: a new law without one fails here.
 TEST(Law, everyLawHasATest) {
   const std::set<std::string> tested = {"row-stochastic", "zero-future-weight", "causal-perturbation",
@@ -77,7 +118,9 @@ TEST(Law, everyLawHasATest) {
                                         "shift-invariance", "batch-head-independence", "oracle-agreement",
                                         "paths-agree", "determinism", "strict-causality-nonfinite",
                                         "decode-consistency", "chunked-prefill", "gqa-head-sharing",
-                                        "gqa-equivalence"};
+                                        "gqa-equivalence",
+                                        "key-padding-invariance", "varlen-equivalence", "window-zero-weight",
+                                        "window-perturbation", "empty-row-convention"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

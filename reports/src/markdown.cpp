@@ -84,6 +84,14 @@ std::string shape_table(const Problem& p) {
             (group > 1 ? "–" + std::to_string((g + 1) * group - 1) : "") + " read kv head " + std::to_string(g);
     md += ".\n";
   }
+  if (!p.key_lengths.empty()) {
+    md += "\nkey lengths:";
+    for (std::size_t b = 0; b < p.key_lengths.size(); ++b) md += (b ? ", " : " ") + std::to_string(p.key_lengths[b]);
+    md += " (keys j ≥ key_lengths[b] of batch entry b are padding)\n";
+  }
+  if (p.window)
+    md += "\nsliding window: " + std::to_string(*p.window) + " (the query at aligned position p sees keys p - " +
+          std::to_string(*p.window) + " .. p)\n";
   return md;
 }
 

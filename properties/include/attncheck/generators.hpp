@@ -62,6 +62,10 @@ struct ProblemOptions {
   bool allow_gqa = true;            ///< H_kv < H (Capabilities::gqa)
   bool allow_padding = true;        ///< per-sequence key lengths (Capabilities::key_padding)
   bool allow_window = true;         ///< a sliding window (Capabilities::window)
+  /// Every case padded (when allowed): for laws about padding. Shrinking then keeps some padding.
+  bool require_padding = false;
+  /// Every case windowed (when allowed): for laws about windows. Shrinking then keeps a window.
+  bool require_window = false;
   bool allow_custom_scale = true;   ///< sometimes pass an explicit scale
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.

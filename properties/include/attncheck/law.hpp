@@ -72,6 +72,9 @@ struct Law {
   /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is
   /// itself a large sample, such as the scale-variance test.
   int max_cases = 0;
+  /// Optional: what a run that held found out about the implementation, for the result's note (the
+  /// empty-row convention an implementation follows when it declares none). Called once, after the run.
+  std::function<std::string(const Implementation&, const GenConfig&)> finding = {};
 };
 
 /// Every law, in the order they are documented.
@@ -110,7 +113,7 @@ struct LawResult {
   std::optional<LawCase> minimal_case;
   std::optional<Violation> violation;
   std::map<std::string, int> coverage;  ///< tag -> cases
-  std::string note;                     ///< why not applicable; what was not checked
+  std::string note;                     ///< why not applicable; what was not checked; what a held run found
 };
 
 /// Checks one case of a law (replaying a stored counterexample, for instance): an ImplementationError from

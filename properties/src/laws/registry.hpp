@@ -22,5 +22,10 @@ Law decode_consistency();
 Law chunked_prefill();
 Law gqa_head_sharing();
 Law gqa_equivalence();
+Law key_padding_invariance();
+Law varlen_equivalence();
+Law window_zero_weight();
+Law window_perturbation();
+Law empty_row_convention();
 
 }  // namespace attncheck::law_kit

@@ -191,6 +191,58 @@ rc::Gen<double> gen_replacement_magnitude(DType dtype) {
       weighted_choice<rc::Gen<double>>({{1, gen_magnitude()}, {1, rc::gen::just(max_finite(dtype) / 4)}}));
 }
 
+double cap_replacement_magnitude(const GenConfig& cfg, const Problem& p, double m) {
+  if (cfg.caps.nonfinite_safe) return m;
+  // Keep every score of a row that meets a replaced key finite in the accumulation type: |s| <= D·max|q|·m·scale,
+  // with the replacement's logistic tail below 12·m. float16 kernels may keep QKᵀ in the dtype, where 65504
+  // is the largest score.
+  const double acc_max = cfg.dtype == DType::f64   ? max_finite(DType::f64)
+                         : cfg.dtype == DType::f16 ? max_finite(DType::f16)
+                                                   : max_finite(DType::f32);
+  const double qmax = std::max(1.0, p.q.values().cwiseAbs().maxCoeff());
+  const double D = double(p.q.shape().D);
+  return std::min(m, acc_max / (16 * 12 * D * qmax * std::max(scale_of(p), 1.0)));
+}
+
+rc::Gen<HiddenValues> gen_hidden_values(const GenConfig& cfg, const Problem& p) {
+  return rc::gen::exec([cfg, p] {
+    // Drawn unconditionally (see gen_shape): 0 finite, 1 NaN, 2 +Inf, 3 -Inf; shrinks toward finite.
+    const int kind = *weighted_choice<int>({{3, 0}, {1, 1}, {1, 2}, {1, 3}});
+    const double m = cap_replacement_magnitude(cfg, p, *gen_replacement_magnitude(cfg.dtype));
+    HiddenValues h;
+    h.k = *gen_tensor(p.k.shape(), Regime::normal, m, cfg.dtype);
+    h.v = *gen_tensor(p.v.shape(), Regime::normal, m, cfg.dtype);
+    h.tag = m >= 1e6 ? "hidden=extreme" : "hidden=ordinary";
+    if (cfg.caps.nonfinite_safe && kind > 0) {
+      const double inf = std::numeric_limits<double>::infinity();
+      const double bad = kind == 1 ? std::numeric_limits<double>::quiet_NaN() : kind == 2 ? inf : -inf;
+      h.k.values().setConstant(bad);
+      h.v.values().setConstant(bad);
+      h.tag = kind == 1 ? "hidden=NaN" : "hidden=Inf";
+    }
+    return h;
+  });
+}
+
+std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Implementation& impl, const Problem& p,
+                                               const Tensor<double>& w,
+                                               const std::function<bool(Index, Index, Index)>& hidden) {
+  const Tensor<double> zeros(w.shape());
+  const bool nan_allowed = impl.capabilities().empty_rows != EmptyRows::zero;
+  auto v = compare(law, "weights", zeros, w, nullptr, [&](Index b, Index h, Index i, Index j) {
+    if (!hidden(b, i, j)) return false;
+    return !(nan_allowed && keys_of(p, b, i).empty() && std::isnan(w(b, h, i, j)));
+  });
+  if (!v) return v;
+  const auto& ix = v->worst_index;
+  v->message = law + ": weights" + idx({ix[0], ix[1], ix[2], ix[3]}) + " = " + num(w(ix[0], ix[1], ix[2], ix[3])) +
+               ", but key " + std::to_string(ix[3]) + " is " + why_hidden(p, ix[0], ix[2], ix[3]) +
+               " and its weight must be exactly 0";
+  v->weights = w;
+  v->expected.reset();
+  return v;
+}
+
 ProblemOptions outputs_only() {
   ProblemOptions po;
   po.want_weights = false;

@@ -81,6 +81,27 @@ Problem perturb_future(const Problem& p, Index t, const Tensor<double>& q2, cons
 /// A replacement magnitude: ordinary, or a quarter of the dtype's largest finite value.
 rc::Gen<double> gen_replacement_magnitude(DType dtype);
 
+/// `m` capped, for a kernel that does not claim select semantics, so that no score a replaced row enters can
+/// overflow the accumulation type: such a kernel may add its -inf mask to a score that overflowed to +inf
+/// (NaN), which is strict-causality-nonfinite's business, not a perturbation law's.
+double cap_replacement_magnitude(const GenConfig& cfg, const Problem& p, double m);
+
+/// Keys and values to put where a correct kernel never looks (padded keys, keys older than the window):
+/// ordinary or extreme finite values (capped as above), and, for a kernel that claims select semantics,
+/// NaN, +Inf or -Inf too. Shrinks toward finite values.
+struct HiddenValues {
+  Tensor<double> k{Shape{}}, v{Shape{}};  ///< k's shape
+  std::string tag;                         ///< "hidden=NaN", "hidden=Inf", "hidden=extreme", "hidden=ordinary"
+};
+rc::Gen<HiddenValues> gen_hidden_values(const GenConfig& cfg, const Problem& p);
+
+/// The first weight on a key for which hidden(b, i, j) holds that is not exactly 0, as a violation of `law`
+/// naming why the key is hidden. In a row that sees no key a NaN weight is the nan convention, allowed unless
+/// the implementation declares zero.
+std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Implementation& impl, const Problem& p,
+                                               const Tensor<double>& w,
+                                               const std::function<bool(Index, Index, Index)>& hidden);
+
 /// Problem options for the laws that read only outputs.
 ProblemOptions outputs_only();
 rc::Gen<LawCase> gen_outputs_only(const GenConfig& cfg);

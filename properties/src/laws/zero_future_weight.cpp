@@ -16,22 +16,8 @@ const char* kWhy =
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Outcome o = call(impl, p);
-  const Tensor<double>& w = *o.weights;
-  const Tensor<double> zeros(w.shape());
-  const bool nan_allowed = impl.capabilities().empty_rows != EmptyRows::zero;
-  auto v = compare("zero-future-weight", "weights", zeros, w, nullptr, [&](Index b, Index h, Index i, Index j) {
-    const KeyRange r = keys_of(p, b, i);
-    if (r.empty()) return !(nan_allowed && std::isnan(w(b, h, i, j)));
-    return !r.contains(j);
-  });
-  if (!v) return v;
-  const auto& ix = v->worst_index;
-  v->message = "zero-future-weight: weights" + idx({ix[0], ix[1], ix[2], ix[3]}) + " = " +
-               num(w(ix[0], ix[1], ix[2], ix[3])) + ", but key " + std::to_string(ix[3]) + " is " +
-               why_hidden(p, ix[0], ix[2], ix[3]) + " and its weight must be exactly 0";
-  v->weights = w;
-  v->expected.reset();
-  return v;
+  return nonzero_hidden_weight("zero-future-weight", impl, p, *o.weights,
+                               [&](Index b, Index i, Index j) { return !visible(p, b, i, j); });
 }
 
 }  // namespace

@@ -12,7 +12,9 @@ const std::vector<Law>& laws() {
                             prefix_consistency(),      scale_variance(),     first_position(),
                             convex_hull(),             shift_invariance(),   batch_head_independence(),
                             oracle_agreement(),        paths_agree(),        determinism(),
-                            strict_causality_nonfinite()};
+                            strict_causality_nonfinite(),
+                            grad_oracle(),             grad_causality(),     grad_key_sum_zero(),
+                            grad_dv_weights(),         grad_finite_difference()};
   }();
   return all;
 }

@@ -62,6 +62,9 @@ struct Law {
   /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is
   /// itself a large sample, such as the scale-variance test.
   int max_cases = 0;
+  /// A gradient law: it calls Implementation::backward, and is not applicable without one
+  /// (`attncheck list` marks it).
+  bool needs_backward = false;
 };
 
 /// Every law, in the order they are documented.

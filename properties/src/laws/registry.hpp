@@ -18,5 +18,11 @@ Law oracle_agreement();
 Law paths_agree();
 Law determinism();
 Law strict_causality_nonfinite();
+// Gradient laws (Law::needs_backward).
+Law grad_oracle();
+Law grad_causality();
+Law grad_key_sum_zero();
+Law grad_dv_weights();
+Law grad_finite_difference();
 
 }  // namespace attncheck::law_kit

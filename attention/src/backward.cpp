@@ -23,7 +23,11 @@
 //  7. dK_jc = scale·Σ_{h in group, i} dS_ij q_ic over n = group·T_q terms:
 //     |δdK_jc| ≤ scale·Σ (e_ij + (γ_n + 2u_s + u_a)·m_ij)·|q_ic| + u_s·|dK_jc|.
 //  8. dV_jc = Σ_{h in group, i} P_ij dO_ic: |δdV_jc| ≤ Σ (ε_ij + γ_n·P_ij)·|dO_ic| + u_s·|dV_jc|.
-//  9. Floors: rounding a gradient into the dtype's subnormal range is off by storage_floor(dtype) absolutely.
+//  9. Floors: rounding a gradient into the dtype's subnormal range is off by storage_floor(dtype) absolutely;
+//     and every product or sum in the accumulation type that lands in its subnormal range (float64 gradients of
+//     1e-315 happen: tiny weights times tiny dS) is off by up to its smallest subnormal ν absolutely, so ν is
+//     added to each weight (step 1), to dP and Δ (D + T_vis of them, step 4) and to each dS (step 5), and n·ν to
+//     each final sum.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -116,6 +120,8 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
   const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype);
   const double tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
   const double floor = storage_floor(dtype);
+  // ν: the accumulation type's smallest subnormal (step 9).
+  const double nu = dtype == DType::f64 ? std::numeric_limits<double>::denorm_min() : std::ldexp(1.0, -149);
   const double g_D = gamma(qs.D, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(ks)};
   for (Index b = 0; b < qs.B; ++b) {
@@ -138,15 +144,15 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
         eps.setZero();
         double A_bar = 0, d_delta = 0;
         for (Index j = keys.begin; j < keys.end; ++j) {
-          eps(j) = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, P(i, j) * (rho(i) + u_s))) + tiny;
+          eps(j) = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, P(i, j) * (rho(i) + u_s))) + tiny + nu;
           A_bar += P(i, j) * A(i, j);
           d_delta += eps(j) * A(i, j);
         }
         d_delta += (g_D + g_T + 2 * u_s) * A_bar;  // step 3
         for (Index j = keys.begin; j < keys.end; ++j) {
           const double G = A(i, j) + A_bar + d_delta;                                 // step 4
-          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G;
-          const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G;  // step 5
+          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(qs.D + keys.size()) * nu;
+          const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu;  // step 5
           const double m = (P(i, j) + eps(j)) * G;
           tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs();  // step 6
           tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs();  // step 7
@@ -156,13 +162,13 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
     }
   }
   // The final rounding of every gradient into the dtype, and the subnormal floor (step 9).
-  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad) {
+  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms) {
     tol.values() += safety * u_s * grad.values().cwiseAbs();
-    tol.values().array() += floor;
+    tol.values().array() += floor + safety * double(terms) * nu;
   };
-  finish(r.tolerance.dq, r.oracle.dq);
-  finish(r.tolerance.dk, r.oracle.dk);
-  finish(r.tolerance.dv, r.oracle.dv);
+  finish(r.tolerance.dq, r.oracle.dq, ks.T);
+  finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H));
+  finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H));
   return r;
 }
 

@@ -45,6 +45,14 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:scale-rows-for-cols", {2, CausalAlignment::BottomRight}},
     {"mutant:layout-bthd", {2}},
     {"mutant:stale-accumulator", {1}},
+    {"mutant:grad-ds-unmasked", {2}},
+    {"mutant:grad-delta-rowsum-do", {1}},
+    {"mutant:grad-dq-unscaled", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dk-unscaled", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dv-unnormalised", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dk-from-p", {1}},
+    {"mutant:grad-lse-wrong-row", {1}},
+    {"mutant:grad-kv-one-head", {1}},
 };
 
 LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DType dtype = DType::f32) {

@@ -3,6 +3,8 @@
 #include "registry.hpp"
 #include "support.hpp"
 
+#include <limits>
+
 namespace attncheck::law_kit {
 namespace {
 
@@ -31,7 +33,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Tensor<double>& dO = *p.d_output;
   const Shape& s = p.q.shape();
   const double u_s = unit_roundoff(p.dtype), u_a = accumulation_roundoff(p.dtype);
-  const double floors = (p.dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126)) + storage_floor(p.dtype);
+  // Eigen's float exp floor (2^-126), the dtype's subnormal floor, and the accumulation type's smallest
+  // subnormal for a product that underflows (attention/src/backward.cpp, steps 1 and 9).
+  const double floors = (p.dtype == DType::f64 ? std::numeric_limits<double>::denorm_min() : std::ldexp(1.0, -126)) +
+                        storage_floor(p.dtype);
   const double g_n = gamma(s.T * (s.H / p.kv_heads()), u_a);
   Tensor<double> want(p.v.shape()), tol(p.v.shape());
   for (Index b = 0; b < s.B; ++b) {

@@ -3,8 +3,9 @@
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 
+# chromium: the report test (reports.html_in_chromium) renders index.html in it, headless and offline.
 packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev
-          python3-numpy python3-torch)
+          python3-numpy python3-torch chromium)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -40,7 +40,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       ->delimiter(',');
   check->add_option("--report-dir", o.report_dir,
                     "where reports go (default: attncheck-reports/<impl>, e.g. attncheck-reports/mutant-mask-zero)");
-  check->add_option("--format", o.format, "which reports to write: any of md,json,junit")->capture_default_str();
+  check->add_option("--format", o.format, "which reports to write: any of md,json,junit,html")->capture_default_str();
   check->add_option("--replay", o.replay,
                     "re-check exactly the case stored in a LAW.json report or a corpus entry (--impl defaults to the "
                     "one recorded)");

@@ -312,6 +312,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (na) out << " (" << na << " not applicable)";
   out << "; seed " << run.seed << ". Reports in " << report_dir.string() << "/"
       << (published.written.empty() ? " (unchanged)" : "") << "\n";
+  if (formats.html) out << "  browse: " << (report_dir / "index.html").string() << "\n";
   for (const auto& r : results) {
     if (r.result.status != LawStatus::falsified) continue;
     std::string message = r.result.violation ? r.result.violation->message : std::string("falsified");

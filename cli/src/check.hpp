@@ -24,7 +24,7 @@ struct CheckOptions {
   std::string dtype = "float32";
   std::vector<std::string> properties;
   std::string report_dir;  ///< empty: attncheck-reports/<slug>
-  std::string format = "md,json,junit";
+  std::string format = "md,json,junit,html";
   std::string replay;
   std::string reproduce;
   std::string corpus;      ///< empty: <report root>/corpus

@@ -101,7 +101,7 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"check", "--impl", "reference", "--dtype", "float8"},
            {"check", "--impl", "reference", "--cases", "0"},
-           {"check", "--impl", "reference", "--format", "md,html"},
+           {"check", "--impl", "reference", "--format", "md,pdf"},
            {"check", "--impl", "mutant:no-such-mutant"},
            {"check", "--impl", "reference", "--reproduce", "ABC"},
            {"check"},
@@ -154,8 +154,10 @@ TEST(Check, toyLawFalsifiedWritesReportsAndCorpusAndReplaysTheSameFailure) {
   const std::string dir = (tmp.path() / "r").string();
   const Result r = attncheck(toy_registry(), {"check", "--impl", "reference", "--cases", "1000", "--report-dir", dir});
   ASSERT_EQ(r.code, kFalsified) << r.out << r.err;
-  for (const char* f : {"toy-below-90.json", "toy-below-90.md", "summary.json", "summary.md", "junit.xml"})
+  for (const char* f : {"toy-below-90.json", "toy-below-90.md", "toy-below-90.html", "summary.json", "summary.md",
+                        "index.html", "junit.xml"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / f)) << f;
+  EXPECT_NE(r.out.find("browse: " + dir + "/index.html"), std::string::npos) << r.out;
   ASSERT_EQ(reports::Corpus(fs::path(dir) / "corpus" / "reference").entries("toy-below-90").size(), 1u);
 
   const auto stored = reports::read_counterexample(fs::path(dir) / "toy-below-90.json");

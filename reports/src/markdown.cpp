@@ -164,15 +164,27 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
     md += "; magnitude " + num(v.magnitude, true) + ", tolerance " +
           (v.tolerance > 0 ? num(v.tolerance, true) : std::string("0 (an exact law)")) + ".\n\n";
 
-    const bool has_picture = v.weights || (v.quantity == "weights" && v.actual);
-    if (has_picture)
+    const PictureSet pics = pictures_of(res);
+    if (pics.error_map) {
+      const auto [b, h] = worst_head(v, v.expected->shape());
+      md += "![error map of the counterexample](" + law_file(res.law, "-error.svg") +
+            ")\n\n*Left: how far each entry of head b=" + std::to_string(b) + ", h=" + std::to_string(h) +
+            " is from the expected value, as a multiple of its own tolerance, on a log scale: light entries are "
+            "within the tolerance, strong ones past it, and the pattern of the strong ones is the shape of the bug. "
+            "Right: the " + v.quantity + " the implementation returned.*\n\n";
+    }
+    if (pics.weights)
       md += "![weights of the counterexample](" + law_file(res.law, "-weights.svg") +
             ")\n\n*The weights the implementation returned for the head of the worst entry. Cells outlined in red are "
             "future keys, whose weight must be exactly 0" +
             (v.quantity == "weights" ? "; the worst entry is outlined in black.*\n\n" : ".*\n\n");
-    if (!v.series.empty()) {
-      md += "![score variance against D](" + law_file(res.law, "-variance.svg") + ")\n\n| D | score variance |\n|---:|---:|\n";
-      for (const auto& [d, var] : v.series) md += "| " + num(d) + " | " + num(var, true) + " |\n";
+    if (pics.variance) {
+      md += "![score variance against D](" + law_file(res.law, "-variance.svg") +
+            ")\n\n*The scaled scores' variance measured at each D (median of group means, with a 95% band), against "
+            "what each mistake predicts: 1 when scores are scaled by 1/√D, D when the scale is forgotten, 1/D when it "
+            "is applied twice.*\n\n| D | score variance | 95% band |\n|---:|---:|---|\n";
+      for (const auto& pt : v.series)
+        md += "| " + num(pt.D) + " | " + num(pt.variance) + " | " + num(pt.low) + " – " + num(pt.high) + " |\n";
       md += "\n";
     }
 

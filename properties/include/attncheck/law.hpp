@@ -34,6 +34,12 @@ struct LawCase {
   std::vector<std::string> tags;         ///< coverage tags (T bucket, D bucket, value regime)
 };
 
+/// One point of the scale-variance sweep: the median-of-means score variance at head dimension D, and a
+/// distribution-free 95% confidence band for it (two order statistics of the group means).
+struct VariancePoint {
+  double D = 0, variance = 0, low = 0, high = 0;
+};
+
 /// How a case broke a law, for the report: the worst offending entry, its size and the tolerance.
 struct Violation {
   std::string message;              ///< one line a person reads first
@@ -43,10 +49,11 @@ struct Violation {
   double tolerance = 0;             ///< what was allowed (0 for exact laws)
   std::optional<Tensor<double>> expected, actual;  ///< in full, same shape
   /// Per-element allowed |actual - expected|, same shape as expected, for laws with a tolerance (empty for
-  /// exact laws and for violations that are not an element-wise comparison).
+  /// exact laws and for violations that are not an element-wise comparison). Entries the law does not compare
+  /// are +Inf: anything is allowed there. The report's error map draws |actual - expected| / tolerances.
   std::optional<Tensor<double>> tolerances;
-  std::optional<Tensor<double>> weights;           ///< the implementation's weights on `problem`, when known
-  std::vector<std::pair<double, double>> series;   ///< scale stability: (D, variance) points to plot
+  std::optional<Tensor<double>> weights;  ///< the implementation's weights on `problem`, when known
+  std::vector<VariancePoint> series;      ///< scale stability: the variance swept over D = 1, 2, 4, ...
 };
 
 /// A law: a generator of cases and a check of one case.

@@ -147,7 +147,15 @@ done:
   v.tolerance = tol ? worst_tol : 0;
   v.expected = expected;
   v.actual = actual;
-  if (tol) v.tolerances = *tol;
+  if (tol) {
+    v.tolerances = *tol;  // for the report's error map; an entry the law does not compare may differ by anything
+    if (include)
+      for (Index b2 = 0; b2 < s.B; ++b2)
+        for (Index h2 = 0; h2 < s.H; ++h2)
+          for (Index i2 = 0; i2 < s.T; ++i2)
+            for (Index j2 = 0; j2 < s.D; ++j2)
+              if (!include(b2, h2, i2, j2)) (*v.tolerances)(b2, h2, i2, j2) = std::numeric_limits<double>::infinity();
+  }
   const std::string at = quantity + idx({b, h, i, j});
   if (!tol)
     v.message = what + ": " + at + " is " + num(actual(b, h, i, j)) + " but was " + num(expected(b, h, i, j)) +

@@ -74,7 +74,7 @@ OracleRun run_oracle(const Problem& p);
 /// Compares actual with expected element by element: first any non-finite value where the expected one is
 /// finite (NaN and Inf come before error metrics), then the largest |actual - expected| / tol. `tol` null
 /// means exact (bitwise). Only entries for which include(b,h,i,j) holds are compared. The violation carries
-/// expected, actual and (with a tolerance) the tolerances in full.
+/// expected, actual and (with a tolerance) the tolerances in full, +Inf where an entry is not compared.
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include);
 

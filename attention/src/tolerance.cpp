@@ -54,6 +54,32 @@ double accumulation_roundoff(DType dtype) {
   return dtype == DType::f64 ? unit_roundoff(DType::f64) : unit_roundoff(DType::f32);
 }
 
+Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
+                                      const BoolMask& mask, double scale) {
+  const double u_s = unit_roundoff(dtype);
+  const double u_a = accumulation_roundoff(dtype);
+  const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
+  const double g_D = gamma(D, u_a);
+  const double pre_scale = dtype == DType::f64 ? 0.0 : 2 * u_s;  // q (and k) scaled in the dtype first
+  const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
+  const Matrix<double> s = q * k.transpose() * scale;
+  Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
+  for (Index i = 0; i < T_q; ++i) {
+    double dot_err = 0, s_max = 0;
+    Index n_vis = 0;
+    for (Index j = 0; j < T_k; ++j) {
+      if (!mask.visible(i, j)) continue;
+      ++n_vis;
+      dot_err = std::max(dot_err, (g_D + pre_scale) * abs_qk(i, j));
+      s_max = std::max(s_max, std::abs(s(i, j)));
+    }
+    if (n_vis == 0) continue;  // the row is exactly zero in every correct kernel
+    const double delta = dot_err + (4 * u_a + u_s) * s_max;
+    rho(i) = std::expm1(2 * delta + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
+  }
+  return rho;
+}
+
 HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
                              const Matrix<double>& oracle_weights, double safety) {
@@ -62,28 +88,22 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
   const double tiny = std::ldexp(1.0, dtype == DType::f64 ? -1022 : -126);
   const double store_floor = storage_floor(dtype);
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
-  const double g_D = gamma(D, u_a);
-  const double pre_scale = dtype == DType::f64 ? 0.0 : 2 * u_s;  // q (and k) scaled in the dtype first
-  const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
-  const Matrix<double> s = q * k.transpose() * scale;
+  const Eigen::VectorXd rho_rows = weight_relative_error(dtype, q, k, mask, scale);
 
   HeadTolerance tol{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, T_k)};
   for (Index i = 0; i < T_q; ++i) {
-    double dot_err = 0, s_max = 0, v_max = 0;
+    double v_max = 0;
     Index n_vis = 0;
     Eigen::RowVectorXd v_col_max = Eigen::RowVectorXd::Zero(D);
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
       ++n_vis;
-      dot_err = std::max(dot_err, (g_D + pre_scale) * abs_qk(i, j));
-      s_max = std::max(s_max, std::abs(s(i, j)));
       v_col_max = v_col_max.cwiseMax(v.row(j).cwiseAbs());
     }
     if (n_vis == 0) continue;  // the row is exactly zero in every correct kernel
     v_max = v_col_max.maxCoeff();
-    const double delta = dot_err + (4 * u_a + u_s) * s_max;
     const double g_T = gamma(n_vis, u_a);
-    const double rho_w = std::expm1(2 * delta + g_T + 5 * u_a);  // may be +inf: the weights are unresolved
+    const double rho_w = rho_rows(i);  // may be +inf: the weights are unresolved
     const double rho = std::min(rho_w, 2.0);
     for (Index j = 0; j < T_k; ++j)
       if (mask.visible(i, j))

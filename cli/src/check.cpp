@@ -176,7 +176,9 @@ int run_list(const Registry& reg, std::ostream& out) {
   for (const Law& l : reg.laws) width = std::max(width, l.name.size());
   for (const auto& p : reg.builtins) width = std::max(width, p->name().size());
   width += 2;
-  for (const Law& l : reg.laws) out << pad(l.name, width) << "law        " << l.summary << "\n";
+  // Gradient laws are marked: they need a backward pass, and are not applicable without one.
+  for (const Law& l : reg.laws)
+    out << pad(l.name, width) << (l.needs_backward ? "law (bwd)  " : "law        ") << l.summary << "\n";
   for (const auto& p : reg.builtins) {
     const std::string& n = p->name();
     const std::string kind = n.starts_with("mutant:") ? "mutant" : n.starts_with("control:") ? "control" : "reference";

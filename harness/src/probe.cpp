@@ -24,7 +24,12 @@ class RecoveredWeights final : public Implementation {
     if (p.want_weights) o.weights = recover_weights(*inner_, p);
     return o;
   }
-  Gradients backward(const Problem& p) const override { return inner_->backward(p); }
+  // The gradient laws call the backward through this wrapper.
+  Gradients backward(const Problem& p) const override {
+    Gradients g = inner_->backward(p);
+    check_gradients_shape(p, g, name());
+    return g;
+  }
 
  private:
   ImplementationPtr inner_;

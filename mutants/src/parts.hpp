@@ -43,6 +43,7 @@ std::vector<Mutant> scale_mutants();    ///< the scale
 std::vector<Mutant> layout_mutants();   ///< memory layout and state between calls
 std::vector<Mutant> gqa_mutants();      ///< grouped-query heads, KV-cache decoding and chunked prefill
 std::vector<Mutant> padding_mutants();  ///< key padding, sliding windows, rows that see no key (and controls)
+std::vector<Mutant> backward_mutants();  ///< the backward pass (and its two controls)
 std::vector<Mutant> controls();         ///< correct implementations written differently
 
 }  // namespace attncheck::zoo

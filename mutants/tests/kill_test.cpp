@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iostream>
 #include <map>
 #include <optional>
 #include <set>
@@ -65,6 +66,14 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:window-too-wide", {2, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
     {"mutant:window-from-query-index", {2, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
     {"mutant:window-diagonal-tile-only", {3, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
+    {"mutant:grad-ds-unmasked", {2}},
+    {"mutant:grad-delta-rowsum-do", {1}},
+    {"mutant:grad-dq-unscaled", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dk-unscaled", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dv-unnormalised", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dk-from-p", {1}},
+    {"mutant:grad-lse-wrong-row", {1}},
+    {"mutant:grad-kv-one-head", {1, CausalAlignment::TopLeft, 1}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -297,6 +306,20 @@ TEST_P(Mutants, KilledAtEveryOtherDtype) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, Mutants, testing::ValuesIn(names(false)), param_name);
+
+// grad-finite-difference applies in float64 only, so the float32 kill matrix cannot show it: at float64 and the
+// fixed seed it falsifies every backward mutant whose gradient is not the forward's derivative.
+TEST(GradientMutants, FiniteDifferencesKillThemAtFloat64) {
+  const Law* fd = find_law("grad-finite-difference");
+  ASSERT_NE(fd, nullptr);
+  for (const char* name : {"mutant:grad-ds-unmasked", "mutant:grad-delta-rowsum-do", "mutant:grad-dq-unscaled",
+                           "mutant:grad-dk-unscaled", "mutant:grad-dv-unnormalised", "mutant:grad-dk-from-p",
+                           "mutant:grad-lse-wrong-row", "mutant:grad-kv-one-head"}) {
+    const LawResult r = run(*fd, *find_mutant(name), kSeed, RunOptions{}.cases, DType::f64);
+    EXPECT_EQ(r.status, LawStatus::falsified) << name << ": " << r.note;
+    if (r.status == LawStatus::falsified) std::cout << name << ": " << case_line(r) << "\n";
+  }
+}
 
 class Controls : public testing::TestWithParam<std::string> {};
 

@@ -2,6 +2,8 @@
 // so values are built from integers (which shrink toward 0) mapped through a regime and a magnitude.
 #include "attncheck/generators.hpp"
 
+#include "attncheck/backward.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <iterator>
@@ -440,6 +442,30 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(regime));
+    return c;
+  });
+}
+
+rc::Gen<LawCase> gen_gradient_case(const GenConfig& cfg, const ProblemOptions& opts) {
+  return rc::gen::exec([=] {
+    LawCase c = *gen_problem(cfg, opts);
+    Problem& p = c.problem;
+    const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int}, {4, Regime::normal}, {1, Regime::sparse}});
+    const double m_drawn = *gen_magnitude();  // unconditional, see gen_shape
+    Tensor<double> d_output = *gen_tensor(p.q.shape(), regime, regime == Regime::small_int ? 1.0 : m_drawn, cfg.dtype);
+    // Room: an eighth of the dtype's largest value, so the kernel's own rounding cannot push a gradient over it.
+    AttentionOptions o = p.options();
+    const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, d_output, o);
+    const double g_max = std::max({g.dq.values().cwiseAbs().maxCoeff(), g.dk.values().cwiseAbs().maxCoeff(),
+                                   g.dv.values().cwiseAbs().maxCoeff()});
+    const double room = max_finite(cfg.dtype) / 8;
+    if (g_max > room) {
+      const int e = int(std::ceil(std::log2(g_max / room)));
+      for (double& x : d_output.values()) x = round_to(cfg.dtype, std::ldexp(x, -e));
+      c.tags.push_back("dO-scaled-to-fit");
+    }
+    p.d_output = std::move(d_output);
+    c.tags.push_back("dO=" + regime_name(regime));
     return c;
   });
 }

@@ -111,6 +111,33 @@ TEST(Law, emptyRowConventionCatchesAChangeAcrossDtypesAndAMixInsideARow) {
   EXPECT_NE(r2.violation->message.find("mixes the conventions"), std::string::npos) << describe(r2);
 }
 
+TEST(Law, gradOracle) { expectHoldsOnReference("grad-oracle", kAllDtypes); }
+TEST(Law, gradCausality) { expectHoldsOnReference("grad-causality", kAllDtypes); }
+TEST(Law, gradKeySumZero) { expectHoldsOnReference("grad-key-sum-zero", kAllDtypes); }
+TEST(Law, gradDvWeights) { expectHoldsOnReference("grad-dv-weights", kAllDtypes); }
+TEST(Law, gradFiniteDifference) { expectHoldsOnReference("grad-finite-difference", {DType::f64}); }
+
+// A gradient law is not applicable, with its reason, to an implementation without a backward; the forward
+// laws are unaffected.
+TEST(Law, gradientLawsNeedABackward) {
+  Capabilities caps;
+  caps.nonfinite_safe = true;  // as the reference: every forward law applies
+  const auto forward_only = make_implementation("forward-only", "the reference forward, no backward", caps,
+                                                [](const Problem& p) { return reference_implementation()->forward(p); });
+  for (const Law& l : laws()) {
+    RunOptions opts;
+    opts.cases = 5;
+    opts.gen.dtype = DType::f64;
+    const LawResult r = run_law(l, *forward_only, opts);
+    if (l.needs_backward) {
+      EXPECT_EQ(r.status, LawStatus::not_applicable) << l.name;
+      EXPECT_NE(r.note.find("backward"), std::string::npos) << r.note;
+    } else {
+      EXPECT_NE(r.status, LawStatus::not_applicable) << l.name;
+    }
+  }
+}
+
 // Every law in laws() has a test above: a new law without one fails here.
 TEST(Law, everyLawHasATest) {
   const std::set<std::string> tested = {"row-stochastic", "zero-future-weight", "causal-perturbation",
@@ -120,7 +147,9 @@ TEST(Law, everyLawHasATest) {
                                         "decode-consistency", "chunked-prefill", "gqa-head-sharing",
                                         "gqa-equivalence",
                                         "key-padding-invariance", "varlen-equivalence", "window-zero-weight",
-                                        "window-perturbation", "empty-row-convention"};
+                                        "window-perturbation", "empty-row-convention",
+                                        "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
+                                        "grad-finite-difference"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -166,7 +166,8 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
     const Violation& v = *res.violation;
     // Weight-like tensors end in T_k (keys j); outputs end in D (channels c).
     const auto corner_of = [&](const Tensor<double>& t) {
-      const bool keys = v.quantity != "output" && t.shape().D == c.problem.k.shape().T;
+      const bool gradient = !v.quantity.empty() && v.quantity[0] == 'd';  // dq, dk, dv, dk-sum: channels
+      const bool keys = v.quantity != "output" && !gradient && t.shape().D == c.problem.k.shape().T;
       return std::string(keys ? "i \\ j" : "i \\ c");
     };
     md += "## What went wrong\n\n";
@@ -234,6 +235,10 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
   for (const auto& [name, t] : {std::pair<const char*, const Tensor<double>*>{"Q", &c.problem.q}, {"K", &c.problem.k},
                                 {"V", &c.problem.v}})
     md += "### " + std::string(name) + " " + to_string(t->shape()) + "\n\n" + tensor_tables(*t, "i \\ c");
+  // A gradient law's case carries the upstream gradient the backward was called with.
+  if (c.problem.d_output)
+    md += "### dO (the upstream gradient) " + to_string(c.problem.d_output->shape()) + "\n\n" +
+          tensor_tables(*c.problem.d_output, "i \\ c");
   if (c.variant) md += variant_section(c.problem, *c.variant);
   if (!c.tags.empty()) {
     md += "Coverage tags of this case:";

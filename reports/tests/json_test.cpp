@@ -80,6 +80,23 @@ TEST(ReportJson, lawCaseRoundTripsEveryDoubleIncludingNonFinite) {
   EXPECT_EQ(back.tags, c.tags);
 }
 
+// A gradient law's case keeps its upstream gradient dO (with the variant's), so --replay and the corpus call
+// the backward with exactly the stored dO; a case without one reads back without one.
+TEST(ReportJson, gradientCaseRoundTripsItsUpstreamGradient) {
+  LawCase c;
+  c.problem = awkward_problem(0);
+  c.problem.d_output = awkward_tensor({1, 2, 3, 4}, 5);
+  c.variant = awkward_problem(1);
+  c.variant->d_output = awkward_tensor({1, 2, 3, 4}, 7);
+  const LawCase back = law_case_from_json(Json::parse(dump_pretty(to_json(c))), "case");
+  ASSERT_TRUE(back.problem.d_output.has_value());
+  expect_same_values(*c.problem.d_output, *back.problem.d_output);
+  ASSERT_TRUE(back.variant && back.variant->d_output);
+  expect_same_values(*c.variant->d_output, *back.variant->d_output);
+  EXPECT_FALSE(law_case_from_json(Json::parse(dump_pretty(to_json(LawCase{awkward_problem(0)}))), "case")
+                   .problem.d_output.has_value());
+}
+
 TEST(ReportJson, nonFiniteNumbersAreSpelledAsDocumentedStrings) {
   EXPECT_EQ(number_to_json(Lim::infinity()), "inf");
   EXPECT_EQ(number_to_json(-Lim::infinity()), "-inf");

@@ -84,6 +84,12 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = 
 /// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors.
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = {});
 
+/// A case for a gradient law: gen_problem's case with an upstream gradient dO (p.d_output, q's shape) drawn
+/// after it, in its own regime and magnitude, rounded to the dtype and shrinking toward 0. Gradients are linear
+/// in dO, so when the oracle's largest gradient would not fit in the dtype (float16 overflows at 65504) dO is
+/// scaled by a power of two until it fits with room to spare (tag "dO-scaled-to-fit").
+rc::Gen<LawCase> gen_gradient_case(const GenConfig& cfg, const ProblemOptions& opts = {});
+
 /// Coverage tags of a problem (T bucket, D bucket, largest |score| bucket); gen_problem adds the regime.
 std::vector<std::string> shape_tags(const Problem& p);
 

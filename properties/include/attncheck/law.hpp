@@ -75,6 +75,9 @@ struct Law {
   /// Optional: what a run that held found out about the implementation, for the result's note (the
   /// empty-row convention an implementation follows when it declares none). Called once, after the run.
   std::function<std::string(const Implementation&, const GenConfig&)> finding = {};
+  /// A gradient law: it calls Implementation::backward, and is not applicable without one
+  /// (`attncheck list` marks it).
+  bool needs_backward = false;
 };
 
 /// Every law, in the order they are documented.

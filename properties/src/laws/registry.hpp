@@ -27,5 +27,11 @@ Law varlen_equivalence();
 Law window_zero_weight();
 Law window_perturbation();
 Law empty_row_convention();
+// Gradient laws (Law::needs_backward).
+Law grad_oracle();
+Law grad_causality();
+Law grad_key_sum_zero();
+Law grad_dv_weights();
+Law grad_finite_difference();
 
 }  // namespace attncheck::law_kit

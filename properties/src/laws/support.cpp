@@ -7,6 +7,7 @@
 #include <cstring>
 #include <iterator>
 #include <limits>
+#include <tuple>
 
 namespace attncheck::law_kit {
 
@@ -50,6 +51,31 @@ Outcome call(const Implementation& impl, const Problem& p) {
 
 std::string needs_weights(const GenConfig& g) {
   return g.caps.returns_weights ? "" : "needs the attention weights, which this implementation does not return";
+}
+
+std::string needs_backward(const GenConfig& g) {
+  return g.caps.backward ? "" : "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
+}
+
+Gradients call_backward(const Implementation& impl, const Problem& p) {
+  Gradients g = impl.backward(p);
+  check_gradients_shape(p, g, impl.name());
+  return g;
+}
+
+rc::Gen<LawCase> gen_gradients(const GenConfig& cfg) { return gen_gradient_case(cfg, outputs_only()); }
+
+GradientCheck run_gradient_oracle(const Problem& p) {
+  return gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);
+}
+
+std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
+                                           const Gradients* tol, const Include& include) {
+  for (const auto& [name, e, a, t] : {std::tuple{"dq", &expected.dq, &actual.dq, tol ? &tol->dq : nullptr},
+                                      std::tuple{"dk", &expected.dk, &actual.dk, tol ? &tol->dk : nullptr},
+                                      std::tuple{"dv", &expected.dv, &actual.dv, tol ? &tol->dv : nullptr}})
+    if (auto v = compare(what, name, *e, *a, t, include)) return v;
+  return std::nullopt;
 }
 
 OracleRun run_oracle(const Problem& p) {

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/generators.hpp"
 #include "attncheck/law.hpp"
@@ -42,10 +43,26 @@ bool same_bits(double a, double b);
 /// returns them.
 Outcome call(const Implementation& impl, const Problem& p);
 
+/// Which entries a comparison looks at: include(b, h, i, j).
+using Include = std::function<bool(Index, Index, Index, Index)>;
+
 /// not_applicable for laws that read the weights.
 std::string needs_weights(const GenConfig& g);
 /// not_applicable for laws that always apply.
 inline std::string always_applies(const GenConfig&) { return ""; }
+
+/// not_applicable for the gradient laws: they need Implementation::backward.
+std::string needs_backward(const GenConfig& g);
+/// Calls the backward pass on p (which carries d_output) and checks the gradients' shapes.
+Gradients call_backward(const Implementation& impl, const Problem& p);
+/// Cases for the gradient laws that read no weights: gen_gradient_case with outputs_only().
+rc::Gen<LawCase> gen_gradients(const GenConfig& cfg);
+/// The float64 oracle's gradients and their derived tolerances (attention/src/backward.cpp) for p's dO.
+GradientCheck run_gradient_oracle(const Problem& p);
+/// compare() on dQ, dK and dV in turn (quantities "dq", "dk", "dv"); `tol` null means exact. The first
+/// gradient that breaks the law is the violation. include(b, h, i, c) sees kv heads for dK and dV.
+std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
+                                           const Gradients* tol, const Include& include = {});
 
 /// The float64 oracle on the problem's (already rounded) inputs, with the derived tolerance per element.
 struct OracleRun {
@@ -53,8 +70,6 @@ struct OracleRun {
 };
 OracleRun run_oracle(const Problem& p);
 
-/// Which entries a comparison looks at: include(b, h, i, j).
-using Include = std::function<bool(Index, Index, Index, Index)>;
 
 /// Compares actual with expected element by element: first any non-finite value where the expected one is
 /// finite (NaN and Inf come before error metrics), then the largest |actual - expected| / tol. `tol` null

@@ -32,6 +32,7 @@ std::vector<Mutant> mask_mutants();     ///< where the mask is built or applied
 std::vector<Mutant> softmax_mutants();  ///< the softmax step
 std::vector<Mutant> scale_mutants();    ///< the scale
 std::vector<Mutant> layout_mutants();   ///< memory layout and state between calls
+std::vector<Mutant> tiled_mutants();    ///< block-tiled online softmax: its loops, rescale and ragged ends
 std::vector<Mutant> controls();         ///< correct implementations written differently
 
 }  // namespace attncheck::zoo

@@ -83,9 +83,11 @@ using namespace detail;
 namespace {
 
 Json generator_json(const RunInfo& run) {
-  return Json{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
-              {"max_H", run.gen.max_H},     {"max_T", run.gen.max_T},       {"max_T_tail", run.gen.max_T_tail},
-              {"max_D", run.gen.max_D}};
+  Json g{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
+         {"max_H", run.gen.max_H},     {"min_T", run.gen.min_T},       {"max_T", run.gen.max_T},
+         {"max_T_tail", run.gen.max_T_tail}, {"max_D", run.gen.max_D}};
+  if (run.gen.shape) g["shape"] = *run.gen.shape;
+  return g;
 }
 
 Json shape_json(const Problem& p) {
@@ -130,6 +132,12 @@ std::string replay_command(const RunInfo& run, const LawReport& r) {
   return run.program + " check --impl " + shell_quote(run.implementation) + " --replay " + shell_quote(r.replay_file);
 }
 
+std::string shape_option(const std::array<Index, 5>& shape) {
+  std::string s;
+  for (const Index x : shape) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
 std::string reproduce_command(const RunInfo& run, const LawReport& r) {
   if (r.result.reproduce.empty()) return {};
   // The reproduce string replays RapidCheck's random choices; the generator bounds must match the run's.
@@ -137,7 +145,8 @@ std::string reproduce_command(const RunInfo& run, const LawReport& r) {
          shell_quote(r.result.law) + " --dtype " + std::string(dtype_name(run.dtype)) +
          " --max-B " + std::to_string(run.gen.max_B) + " --max-H " + std::to_string(run.gen.max_H) +
          " --max-T " + std::to_string(run.gen.max_T_tail) + " --max-D " + std::to_string(run.gen.max_D) +
-         " --reproduce " + shell_quote(r.result.reproduce);
+         (run.gen.min_T > 1 ? " --min-T " + std::to_string(run.gen.min_T) : std::string()) +
+         (run.gen.shape ? " --shape " + shape_option(*run.gen.shape) : std::string()) + " --reproduce " + shell_quote(r.result.reproduce);
 }
 
 Json law_document(const RunInfo& run, const LawReport& r) {
@@ -154,6 +163,7 @@ Json law_document(const RunInfo& run, const LawReport& r) {
            {"replay_command", replay_command(run, r)},
            {"cases_run", res.cases_run},
            {"shrink_steps", res.shrink_steps},
+           {"calls", res.calls},
            {"generator", generator_json(run)},
            {"numbers", kNumberEncoding}};
   if (res.minimal_case) doc["shape"] = shape_json(res.minimal_case->problem);
@@ -172,7 +182,8 @@ Json summary_json(const RunInfo& run, const std::vector<LawReport>& laws, const 
     const LawResult& res = r.result;
     (res.status == LawStatus::held ? held : res.status == LawStatus::falsified ? falsified : na) += 1;
     Json e{{"law", res.law}, {"status", status_name(res.status)}, {"cases_run", res.cases_run},
-           {"shrink_steps", res.shrink_steps}};
+           {"shrink_steps", res.shrink_steps}, {"calls", res.calls}};
+    if (res.violation) e["margin"] = number_to_json(margin(*res.violation));
     if (!res.note.empty()) e["note"] = res.note;
     if (res.status == LawStatus::falsified) {
       e["message"] = res.violation ? res.violation->message : std::string();
@@ -210,7 +221,7 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
         std::to_string(run.cases) + " cases per law, B ≤ " + std::to_string(run.gen.max_B) + ", H ≤ " +
         std::to_string(run.gen.max_H) + ", T ≤ " + std::to_string(run.gen.max_T) + " (tail to " +
         std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) + "\n\n";
-  md += "| law | result | cases | shrink steps | report |\n|---|---|---:|---:|---|\n";
+  md += "| law | result | cases | shrink steps | calls | margin | report |\n|---|---|---:|---:|---:|---|---|\n";
   for (const auto& r : laws) {
     const LawResult& res = r.result;
     std::string report;
@@ -219,14 +230,16 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
     else if (!res.note.empty()) report = md_cell(res.note);
     const std::string status = res.status == LawStatus::falsified ? "**falsified**" : std::string(status_name(res.status));
     md += "| `" + res.law + "` | " + status + " | " + std::to_string(res.cases_run) + " | " +
-          std::to_string(res.shrink_steps) + " | " + report + " |\n";
+          std::to_string(res.shrink_steps) + " | " + std::to_string(res.calls) + " | " +
+          (res.violation ? margin_text(*res.violation) : std::string()) + " | " + report + " |\n";
   }
   if (falsified) {
     md += "\n## Falsified\n\n";
     for (const auto& r : laws) {
       if (r.result.status != LawStatus::falsified) continue;
       md += "- **" + r.result.law + "**: " +
-            md_cell(plain_message(r.result.law, r.result.violation ? r.result.violation->message : "")) + "\n";
+            md_cell(plain_message(r.result.law, r.result.violation ? r.result.violation->message : "")) +
+            (r.result.violation ? " (margin: " + margin_text(*r.result.violation) + ")" : std::string()) + "\n";
       if (const auto cmd = replay_command(run, r); !cmd.empty()) md += "  replay: `" + cmd + "`\n";
     }
   }
@@ -270,7 +283,7 @@ std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
       if (res.violation) {
         body += "worst " + res.violation->quantity + " index " + index_string(res.violation->worst_index) +
                 ": magnitude " + num(res.violation->magnitude, true) + ", tolerance " +
-                num(res.violation->tolerance, true) + "\n";
+                num(res.violation->tolerance, true) + ", margin " + margin_text(*res.violation) + "\n";
       }
       if (const auto cmd = replay_command(run, r); !cmd.empty()) body += "replay: " + cmd + "\n";
       if (const auto cmd = reproduce_command(run, r); !cmd.empty()) body += "reproduce: " + cmd + "\n";

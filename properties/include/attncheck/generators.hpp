@@ -20,6 +20,10 @@ struct CaseShape {
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
   std::vector<Index> key_lengths{};               ///< per batch entry, in [0, T_k]; empty: no padding
   std::optional<Index> window{};                  ///< sliding window; empty: none
+  /// The coordinates each index was drawn at, per axis (batch entry, query head, kv head, query position, key
+  /// position, D coordinate). Values are keyed by these, so deleting an index in the middle of an axis leaves
+  /// every other entry's value as it was, and the case usually still fails. Empty: 0, 1, 2, ...
+  std::vector<Index> b_ids{}, h_ids{}, kv_ids{}, q_ids{}, k_ids{}, d_ids{};
 };
 
 /// How the values of a case are drawn. Small integers come first: that is where shrinking ends.
@@ -46,8 +50,25 @@ template <class T> rc::Gen<T> weighted_choice(std::vector<std::pair<std::size_t,
 /// Head dimension D in [1, max_D]: small, uniform and power-of-two draws, shrinking toward 1.
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg);
 
-/// A [B,H,T,D] tensor of values at `magnitude` in `regime`, each rounded to `dtype`, shrinking toward 0.
+/// A [B,H,T,D] tensor of values at `magnitude` in `regime`, each rounded to `dtype`. Each value shrinks to 0,
+/// then to ±1, a small integer or a power of two (simple_values).
 rc::Gen<Tensor<double>> gen_tensor(const Shape& s, Regime regime, double magnitude, DType dtype);
+
+/// The coordinates a tensor's entries are drawn at, per axis (empty: 0, 1, 2, ...): entry (b,h,i,d) gets the
+/// value drawn for (b_ids[b], h_ids[h], i_ids[i], d_ids[d]).
+struct Coords {
+  std::vector<Index> b, h, i, d;
+};
+/// gen_tensor with each entry drawn at its coordinates `at`.
+rc::Gen<Tensor<double>> gen_tensor(const Shape& s, const Coords& at, Regime regime, double magnitude, DType dtype);
+
+/// The simpler values x may shrink to, simplest first: 0, ±1, then the nearest power of two or small integer
+/// (|n| <= 64); a small integer or power of two shrinks only to smaller ones. All representable in `dtype`.
+std::vector<double> simple_values(double x, DType dtype);
+
+/// The sequence lengths where tiled kernels break, up to max_T: 2^k, 2^k ± 1, and multiples of 16 (so of 32, 64
+/// and 128 too) and those ± 1, ascending, all >= min_T.
+std::vector<Index> tile_edge_lengths(Index min_T, Index max_T);
 
 /// A log-uniform magnitude over [1e-3, 1e4] (10 steps a decade), shrinking toward 1.
 rc::Gen<double> gen_magnitude();

@@ -190,6 +190,29 @@ TEST(Generators, shrinkingDeletesAnyIndexDownToTheOneEntryThatFails) {
   }
 }
 
+// Grouped heads shrink by whole kv groups or by the same query head of every group, so H_kv always divides H:
+// a failure that needs two kv groups of two query heads each ends at exactly H = 4, H_kv = 2.
+TEST(Generators, groupedHeadsShrinkByWholeGroupsKeepingHDivisible) {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 400;
+    opts.gen.max_H = 8;
+    std::string bad;
+    const LawResult r = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Index H = c.problem.q.shape().H, H_kv = c.problem.kv_heads();
+                                  if (H % H_kv) bad = std::to_string(H) + " heads, " + std::to_string(H_kv) + " kv";
+                                  if (H_kv >= 2 && H / H_kv >= 2) return violation("two groups of two");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::falsified) << "seed " << seed;
+    EXPECT_EQ(bad, "") << "seed " << seed;
+    EXPECT_EQ(r.minimal_case->problem.q.shape().H, 4) << "seed " << seed;
+    EXPECT_EQ(r.minimal_case->problem.kv_heads(), 2) << "seed " << seed;
+  }
+}
+
 // Values shrink to 0, then to ±1, small integers and powers of two, and only to simpler ones (so shrinking ends).
 TEST(Generators, simpleValuesAreZeroThenSmallIntegersAndPowersOfTwo) {
   EXPECT_EQ(simple_values(0, DType::f32), std::vector<double>{});

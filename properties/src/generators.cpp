@@ -1,5 +1,6 @@
 // Generators for attention problems. RapidCheck's built-in floating-point generator stays in a narrow range,
-// so values are built from integers (which shrink toward 0) mapped through a regime and a magnitude.
+// so values are drawn from integers mapped through a regime and a magnitude, keyed by each entry's
+// coordinates, and shrink with the shape (shape_shrinks, gen_case_values).
 #include "attncheck/generators.hpp"
 
 #include <algorithm>

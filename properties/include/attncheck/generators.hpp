@@ -1,5 +1,6 @@
 // RapidCheck generators for attention problems: the shape first, then data of that shape, so shrinking
-// reduces B, H, T, D before values; values span a wide dynamic range in several regimes and shrink toward 0.
+// reduces B, H, T, D before values; values span a wide dynamic range in several regimes and shrink toward 0,
+// small integers and powers of two.
 #pragma once
 
 #include <rapidcheck.h>
@@ -89,14 +90,18 @@ struct ProblemOptions {
   bool want_weights = true;
 };
 
-/// Shape generator: B, H in [1, max], T in [1, max_T] with a tail up to max_T_tail as RapidCheck's size
-/// grows, D in [1, max_D] (small, uniform and power-of-two draws), the causal alignment, and, where allowed,
-/// H_kv among the divisors of H, per-sequence key lengths and a window. The whole geometry is one
-/// shrinkable: every extent shrinks toward 1 (H and H_kv together, keeping H_kv | H), padding and the window
-/// toward none, and a square case may become a cross-length one.
+/// Shape generator: B, H in [1, max], T in [min_T, max_T] (a third of the draws at a tile edge, see
+/// tile_edge_lengths) with a tail up to max_T_tail as RapidCheck's size grows, D in [1, max_D] (small, uniform
+/// and power-of-two draws), the causal alignment, and, where allowed, H_kv among the divisors of H,
+/// per-sequence key lengths and a window; or GenConfig::shape, pinned. The whole geometry is one shrinkable:
+/// every axis is cut from its end and loses any single index (a batch entry, a whole kv group or the same query
+/// head of every group, a position of q, k and v together, or of q or k alone when T_q != T_k is allowed, a D
+/// coordinate), padding and the window shrink toward none, and a square case may become a cross-length one.
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = {});
 
-/// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors.
+/// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors. Shape and values
+/// shrink as one: gen_shape's steps (the entries a step keeps keep their current values) interleaved with each
+/// value's simple_values, so a shape that could not shrink is tried again once the values are simpler.
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// Coverage tags of a problem (T bucket, D bucket, largest |score| bucket); gen_problem adds the regime.

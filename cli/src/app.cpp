@@ -36,6 +36,11 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--max-T", o.max_T, "largest sequence length (most cases stay at T <= 64)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  check->add_option("--min-T", o.min_T, "smallest sequence length (queries and keys)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  check->add_option("--shape", o.shape,
+                    "pin every case to one shape B,H,T_q,T_k,D (e.g. 1,8,4096,4096,64); values still vary and shrink");
   check->add_option("--max-D", o.max_D, "largest head dimension")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   check->add_option("--dtype", o.dtype, "element type the implementation is called with")
       ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}))

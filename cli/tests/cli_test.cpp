@@ -105,6 +105,9 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
            {"check", "--impl", "reference", "--max-Hkv", "0"},
            {"check", "--impl", "mutant:no-such-mutant"},
            {"check", "--impl", "reference", "--reproduce", "ABC"},
+           {"check", "--impl", "reference", "--shape", "1,2,3"},
+           {"check", "--impl", "reference", "--shape", "1,2,0,4,8"},
+           {"check", "--impl", "reference", "--min-T", "300", "--max-T", "256"},
            {"check"},
            {}}) {
     const Result r = attncheck(toy_registry(), args);
@@ -114,6 +117,8 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
     EXPECT_FALSE(r.err.empty()) << shown << ": no message on stderr";
   }
   EXPECT_TRUE(contains(attncheck(toy_registry(), {"check", "--impl", "mutant:nope"}).err, "reference, mutant:NAME"));
+  EXPECT_TRUE(contains(attncheck(toy_registry(), {"check", "--impl", "reference", "--shape", "1,2,3"}).err,
+                       "expected five positive integers B,H,T_q,T_k,D"));
 }
 
 TEST(ExitCodes, aBugInAttncheckItselfIsAnInternalError) {
@@ -257,6 +262,20 @@ TEST(RealLaws, mutantIsFalsifiedAndItsReportReplays) {
   const Result on_reference = attncheck(
       real_registry(), {"check", "--replay", (dir / (first_falsified + ".json")).string(), "--impl", "reference"});
   EXPECT_EQ(on_reference.code, kAllHeld) << on_reference.out << on_reference.err;
+}
+
+// A tiled mutant: the CLI line gives the margin, the minimal case and the calls made; the Markdown report the
+// margin too.
+TEST(RealLaws, tiledMutantShowsItsMarginMinimalCaseAndCalls) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "tiled";
+  const Result r = attncheck(real_registry(), {"check", "--impl", "mutant:tiled-key-step", "--property",
+                                               "oracle-agreement", "--report-dir", dir.string(), "--no-corpus"});
+  ASSERT_EQ(r.code, kFalsified) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "margin: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "minimal case B=1 H=1 T_q=1 T_k=17 D=1 (bottom-right)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "calls")) << r.out;
+  EXPECT_TRUE(contains(slurp(dir / "oracle-agreement.md"), "margin (magnitude / tolerance): ")) << r.out;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -25,6 +26,52 @@ TEST(Probe, recoveredWeightsEqualReturnedWeightsExactly) {
       // One product by 1 and exact zeros otherwise: the recovered weight is the returned one, not close to it.
       EXPECT_EQ(recover_weights(*ref, p).values(), o.weights->values()) << dtype_name(t);
     }
+}
+
+// A kernel without weights, recovered by probing, counting every call it gets. `wrong` adds 1 to every output
+// (so its outputs fail on every case, all-zero inputs included).
+std::pair<ImplementationPtr, std::shared_ptr<int>> counted_blind(bool wrong) {
+  const auto ref = reference_implementation();
+  Capabilities caps;
+  caps.returns_weights = false;
+  auto calls = std::make_shared<int>(0);
+  const auto blind = make_implementation("blind", "outputs only", caps, [ref, calls, wrong](const Problem& p) {
+    ++*calls;
+    Outcome o = ref->forward(p);
+    o.weights.reset();
+    if (wrong) o.output.values().array() += 1;
+    return o;
+  });
+  return {with_recovered_weights(blind), calls};
+}
+
+// Cheap checks first: oracle-agreement on a kernel whose weights are probed checks the outputs in one call and
+// probes the weights only when the outputs pass. A kernel with wrong outputs is found and shrunk with one call
+// per case; a correct one costs more calls per case (the probes), and the law reports every call.
+TEST(Probe, outputsAreCheckedBeforeWeightsAreProbedAndEveryCallIsCounted) {
+  const Law* law = find_law("oracle-agreement");
+  ASSERT_NE(law, nullptr);
+  for (const bool wrong : {true, false}) {
+    const auto [impl, calls] = counted_blind(wrong);
+    int evaluations = 0;
+    Law counted = *law;
+    counted.check = [&](const Implementation& i, const LawCase& c) {
+      ++evaluations;
+      return law->check(i, c);
+    };
+    RunOptions opts;
+    opts.cases = 20;
+    const LawResult r = run_law(counted, *impl, opts);
+    EXPECT_EQ(r.calls, *calls) << "every call counted, the probes included";
+    if (wrong) {
+      ASSERT_EQ(r.status, LawStatus::falsified);
+      EXPECT_EQ(r.violation->quantity, "output");
+      EXPECT_EQ(*calls, evaluations) << "one call per case: the weights were never probed";
+    } else {
+      EXPECT_EQ(r.status, LawStatus::held);
+      EXPECT_GT(*calls, 2 * evaluations) << "outputs, then outputs and probes";
+    }
+  }
 }
 
 TEST(Probe, wrapperGivesWeightsToAnImplementationWithoutThem) {

@@ -1,8 +1,12 @@
 // Runs one law with RapidCheck and keeps the minimal counterexample. RapidCheck accepts a shrink only when
 // the shrunk case still fails, so the last failing evaluation is the minimal case it reports.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
+#include <limits>
 
+#include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
 
 // Declared in rapidcheck's private src/detail/ReproduceListener.h (built into librapidcheck.a, header not
@@ -51,12 +55,50 @@ class ProgressListener final : public rc::detail::TestListener {
   const std::function<void(const Progress&)>& cb_;
 };
 
+// The implementation as a law sees it, counting the calls the law makes (an outcome's own count includes the
+// probing calls behind recovered weights).
+class CountingImplementation final : public Implementation {
+ public:
+  explicit CountingImplementation(const Implementation& inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& description() const override { return inner_.description(); }
+  const Capabilities& capabilities() const override { return inner_.capabilities(); }
+  Outcome forward(const Problem& p) const override {
+    ++calls_;  // counted before the call, so a call that throws counts too
+    Outcome o = inner_.forward(p);
+    calls_ += o.calls - 1;
+    return o;
+  }
+  Gradients backward(const Problem& p) const override {
+    ++calls_;
+    return inner_.backward(p);
+  }
+  long calls() const { return calls_; }
+
+ private:
+  const Implementation& inner_;
+  mutable std::atomic<long> calls_{0};
+};
+
 std::string unquote(std::string s) {
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
   return s;
 }
 
 }  // namespace
+
+double margin(const Violation& v) {
+  if (v.quantity == "call" || v.tolerance <= 0 || !std::isfinite(v.magnitude))
+    return std::numeric_limits<double>::infinity();
+  return v.magnitude / v.tolerance;
+}
+
+std::string margin_text(const Violation& v) {
+  if (v.quantity == "call") return "failed call";
+  if (!std::isfinite(v.magnitude)) return "non-finite";
+  if (v.tolerance <= 0) return "exact law";
+  return format_number(margin(v), 3) + "x the tolerance";
+}
 
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
   try {
@@ -87,6 +129,13 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   }
 
   const rc::Gen<LawCase> gen = law.gen(g);
+  const CountingImplementation counted(impl);
+  // Shrinking state. Once a failure is clear (margin >= kClearMargin), a shrink that fails by less is not
+  // taken (RapidCheck then tries the next candidate): among failing candidates the clear ones win, when there
+  // are any. A failure on the outputs of a kernel with probed weights is shrunk with the outputs check alone.
+  // A replayed case is checked in full, so its verdict never depends on this state.
+  bool have_clear = false;
+  std::string failed_on;
   // RapidCheck counts any exception as a failing case. attncheck's own errors (a broken oracle or
   // statistic, a bad parameter) are not counterexamples: keep the first one and rethrow it after the run, so
   // callers report an internal error instead of a falsified law.
@@ -94,9 +143,10 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   const auto property = [&] {
     LawCase c = *gen;
     for (const auto& t : c.tags) RC_TAG(t);
+    c.outputs_only = g.caps.weights_probed && failed_on == "output";
     std::optional<Violation> v;
     try {
-      v = evaluate_case(law, impl, c);
+      v = evaluate_case(law, counted, c);
     } catch (const rc::detail::CaseResult&) {
       throw;
     } catch (...) {
@@ -104,6 +154,11 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
       throw;
     }
     if (v) {
+      const bool clear = margin(*v) >= kClearMargin;
+      if (have_clear && !clear) return;
+      have_clear = have_clear || clear;
+      failed_on = v->quantity;
+      c.outputs_only = false;
       t_last_failure = Failure{c, *v};
       RC_FAIL(v->message);
     }
@@ -125,6 +180,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
+  r.calls = counted.calls();
   if (internal) std::rethrow_exception(internal);
 
   if (result.is<rc::detail::SuccessResult>()) {
@@ -182,13 +238,14 @@ std::string describe(const LawResult& r) {
                   std::to_string(r.seed) + "): ";
   switch (r.status) {
     case LawStatus::held:
-      return s + "held in " + std::to_string(r.cases_run) + " cases" + (r.note.empty() ? "" : "; " + r.note) + "\n";
+      return s + "held in " + std::to_string(r.cases_run) + " cases (" + std::to_string(r.calls) + " calls)" +
+             (r.note.empty() ? "" : "; " + r.note) + "\n";
     case LawStatus::not_applicable: return s + "not applicable: " + r.note + "\n";
     case LawStatus::falsified: break;
   }
   s += "FALSIFIED after " + std::to_string(r.cases_run) + " cases and " + std::to_string(r.shrink_steps) +
-       " shrink steps\n";
-  if (r.violation) s += "  " + r.violation->message + "\n";
+       " shrink steps (" + std::to_string(r.calls) + " calls)\n";
+  if (r.violation) s += "  " + r.violation->message + "\n  margin: " + margin_text(*r.violation) + "\n";
   if (r.minimal_case) {
     const Problem& p = r.minimal_case->problem;
     const Shape& q = p.q.shape();

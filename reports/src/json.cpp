@@ -254,6 +254,7 @@ Json to_json(const Violation& v) {
               {"worst_index", v.worst_index},
               {"magnitude", number_to_json(v.magnitude)},
               {"tolerance", number_to_json(v.tolerance)},
+              {"margin", number_to_json(margin(v))},  // derived (magnitude / tolerance); not read back
               {"expected", tensor_or_null(v.expected)},
               {"actual", tensor_or_null(v.actual)},
               {"tolerances", tensor_or_null(v.tolerances)},

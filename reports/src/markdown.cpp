@@ -145,7 +145,7 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
   md += "| implementation | `" + md_cell(run.implementation) + "`: " + md_cell(run.implementation_description) + " |\n";
   md += "| dtype, seed | " + std::string(dtype_name(run.dtype)) + ", " + std::to_string(res.seed) + " |\n";
   md += "| found by | case " + std::to_string(res.cases_run) + ", then " + std::to_string(res.shrink_steps) +
-        " shrink steps |\n";
+        " shrink steps (" + std::to_string(res.calls) + " calls to the implementation) |\n";
   if (const auto cmd = replay_command(run, r); !cmd.empty())
     md += "| replay this case | `" + md_cell(cmd) + "` |\n";
   if (const auto cmd = reproduce_command(run, r); !cmd.empty())
@@ -181,7 +181,8 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
               num((*v.actual)(w[0], w[1], w[2], w[3]), true);
     }
     md += "; magnitude " + num(v.magnitude, true) + ", tolerance " +
-          (v.tolerance > 0 ? num(v.tolerance, true) : std::string("0 (an exact law)")) + ".\n\n";
+          (v.tolerance > 0 ? num(v.tolerance, true) : std::string("0 (an exact law)")) +
+          "; margin (magnitude / tolerance): " + margin_text(v) + ".\n\n";
 
     const PictureSet pics = pictures_of(res);
     if (pics.error_map) {

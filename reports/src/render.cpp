@@ -110,8 +110,9 @@ namespace {
 
 Json generator_json(const RunInfo& run) {
   Json g{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
-         {"max_H", run.gen.max_H},     {"max_T", run.gen.max_T},       {"max_T_tail", run.gen.max_T_tail},
-         {"max_D", run.gen.max_D}};
+         {"max_H", run.gen.max_H},     {"min_T", run.gen.min_T},       {"max_T", run.gen.max_T},
+         {"max_T_tail", run.gen.max_T_tail}, {"max_D", run.gen.max_D}};
+  if (run.gen.shape) g["shape"] = *run.gen.shape;
   if (run.gen.max_H_kv > 0) g["max_H_kv"] = run.gen.max_H_kv;  // only when bounded (--max-Hkv)
   return g;
 }
@@ -160,6 +161,12 @@ std::string replay_command(const RunInfo& run, const LawReport& r) {
   return run.program + " check --impl " + shell_quote(run.implementation) + " --replay " + shell_quote(r.replay_file);
 }
 
+std::string shape_option(const std::array<Index, 5>& shape) {
+  std::string s;
+  for (const Index x : shape) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
 std::string reproduce_command(const RunInfo& run, const LawReport& r) {
   if (r.result.reproduce.empty()) return {};
   // The reproduce string replays RapidCheck's random choices; the generator bounds must match the run's.
@@ -168,7 +175,8 @@ std::string reproduce_command(const RunInfo& run, const LawReport& r) {
          " --max-B " + std::to_string(run.gen.max_B) + " --max-H " + std::to_string(run.gen.max_H) +
          (run.gen.max_H_kv > 0 ? " --max-Hkv " + std::to_string(run.gen.max_H_kv) : std::string()) +
          " --max-T " + std::to_string(run.gen.max_T_tail) + " --max-D " + std::to_string(run.gen.max_D) +
-         " --reproduce " + shell_quote(r.result.reproduce);
+         (run.gen.min_T > 1 ? " --min-T " + std::to_string(run.gen.min_T) : std::string()) +
+         (run.gen.shape ? " --shape " + shape_option(*run.gen.shape) : std::string()) + " --reproduce " + shell_quote(r.result.reproduce);
 }
 
 Json law_document(const RunInfo& run, const LawReport& r) {
@@ -185,6 +193,7 @@ Json law_document(const RunInfo& run, const LawReport& r) {
            {"replay_command", replay_command(run, r)},
            {"cases_run", res.cases_run},
            {"shrink_steps", res.shrink_steps},
+           {"calls", res.calls},
            {"generator", generator_json(run)},
            {"numbers", kNumberEncoding}};
   if (res.minimal_case) doc["shape"] = shape_json(res.minimal_case->problem);
@@ -203,7 +212,8 @@ Json summary_json(const RunInfo& run, const std::vector<LawReport>& laws, const 
     const LawResult& res = r.result;
     (res.status == LawStatus::held ? held : res.status == LawStatus::falsified ? falsified : na) += 1;
     Json e{{"law", res.law}, {"status", status_name(res.status)}, {"cases_run", res.cases_run},
-           {"shrink_steps", res.shrink_steps}};
+           {"shrink_steps", res.shrink_steps}, {"calls", res.calls}};
+    if (res.violation) e["margin"] = number_to_json(margin(*res.violation));
     if (!res.note.empty()) e["note"] = res.note;
     if (res.status == LawStatus::falsified) {
       e["message"] = res.violation ? res.violation->message : std::string();
@@ -248,9 +258,12 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
         std::to_string(run.gen.max_H) +
         (run.gen.max_H_kv > 0 ? ", H_kv ≤ " + std::to_string(run.gen.max_H_kv) : std::string()) + ", T ≤ " +
         std::to_string(run.gen.max_T) + " (tail to " +
-        std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) + "\n\n";
-  // Margin: how far past its tolerance the worst entry is. Exact laws and held ones have none to show.
-  md += "| law | result | cases | shrink steps | margin | report |\n|---|---|---:|---:|---:|---|\n";
+        std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) +
+        (run.gen.min_T > 1 ? ", T ≥ " + std::to_string(run.gen.min_T) : std::string()) +
+        (run.gen.shape ? ", shape pinned to " + shape_option(*run.gen.shape) : std::string()) + "\n\n";
+  // Margin: how far past its tolerance the worst entry is (margin_text: "non-finite" and the like where no
+  // ratio exists). Held laws have none to show.
+  md += "| law | result | cases | shrink steps | calls | margin | report |\n|---|---|---:|---:|---:|---:|---|\n";
   const bool linked = report_ext == ".md" ? formats.md : true;
   for (const auto& r : laws) {
     const LawResult& res = r.result;
@@ -259,11 +272,11 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
       report = "[" + res.law + std::string(report_ext) + "](" + res.law + std::string(report_ext) + ")";
     else if (res.status == LawStatus::falsified && formats.json) report = "[" + res.law + ".json](" + res.law + ".json)";
     else if (!res.note.empty()) report = md_cell(res.note);
-    if (res.status == LawStatus::falsified && res.violation && res.violation->tolerance > 0)
-      margin = num(res.violation->magnitude / res.violation->tolerance) + "×";
+    if (res.status == LawStatus::falsified && res.violation) margin = margin_text(*res.violation);
     const std::string status = res.status == LawStatus::falsified ? "**falsified**" : std::string(status_name(res.status));
     md += "| `" + res.law + "` | " + status + " | " + std::to_string(res.cases_run) + " | " +
-          std::to_string(res.shrink_steps) + " | " + margin + " | " + report + " |\n";
+          std::to_string(res.shrink_steps) + " | " + std::to_string(res.calls) + " | " + margin + " | " + report +
+          " |\n";
   }
   if (falsified) {
     md += "\n## Falsified\n";
@@ -271,7 +284,8 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
       if (r.result.status != LawStatus::falsified) continue;
       const std::string& law = r.result.law;
       md += "\n### " + (linked ? "[`" + law + "`](" + law + std::string(report_ext) + ")" : "`" + law + "`") + "\n\n";
-      md += md_cell(plain_message(law, r.result.violation ? r.result.violation->message : "")) + "\n\n";
+      md += md_cell(plain_message(law, r.result.violation ? r.result.violation->message : "")) +
+            (r.result.violation ? " (margin: " + margin_text(*r.result.violation) + ")" : std::string()) + "\n\n";
       if (const auto cmd = replay_command(run, r); !cmd.empty()) md += "Replay: `" + cmd + "`\n\n";
       const PictureSet pics = pictures_of(r.result);
       if (pics.error_map) md += "![error map](" + law_file(law, "-error.svg") + ")\n\n";
@@ -318,7 +332,7 @@ std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
       if (res.violation) {
         body += "worst " + res.violation->quantity + " index " + index_string(res.violation->worst_index) +
                 ": magnitude " + num(res.violation->magnitude, true) + ", tolerance " +
-                num(res.violation->tolerance, true) + "\n";
+                num(res.violation->tolerance, true) + ", margin " + margin_text(*res.violation) + "\n";
       }
       if (const auto cmd = replay_command(run, r); !cmd.empty()) body += "replay: " + cmd + "\n";
       if (const auto cmd = reproduce_command(run, r); !cmd.empty()) body += "reproduce: " + cmd + "\n";

@@ -115,6 +115,7 @@ TEST(LawMarkdown, boldsOnlyEntriesBeyondTheTolerance) {
   EXPECT_NE(md.find("1 of 6 entries"), std::string::npos) << md;
   EXPECT_NE(md.find("attncheck check --impl mutant:leaky --replay out/zero-future-weight.json"), std::string::npos);
   EXPECT_NE(md.find("exp(-inf) is 0"), std::string::npos) << "the law's why belongs in the report";
+  EXPECT_NE(md.find("margin (magnitude / tolerance): 500x the tolerance"), std::string::npos) << md;
 }
 
 TEST(LawMarkdown, variantShowsWhatTheLawChanged) {

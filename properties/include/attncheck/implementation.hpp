@@ -53,12 +53,16 @@ enum class EmptyRows {
 struct Outcome {
   Tensor<double> output{Shape{}};         ///< [B,H,T_q,D]
   std::optional<Tensor<double>> weights;  ///< [B,H,T_q,T_k], when the implementation returns them
+  int calls = 1;  ///< calls to the implementation this outcome took (more when its weights were probed)
 };
 
 /// What an implementation accepts; the generators only produce cases inside it.
 struct Capabilities {
   std::vector<DType> dtypes{DType::f32, DType::f64, DType::f16, DType::bf16};
   bool returns_weights = true;
+  /// The weights are recovered by probing (one more call per D keys), so laws check outputs first and ask for
+  /// weights only when the outputs pass.
+  bool weights_probed = false;
   bool cross_lengths = true;  ///< accepts T_q != T_k
   std::vector<CausalAlignment> alignments{CausalAlignment::TopLeft, CausalAlignment::BottomRight};
   bool custom_scale = true;

@@ -18,7 +18,7 @@ const char* kWhy =
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  const Outcome o = call(impl, p);
+  Outcome o = call(impl, outputs_first(impl, p));  // weights only once the outputs pass
   OracleRun r = run_oracle(p);
   // FlashAttention's rule, merged into the derived bound by taking the larger of the two per element.
   Problem with_w = p;
@@ -34,6 +34,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v->weights = o.weights;
     return v;
   }
+  o.weights = weights_of(impl, c, o);
   if (o.weights) {
     // Future weights stay exact (tolerance 0) whatever the rule.
     for (Index b = 0; b < r.tol_w.shape().B; ++b)

@@ -49,6 +49,17 @@ Outcome call(const Implementation& impl, const Problem& p) {
   return o;
 }
 
+Problem outputs_first(const Implementation& impl, const Problem& p) {
+  Problem first = p;
+  if (impl.capabilities().weights_probed) first.want_weights = false;
+  return first;
+}
+
+std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCase& c, const Outcome& o) {
+  if (o.weights || !c.problem.want_weights || c.outputs_only) return o.weights;
+  return call(impl, c.problem).weights;
+}
+
 std::string needs_weights(const GenConfig& g) {
   return g.caps.returns_weights ? "" : "needs the attention weights, which this implementation does not return";
 }

@@ -45,6 +45,12 @@ Outcome call(const Implementation& impl, const Problem& p);
 
 /// Which entries a comparison looks at: include(b, h, i, j).
 using Include = std::function<bool(Index, Index, Index, Index)>;
+/// The problem for a law's first call: p without its request for weights when they are costly (probed, see
+/// Capabilities::weights_probed), so the outputs are checked in one call and weights asked for only if needed.
+Problem outputs_first(const Implementation& impl, const Problem& p);
+/// The weights of a call on c.problem that returned `o`: o's own, or (costly weights) those of a second call
+/// asking for them; none while the runner shrinks a failure on the outputs (LawCase::outputs_only).
+std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCase& c, const Outcome& o);
 
 /// not_applicable for laws that read the weights.
 std::string needs_weights(const GenConfig& g);

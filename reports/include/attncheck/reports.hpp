@@ -58,6 +58,8 @@ std::string law_file(std::string_view law, std::string_view suffix);
 
 /// `attncheck check --impl SPEC --replay FILE`: re-checks exactly the stored case.
 std::string replay_command(const RunInfo& run, const LawReport& r);
+/// A pinned shape as `--shape` takes it: "B,H,T_q,T_k,D".
+std::string shape_option(const std::array<Index, 5>& shape);
 /// `attncheck check ... --property LAW --reproduce STRING`: regenerates the case from RapidCheck's string.
 std::string reproduce_command(const RunInfo& run, const LawReport& r);
 

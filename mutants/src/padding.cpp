@@ -73,6 +73,7 @@ struct PackedRange {
 ImplementationPtr nan_for_empty_rows(std::string name, std::string description, std::optional<EmptyRows> declared) {
   Capabilities caps = reference_implementation()->capabilities();
   caps.empty_rows = declared;
+  caps.backward = false;  // a forward-only control
   return make_implementation(std::move(name), std::move(description), caps, [](const Problem& p) {
     Outcome o = reference_implementation()->forward(p);
     const double nan = std::numeric_limits<double>::quiet_NaN();

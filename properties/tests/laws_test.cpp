@@ -120,8 +120,8 @@ TEST(Law, gradFiniteDifference) { expectHoldsOnReference("grad-finite-difference
 // A gradient law is not applicable, with its reason, to an implementation without a backward; the forward
 // laws are unaffected.
 TEST(Law, gradientLawsNeedABackward) {
-  Capabilities caps;
-  caps.nonfinite_safe = true;  // as the reference: every forward law applies
+  Capabilities caps = reference_implementation()->capabilities();  // every forward law applies
+  caps.backward = false;
   const auto forward_only = make_implementation("forward-only", "the reference forward, no backward", caps,
                                                 [](const Problem& p) { return reference_implementation()->forward(p); });
   for (const Law& l : laws()) {

@@ -89,12 +89,12 @@ struct Law {
   /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is
   /// itself a large sample, such as the scale-variance test.
   int max_cases = 0;
-  /// Optional: what a run that held found out about the implementation, for the result's note (the
-  /// empty-row convention an implementation follows when it declares none). Called once, after the run.
-  std::function<std::string(const Implementation&, const GenConfig&)> finding = {};
   /// A gradient law: it calls Implementation::backward, and is not applicable without one
   /// (`attncheck list` marks it).
   bool needs_backward = false;
+  /// Optional: what a run that held found out about the implementation, for the result's note (the
+  /// empty-row convention an implementation follows when it declares none). Called once, after the run.
+  std::function<std::string(const Implementation&, const GenConfig&)> finding = {};
 };
 
 /// Every law, in the order they are documented.

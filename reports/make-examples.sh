@@ -8,9 +8,13 @@ bin=${1:-build/default/cli/attncheck}
 out=${2:-reports/examples}
 
 # A leak (heatmap), the scale (variance plot), a bug in one head, NaN from an additive mask (non-finite
-# numbers in JSON), state kept between calls, and a correct control (a summary where every law holds).
+# numbers in JSON), state kept between calls, a query head reading the wrong kv head (grouped queries), a
+# decode step reading the KV cache one slot off, a tiled kernel shrunk to one query over two key tiles, a
+# backward that leaks gradient to future keys (dO, expected and actual gradients), and a correct control (a
+# summary where every law holds).
 impls=(mutant:mask-zero mutant:scale-forgotten mutant:mask-head0-only mutant:additive-nan-leak
-       mutant:stale-accumulator control:online-tiled)
+       mutant:stale-accumulator mutant:gqa-kv-modulo mutant:decode-cache-off-by-one mutant:tiled-inverted-rescale
+       mutant:grad-ds-unmasked control:online-tiled)
 
 for impl in "${impls[@]}"; do
   want=1

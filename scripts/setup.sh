@@ -3,8 +3,10 @@
 # Idempotent: a second run installs nothing and takes a second.
 set -euo pipefail
 
+# chromium: the report test (reports.html_in_chromium) renders index.html in it, headless and offline.
+# libbenchmark-dev: the forward's benchmark (attention/bench), built by scripts/test.sh.
 packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev
-          python3-numpy python3-torch)
+          python3-numpy python3-torch chromium)
 
 missing=()
 for p in "${packages[@]}"; do

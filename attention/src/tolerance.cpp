@@ -16,7 +16,9 @@
 // 3. Output. o_i = Σ_j w_ij v_j: |δo_ic| ≤ Σ_j |δw_ij||v_jc| + γ_T·Σ_j w̃_ij|v_jc|
 //    ≤ max_j|v_jc|·(ρ_i + u_s + γ_T·(1 + ρ_i + u_s)), then rounding to the dtype: + u_s·|o_ic|.
 // 4. Floors. Eigen's vectorised float exp returns about 2^-128 instead of a denormal for arguments below -87.3:
-//    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Rounding into the
+//    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Its double exp
+//    does the same below -708.4, at 2^-1022 (a correct float64 kernel returned 5.1e-309 for exp(-717.5) =
+//    2.3e-312): the float64 floor is 2^-1022. Rounding into the
 //    dtype's subnormal range is absolute, not relative: half the smallest subnormal (2^-25 for float16,
 //    2^-134 for bfloat16, 2^-150 for float32) on every stored weight and output.
 // 5. Saturation. When Δ is large (scores ~1e10 in float), ρ overflows: the dtype cannot resolve the softmax at
@@ -65,7 +67,7 @@ struct RowTerms {
       : dtype(t),
         u_s(unit_roundoff(t)),
         u_a(accumulation_roundoff(t)),
-        tiny(t == DType::f64 ? 0.0 : std::ldexp(1.0, -126)),
+        tiny(std::ldexp(1.0, t == DType::f64 ? -1022 : -126)),  // step 4: exp's flush, per weight
         store_floor(storage_floor(t)),
         g_D(gamma(D, u_a)),
         pre_scale(t == DType::f64 ? 0.0 : 2 * unit_roundoff(t)),  // q (and k) scaled in the dtype first
@@ -92,28 +94,45 @@ struct RowTerms {
 
 }  // namespace
 
-HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
-                             const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
-                             const Matrix<double>& oracle_weights, double safety) {
+Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
+                                      const BoolMask& mask, double scale) {
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
-  const RowTerms terms(dtype, D, safety);
+  const RowTerms terms(dtype, D, 1.0);
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
-
-  HeadTolerance tol{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, T_k)};
+  Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
   for (Index i = 0; i < T_q; ++i) {
     double abs_dot = 0, s_max = 0;
     Index n_vis = 0;
-    Eigen::RowVectorXd v_col_max = Eigen::RowVectorXd::Zero(D);
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
       ++n_vis;
       abs_dot = std::max(abs_dot, abs_qk(i, j));
       s_max = std::max(s_max, std::abs(s(i, j)));
+    }
+    if (n_vis > 0) rho(i) = terms.rho_w(abs_dot, s_max, n_vis);  // an empty row is exactly zero
+  }
+  return rho;
+}
+
+HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
+                             const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
+                             const Matrix<double>& oracle_weights, double safety) {
+  const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
+  const RowTerms terms(dtype, D, safety);
+  const Eigen::VectorXd rho_rows = weight_relative_error(dtype, q, k, mask, scale);
+
+  HeadTolerance tol{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, T_k)};
+  for (Index i = 0; i < T_q; ++i) {
+    Index n_vis = 0;
+    Eigen::RowVectorXd v_col_max = Eigen::RowVectorXd::Zero(D);
+    for (Index j = 0; j < T_k; ++j) {
+      if (!mask.visible(i, j)) continue;
+      ++n_vis;
       v_col_max = v_col_max.cwiseMax(v.row(j).cwiseAbs());
     }
     if (n_vis == 0) continue;  // the row is exactly zero in every correct kernel
-    const double rho_w = terms.rho_w(abs_dot, s_max, n_vis);
+    const double rho_w = rho_rows(i);  // may be +inf: the weights are unresolved
     for (Index j = 0; j < T_k; ++j)
       if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w);
     terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i));

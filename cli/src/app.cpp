@@ -29,9 +29,18 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--seed", o.seed, "RapidCheck seed; the same seed checks the same cases")->capture_default_str();
   check->add_option("--max-B", o.max_B, "largest batch")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   check->add_option("--max-H", o.max_H, "largest number of heads")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--max-Hkv", o.max_H_kv,
+                    "most kv heads K and V may have, for implementations that declare grouped-query attention "
+                    "(1: multi-query throughout; default: up to H)")
+      ->check(CLI::Range(1, 1 << 16));
   check->add_option("--max-T", o.max_T, "largest sequence length (most cases stay at T <= 64)")
       ->check(CLI::Range(1, 1 << 20))
       ->capture_default_str();
+  check->add_option("--min-T", o.min_T, "smallest sequence length (queries and keys)")
+      ->check(CLI::Range(1, 1 << 20))
+      ->capture_default_str();
+  check->add_option("--shape", o.shape,
+                    "pin every case to one shape B,H,T_q,T_k,D (e.g. 1,8,4096,4096,64); values still vary and shrink");
   check->add_option("--max-D", o.max_D, "largest head dimension")->check(CLI::Range(1, 1 << 16))->capture_default_str();
   check->add_option("--dtype", o.dtype, "element type the implementation is called with")
       ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}))
@@ -40,7 +49,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       ->delimiter(',');
   check->add_option("--report-dir", o.report_dir,
                     "where reports go (default: attncheck-reports/<impl>, e.g. attncheck-reports/mutant-mask-zero)");
-  check->add_option("--format", o.format, "which reports to write: any of md,json,junit")->capture_default_str();
+  check->add_option("--format", o.format, "which reports to write: any of md,json,junit,html")->capture_default_str();
   check->add_option("--replay", o.replay,
                     "re-check exactly the case stored in a LAW.json report or a corpus entry (--impl defaults to the "
                     "one recorded)");

@@ -3,6 +3,7 @@
 #include "check.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <ostream>
@@ -55,9 +56,39 @@ std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) 
   return out;
 }
 
+// "B,H,T_q,T_k,D" (--shape) as five positive extents.
+std::array<Index, 5> parse_shape(const std::string& text) {
+  std::array<Index, 5> shape{};
+  std::size_t n = 0, pos = 0;
+  const auto bad = [&] {
+    return UsageError("--shape: expected five positive integers B,H,T_q,T_k,D (e.g. 1,8,4096,4096,64) but got \"" +
+                      text + "\"");
+  };
+  while (pos <= text.size()) {
+    const std::size_t end = std::min(text.find(',', pos), text.size());
+    const std::string part = text.substr(pos, end - pos);
+    if (n == 5 || part.empty() || part.find_first_not_of("0123456789") != std::string::npos || part.size() > 9) throw bad();
+    shape[n++] = std::stoll(part);
+    if (shape[n - 1] < 1) throw bad();
+    pos = end + 1;
+  }
+  if (n != 5) throw bad();
+  return shape;
+}
+
+// The counterexample's geometry on one line: "B=1 H=1 T_q=1 T_k=17 D=1 (bottom-right)".
+std::string shape_line(const Problem& p) {
+  const Shape& q = p.q.shape();
+  std::string s = "B=" + std::to_string(q.B) + " H=" + std::to_string(q.H);
+  if (p.k.shape().T == q.T) return s + " T=" + std::to_string(q.T) + " D=" + std::to_string(q.D);
+  return s + " T_q=" + std::to_string(q.T) + " T_k=" + std::to_string(p.k.shape().T) + " D=" + std::to_string(q.D) +
+         (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)");
+}
+
 bool same_bounds(const GenConfig& a, const GenConfig& b) {
-  return a.dtype == b.dtype && a.max_B == b.max_B && a.max_H == b.max_H && a.max_T == b.max_T &&
-         a.max_T_tail == b.max_T_tail && a.max_D == b.max_D;
+  return a.dtype == b.dtype && a.max_B == b.max_B && a.max_H == b.max_H && a.max_H_kv == b.max_H_kv &&
+         a.min_T == b.min_T && a.max_T == b.max_T && a.max_T_tail == b.max_T_tail && a.max_D == b.max_D &&
+         a.shape == b.shape;
 }
 
 // Replays the stored counterexamples of this law first, as Hypothesis's example database does: a fixed bug
@@ -176,7 +207,9 @@ int run_list(const Registry& reg, std::ostream& out) {
   for (const Law& l : reg.laws) width = std::max(width, l.name.size());
   for (const auto& p : reg.builtins) width = std::max(width, p->name().size());
   width += 2;
-  for (const Law& l : reg.laws) out << pad(l.name, width) << "law        " << l.summary << "\n";
+  // Gradient laws are marked: they need a backward pass, and are not applicable without one.
+  for (const Law& l : reg.laws)
+    out << pad(l.name, width) << (l.needs_backward ? "law (bwd)  " : "law        ") << l.summary << "\n";
   for (const auto& p : reg.builtins) {
     const std::string& n = p->name();
     const std::string kind = n.starts_with("mutant:") ? "mutant" : n.starts_with("control:") ? "control" : "reference";
@@ -217,10 +250,16 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   run.gen.dtype = dtype;
   run.gen.max_B = o.max_B;
   run.gen.max_H = o.max_H;
+  run.gen.max_H_kv = o.max_H_kv;
   // --max-T bounds every T; the generators keep most cases at T <= 64 and reach up to --max-T in a tail.
   run.gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
   run.gen.max_T_tail = o.max_T;
   run.gen.max_D = o.max_D;
+  if (o.min_T > o.max_T)
+    throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
+                     std::to_string(o.min_T));
+  run.gen.min_T = o.min_T;
+  if (!o.shape.empty()) run.gen.shape = parse_shape(o.shape);
 
   const std::string slug = reports::slug(run.implementation);
   const fs::path report_dir = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / slug : fs::path(o.report_dir);
@@ -232,8 +271,11 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
       << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
-      << run.gen.max_B << ", H <= " << run.gen.max_H << ", T <= " << run.gen.max_T << " (tail to " << run.gen.max_T_tail
-      << "), D <= " << run.gen.max_D << "\n"
+      << run.gen.max_B << ", H <= " << run.gen.max_H
+      << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string()) << ", T <= "
+      << run.gen.max_T << " (tail to " << run.gen.max_T_tail << "), D <= " << run.gen.max_D
+      << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
+      << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string()) << "\n"
       << std::flush;
 
   // First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time.
@@ -299,7 +341,8 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   std::size_t width = 4;
   for (const auto& r : results) width = std::max(width, r.result.law.size());
   width += 2;
-  out << "\n" << pad("law", width) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9) << lpad("time", 9) << "\n";
+  out << "\n" << pad("law", width) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9) << lpad("calls", 9)
+      << lpad("time", 9) << "\n";
   int falsified = 0, na = 0;
   for (std::size_t n = 0; n < results.size(); ++n) {
     const LawResult& r = results[n].result;
@@ -307,9 +350,9 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     na += r.status == LawStatus::not_applicable;
     const std::string status = r.status == LawStatus::falsified ? "FALSIFIED" : r.status == LawStatus::held ? "held" : "n/a";
     out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
-        << lpad(std::to_string(r.shrink_steps), 9) << lpad(seconds(times[n]), 9);
+        << lpad(std::to_string(r.shrink_steps), 9) << lpad(std::to_string(r.calls), 9) << lpad(seconds(times[n]), 9);
     if (!results[n].found_by.empty()) out << "  (corpus)";
-    if (r.status == LawStatus::not_applicable) out << "  " << r.note;
+    if (!r.note.empty()) out << "  " << r.note;  // why not applicable, or what a held law found
     out << "\n";
   }
   out << "\n";
@@ -333,11 +376,17 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (na) out << " (" << na << " not applicable)";
   out << "; seed " << run.seed << ". Reports in " << report_dir.string() << "/"
       << (published.written.empty() ? " (unchanged)" : "") << "\n";
+  if (formats.html) out << "  browse: " << (report_dir / "index.html").string() << "\n";
   for (const auto& r : results) {
     if (r.result.status != LawStatus::falsified) continue;
     std::string message = r.result.violation ? r.result.violation->message : std::string("falsified");
     if (message.starts_with(r.result.law + ": ")) message.erase(0, r.result.law.size() + 2);  // said once is enough
     out << "  " << r.result.law << ": " << message << "\n";
+    if (r.result.violation) {
+      out << "    margin: " << margin_text(*r.result.violation);
+      if (r.result.minimal_case) out << "; minimal case " << shape_line(r.result.minimal_case->problem);
+      out << "\n";
+    }
     if (formats.md) out << "    report: " << (report_dir / reports::law_file(r.result.law, ".md")).string() << "\n";
     if (const auto cmd = reports::replay_command(run, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
   }

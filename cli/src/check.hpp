@@ -21,10 +21,13 @@ struct CheckOptions {
   int cases = 100;
   std::uint64_t seed = kDefaultSeed;
   Index max_B = 4, max_H = 4, max_T = 256, max_D = 128;
+  Index max_H_kv = 0;  ///< 0: kv heads up to H
+  Index min_T = 1;
+  std::string shape;  ///< "B,H,T_q,T_k,D": every case has this shape; empty: drawn
   std::string dtype = "float32";
   std::vector<std::string> properties;
   std::string report_dir;  ///< empty: attncheck-reports/<slug>
-  std::string format = "md,json,junit";
+  std::string format = "md,json,junit,html";
   std::string replay;
   std::string reproduce;
   std::string corpus;      ///< empty: <report root>/corpus

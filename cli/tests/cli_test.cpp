@@ -102,9 +102,13 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {"check", "--impl", "reference", "--dtype", "float8"},
            {"check", "--impl", "reference", "--cases", "0"},
-           {"check", "--impl", "reference", "--format", "md,html"},
+           {"check", "--impl", "reference", "--format", "md,pdf"},
+           {"check", "--impl", "reference", "--max-Hkv", "0"},
            {"check", "--impl", "mutant:no-such-mutant"},
            {"check", "--impl", "reference", "--reproduce", "ABC"},
+           {"check", "--impl", "reference", "--shape", "1,2,3"},
+           {"check", "--impl", "reference", "--shape", "1,2,0,4,8"},
+           {"check", "--impl", "reference", "--min-T", "300", "--max-T", "256"},
            {"check"},
            {}}) {
     const Result r = attncheck(toy_registry(), args);
@@ -114,6 +118,8 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
     EXPECT_FALSE(r.err.empty()) << shown << ": no message on stderr";
   }
   EXPECT_TRUE(contains(attncheck(toy_registry(), {"check", "--impl", "mutant:nope"}).err, "reference, mutant:NAME"));
+  EXPECT_TRUE(contains(attncheck(toy_registry(), {"check", "--impl", "reference", "--shape", "1,2,3"}).err,
+                       "expected five positive integers B,H,T_q,T_k,D"));
 }
 
 TEST(ExitCodes, aBugInAttncheckItselfIsAnInternalError) {
@@ -155,8 +161,10 @@ TEST(Check, toyLawFalsifiedWritesReportsAndCorpusAndReplaysTheSameFailure) {
   const std::string dir = (tmp.path() / "r").string();
   const Result r = attncheck(toy_registry(), {"check", "--impl", "reference", "--cases", "1000", "--report-dir", dir});
   ASSERT_EQ(r.code, kFalsified) << r.out << r.err;
-  for (const char* f : {"toy-below-90.json", "toy-below-90.md", "summary.json", "summary.md", "junit.xml"})
+  for (const char* f : {"toy-below-90.json", "toy-below-90.md", "toy-below-90.html", "summary.json", "summary.md",
+                        "index.html", "junit.xml"})
     EXPECT_TRUE(fs::exists(fs::path(dir) / f)) << f;
+  EXPECT_NE(r.out.find("browse: " + dir + "/index.html"), std::string::npos) << r.out;
   ASSERT_EQ(reports::Corpus(fs::path(dir) / "corpus" / "reference").entries("toy-below-90").size(), 1u);
 
   const auto stored = reports::read_counterexample(fs::path(dir) / "toy-below-90.json");
@@ -208,6 +216,25 @@ TEST(RealLaws, referenceHoldsEveryLaw) {
   const Result r = attncheck(real_registry(), {"check", "--impl", "reference", "--report-dir", tmp.path().string()});
   EXPECT_EQ(r.code, kAllHeld) << r.out << r.err;
   EXPECT_TRUE(fs::exists(tmp.path() / "junit.xml"));
+}
+
+// --max-Hkv bounds the kv heads: at 1 (multi-query attention) h % H_kv and h / (H / H_kv) are both 0, so the
+// modulo mutant cannot show its bug; at 2 it can, and the report's shape table and regenerate command carry it.
+TEST(RealLaws, maxHkvBoundsTheKvHeadsAndReportsCarryThem) {
+  TempDir tmp;
+  const auto check = [&](const char* max_H_kv) {
+    return attncheck(real_registry(), {"check", "--impl", "mutant:gqa-kv-modulo", "--property", "gqa-equivalence",
+                                       "--max-Hkv", max_H_kv, "--report-dir", (tmp.path() / max_H_kv).string()});
+  };
+  const Result mqa = check("1");
+  EXPECT_EQ(mqa.code, kAllHeld) << mqa.out << mqa.err;
+  EXPECT_TRUE(contains(mqa.out, "H <= 4, H_kv <= 1,")) << mqa.out;
+  const Result gqa = check("2");
+  ASSERT_EQ(gqa.code, kFalsified) << gqa.out << gqa.err;
+  const std::string md = slurp(tmp.path() / "2" / "gqa-equivalence.md");
+  EXPECT_TRUE(contains(md, "| B | H | H_kv | T_q |")) << md;
+  EXPECT_TRUE(contains(md, "| 1 | 4 | 2 | 1 |")) << md;  // the minimal case: H = 4 over H_kv = 2
+  EXPECT_TRUE(contains(md, "--max-Hkv 2")) << md;
 }
 
 TEST(RealLaws, mutantIsFalsifiedAndItsReportReplays) {
@@ -282,6 +309,20 @@ TEST(Jobs, reportsAreIdenticalToASerialRun) {
       EXPECT_EQ(parallel_files.at(name), text) << impl << ": " << name << " differs between --jobs 1 and --jobs 2";
     }
   }
+}
+
+// A tiled mutant: the CLI line gives the margin, the minimal case and the calls made; the Markdown report the
+// margin too.
+TEST(RealLaws, tiledMutantShowsItsMarginMinimalCaseAndCalls) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "tiled";
+  const Result r = attncheck(real_registry(), {"check", "--impl", "mutant:tiled-key-step", "--property",
+                                               "oracle-agreement", "--report-dir", dir.string(), "--no-corpus"});
+  ASSERT_EQ(r.code, kFalsified) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "margin: ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "minimal case B=1 H=1 T_q=1 T_k=17 D=1 (bottom-right)")) << r.out;
+  EXPECT_TRUE(contains(r.out, "calls")) << r.out;
+  EXPECT_TRUE(contains(slurp(dir / "oracle-agreement.md"), "margin (magnitude / tolerance): ")) << r.out;
 }
 
 }  // namespace

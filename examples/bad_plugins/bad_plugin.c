@@ -1,6 +1,7 @@
 /* Deliberately broken attncheck plug-ins, one per way an implementation can misbehave. Compiled once per
  * BAD_* definition; each is correct naive attention (float32, float64) except for its one misbehaviour, so the
- * harness must report it as a falsified law with a minimal case, and keep going. */
+ * harness must report it as a falsified law with a minimal case, and keep going; or, for a table that
+ * declares what it cannot (BAD_ABI_VERSION, BAD_NO_ENTRY, BAD_V1_KEY_LENGTHS, BAD_EMPTY_ROWS), refuse it. */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <signal.h>
@@ -16,7 +17,7 @@ static double at(const attncheck_tensor_in* t, int64_t b, int64_t h, int64_t i, 
 
 static int32_t forward(const attncheck_call* call, char* message, size_t message_size) {
   const int64_t B = call->q.shape[0], H = call->q.shape[1], Tq = call->q.shape[2], D = call->q.shape[3];
-  const int64_t Tk = call->k.shape[2];
+  const int64_t Tk = call->k.shape[2], group = H / call->k.shape[1]; /* query head h reads kv head h/group */
   const double scale = call->has_scale ? call->scale : 1.0 / sqrt((double)D);
   int64_t rows = Tq;
   dtype = call->dtype;
@@ -44,7 +45,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
         double sum = 0, max = 0;
         for (int64_t j = 0; j <= qi && j < Tk; ++j) {
           double s = 0;
-          for (int64_t d = 0; d < D; ++d) s += at(&call->q, b, h, qi, d) * at(&call->k, b, h, j, d);
+          for (int64_t d = 0; d < D; ++d) s += at(&call->q, b, h, qi, d) * at(&call->k, b, h / group, j, d);
           w[j] = s * scale;
           if (j == 0 || w[j] > max) max = w[j];
         }
@@ -54,7 +55,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
         for (int64_t j = 0; j <= qi && j < Tk; ++j) sum += (w[j] = exp(w[j] - max));
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
-          for (int64_t j = 0; j <= qi && j < Tk; ++j) o += w[j] / sum * at(&call->v, b, h, j, d);
+          for (int64_t j = 0; j <= qi && j < Tk; ++j) o += w[j] / sum * at(&call->v, b, h / group, j, d);
           const int64_t n = b * call->output.strides[0] + h * call->output.strides[1] + i * call->output.strides[2] +
                             d * call->output.strides[3];
           if (dtype == ATTNCHECK_DTYPE_F64)
@@ -66,6 +67,31 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
   return ATTNCHECK_OK;
 }
 
+#ifdef BAD_DK_SHAPE
+/* Zero gradients, but dK and dV written with one head per query head (H) instead of per kv head (H_kv):
+ * with grouped heads it writes past the end of both. */
+static int32_t backward(const attncheck_backward_call* bc, char* message, size_t message_size) {
+  const int64_t B = bc->dq.shape[0], H = bc->dq.shape[1], Tq = bc->dq.shape[2], D = bc->dq.shape[3];
+  const int64_t Tk = bc->dk.shape[2];
+  const attncheck_tensor_out* parts[3] = {&bc->dq, &bc->dk, &bc->dv};
+  (void)message;
+  (void)message_size;
+  for (int p = 0; p < 3; ++p)
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t h = 0; h < H; ++h)
+        for (int64_t i = 0; i < (p == 0 ? Tq : Tk); ++i)
+          for (int64_t d = 0; d < D; ++d) {
+            const attncheck_tensor_out* t = parts[p];
+            const int64_t n = b * t->strides[0] + h * t->strides[1] + i * t->strides[2] + d * t->strides[3];
+            if (bc->forward->dtype == ATTNCHECK_DTYPE_F64)
+              ((double*)t->data)[n] = 0;
+            else
+              ((float*)t->data)[n] = 0;
+          }
+  return ATTNCHECK_OK;
+}
+#endif
+
 #ifdef BAD_NO_ENTRY
 /* Exports its table under the wrong name: the loader must say which symbol it looked for. */
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin_table(void);
@@ -75,19 +101,31 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin_table(void);
 #endif
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
-  static const attncheck_plugin_v1 table = {
-#ifdef BAD_ABI_VERSION
+  static const attncheck_plugin_v2 table = {
+#if defined(BAD_ABI_VERSION)
       .abi_version = 99, /* built against a future plugin.h */
+#elif defined(BAD_V1_KEY_LENGTHS)
+      .abi_version = ATTNCHECK_PLUGIN_ABI_V1, /* an ABI-1 table has no field for key lengths... */
 #else
       .abi_version = ATTNCHECK_PLUGIN_ABI_VERSION,
 #endif
       .dtypes = ATTNCHECK_DTYPE_F32 | ATTNCHECK_DTYPE_F64,
       .alignments = ATTNCHECK_ALIGN_TOP_LEFT,
+#if defined(BAD_V1_KEY_LENGTHS)
+      .flags = ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_KEY_LENGTHS, /* ...but claims them */
+#elif defined(BAD_DK_SHAPE)
+      .flags = ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_GQA,
+      .backward = backward,
+#else
       .flags = ATTNCHECK_CAP_CUSTOM_SCALE,
+#endif
+#ifdef BAD_EMPTY_ROWS
+      .empty_rows = 7, /* none of ATTNCHECK_EMPTY_ROWS_* */
+#endif
       .max_T = 0,
       .name = "bad-plugin",
       .description = "deliberately broken",
       .forward = forward,
   };
-  return &table;
+  return (const attncheck_plugin_v1*)&table;
 }

@@ -1,4 +1,5 @@
-"""PyTorch's own attention (torch 1.13, CPU), checked by attncheck through the Python client:
+"""PyTorch's own attention (torch 1.13, CPU), with grouped-query heads (repeat_interleave, then the call) and
+key padding and a sliding window as a boolean attn_mask, checked by attncheck through the Python client:
     attncheck check --impl exec:'/usr/bin/python3 examples/python/torch_attention.py'
 (with harness/python on PYTHONPATH; Debian: apt-get install python3-torch)."""
 import os
@@ -17,14 +18,36 @@ if os.environ.get("ATTNCHECK_TORCH_BF16") == "1":
     TORCH_DTYPES["bfloat16"] = torch.bfloat16
 
 
-def attention(q, k, v, dtype):
-    """torch's fused scaled-dot-product attention with is_causal (top-left; scale fixed at 1/sqrt(D))."""
+def attn_mask(B, T_q, T_k, key_lengths, window):
+    """[B,1,T_q,T_k] booleans, True where query i may see key j (torch's convention): causal top-left (j <= i),
+    inside the window (j >= i - window) and not padding (j < key_lengths[b])."""
+    i = torch.arange(T_q)[:, None]
+    j = torch.arange(T_k)[None, :]
+    seen = j <= i
+    if window is not None:
+        seen = seen & (j >= i - window)
+    seen = seen.expand(B, T_q, T_k)
+    if key_lengths is not None:
+        seen = seen & (j[None] < torch.from_numpy(key_lengths)[:, None, None])
+    return seen[:, None]
+
+
+def attention(q, k, v, dtype, key_lengths=None, window=None):
+    """torch's fused scaled-dot-product attention (top-left; scale fixed at 1/sqrt(D)): is_causal, or with
+    padding or a window the whole mask as attn_mask. A query that sees no key gets NaN (softmax of a row
+    of -inf), declared below as the `nan` convention."""
     q, k, v = (torch.from_numpy(x).to(TORCH_DTYPES[dtype]) for x in (q, k, v))
-    out, _ = F._scaled_dot_product_attention(q, k, v, is_causal=True)
+    group = q.shape[1] // k.shape[1]  # query head h reads kv head h // group: repeat_interleave's order
+    k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+    if key_lengths is None and window is None:
+        out, _ = F._scaled_dot_product_attention(q, k, v, is_causal=True)
+    else:
+        mask = attn_mask(q.shape[0], q.shape[2], k.shape[2], key_lengths, window).expand(-1, q.shape[1], -1, -1)
+        out, _ = F._scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return out.to(torch.float64).numpy()  # exact: every bfloat16/float32 value is a float64
 
 
 if __name__ == "__main__":
     torch.set_num_threads(1)  # one worker per law run; the harness machine's cores are shared
     attncheck_plugin.serve(attention, name="torch-sdpa", description="torch %s _scaled_dot_product_attention"
-                           % torch.__version__, dtypes=tuple(TORCH_DTYPES))
+                           % torch.__version__, dtypes=tuple(TORCH_DTYPES), gqa=True, empty_rows="nan")

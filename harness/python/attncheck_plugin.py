@@ -10,9 +10,13 @@
 
 then `attncheck check --impl exec:'/usr/bin/python3 my_attention.py'`. The function is called with the
 keyword arguments it declares among `scale` (None: use 1/sqrt(D)), `alignment` ("top-left" or
-"bottom-right", for T_q != T_k) and `dtype` ("float32", "float64", "float16", "bfloat16"). Arrays come as
-float64, float32 or float16; bfloat16 comes as float32 holding bfloat16 values, and results are rounded
-back to bfloat16. Only numpy (Debian's python3-numpy) is needed.
+"bottom-right", for T_q != T_k), `dtype` ("float32", "float64", "float16", "bfloat16"), `key_lengths`
+(None, or an int64 array [B]: keys j >= key_lengths[b] of batch entry b are padding) and `window` (None, or
+an int w: the query at aligned position p sees keys p-w .. p only). Arrays come as float64, float32 or
+float16; bfloat16 comes as float32 holding bfloat16 values, and results are rounded back to bfloat16. With
+gqa=True, k and v may have fewer heads than q (H_kv dividing H; query head h reads kv head h // (H // H_kv)).
+A `backward(q, k, v, d_output, **same keywords) -> (dq, dk, dv)` makes the gradient laws apply. Only numpy
+(Debian's python3-numpy) is needed.
 """
 
 import inspect
@@ -23,10 +27,14 @@ import traceback
 
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # the newest this client speaks; it answers an older attncheck in that one's version
 MAGIC = b"ATNC"
-HELLO, CAPS, REFUSE, FORWARD, RESULT, BYE = 1, 2, 3, 4, 5, 6
+HELLO, CAPS, REFUSE, FORWARD, RESULT, BYE, BACKWARD, GRADIENTS = 1, 2, 3, 4, 5, 6, 7, 8
 OK, ERROR, UNSUPPORTED, WRONG_SIZE = 0, 1, 2, 3
+# Version 2's capability extension of the caps frame (flags2) and its empty-rows codes.
+GQA, KEY_LENGTHS, WINDOW, HAS_BACKWARD = 1, 2, 4, 8
+EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2}
+KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
@@ -99,57 +107,119 @@ def _failure(status, message):
     return struct.pack("<iI", status, 0) + _string(message)
 
 
+def _keywords(fn, role):
+    """The keywords among KEYWORDS that `fn` declares (they are passed only to a function that has them)."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError) as e:
+        raise TypeError("serve: cannot read the signature of %s %r: %s" % (role, fn, e))
+    return {p for p in KEYWORDS if p in params}
+
+
+def _read_call(payload, backward):
+    """The arrays and keywords of a forward or backward frame (PROTOCOL.md, "forward")."""
+    dcode, acode, fflags, _, scale = struct.unpack_from("<IIIId", payload)
+    qs = struct.unpack_from("<4q", payload, 24)
+    ks = struct.unpack_from("<4q", payload, 56)
+    off = 88
+    key_lengths = window = None
+    if fflags & 4:
+        key_lengths = np.frombuffer(payload, dtype="<i8", count=qs[0], offset=off).astype(np.int64)
+        off += 8 * qs[0]
+    if fflags & 8:
+        (window,) = struct.unpack_from("<q", payload, off)
+        off += 8
+    dtype = DTYPE_NAMES[dcode]
+    size = np.dtype(WIRE[dtype]).itemsize
+    nq, nk = int(np.prod(qs)) * size, int(np.prod(ks)) * size
+    arrays = [_decode(payload[off:off + nq], dtype, qs), _decode(payload[off + nq:off + nq + nk], dtype, ks),
+              _decode(payload[off + nq + nk:off + nq + 2 * nk], dtype, ks)]
+    if backward:
+        off += nq + 2 * nk
+        arrays.append(_decode(payload[off:off + nq], dtype, qs))
+    kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
+              "key_lengths": key_lengths, "window": window}
+    return arrays, kwargs, dtype, bool(fflags & 2)
+
+
+def _tensors(*arrays):
+    return b"".join(struct.pack("<4q", *a.shape) + _encode(a, dtype) for a, dtype in arrays)
+
+
 def serve(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
-          custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False):
+          custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
+          gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
     returns (out, weights), whether it honours `scale` (default: whether fn has a `scale` parameter),
     the causal `alignments` it implements when T_q != T_k, the largest T (`max_T`, 0: no limit), and
     `nonfinite_safe` when a NaN or Inf in a future key or value never reaches an output (a select mask).
+    Protocol version 2 adds: `gqa` (k and v may have H_kv heads, H_kv dividing H), `key_lengths` and
+    `window` (honours key padding and a sliding window; default: whether fn has that parameter), `backward`
+    (a function returning (dq, dk, dv), dk and dv shaped like k) and `empty_rows` (None, "zero" or "nan":
+    what a query row that sees no key returns; None: either, and reports say which).
     """
-    params = inspect.signature(fn).parameters
-    takes = {p for p in ("scale", "alignment", "dtype") if p in params}
+    takes = _keywords(fn, "fn")
     if custom_scale is None:
         custom_scale = "scale" in takes
-    if custom_scale and "scale" not in takes:
-        raise TypeError("serve: custom_scale=True but %s has no `scale` parameter" % fn.__name__)
+    if key_lengths is None:
+        key_lengths = "key_lengths" in takes
+    if window is None:
+        window = "window" in takes
+    for flag, param in ((custom_scale, "scale"), (key_lengths, "key_lengths"), (window, "window")):
+        if flag and param not in takes:
+            raise TypeError("serve: %s=True but %s has no `%s` parameter" % (
+                "custom_scale" if param == "scale" else param, fn.__name__, param))
     if len(alignments) > 1 and "alignment" not in takes:
         raise TypeError("serve: two alignments declared but %s has no `alignment` parameter" % fn.__name__)
+    backward_takes = set()
+    if backward is not None:
+        backward_takes = _keywords(backward, "backward")
+        # A backward that ignores what the forward honours would differentiate another function.
+        for flag, param in ((custom_scale, "scale"), (len(alignments) > 1, "alignment"),
+                            (key_lengths, "key_lengths"), (window, "window")):
+            if flag and param not in backward_takes:
+                raise TypeError("serve: %s honours `%s` but backward %s has no `%s` parameter"
+                                % (fn.__name__, param, backward.__name__, param))
     for d in dtypes:
         if d not in DTYPE_CODES:
             raise ValueError("serve: unknown dtype %r (expected one of %s)" % (d, ", ".join(DTYPE_CODES)))
+    if empty_rows not in EMPTY_ROWS_CODES:
+        raise ValueError("serve: empty_rows is %r (expected None, 'zero' or 'nan')" % (empty_rows,))
 
     ch = _Channel()
     ftype, payload = ch.read()
     if ftype != HELLO:
         raise ProtocolError("expected a hello frame first, got type %r" % ftype)
-    (version,) = struct.unpack_from("<I", payload)
+    # u32 1 (for version-1 clients), then the newest version attncheck speaks (absent before version 2). The
+    # two sides speak the lower of their newest versions.
+    first = struct.unpack_from("<I", payload)[0]
+    newest = struct.unpack_from("<I", payload, 4)[0] if len(payload) >= 8 else first
+    version = min(newest, PROTOCOL_VERSION) if first >= 1 else PROTOCOL_VERSION
     flags = ((1 if returns_weights else 0) | (2 if custom_scale else 0) | (4 if cross_lengths else 0)
              | (8 if nonfinite_safe else 0))
-    caps = struct.pack("<IIIIq", PROTOCOL_VERSION, sum(DTYPE_CODES[d] for d in dtypes),
+    caps = struct.pack("<IIIIq", version, sum(DTYPE_CODES[d] for d in dtypes),
                        sum(ALIGNMENT_CODES[a] for a in alignments), flags, max_T)
-    ch.write(CAPS, caps + _string(name) + _string(description))
-    if version != PROTOCOL_VERSION:
+    caps += _string(name) + _string(description)
+    if version >= 2:
+        flags2 = ((GQA if gqa else 0) | (KEY_LENGTHS if key_lengths else 0) | (WINDOW if window else 0)
+                  | (HAS_BACKWARD if backward is not None else 0))
+        caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows])
+    ch.write(CAPS, caps)
+    if first < 1:
         sys.exit(2)
 
     while True:
         ftype, payload = ch.read()
         if ftype is None or ftype == BYE:
             sys.exit(0)
+        if ftype == BACKWARD:
+            _answer_backward(ch, backward, backward_takes, payload)
+            continue
         if ftype != FORWARD:
-            raise ProtocolError("expected a forward frame, got type %d" % ftype)
-        dcode, acode, fflags, _, scale = struct.unpack_from("<IIIId", payload)
-        qs = struct.unpack_from("<4q", payload, 24)
-        ks = struct.unpack_from("<4q", payload, 56)
-        dtype = DTYPE_NAMES[dcode]
-        size = np.dtype(WIRE[dtype]).itemsize
-        nq, nk = int(np.prod(qs)) * size, int(np.prod(ks)) * size
-        off = 88
-        q = _decode(payload[off:off + nq], dtype, qs)
-        k = _decode(payload[off + nq:off + nq + nk], dtype, ks)
-        v = _decode(payload[off + nq + nk:off + nq + 2 * nk], dtype, ks)
-        kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype}
+            raise ProtocolError("expected a forward or backward frame, got type %d" % ftype)
+        (q, k, v), kwargs, dtype, want_weights = _read_call(payload, backward=False)
         try:
             result = fn(q, k, v, **{key: kwargs[key] for key in takes})
         except Exception as e:  # the implementation's own failure: reported, and the next call goes on
@@ -164,10 +234,26 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
             ch.write(RESULT, _failure(WRONG_SIZE, "%s returned an array of shape %s; expected 4-D [B,H,T_q,D]"
                                       % (fn.__name__, out.shape)))
             continue
-        send_w = weights is not None and bool(fflags & 2)
+        send_w = weights is not None and want_weights
         reply = struct.pack("<iI", OK, 1 if send_w else 0) + _string("")
-        reply += struct.pack("<4q", *out.shape) + _encode(out, dtype)
-        if send_w:
-            w = np.asarray(weights)
-            reply += struct.pack("<4q", *w.shape) + _encode(w, dtype)
+        reply += _tensors((out, dtype), *([(np.asarray(weights), dtype)] if send_w else []))
         ch.write(RESULT, reply)
+
+
+def _answer_backward(ch, backward, takes, payload):
+    """One gradients frame for a backward frame: (dq, dk, dv) from `backward`, or the failure."""
+    if backward is None:
+        raise ProtocolError("got a backward frame, but serve() was given no backward function")
+    (q, k, v, d_output), kwargs, dtype, _ = _read_call(payload, backward=True)
+    try:
+        grads = backward(q, k, v, d_output, **{key: kwargs[key] for key in takes})
+    except Exception as e:
+        traceback.print_exc()
+        ch.write(GRADIENTS, _failure(ERROR, "%s: %s" % (type(e).__name__, e)))
+        return
+    grads = [np.asarray(g) for g in grads] if isinstance(grads, (tuple, list)) else []
+    if len(grads) != 3 or any(g.ndim != 4 for g in grads):
+        ch.write(GRADIENTS, _failure(WRONG_SIZE, "%s returned %s; expected (dq, dk, dv), each 4-D"
+                                     % (backward.__name__, [g.shape for g in grads] or "no tuple")))
+        return
+    ch.write(GRADIENTS, struct.pack("<iI", OK, 0) + _string("") + _tensors(*((g, dtype) for g in grads)))

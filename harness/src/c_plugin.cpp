@@ -1,12 +1,14 @@
-// The C ABI loader: dlopen, the ABI version check, and a forward call that detects output the plug-in
-// did not write or wrote past (sentinel-filled buffers with a guard zone behind them).
+// The C ABI loader: dlopen, the ABI version check (1 or 2), and forward and backward calls that detect output
+// the plug-in did not write or wrote past (sentinel-filled buffers with a guard zone behind them).
 #include "c_plugin.hpp"
 
 #include <dlfcn.h>
 #include <sys/stat.h>
 
 #include <array>
+#include <cstdio>
 #include <cstring>
+#include <stdexcept>
 #include <vector>
 
 #include "attncheck/harness.hpp"
@@ -53,13 +55,14 @@ struct OutBuffer {
             {shape.H * shape.T * shape.D, shape.T * shape.D, shape.D, 1}};
   }
   // Throws ImplementationError(wrong_size) when the plug-in wrote past the end or left an element unwritten.
-  Tensor<double> take(const std::string& who, const char* what) const {
+  // `hint` ends the message (what the shape should have been, for a plug-in that got it wrong).
+  Tensor<double> take(const std::string& who, const char* what, const std::string& hint = "") const {
     const std::size_t n = std::size_t(shape.numel());
     for (std::size_t i = n; i < data.size(); ++i)
       if (!is_sentinel(data[i]))
         throw ImplementationError(ImplementationError::Kind::wrong_size,
                                   who + ": wrote past the end of its " + what + " " + to_string(shape) + " (element " +
-                                      std::to_string(i) + " of a buffer of " + std::to_string(n) + ")");
+                                      std::to_string(i) + " of a buffer of " + std::to_string(n) + ")" + hint);
     std::size_t unwritten = 0, first = n;
     for (std::size_t i = 0; i < n; ++i)
       if (is_sentinel(data[i])) {
@@ -73,7 +76,7 @@ struct OutBuffer {
                                 who + ": returned OK but left " + std::to_string(unwritten) + " of " +
                                     std::to_string(n) + " elements of its " + what + " " + to_string(shape) +
                                     " unwritten (the first at [" + std::to_string(b) + "," + std::to_string(h) + "," +
-                                    std::to_string(i) + "," + std::to_string(d) + "])");
+                                    std::to_string(i) + "," + std::to_string(d) + "])" + hint);
     }
     Tensor<S> t(shape);
     std::copy(data.begin(), data.begin() + std::ptrdiff_t(n), t.data());
@@ -93,9 +96,25 @@ std::string status_name(std::int32_t st) {
   return "an unknown status";
 }
 
+std::string hex(std::uint32_t x) {
+  char b[16];
+  std::snprintf(b, sizeof b, "0x%x", x);
+  return b;
+}
+
+// The capability bits each ABI version may set, and the names of the ABI-2 ones (for a clear refusal).
+constexpr std::uint32_t kAbi1Flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE |
+                                     ATTNCHECK_CAP_CROSS_LENGTHS | ATTNCHECK_CAP_NONFINITE_SAFE;
+constexpr std::uint32_t kAbi2Flags = kAbi1Flags | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW;
+constexpr std::pair<std::uint32_t, const char*> kAbi2FlagNames[] = {{ATTNCHECK_CAP_GQA, "ATTNCHECK_CAP_GQA"},
+                                                                    {ATTNCHECK_CAP_KEY_LENGTHS, "ATTNCHECK_CAP_KEY_LENGTHS"},
+                                                                    {ATTNCHECK_CAP_WINDOW, "ATTNCHECK_CAP_WINDOW"}};
+
 class CPlugin final : public Implementation {
  public:
-  CPlugin(std::string name, const attncheck_plugin_v1* table) : name_(std::move(name)), table_(table) {
+  // `v2` is the same table as `table` when its version is 2, else null.
+  CPlugin(std::string name, const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2)
+      : name_(std::move(name)), table_(table), v2_(v2) {
     description_ = std::string(table->name) + (table->description ? std::string(": ") + table->description : "");
     caps_.dtypes.clear();
     for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
@@ -109,12 +128,20 @@ class CPlugin final : public Implementation {
     caps_.cross_lengths = table->flags & ATTNCHECK_CAP_CROSS_LENGTHS;
     caps_.nonfinite_safe = table->flags & ATTNCHECK_CAP_NONFINITE_SAFE;
     if (table->max_T > 0) caps_.max_T = table->max_T;
+    // An ABI-1 table cannot set the ABI-2 bits (the loader refused it), so these stay off for it.
+    caps_.gqa = table->flags & ATTNCHECK_CAP_GQA;
+    caps_.key_padding = table->flags & ATTNCHECK_CAP_KEY_LENGTHS;
+    caps_.window = table->flags & ATTNCHECK_CAP_WINDOW;
+    caps_.backward = v2_ && v2_->backward;
+    if (v2_ && v2_->empty_rows != ATTNCHECK_EMPTY_ROWS_UNSPECIFIED)
+      caps_.empty_rows = v2_->empty_rows == ATTNCHECK_EMPTY_ROWS_NAN ? EmptyRows::nan : EmptyRows::zero;
   }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
   const Capabilities& capabilities() const override { return caps_; }
 
   Outcome forward(const Problem& p) const override {
+    check_within_capabilities(p, caps_, name_);
     return visit_dtype(p.dtype, [&](auto tag) {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>();
@@ -122,23 +149,12 @@ class CPlugin final : public Implementation {
       OutBuffer<S> out(qs), w(Shape{qs.B, qs.H, qs.T, k.shape().T});
       const bool want_w = p.want_weights && caps_.returns_weights;
       attncheck_tensor_out w_view = w.view();
-      attncheck_call call{};
-      call.dtype = wire::dtype_code(p.dtype);
-      call.alignment = wire::alignment_code(p.alignment);
-      call.has_scale = p.scale ? 1 : 0;
-      call.scale = p.scale.value_or(0.0);
-      call.q = in_tensor(q);
-      call.k = in_tensor(k);
-      call.v = in_tensor(v);
+      const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
+      attncheck_call call = make_call(p, q, k, v, lengths);
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       char message[1024] = {};
-      const std::int32_t st = table_->forward(&call, message, sizeof message);
-      message[sizeof message - 1] = '\0';
-      if (st != ATTNCHECK_OK)
-        throw ImplementationError(ImplementationError::Kind::error_status,
-                                  name_ + " returned status " + std::to_string(st) + " (" + status_name(st) +
-                                      "): " + (message[0] ? message : "(no message)"));
+      check_status(table_->forward(&call, message, sizeof message), message);
       Outcome o;
       o.output = out.take(name_, "output");
       if (want_w) o.weights = w.take(name_, "weights");
@@ -146,11 +162,97 @@ class CPlugin final : public Implementation {
     });
   }
 
+  Gradients backward(const Problem& p) const override {
+    if (!caps_.backward) return Implementation::backward(p);
+    if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
+    check_within_capabilities(p, caps_, name_);
+    return visit_dtype(p.dtype, [&](auto tag) {
+      using S = decltype(tag);
+      const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>(),
+                      d_out = p.d_output->template cast<S>();
+      OutBuffer<S> scratch(q.shape()), dq(q.shape()), dk(k.shape()), dv(k.shape());
+      const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
+      attncheck_call call = make_call(p, q, k, v, lengths);
+      call.output = scratch.view();
+      call.weights = nullptr;
+      const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view()};
+      char message[1024] = {};
+      check_status(v2_->backward(&bcall, message, sizeof message), message);
+      // dK and dV have k's shape: a plug-in that writes one per query head writes past them.
+      const std::string kv_hint = " (dk and dv have k's shape [B,H_kv,T_k,D]; a kv head's gradient sums over the " +
+                                  std::to_string(q.shape().H / k.shape().H) + " query heads of its group)";
+      Gradients g;
+      g.dq = dq.take(name_, "dq");
+      g.dk = dk.take(name_, "dk", kv_hint);
+      g.dv = dv.take(name_, "dv", kv_hint);
+      return g;
+    });
+  }
+
  private:
+  // The call's inputs and options; `lengths` must outlive the call.
+  template <class S>
+  attncheck_call make_call(const Problem& p, const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                           const std::vector<std::int64_t>& lengths) const {
+    attncheck_call call{};
+    call.dtype = wire::dtype_code(p.dtype);
+    call.alignment = wire::alignment_code(p.alignment);
+    call.has_scale = p.scale ? 1 : 0;
+    call.scale = p.scale.value_or(0.0);
+    call.q = in_tensor(q);
+    call.k = in_tensor(k);
+    call.v = in_tensor(v);
+    call.key_lengths = lengths.empty() ? nullptr : lengths.data();
+    call.window = p.window ? std::int64_t(*p.window) : -1;
+    return call;
+  }
+
+  void check_status(std::int32_t st, char (&message)[1024]) const {
+    message[sizeof message - 1] = '\0';
+    if (st != ATTNCHECK_OK)
+      throw ImplementationError(ImplementationError::Kind::error_status,
+                                name_ + " returned status " + std::to_string(st) + " (" + status_name(st) +
+                                    "): " + (message[0] ? message : "(no message)"));
+  }
+
   std::string name_, description_;
   const attncheck_plugin_v1* table_;
+  const attncheck_plugin_v2* v2_;
   Capabilities caps_;
 };
+
+// Refuses a table that claims what its version cannot carry, or whose ABI-2 tail is not what an ABI-2
+// table holds (most likely an attncheck_plugin_v1 that says ATTNCHECK_PLUGIN_ABI_VERSION).
+void validate_table(const std::string& name, std::uint32_t version, const attncheck_plugin_v1* table) {
+  if (version == ATTNCHECK_PLUGIN_ABI_V1 && (table->flags & ~kAbi1Flags)) {
+    std::string which;
+    for (const auto& [bit, bit_name] : kAbi2FlagNames)
+      if (table->flags & bit) which += std::string(which.empty() ? "" : ", ") + bit_name + " (" + hex(bit) + ")";
+    throw SpecError(name + ": the plug-in's table has ABI version 1 but its flags are " + hex(table->flags) +
+                    (which.empty() ? "" : ", with " + which + ", which only an ABI-2 table can carry") +
+                    " (expected flags within " + hex(kAbi1Flags) +
+                    " for ABI 1; declare an attncheck_plugin_v2 with abi_version ATTNCHECK_PLUGIN_ABI_V2 to "
+                    "use the ABI-2 capabilities)");
+  }
+  if (version != ATTNCHECK_PLUGIN_ABI_V2) return;
+  if (table->flags & ~kAbi2Flags)
+    throw SpecError(name + ": the plug-in's flags are " + hex(table->flags) + " (expected a combination of "
+                    "ATTNCHECK_CAP_* bits, within " + hex(kAbi2Flags) + ")");
+  const auto* v2 = reinterpret_cast<const attncheck_plugin_v2*>(table);
+  const std::string v1_hint =
+      "; if the table is declared as attncheck_plugin_v1, set its abi_version to ATTNCHECK_PLUGIN_ABI_V1 (1), not "
+      "ATTNCHECK_PLUGIN_ABI_VERSION (2)";
+  if (v2->empty_rows > ATTNCHECK_EMPTY_ROWS_NAN)
+    throw SpecError(name + ": the plug-in's empty_rows is " + std::to_string(v2->empty_rows) +
+                    " (expected 0 ATTNCHECK_EMPTY_ROWS_UNSPECIFIED, 1 ATTNCHECK_EMPTY_ROWS_ZERO or 2 "
+                    "ATTNCHECK_EMPTY_ROWS_NAN)" + v1_hint);
+  if (v2->reserved != 0)
+    throw SpecError(name + ": the plug-in's reserved field is " + std::to_string(v2->reserved) + " (expected 0)" +
+                    v1_hint);
+  Dl_info info{};
+  if (v2->backward && ::dladdr(reinterpret_cast<void*>(v2->backward), &info) == 0)
+    throw SpecError(name + ": the plug-in's backward pointer does not point into any loaded library" + v1_hint);
+}
 
 }  // namespace
 
@@ -177,10 +279,10 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
   // The version is the first field of every version of the table, so it can be read before trusting the rest.
   std::uint32_t version = 0;
   std::memcpy(&version, table, sizeof version);
-  if (version != ATTNCHECK_PLUGIN_ABI_VERSION)
+  if (version != ATTNCHECK_PLUGIN_ABI_V1 && version != ATTNCHECK_PLUGIN_ABI_V2)
     throw SpecError(name + ": the plug-in has ABI version " + std::to_string(version) +
-                    " but this attncheck loads ABI version " + std::to_string(ATTNCHECK_PLUGIN_ABI_VERSION) +
-                    "; rebuild it against this attncheck's attncheck/plugin.h");
+                    " but this attncheck loads ABI version 1 or 2; rebuild it against this attncheck's "
+                    "attncheck/plugin.h");
   if (!table->forward) throw SpecError(name + ": the plug-in's table has no forward function");
   if (table->dtypes == 0 || (table->dtypes & ~0xFu))
     throw SpecError(name + ": the plug-in's dtypes are " + std::to_string(table->dtypes) +
@@ -189,7 +291,24 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
     throw SpecError(name + ": the plug-in's alignments are " + std::to_string(table->alignments) +
                     " (expected a combination of ATTNCHECK_ALIGN_* bits)");
   if (!table->name) throw SpecError(name + ": the plug-in's table has no name");
-  return std::make_shared<CPlugin>(name, table);
+  validate_table(name, version, table);
+  return std::make_shared<CPlugin>(
+      name, table, version == ATTNCHECK_PLUGIN_ABI_V2 ? reinterpret_cast<const attncheck_plugin_v2*>(table) : nullptr);
+}
+
+
+void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name) {
+  const auto refuse = [&](const std::string& what, const char* cap) {
+    throw std::logic_error(name + ": this call has " + what + " but the implementation does not declare " +
+                                cap + " (a law or a test sent a call outside its capabilities)");
+  };
+  if (p.kv_heads() != p.q.shape().H && !caps.gqa)
+    refuse(std::to_string(p.kv_heads()) + " kv heads for " + std::to_string(p.q.shape().H) + " query heads", "GQA");
+  if (!p.key_lengths.empty() && !caps.key_padding) refuse("key lengths", "key padding");
+  if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != p.q.shape().B)
+    throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +
+                                " key lengths for a batch of " + std::to_string(p.q.shape().B));
+  if (p.window && !caps.window) refuse("a window", "windows");
 }
 
 }  // namespace attncheck::detail

@@ -28,6 +28,12 @@ class CheckedImplementation final : public Implementation {
     check_finite_outcome(p, o, name());
     return o;
   }
+  // The gradient laws call the backward through this wrapper.
+  Gradients backward(const Problem& p) const override {
+    Gradients g = inner_->backward(p);
+    check_gradients_shape(p, g, name());
+    return g;
+  }
 
  private:
   ImplementationPtr inner_;

@@ -12,6 +12,7 @@ class RecoveredWeights final : public Implementation {
  public:
   explicit RecoveredWeights(ImplementationPtr inner) : inner_(std::move(inner)), caps_(inner_->capabilities()) {
     caps_.returns_weights = true;
+    caps_.weights_probed = true;
     description_ = inner_->description() + " (weights recovered by one-hot probing)";
   }
   const std::string& name() const override { return inner_->name(); }
@@ -21,8 +22,17 @@ class RecoveredWeights final : public Implementation {
     Problem plain = p;
     plain.want_weights = false;
     Outcome o = inner_->forward(plain);
-    if (p.want_weights) o.weights = recover_weights(*inner_, p);
+    if (p.want_weights) {
+      o.weights = recover_weights(*inner_, p);
+      o.calls += int((p.k.shape().T + p.k.shape().D - 1) / p.k.shape().D);  // recover_weights: one per D keys
+    }
     return o;
+  }
+  // The gradient laws call the backward through this wrapper.
+  Gradients backward(const Problem& p) const override {
+    Gradients g = inner_->backward(p);
+    check_gradients_shape(p, g, name());
+    return g;
   }
 
  private:

@@ -43,7 +43,7 @@ std::pair<FrameType, std::uint64_t> parse_header(std::string_view header) {
   Reader r(header.substr(4), "frame header");
   const std::uint32_t type = r.u32();
   const std::uint64_t length = r.u64();
-  if (type < 1 || type > 6) throw ProtocolError("unknown frame type " + std::to_string(type));
+  if (type < 1 || type > 8) throw ProtocolError("unknown frame type " + std::to_string(type));
   return {FrameType(type), length};
 }
 
@@ -61,6 +61,10 @@ std::string_view frame_type_name(FrameType t) {
       return "result";
     case FrameType::bye:
       return "bye";
+    case FrameType::backward:
+      return "backward";
+    case FrameType::gradients:
+      return "gradients";
   }
   return "?";
 }
@@ -116,8 +120,17 @@ std::size_t element_size(DType t) {
 
 std::string encode_hello() {
   Writer w;
+  // Version 1 first: a version-1 client stops unless this field is 1. The newest version follows.
+  w.u32(kOldestProtocolVersion);
   w.u32(kProtocolVersion);
   return frame(FrameType::hello, w.bytes());
+}
+
+std::uint32_t decode_hello(std::string_view payload) {
+  Reader r(payload, "hello frame");
+  const std::uint32_t first = r.u32();
+  // A version-1 attncheck sends only the first field.
+  return r.left() >= 4 ? r.u32() : first;
 }
 
 std::string encode_caps(const Handshake& h) {
@@ -133,6 +146,11 @@ std::string encode_caps(const Handshake& h) {
   w.i64(h.caps.max_T);
   w.str(h.name);
   w.str(h.description);
+  if (h.version >= 2) {
+    w.u32((h.caps.gqa ? gqa_bit : 0u) | (h.caps.key_padding ? key_lengths_bit : 0u) |
+          (h.caps.window ? window_bit : 0u) | (h.caps.backward ? backward_bit : 0u));
+    w.u32(!h.caps.empty_rows ? 0u : *h.caps.empty_rows == EmptyRows::zero ? 1u : 2u);
+  }
   return frame(FrameType::caps, w.bytes());
 }
 
@@ -140,7 +158,7 @@ Handshake decode_caps(std::string_view payload) {
   Reader r(payload, "caps frame");
   Handshake h;
   h.version = r.u32();
-  if (h.version != kProtocolVersion) return h;  // the caller names both versions; the rest may differ
+  if (h.version < kOldestProtocolVersion || h.version > kProtocolVersion) return h;  // the caller names both
   const std::uint32_t dtypes = r.u32(), alignments = r.u32(), flags = r.u32();
   const std::int64_t max_T = r.i64();
   h.name = r.str();
@@ -163,6 +181,20 @@ Handshake decode_caps(std::string_view payload) {
   h.caps.nonfinite_safe = flags & 8u;
   if (max_T < 0) throw ProtocolError("caps frame: max_T is " + std::to_string(max_T) + " (expected >= 0)");
   if (max_T > 0) h.caps.max_T = max_T;
+  if (h.version >= 2) {
+    const std::uint32_t flags2 = r.u32(), empty_rows = r.u32();
+    if (flags2 & ~0xFu)
+      throw ProtocolError("caps frame: flags2 bits are " + std::to_string(flags2) +
+                          " (expected a combination of 1=gqa, 2=key lengths, 4=window, 8=backward)");
+    if (empty_rows > 2)
+      throw ProtocolError("caps frame: empty_rows is " + std::to_string(empty_rows) +
+                          " (expected 0 unspecified, 1 zero or 2 nan)");
+    h.caps.gqa = flags2 & gqa_bit;
+    h.caps.key_padding = flags2 & key_lengths_bit;
+    h.caps.window = flags2 & window_bit;
+    h.caps.backward = flags2 & backward_bit;
+    if (empty_rows != 0) h.caps.empty_rows = empty_rows == 1 ? EmptyRows::zero : EmptyRows::nan;
+  }
   return h;
 }
 
@@ -227,21 +259,26 @@ Tensor<double> from_bytes(std::string_view bytes, const Shape& shape, DType dtyp
   });
 }
 
-std::string encode_forward(const Problem& p) {
+namespace {
+
+// The fields a forward and a backward frame share: the call's options, shapes, key lengths, window, q, k, v.
+std::string call_payload(const Problem& p) {
   Writer w;
   w.u32(dtype_code(p.dtype));
   w.u32(alignment_code(p.alignment));
-  w.u32((p.scale ? 1u : 0u) | (p.want_weights ? 2u : 0u));
+  w.u32((p.scale ? 1u : 0u) | (p.want_weights ? 2u : 0u) | (p.key_lengths.empty() ? 0u : 4u) |
+        (p.window ? 8u : 0u));
   w.u32(0);
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
   put_shape(w, p.k.shape());
+  for (const Index len : p.key_lengths) w.i64(len);
+  if (p.window) w.i64(*p.window);
   for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
-  return frame(FrameType::forward, w.bytes());
+  return std::move(w.bytes());
 }
 
-Problem decode_forward(std::string_view payload) {
-  Reader r(payload, "forward frame");
+Problem read_call(Reader& r, const char* what) {
   Problem p;
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
@@ -251,11 +288,65 @@ Problem decode_forward(std::string_view payload) {
   if (flags & 1u) p.scale = scale;
   p.want_weights = flags & 2u;
   const Shape qs = checked_shape(get_shape(r), "q"), ks = checked_shape(get_shape(r), "k");
+  if (ks.B != qs.B || ks.D != qs.D || qs.H % ks.H != 0)
+    throw ProtocolError(std::string(what) + ": q is " + to_string(qs) + " and k is " + to_string(ks) +
+                        " (expected the same B and D, and k's heads dividing q's)");
+  if (flags & 4u)
+    for (Index b = 0; b < qs.B; ++b) {
+      const std::int64_t len = r.i64();
+      if (len < 0 || len > ks.T)
+        throw ProtocolError(std::string(what) + ": key length " + std::to_string(len) + " of batch entry " +
+                            std::to_string(b) + " is outside [0, T_k = " + std::to_string(ks.T) + "]");
+      p.key_lengths.push_back(len);
+    }
+  if (flags & 8u) {
+    const std::int64_t window = r.i64();
+    if (window < 0) throw ProtocolError(std::string(what) + ": window " + std::to_string(window) + " is negative");
+    p.window = window;
+  }
   const std::size_t es = element_size(p.dtype);
   p.q = from_bytes(r.raw(std::size_t(qs.numel()) * es), qs, p.dtype);
   p.k = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
   p.v = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
-  if (r.left() != 0) throw ProtocolError("forward frame: " + std::to_string(r.left()) + " bytes left over");
+  return p;
+}
+
+void expect_end(const Reader& r, const char* what) {
+  if (r.left() != 0) throw ProtocolError(std::string(what) + ": " + std::to_string(r.left()) + " bytes left over");
+}
+
+// A tensor as a result frame carries it: its shape, then its bytes.
+void put_tensor(Writer& w, const Tensor<double>& t, DType dtype) {
+  put_shape(w, t.shape());
+  w.bytes() += to_bytes(t, dtype);
+}
+
+}  // namespace
+
+std::string encode_forward(const Problem& p) {
+  return frame(FrameType::forward, call_payload(p));
+}
+
+Problem decode_forward(std::string_view payload) {
+  Reader r(payload, "forward frame");
+  Problem p = read_call(r, "forward frame");
+  expect_end(r, "forward frame");
+  return p;
+}
+
+std::string encode_backward(const Problem& p) {
+  if (!p.d_output) throw std::logic_error("encode_backward: the problem has no d_output");
+  Problem call = p;
+  call.want_weights = false;
+  return frame(FrameType::backward, call_payload(call) + to_bytes(*p.d_output, p.dtype));
+}
+
+Problem decode_backward(std::string_view payload) {
+  Reader r(payload, "backward frame");
+  Problem p = read_call(r, "backward frame");
+  const Shape qs = p.q.shape();
+  p.d_output = from_bytes(r.raw(std::size_t(qs.numel()) * element_size(p.dtype)), qs, p.dtype);
+  expect_end(r, "backward frame");
   return p;
 }
 
@@ -264,21 +355,17 @@ std::string encode_result(const Outcome& o, DType dtype) {
   w.i32(ok);
   w.u32(o.weights ? 1u : 0u);
   w.str("");
-  put_shape(w, o.output.shape());
-  w.bytes() += to_bytes(o.output, dtype);
-  if (o.weights) {
-    put_shape(w, o.weights->shape());
-    w.bytes() += to_bytes(*o.weights, dtype);
-  }
+  put_tensor(w, o.output, dtype);
+  if (o.weights) put_tensor(w, *o.weights, dtype);
   return frame(FrameType::result, w.bytes());
 }
 
-std::string encode_failure(std::int32_t status, std::string_view message) {
+std::string encode_failure(std::int32_t status, std::string_view message, FrameType type) {
   Writer w;
   w.i32(status);
   w.u32(0);
   w.str(message);
-  return frame(FrameType::result, w.bytes());
+  return frame(type, w.bytes());
 }
 
 Result decode_result(std::string_view payload, DType dtype) {
@@ -294,7 +381,31 @@ Result decode_result(std::string_view payload, DType dtype) {
     res.w_shape = get_shape(r);
     res.w_bytes = r.raw(nbytes(res.w_shape, dtype));
   }
-  if (r.left() != 0) throw ProtocolError("result frame: " + std::to_string(r.left()) + " bytes left over");
+  expect_end(r, "result frame");
+  return res;
+}
+
+std::string encode_gradients(const Gradients& g, DType dtype) {
+  Writer w;
+  w.i32(ok);
+  w.u32(0);
+  w.str("");
+  for (const Tensor<double>* t : {&g.dq, &g.dk, &g.dv}) put_tensor(w, *t, dtype);
+  return frame(FrameType::gradients, w.bytes());
+}
+
+GradientsResult decode_gradients(std::string_view payload, DType dtype) {
+  Reader r(payload, "gradients frame");
+  GradientsResult res;
+  res.status = r.i32();
+  r.u32();
+  res.message = r.str();
+  if (res.status != ok) return res;
+  for (std::size_t i = 0; i < 3; ++i) {
+    res.shapes[i] = get_shape(r);
+    res.bytes[i] = r.raw(nbytes(res.shapes[i], dtype));
+  }
+  expect_end(r, "gradients frame");
   return res;
 }
 

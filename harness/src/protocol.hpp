@@ -17,14 +17,28 @@ namespace attncheck::wire {
 static_assert(std::endian::native == std::endian::little,
               "the wire format is little-endian and this code copies arrays as they lie in memory");
 
-/// The protocol version this build speaks (PROTOCOL.md, "Versions").
-inline constexpr std::uint32_t kProtocolVersion = 1;
+/// The newest protocol version this build speaks (PROTOCOL.md, "Versions"); it also speaks every version from
+/// kOldestProtocolVersion on, and the two sides use the lower of their two newest versions.
+inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 /// Every frame starts with these four bytes, so a child that prints text is caught at once.
 inline constexpr std::array<char, 4> kMagic{'A', 'T', 'N', 'C'};
 /// magic, type (u32), payload length (u64).
 inline constexpr std::size_t kHeaderSize = 16;
 
-enum class FrameType : std::uint32_t { hello = 1, caps = 2, refuse = 3, forward = 4, result = 5, bye = 6 };
+enum class FrameType : std::uint32_t {
+  hello = 1,
+  caps = 2,
+  refuse = 3,
+  forward = 4,
+  result = 5,
+  bye = 6,
+  backward = 7,   ///< version 2: a forward call's inputs and options, then dO
+  gradients = 8,  ///< version 2: the answer to a backward frame: dQ, dK, dV
+};
+
+/// Version 2's capability bits, in the caps frame's extension (`flags2`).
+enum Flags2 : std::uint32_t { gqa_bit = 1, key_lengths_bit = 2, window_bit = 4, backward_bit = 8 };
 
 /// Status codes of a result frame (the C ABI's ATTNCHECK_OK/ERROR/UNSUPPORTED, plus one the host reports).
 enum Status : std::int32_t { ok = 0, error = 1, unsupported = 2, wrong_size = 3 };
@@ -92,20 +106,29 @@ std::uint32_t alignment_code(CausalAlignment a);
 CausalAlignment alignment_from_code(std::uint32_t code);
 std::size_t element_size(DType t);
 
-/// What the child declares in its caps frame.
+/// What the child declares in its caps frame. From version 2 it carries the GQA, key-length, window and
+/// backward capabilities and the empty-rows convention; a version-1 caps frame leaves them off.
 struct Handshake {
-  std::uint32_t version = 0;
+  std::uint32_t version = 0;  ///< the version both sides speak from now on
   Capabilities caps;
   std::string name, description;
 };
 
+/// The hello frame: u32 1 (what a version-1 client checks), then u32 kProtocolVersion (from version 2).
 std::string encode_hello();
+/// The newest version the sender of a hello speaks: its second field, or its first when there is none.
+std::uint32_t decode_hello(std::string_view payload);
 std::string encode_caps(const Handshake& h);
-Handshake decode_caps(std::string_view payload);  ///< checks the version before anything else
+/// Reads the version first, and nothing more when it is outside [kOldestProtocolVersion, kProtocolVersion].
+Handshake decode_caps(std::string_view payload);
 std::string encode_refuse(std::string_view message);
 
+/// A forward frame. Without key lengths and a window (version 2's fields) it is also a version-1 frame.
 std::string encode_forward(const Problem& p);
 Problem decode_forward(std::string_view payload);
+/// A backward frame (version 2): the forward call's fields, then *p.d_output.
+std::string encode_backward(const Problem& p);
+Problem decode_backward(std::string_view payload);  ///< with d_output set
 
 /// A decoded result frame. Shapes are as the child sent them, unchecked, so a wrong size can be reported.
 struct Result {
@@ -119,8 +142,20 @@ struct Result {
 };
 
 std::string encode_result(const Outcome& o, DType dtype);
-std::string encode_failure(std::int32_t status, std::string_view message);
+/// A result (or, for a backward, gradients) frame that carries only a failure status and its message.
+std::string encode_failure(std::int32_t status, std::string_view message, FrameType type = FrameType::result);
 Result decode_result(std::string_view payload, DType dtype);
+
+/// A decoded gradients frame; shapes as the child sent them, unchecked.
+struct GradientsResult {
+  std::int32_t status = ok;
+  std::string message;
+  std::array<std::array<std::int64_t, 4>, 3> shapes{};  ///< dq, dk, dv
+  std::array<std::string_view, 3> bytes;
+};
+
+std::string encode_gradients(const Gradients& g, DType dtype);
+GradientsResult decode_gradients(std::string_view payload, DType dtype);
 
 /// Native little-endian bytes of a tensor at `dtype` (exact: its values are representable at dtype).
 std::string to_bytes(const Tensor<double>& t, DType dtype);

@@ -1,7 +1,9 @@
-// The child side of the exec: protocol: answers the handshake, then forward frames, until bye or EOF. The
-// plug-in host runs a C ABI plug-in through it; a C++ project can expose its own implementation the same way.
+// The child side of the exec: protocol: answers the handshake, then forward and backward frames, until bye or
+// EOF. The plug-in host runs a C ABI plug-in through it; a C++ project can expose its own implementation the
+// same way.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "attncheck/harness.hpp"
@@ -36,6 +38,18 @@ void write_all(int fd, const std::string& data) {
   }
 }
 
+// The failure frame for an exception the implementation threw while answering a call.
+std::string failure_reply(wire::FrameType type) {
+  try {
+    throw;
+  } catch (const ImplementationError& e) {
+    const auto st = e.kind() == ImplementationError::Kind::wrong_size ? wire::wrong_size : wire::error;
+    return wire::encode_failure(st, e.what(), type);
+  } catch (const std::exception& e) {
+    return wire::encode_failure(wire::error, e.what(), type);
+  }
+}
+
 }  // namespace
 
 int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd) {
@@ -47,9 +61,8 @@ int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd)
       if (!read_full(in_fd, payload, length) && length > 0) throw wire::ProtocolError("input ended before a payload");
       switch (type) {
         case wire::FrameType::hello: {
-          wire::Reader r(payload, "hello frame");
-          const std::uint32_t version = r.u32();
-          if (version != wire::kProtocolVersion) {
+          const std::uint32_t version = wire::decode_hello(payload);
+          if (version < wire::kOldestProtocolVersion) {
             // Answer with our version anyway: the harness names both numbers.
             wire::Handshake h;
             h.version = wire::kProtocolVersion;
@@ -62,8 +75,9 @@ int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd)
             write_all(out_fd, wire::encode_refuse(e.what()));
             return 2;
           }
+          // The lower of the two newest versions: an older attncheck gets the caps frame it knows.
           wire::Handshake h;
-          h.version = wire::kProtocolVersion;
+          h.version = std::min(version, wire::kProtocolVersion);
           h.caps = impl->capabilities();
           h.name = impl->name();
           h.description = impl->description();
@@ -76,11 +90,20 @@ int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd)
           std::string reply;
           try {
             reply = wire::encode_result(impl->forward(p), p.dtype);
-          } catch (const ImplementationError& e) {
-            const auto st = e.kind() == ImplementationError::Kind::wrong_size ? wire::wrong_size : wire::error;
-            reply = wire::encode_failure(st, e.what());
-          } catch (const std::exception& e) {
-            reply = wire::encode_failure(wire::error, e.what());
+          } catch (const std::exception&) {
+            reply = failure_reply(wire::FrameType::result);
+          }
+          write_all(out_fd, reply);
+          break;
+        }
+        case wire::FrameType::backward: {
+          if (!impl) throw wire::ProtocolError("a backward frame came before the hello");
+          const Problem p = wire::decode_backward(payload);
+          std::string reply;
+          try {
+            reply = wire::encode_gradients(impl->backward(p), p.dtype);
+          } catch (const std::exception&) {
+            reply = failure_reply(wire::FrameType::gradients);
           }
           write_all(out_fd, reply);
           break;

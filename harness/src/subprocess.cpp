@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "c_plugin.hpp"
 #include "protocol.hpp"
 
 extern char** environ;
@@ -69,6 +70,9 @@ class ExecImplementation final : public Implementation {
   const Capabilities& capabilities() const override { return caps_; }
 
   Outcome forward(const Problem& p) const override {
+    // A child of version 1 declares none of version 2's capabilities, so its calls never use version 2's
+    // fields: a forward frame without them is the same at both versions.
+    check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
     if (pid_ < 0) start();
     const Shape qs = p.q.shape();
@@ -86,16 +90,7 @@ class ExecImplementation final : public Implementation {
       stop(false);
       throw ImplementationError(Kind::protocol, name_ + ": " + e.what());
     }
-    // The plug-in host's messages already start with our name ("plugin:PATH ..."); others get it prefixed.
-    const bool named = r.message.rfind(name_, 0) == 0;
-    if (r.status == wire::wrong_size)
-      throw ImplementationError(Kind::wrong_size, named ? r.message : name_ + ": " + r.message);
-    if (r.status != wire::ok)
-      throw ImplementationError(Kind::error_status,
-                                named ? r.message
-                                      : name_ + " returned status " + std::to_string(r.status) + " (" +
-                                            (r.status == wire::unsupported ? "unsupported" : "error") +
-                                            "): " + (r.message.empty() ? "(no message)" : r.message));
+    throw_on_failure(r.status, r.message);
     const std::array<std::int64_t, 4> want_out{qs.B, qs.H, qs.T, qs.D};
     if (r.out_shape != want_out)
       throw ImplementationError(Kind::wrong_size, name_ + ": output is " + wire::shape_string(r.out_shape) +
@@ -117,7 +112,58 @@ class ExecImplementation final : public Implementation {
     return o;
   }
 
+  Gradients backward(const Problem& p) const override {
+    if (!caps_.backward) return Implementation::backward(p);
+    if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
+    check_within_capabilities(p, caps_, name_);
+    std::lock_guard lock(mu_);
+    if (pid_ < 0) start();
+    const Shape qs = p.q.shape(), ks = p.k.shape();
+    // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
+    const std::size_t expected = std::size_t(qs.numel() + 2 * ks.numel()) * wire::element_size(p.dtype);
+    const std::string payload = exchange(wire::encode_backward(p), wire::FrameType::gradients, opts_.call_timeout_s,
+                                         2 * expected + (1u << 20));
+    wire::GradientsResult r;
+    try {
+      r = wire::decode_gradients(payload, p.dtype);
+    } catch (const wire::ProtocolError& e) {
+      stop(false);
+      throw ImplementationError(Kind::protocol, name_ + ": " + e.what());
+    }
+    throw_on_failure(r.status, r.message);
+    const char* names[] = {"dq", "dk", "dv"};
+    const Shape want[] = {qs, ks, ks};
+    Gradients g;
+    Tensor<double>* parts[] = {&g.dq, &g.dk, &g.dv};
+    for (std::size_t i = 0; i < 3; ++i) {
+      const Shape& w = want[i];
+      if (r.shapes[i] != std::array<std::int64_t, 4>{w.B, w.H, w.T, w.D})
+        throw ImplementationError(
+            Kind::wrong_size,
+            name_ + ": " + names[i] + " is " + wire::shape_string(r.shapes[i]) + " but must be " + to_string(w) +
+                (i == 0 ? std::string(" (the shape of q)")
+                        : " (the shape of k, [B,H_kv,T_k,D]: a kv head's gradient sums over the " +
+                              std::to_string(qs.H / ks.H) + " query heads of its group)"));
+      *parts[i] = wire::from_bytes(r.bytes[i], w, p.dtype);
+    }
+    return g;
+  }
+
  private:
+  // Turns a result's failure status into the ImplementationError it stands for.
+  void throw_on_failure(std::int32_t status, const std::string& message) const {
+    // The plug-in host's messages already start with our name ("plugin:PATH ..."); others get it prefixed.
+    const bool named = message.rfind(name_, 0) == 0;
+    if (status == wire::wrong_size)
+      throw ImplementationError(Kind::wrong_size, named ? message : name_ + ": " + message);
+    if (status != wire::ok)
+      throw ImplementationError(Kind::error_status,
+                                named ? message
+                                      : name_ + " returned status " + std::to_string(status) + " (" +
+                                            (status == wire::unsupported ? "unsupported" : "error") +
+                                            "): " + (message.empty() ? "(no message)" : message));
+  }
+
   // Spawns the child in its own process group (so a kill reaches whatever it started) with stdin and
   // stdout on one socket and stderr on a pipe, then does the handshake. Throws ImplementationError.
   wire::Handshake start() const {
@@ -188,10 +234,11 @@ class ExecImplementation final : public Implementation {
       if (type != wire::FrameType::caps)
         throw wire::ProtocolError("sent a " + std::string(wire::frame_type_name(type)) + " frame instead of caps");
       const wire::Handshake h = wire::decode_caps(payload);
-      if (h.version != wire::kProtocolVersion) {
+      if (h.version < wire::kOldestProtocolVersion || h.version > wire::kProtocolVersion) {
         stop(true);
         throw ImplementationError(Kind::protocol, name_ + ": speaks protocol version " + std::to_string(h.version) +
-                                                      " but this attncheck speaks version " +
+                                                      " but this attncheck speaks versions " +
+                                                      std::to_string(wire::kOldestProtocolVersion) + " to " +
                                                       std::to_string(wire::kProtocolVersion));
       }
       phase_ = "during the call";

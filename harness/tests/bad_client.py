@@ -38,6 +38,15 @@ def attention(q, k, v, scale=None):
     return (out, w) if MODE in ("weights", "print", "noweights") else out
 
 
+def backward(q, k, v, d_output, scale=None):
+    """Zero gradients, but dk and dv with one head per query head instead of one per kv head."""
+    return np.zeros(q.shape), np.zeros(q.shape[:2] + k.shape[2:]), np.zeros(q.shape[:2] + k.shape[2:])
+
+
 if __name__ == "__main__":
+    # Protocol-2 keywords only where a mode needs them: "weights" also runs under the frozen version-1 client.
+    extra = {"gqa": True, "backward": backward} if MODE == "dkshape" else {}
+    if MODE == "emptyrows":
+        extra = {"empty_rows": "nans"}
     attncheck_plugin.serve(attention, name="bad-client-" + MODE, dtypes=("float64",),
-                           returns_weights=MODE in ("weights", "print", "noweights"))
+                           returns_weights=MODE in ("weights", "print", "noweights"), **extra)

@@ -1,7 +1,10 @@
 // C ABI plug-ins through load_implementation: the correct example agrees with itself in and out of process
-// and holds every law; every broken one is a falsified law with a minimal case, never a crash of the
-// harness; a bad spec is a SpecError that says what was wrong.
+// and holds every law, a frozen ABI-1 plug-in too; ABI 2 carries GQA, key lengths, a window and a backward
+// pass intact; every broken one is a falsified law with a minimal case, never a crash of the harness; a bad
+// spec is a SpecError that says what was wrong.
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -53,6 +56,153 @@ TEST(CPlugin, correctExampleHoldsEveryLaw) {
   for (const Law& law : laws()) {
     const LawResult r = run(law.name, *impl, 15);
     EXPECT_NE(r.status, LawStatus::falsified) << law.name << ": " << message_of(r);
+  }
+}
+
+// B=2, H=4 over H_kv=2 kv heads, T_q=3 bottom-right over T_k=5, D=2, key lengths {4, 3}, window 1: every
+// ABI-2 field matters. Batch entry 1's queries sit at positions 2, 3, 4 and see keys {1,2}, {2} and none (its
+// keys 3 and 4 are padding, and the window starts at 3).
+Problem abi2_problem(DType t) {
+  Problem p = test::wave_problem(t, 2, 4, 3, 5, 2);
+  p.k = test::wave({2, 2, 5, 2}, t, 0.2);
+  p.v = test::wave({2, 2, 5, 2}, t, 0.3);
+  p.alignment = CausalAlignment::BottomRight;
+  p.key_lengths = {4, 3};
+  p.window = 1;
+  p.d_output = test::wave(p.q.shape(), t, 0.4);
+  return p;
+}
+
+TEST(CPlugin, frozenAbi1PluginLoadsAndHoldsEveryLaw) {
+  for (const bool isolate : {true, false}) {
+    const auto impl = load_implementation("plugin:" ATTNCHECK_ABI1_PLUGIN, HarnessOptions{.isolate = isolate});
+    const Capabilities& c = impl->capabilities();
+    EXPECT_TRUE(c.returns_weights && c.custom_scale && c.cross_lengths && c.nonfinite_safe);
+    // An ABI-1 table has no field for the ABI-2 capabilities: each is off, and no call ever needs them.
+    EXPECT_FALSE(c.gqa || c.key_padding || c.window || c.backward);
+    EXPECT_FALSE(c.empty_rows);
+    EXPECT_THROW(impl->forward(abi2_problem(DType::f64)), std::logic_error);
+    if (!isolate) continue;  // the laws once, through the worker as a run does
+    for (const Law& law : laws()) {
+      const LawResult r = run(law.name, *impl, 10);
+      EXPECT_NE(r.status, LawStatus::falsified) << law.name << ": " << message_of(r);
+    }
+  }
+}
+
+TEST(CPlugin, abi2ExampleDeclaresGqaKeyLengthsWindowAndBackward) {
+  const auto impl = load_implementation(spec("attention_plugin"));
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.gqa && c.key_padding && c.window && c.backward);
+  EXPECT_EQ(c.empty_rows, EmptyRows::zero);
+  // A table without a backward entry gets no backward capability.
+  EXPECT_FALSE(load_implementation(spec("attention_plugin_empty_nan"))->capabilities().backward);
+}
+
+TEST(CPlugin, abi2CallsCrossTheWorkerBitExactly) {
+  const auto isolated = load_implementation(spec("attention_plugin"));
+  const auto in_process = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = false});
+  for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
+    const Problem p = abi2_problem(t);
+    const Outcome a = isolated->forward(p), b = in_process->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << dtype_name(t);
+    // Same code on the same bits: key lengths, window, kv heads and dO reached the worker unchanged.
+    const Gradients ga = isolated->backward(p), gb = in_process->backward(p);
+    EXPECT_EQ(ga.dq.values(), gb.dq.values()) << dtype_name(t);
+    EXPECT_EQ(ga.dk.values(), gb.dk.values()) << dtype_name(t);
+    EXPECT_EQ(ga.dv.values(), gb.dv.values()) << dtype_name(t);
+    EXPECT_EQ(ga.dk.shape(), p.k.shape());
+  }
+  // The options really reached the plug-in: its outputs are the reference core's (which honours them).
+  const Problem p = abi2_problem(DType::f64);
+  const double worst =
+      (isolated->forward(p).output.values() - reference_implementation()->forward(p).output.values()).cwiseAbs().maxCoeff();
+  // float64, T_k = 5, D = 2, |values| <= 1: both round a handful of products; 1e-14 is ~50 ulps of 1.
+  EXPECT_LT(worst, 1e-14);
+}
+
+// The example's backward is the gradient of its own forward: central differences of L = sum(O ∘ dO), in
+// float64, with grouped heads (a kv head's gradient sums over its group), padding, a window and a row that
+// sees no key (whose gradient is 0).
+TEST(CPlugin, abi2ExampleGradientsAreCentralDifferencesOfItsForward) {
+  const auto impl = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = false});
+  Problem p = abi2_problem(DType::f64);
+  p.want_weights = false;
+  const Gradients g = impl->backward(p);
+  const auto loss = [&](const Problem& x) {
+    return impl->forward(x).output.values().cwiseProduct(p.d_output->values()).sum();
+  };
+  // Step h = 2^-20: the truncation error h²/6 · (third derivative) is ~1e-13 for inputs and scores of order 1,
+  // the rounding error ~eps·|L|/h ~1e-10 (|L| <= 24 here); 1e-7 leaves a wide margin and is far below any
+  // real gradient mistake (a missing scale or group sum changes entries by ~0.1).
+  const double h = std::ldexp(1.0, -20), tol = 1e-7;
+  const std::pair<Tensor<double> Problem::*, const Tensor<double>*> parts[] = {
+      {&Problem::q, &g.dq}, {&Problem::k, &g.dk}, {&Problem::v, &g.dv}};
+  for (const auto& [member, grad] : parts)
+    for (Index n = 0; n < grad->size(); ++n) {
+      Problem plus = p, minus = p;
+      (plus.*member).values()[n] += h;
+      (minus.*member).values()[n] -= h;
+      EXPECT_NEAR(grad->values()[n], (loss(plus) - loss(minus)) / (2 * h), tol) << "element " << n;
+    }
+  // Keys no query of batch entry 1 sees (0: outside every window; 3, 4: padding) get no gradient at all, and
+  // its last query, which sees no key, none either.
+  for (const Index j : {0, 3, 4})
+    for (Index c = 0; c < 2; ++c) EXPECT_EQ(g.dk(1, 0, j, c), 0.0) << j;
+  for (Index c = 0; c < 2; ++c) EXPECT_EQ(g.dq(1, 0, 2, c), 0.0);
+}
+
+TEST(CPlugin, emptyRowsNanPluginDeclaresNanAndHoldsEveryLaw) {
+  const auto impl = load_implementation(spec("attention_plugin_empty_nan"));
+  EXPECT_EQ(impl->capabilities().empty_rows, EmptyRows::nan);
+  // It does return NaN there: batch entry 1's last row sees no key.
+  const Outcome o = impl->forward(abi2_problem(DType::f64));
+  EXPECT_TRUE(std::isnan(o.output(1, 0, 2, 0)));
+  EXPECT_TRUE(std::isfinite(o.output(1, 0, 0, 0)));
+  for (const Law& law : laws()) {
+    const LawResult r = run(law.name, *impl, 15);
+    EXPECT_NE(r.status, LawStatus::falsified) << law.name << ": " << message_of(r);
+  }
+}
+
+TEST(CPlugin, aTableClaimingWhatItsVersionCannotCarryIsASpecError) {
+  for (const bool isolate : {true, false}) {
+    try {
+      load_implementation(spec("bad_plugin_v1_key_lengths"), HarnessOptions{.isolate = isolate});
+      ADD_FAILURE() << "loaded an ABI-1 table that claims key lengths";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find("has ABI version 1 but its flags are 0x22, with ATTNCHECK_CAP_KEY_LENGTHS "
+                                           "(0x20), which only an ABI-2 table can carry (expected flags within 0xf"),
+                std::string::npos)
+          << e.what();
+    }
+    try {
+      load_implementation(spec("bad_plugin_empty_rows"), HarnessOptions{.isolate = isolate});
+      ADD_FAILURE() << "loaded a table with empty_rows 7";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find("empty_rows is 7 (expected 0 ATTNCHECK_EMPTY_ROWS_UNSPECIFIED, 1 "
+                                           "ATTNCHECK_EMPTY_ROWS_ZERO or 2 ATTNCHECK_EMPTY_ROWS_NAN)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+TEST(CPlugin, gradientsWithOneHeadPerQueryHeadAreAWrongSize) {
+  for (const bool isolate : {true, false}) {
+    const auto impl = load_implementation(spec("bad_plugin_dk_shape"), HarnessOptions{.isolate = isolate});
+    Problem p = test::wave_problem(DType::f64, 1, 2, 3, 3, 2);
+    p.k = test::wave({1, 1, 3, 2}, DType::f64, 0.2);
+    p.v = test::wave({1, 1, 3, 2}, DType::f64, 0.3);
+    p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+    try {
+      impl->backward(p);
+      ADD_FAILURE() << "accepted a dk written for 2 heads into 1";
+    } catch (const ImplementationError& e) {
+      EXPECT_EQ(e.kind(), ImplementationError::Kind::wrong_size);
+      EXPECT_NE(std::string(e.what()).find("wrote past the end of its dk [1,1,3,2]"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("dk and dv have k's shape [B,H_kv,T_k,D]"), std::string::npos) << e.what();
+    }
   }
 }
 
@@ -123,7 +273,7 @@ TEST(CPlugin, abiMismatchNamesBothVersions) {
     } catch (const SpecError& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find("ABI version 99"), std::string::npos) << m;
-      EXPECT_NE(m.find("loads ABI version 1"), std::string::npos) << m;
+      EXPECT_NE(m.find("loads ABI version 1 or 2"), std::string::npos) << m;
     }
   }
 }

@@ -1,9 +1,15 @@
-// exec: implementations: the protocol carries every dtype bit-exactly, one child serves every call, and a
-// child that raises, exits, crashes, hangs, returns the wrong shape or a NaN is a falsified law; a child
-// that cannot start or speaks another protocol is a SpecError.
+// exec: implementations: the protocol carries every dtype bit-exactly, version 2's GQA, key lengths, window
+// and backward frames intact, and version-1 clients still work; one child serves every call, and a child that
+// raises, exits, crashes, hangs, returns the wrong shape or a NaN is a falsified law; a child that cannot
+// start or speaks another protocol is a SpecError.
 #include <gtest/gtest.h>
 
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <cstdlib>
+#include <cstring>
+#include <thread>
 
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -58,6 +64,136 @@ TEST(Exec, numpyExampleHoldsOracleAgreement) {
   EXPECT_TRUE(impl->capabilities().returns_weights);
   const LawResult r = run("oracle-agreement", *impl, 20);
   EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
+}
+
+// B=2, H=4 over H_kv=2 kv heads, T_q=3 bottom-right over T_k=5, D=2, key lengths {4, 3}, window 1, and dO.
+Problem abi2_problem() {
+  Problem p = test::wave_problem(DType::f64, 2, 4, 3, 5, 2);
+  p.k = test::wave({2, 2, 5, 2}, DType::f64, 0.2);
+  p.v = test::wave({2, 2, 5, 2}, DType::f64, 0.3);
+  p.alignment = CausalAlignment::BottomRight;
+  p.key_lengths = {4, 3};
+  p.window = 1;
+  p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+  return p;
+}
+
+std::string numpy_example() { return python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_attention.py"); }
+
+TEST(Exec, numpyExampleDeclaresEveryVersion2Capability) {
+  REQUIRE_NUMPY();
+  const Capabilities c = load_implementation(numpy_example())->capabilities();
+  EXPECT_TRUE(c.gqa && c.key_padding && c.window && c.backward);
+  EXPECT_EQ(c.empty_rows, EmptyRows::zero);
+}
+
+// Two independent implementations, the C example in-process and the numpy example over the wire, agree on
+// GQA, padding, a window and the gradients: the keywords and the backward frames arrive intact.
+TEST(Exec, numpyExampleAgreesWithTheCExampleForwardAndBackward) {
+  REQUIRE_NUMPY();
+  const auto numpy = load_implementation(numpy_example());
+  const auto c = load_implementation("plugin:" + test::example_plugin("attention_plugin"),
+                                     HarnessOptions{.isolate = false});
+  const Problem p = abi2_problem();
+  const Outcome a = numpy->forward(p), b = c->forward(p);
+  // float64, T_k = 5, D = 2, |values| <= 1: each side rounds a handful of products and sums, ~10 ulps of 1.
+  const double tol = 1e-14;
+  EXPECT_LT((a.output.values() - b.output.values()).cwiseAbs().maxCoeff(), tol);
+  ASSERT_TRUE(a.weights && b.weights);
+  EXPECT_LT((a.weights->values() - b.weights->values()).cwiseAbs().maxCoeff(), tol);
+  const Gradients ga = numpy->backward(p), gb = c->backward(p);
+  EXPECT_EQ(ga.dk.shape(), p.k.shape());
+  EXPECT_LT((ga.dq.values() - gb.dq.values()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LT((ga.dk.values() - gb.dk.values()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_LT((ga.dv.values() - gb.dv.values()).cwiseAbs().maxCoeff(), tol);
+  EXPECT_GT(ga.dk.values().cwiseAbs().maxCoeff(), 0.01);  // not trivially zero
+}
+
+TEST(Exec, aVersion1ClientStillWorks) {
+  REQUIRE_NUMPY();
+  // The frozen version-1 client first on PYTHONPATH: its caps frame has no version-2 extension.
+  const auto impl = load_implementation("exec:PYTHONPATH=" ATTNCHECK_TESTS_DIR "/abi1 " + kPython +
+                                        " " ATTNCHECK_TESTS_DIR "/bad_client.py weights");
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.returns_weights);
+  EXPECT_FALSE(c.gqa || c.key_padding || c.window || c.backward || c.empty_rows);
+  EXPECT_THROW(impl->forward(abi2_problem()), std::logic_error);  // never sent what it cannot read
+  const LawResult r = run("oracle-agreement", *impl, 20);
+  EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
+}
+
+TEST(Exec, gradientsWithOneHeadPerQueryHeadAreAWrongSize) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(bad_client("dkshape"));
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 3, 2);
+  p.k = test::wave({1, 1, 3, 2}, DType::f64, 0.2);
+  p.v = test::wave({1, 1, 3, 2}, DType::f64, 0.3);
+  p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+  try {
+    impl->backward(p);
+    ADD_FAILURE() << "accepted dk with 2 heads for 1 kv head";
+  } catch (const ImplementationError& e) {
+    EXPECT_EQ(e.kind(), ImplementationError::Kind::wrong_size);
+    EXPECT_NE(std::string(e.what()).find("dk is [1,2,3,2] but must be [1,1,3,2] (the shape of k, [B,H_kv,T_k,D]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Exec, aBadEmptyRowsConventionIsASpecError) {
+  REQUIRE_NUMPY();
+  try {
+    load_implementation(bad_client("emptyrows"));
+    ADD_FAILURE() << "accepted empty_rows='nans'";
+  } catch (const SpecError& e) {
+    EXPECT_NE(std::string(e.what()).find("empty_rows is 'nans' (expected None, 'zero' or 'nan')"), std::string::npos)
+        << e.what();
+  }
+}
+
+// attncheck::serve() answers each attncheck in its own version: a version-1 hello (one field) gets a
+// version-1 caps frame without the version-2 extension, a version-2 hello gets the extension.
+TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
+  for (const std::uint32_t newest : {1u, 2u}) {
+    int sv[2];
+    ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+    std::thread server([&] { attncheck::serve([] { return reference_implementation(); }, sv[1], sv[1]); });
+    // Frames as PROTOCOL.md lays them out: "ATNC", u32 type, u64 length, payload (little-endian).
+    const auto frame = [](std::uint32_t type, const std::vector<std::uint32_t>& fields) {
+      std::string f = "ATNC";
+      const std::uint64_t length = 4 * fields.size();
+      f.append(reinterpret_cast<const char*>(&type), 4).append(reinterpret_cast<const char*>(&length), 8);
+      for (const std::uint32_t x : fields) f.append(reinterpret_cast<const char*>(&x), 4);
+      return f;
+    };
+    const std::string hello = newest == 1 ? frame(1, {1}) : frame(1, {1, 2});
+    ASSERT_EQ(::write(sv[0], hello.data(), hello.size()), ssize_t(hello.size()));
+    char header[16];
+    ASSERT_EQ(::recv(sv[0], header, 16, MSG_WAITALL), 16);
+    std::uint64_t length = 0;
+    std::memcpy(&length, header + 8, 8);
+    std::string caps(length, '\0');
+    ASSERT_EQ(::recv(sv[0], caps.data(), length, MSG_WAITALL), ssize_t(length));
+    std::uint32_t version = 0, flags2 = 0, empty_rows = 0;
+    std::memcpy(&version, caps.data(), 4);
+    EXPECT_EQ(version, newest);
+    // u32 version, dtypes, alignments, flags, i64 max_T, then two strings: "reference" and its description.
+    const std::size_t v1_size = 24 + 4 + reference_implementation()->name().size() + 4 +
+                                reference_implementation()->description().size();
+    EXPECT_EQ(caps.size(), newest == 1 ? v1_size : v1_size + 8);
+    if (newest == 2 && caps.size() == v1_size + 8) {
+      std::memcpy(&flags2, caps.data() + v1_size, 4);
+      std::memcpy(&empty_rows, caps.data() + v1_size + 4, 4);
+      const Capabilities& c = reference_implementation()->capabilities();
+      EXPECT_EQ(flags2, (c.gqa ? 1u : 0u) | (c.key_padding ? 2u : 0u) | (c.window ? 4u : 0u) | (c.backward ? 8u : 0u));
+      EXPECT_EQ(empty_rows, 1u);  // the reference's convention: zero
+    }
+    const std::string bye = frame(6, {});
+    ASSERT_EQ(::write(sv[0], bye.data(), bye.size()), ssize_t(bye.size()));
+    server.join();
+    ::close(sv[0]);
+    ::close(sv[1]);
+  }
 }
 
 TEST(Exec, strayPrintsGoToStderrNotIntoTheProtocol) {
@@ -124,9 +260,9 @@ TEST(Exec, aChildThatPrintsTextInsteadOfFramesIsASpecError) {
 TEST(Exec, anotherProtocolVersionNamesBoth) {
   try {
     load_implementation("exec:" + kPython + " " ATTNCHECK_TESTS_DIR "/wrong_version.py");
-    ADD_FAILURE() << "accepted protocol version 2";
+    ADD_FAILURE() << "accepted protocol version 3";
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("speaks protocol version 2 but this attncheck speaks version 1"),
+    EXPECT_NE(std::string(e.what()).find("speaks protocol version 3 but this attncheck speaks versions 1 to 2"),
               std::string::npos)
         << e.what();
   }

@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <memory>
 
 #include "attncheck/harness.hpp"
+#include "attncheck/law.hpp"
 #include "test_support.hpp"
 
 namespace attncheck {
@@ -24,6 +26,52 @@ TEST(Probe, recoveredWeightsEqualReturnedWeightsExactly) {
       // One product by 1 and exact zeros otherwise: the recovered weight is the returned one, not close to it.
       EXPECT_EQ(recover_weights(*ref, p).values(), o.weights->values()) << dtype_name(t);
     }
+}
+
+// A kernel without weights, recovered by probing, counting every call it gets. `wrong` adds 1 to every output
+// (so its outputs fail on every case, all-zero inputs included).
+std::pair<ImplementationPtr, std::shared_ptr<int>> counted_blind(bool wrong) {
+  const auto ref = reference_implementation();
+  Capabilities caps;
+  caps.returns_weights = false;
+  auto calls = std::make_shared<int>(0);
+  const auto blind = make_implementation("blind", "outputs only", caps, [ref, calls, wrong](const Problem& p) {
+    ++*calls;
+    Outcome o = ref->forward(p);
+    o.weights.reset();
+    if (wrong) o.output.values().array() += 1;
+    return o;
+  });
+  return {with_recovered_weights(blind), calls};
+}
+
+// Cheap checks first: oracle-agreement on a kernel whose weights are probed checks the outputs in one call and
+// probes the weights only when the outputs pass. A kernel with wrong outputs is found and shrunk with one call
+// per case; a correct one costs more calls per case (the probes), and the law reports every call.
+TEST(Probe, outputsAreCheckedBeforeWeightsAreProbedAndEveryCallIsCounted) {
+  const Law* law = find_law("oracle-agreement");
+  ASSERT_NE(law, nullptr);
+  for (const bool wrong : {true, false}) {
+    const auto [impl, calls] = counted_blind(wrong);
+    int evaluations = 0;
+    Law counted = *law;
+    counted.check = [&](const Implementation& i, const LawCase& c) {
+      ++evaluations;
+      return law->check(i, c);
+    };
+    RunOptions opts;
+    opts.cases = 20;
+    const LawResult r = run_law(counted, *impl, opts);
+    EXPECT_EQ(r.calls, *calls) << "every call counted, the probes included";
+    if (wrong) {
+      ASSERT_EQ(r.status, LawStatus::falsified);
+      EXPECT_EQ(r.violation->quantity, "output");
+      EXPECT_EQ(*calls, evaluations) << "one call per case: the weights were never probed";
+    } else {
+      EXPECT_EQ(r.status, LawStatus::held);
+      EXPECT_GT(*calls, 2 * evaluations) << "outputs, then outputs and probes";
+    }
+  }
 }
 
 TEST(Probe, wrapperGivesWeightsToAnImplementationWithoutThem) {
@@ -87,6 +135,59 @@ TEST(Probe, findsAMaskThatLetsTheFutureIn) {
   const Conventions c = probe_conventions(*leaky);
   EXPECT_EQ(c.causal, "not causal: at T=4 the queries see keys 0:{0,1,2,3} 1:{0,1,2,3} 2:{0,1,2,3} 3:{0,1,2,3}");
   EXPECT_TRUE(c.alignment.empty());
+}
+
+// The reference's outputs, except that a row that sees no key is NaN (ggml's soft_max_ext path and PyTorch's
+// math path do this), with no weights: the laws get them by probing.
+ImplementationPtr nan_rows_without_weights(std::optional<EmptyRows> declared) {
+  Capabilities caps;
+  caps.returns_weights = false;
+  caps.key_padding = caps.window = true;
+  caps.empty_rows = declared;
+  const auto ref = reference_implementation();
+  return make_implementation("nan-rows", "NaN where a query sees no key", caps, [ref](const Problem& p) {
+    Outcome o = ref->forward(p);
+    o.weights.reset();
+    const Shape& s = p.q.shape();
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i)
+          if (p.visibility(b).keys(i).empty()) o.output.head(b, h).row(i).setConstant(std::nan(""));
+    return o;
+  });
+}
+
+// The false alarm of issue 10: under bottom-right alignment with T_q > T_k the first queries see no key, their
+// probed weights are NaN, and zero-future-weight used to report that NaN as a leak. A kernel that follows the
+// nan convention (declared or not) passes every weight law through probing; one that declares zero and returns
+// NaN is caught, so the laws can still fail.
+TEST(Probe, nanInRowsThatSeeNoKeyIsNoFalseAlarmThroughProbedWeights) {
+  Problem p = test::wave_problem(DType::f32, 1, 1, 4, 2, 2);
+  p.alignment = CausalAlignment::BottomRight;  // queries 0 and 1 sit at positions -2 and -1
+  const Tensor<double> w = recover_weights(*nan_rows_without_weights(std::nullopt), p);
+  ASSERT_TRUE(std::isnan(w(0, 0, 0, 0)) && std::isnan(w(0, 0, 1, 1)));
+  ASSERT_EQ(w(0, 0, 2, 0), reference_implementation()->forward(p).weights->operator()(0, 0, 2, 0));
+
+  for (const std::optional<EmptyRows> declared : {std::optional<EmptyRows>{}, std::optional{EmptyRows::nan}}) {
+    const auto probed = with_recovered_weights(nan_rows_without_weights(declared));
+    for (const char* name : {"zero-future-weight", "window-zero-weight", "key-padding-invariance", "row-stochastic",
+                             "oracle-agreement", "empty-row-convention"}) {
+      RunOptions opts;
+      opts.seed = 10;
+      const LawResult r = run_law(*find_law(name), *probed, opts);
+      EXPECT_EQ(r.status, LawStatus::held) << (declared ? "declared nan: " : "undeclared: ") << describe(r);
+      if (std::string(name) == "empty-row-convention") {
+        EXPECT_NE(r.note.find("nan convention"), std::string::npos) << r.note;
+      }
+    }
+  }
+  const auto liar = with_recovered_weights(nan_rows_without_weights(EmptyRows::zero));
+  for (const char* name : {"zero-future-weight", "empty-row-convention"}) {
+    RunOptions opts;
+    opts.seed = 10;
+    EXPECT_EQ(run_law(*find_law(name), *liar, opts).status, LawStatus::falsified) << name << " missed NaN rows "
+                                                                                     "of a kernel that declares zero";
+  }
 }
 
 }  // namespace

@@ -93,6 +93,25 @@ ImplementationPtr wide_accumulation() {
       });
 }
 
+// Grouped-query attention the way a kernel without it is used (PyTorch before enable_gqa): K and V repeated
+// to H heads (repeat_interleave), then ordinary attention.
+ImplementationPtr repeat_kv() {
+  return make_implementation(
+      "control:gqa-repeat-kv", "correct; grouped queries by repeating K and V to H heads, then plain attention",
+      gqa_capabilities(), [](const Problem& p) {
+        return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
+          const Index H = q.shape().H;
+          return per_head(q, repeat_kv_heads(k, H), repeat_kv_heads(v, H), pr, w,
+                          [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+                            HeadOut<Scalar<decltype(Q)>> r;
+                            r.weights = softmax_rows(causal_select(scores(Q, K, c.resolved_scale()), c));
+                            r.output = mix_visible(r.weights, V, c);
+                            return r;
+                          });
+        });
+      });
+}
+
 }  // namespace
 
 std::vector<Mutant> controls() {
@@ -120,6 +139,14 @@ std::vector<Mutant> controls() {
   z.push_back(Mutant{
       .impl = wide_accumulation(),
       .bug = "control: every dtype accumulates in double (the reference uses float for half/bfloat16/float)",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
+  });
+  z.push_back(Mutant{
+      .impl = repeat_kv(),
+      .bug = "control: grouped queries by explicit repetition of K and V to H heads (repeat_interleave)",
       .control = true,
       .minimal_shape = {},
       .why_minimal = "a control: no case should fail",

@@ -13,14 +13,21 @@ namespace attncheck::zoo {
 struct HeadCtx {
   Index b = 0, h = 0;
   Index B = 1, H = 1, T_q = 1, T_k = 1, D = 1;
+  Index H_kv = 1;               ///< kv heads (H_kv < H only for kernels that declare grouped-query attention)
   DType dtype = DType::f32;     ///< the inputs' dtype (the head itself computes in Acc<S>)
   std::optional<double> scale;  ///< the problem's scale, as given (empty: the kernel's default)
   CausalAlignment alignment = kDefaultAlignment;
+  Index key_length = -1;          ///< this batch entry's key length; negative: no padding
+  std::optional<Index> window{};  ///< the sliding window; empty: none
 
   /// 1/√D unless the problem overrides it: the correct default.
   double resolved_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)); }
+  /// The correct rule: causal alignment, key padding and the window.
+  Visibility visibility() const {
+    return Visibility{.T_q = T_q, .T_k = T_k, .alignment = alignment, .key_length = key_length, .window = window};
+  }
   /// Query i may see key j.
-  bool visible(Index i, Index j) const { return j <= last_visible_key(i, T_q, T_k, alignment); }
+  bool visible(Index i, Index j) const { return visibility().visible(i, j); }
 };
 
 /// One head's result in the accumulation type A.
@@ -92,17 +99,35 @@ HeadOut<A> attend_where(const Matrix<A>& s, const Matrix<A>& V, Vis vis) {
   return r;
 }
 
-/// The [B,H] loop: widens each head of q, k, v to the accumulation type A, runs
-/// `head(Q, K, V, ctx) -> HeadOut<A>` and rounds the output (and weights, when asked) back to S.
-template <class A, class S, class HeadFn>
+/// Which kv head a kernel reads for query head h of H when K and V have H_kv heads: the correct
+/// h / (H / H_kv), unless a mutant's author computed it otherwise.
+struct GroupedKv {
+  Index operator()(Index h, Index H, Index H_kv) const { return kv_head(h, H, H_kv); }
+};
+
+/// Kv head `kv` of batch entry b as a kernel indexing the flat [B·H_kv] buffer reads it: an index past H_kv
+/// lands in the next batch entry's heads, and past the end of the buffer the zoo reads zeros (its stand-in for
+/// whatever memory follows).
+template <class A, class S>
+Matrix<A> kv_head_as_read(const Tensor<S>& t, Index b, Index kv) {
+  const Shape& s = t.shape();
+  const Index flat = b * s.H + kv;
+  if (flat >= s.B * s.H) return Matrix<A>::Zero(s.T, s.D);
+  return t.head(flat / s.H, flat % s.H).template cast<A>();
+}
+
+/// The [B,H] loop: widens each head of q and the kv head it reads (`kv_of`) of k and v to the accumulation
+/// type A, runs `head(Q, K, V, ctx) -> HeadOut<A>` and rounds the output (and weights, when asked) back to S.
+template <class A, class S, class HeadFn, class KvOf = GroupedKv>
 Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
-                      HeadFn&& head) {
+                      HeadFn&& head, KvOf kv_of = {}) {
   const Shape& s = q.shape();
   HeadCtx c{.B = s.B,
             .H = s.H,
             .T_q = s.T,
             .T_k = k.shape().T,
             .D = s.D,
+            .H_kv = k.shape().H,
             .dtype = p.dtype,
             .scale = p.scale,
             .alignment = p.alignment};
@@ -112,8 +137,11 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
     for (Index h = 0; h < s.H; ++h) {
       c.b = b;
       c.h = h;
-      const Matrix<A> Q = q.head(b, h).template cast<A>(), K = k.head(b, h).template cast<A>(),
-                      V = v.head(b, h).template cast<A>();
+      c.key_length = p.key_lengths.empty() ? -1 : p.key_lengths[std::size_t(b)];
+      c.window = p.window;
+      const Index g = kv_of(h, c.H, c.H_kv);
+      const Matrix<A> Q = q.head(b, h).template cast<A>(), K = kv_head_as_read<A>(k, b, g),
+                      V = kv_head_as_read<A>(v, b, g);
       const HeadOut<A> r = head(Q, K, V, c);
       out.head(b, h) = r.output.template cast<S>();
       if (w) w->head(b, h) = r.weights.template cast<S>();
@@ -122,10 +150,10 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
 }
 
 /// per_head_in at the kernels' usual accumulation type, Acc<S> (float for low precision).
-template <class S, class HeadFn>
+template <class S, class HeadFn, class KvOf = GroupedKv>
 Tensor<S> per_head(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
-                   HeadFn&& head) {
-  return per_head_in<Acc<S>>(q, k, v, p, w, std::forward<HeadFn>(head));
+                   HeadFn&& head, KvOf kv_of = {}) {
+  return per_head_in<Acc<S>>(q, k, v, p, w, std::forward<HeadFn>(head), kv_of);
 }
 
 }  // namespace attncheck::zoo

@@ -17,13 +17,22 @@ inline Capabilities zoo_capabilities() {
   return c;
 }
 
+/// The zoo's contract for kernels written for grouped-query attention (K and V with H_kv | H heads).
+inline Capabilities gqa_capabilities() {
+  Capabilities c = zoo_capabilities();
+  c.gqa = true;
+  return c;
+}
+
 /// An implementation whose body is one head's code, run over [B,H] at every dtype by per_head.
-/// `fn(Q, K, V, ctx) -> HeadOut<A>` is generic over the accumulation type A.
-template <class HeadFn>
-ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn) {
-  return make_implementation(std::move(name), std::move(description), zoo_capabilities(), [fn](const Problem& p) {
+/// `fn(Q, K, V, ctx) -> HeadOut<A>` is generic over the accumulation type A; `kv_of(h, H, H_kv)` picks the kv
+/// head query head h reads (only kernels with caps.gqa ever see H_kv < H).
+template <class HeadFn, class KvOf = GroupedKv>
+ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn,
+                            Capabilities caps = zoo_capabilities(), KvOf kv_of = {}) {
+  return make_implementation(std::move(name), std::move(description), std::move(caps), [fn, kv_of](const Problem& p) {
     return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
-      return per_head(q, k, v, pr, w, fn);
+      return per_head(q, k, v, pr, w, fn, kv_of);
     });
   });
 }
@@ -32,6 +41,10 @@ std::vector<Mutant> mask_mutants();     ///< where the mask is built or applied
 std::vector<Mutant> softmax_mutants();  ///< the softmax step
 std::vector<Mutant> scale_mutants();    ///< the scale
 std::vector<Mutant> layout_mutants();   ///< memory layout and state between calls
+std::vector<Mutant> gqa_mutants();      ///< grouped-query heads, KV-cache decoding and chunked prefill
+std::vector<Mutant> padding_mutants();  ///< key padding, sliding windows, rows that see no key (and controls)
+std::vector<Mutant> backward_mutants();  ///< the backward pass (and its two controls)
+std::vector<Mutant> tiled_mutants();    ///< block-tiled online softmax: its loops, rescale and ragged ends
 std::vector<Mutant> controls();         ///< correct implementations written differently
 
 }  // namespace attncheck::zoo

@@ -7,7 +7,9 @@ namespace attncheck {
 const std::vector<Mutant>& mutant_zoo() {
   static const std::vector<Mutant> all = [] {
     std::vector<Mutant> z;
-    for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants, zoo::controls})
+    for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants,
+                      zoo::gqa_mutants, zoo::padding_mutants, zoo::tiled_mutants, zoo::backward_mutants,
+                      zoo::controls})
       for (Mutant& m : part()) z.push_back(std::move(m));
     return z;
   }();

@@ -18,15 +18,15 @@ const double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 // A problem at `dtype` from row-major values (small integers and NaN: exact in every dtype).
 Problem make_problem(DType dtype, Shape qs, Index T_k, std::vector<double> q, std::vector<double> k,
-                     std::vector<double> v, CausalAlignment a = kDefaultAlignment) {
+                     std::vector<double> v, CausalAlignment a = kDefaultAlignment, Index H_kv = 0) {
   const auto tensor = [](Shape s, const std::vector<double>& x) {
     return Tensor<double>(s, Eigen::Map<const Eigen::VectorXd>(x.data(), Index(x.size())));
   };
   Problem p;
   p.dtype = dtype;
   p.q = tensor(qs, q);
-  p.k = tensor({qs.B, qs.H, T_k, qs.D}, k);
-  p.v = tensor({qs.B, qs.H, T_k, qs.D}, v);
+  p.k = tensor({qs.B, H_kv ? H_kv : qs.H, T_k, qs.D}, k);  // H_kv 0: as many kv heads as query heads
+  p.v = tensor({qs.B, H_kv ? H_kv : qs.H, T_k, qs.D}, v);
   p.alignment = a;
   return p;
 }
@@ -183,6 +183,63 @@ TEST(Zoo, AlignmentIgnoredUsesTopLeftForABottomRightRequest) {
   }
 }
 
+// H = 4 query heads over H_kv = 2 kv heads whose values are 1 and 3 (zero scores): heads 0..3 read kv heads
+// 0, 0, 1, 1 (outputs 1, 1, 3, 3); h % H_kv reads 0, 1, 0, 1.
+TEST(Zoo, KvModuloSwapsTheMiddleHeadsKvHeads) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 4, 1, 1}, 1, {0, 0, 0, 0}, {0, 0}, {1, 3}, kDefaultAlignment, 2);
+    const Outcome r = reference(p), m = run("mutant:gqa-kv-modulo", p);
+    for (Index h = 0; h < 4; ++h) {
+      EXPECT_EQ(r.output(0, h, 0, 0), h < 2 ? 1.0 : 3.0);
+      EXPECT_EQ(m.output(0, h, 0, 0), h % 2 ? 3.0 : 1.0) << dtype_name(t) << " head " << h;
+    }
+  }
+}
+
+// A group of 3 (H = 3, H_kv = 1, value 5): every head reads kv head 0 (output 5); h >> floor(log2 3) sends
+// head 2 to kv head 1, past the end of K and V (read as zeros: output 0).
+TEST(Zoo, PowerOfTwoGroupMathReadsPastTheLastKvHead) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 3, 1, 1}, 1, {0, 0, 0}, {0}, {5}, kDefaultAlignment, 1);
+    const Outcome r = reference(p), m = run("mutant:gqa-group-pow2", p);
+    for (Index h = 0; h < 3; ++h) EXPECT_EQ(r.output(0, h, 0, 0), 5.0);
+    EXPECT_EQ(m.output(0, 1, 0, 0), 5.0) << dtype_name(t);
+    EXPECT_EQ(m.output(0, 2, 0, 0), 0.0) << dtype_name(t);
+  }
+}
+
+// A decode step (one query, bottom-right, zero scores over values 1 and 3) must average both (2). The decode
+// mutants see key 0 alone, drop key 1, or read slot 1 as a copy of slot 0: all give 1. On a square call (a full
+// prefill: rows 1 and 2) they are right.
+TEST(Zoo, DecodeMutantsMissTheNewestKeyButPrefillRight) {
+  for (DType t : kDTypes) {
+    const Problem step = make_problem(t, {1, 1, 1, 1}, 2, {0}, {0, 0}, {1, 3}, CausalAlignment::BottomRight);
+    const Problem prefill = make_problem(t, {1, 1, 2, 1}, 2, {0, 0}, {0, 0}, {1, 3}, CausalAlignment::BottomRight);
+    EXPECT_EQ(reference(step).output(0, 0, 0, 0), 2.0);
+    for (const char* name : {"mutant:decode-top-left", "mutant:decode-drops-newest", "mutant:decode-cache-off-by-one"}) {
+      EXPECT_EQ(run(name, step).output(0, 0, 0, 0), 1.0) << name << " at " << dtype_name(t);
+      const Outcome o = run(name, prefill);
+      EXPECT_EQ(o.output(0, 0, 0, 0), 1.0) << name << " at " << dtype_name(t);
+      EXPECT_EQ(o.output(0, 0, 1, 0), 2.0) << name << " at " << dtype_name(t);
+    }
+  }
+}
+
+// A prefill chunk of two queries over three keys (values 1, 3, 5; zero scores): rows see keys 0..1 and 0..2
+// (outputs 2 and 3). Masked from position 0 they see 0 and 0..1 (1 and 2); a decode step stays right.
+TEST(Zoo, ChunkMaskedFromZeroMissesTheEarlierChunksKeys) {
+  for (DType t : kDTypes) {
+    const Problem chunk = make_problem(t, {1, 1, 2, 1}, 3, {0, 0}, {0, 0, 0}, {1, 3, 5}, CausalAlignment::BottomRight);
+    const Outcome r = reference(chunk), m = run("mutant:chunk-masked-from-zero", chunk);
+    EXPECT_EQ(r.output(0, 0, 0, 0), 2.0);
+    EXPECT_EQ(r.output(0, 0, 1, 0), 3.0);
+    EXPECT_EQ(m.output(0, 0, 0, 0), 1.0) << dtype_name(t);
+    EXPECT_EQ(m.output(0, 0, 1, 0), 2.0) << dtype_name(t);
+    const Problem step = make_problem(t, {1, 1, 1, 1}, 3, {0}, {0, 0, 0}, {1, 3, 5}, CausalAlignment::BottomRight);
+    EXPECT_EQ(run("mutant:chunk-masked-from-zero", step).output(0, 0, 0, 0), 3.0) << dtype_name(t);
+  }
+}
+
 // One score of 32·32 = 1024 (D = 1, scale 1): exp(1024) overflows float and double, Inf/Inf = NaN.
 TEST(Zoo, NoMaxSubtractionOverflowsToNaN) {
   for (DType t : kDTypes) {
@@ -239,6 +296,69 @@ TEST(Zoo, StaleAccumulatorAnswersARepeatedCallDifferently) {
   }
 }
 
+// The tiled family (key tiles of 16, split-K chunks of 32) at each mutant's minimal case: one query (T_q = 1,
+// bottom-right) over T_k keys with D = 1; k and v are 0 except where given, q = 1.
+Problem one_query(DType t, Index T_k, std::vector<std::pair<Index, double>> k, std::vector<std::pair<Index, double>> v) {
+  std::vector<double> kk(std::size_t(T_k), 0.0), vv(std::size_t(T_k), 0.0);
+  for (const auto& [j, x] : k) kk[std::size_t(j)] = x;
+  for (const auto& [j, x] : v) vv[std::size_t(j)] = x;
+  return make_problem(t, {1, 1, 1, 1}, T_k, {1}, kk, vv, CausalAlignment::BottomRight);
+}
+
+// Key 16 scores 1, the 16 keys before it 0, and only v16 = 1: the output is its weight e/(16+e). Skipping the
+// second key tile gives 0; the inverted rescale multiplies the first tile's sum by e instead of 1/e, giving
+// 1/(16e+1). With T_k = 16 (one tile) neither mistake can show.
+TEST(Zoo, TiledMutantsGoWrongOnlyOnceAQuerySeesTwoKeyTiles) {
+  const double e = std::exp(1.0);
+  const Problem p = one_query(DType::f64, 17, {{16, 1}}, {{16, 1}});
+  EXPECT_NEAR(reference(p).output(0, 0, 0, 0), e / (16 + e), 1e-15);
+  EXPECT_EQ(run("mutant:tiled-key-step", p).output(0, 0, 0, 0), 0.0);
+  EXPECT_NEAR(run("mutant:tiled-inverted-rescale", p).output(0, 0, 0, 0), 1 / (16 * e + 1), 1e-15);
+  const Problem one_tile = one_query(DType::f64, 16, {{15, 1}}, {{15, 1}});
+  for (const char* name : {"mutant:tiled-key-step", "mutant:tiled-inverted-rescale"})
+    EXPECT_NEAR(run(name, one_tile).output(0, 0, 0, 0), reference(one_tile).output(0, 0, 0, 0), 1e-15) << name;
+}
+
+// The first key tile scores 1000 and key 16 scores 0 (every v = 1, so the right output is 1): a running max
+// taken from the second tile alone rescales by exp(1000), which overflows in float and double alike.
+TEST(Zoo, TiledLocalMaxOverflowsWhenALaterTileScoresFarLower) {
+  for (DType t : kDTypes) {
+    std::vector<std::pair<Index, double>> k, v;
+    for (Index j = 0; j < 17; ++j) {
+      if (j < 16) k.emplace_back(j, 1000);
+      v.emplace_back(j, 1);
+    }
+    const Problem p = one_query(t, 17, k, v);
+    EXPECT_EQ(reference(p).output(0, 0, 0, 0), 1.0);
+    EXPECT_TRUE(std::isnan(run("mutant:tiled-local-max", p).output(0, 0, 0, 0))) << dtype_name(t);
+  }
+}
+
+// All scores 0 over 33 keys and only v32 = 33: the right output is 1; the split-K chunk count rounded down
+// (33 / 32 = 1) never reads key 32 and gives 0. At T_k = 32 or 64 nothing is dropped.
+TEST(Zoo, TiledSplitTailDropsTheKeysAfterTheLastFullChunk) {
+  for (DType t : kDTypes) {
+    const Problem p = one_query(t, 33, {}, {{32, 33}});
+    EXPECT_EQ(reference(p).output(0, 0, 0, 0), 1.0) << dtype_name(t);
+    EXPECT_EQ(run("mutant:tiled-split-tail", p).output(0, 0, 0, 0), 0.0) << dtype_name(t);
+    const Problem even = one_query(t, 64, {}, {{63, 64}});
+    EXPECT_EQ(run("mutant:tiled-split-tail", even).output(0, 0, 0, 0), reference(even).output(0, 0, 0, 0));
+  }
+}
+
+// H = 2, T = 1, zero scores, v = (1 | 2): head 0's last query tile also computes its out-of-range row 1 (head
+// 1's query, head 0's key) and stores it over head 1's row 0, which becomes 1 instead of 2. With H = 1 the
+// spill lands past the end, where nothing reads it.
+TEST(Zoo, TiledSpillRowsOverwritesTheNextHead) {
+  for (DType t : kDTypes) {
+    const Problem p = make_problem(t, {1, 2, 1, 1}, 1, {0, 0}, {0, 0}, {1, 2});
+    EXPECT_EQ(reference(p).output(0, 1, 0, 0), 2.0);
+    EXPECT_EQ(run("mutant:tiled-spill-rows", p).output(0, 1, 0, 0), 1.0) << dtype_name(t);
+    const Problem one_head = make_problem(t, {1, 1, 1, 1}, 1, {0}, {0}, {2});
+    EXPECT_FALSE(outputs_differ(run("mutant:tiled-spill-rows", one_head), reference(one_head)));
+  }
+}
+
 // Deterministic inputs that exercise several tiles (T up to 7 with tiles of 3), T_q != T_k, both alignments.
 struct OracleCase {
   Shape q;
@@ -249,7 +369,10 @@ const OracleCase kOracleCases[] = {{{1, 1, 1, 1}, 1, CausalAlignment::TopLeft},
                                    {{2, 3, 7, 5}, 7, CausalAlignment::TopLeft},
                                    {{1, 2, 4, 3}, 7, CausalAlignment::BottomRight},
                                    {{1, 2, 6, 3}, 2, CausalAlignment::BottomRight},
-                                   {{1, 1, 5, 8}, 3, CausalAlignment::TopLeft}};
+                                   {{1, 1, 5, 8}, 3, CausalAlignment::TopLeft},
+                                   // Past the tiled family's tiles: query tiles of 32, key tiles of 16, chunks of 32.
+                                   {{1, 2, 40, 3}, 40, CausalAlignment::TopLeft},
+                                   {{1, 1, 5, 2}, 70, CausalAlignment::BottomRight}};
 
 // Entries where `impl` leaves the core's derived tolerance around the float64 oracle, plus future weights that
 // are not exactly 0, on one case at one dtype. Values come from a fixed formula, rounded to the dtype (so the
@@ -279,6 +402,11 @@ int oracle_violations(const Implementation& impl, DType t, const OracleCase& c) 
       const HeadTolerance tol =
           head_tolerance(t, p.q.head(b, h), p.k.head(b, h), p.v.head(b, h), mask, scale, oo.head(b, h), ow.head(b, h));
       for (Index i = 0; i < c.q.T; ++i) {
+        // A row that sees no key follows the implementation's convention (empty-row-convention checks it): an
+        // all-NaN row is the nan convention, fine unless the implementation declares zero.
+        if (!mask.array().row(i).any() && impl.capabilities().empty_rows != EmptyRows::zero &&
+            o.output.head(b, h).row(i).array().isNaN().all())
+          continue;
         for (Index d = 0; d < c.q.D; ++d) bad += !(std::abs(o.output(b, h, i, d) - oo(b, h, i, d)) <= tol.output(i, d));
         for (Index j = 0; j < c.T_k; ++j) {
           bad += !(std::abs((*o.weights)(b, h, i, j) - ow(b, h, i, j)) <= tol.weights(i, j));

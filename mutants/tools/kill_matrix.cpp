@@ -144,6 +144,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
       const Shape got = p.q.shape();
       md << " " << shape_str(got);
       if (p.k.shape().T != got.T) md << " T_k=" << p.k.shape().T;
+      if (p.kv_heads() != got.H) md << " H_kv=" << p.kv_heads();
       md << (got == r.m->minimal_shape ? " ✓" : " ✗ expected " + shape_str(r.m->minimal_shape)) << " |\n";
     }
   }

@@ -1,9 +1,14 @@
 // Generators for attention problems. RapidCheck's built-in floating-point generator stays in a narrow range,
-// so values are built from integers (which shrink toward 0) mapped through a regime and a magnitude.
+// so values are drawn from integers mapped through a regime and a magnitude, keyed by each entry's
+// coordinates, and shrink with the shape (shape_shrinks, gen_case_values).
 #include "attncheck/generators.hpp"
+
+#include "attncheck/backward.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
+#include <map>
 #include <numeric>
 
 namespace attncheck {
@@ -55,87 +60,211 @@ std::vector<Index> divisors(Index n) {
   return d;
 }
 
-// A shape with T_k changed keeps its key lengths inside [0, T_k] and its padding per batch entry.
-void fit_key_lengths(CaseShape& c) {
-  if (c.key_lengths.empty()) return;
-  c.key_lengths.resize(std::size_t(c.B), c.T_k);
-  for (Index& len : c.key_lengths) len = std::min(len, c.T_k);
+// The divisors of n strictly between 1 and n.
+std::vector<Index> inner_divisors(Index n) {
+  std::vector<Index> d = divisors(n);
+  return d.size() > 2 ? std::vector<Index>(d.begin() + 1, d.end() - 1) : std::vector<Index>{};
 }
 
-// Every shape one step simpler than s. The whole geometry is one shrinkable, so after any accepted step all
-// extents are tried again: gen::exec never returns to an earlier draw, so a T_q that could not shrink while
-// T_k was still large stayed large after T_k shrank. A square case may also become a cross-length one with
-// fewer elements, under either alignment: T_q = 1, T_k = 2 is reachable from T_q = T_k = 2. H and H_kv shrink
-// together (H_kv always divides H); padding and the window shrink toward none.
-std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, const Capabilities& caps) {
+// 0, 1, ..., n-1: the coordinates of an axis nothing was deleted from.
+std::vector<Index> iota(Index n) {
+  std::vector<Index> v(static_cast<std::size_t>(n));
+  std::iota(v.begin(), v.end(), Index{0});
+  return v;
+}
+
+// ids without its entry `at`.
+std::vector<Index> erased(std::vector<Index> ids, Index at) {
+  ids.erase(ids.begin() + at);
+  return ids;
+}
+
+// ids[0, n).
+std::vector<Index> prefix(std::vector<Index> ids, Index n) {
+  ids.resize(std::size_t(n));
+  return ids;
+}
+
+// A shape whose T_k changed from old_T_k keeps its key lengths inside [0, T_k], in one of two ways: each batch
+// entry keeps its padding (the number of padded keys at its end, as far as T_k allows), or its length (clamped
+// to T_k). A bug that needs a padded key after the real ones shows under the first; one that needs a real
+// key before the padded ones (a length of 1, say) under the second. Offering only one stops shrinking early.
+CaseShape fit_key_lengths(CaseShape c, Index old_T_k, bool keep_padding) {
+  if (c.key_lengths.empty()) return c;
+  c.key_lengths.resize(std::size_t(c.B), c.T_k);
+  for (Index& len : c.key_lengths)
+    len = keep_padding ? std::clamp<Index>(c.T_k - (old_T_k - len), 0, c.T_k) : std::min(len, c.T_k);
+  return c;
+}
+
+// Key j deleted: every sequence that held it is one key shorter (its padding stays where it was).
+void delete_key(CaseShape& c, Index j) {
+  c.k_ids = erased(c.k_ids, j);
+  --c.T_k;
+  for (Index& len : c.key_lengths) len -= j < len ? 1 : 0;
+}
+
+// The heads kept: kv heads `kvs` (indices into s's kv heads) and, in each of their groups, the query heads at
+// offsets `offs`. Query head g·group + r reads kv head g, so the kept ones keep reading the kv heads they read.
+CaseShape keep_heads(const CaseShape& s, const std::vector<Index>& kvs, const std::vector<Index>& offs) {
+  const Index group = s.H / s.H_kv;
+  CaseShape c = s;
+  c.kv_ids.clear();
+  c.h_ids.clear();
+  for (const Index g : kvs) {
+    c.kv_ids.push_back(s.kv_ids[std::size_t(g)]);
+    for (const Index r : offs) c.h_ids.push_back(s.h_ids[std::size_t(g * group + r)]);
+  }
+  c.H_kv = Index(kvs.size());
+  c.H = c.H_kv * Index(offs.size());
+  return c;
+}
+
+// What the shrinking of a run's shapes may do: T_q != T_k and grouped heads only where the law and the
+// implementation allow them, nothing below min_T, nothing at all to a pinned shape.
+struct ShrinkRules {
+  bool cross = false, gqa = false;
+  Capabilities caps;
+  Index min_T = 1;
+  bool pinned = false;
+  ProblemOptions opts;  ///< require_padding / require_window: never shrink those away
+};
+
+// Every shape one step simpler than s, bigger steps first. The whole geometry is one shrinkable, so after any
+// accepted step all extents are tried again: gen::exec never returns to an earlier draw, so a T_q that could
+// not shrink while T_k was still large stayed large after T_k shrank. Each axis is cut from its end (by halves,
+// then by one) and then loses any single index: the query that fails need not be the last, nor the batch
+// entry, head or D coordinate. A square case loses a position from q, k and v at once; a kernel that accepts
+// T_q != T_k may also lose a query alone or a key alone, and may become cross-length under either alignment
+// (T_q = 1, T_k = 17 is reachable from T_q = T_k = 17), and, as a last resort, trade its first or last query for a
+// key more (fewer queries is simpler: T_q = 2, T_k = 1 bottom-right and T_q = 1, T_k = 2 have as many rows, and
+// the second is where the kill matrix's minimal cases are). H and H_kv shrink together (H_kv always divides H): a
+// whole kv group, or the same query head of every group. Padding and the window shrink toward none. No T goes
+// below min_T.
+std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rules) {
+  const bool cross = rules.cross, gqa = rules.gqa;
+  const Capabilities& caps = rules.caps;
+  const Index min_T = rules.min_T;
+  const ProblemOptions& opts = rules.opts;
   std::vector<CaseShape> out;
+  if (rules.pinned) return out;
   const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
-  const auto add = [&](CaseShape c) {
+  const auto add_fitted = [&](CaseShape c) {
+    if (c.T_q < min_T || c.T_k < min_T) return;
     if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
-    fit_key_lengths(c);
     out.push_back(c);
     if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
       c.alignment = CausalAlignment::BottomRight;
       out.push_back(c);
     }
   };
+  const auto add = [&](const CaseShape& c) {
+    const CaseShape padded = fit_key_lengths(c, s.T_k, true), clamped = fit_key_lengths(c, s.T_k, false);
+    add_fitted(padded);
+    if (clamped.key_lengths != padded.key_lengths) add_fitted(clamped);
+  };
   for (const Index b : towards_one(s.B)) {
     CaseShape c = s;
     c.B = b;
+    c.b_ids = prefix(s.b_ids, b);
+    add(c);
+  }
+  for (Index b = 0; b + 1 < s.B; ++b) {  // (the last one went with the cuts from the end)
+    CaseShape c = s;
+    --c.B;
+    c.b_ids = erased(s.b_ids, b);
+    if (!c.key_lengths.empty()) c.key_lengths.erase(c.key_lengths.begin() + b);
     add(c);
   }
   // Fewer query heads per kv head, fewer kv heads with the same group size, then fewer heads of either kind.
   const Index group = s.H / s.H_kv;
-  for (const Index g : towards_one(group)) {
-    CaseShape c = s;
-    c.H = s.H_kv * g;
-    add(c);
-  }
-  for (const Index kv : towards_one(s.H_kv)) {
-    CaseShape c = s;
-    c.H_kv = kv;
-    c.H = kv * group;
-    add(c);
-  }
-  for (const Index h : towards_one(s.H)) {
+  for (const Index g : towards_one(group)) add(keep_heads(s, iota(s.H_kv), iota(g)));
+  for (const Index kv : towards_one(s.H_kv)) add(keep_heads(s, iota(kv), iota(group)));
+  for (Index g = 0; g + 1 < s.H_kv; ++g) add(keep_heads(s, erased(iota(s.H_kv), g), iota(group)));
+  for (Index r = 0; r + 1 < group; ++r) add(keep_heads(s, iota(s.H_kv), erased(iota(group), r)));
+  for (const Index h : towards_one(group > 1 ? s.H : 1)) {  // (without groups, the kv cuts above did this)
     CaseShape c = s;
     c.H = h;
     c.H_kv = std::gcd(h, s.H_kv);
+    c.h_ids = prefix(s.h_ids, h);
+    c.kv_ids = prefix(s.kv_ids, c.H_kv);
     add(c);
   }
   for (const Index kv : divisors(s.H))  // grouping heads is a step only for kernels that accept it
     if (gqa && kv < s.H_kv) {
       CaseShape c = s;
       c.H_kv = kv;
+      c.kv_ids = prefix(s.kv_ids, kv);
       add(c);
     }
-  if (s.T_q == s.T_k)
+  if (s.T_q == s.T_k) {
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
       c.T_q = c.T_k = t;
+      c.q_ids = prefix(s.q_ids, t);
+      c.k_ids = prefix(s.k_ids, t);
       add(c);
     }
+    for (Index i = 0; i + 1 < s.T_q; ++i) {
+      CaseShape c = s;
+      c.q_ids = erased(s.q_ids, i);
+      --c.T_q;
+      delete_key(c, i);
+      add_fitted(c);  // delete_key kept every length right
+    }
+  }
   if (cross) {
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
       c.T_q = t;
+      c.q_ids = prefix(s.q_ids, t);
       add(c);
     }
     for (const Index t : towards_one(s.T_k)) {
       CaseShape c = s;
       c.T_k = t;
+      c.k_ids = prefix(s.k_ids, t);
       add(c);
+    }
+    for (Index i = 0; i + 1 < s.T_q; ++i) {
+      CaseShape c = s;
+      c.q_ids = erased(s.q_ids, i);
+      --c.T_q;
+      add(c);
+    }
+    for (Index j = 0; j + 1 < s.T_k; ++j) {
+      CaseShape c = s;
+      delete_key(c, j);
+      add_fitted(c);  // delete_key kept every length right
+    }
+    for (const Index i : {Index{0}, s.T_q - 1}) {
+      if (s.T_q < 2) break;
+      CaseShape c = s;
+      c.q_ids = erased(s.q_ids, i);
+      --c.T_q;
+      c.k_ids.push_back(*std::max_element(s.k_ids.begin(), s.k_ids.end()) + 1);  // a key not seen before
+      ++c.T_k;
+      for (Index& len : c.key_lengths) len += len == s.T_k ? 1 : 0;  // unpadded stays unpadded
+      if (caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;  // add_fitted() tries the other one next
+      add_fitted(c);  // the lengths were moved along above
     }
   }
   for (const Index d : towards_one(s.D)) {
     CaseShape c = s;
     c.D = d;
+    c.d_ids = prefix(s.d_ids, d);
+    add(c);
+  }
+  for (Index d = 0; d + 1 < s.D; ++d) {
+    CaseShape c = s;
+    --c.D;
+    c.d_ids = erased(s.d_ids, d);
     add(c);
   }
   if (!s.key_lengths.empty()) {
     CaseShape c = s;
     c.key_lengths.clear();
-    add(c);
+    if (!opts.require_padding) add(c);
     for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
       auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
       while (auto len = seq.next()) {
@@ -148,7 +277,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
   if (s.window) {
     CaseShape c = s;
     c.window.reset();
-    add(c);
+    if (!opts.require_window) add(c);
     for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
       CaseShape l = s;
       l.window = w - 1;
@@ -165,22 +294,52 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, c
 
 }  // namespace
 
-rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
-  const Index max_T = std::min<Index>(cfg.max_T, cfg.caps.max_T);
+std::vector<Index> tile_edge_lengths(Index min_T, Index max_T) {
+  std::vector<Index> t;
+  for (Index p = 1; p <= max_T + 1; p *= 2)
+    for (const Index x : {p - 1, p, p + 1}) t.push_back(x);
+  for (Index m = 16; m <= max_T + 1; m += 16)
+    for (const Index x : {m - 1, m, m + 1}) t.push_back(x);
+  std::sort(t.begin(), t.end());
+  t.erase(std::unique(t.begin(), t.end()), t.end());
+  std::erase_if(t, [&](Index x) { return x < std::max<Index>(min_T, 1) || x > max_T; });
+  return t;
+}
+
+namespace {
+
+// The shape a case starts from (shrinking is shape_shrinks', under these rules).
+std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, const ProblemOptions& opts) {
+  const Index min_T = std::max<Index>(cfg.min_T, 1);
+  const Index max_T = std::max(min_T, std::min<Index>(cfg.max_T, cfg.caps.max_T));
   const Index max_tail = std::max<Index>(max_T, std::min<Index>(cfg.max_T_tail, cfg.caps.max_T));
-  // T: usually in [1, max_T]; one case in eight reaches into the tail (inRange scales with size, so the tail
-  // is only reached as RapidCheck's size grows).
+  // T: usually in [min_T, max_T], one case in three at a tile edge (2^k, 2^k ± 1, 16m, 16m ± 1: where tiled
+  // kernels change loop trip counts and leave ragged ends), one in ten in the tail up to max_tail (an edge or
+  // anywhere). inRange scales with size, so long sequences come only as RapidCheck's size grows.
+  const std::vector<Index> edges = tile_edge_lengths(min_T, max_T), tail_edges = tile_edge_lengths(min_T, max_tail);
+  const auto pick = [](std::vector<Index> from) {
+    return rc::gen::map(rc::gen::inRange<std::size_t>(0, from.size()), [from](std::size_t k) { return from[k]; });
+  };
   const auto gen_T = [=] {
-    if (max_tail <= max_T) return rc::gen::inRange<Index>(1, max_T + 1);
-    return rc::gen::join(weighted_choice<rc::Gen<Index>>(
-        {{7, rc::gen::inRange<Index>(1, max_T + 1)}, {1, rc::gen::inRange<Index>(1, max_tail + 1)}}));
+    std::vector<std::pair<std::size_t, rc::Gen<Index>>> choices{{12, rc::gen::inRange<Index>(min_T, max_T + 1)}};
+    if (!edges.empty()) choices.push_back({6, pick(edges)});
+    if (max_tail > max_T) {
+      choices.push_back({1, rc::gen::inRange<Index>(min_T, max_tail + 1)});
+      choices.push_back({1, pick(tail_edges)});
+    }
+    return rc::gen::join(weighted_choice(choices));
   };
   const auto gen_D = gen_head_dim(cfg);
   const bool cross = opts.allow_cross_lengths && cfg.caps.cross_lengths;
   const bool gqa = opts.allow_gqa && cfg.caps.gqa, padding = opts.allow_padding && cfg.caps.key_padding,
              window = opts.allow_window && cfg.caps.window;
   const Capabilities caps = cfg.caps;
-  const Index max_B = cfg.max_B;
+  const Index max_B = cfg.max_B, max_H_kv = cfg.max_H_kv;
+  const auto pinned = cfg.shape;
+  // KV-cache shapes (a decode step, a prefill chunk) are bottom-right cross-length calls, of any length: not
+  // under --min-T above 1 or a pinned shape.
+  const bool cache_shapes =
+      cross && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2 && min_T <= 1 && !pinned;
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
   const auto initial = rc::gen::exec([=] {
     CaseShape s;
@@ -194,6 +353,13 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
     const Index T_k = *gen_T();
     s.T_k = differ ? T_k : s.T_q;
     s.D = *gen_D;
+    if (pinned) {
+      s.B = (*pinned)[0];
+      s.H = (*pinned)[1];
+      s.T_q = (*pinned)[2];
+      s.T_k = (*pinned)[3];
+      s.D = (*pinned)[4];
+    }
     if (!caps.alignments.empty()) {
       std::vector<std::pair<std::size_t, CausalAlignment>> choices;
       for (const auto a : caps.alignments) choices.emplace_back(1, a);
@@ -203,11 +369,23 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
     }
     s.H_kv = s.H;
     if (gqa) {
-      // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or any divisor, a third each.
+      // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or, a third each, a divisor
+      // strictly between 1 and H (true grouping: several kv heads, several query heads each). That needs an H
+      // such as 4 or 6, rare among small draws, so such a case takes the largest one within --max-H.
       const int kind = *rc::gen::inRange(0, 3);
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const std::vector<Index> ds = divisors(s.H);
-      s.H_kv = kind == 0 ? s.H : kind == 1 ? 1 : ds[std::size_t(pick) % ds.size()];
+      if (kind == 2 && inner_divisors(s.H).empty())
+        for (Index h = cfg.max_H; h > s.H; --h)
+          if (!inner_divisors(h).empty()) {
+            s.H = h;
+            break;
+          }
+      const std::vector<Index> ds = divisors(s.H), inner = inner_divisors(s.H);
+      s.H_kv = kind == 0 ? s.H
+               : kind == 1 || inner.empty() ? 1
+                                            : inner[std::size_t(pick) % inner.size()];
+      if (max_H_kv > 0 && s.H_kv > max_H_kv)  // the largest divisor within --max-Hkv
+        s.H_kv = *std::prev(std::upper_bound(ds.begin(), ds.end(), max_H_kv));
     }
     if (padding) {
       // Half the cases padded; each entry's length is then T_k (unpadded), 0 (all padding) or anywhere between.
@@ -218,20 +396,52 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
         const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
         lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
       }
-      if (padded) s.key_lengths.assign(lengths.begin(), lengths.begin() + s.B);
+      if (padded || opts.require_padding)
+        s.key_lengths.assign(lengths.begin(), lengths.begin() + std::min<Index>(s.B, max_B));
     }
     if (window) {
-      // Half the cases windowed: 0 (a query sees only its own key), 1, or anything up to beyond T_k.
+      // Half the cases windowed: 0 (a query sees only its own key), 1, at or beyond T (no key is ever old
+      // enough to leave it, which must equal no window), or anything up to there, a quarter each.
       const bool windowed = *rc::gen::arbitrary<bool>();
-      const int kind = *rc::gen::inRange(0, 3);
+      const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}, {1, 3}});  // whatever the size
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      if (windowed) s.window = kind == 0 ? 0 : kind == 1 ? 1 : pick % (std::max(s.T_q, s.T_k) + 2);
+      const Index T = std::max(s.T_q, s.T_k);
+      if (windowed || opts.require_window)
+        s.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
     }
+    if (cache_shapes) {
+      // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
+      // max-T), one in four a prefill chunk (T_q < T_k queries, the last ones), both bottom-right. Drawn last,
+      // and square cases are left alone, so every earlier draw, and every square case, stays as it was.
+      const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      if (differ && kind != 0) {
+        const Index old_T_k = s.T_k;
+        s.T_k = std::max<Index>({s.T_q, s.T_k, 2});
+        s.T_q = kind == 1 ? 1 : 1 + pick % (s.T_k - 1);
+        s.alignment = CausalAlignment::BottomRight;
+        s = fit_key_lengths(s, old_T_k, false);
+      }
+    }
+    s.b_ids = iota(s.B);
+    s.h_ids = iota(s.H);
+    s.kv_ids = iota(s.H_kv);
+    s.q_ids = iota(s.T_q);
+    s.k_ids = iota(s.T_k);
+    s.d_ids = iota(s.D);
+    s = fit_key_lengths(s, s.T_k, false);  // one length per batch entry, each within [0, T_k]
     return s;
   });
-  return [=](const rc::Random& random, int size) {
-    return rc::shrinkable::shrinkRecur(initial(random, size).value(), [=](const CaseShape& s) {
-      return rc::seq::fromContainer(shape_shrinks(s, cross, gqa, caps));
+  return {initial, ShrinkRules{.cross = cross, .gqa = gqa, .caps = caps, .min_T = min_T, .pinned = bool(pinned), .opts = opts}};
+}
+
+}  // namespace
+
+rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
+  const auto [initial, rules] = first_shape(cfg, opts);
+  return [initial, rules](const rc::Random& random, int size) {
+    return rc::shrinkable::shrinkRecur(initial(random, size).value(), [rules](const CaseShape& s) {
+      return rc::seq::fromContainer(shape_shrinks(s, rules));
     });
   };
 }
@@ -269,49 +479,111 @@ int coord_int(std::uint64_t base, Index b, Index h, Index i, Index d, int lim) {
 
 }  // namespace
 
+namespace {
+
+// A small integer (|n| <= 64) or a power of two (2^e, e of any sign): what values shrink toward.
+bool is_simple(double x) {
+  if (x == 0 || (x == std::trunc(x) && std::abs(x) <= 64)) return true;
+  int e = 0;
+  return std::isfinite(x) && std::abs(std::frexp(x, &e)) == 0.5;
+}
+
+}  // namespace
+
+std::vector<double> simple_values(double x, DType dtype) {
+  std::vector<double> out;
+  if (x == 0 || !std::isfinite(x)) return out;
+  const double sign = x < 0 ? -1 : 1;
+  const auto add = [&](double c) {
+    c = round_to(dtype, c);
+    if (c != x && is_simple(c) && std::find(out.begin(), out.end(), c) == out.end()) out.push_back(c);
+  };
+  add(0);
+  add(sign);
+  if (x == std::trunc(x) && std::abs(x) <= 64) {  // a small integer: smaller ones only
+    auto seq = rc::shrink::towards<int>(int(x), 0);
+    while (auto n = seq.next()) add(*n);
+    return out;
+  }
+  int e = 0;
+  if (is_simple(x)) {  // a power of two: exponents toward 0 only
+    std::frexp(x, &e);
+    auto seq = rc::shrink::towards<int>(e - 1, 0);
+    while (auto n = seq.next()) add(sign * std::ldexp(1.0, *n));
+    return out;
+  }
+  add(sign * std::exp2(std::round(std::log2(std::abs(x)))));
+  if (std::abs(std::round(x)) <= 64) add(std::round(x));
+  return out;
+}
+
 rc::Gen<Tensor<double>> gen_tensor(const Shape& s, Regime regime, double magnitude, DType dtype) {
+  return gen_tensor(s, Coords{}, regime, magnitude, dtype);
+}
+
+namespace {
+
+// The drawn value of every entry of a tensor of shape s whose entries sit at coordinates `at`: a function of the
+// regime, the magnitude, `base` and each entry's coordinates only (coord_int), rounded to the dtype.
+std::vector<double> draw_values(const Shape& s, const Coords& at, Regime regime, double magnitude, DType dtype,
+                                std::uint64_t base, int size) {
+  const auto coord = [](const std::vector<Index>& ids, Index x) { return ids.empty() ? x : ids[std::size_t(x)]; };
+  // Like rc::gen::inRange, the range grows with RapidCheck's size, so the first cases are the simplest.
+  const auto lim = [size](int max_abs) { return std::max(1, int(std::int64_t(max_abs) * std::min(size, 100) / 100)); };
+  // Each entry's integer maps to its value in the regime.
+  const auto value = [=](int r) -> double {
+    switch (regime) {
+      case Regime::small_int: return r;
+      case Regime::normal: return magnitude * logistic(r);
+      case Regime::uniform:
+      case Regime::ties: return magnitude * r / kSteps;
+      case Regime::one_hot: return magnitude * r;
+      case Regime::sparse: return r % 4 ? 0.0 : magnitude * logistic(r / 4);  // three entries in four are 0
+    }
+    return 0;
+  };
+  std::vector<double> values(std::size_t(s.numel()));
+  std::size_t n = 0;
+  for (Index bx = 0; bx < s.B; ++bx)
+    for (Index hx = 0; hx < s.H; ++hx)
+      for (Index ix = 0; ix < s.T; ++ix)
+        for (Index d = 0; d < s.D; ++d, ++n) {
+          const Index b = coord(at.b, bx), h = coord(at.h, hx), i = coord(at.i, ix), c = coord(at.d, d);
+          int r = 0;
+          switch (regime) {
+            case Regime::small_int: r = coord_int(base, b, h, i, c, 3); break;
+            case Regime::ties: r = coord_int(base, 0, 0, 0, 0, lim(kSteps)); break;
+            case Regime::one_hot:  // the row's hot column, drawn per row and folded into [0, D)
+              r = (d == std::abs(coord_int(base, b, h, i, 0, 1 << 20)) % s.D) ? 1 : 0;
+              break;
+            case Regime::sparse: r = coord_int(base, b, h, i, c, 4 * lim(kSteps)); break;
+            default: r = coord_int(base, b, h, i, c, lim(kSteps)); break;
+          }
+          values[n] = round_to(dtype, value(r));
+        }
+  return values;
+}
+
+// Every vector with one value replaced by a simpler one (simple_values), lazily.
+rc::Seq<std::vector<double>> value_shrinks(const std::vector<double>& v, DType dtype) {
+  return rc::shrink::eachElement(v, [dtype](double x) { return rc::seq::fromContainer(simple_values(x, dtype)); });
+}
+
+Tensor<double> as_tensor(const Shape& s, const double* v) {
+  Tensor<double> t(s);
+  std::copy(v, v + s.numel(), t.data());
+  return t;
+}
+
+}  // namespace
+
+rc::Gen<Tensor<double>> gen_tensor(const Shape& s, const Coords& at, Regime regime, double magnitude, DType dtype) {
   return [=](const rc::Random& random, int size) {
     const std::uint64_t base = rc::Random(random).next();
-    // Like rc::gen::inRange, the range grows with RapidCheck's size, so the first cases are the simplest.
-    const auto lim = [size](int max_abs) { return std::max(1, int(std::int64_t(max_abs) * std::min(size, 100) / 100)); };
-    std::vector<int> raw(std::size_t(s.numel()));
-    std::size_t n = 0;
-    for (Index b = 0; b < s.B; ++b)
-      for (Index h = 0; h < s.H; ++h)
-        for (Index i = 0; i < s.T; ++i)
-          for (Index d = 0; d < s.D; ++d, ++n) switch (regime) {
-              case Regime::small_int: raw[n] = coord_int(base, b, h, i, d, 3); break;
-              case Regime::ties: raw[n] = coord_int(base, 0, 0, 0, 0, lim(kSteps)); break;
-              case Regime::one_hot:  // the row's hot column, drawn per row and folded into [0, D)
-                raw[n] = (d == std::abs(coord_int(base, b, h, i, 0, 1 << 20)) % s.D) ? 1 : 0;
-                break;
-              case Regime::sparse: raw[n] = coord_int(base, b, h, i, d, 4 * lim(kSteps)); break;
-              default: raw[n] = coord_int(base, b, h, i, d, lim(kSteps)); break;
-            }
-    // Each entry's integer maps to its value; shrinking moves each integer toward 0, i.e. each value toward 0.
-    const auto value = [=](int r) -> double {
-      switch (regime) {
-        case Regime::small_int: return r;
-        case Regime::normal: return magnitude * logistic(r);
-        case Regime::uniform:
-        case Regime::ties: return magnitude * r / kSteps;
-        case Regime::one_hot: return magnitude * r;
-        case Regime::sparse: return r % 4 ? 0.0 : magnitude * logistic(r / 4);  // three entries in four are 0
-      }
-      return 0;
-    };
-    const auto build = [=](const std::vector<int>& v) {
-      Tensor<double> t(s);
-      for (std::size_t k = 0; k < v.size(); ++k) t.values()[Index(k)] = round_to(dtype, value(v[k]));
-      return t;
-    };
-    return rc::shrinkable::map(rc::shrinkable::shrinkRecur(std::move(raw),
-                                                           [](const std::vector<int>& v) {
-                                                             return rc::shrink::eachElement(v, [](int x) {
-                                                               return rc::shrink::towards(x, 0);
-                                                             });
-                                                           }),
-                               build);
+    return rc::shrinkable::map(
+        rc::shrinkable::shrinkRecur(draw_values(s, at, regime, magnitude, dtype, base, size),
+                                    [dtype](const std::vector<double>& v) { return value_shrinks(v, dtype); }),
+        [s](const std::vector<double>& v) { return as_tensor(s, v.data()); });
   };
 }
 
@@ -320,23 +592,37 @@ std::vector<std::string> shape_tags(const Problem& p) {
   std::vector<std::string> tags;
   const Index T = q.T;
   tags.push_back(T == 1 ? "T=1" : T < 16 ? "T=2..15" : T <= 64 ? "T=16..64" : "T>64");
+  // Key lengths at a tile edge, where tiled kernels change trip counts or leave a ragged last tile.
+  const Index T_k = p.k.shape().T;
+  const auto pow2 = [](Index x) { return x > 0 && (x & (x - 1)) == 0; };
+  if (T_k >= 2 && pow2(T_k)) tags.push_back("T_k=2^k");
+  if (T_k >= 3 && (pow2(T_k - 1) || pow2(T_k + 1))) tags.push_back("T_k=2^k+-1");
+  if (T_k >= 15 && (T_k % 16 <= 1 || T_k % 16 == 15)) tags.push_back("T_k=16m,16m+-1");
+  if (T_k > 16) tags.push_back("T_k>16 (two key tiles of 16)");
   const Index D = q.D;
-  const bool pow2 = (D & (D - 1)) == 0;
   const Index r = Index(std::lround(std::sqrt(double(D))));
-  tags.push_back(pow2 ? "D=pow2" : "D=non-pow2");
+  tags.push_back(pow2(D) ? "D=pow2" : "D=non-pow2");
   if (D % 2) tags.push_back("D=odd");
   if (r * r != D) tags.push_back("D=non-square");
   if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
   if (p.kv_heads() != q.H) tags.push_back(p.kv_heads() == 1 ? "H_kv=1<H (MQA)" : "1<H_kv<H (GQA)");
   if (!p.key_lengths.empty()) {
+    // Each kind of length once per case: all padding, none, and some.
+    const Index T_k = p.k.shape().T;
+    bool zero = false, full = false, partial = false;
+    for (const Index len : p.key_lengths) (len == 0 ? zero : len == T_k ? full : partial) = true;
     tags.push_back("padded");
-    for (const Index len : p.key_lengths)
-      if (len == 0) {
-        tags.push_back("a-sequence-of-length-0");
-        break;
-      }
+    if (zero) tags.push_back("length=0");
+    if (full) tags.push_back("length=T_k");
+    if (partial) tags.push_back("length=partial");
   }
-  if (p.window) tags.push_back(*p.window == 0 ? "window=0" : "window");
+  if (p.window) {
+    const Index w = *p.window, T_max = std::max(T, p.k.shape().T);
+    tags.push_back(w == 0 ? "window=0" : w == 1 ? "window=1" : w >= T_max ? "window>=T" : "window=2..T-1");
+  }
+  // KV-cache calls: the new token(s) at the end of the cache.
+  if (p.alignment == CausalAlignment::BottomRight && T < p.k.shape().T)
+    tags.push_back(T == 1 ? "decode (T_q=1<T_k, bottom-right)" : "chunk (1<T_q<T_k, bottom-right)");
   // A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
   bool empty_row = false;
   for (Index b = 0; b < q.B && !empty_row; ++b)
@@ -359,9 +645,104 @@ std::vector<std::string> shape_tags(const Problem& p) {
   return tags;
 }
 
+namespace {
+
+// A case while it is shrunk: its geometry and the current value of every entry of q, k and v (flattened, in that
+// order). Shape steps and value steps interleave, so a shape that could not shrink while the values were still
+// as drawn is tried again after they simplified (a score that needed two D coordinates may need one once
+// its values are powers of two).
+struct CaseValues {
+  CaseShape s;
+  std::vector<double> values;
+};
+
+Shape q_shape(const CaseShape& s) { return {s.B, s.H, s.T_q, s.D}; }
+Shape kv_shape(const CaseShape& s) { return {s.B, s.H_kv, s.T_k, s.D}; }
+
+// id -> index along one axis.
+std::map<Index, Index> positions(const std::vector<Index>& ids) {
+  std::map<Index, Index> at;
+  for (std::size_t n = 0; n < ids.size(); ++n) at[ids[n]] = Index(n);
+  return at;
+}
+
+// Copies into `to` (entries of shape `ts` at coordinates `tc`) the value of every entry that `from` (shape fs,
+// coordinates fc) also has.
+void carry_values(const double* from, const Shape& fs, const std::array<std::vector<Index>, 4>& fc, double* to,
+                  const Shape& ts, const std::array<std::vector<Index>, 4>& tc) {
+  const auto pb = positions(fc[0]), ph = positions(fc[1]), pi = positions(fc[2]), pd = positions(fc[3]);
+  const auto find = [](const std::map<Index, Index>& m, Index id) {
+    const auto it = m.find(id);
+    return it == m.end() ? Index{-1} : it->second;
+  };
+  Index n = 0;
+  for (Index b = 0; b < ts.B; ++b)
+    for (Index h = 0; h < ts.H; ++h)
+      for (Index i = 0; i < ts.T; ++i)
+        for (Index d = 0; d < ts.D; ++d, ++n) {
+          const Index ob = find(pb, tc[0][std::size_t(b)]), oh = find(ph, tc[1][std::size_t(h)]),
+                      oi = find(pi, tc[2][std::size_t(i)]), od = find(pd, tc[3][std::size_t(d)]);
+          if (ob >= 0 && oh >= 0 && oi >= 0 && od >= 0) to[n] = from[((ob * fs.H + oh) * fs.T + oi) * fs.D + od];
+        }
+}
+
+// The values of a case of shape s, drawn (regime, magnitudes, one base per tensor) and shrunk together with it.
+rc::Gen<CaseValues> gen_case_values(CaseShape s0, ShrinkRules rules, Regime regime, double m_qk, double m_v,
+                                    DType dtype) {
+  return [=](const rc::Random& random, int size) {
+    rc::Random r = random;
+    const std::uint64_t bq = r.next(), bk = r.next(), bv = r.next();
+    const auto draw = [=](const CaseShape& s) {
+      const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids};
+      CaseValues c{s, draw_values(q_shape(s), q_at, regime, m_qk, dtype, bq, size)};
+      for (const auto& [base, m] : {std::pair{bk, m_qk}, std::pair{bv, m_v}}) {
+        const auto t = draw_values(kv_shape(s), kv_at, regime, m, dtype, base, size);
+        c.values.insert(c.values.end(), t.begin(), t.end());
+      }
+      return c;
+    };
+    // A simpler shape keeps the current values of the entries it keeps; entries it adds are drawn.
+    const auto reshape = [=](const CaseValues& c, const CaseShape& to) {
+      CaseValues n = draw(to);
+      const Shape fq = q_shape(c.s), fk = kv_shape(c.s), tq = q_shape(to), tk = kv_shape(to);
+      carry_values(c.values.data(), fq, {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids}, n.values.data(), tq,
+                   {to.b_ids, to.h_ids, to.q_ids, to.d_ids});
+      for (const Index t : {0, 1})
+        carry_values(c.values.data() + fq.numel() + t * fk.numel(), fk, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.d_ids},
+                     n.values.data() + tq.numel() + t * tk.numel(), tk, {to.b_ids, to.kv_ids, to.k_ids, to.d_ids});
+      return n;
+    };
+    // Fewer D coordinates also shrink every score (fewer terms, though a larger 1/√D): a bug that needs a
+    // large score (an overflow, a finite mask constant) may then vanish, although one coordinate with larger
+    // values would show it. So each step that drops D coordinates is also tried with q doubled (a power of
+    // two stays one): the shape is smaller either way, so shrinking still ends.
+    const auto with_q_doubled = [dtype](CaseValues c) {
+      const Index n = q_shape(c.s).numel();
+      for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, 2 * c.values[std::size_t(k)]);
+      return c;
+    };
+    return rc::shrinkable::shrinkRecur(draw(s0), [=](const CaseValues& c) {
+      return rc::seq::concat(
+          rc::seq::mapcat(rc::seq::fromContainer(shape_shrinks(c.s, rules)),
+                          [=](const CaseShape& to) {
+                            CaseValues n = reshape(c, to);
+                            if (to.D == c.s.D) return rc::seq::just(std::move(n));
+                            CaseValues doubled = with_q_doubled(n);
+                            return rc::seq::just(std::move(n), std::move(doubled));
+                          }),
+          rc::seq::map(value_shrinks(c.values, dtype), [s = c.s](std::vector<double> v) {
+            return CaseValues{s, std::move(v)};
+          }));
+    });
+  };
+}
+
+}  // namespace
+
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
-  return rc::gen::exec([=] {
-    const CaseShape s = *gen_shape(cfg, opts);
+  const auto [first, rules] = first_shape(cfg, opts);
+  return rc::gen::exec([=, first = first, rules = rules] {
+    const CaseShape s0 = *rc::gen::noShrink(first);
     const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int},
                                                              {4, Regime::normal},
                                                              {2, Regime::uniform},
@@ -371,22 +752,47 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
     const double m_qk_drawn = *gen_magnitude(), m_v_drawn = *gen_magnitude();  // unconditional, see gen_shape
     const double m_qk = regime == Regime::small_int ? 1.0 : m_qk_drawn;
     const double m_v = regime == Regime::small_int ? 1.0 : m_v_drawn;
+    const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
+    const CaseValues cv = *gen_case_values(s0, rules, regime, m_qk, m_v, cfg.dtype);
+    const CaseShape& s = cv.s;
     LawCase c;
     Problem& p = c.problem;
     p.dtype = cfg.dtype;
-    p.q = *gen_tensor({s.B, s.H, s.T_q, s.D}, regime, m_qk, cfg.dtype);
-    p.k = *gen_tensor({s.B, s.H_kv, s.T_k, s.D}, regime, m_qk, cfg.dtype);
-    p.v = *gen_tensor({s.B, s.H_kv, s.T_k, s.D}, regime, m_v, cfg.dtype);
+    const Shape qs = q_shape(s), ks = kv_shape(s);
+    p.q = as_tensor(qs, cv.values.data());
+    p.k = as_tensor(ks, cv.values.data() + qs.numel());
+    p.v = as_tensor(ks, cv.values.data() + qs.numel() + ks.numel());
     p.alignment = s.alignment;  // drawn and shrunk with the shape
     p.key_lengths = s.key_lengths;
     p.window = s.window;
-    if (opts.allow_custom_scale && cfg.caps.custom_scale) {
-      const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
-      if (custom > 0) p.scale = custom;
-    }
+    if (opts.allow_custom_scale && cfg.caps.custom_scale && custom > 0) p.scale = custom;
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(regime));
+    return c;
+  });
+}
+
+rc::Gen<LawCase> gen_gradient_case(const GenConfig& cfg, const ProblemOptions& opts) {
+  return rc::gen::exec([=] {
+    LawCase c = *gen_problem(cfg, opts);
+    Problem& p = c.problem;
+    const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int}, {4, Regime::normal}, {1, Regime::sparse}});
+    const double m_drawn = *gen_magnitude();  // unconditional, see gen_shape
+    Tensor<double> d_output = *gen_tensor(p.q.shape(), regime, regime == Regime::small_int ? 1.0 : m_drawn, cfg.dtype);
+    // Room: an eighth of the dtype's largest value, so the kernel's own rounding cannot push a gradient over it.
+    AttentionOptions o = p.options();
+    const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, d_output, o);
+    const double g_max = std::max({g.dq.values().cwiseAbs().maxCoeff(), g.dk.values().cwiseAbs().maxCoeff(),
+                                   g.dv.values().cwiseAbs().maxCoeff()});
+    const double room = max_finite(cfg.dtype) / 8;
+    if (g_max > room) {
+      const int e = int(std::ceil(std::log2(g_max / room)));
+      for (double& x : d_output.values()) x = round_to(cfg.dtype, std::ldexp(x, -e));
+      c.tags.push_back("dO-scaled-to-fit");
+    }
+    p.d_output = std::move(d_output);
+    c.tags.push_back("dO=" + regime_name(regime));
     return c;
   });
 }

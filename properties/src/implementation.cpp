@@ -114,6 +114,10 @@ ImplementationPtr reference_implementation() {
         return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
           return attention(q, k, v, pr.options(), w);
         });
+      },
+      [](const Problem& p) {
+        return run_backward_typed(p, [](const auto& q, const auto& k, const auto& v, const auto& d_output,
+                                        const Problem& pr) { return attention_backward(q, k, v, d_output, pr.options()); });
       });
   return ref;
 }

@@ -12,7 +12,12 @@ const std::vector<Law>& laws() {
                             prefix_consistency(),      scale_variance(),     first_position(),
                             convex_hull(),             shift_invariance(),   batch_head_independence(),
                             oracle_agreement(),        paths_agree(),        determinism(),
-                            strict_causality_nonfinite()};
+                            strict_causality_nonfinite(), decode_consistency(), chunked_prefill(),
+                            gqa_head_sharing(),        gqa_equivalence(),  key_padding_invariance(),
+                            varlen_equivalence(),         window_zero_weight(),
+                            window_perturbation(),        empty_row_convention(),
+                            grad_oracle(),             grad_causality(),     grad_key_sum_zero(),
+                            grad_dv_weights(),         grad_finite_difference()};
   }();
   return all;
 }

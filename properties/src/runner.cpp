@@ -1,12 +1,16 @@
 // Runs one law with RapidCheck and keeps the minimal counterexample. RapidCheck accepts a shrink only when
 // the shrunk case still fails, so the last failing evaluation is the minimal case it reports.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <mutex>
 #include <thread>
 
+#include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
 #include "laws/support.hpp"
 
@@ -56,12 +60,50 @@ class ProgressListener final : public rc::detail::TestListener {
   const std::function<void(const Progress&)>& cb_;
 };
 
+// The implementation as a law sees it, counting the calls the law makes (an outcome's own count includes the
+// probing calls behind recovered weights).
+class CountingImplementation final : public Implementation {
+ public:
+  explicit CountingImplementation(const Implementation& inner) : inner_(inner) {}
+  const std::string& name() const override { return inner_.name(); }
+  const std::string& description() const override { return inner_.description(); }
+  const Capabilities& capabilities() const override { return inner_.capabilities(); }
+  Outcome forward(const Problem& p) const override {
+    ++calls_;  // counted before the call, so a call that throws counts too
+    Outcome o = inner_.forward(p);
+    calls_ += o.calls - 1;
+    return o;
+  }
+  Gradients backward(const Problem& p) const override {
+    ++calls_;
+    return inner_.backward(p);
+  }
+  long calls() const { return calls_; }
+
+ private:
+  const Implementation& inner_;
+  mutable std::atomic<long> calls_{0};
+};
+
 std::string unquote(std::string s) {
   if (s.size() >= 2 && s.front() == '"' && s.back() == '"') s = s.substr(1, s.size() - 2);
   return s;
 }
 
 }  // namespace
+
+double margin(const Violation& v) {
+  if (v.quantity == "call" || v.tolerance <= 0 || !std::isfinite(v.magnitude))
+    return std::numeric_limits<double>::infinity();
+  return v.magnitude / v.tolerance;
+}
+
+std::string margin_text(const Violation& v) {
+  if (v.quantity == "call") return "failed call";
+  if (!std::isfinite(v.magnitude)) return "non-finite";
+  if (v.tolerance <= 0) return "exact law";
+  return format_number(margin(v), 3) + "x the tolerance";
+}
 
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
   try {
@@ -81,10 +123,19 @@ std::string why_not_applicable(const Law& law, const Implementation& impl, const
   return why_not;
 }
 
+// What a held law found out about impl (Law::finding), or why it could not tell.
+std::string finding_note(const Law& law, const Implementation& impl, const GenConfig& g) {
+  try {
+    return law.finding(impl, g);
+  } catch (const ImplementationError& e) {
+    return "could not tell: " + std::string(kind_name(e.kind())) + ": " + e.what();
+  }
+}
+
 // run_law; `known_held[n]`, when given, says that the n-th case drawn before any failure was already checked
-// and held, so it is not checked again.
+// and held, so it is not checked again; `known_calls` are the calls those checks made.
 LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOptions& opts,
-                       const std::vector<bool>* known_held) {
+                       const std::vector<bool>* known_held, long known_calls = 0) {
   LawResult r;
   r.law = law.name;
   r.implementation = impl.name();
@@ -103,6 +154,13 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   }
 
   const rc::Gen<LawCase> gen = law.gen(g);
+  const CountingImplementation counted(impl);
+  // Shrinking state. Once a failure is clear (margin >= kClearMargin), a shrink that fails by less is not
+  // taken (RapidCheck then tries the next candidate): among failing candidates the clear ones win, when there
+  // are any. A failure on the outputs of a kernel with probed weights is shrunk with the outputs check alone.
+  // A replayed case is checked in full, so its verdict never depends on this state.
+  bool have_clear = false;
+  std::string failed_on;
   // RapidCheck counts any exception as a failing case. attncheck's own errors (a broken oracle or
   // statistic, a bad parameter) are not counterexamples: keep the first one and rethrow it after the run, so
   // callers report an internal error instead of a falsified law.
@@ -115,9 +173,10 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     for (const auto& t : c.tags) RC_TAG(t);
     const std::size_t n = drawn++;
     if (known_held && !progress.shrinking && n < known_held->size() && (*known_held)[n]) return;
+    c.outputs_only = g.caps.weights_probed && failed_on == "output";
     std::optional<Violation> v;
     try {
-      v = evaluate_case(law, impl, c);
+      v = evaluate_case(law, counted, c);
       if (std::string n = law_kit::take_sampling_note(); !n.empty()) sampled = std::move(n);
     } catch (const rc::detail::CaseResult&) {
       throw;
@@ -126,6 +185,11 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       throw;
     }
     if (v) {
+      const bool clear = margin(*v) >= kClearMargin;
+      if (have_clear && !clear) return;
+      have_clear = have_clear || clear;
+      failed_on = v->quantity;
+      c.outputs_only = false;
       t_last_failure = Failure{c, *v};
       RC_FAIL(v->message);
     }
@@ -148,6 +212,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
+  r.calls = known_calls + counted.calls();
   if (internal) std::rethrow_exception(internal);
   r.note = sampled;
 
@@ -157,6 +222,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     r.cases_run = s.numSuccess;
     for (const auto& [tags, n] : s.distribution)
       for (const auto& t : tags) r.coverage[unquote(t)] += n;
+    if (law.finding) r.note = finding_note(law, impl, g);
   } else if (result.is<rc::detail::FailureResult>()) {
     const auto& f = result.get<rc::detail::FailureResult>();
     r.status = LawStatus::falsified;
@@ -192,6 +258,7 @@ struct Checked {
   bool failed = false;  // falsified, or attncheck's own error: either way the law is re-run alone
   std::string note;
   double seconds = 0;
+  long calls = 0;  // implementation calls the check made
 };
 
 }  // namespace
@@ -230,11 +297,13 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
       }
       Checked c;
       const auto start = std::chrono::steady_clock::now();
+      const CountingImplementation counted(impl);
       try {
-        c.failed = evaluate_case(*laws[job.law], impl, job.lcase).has_value();
+        c.failed = evaluate_case(*laws[job.law], counted, job.lcase).has_value();
       } catch (...) {
         c.failed = true;  // re-run alone, where the error surfaces as it would serially
       }
+      c.calls = counted.calls();
       c.note = law_kit::take_sampling_note();
       c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::lock_guard lock(mu);
@@ -296,11 +365,13 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     const bool all_drawn = drawn[l] && drawn[l]->is<rc::detail::SuccessResult>();
     if (!drawn[l] || !all_drawn || failed[l]) {  // not applicable, or something to shrink or report: alone
       std::vector<bool> held;
+      long held_calls = 0;
       for (const Checked& c : checked[l]) {
         if (c.failed) break;
         held.push_back(true);
+        held_calls += c.calls;
       }
-      out.push_back(run_law_impl(law, impl, opts, &held));
+      out.push_back(run_law_impl(law, impl, opts, &held, held_calls));
       continue;
     }
     LawResult r;
@@ -315,7 +386,13 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
       for (const auto& t : tags) r.coverage[unquote(t)] += n;
     for (const Checked& c : checked[l]) {
       r.seconds += c.seconds;
+      r.calls += c.calls;
       if (!c.note.empty()) r.note = c.note;
+    }
+    if (law.finding) {
+      GenConfig g = opts.gen;
+      g.caps = impl.capabilities();
+      r.note = finding_note(law, impl, g);
     }
     out.push_back(std::move(r));
   }
@@ -337,13 +414,15 @@ std::string describe(const LawResult& r) {
   std::string s = r.law + " on " + r.implementation + " (" + std::string(dtype_name(r.dtype)) + ", seed " +
                   std::to_string(r.seed) + "): ";
   switch (r.status) {
-    case LawStatus::held: return s + "held in " + std::to_string(r.cases_run) + " cases\n";
+    case LawStatus::held:
+      return s + "held in " + std::to_string(r.cases_run) + " cases (" + std::to_string(r.calls) + " calls)" +
+             (r.note.empty() ? "" : "; " + r.note) + "\n";
     case LawStatus::not_applicable: return s + "not applicable: " + r.note + "\n";
     case LawStatus::falsified: break;
   }
   s += "FALSIFIED after " + std::to_string(r.cases_run) + " cases and " + std::to_string(r.shrink_steps) +
-       " shrink steps\n";
-  if (r.violation) s += "  " + r.violation->message + "\n";
+       " shrink steps (" + std::to_string(r.calls) + " calls)\n";
+  if (r.violation) s += "  " + r.violation->message + "\n  margin: " + margin_text(*r.violation) + "\n";
   if (r.minimal_case) {
     const Problem& p = r.minimal_case->problem;
     const Shape& q = p.q.shape();
@@ -352,8 +431,13 @@ std::string describe(const LawResult& r) {
          " D=" + std::to_string(q.D) +
          (p.k.shape().T != q.T
               ? (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)")
-              : "") +
-         "\n";
+              : "");
+    if (!p.key_lengths.empty()) {
+      s += " key_lengths=";
+      for (std::size_t b = 0; b < p.key_lengths.size(); ++b) s += (b ? "," : "") + std::to_string(p.key_lengths[b]);
+    }
+    if (p.window) s += " window=" + std::to_string(*p.window);
+    s += "\n";
   }
   if (!r.reproduce.empty()) s += "  replay: RC_PARAMS=\"reproduce=" + r.reproduce + "\"\n";
   return s;

@@ -2,6 +2,7 @@
 // stay representable in the dtype, and replay exactly from a seed.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 
 #include "attncheck/generators.hpp"
@@ -45,10 +46,27 @@ TEST(Generators, coverageFloorsAreMetAndVisible) {
   EXPECT_GE(share({"|score|>1e4"}), 0.05) << "scores beyond ±1e4, where finite masks and missing max-subtraction break";
   EXPECT_GE(share({"T=16..64", "T>64"}), 0.10) << "T >= 16";
   EXPECT_GE(share({"T>64"}), 0.02) << "the tail beyond 64";
+  EXPECT_GE(share({"T_k=16m,16m+-1"}), 0.08) << "key lengths at a multiple of 16, or one off it (tile edges)";
+  EXPECT_GE(share({"T_k=2^k+-1"}), 0.08) << "key lengths one off a power of two";
+  EXPECT_GE(share({"T_k>16 (two key tiles of 16)"}), 0.15) << "more than one key tile of 16";
   EXPECT_GE(share({"D=non-pow2"}), 0.10) << "non-power-of-two D";
   EXPECT_GE(share({"D=odd"}), 0.10) << "odd D";
   EXPECT_GE(share({"T_q!=T_k"}), 0.05) << "T_q != T_k";
-  EXPECT_GE(share({"a-query-sees-nothing"}), 0.03) << "queries with no visible key (bottom-right, T_q > T_k)";
+  EXPECT_GE(share({"a-query-sees-nothing"}), 0.10)
+      << "queries with no visible key (bottom-right with T_q > T_k, or every key padding)";
+  // Padding (the reference honours key lengths and windows, so the generator draws them): a sequence that is
+  // all padding, one that is not padded at all, and one in between; windows of 0, 1, 2..T-1 and beyond T.
+  EXPECT_GE(share({"length=0"}), 0.08) << "a sequence of length 0 (every key padding)";
+  EXPECT_GE(share({"length=T_k"}), 0.08) << "a padded batch with a full-length sequence";
+  EXPECT_GE(share({"length=partial"}), 0.08) << "a sequence with some padding";
+  EXPECT_GE(share({"window=0"}), 0.05) << "window 0: a query sees only its own position";
+  EXPECT_GE(share({"window=1"}), 0.05) << "window 1";
+  EXPECT_GE(share({"window=2..T-1"}), 0.03) << "a window inside the sequence";
+  EXPECT_GE(share({"window>=T"}), 0.05) << "a window at or beyond T (must equal no window)";
+  EXPECT_GE(share({"decode (T_q=1<T_k, bottom-right)"}), 0.04) << "decode steps";
+  EXPECT_GE(share({"chunk (1<T_q<T_k, bottom-right)"}), 0.03) << "prefill chunks";
+  EXPECT_GE(share({"H_kv=1<H (MQA)"}), 0.10) << "multi-query attention";
+  EXPECT_GE(share({"1<H_kv<H (GQA)"}), 0.03) << "grouped queries with more than one kv head";
   for (const char* regime : {"regime=small-int", "regime=normal", "regime=uniform", "regime=ties", "regime=one-hot",
                              "regime=sparse"})
     EXPECT_GE(share({regime}), 0.03) << regime;
@@ -161,6 +179,130 @@ TEST(Generators, shrinkingStaysInsideTheCapabilities) {
                               *plain, options_from_rc_params("probe"));
   EXPECT_EQ(r.status, LawStatus::falsified) << describe(r);
   EXPECT_EQ(outside, "") << "a shrink step left the capabilities";
+}
+
+// Shrinking deletes any index, not only the last: a failure caused by one large query entry ends as that entry
+// alone (B = H = T_q = D = 1), wherever it was drawn, on every seed; its value stays a power of two above 100
+// (values shrink to small integers and powers of two), and every other value is 0.
+TEST(Generators, shrinkingDeletesAnyIndexDownToTheOneEntryThatFails) {
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 400;
+    const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                  if (c.problem.q.values().cwiseAbs().maxCoeff() > 100) return violation("|q| > 100");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& p = r.minimal_case->problem;
+    EXPECT_EQ(p.q.shape(), (Shape{1, 1, 1, 1})) << "seed " << seed;
+    EXPECT_EQ(p.k.shape().T, 1) << "seed " << seed;
+    const double x = std::abs(p.q.values()[0]);
+    EXPECT_TRUE(x > 100 && std::exp2(std::round(std::log2(x))) == x) << "seed " << seed << ": q = " << x;
+    EXPECT_EQ((p.k.values().array() != 0).count() + (p.v.values().array() != 0).count(), 0) << "seed " << seed;
+  }
+}
+
+// Grouped heads shrink by whole kv groups or by the same query head of every group, so H_kv always divides H:
+// a failure that needs two kv groups of two query heads each ends at exactly H = 4, H_kv = 2.
+TEST(Generators, groupedHeadsShrinkByWholeGroupsKeepingHDivisible) {
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 400;
+    opts.gen.max_H = 8;
+    std::string bad;
+    const LawResult r = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Index H = c.problem.q.shape().H, H_kv = c.problem.kv_heads();
+                                  if (H % H_kv) bad = std::to_string(H) + " heads, " + std::to_string(H_kv) + " kv";
+                                  if (H_kv >= 2 && H / H_kv >= 2) return violation("two groups of two");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::falsified) << "seed " << seed;
+    EXPECT_EQ(bad, "") << "seed " << seed;
+    EXPECT_EQ(r.minimal_case->problem.q.shape().H, 4) << "seed " << seed;
+    EXPECT_EQ(r.minimal_case->problem.kv_heads(), 2) << "seed " << seed;
+  }
+}
+
+// Values shrink to 0, then to ±1, small integers and powers of two, and only to simpler ones (so shrinking ends).
+TEST(Generators, simpleValuesAreZeroThenSmallIntegersAndPowersOfTwo) {
+  EXPECT_EQ(simple_values(0, DType::f32), std::vector<double>{});
+  EXPECT_EQ(simple_values(-3.7, DType::f32), (std::vector<double>{0, -1, -4}));
+  EXPECT_EQ(simple_values(1000.3, DType::f32), (std::vector<double>{0, 1, 1024}));
+  EXPECT_EQ(simple_values(5, DType::f32), (std::vector<double>{0, 1, 3, 4}));
+  EXPECT_EQ(simple_values(1024, DType::f32), (std::vector<double>{0, 1, 32, 256, 512}));
+  EXPECT_EQ(simple_values(0.125, DType::f32), (std::vector<double>{0, 1, 0.25}));
+  EXPECT_EQ(simple_values(1, DType::f32), std::vector<double>{0});
+}
+
+// Among failing shrinks, clear ones win: a law whose violation is 100x its tolerance at T_q >= 3 but only 1.5x at
+// T_q = 2 stops at T_q = 3 once it holds a clear failure, instead of ending where a reader would suspect noise.
+// When the first failure is itself unclear (T_q = 2), there is nothing clearer to keep.
+TEST(Generators, shrinkingPrefersFailuresWellAboveTheTolerance) {
+  int clear_runs = 0;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    Index first_T = 0;
+    const LawResult r = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Index T = c.problem.q.shape().T;
+                                  if (T < 2) return std::nullopt;
+                                  if (!first_T) first_T = T;
+                                  Violation v = violation("fails");
+                                  v.quantity = "output";
+                                  v.tolerance = 1;
+                                  v.magnitude = T >= 3 ? 100 : 1.5;
+                                  return v;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::falsified);
+    if (first_T == 2) {
+      EXPECT_EQ(margin(*r.violation), 1.5) << "seed " << seed;
+      continue;
+    }
+    ++clear_runs;
+    EXPECT_EQ(r.minimal_case->problem.q.shape().T, 3) << "seed " << seed << ": " << describe(r);
+    EXPECT_EQ(margin(*r.violation), 100) << "seed " << seed;
+    EXPECT_NE(describe(r).find("margin: 100x the tolerance"), std::string::npos) << describe(r);
+  }
+  EXPECT_GT(clear_runs, 0);
+}
+
+// --min-T and --shape: no generated (or shrunk) case is shorter than min_T, and a pinned shape is every case's
+// shape, even when the law fails and the case is shrunk.
+TEST(Generators, minTAndAPinnedShapeHoldWhileShrinking) {
+  RunOptions opts;
+  opts.gen.min_T = 20;
+  opts.gen.max_T = 40;
+  std::string bad;
+  const LawResult r = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                if (c.problem.q.shape().T < 20 || c.problem.k.shape().T < 20)
+                                  bad = to_string(c.problem.q.shape()) + " / " + to_string(c.problem.k.shape());
+                                return violation("always");
+                              }),
+                              *reference_implementation(), opts);
+  ASSERT_EQ(r.status, LawStatus::falsified);
+  EXPECT_EQ(bad, "");
+  EXPECT_EQ(r.minimal_case->problem.q.shape().T, 20);
+
+  opts.gen.shape = std::array<Index, 5>{2, 3, 40, 33, 8};
+  const LawResult pinned = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                     if (c.problem.q.shape() != Shape{2, 3, 40, 8} || c.problem.k.shape() != Shape{2, 3, 33, 8})
+                                       bad = to_string(c.problem.q.shape()) + " / " + to_string(c.problem.k.shape());
+                                     return violation("always");
+                                   }),
+                                   *reference_implementation(), opts);
+  ASSERT_EQ(pinned.status, LawStatus::falsified);
+  EXPECT_EQ(bad, "");
+}
+
+// The T generator puts weight where tiled kernels break: 2^k, 2^k ± 1 and 16m, 16m ± 1, up to max_T.
+TEST(Generators, tileEdgeLengthsAreTheEdgesUpToMaxT) {
+  EXPECT_EQ(tile_edge_lengths(1, 20), (std::vector<Index>{1, 2, 3, 4, 5, 7, 8, 9, 15, 16, 17}));
+  EXPECT_EQ(tile_edge_lengths(60, 70), (std::vector<Index>{63, 64, 65}));
 }
 
 }  // namespace

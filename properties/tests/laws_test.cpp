@@ -2,6 +2,7 @@
 // sets the seed and case count, and a failure prints the minimal case and the RC_PARAMS line that replays it.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <set>
 
 #include "attncheck/law.hpp"
@@ -37,13 +38,118 @@ TEST(Law, oracleAgreement) { expectHoldsOnReference("oracle-agreement", kAllDtyp
 TEST(Law, pathsAgree) { expectHoldsOnReference("paths-agree"); }
 TEST(Law, determinism) { expectHoldsOnReference("determinism"); }
 TEST(Law, strictCausalityNonfinite) { expectHoldsOnReference("strict-causality-nonfinite", {DType::f32, DType::f16}); }
+TEST(Law, decodeConsistency) { expectHoldsOnReference("decode-consistency", kAllDtypes); }
+TEST(Law, chunkedPrefill) { expectHoldsOnReference("chunked-prefill", kAllDtypes); }
+TEST(Law, gqaHeadSharing) { expectHoldsOnReference("gqa-head-sharing", kAllDtypes); }
+TEST(Law, gqaEquivalence) { expectHoldsOnReference("gqa-equivalence", kAllDtypes); }
+
+// The grouped-query laws need an implementation that declares GQA, the KV-cache laws bottom-right cross-length
+// calls; otherwise they are not applicable, and say why.
+TEST(Law, gqaAndCacheLawsSayWhyTheyDoNotApply) {
+  const auto reason = [](const char* law, const Capabilities& caps) {
+    GenConfig g;
+    g.caps = caps;
+    return find_law(law)->not_applicable(g);
+  };
+  Capabilities plain;  // no GQA; T_q != T_k under both alignments
+  EXPECT_NE(reason("gqa-head-sharing", plain).find("grouped-query attention"), std::string::npos);
+  EXPECT_NE(reason("gqa-equivalence", plain).find("grouped-query attention"), std::string::npos);
+  EXPECT_EQ(reason("decode-consistency", plain), "");
+  Capabilities square = plain;
+  square.cross_lengths = false;
+  EXPECT_NE(reason("decode-consistency", square).find("T_q < T_k"), std::string::npos);
+  Capabilities top_left = plain;
+  top_left.alignments = {CausalAlignment::TopLeft};
+  EXPECT_NE(reason("chunked-prefill", top_left).find("bottom-right"), std::string::npos);
+  const LawResult r = run_law(*find_law("gqa-equivalence"), *make_implementation("plain", "", plain, [](const Problem& p) {
+    return reference_implementation()->forward(p);
+  }), RunOptions{});
+  EXPECT_EQ(r.status, LawStatus::not_applicable);
+  EXPECT_FALSE(r.note.empty());
+  Capabilities gqa = plain;
+  gqa.gqa = true;
+  EXPECT_EQ(reason("gqa-head-sharing", gqa), "");
+}
+
+TEST(Law, keyPaddingInvariance) { expectHoldsOnReference("key-padding-invariance", kAllDtypes); }
+TEST(Law, varlenEquivalence) { expectHoldsOnReference("varlen-equivalence", kAllDtypes); }
+TEST(Law, windowZeroWeight) { expectHoldsOnReference("window-zero-weight", kAllDtypes); }
+TEST(Law, windowPerturbation) { expectHoldsOnReference("window-perturbation", kAllDtypes); }
+TEST(Law, emptyRowConvention) { expectHoldsOnReference("empty-row-convention", kAllDtypes); }
+
+// The reference, with `fill(problem, outcome, b, h, i)` applied to every row that sees no key.
+ImplementationPtr with_empty_rows(std::function<void(const Problem&, Outcome&, Index, Index, Index)> fill) {
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.empty_rows.reset();
+  return make_implementation("empty-rows", "reference with other empty rows", caps, [fill](const Problem& p) {
+    Outcome o = reference_implementation()->forward(p);
+    for (Index b = 0; b < p.q.shape().B; ++b)
+      for (Index h = 0; h < p.q.shape().H; ++h)
+        for (Index i = 0; i < p.q.shape().T; ++i)
+          if (p.visibility(b).keys(i).empty()) fill(p, o, b, h, i);
+    return o;
+  });
+}
+
+// empty-row-convention can fail on what only it checks: a convention that changes with the dtype (NaN in
+// float16, 0 elsewhere), and a row that mixes them (NaN output, zero weights).
+TEST(Law, emptyRowConventionCatchesAChangeAcrossDtypesAndAMixInsideARow) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const auto nan_in_half = with_empty_rows([nan](const Problem& p, Outcome& o, Index b, Index h, Index i) {
+    if (p.dtype != DType::f16) return;
+    o.output.head(b, h).row(i).setConstant(nan);
+    if (o.weights) o.weights->head(b, h).row(i).setConstant(nan);
+  });
+  const auto mixed = with_empty_rows(
+      [nan](const Problem&, Outcome& o, Index b, Index h, Index i) { o.output.head(b, h).row(i).setConstant(nan); });
+  const Law& law = *find_law("empty-row-convention");
+  const LawResult r1 = run_law(law, *nan_in_half, options_from_rc_params(law.name));
+  ASSERT_EQ(r1.status, LawStatus::falsified) << describe(r1);
+  EXPECT_NE(r1.violation->message.find("must not change across calls or dtypes"), std::string::npos) << describe(r1);
+  const LawResult r2 = run_law(law, *mixed, options_from_rc_params(law.name));
+  ASSERT_EQ(r2.status, LawStatus::falsified) << describe(r2);
+  EXPECT_NE(r2.violation->message.find("mixes the conventions"), std::string::npos) << describe(r2);
+}
+
+TEST(Law, gradOracle) { expectHoldsOnReference("grad-oracle", kAllDtypes); }
+TEST(Law, gradCausality) { expectHoldsOnReference("grad-causality", kAllDtypes); }
+TEST(Law, gradKeySumZero) { expectHoldsOnReference("grad-key-sum-zero", kAllDtypes); }
+TEST(Law, gradDvWeights) { expectHoldsOnReference("grad-dv-weights", kAllDtypes); }
+TEST(Law, gradFiniteDifference) { expectHoldsOnReference("grad-finite-difference", {DType::f64}); }
+
+// A gradient law is not applicable, with its reason, to an implementation without a backward; the forward
+// laws are unaffected.
+TEST(Law, gradientLawsNeedABackward) {
+  Capabilities caps = reference_implementation()->capabilities();  // every forward law applies
+  caps.backward = false;
+  const auto forward_only = make_implementation("forward-only", "the reference forward, no backward", caps,
+                                                [](const Problem& p) { return reference_implementation()->forward(p); });
+  for (const Law& l : laws()) {
+    RunOptions opts;
+    opts.cases = 5;
+    opts.gen.dtype = DType::f64;
+    const LawResult r = run_law(l, *forward_only, opts);
+    if (l.needs_backward) {
+      EXPECT_EQ(r.status, LawStatus::not_applicable) << l.name;
+      EXPECT_NE(r.note.find("backward"), std::string::npos) << r.note;
+    } else {
+      EXPECT_NE(r.status, LawStatus::not_applicable) << l.name;
+    }
+  }
+}
 
 // Every law in laws() has a test above: a new law without one fails here.
 TEST(Law, everyLawHasATest) {
   const std::set<std::string> tested = {"row-stochastic", "zero-future-weight", "causal-perturbation",
                                         "prefix-consistency", "scale-variance", "first-position", "convex-hull",
                                         "shift-invariance", "batch-head-independence", "oracle-agreement",
-                                        "paths-agree", "determinism", "strict-causality-nonfinite"};
+                                        "paths-agree", "determinism", "strict-causality-nonfinite",
+                                        "decode-consistency", "chunked-prefill", "gqa-head-sharing",
+                                        "gqa-equivalence",
+                                        "key-padding-invariance", "varlen-equivalence", "window-zero-weight",
+                                        "window-perturbation", "empty-row-convention",
+                                        "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
+                                        "grad-finite-difference"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

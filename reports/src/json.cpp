@@ -246,14 +246,18 @@ LawCase law_case_from_json(const Json& j, std::string_view what) {
 
 Json to_json(const Violation& v) {
   Json series = Json::array();
-  for (const auto& [d, var] : v.series) series.push_back(Json::array({number_to_json(d), number_to_json(var)}));
+  for (const auto& pt : v.series)
+    series.push_back(Json::array({number_to_json(pt.D), number_to_json(pt.variance), number_to_json(pt.low),
+                                  number_to_json(pt.high)}));
   return Json{{"message", v.message},
               {"quantity", v.quantity},
               {"worst_index", v.worst_index},
               {"magnitude", number_to_json(v.magnitude)},
               {"tolerance", number_to_json(v.tolerance)},
+              {"margin", number_to_json(margin(v))},  // derived (magnitude / tolerance); not read back
               {"expected", tensor_or_null(v.expected)},
               {"actual", tensor_or_null(v.actual)},
+              {"tolerances", tensor_or_null(v.tolerances)},
               {"weights", tensor_or_null(v.weights)},
               {"series", std::move(series)}};
 }
@@ -275,12 +279,17 @@ Violation violation_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("tolerance"); it != j.end()) v.tolerance = number_from_json(*it, sub(what, "tolerance"));
   v.expected = optional_tensor(j, "expected", what);
   v.actual = optional_tensor(j, "actual", what);
+  v.tolerances = optional_tensor(j, "tolerances", what);
   v.weights = optional_tensor(j, "weights", what);
   if (const auto it = j.find("series"); it != j.end()) {
-    if (!it->is_array()) fail(sub(what, "series"), "an array of [D, variance] pairs", *it);
+    if (!it->is_array()) fail(sub(what, "series"), "an array of [D, variance, low, high] points", *it);
     for (const auto& pt : *it) {
-      if (!pt.is_array() || pt.size() != 2) fail(sub(what, "series"), "a [D, variance] pair", pt);
-      v.series.emplace_back(number_from_json(pt[0], sub(what, "series")), number_from_json(pt[1], sub(what, "series")));
+      // Reports written before the band was recorded hold [D, variance]: their band is the point itself.
+      if (!pt.is_array() || (pt.size() != 2 && pt.size() != 4))
+        fail(sub(what, "series"), "a [D, variance, low, high] point", pt);
+      const auto at = [&](std::size_t n) { return number_from_json(pt[n], sub(what, "series")); };
+      const double var = at(1);
+      v.series.push_back(VariancePoint{at(0), var, pt.size() == 4 ? at(2) : var, pt.size() == 4 ? at(3) : var});
     }
   }
   return v;

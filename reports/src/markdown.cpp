@@ -68,11 +68,30 @@ std::string tensor_tables(const Tensor<double>& t, const std::string& corner, co
 
 std::string shape_table(const Problem& p) {
   const Shape& q = p.q.shape();
-  std::string md = "| B | H | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---|---|---|\n";
-  md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(q.T) + " | " +
+  // H_kv: the kv heads of K and V (H_kv < H: grouped queries, query head h reading kv head h / (H / H_kv)).
+  std::string md =
+      "| B | H | H_kv | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---:|---|---|---|\n";
+  md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(p.kv_heads()) + " | " +
+        std::to_string(q.T) + " | " +
         std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) + " | " +
         (p.scale ? num(*p.scale, true) : std::string("1/√D (default)")) + " | " + std::string(alignment_name(p.alignment)) +
         " | " + std::string(dtype_name(p.dtype)) + " |\n";
+  const Index H_kv = p.kv_heads(), group = q.H / H_kv;
+  if (H_kv < q.H) {  // which query heads share each kv head
+    md += "\nGrouped queries: ";
+    for (Index g = 0; g < H_kv; ++g)
+      md += (g ? "; " : "") + std::string(group > 1 ? "query heads " : "query head ") + std::to_string(g * group) +
+            (group > 1 ? "–" + std::to_string((g + 1) * group - 1) : "") + " read kv head " + std::to_string(g);
+    md += ".\n";
+  }
+  if (!p.key_lengths.empty()) {
+    md += "\nkey lengths:";
+    for (std::size_t b = 0; b < p.key_lengths.size(); ++b) md += (b ? ", " : " ") + std::to_string(p.key_lengths[b]);
+    md += " (keys j ≥ key_lengths[b] of batch entry b are padding)\n";
+  }
+  if (p.window)
+    md += "\nsliding window: " + std::to_string(*p.window) + " (the query at aligned position p sees keys p - " +
+          std::to_string(*p.window) + " .. p)\n";
   return md;
 }
 
@@ -126,7 +145,7 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
   md += "| implementation | `" + md_cell(run.implementation) + "`: " + md_cell(run.implementation_description) + " |\n";
   md += "| dtype, seed | " + std::string(dtype_name(run.dtype)) + ", " + std::to_string(res.seed) + " |\n";
   md += "| found by | case " + std::to_string(res.cases_run) + ", then " + std::to_string(res.shrink_steps) +
-        " shrink steps |\n";
+        " shrink steps (" + std::to_string(res.calls) + " calls to the implementation) |\n";
   if (const auto cmd = replay_command(run, r); !cmd.empty())
     md += "| replay this case | `" + md_cell(cmd) + "` |\n";
   if (const auto cmd = reproduce_command(run, r); !cmd.empty())
@@ -147,7 +166,8 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
     const Violation& v = *res.violation;
     // Weight-like tensors end in T_k (keys j); outputs end in D (channels c).
     const auto corner_of = [&](const Tensor<double>& t) {
-      const bool keys = v.quantity != "output" && t.shape().D == c.problem.k.shape().T;
+      const bool gradient = !v.quantity.empty() && v.quantity[0] == 'd';  // dq, dk, dv, dk-sum: channels
+      const bool keys = v.quantity != "output" && !gradient && t.shape().D == c.problem.k.shape().T;
       return std::string(keys ? "i \\ j" : "i \\ c");
     };
     md += "## What went wrong\n\n";
@@ -161,17 +181,30 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
               num((*v.actual)(w[0], w[1], w[2], w[3]), true);
     }
     md += "; magnitude " + num(v.magnitude, true) + ", tolerance " +
-          (v.tolerance > 0 ? num(v.tolerance, true) : std::string("0 (an exact law)")) + ".\n\n";
+          (v.tolerance > 0 ? num(v.tolerance, true) : std::string("0 (an exact law)")) +
+          "; margin (magnitude / tolerance): " + margin_text(v) + ".\n\n";
 
-    const bool has_picture = v.weights || (v.quantity == "weights" && v.actual);
-    if (has_picture)
+    const PictureSet pics = pictures_of(res);
+    if (pics.error_map) {
+      const auto [b, h] = worst_head(v, v.expected->shape());
+      md += "![error map of the counterexample](" + law_file(res.law, "-error.svg") +
+            ")\n\n*Left: how far each entry of head b=" + std::to_string(b) + ", h=" + std::to_string(h) +
+            " is from the expected value, as a multiple of its own tolerance, on a log scale: light entries are "
+            "within the tolerance, strong ones past it, and the pattern of the strong ones is the shape of the bug. "
+            "Right: the " + v.quantity + " the implementation returned.*\n\n";
+    }
+    if (pics.weights)
       md += "![weights of the counterexample](" + law_file(res.law, "-weights.svg") +
             ")\n\n*The weights the implementation returned for the head of the worst entry. Cells outlined in red are "
             "future keys, whose weight must be exactly 0" +
             (v.quantity == "weights" ? "; the worst entry is outlined in black.*\n\n" : ".*\n\n");
-    if (!v.series.empty()) {
-      md += "![score variance against D](" + law_file(res.law, "-variance.svg") + ")\n\n| D | score variance |\n|---:|---:|\n";
-      for (const auto& [d, var] : v.series) md += "| " + num(d) + " | " + num(var, true) + " |\n";
+    if (pics.variance) {
+      md += "![score variance against D](" + law_file(res.law, "-variance.svg") +
+            ")\n\n*The scaled scores' variance measured at each D (median of group means, with a 95% band), against "
+            "what each mistake predicts: 1 when scores are scaled by 1/√D, D when the scale is forgotten, 1/D when it "
+            "is applied twice.*\n\n| D | score variance | 95% band |\n|---:|---:|---|\n";
+      for (const auto& pt : v.series)
+        md += "| " + num(pt.D) + " | " + num(pt.variance) + " | " + num(pt.low) + " – " + num(pt.high) + " |\n";
       md += "\n";
     }
 
@@ -203,6 +236,10 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
   for (const auto& [name, t] : {std::pair<const char*, const Tensor<double>*>{"Q", &c.problem.q}, {"K", &c.problem.k},
                                 {"V", &c.problem.v}})
     md += "### " + std::string(name) + " " + to_string(t->shape()) + "\n\n" + tensor_tables(*t, "i \\ c");
+  // A gradient law's case carries the upstream gradient the backward was called with.
+  if (c.problem.d_output)
+    md += "### dO (the upstream gradient) " + to_string(c.problem.d_output->shape()) + "\n\n" +
+          tensor_tables(*c.problem.d_output, "i \\ c");
   if (c.variant) md += variant_section(c.problem, *c.variant);
   if (!c.tags.empty()) {
     md += "Coverage tags of this case:";

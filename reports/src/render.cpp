@@ -76,6 +76,32 @@ std::string index_string(const std::vector<Index>& idx) {
   return out + "]";
 }
 
+PictureSet pictures_of(const LawResult& res) {
+  PictureSet p;
+  if (res.status != LawStatus::falsified || !res.violation || !res.minimal_case) return p;
+  const Violation& v = *res.violation;
+  p.error_map = v.expected && v.actual && v.tolerances && v.expected->shape() == v.actual->shape() &&
+                v.expected->shape() == v.tolerances->shape();
+  p.weights = !p.error_map && (v.weights || (v.quantity == "weights" && v.actual));
+  p.variance = !v.series.empty();
+  return p;
+}
+
+Visibility picture_visibility(const Problem& p, Index b, Index T_q, Index T_k) {
+  if (p.q.shape().T == T_q && p.k.shape().T == T_k && b < p.q.shape().B) return p.visibility(b);
+  return Visibility{T_q, T_k, p.alignment};
+}
+
+std::string hidden_key_label(const Visibility& vis) {
+  return vis.key_length < 0 && !vis.window ? "future key" : "key it may not see";
+}
+
+std::pair<Index, Index> worst_head(const Violation& v, const Shape& s) {
+  const auto& w = v.worst_index;
+  if (w.size() == 4 && w[0] < s.B && w[1] < s.H) return {w[0], w[1]};
+  return {0, 0};
+}
+
 }  // namespace detail
 
 using namespace detail;
@@ -83,15 +109,19 @@ using namespace detail;
 namespace {
 
 Json generator_json(const RunInfo& run) {
-  return Json{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
-              {"max_H", run.gen.max_H},     {"max_T", run.gen.max_T},       {"max_T_tail", run.gen.max_T_tail},
-              {"max_D", run.gen.max_D}};
+  Json g{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
+         {"max_H", run.gen.max_H},     {"min_T", run.gen.min_T},       {"max_T", run.gen.max_T},
+         {"max_T_tail", run.gen.max_T_tail}, {"max_D", run.gen.max_D}};
+  if (run.gen.shape) g["shape"] = *run.gen.shape;
+  if (run.gen.max_H_kv > 0) g["max_H_kv"] = run.gen.max_H_kv;  // only when bounded (--max-Hkv)
+  return g;
 }
 
 Json shape_json(const Problem& p) {
   const Shape& q = p.q.shape();
   Json s{{"B", q.B}, {"H", q.H}, {"T", q.T}, {"D", q.D}};
   if (p.k.shape().T != q.T) s["T_k"] = p.k.shape().T;
+  if (p.kv_heads() != q.H) s["H_kv"] = p.kv_heads();
   return s;
 }
 
@@ -104,7 +134,7 @@ Json coverage_json(const std::map<std::string, int>& coverage) {
 }  // namespace
 
 Formats parse_formats(std::string_view list) {
-  Formats f{false, false, false};
+  Formats f{false, false, false, false};
   std::size_t start = 0;
   bool any = false;
   while (start <= list.size()) {
@@ -113,13 +143,14 @@ Formats parse_formats(std::string_view list) {
     if (item == "md") f.md = true;
     else if (item == "json") f.json = true;
     else if (item == "junit") f.junit = true;
+    else if (item == "html") f.html = true;
     else
-      throw std::invalid_argument("--format: expected a comma-separated list of md, json, junit but got \"" +
+      throw std::invalid_argument("--format: expected a comma-separated list of md, json, junit, html but got \"" +
                                   std::string(item) + "\" in \"" + std::string(list) + "\"");
     any = true;
     start = end + 1;
   }
-  if (!any) throw std::invalid_argument("--format: expected at least one of md, json, junit");
+  if (!any) throw std::invalid_argument("--format: expected at least one of md, json, junit, html");
   return f;
 }
 
@@ -130,14 +161,22 @@ std::string replay_command(const RunInfo& run, const LawReport& r) {
   return run.program + " check --impl " + shell_quote(run.implementation) + " --replay " + shell_quote(r.replay_file);
 }
 
+std::string shape_option(const std::array<Index, 5>& shape) {
+  std::string s;
+  for (const Index x : shape) s += (s.empty() ? "" : ",") + std::to_string(x);
+  return s;
+}
+
 std::string reproduce_command(const RunInfo& run, const LawReport& r) {
   if (r.result.reproduce.empty()) return {};
   // The reproduce string replays RapidCheck's random choices; the generator bounds must match the run's.
   return run.program + " check --impl " + shell_quote(run.implementation) + " --property " +
          shell_quote(r.result.law) + " --dtype " + std::string(dtype_name(run.dtype)) +
          " --max-B " + std::to_string(run.gen.max_B) + " --max-H " + std::to_string(run.gen.max_H) +
+         (run.gen.max_H_kv > 0 ? " --max-Hkv " + std::to_string(run.gen.max_H_kv) : std::string()) +
          " --max-T " + std::to_string(run.gen.max_T_tail) + " --max-D " + std::to_string(run.gen.max_D) +
-         " --reproduce " + shell_quote(r.result.reproduce);
+         (run.gen.min_T > 1 ? " --min-T " + std::to_string(run.gen.min_T) : std::string()) +
+         (run.gen.shape ? " --shape " + shape_option(*run.gen.shape) : std::string()) + " --reproduce " + shell_quote(r.result.reproduce);
 }
 
 Json law_document(const RunInfo& run, const LawReport& r) {
@@ -154,6 +193,7 @@ Json law_document(const RunInfo& run, const LawReport& r) {
            {"replay_command", replay_command(run, r)},
            {"cases_run", res.cases_run},
            {"shrink_steps", res.shrink_steps},
+           {"calls", res.calls},
            {"generator", generator_json(run)},
            {"numbers", kNumberEncoding}};
   if (res.minimal_case) doc["shape"] = shape_json(res.minimal_case->problem);
@@ -172,12 +212,16 @@ Json summary_json(const RunInfo& run, const std::vector<LawReport>& laws, const 
     const LawResult& res = r.result;
     (res.status == LawStatus::held ? held : res.status == LawStatus::falsified ? falsified : na) += 1;
     Json e{{"law", res.law}, {"status", status_name(res.status)}, {"cases_run", res.cases_run},
-           {"shrink_steps", res.shrink_steps}};
+           {"shrink_steps", res.shrink_steps}, {"calls", res.calls}};
+    if (res.violation) e["margin"] = number_to_json(margin(*res.violation));
     if (!res.note.empty()) e["note"] = res.note;
     if (res.status == LawStatus::falsified) {
       e["message"] = res.violation ? res.violation->message : std::string();
       if (formats.json) e["report_json"] = law_file(res.law, ".json");
       if (formats.md) e["report_md"] = law_file(res.law, ".md");
+      if (formats.html) e["report_html"] = law_file(res.law, ".html");
+      if (res.violation && res.violation->tolerance > 0)
+        e["margin"] = number_to_json(res.violation->magnitude / res.violation->tolerance);
       e["replay_command"] = replay_command(run, r);
     }
     e["coverage"] = coverage_json(res.coverage);
@@ -195,7 +239,10 @@ Json summary_json(const RunInfo& run, const std::vector<LawReport>& laws, const 
               {"files", law_files}};
 }
 
-std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats) {
+}  // namespace
+
+std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats,
+                             std::string_view report_ext) {
   int falsified = 0, applicable = 0;
   for (const auto& r : laws) {
     falsified += r.result.status == LawStatus::falsified;
@@ -208,32 +255,47 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
   md += run.implementation_description + "\n\n";
   md += "dtype " + std::string(dtype_name(run.dtype)) + ", seed " + std::to_string(run.seed) + ", " +
         std::to_string(run.cases) + " cases per law, B ≤ " + std::to_string(run.gen.max_B) + ", H ≤ " +
-        std::to_string(run.gen.max_H) + ", T ≤ " + std::to_string(run.gen.max_T) + " (tail to " +
-        std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) + "\n\n";
-  md += "| law | result | cases | shrink steps | report |\n|---|---|---:|---:|---|\n";
+        std::to_string(run.gen.max_H) +
+        (run.gen.max_H_kv > 0 ? ", H_kv ≤ " + std::to_string(run.gen.max_H_kv) : std::string()) + ", T ≤ " +
+        std::to_string(run.gen.max_T) + " (tail to " +
+        std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) +
+        (run.gen.min_T > 1 ? ", T ≥ " + std::to_string(run.gen.min_T) : std::string()) +
+        (run.gen.shape ? ", shape pinned to " + shape_option(*run.gen.shape) : std::string()) + "\n\n";
+  // Margin: how far past its tolerance the worst entry is (margin_text: "non-finite" and the like where no
+  // ratio exists). Held laws have none to show.
+  md += "| law | result | cases | shrink steps | calls | margin | report |\n|---|---|---:|---:|---:|---:|---|\n";
+  const bool linked = report_ext == ".md" ? formats.md : true;
   for (const auto& r : laws) {
     const LawResult& res = r.result;
-    std::string report;
-    if (res.status == LawStatus::falsified && formats.md) report = "[" + res.law + ".md](" + res.law + ".md)";
+    std::string report, margin;
+    if (res.status == LawStatus::falsified && linked)
+      report = "[" + res.law + std::string(report_ext) + "](" + res.law + std::string(report_ext) + ")";
     else if (res.status == LawStatus::falsified && formats.json) report = "[" + res.law + ".json](" + res.law + ".json)";
     else if (!res.note.empty()) report = md_cell(res.note);
+    if (res.status == LawStatus::falsified && res.violation) margin = margin_text(*res.violation);
     const std::string status = res.status == LawStatus::falsified ? "**falsified**" : std::string(status_name(res.status));
     md += "| `" + res.law + "` | " + status + " | " + std::to_string(res.cases_run) + " | " +
-          std::to_string(res.shrink_steps) + " | " + report + " |\n";
+          std::to_string(res.shrink_steps) + " | " + std::to_string(res.calls) + " | " + margin + " | " + report +
+          " |\n";
   }
   if (falsified) {
-    md += "\n## Falsified\n\n";
+    md += "\n## Falsified\n";
     for (const auto& r : laws) {
       if (r.result.status != LawStatus::falsified) continue;
-      md += "- **" + r.result.law + "**: " +
-            md_cell(plain_message(r.result.law, r.result.violation ? r.result.violation->message : "")) + "\n";
-      if (const auto cmd = replay_command(run, r); !cmd.empty()) md += "  replay: `" + cmd + "`\n";
+      const std::string& law = r.result.law;
+      md += "\n### " + (linked ? "[`" + law + "`](" + law + std::string(report_ext) + ")" : "`" + law + "`") + "\n\n";
+      md += md_cell(plain_message(law, r.result.violation ? r.result.violation->message : "")) +
+            (r.result.violation ? " (margin: " + margin_text(*r.result.violation) + ")" : std::string()) + "\n\n";
+      if (const auto cmd = replay_command(run, r); !cmd.empty()) md += "Replay: `" + cmd + "`\n\n";
+      const PictureSet pics = pictures_of(r.result);
+      if (pics.error_map) md += "![error map](" + law_file(law, "-error.svg") + ")\n\n";
+      if (pics.weights) md += "![weights](" + law_file(law, "-weights.svg") + ")\n\n";
+      if (pics.variance) md += "![score variance against D](" + law_file(law, "-variance.svg") + ")\n\n";
     }
+    md.pop_back();
   }
   return md;
 }
-
-}  // namespace
 
 std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
   int failures = 0, skipped = 0;
@@ -270,7 +332,7 @@ std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
       if (res.violation) {
         body += "worst " + res.violation->quantity + " index " + index_string(res.violation->worst_index) +
                 ": magnitude " + num(res.violation->magnitude, true) + ", tolerance " +
-                num(res.violation->tolerance, true) + "\n";
+                num(res.violation->tolerance, true) + ", margin " + margin_text(*res.violation) + "\n";
       }
       if (const auto cmd = replay_command(run, r); !cmd.empty()) body += "replay: " + cmd + "\n";
       if (const auto cmd = reproduce_command(run, r); !cmd.empty()) body += "reproduce: " + cmd + "\n";
@@ -283,34 +345,59 @@ std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
   return x;
 }
 
-std::vector<ReportFile> render_run(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats) {
+std::vector<ReportFile> law_pictures(const RunInfo& run, const LawReport& r) {
+  const LawResult& res = r.result;
+  const PictureSet pics = pictures_of(res);
   std::vector<ReportFile> files;
+  if (!pics.error_map && !pics.weights && !pics.variance) return files;
+  const Violation& v = *res.violation;
+  const std::string title = run.implementation + " on " + res.law;
+  const Problem& p = res.minimal_case->problem;
+  if (pics.error_map) {
+    const auto [b, h] = worst_head(v, v.expected->shape());
+    const Shape& s = v.expected->shape();
+    files.push_back({law_file(res.law, "-error.svg"), error_map_svg(v, b, h, picture_visibility(p, b, s.T, s.D), title)});
+  }
+  if (pics.weights) {
+    const Tensor<double>& w = v.weights ? *v.weights : *v.actual;
+    const auto [b, h] = worst_head(v, w.shape());
+    files.push_back({law_file(res.law, "-weights.svg"),
+                     weights_svg(w, b, h, picture_visibility(p, b, w.shape().T, w.shape().D), v.quantity == "weights" ? v.worst_index : std::vector<Index>{}, title)});
+  }
+  if (pics.variance)
+    files.push_back({law_file(res.law, "-variance.svg"), variance_svg(v.series, title + ": score variance against D")});
+  return files;
+}
+
+std::vector<ReportFile> render_run(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats) {
+  std::vector<ReportFile> files, all_pictures;
   for (const auto& r : laws) {
     const LawResult& res = r.result;
     if (res.status != LawStatus::falsified) continue;
     if (formats.json) files.push_back({law_file(res.law, ".json"), dump_pretty(law_document(run, r))});
-    if (!formats.md) continue;
-    files.push_back({law_file(res.law, ".md"), law_markdown(run, r)});
-    if (!res.violation || !res.minimal_case) continue;
-    const Violation& v = *res.violation;
-    const Tensor<double>* w = v.weights ? &*v.weights : (v.quantity == "weights" && v.actual ? &*v.actual : nullptr);
-    if (w) {
-      const Index b = v.worst_index.size() == 4 ? v.worst_index[0] : 0, h = v.worst_index.size() == 4 ? v.worst_index[1] : 0;
-      const bool in_range = b < w->shape().B && h < w->shape().H;
-      files.push_back({law_file(res.law, "-weights.svg"),
-                       weights_svg(*w, in_range ? b : 0, in_range ? h : 0, res.minimal_case->problem.alignment,
-                                   v.quantity == "weights" ? v.worst_index : std::vector<Index>{},
-                                   run.implementation + " on " + res.law)});
+    if (!formats.md && !formats.html) continue;
+    const std::string md = law_markdown(run, r);
+    const std::vector<ReportFile> pictures = law_pictures(run, r);
+    if (formats.md) {
+      files.push_back({law_file(res.law, ".md"), md});
+      files.insert(files.end(), pictures.begin(), pictures.end());
     }
-    if (!v.series.empty())
-      files.push_back({law_file(res.law, "-variance.svg"),
-                       series_svg(v.series, run.implementation + " on " + res.law + ": score variance against D")});
+    if (formats.html)
+      files.push_back({law_file(res.law, ".html"),
+                       html_page(res.law + " falsified by " + run.implementation,
+                                 "<nav><a href=\"index.html\">&#8592; the whole run</a></nav>\n" +
+                                     markdown_to_html(md, pictures))});
+    all_pictures.insert(all_pictures.end(), pictures.begin(), pictures.end());
   }
   std::vector<std::string> names;
   for (const auto& f : files) names.push_back(f.name);
   if (formats.md) names.push_back("summary.md");
+  if (formats.html) names.push_back("index.html");
   if (formats.junit) names.push_back("junit.xml");
   if (formats.md) files.push_back({"summary.md", summary_markdown(run, laws, formats)});
+  if (formats.html)
+    files.push_back({"index.html", html_page("attncheck: " + run.implementation,
+                                             markdown_to_html(summary_markdown(run, laws, formats, ".html"), all_pictures))});
   if (formats.junit) files.push_back({"junit.xml", junit_xml(run, laws)});
   if (formats.json) files.push_back({"summary.json", dump_pretty(summary_json(run, laws, formats, names))});
   return files;

@@ -80,6 +80,23 @@ TEST(ReportJson, lawCaseRoundTripsEveryDoubleIncludingNonFinite) {
   EXPECT_EQ(back.tags, c.tags);
 }
 
+// A gradient law's case keeps its upstream gradient dO (with the variant's), so --replay and the corpus call
+// the backward with exactly the stored dO; a case without one reads back without one.
+TEST(ReportJson, gradientCaseRoundTripsItsUpstreamGradient) {
+  LawCase c;
+  c.problem = awkward_problem(0);
+  c.problem.d_output = awkward_tensor({1, 2, 3, 4}, 5);
+  c.variant = awkward_problem(1);
+  c.variant->d_output = awkward_tensor({1, 2, 3, 4}, 7);
+  const LawCase back = law_case_from_json(Json::parse(dump_pretty(to_json(c))), "case");
+  ASSERT_TRUE(back.problem.d_output.has_value());
+  expect_same_values(*c.problem.d_output, *back.problem.d_output);
+  ASSERT_TRUE(back.variant && back.variant->d_output);
+  expect_same_values(*c.variant->d_output, *back.variant->d_output);
+  EXPECT_FALSE(law_case_from_json(Json::parse(dump_pretty(to_json(LawCase{awkward_problem(0)}))), "case")
+                   .problem.d_output.has_value());
+}
+
 TEST(ReportJson, nonFiniteNumbersAreSpelledAsDocumentedStrings) {
   EXPECT_EQ(number_to_json(Lim::infinity()), "inf");
   EXPECT_EQ(number_to_json(-Lim::infinity()), "-inf");
@@ -98,7 +115,8 @@ TEST(ReportJson, violationRoundTripsWithTensorsAndSeries) {
   v.magnitude = 0.5;
   v.tolerance = Lim::denorm_min();
   v.actual = awkward_tensor({1, 2, 3, 4}, 5);
-  v.series = {{2, 1.0000001}, {4, Lim::quiet_NaN()}};
+  v.tolerances = awkward_tensor({1, 2, 3, 4}, 6);
+  v.series = {{2, 1.0000001, 0.75, 1.5}, {4, Lim::quiet_NaN(), 3, Lim::infinity()}};
   const Violation back = violation_from_json(Json::parse(dump_pretty(to_json(v))), "violation");
   EXPECT_EQ(back.message, v.message);
   EXPECT_EQ(back.worst_index, v.worst_index);
@@ -107,9 +125,28 @@ TEST(ReportJson, violationRoundTripsWithTensorsAndSeries) {
   EXPECT_FALSE(back.expected.has_value());
   ASSERT_TRUE(back.actual.has_value());
   expect_same_values(*v.actual, *back.actual);
+  ASSERT_TRUE(back.tolerances.has_value());
+  expect_same_values(*v.tolerances, *back.tolerances);
+  EXPECT_FALSE(back.weights.has_value());
   ASSERT_EQ(back.series.size(), 2u);
-  EXPECT_EQ(back.series[0].second, 1.0000001);
-  EXPECT_TRUE(std::isnan(back.series[1].second));
+  EXPECT_EQ(back.series[0].variance, 1.0000001);
+  EXPECT_EQ(back.series[0].low, 0.75);
+  EXPECT_EQ(back.series[0].high, 1.5);
+  EXPECT_TRUE(std::isnan(back.series[1].variance));
+  EXPECT_EQ(back.series[1].high, Lim::infinity());
+}
+
+TEST(ReportJson, seriesWithoutABandReadsAsAPoint) {
+  // Reports written before the sweep recorded its band hold [D, variance] pairs.
+  Json j = to_json(Violation{});
+  j["series"] = Json::array({Json::array({2.0, 2.5})});
+  const Violation back = violation_from_json(j, "violation");
+  ASSERT_EQ(back.series.size(), 1u);
+  EXPECT_EQ(back.series[0].D, 2.0);
+  EXPECT_EQ(back.series[0].low, 2.5);
+  EXPECT_EQ(back.series[0].high, 2.5);
+  j["series"] = Json::array({Json::array({2.0, 2.5, 1.0})});
+  EXPECT_THROW(violation_from_json(j, "violation"), FormatError);
 }
 
 TEST(ReportJson, malformedTensorIsRefusedNamingTheShape) {

@@ -68,28 +68,34 @@ LawReport held_law(std::string name) {
 
 TEST(WeightsSvg, outlinesExactlyTheFutureCells) {
   // Top-left, T=3: query i sees keys j <= i, so (0,1), (0,2), (1,2) are future.
-  const std::string top_left = weights_svg(filled({1, 1, 3, 3}, 0.2), 0, 0, CausalAlignment::TopLeft, {}, "t");
+  const std::string top_left = weights_svg(filled({1, 1, 3, 3}, 0.2), 0, 0, Visibility{3, 3, CausalAlignment::TopLeft}, {}, "t");
   EXPECT_EQ(count(top_left, kFutureOutline), 3u + 1u);
   // Bottom-right, T_q=2, T_k=3: query i sees j <= i + 1, so only (0,2) is future.
-  const std::string bottom_right = weights_svg(filled({1, 1, 2, 3}, 0.2), 0, 0, CausalAlignment::BottomRight, {}, "t");
+  const std::string bottom_right = weights_svg(filled({1, 1, 2, 3}, 0.2), 0, 0, Visibility{2, 3, CausalAlignment::BottomRight}, {}, "t");
   EXPECT_EQ(count(bottom_right, kFutureOutline), 1u + 1u);
   // Bottom-right, T_q=3, T_k=1: queries 0 and 1 see no key at all; only their one cell is outlined.
-  const std::string no_key = weights_svg(filled({1, 1, 3, 1}, 0), 0, 0, CausalAlignment::BottomRight, {}, "t");
+  const std::string no_key = weights_svg(filled({1, 1, 3, 1}, 0), 0, 0, Visibility{3, 1, CausalAlignment::BottomRight}, {}, "t");
   EXPECT_EQ(count(no_key, kFutureOutline), 2u + 1u);
+  // Key padding and a window hide more than the future: T=4, keys 3.. padding, window 1 (query i sees
+  // i-1..i), so row 0 hides 1,2,3; row 1 hides 2,3; row 2 hides 0,3; row 3 hides 0,1,3 (ten cells).
+  const std::string padded =
+      weights_svg(filled({1, 1, 4, 4}, 0.2), 0, 0, Visibility{4, 4, CausalAlignment::TopLeft, 3, 1}, {}, "t");
+  EXPECT_EQ(count(padded, kFutureOutline), 10u + 1u);
+  EXPECT_NE(padded.find("key it may not see: must be 0"), std::string::npos);
   EXPECT_TRUE(top_left.starts_with("<svg ") && top_left.ends_with("</svg>\n"));
 }
 
 TEST(WeightsSvg, marksTheWorstCellAndNonFiniteValues) {
   Tensor<double> w = filled({1, 2, 2, 2}, 0.5);
   w(0, 1, 0, 1) = std::numeric_limits<double>::quiet_NaN();
-  const std::string s = weights_svg(w, 0, 1, CausalAlignment::TopLeft, {0, 1, 0, 1}, "a <title>");
+  const std::string s = weights_svg(w, 0, 1, Visibility{2, 2, CausalAlignment::TopLeft}, {0, 1, 0, 1}, "a <title>");
   EXPECT_EQ(count(s, "stroke=\"black\" stroke-width=\"3\""), 1u + 1u);  // the cell and its legend sample
   EXPECT_EQ(count(s, ">NaN</text>"), 1u);
   EXPECT_EQ(count(s, "a &lt;title&gt;"), 2u);  // escaped in <title> and in the heading
   // A leak too small for two decimals must not read as 0.
   Tensor<double> tiny = filled({1, 1, 2, 2}, 0);
   tiny(0, 0, 0, 1) = 1e-30;
-  EXPECT_EQ(count(weights_svg(tiny, 0, 0, CausalAlignment::TopLeft, {}, "t"), ">&gt;0</text>"), 1u);
+  EXPECT_EQ(count(weights_svg(tiny, 0, 0, Visibility{2, 2, CausalAlignment::TopLeft}, {}, "t"), ">&gt;0</text>"), 1u);
 }
 
 TEST(LawMarkdown, boldsOnlyEntriesBeyondTheTolerance) {
@@ -109,6 +115,7 @@ TEST(LawMarkdown, boldsOnlyEntriesBeyondTheTolerance) {
   EXPECT_NE(md.find("1 of 6 entries"), std::string::npos) << md;
   EXPECT_NE(md.find("attncheck check --impl mutant:leaky --replay out/zero-future-weight.json"), std::string::npos);
   EXPECT_NE(md.find("exp(-inf) is 0"), std::string::npos) << "the law's why belongs in the report";
+  EXPECT_NE(md.find("margin (magnitude / tolerance): 500x the tolerance"), std::string::npos) << md;
 }
 
 TEST(LawMarkdown, variantShowsWhatTheLawChanged) {
@@ -129,8 +136,8 @@ TEST(RenderRun, writesTheFilesFormatsAskForAndNoTimings) {
   std::vector<std::string> names;
   for (const auto& f : files) names.push_back(f.name);
   EXPECT_EQ(names, (std::vector<std::string>{"zero-future-weight.json", "zero-future-weight.md",
-                                             "zero-future-weight-weights.svg", "summary.md", "junit.xml",
-                                             "summary.json"}));
+                                             "zero-future-weight-weights.svg", "zero-future-weight.html", "summary.md",
+                                             "index.html", "junit.xml", "summary.json"}));
 
   laws[0].result.seconds = 12.5;  // the clock must not reach the files
   laws[1].result.seconds = 0.01;
@@ -142,6 +149,44 @@ TEST(RenderRun, writesTheFilesFormatsAskForAndNoTimings) {
   EXPECT_TRUE(std::none_of(md_only.begin(), md_only.end(), [](const ReportFile& f) {
     return f.name.ends_with(".json") || f.name.ends_with(".xml");
   }));
+}
+
+TEST(Html, indexIsSelfContainedAndLinksEveryFalsifiedLaw) {
+  std::vector<LawReport> laws = {held_law("row-stochastic"), falsified_weights_law()};
+  const auto files = render_run(a_run(), laws, Formats{});
+  const auto find = [&](const std::string& name) {
+    const auto it = std::find_if(files.begin(), files.end(), [&](const ReportFile& f) { return f.name == name; });
+    return it == files.end() ? std::string() : it->content;
+  };
+  const std::string index = find("index.html"), page = find("zero-future-weight.html");
+  ASSERT_FALSE(index.empty());
+  ASSERT_FALSE(page.empty());
+  for (const std::string& html : {index, page}) {
+    EXPECT_TRUE(html.starts_with("<!DOCTYPE html>\n"));
+    EXPECT_EQ(count(html, "<script"), 0u);
+    EXPECT_EQ(count(html, "default-src 'none'"), 1u) << "nothing may be fetched";
+    EXPECT_EQ(count(html, "<svg "), 1u) << "the heatmap, inline";
+    EXPECT_EQ(count(html, "<img"), 0u);
+  }
+  EXPECT_NE(index.find("<a href=\"zero-future-weight.html\">"), std::string::npos) << index;
+  EXPECT_NE(index.find("<td><code>row-stochastic</code></td><td>held</td>"), std::string::npos) << index;
+  EXPECT_NE(page.find("<a href=\"index.html\">"), std::string::npos);
+  // The description's markup characters are text, not markup.
+  EXPECT_NE(page.find("a mask that leaks &lt;&amp;&gt; on purpose"), std::string::npos) << page;
+}
+
+TEST(Html, markdownSubsetBecomesHtml) {
+  const std::string h = markdown_to_html(
+      "# Title `a|b`\n\n> a **bold** q[0,1] and *it*\n\n| x | y |\n|---|---:|\n| `p\\|q` | 1 |\n\n"
+      "- one [link](r.md)\n  more\n\n![pic](p.svg)\n\n![missing](m.svg)\n",
+      {{"p.svg", "<svg>P</svg>\n"}});
+  EXPECT_NE(h.find("<h1 id=\"title-a-b\">Title <code>a|b</code></h1>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<blockquote>a <strong>bold</strong> q[0,1] and <em>it</em></blockquote>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<th>x</th><th class=\"num\">y</th>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<td><code>p|q</code></td><td class=\"num\">1</td>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<li>one <a href=\"r.html\">link</a><br>more</li>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<figure>\n<svg>P</svg>\n</figure>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<img src=\"m.svg\" alt=\"missing\">"), std::string::npos) << h;
 }
 
 TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {
@@ -158,7 +203,8 @@ TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {
 TEST(Formats, parsesSubsetsAndRefusesUnknownItems) {
   const Formats f = parse_formats("junit,md");
   EXPECT_TRUE(f.md && f.junit && !f.json);
-  EXPECT_THROW(parse_formats("md,html"), std::invalid_argument);
+  EXPECT_TRUE(parse_formats("md,html").html);
+  EXPECT_THROW(parse_formats("md,pdf"), std::invalid_argument);
   EXPECT_THROW(parse_formats(""), std::invalid_argument);
   EXPECT_THROW(parse_formats("md,"), std::invalid_argument);
 }

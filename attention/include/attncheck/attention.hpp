@@ -117,6 +117,16 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
 /// The kv head query head h of H reads when K and V have H_kv heads: h / (H / H_kv).
 inline Index kv_head(Index h, Index H, Index H_kv) { return h / (H / H_kv); }
 
+/// K or V [B,H_kv,T,D] repeated to [B,H,T,D] by kv_head (PyTorch's repeat_interleave over heads): what a
+/// kernel without grouped queries is called with.
+template <class S> Tensor<S> repeat_kv_heads(const Tensor<S>& kv, Index H) {
+  const Shape& s = kv.shape();
+  Tensor<S> r({s.B, H, s.T, s.D});
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < H; ++h) r.head(b, h) = kv.head(b, kv_head(h, H, s.H));
+  return r;
+}
+
 /// The scale a call with these options uses for head dimension D (1/√D unless overridden); throws
 /// ValueError naming `who` when the override is not finite and positive.
 double resolve_scale(const std::optional<double>& scale, Index D, const char* who);

@@ -18,6 +18,12 @@ double storage_floor(DType dtype);
 /// Unit roundoff of the type a dtype accumulates in (float for float32/float16/bfloat16, double for float64).
 double accumulation_roundoff(DType dtype);
 
+/// Per query row of one head, the relative error ρ_i = exp(2Δ_i + γ_T + 5u_a) - 1 a correct kernel at `dtype`
+/// may have in every weight of the row (steps 1-2 of tolerance.cpp): +inf where the dtype cannot resolve the
+/// softmax at all, 0 for a row that sees no key.
+Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
+                                      const BoolMask& mask, double scale);
+
 /// Allowed |actual - oracle| for one head, element by element, for a kernel at `dtype` that accumulates in
 /// float (double for float64) and received the same (already rounded) inputs as the oracle.
 struct HeadTolerance {

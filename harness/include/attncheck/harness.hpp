@@ -38,8 +38,10 @@ ImplementationPtr checked_implementation(ImplementationPtr impl);
 void check_finite_outcome(const Problem& p, const Outcome& o, const std::string& impl_name);
 
 /// Serves an implementation over the exec: protocol (harness/PROTOCOL.md) on in_fd/out_fd until bye or EOF,
-/// so C++ code can be checked in a separate process too. `make` runs after the hello; a SpecError it throws
-/// is sent as a refusal. Returns 0 after bye or EOF, 2 after a refusal or a protocol error.
+/// so C++ code can be checked in a separate process too: forward calls, and from protocol version 2 its
+/// capabilities (GQA, key padding, window, empty rows) and backward calls (Implementation::backward). It
+/// answers in the lower of attncheck's newest version and its own. `make` runs after the hello; a SpecError
+/// it throws is sent as a refusal. Returns 0 after bye or EOF, 2 after a refusal or a protocol error.
 int serve(const std::function<ImplementationPtr()>& make, int in_fd = 0, int out_fd = 1);
 
 /// The path of the attncheck-plugin-host executable: $ATTNCHECK_PLUGIN_HOST, else beside the running

@@ -1,5 +1,6 @@
 // RapidCheck generators for attention problems: the shape first, then data of that shape, so shrinking
-// reduces B, H, T, D before values; values span a wide dynamic range in several regimes and shrink toward 0.
+// reduces B, H, T, D before values; values span a wide dynamic range in several regimes and shrink toward 0,
+// small integers and powers of two.
 #pragma once
 
 #include <rapidcheck.h>
@@ -20,6 +21,10 @@ struct CaseShape {
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
   std::vector<Index> key_lengths{};               ///< per batch entry, in [0, T_k]; empty: no padding
   std::optional<Index> window{};                  ///< sliding window; empty: none
+  /// The coordinates each index was drawn at, per axis (batch entry, query head, kv head, query position, key
+  /// position, D coordinate). Values are keyed by these, so deleting an index in the middle of an axis leaves
+  /// every other entry's value as it was, and the case usually still fails. Empty: 0, 1, 2, ...
+  std::vector<Index> b_ids{}, h_ids{}, kv_ids{}, q_ids{}, k_ids{}, d_ids{};
 };
 
 /// How the values of a case are drawn. Small integers come first: that is where shrinking ends.
@@ -46,8 +51,25 @@ template <class T> rc::Gen<T> weighted_choice(std::vector<std::pair<std::size_t,
 /// Head dimension D in [1, max_D]: small, uniform and power-of-two draws, shrinking toward 1.
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg);
 
-/// A [B,H,T,D] tensor of values at `magnitude` in `regime`, each rounded to `dtype`, shrinking toward 0.
+/// A [B,H,T,D] tensor of values at `magnitude` in `regime`, each rounded to `dtype`. Each value shrinks to 0,
+/// then to ±1, a small integer or a power of two (simple_values).
 rc::Gen<Tensor<double>> gen_tensor(const Shape& s, Regime regime, double magnitude, DType dtype);
+
+/// The coordinates a tensor's entries are drawn at, per axis (empty: 0, 1, 2, ...): entry (b,h,i,d) gets the
+/// value drawn for (b_ids[b], h_ids[h], i_ids[i], d_ids[d]).
+struct Coords {
+  std::vector<Index> b, h, i, d;
+};
+/// gen_tensor with each entry drawn at its coordinates `at`.
+rc::Gen<Tensor<double>> gen_tensor(const Shape& s, const Coords& at, Regime regime, double magnitude, DType dtype);
+
+/// The simpler values x may shrink to, simplest first: 0, ±1, then the nearest power of two or small integer
+/// (|n| <= 64); a small integer or power of two shrinks only to smaller ones. All representable in `dtype`.
+std::vector<double> simple_values(double x, DType dtype);
+
+/// The sequence lengths where tiled kernels break, up to max_T: 2^k, 2^k ± 1, and multiples of 16 (so of 32, 64
+/// and 128 too) and those ± 1, ascending, all >= min_T.
+std::vector<Index> tile_edge_lengths(Index min_T, Index max_T);
 
 /// A log-uniform magnitude over [1e-3, 1e4] (10 steps a decade), shrinking toward 1.
 rc::Gen<double> gen_magnitude();
@@ -62,21 +84,37 @@ struct ProblemOptions {
   bool allow_gqa = true;            ///< H_kv < H (Capabilities::gqa)
   bool allow_padding = true;        ///< per-sequence key lengths (Capabilities::key_padding)
   bool allow_window = true;         ///< a sliding window (Capabilities::window)
+  /// Every case padded (when allowed): for laws about padding. Shrinking then keeps some padding.
+  bool require_padding = false;
+  /// Every case windowed (when allowed): for laws about windows. Shrinking then keeps a window.
+  bool require_window = false;
   bool allow_custom_scale = true;   ///< sometimes pass an explicit scale
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.
   bool want_weights = true;
 };
 
-/// Shape generator: B, H in [1, max], T in [1, max_T] with a tail up to max_T_tail as RapidCheck's size
-/// grows, D in [1, max_D] (small, uniform and power-of-two draws), the causal alignment, and, where allowed,
-/// H_kv among the divisors of H, per-sequence key lengths and a window. The whole geometry is one
-/// shrinkable: every extent shrinks toward 1 (H and H_kv together, keeping H_kv | H), padding and the window
-/// toward none, and a square case may become a cross-length one.
+/// Shape generator: B, H in [1, max], T in [min_T, max_T] (a third of the draws at a tile edge, see
+/// tile_edge_lengths) with a tail up to max_T_tail as RapidCheck's size grows, D in [1, max_D] (small, uniform
+/// and power-of-two draws), the causal alignment, and, where allowed, H_kv among the divisors of H (at most
+/// max_H_kv), per-sequence key lengths and a window; or GenConfig::shape, pinned. For implementations that take
+/// bottom-right cross-length calls, a quarter of the cross-length cases each become a decode step
+/// (T_q = 1 < T_k) or a prefill chunk (T_q < T_k), bottom-right. The whole geometry is one shrinkable:
+/// every axis is cut from its end and loses any single index (a batch entry, a whole kv group or the same query
+/// head of every group, a position of q, k and v together, or of q or k alone when T_q != T_k is allowed, a D
+/// coordinate), padding and the window shrink toward none, and a square case may become a cross-length one.
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = {});
 
-/// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors.
+/// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors. Shape and values
+/// shrink as one: gen_shape's steps (the entries a step keeps keep their current values) interleaved with each
+/// value's simple_values, so a shape that could not shrink is tried again once the values are simpler.
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = {});
+
+/// A case for a gradient law: gen_problem's case with an upstream gradient dO (p.d_output, q's shape) drawn
+/// after it, in its own regime and magnitude, rounded to the dtype and shrinking toward 0. Gradients are linear
+/// in dO, so when the oracle's largest gradient would not fit in the dtype (float16 overflows at 65504) dO is
+/// scaled by a power of two until it fits with room to spare (tag "dO-scaled-to-fit").
+rc::Gen<LawCase> gen_gradient_case(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// Coverage tags of a problem (T bucket, D bucket, largest |score| bucket); gen_problem adds the regime.
 std::vector<std::string> shape_tags(const Problem& p);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attncheck/attention.hpp"
+#include "attncheck/backward.hpp"
 
 namespace attncheck {
 
@@ -39,9 +40,7 @@ struct Problem {
 
 /// What a backward call returned, widened to double: dQ [B,H,T_q,D], dK and dV [B,H_kv,T_k,D] (the dK and dV
 /// of a shared kv head sum over its group).
-struct Gradients {
-  Tensor<double> dq{Shape{}}, dk{Shape{}}, dv{Shape{}};
-};
+using Gradients = AttentionGradients<double>;
 
 /// What a row that sees no key returns (a query whose keys are all padding, outside its window, or, with
 /// bottom-right alignment and T_q > T_k, in its future): libraries disagree.
@@ -54,12 +53,16 @@ enum class EmptyRows {
 struct Outcome {
   Tensor<double> output{Shape{}};         ///< [B,H,T_q,D]
   std::optional<Tensor<double>> weights;  ///< [B,H,T_q,T_k], when the implementation returns them
+  int calls = 1;  ///< calls to the implementation this outcome took (more when its weights were probed)
 };
 
 /// What an implementation accepts; the generators only produce cases inside it.
 struct Capabilities {
   std::vector<DType> dtypes{DType::f32, DType::f64, DType::f16, DType::bf16};
   bool returns_weights = true;
+  /// The weights are recovered by probing (one more call per D keys), so laws check outputs first and ask for
+  /// weights only when the outputs pass.
+  bool weights_probed = false;
   bool cross_lengths = true;  ///< accepts T_q != T_k
   std::vector<CausalAlignment> alignments{CausalAlignment::TopLeft, CausalAlignment::BottomRight};
   bool custom_scale = true;
@@ -143,8 +146,21 @@ template <class F> Outcome run_typed(const Problem& p, F&& f) {
   });
 }
 
-/// The reference core (attncheck::attention with a BoolMask) as an implementation named "reference"; it
-/// claims every capability, nonfinite_safe included.
+/// The backward counterpart of run_typed: converts q, k, v and *p.d_output to the native scalar of the problem's
+/// dtype (exactly), calls `f(q, k, v, d_output, problem) -> AttentionGradients<S>` and widens the gradients.
+/// Throws std::invalid_argument when the problem has no d_output (a backward call needs one).
+template <class F> Gradients run_backward_typed(const Problem& p, F&& f) {
+  if (!p.d_output) throw std::invalid_argument("backward: the problem has no d_output");
+  return visit_dtype(p.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const AttentionGradients<S> g = f(p.q.template cast<S>(), p.k.template cast<S>(), p.v.template cast<S>(),
+                                      p.d_output->template cast<S>(), p);
+    return Gradients{g.dq.template cast<double>(), g.dk.template cast<double>(), g.dv.template cast<double>()};
+  });
+}
+
+/// The reference core (attncheck::attention with a BoolMask, and attention_backward) as an implementation
+/// named "reference"; it claims every capability, nonfinite_safe and backward included.
 ImplementationPtr reference_implementation();
 
 /// Checks that an outcome has the shapes the problem implies; throws ImplementationError(wrong_size)

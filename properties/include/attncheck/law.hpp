@@ -4,6 +4,7 @@
 
 #include <rapidcheck.h>
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,10 +20,17 @@ namespace attncheck {
 struct GenConfig {
   DType dtype = DType::f32;
   Index max_B = 4, max_H = 4;
+  /// At most this many kv heads, for implementations with grouped-query attention (0: up to H). 1 asks for
+  /// multi-query attention throughout. K and V of other implementations always have H heads.
+  Index max_H_kv = 0;
+  Index min_T = 1;         ///< no sequence (query or key) shorter than this
   Index max_T = 64;        ///< usual upper bound on T
   Index max_T_tail = 256;  ///< a tail up to this, reached as RapidCheck's size grows
   Index max_D = 128;
   Capabilities caps;       ///< what the implementation under test accepts
+  /// One pinned shape {B, H, T_q, T_k, D} (a long-context run): every generated problem has it and shrinking
+  /// leaves it alone; only values vary and shrink.
+  std::optional<std::array<Index, 5>> shape;
 };
 
 /// One generated case of one law: the problem the implementation is called with, and whatever else the law
@@ -32,6 +40,15 @@ struct LawCase {
   std::optional<Problem> variant;        ///< relational laws: the perturbed / permuted / prefix problem
   std::map<std::string, double> params;  ///< law-specific: "t", "b", "h", "sample_seed", ...
   std::vector<std::string> tags;         ///< coverage tags (T bucket, D bucket, value regime)
+  /// Set by the runner while shrinking a failure found on the outputs of an implementation whose weights are
+  /// costly (Capabilities::weights_probed): the law checks the outputs only, the cheapest check that still fails.
+  bool outputs_only = false;
+};
+
+/// One point of the scale-variance sweep: the median-of-means score variance at head dimension D, and a
+/// distribution-free 95% confidence band for it (two order statistics of the group means).
+struct VariancePoint {
+  double D = 0, variance = 0, low = 0, high = 0;
 };
 
 /// How a case broke a law, for the report: the worst offending entry, its size and the tolerance.
@@ -43,11 +60,21 @@ struct Violation {
   double tolerance = 0;             ///< what was allowed (0 for exact laws)
   std::optional<Tensor<double>> expected, actual;  ///< in full, same shape
   /// Per-element allowed |actual - expected|, same shape as expected, for laws with a tolerance (empty for
-  /// exact laws and for violations that are not an element-wise comparison).
+  /// exact laws and for violations that are not an element-wise comparison). Entries the law does not compare
+  /// are +Inf: anything is allowed there. The report's error map draws |actual - expected| / tolerances.
   std::optional<Tensor<double>> tolerances;
-  std::optional<Tensor<double>> weights;           ///< the implementation's weights on `problem`, when known
-  std::vector<std::pair<double, double>> series;   ///< scale stability: (D, variance) points to plot
+  std::optional<Tensor<double>> weights;  ///< the implementation's weights on `problem`, when known
+  std::vector<VariancePoint> series;      ///< scale stability: the variance swept over D = 1, 2, 4, ...
 };
+
+/// How clearly a violation exceeds what was allowed: magnitude / tolerance. +inf for exact laws (tolerance 0),
+/// non-finite values and failed calls: any difference there is a bug.
+double margin(const Violation& v);
+/// "12.5x the tolerance", or "exact law" / "non-finite" / "failed call" where margin() is +inf.
+std::string margin_text(const Violation& v);
+/// Shrinking prefers failures at least this clear: once a case fails by this margin, a shrink that fails by
+/// less is not taken, so a bug whose effect is large does not end as a case a reader takes for rounding noise.
+inline constexpr double kClearMargin = 8;
 
 /// A law: a generator of cases and a check of one case.
 struct Law {
@@ -62,6 +89,12 @@ struct Law {
   /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is
   /// itself a large sample, such as the scale-variance test.
   int max_cases = 0;
+  /// A gradient law: it calls Implementation::backward, and is not applicable without one
+  /// (`attncheck list` marks it).
+  bool needs_backward = false;
+  /// Optional: what a run that held found out about the implementation, for the result's note (the
+  /// empty-row convention an implementation follows when it declares none). Called once, after the run.
+  std::function<std::string(const Implementation&, const GenConfig&)> finding = {};
 };
 
 /// Every law, in the order they are documented.
@@ -95,12 +128,13 @@ struct LawResult {
   LawStatus status = LawStatus::held;
   int cases_run = 0;      ///< cases generated before the first failure (or in all, when it held)
   int shrink_steps = 0;   ///< accepted shrinks
+  long calls = 0;         ///< calls to the implementation, shrinking and weight probing included
   double seconds = 0;
   std::string reproduce;  ///< RapidCheck reproduce string: RC_PARAMS="reproduce=<this>"
   std::optional<LawCase> minimal_case;
   std::optional<Violation> violation;
   std::map<std::string, int> coverage;  ///< tag -> cases
-  std::string note;                     ///< why not applicable; what was not checked
+  std::string note;                     ///< why not applicable; what was not checked; what a held run found
 };
 
 /// Checks one case of a law (replaying a stored counterexample, for instance): an ImplementationError from

@@ -18,20 +18,8 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     const Problem& p = c.problem;
     const Shape& s = p.q.shape();
     const Index t = *rc::gen::inRange<Index>(0, std::max<Index>(s.T - 1, 1));
-    double m = *gen_replacement_magnitude(cfg.dtype);
-    if (!cfg.caps.nonfinite_safe) {
-      // A kernel that does not claim select semantics may add its -inf mask to a score that overflowed to
-      // +inf (NaN): that is the strict-causality-nonfinite law's business, not this one's. Keep every score
-      // of a checked row with a future key finite in the accumulation type: |s| ≤ D·max|q|·m·scale, with
-      // the replacement's logistic tail below 12·m.
-      // float16 kernels may keep QKᵀ in the dtype, where 65504 is the largest score.
-      const double acc_max = cfg.dtype == DType::f64   ? max_finite(DType::f64)
-                             : cfg.dtype == DType::f16 ? max_finite(DType::f16)
-                                                       : max_finite(DType::f32);
-      const double qmax = std::max(1.0, p.q.values().cwiseAbs().maxCoeff());
-      const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
-      m = std::min(m, acc_max / (16 * 12 * double(s.D) * qmax * std::max(scale, 1.0)));
-    }
+    // Capped for kernels without select semantics (see cap_replacement_magnitude).
+    const double m = cap_replacement_magnitude(cfg, p, *gen_replacement_magnitude(cfg.dtype));
     const auto q2 = *gen_tensor(s, Regime::normal, m, cfg.dtype);
     const auto k2 = *gen_tensor(p.k.shape(), Regime::normal, m, cfg.dtype);
     const auto v2 = *gen_tensor(p.v.shape(), Regime::normal, m, cfg.dtype);

@@ -18,5 +18,20 @@ Law oracle_agreement();
 Law paths_agree();
 Law determinism();
 Law strict_causality_nonfinite();
+Law decode_consistency();
+Law chunked_prefill();
+Law gqa_head_sharing();
+Law gqa_equivalence();
+Law key_padding_invariance();
+Law varlen_equivalence();
+Law window_zero_weight();
+Law window_perturbation();
+Law empty_row_convention();
+// Gradient laws (Law::needs_backward).
+Law grad_oracle();
+Law grad_causality();
+Law grad_key_sum_zero();
+Law grad_dv_weights();
+Law grad_finite_difference();
 
 }  // namespace attncheck::law_kit

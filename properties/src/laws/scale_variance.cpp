@@ -1,5 +1,7 @@
 // Law 4, scale-variance: scores are scaled by 1/sqrt(D), so their variance stays 1 for every D; a two-key
 // probe and a statistical test with a derived false-alarm rate.
+#include <algorithm>
+#include <cmath>
 #include <random>
 
 #include "registry.hpp"
@@ -17,15 +19,34 @@ namespace {
 constexpr int kGroups = 60, kGroupSize = 256, kScaleCases = 20;
 constexpr double kEps = 0.5;
 
-double median_of_means(std::vector<double> x) {
+// The kGroups group means of x, sorted.
+std::vector<double> sorted_group_means(const std::vector<double>& x) {
   std::vector<double> means(kGroups);
   for (int g = 0; g < kGroups; ++g) {
     double s = 0;
     for (int i = 0; i < kGroupSize; ++i) s += x[std::size_t(g * kGroupSize + i)];
     means[std::size_t(g)] = s / kGroupSize;
   }
-  std::nth_element(means.begin(), means.begin() + kGroups / 2, means.end());
-  return means[kGroups / 2];
+  std::sort(means.begin(), means.end());
+  return means;
+}
+
+double median_of_means(const std::vector<double>& x) { return sorted_group_means(x)[kGroups / 2]; }
+
+// The report's band around the median of means: the order statistics m₍k₎ ≤ median ≤ m₍G+1-k₎ of the G group
+// means cover the group mean's true median with probability 1 - 2·P(Bin(G, 1/2) < k), whatever the
+// distribution. k is the largest with P(Bin(G, 1/2) < k) ≤ 2.5%, so the band is an at least 95% confidence
+// interval (G = 60: k = 22, coverage 97.3%).
+VariancePoint variance_point(double D, const std::vector<double>& x) {
+  const std::vector<double> m = sorted_group_means(x);
+  double below = 0, term = std::ldexp(1.0, -kGroups);  // P(Bin = 0), then P(Bin < k) accumulated
+  int k = 0;
+  while (below + term <= 0.025) {
+    below += term;
+    term *= double(kGroups - k) / double(k + 1);  // C(G, k+1) / C(G, k)
+    ++k;
+  }
+  return VariancePoint{D, m[kGroups / 2], m[std::size_t(k - 1)], m[std::size_t(kGroups - k)]};
 }
 
 // One T=2 head per sample, key 0 = 0 so the weights of query 1 are (1, e^s)/(1 + e^s) and the scaled score is
@@ -104,9 +125,33 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     const auto word = rc::gen::noShrink(rc::gen::inRange<std::uint32_t>(0, std::numeric_limits<std::uint32_t>::max()));
     c.params["sample_seed_hi"] = double(*word);
     c.params["sample_seed_lo"] = double(*word);
+    c.params["sweep_max_D"] = double(cfg.max_D);  // how far the report's variance plot sweeps D
     c.tags = shape_tags(p);
     return c;
   });
+}
+
+std::uint64_t sample_seed(const LawCase& c) {
+  return (std::uint64_t(c.params.at("sample_seed_hi")) << 32) | std::uint64_t(c.params.at("sample_seed_lo"));
+}
+
+// Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call.
+Index sample_param(const LawCase& c, const char* key) {
+  return c.params.count(key) ? Index(c.params.at(key)) : Index{4};
+}
+
+// For the report's plot: the same statistic over D = 1, 2, 4, ... up to the run's --max-D (cases stored
+// before the bound was recorded sweep to 128), so the trend names the mistake: ∝ D when the scale is
+// forgotten, ∝ 1/D when it is applied twice.
+std::vector<VariancePoint> variance_sweep(const Implementation& impl, DType dtype, const LawCase& c) {
+  const auto bound = c.params.find("sweep_max_D");
+  const Index max_D = bound != c.params.end() ? Index(bound->second) : 128;
+  const Index B = sample_param(c, "sample_B"), H = sample_param(c, "sample_H");
+  std::vector<VariancePoint> out;
+  for (Index d = 1; d <= max_D; d *= 2)
+    out.push_back(
+        variance_point(double(d), sample_scores(impl, dtype, d, sample_seed(c) + std::uint64_t(d), B, H).scaled_sq));
+  return out;
 }
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
@@ -136,17 +181,13 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v.weights = w;
     v.expected = orc.w;
     v.actual = w;
-    v.series = {{double(D), got * got * double(D)}};
+    v.series = variance_sweep(impl, p.dtype, c);
     return v;
   }
 
   // Statistical form.
-  const std::uint64_t seed =
-      (std::uint64_t(c.params.at("sample_seed_hi")) << 32) | std::uint64_t(c.params.at("sample_seed_lo"));
-  // Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call.
-  const auto param = [&](const char* key) { return c.params.count(key) ? Index(c.params.at(key)) : Index{4}; };
-  const Index sB = param("sample_B"), sH = param("sample_H");
-  const ScoreSamples s = sample_scores(impl, p.dtype, D, seed, sB, sH);
+  const ScoreSamples s =
+      sample_scores(impl, p.dtype, D, sample_seed(c), sample_param(c, "sample_B"), sample_param(c, "sample_H"));
   const double var = median_of_means(s.scaled_sq);
   const double raw = median_of_means(s.raw_sq);
   // Negative control: the unscaled scores' variance is D. If the statistic could not see that, the test
@@ -161,11 +202,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v.tolerance = kEps;
     v.message = "scale-variance: the scaled scores' variance at D=" + std::to_string(D) + " is " + num(var) +
                 ", not 1 (allowed 1 ± " + num(kEps) + "; unscaled it is " + num(raw) + ")";
-    // For the report's plot: the same statistic over a sweep of head dimensions.
-    for (Index d = 1; d <= std::max<Index>(D, 128); d *= 2) {
-      const ScoreSamples sd = sample_scores(impl, p.dtype, d, seed + std::uint64_t(d), sB, sH);
-      v.series.emplace_back(double(d), median_of_means(sd.scaled_sq));
-    }
+    v.series = variance_sweep(impl, p.dtype, c);
     return v;
   }
   return std::nullopt;

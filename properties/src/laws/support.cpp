@@ -2,10 +2,13 @@
 #include "support.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <utility>
+#include <tuple>
 
 namespace attncheck::law_kit {
 
@@ -55,6 +58,17 @@ Outcome call(const Implementation& impl, const Problem& p) {
     throw ImplementationError(ImplementationError::Kind::protocol,
                               impl.name() + ": returned no weights although it declares that it returns them");
   return o;
+}
+
+Problem outputs_first(const Implementation& impl, const Problem& p) {
+  Problem first = p;
+  if (impl.capabilities().weights_probed) first.want_weights = false;
+  return first;
+}
+
+std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCase& c, const Outcome& o) {
+  if (o.weights || !c.problem.want_weights || c.outputs_only) return o.weights;
+  return call(impl, c.problem).weights;
 }
 
 std::string needs_weights(const GenConfig& g) {
@@ -164,6 +178,31 @@ std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSampl
 
 std::string take_sampling_note() { return std::exchange(t_sampling_note, std::string()); }
 
+std::string needs_backward(const GenConfig& g) {
+  return g.caps.backward ? "" : "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
+}
+
+Gradients call_backward(const Implementation& impl, const Problem& p) {
+  Gradients g = impl.backward(p);
+  check_gradients_shape(p, g, impl.name());
+  return g;
+}
+
+rc::Gen<LawCase> gen_gradients(const GenConfig& cfg) { return gen_gradient_case(cfg, outputs_only()); }
+
+GradientCheck run_gradient_oracle(const Problem& p) {
+  return gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);
+}
+
+std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
+                                           const Gradients* tol, const Include& include) {
+  for (const auto& [name, e, a, t] : {std::tuple{"dq", &expected.dq, &actual.dq, tol ? &tol->dq : nullptr},
+                                      std::tuple{"dk", &expected.dk, &actual.dk, tol ? &tol->dk : nullptr},
+                                      std::tuple{"dv", &expected.dv, &actual.dv, tol ? &tol->dv : nullptr}})
+    if (auto v = compare(what, name, *e, *a, t, include)) return v;
+  return std::nullopt;
+}
+
 OracleRun run_oracle(const Problem& p) {
   OracleRun r;
   AttentionOptions opts = p.options();
@@ -236,7 +275,15 @@ done:
   v.tolerance = tol ? worst_tol : 0;
   v.expected = expected;
   v.actual = actual;
-  if (tol) v.tolerances = *tol;
+  if (tol) {
+    v.tolerances = *tol;  // for the report's error map; an entry the law does not compare may differ by anything
+    if (include)
+      for (Index b2 = 0; b2 < s.B; ++b2)
+        for (Index h2 = 0; h2 < s.H; ++h2)
+          for (Index i2 = 0; i2 < s.T; ++i2)
+            for (Index j2 = 0; j2 < s.D; ++j2)
+              if (!include(b2, h2, i2, j2)) (*v.tolerances)(b2, h2, i2, j2) = std::numeric_limits<double>::infinity();
+  }
   const std::string at = quantity + idx({b, h, i, j});
   if (!tol)
     v.message = what + ": " + at + " is " + num(actual(b, h, i, j)) + " but was " + num(expected(b, h, i, j)) +
@@ -257,11 +304,11 @@ void replace_rows(Tensor<double>& t, const Tensor<double>& other, Index from) {
       for (Index i = std::max<Index>(from, 0); i < s.T; ++i) t.head(b, h).row(i) = other.head(b, h).row(i);
 }
 
-Tensor<double> first_rows(const Tensor<double>& t, Index n) {
+Tensor<double> rows_of(const Tensor<double>& t, Index begin, Index end) {
   const Shape& s = t.shape();
-  Tensor<double> r({s.B, s.H, n, s.D});
+  Tensor<double> r({s.B, s.H, end - begin, s.D});
   for (Index b = 0; b < s.B; ++b)
-    for (Index h = 0; h < s.H; ++h) r.head(b, h) = t.head(b, h).topRows(n);
+    for (Index h = 0; h < s.H; ++h) r.head(b, h) = t.head(b, h).middleRows(begin, end - begin);
   return r;
 }
 
@@ -296,6 +343,61 @@ rc::Gen<double> gen_replacement_magnitude(DType dtype) {
       weighted_choice<rc::Gen<double>>({{1, gen_magnitude()}, {1, rc::gen::just(max_finite(dtype) / 4)}}));
 }
 
+double cap_replacement_magnitude(const GenConfig& cfg, const Problem& p, double m) {
+  if (cfg.caps.nonfinite_safe) return m;
+  // Keep every score of a row that meets a replaced key finite in the accumulation type: |s| <= D·max|q|·m·scale,
+  // with the replacement's logistic tail below 12·m. float16 kernels may keep QKᵀ in the dtype, where 65504
+  // is the largest score.
+  const double acc_max = cfg.dtype == DType::f64   ? max_finite(DType::f64)
+                         : cfg.dtype == DType::f16 ? max_finite(DType::f16)
+                                                   : max_finite(DType::f32);
+  const double qmax = std::max(1.0, p.q.values().cwiseAbs().maxCoeff());
+  const double D = double(p.q.shape().D);
+  return std::min(m, acc_max / (16 * 12 * D * qmax * std::max(scale_of(p), 1.0)));
+}
+
+rc::Gen<HiddenValues> gen_hidden_values(const GenConfig& cfg, const Problem& p) {
+  return rc::gen::exec([cfg, p] {
+    // Drawn unconditionally (see gen_shape): 0 finite, 1 NaN, 2 +Inf, 3 -Inf; shrinks toward finite.
+    const int kind = *weighted_choice<int>({{3, 0}, {1, 1}, {1, 2}, {1, 3}});
+    const double m = cap_replacement_magnitude(cfg, p, *gen_replacement_magnitude(cfg.dtype));
+    HiddenValues h;
+    h.k = *gen_tensor(p.k.shape(), Regime::normal, m, cfg.dtype);
+    h.v = *gen_tensor(p.v.shape(), Regime::normal, m, cfg.dtype);
+    h.tag = m >= 1e6 ? "hidden=extreme" : "hidden=ordinary";
+    if (cfg.caps.nonfinite_safe && kind > 0) {
+      const double inf = std::numeric_limits<double>::infinity();
+      const double bad = kind == 1 ? std::numeric_limits<double>::quiet_NaN() : kind == 2 ? inf : -inf;
+      h.k.values().setConstant(bad);
+      h.v.values().setConstant(bad);
+      h.tag = kind == 1 ? "hidden=NaN" : "hidden=Inf";
+    }
+    return h;
+  });
+}
+
+std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Implementation& impl, const Problem& p,
+                                               const Tensor<double>& w,
+                                               const std::function<bool(Index, Index, Index)>& hidden,
+                                               const std::vector<Index>* keys) {
+  const auto key_of = [&](Index c) { return keys ? (*keys)[std::size_t(c)] : c; };
+  const Tensor<double> zeros(w.shape());
+  const bool nan_allowed = impl.capabilities().empty_rows != EmptyRows::zero;
+  auto v = compare(law, "weights", zeros, w, nullptr, [&](Index b, Index h, Index i, Index c) {
+    if (!hidden(b, i, key_of(c))) return false;
+    return !(nan_allowed && keys_of(p, b, i).empty() && std::isnan(w(b, h, i, c)));
+  });
+  if (!v) return v;
+  const auto& ix = v->worst_index;
+  const Index j = key_of(ix[3]);
+  v->message = law + ": weights" + idx({ix[0], ix[1], ix[2], j}) + " = " + num(w(ix[0], ix[1], ix[2], ix[3])) +
+               ", but key " + std::to_string(j) + " is " + why_hidden(p, ix[0], ix[2], j) +
+               " and its weight must be exactly 0";
+  if (!keys) v->weights = w;
+  v->expected.reset();
+  return v;
+}
+
 ProblemOptions outputs_only() {
   ProblemOptions po;
   po.want_weights = false;
@@ -313,6 +415,70 @@ std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const 
   if (v) {
     v->message += "; only positions after " + std::to_string(t) + " were " + what_changed;
     v->weights = b.weights;
+  }
+  return v;
+}
+
+Problem cached_call(const Problem& p, Index begin, Index end) {
+  Problem c = p;
+  c.q = rows_of(p.q, begin, end);
+  c.k = first_rows(p.k, end);
+  c.v = first_rows(p.v, end);
+  c.alignment = CausalAlignment::BottomRight;  // query i - begin sits at position (i - begin) + end - (end - begin) = i
+  for (Index& len : c.key_lengths) len = std::min(len, end);
+  return c;
+}
+
+std::string needs_cached_calls(const GenConfig& g) {
+  if (!g.caps.cross_lengths)
+    return "needs calls with fewer queries than keys (T_q < T_k, a KV cache), which this implementation does not "
+           "accept";
+  if (!g.caps.supports(CausalAlignment::BottomRight))
+    return "needs bottom-right causal alignment (the new queries at the end of the cached keys), which this "
+           "implementation does not support";
+  return "";
+}
+
+std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
+                                             const std::vector<Index>& starts) {
+  const Index T = p.q.shape().T;
+  const Outcome full = call(impl, p);
+  const OracleRun of = run_oracle(p);
+  Tensor<double> chunked(full.output.shape()), tol = of.tol_out;
+  for (std::size_t n = 0; n < starts.size(); ++n) {
+    const Index begin = starts[n], end = n + 1 < starts.size() ? starts[n + 1] : T;
+    const Problem one = cached_call(p, begin, end);
+    const Outcome o = call(impl, one);
+    const OracleRun oc = run_oracle(one);
+    // Both results are within their derived bounds of their oracles, and the two oracles differ by what they
+    // differ (the same rows, another call shape: usually 0).
+    const Tensor<double> extra(
+        oc.tol_out.shape(),
+        Eigen::VectorXd(oc.tol_out.values() + (rows_of(of.out, begin, end).values() - oc.out.values()).cwiseAbs()));
+    for (Index b = 0; b < p.q.shape().B; ++b)
+      for (Index h = 0; h < p.q.shape().H; ++h) {
+        chunked.head(b, h).middleRows(begin, end - begin) = o.output.head(b, h);
+        tol.head(b, h).middleRows(begin, end - begin) += extra.head(b, h);
+      }
+  }
+  // Rows that see no key follow the implementation's empty-row convention, checked by oracle-agreement.
+  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  auto v = compare(law, "output", full.output, chunked, &tol, seen);
+  if (v) {
+    const Index i = v->worst_index[2];
+    const Index begin = *std::prev(std::upper_bound(starts.begin(), starts.end(), i));
+    const auto next = std::upper_bound(starts.begin(), starts.end(), i);
+    const Index end = next == starts.end() ? T : *next;
+    // Neither result is known to be the right one: say where each came from.
+    const auto [b, h, r, d] = std::array{v->worst_index[0], v->worst_index[1], i, v->worst_index[3]};
+    v->message = std::string(law) + ": output" + idx({b, h, r, d}) + " is " + num(full.output(b, h, r, d)) +
+                 " in the full forward but " + num(chunked(b, h, r, d)) + " when " +
+                 (end - begin == 1 ? "query " + std::to_string(i) + " is called alone"
+                                   : "queries " + std::to_string(begin) + ".." + std::to_string(end - 1) +
+                                         " are called together") +
+                 " over keys 0.." + std::to_string(end - 1) + ", bottom-right (off by " + num(v->magnitude) +
+                 ", tolerance " + num(v->tolerance) + ")";
+    v->weights = full.weights;
   }
   return v;
 }

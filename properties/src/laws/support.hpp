@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/generators.hpp"
 #include "attncheck/law.hpp"
@@ -78,11 +79,32 @@ std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSampl
 void note_sampling(const std::string& what);
 /// The note recorded since the last call (empty when nothing was sampled), for run_law.
 std::string take_sampling_note();
+/// Which entries a comparison looks at: include(b, h, i, j).
+using Include = std::function<bool(Index, Index, Index, Index)>;
+/// The problem for a law's first call: p without its request for weights when they are costly (probed, see
+/// Capabilities::weights_probed), so the outputs are checked in one call and weights asked for only if needed.
+Problem outputs_first(const Implementation& impl, const Problem& p);
+/// The weights of a call on c.problem that returned `o`: o's own, or (costly weights) those of a second call
+/// asking for them; none while the runner shrinks a failure on the outputs (LawCase::outputs_only).
+std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCase& c, const Outcome& o);
 
 /// not_applicable for laws that read the weights.
 std::string needs_weights(const GenConfig& g);
 /// not_applicable for laws that always apply.
 inline std::string always_applies(const GenConfig&) { return ""; }
+
+/// not_applicable for the gradient laws: they need Implementation::backward.
+std::string needs_backward(const GenConfig& g);
+/// Calls the backward pass on p (which carries d_output) and checks the gradients' shapes.
+Gradients call_backward(const Implementation& impl, const Problem& p);
+/// Cases for the gradient laws that read no weights: gen_gradient_case with outputs_only().
+rc::Gen<LawCase> gen_gradients(const GenConfig& cfg);
+/// The float64 oracle's gradients and their derived tolerances (attention/src/backward.cpp) for p's dO.
+GradientCheck run_gradient_oracle(const Problem& p);
+/// compare() on dQ, dK and dV in turn (quantities "dq", "dk", "dv"); `tol` null means exact. The first
+/// gradient that breaks the law is the violation. include(b, h, i, c) sees kv heads for dK and dV.
+std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
+                                           const Gradients* tol, const Include& include = {});
 
 /// The float64 oracle on the problem's (already rounded) inputs, with the derived tolerance per element.
 /// For a long context the oracle is streamed: w and tol_w stay empty, and weights come from weight() and
@@ -98,20 +120,20 @@ struct OracleRun {
 };
 OracleRun run_oracle(const Problem& p);
 
-/// Which entries a comparison looks at: include(b, h, i, j).
-using Include = std::function<bool(Index, Index, Index, Index)>;
 
 /// Compares actual with expected element by element: first any non-finite value where the expected one is
 /// finite (NaN and Inf come before error metrics), then the largest |actual - expected| / tol. `tol` null
 /// means exact (bitwise). Only entries for which include(b,h,i,j) holds are compared. The violation carries
-/// expected, actual and (with a tolerance) the tolerances in full.
+/// expected, actual and (with a tolerance) the tolerances in full, +Inf where an entry is not compared.
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include);
 
 /// Rows [from, T) of every head of t replaced by the same rows of `other`.
 void replace_rows(Tensor<double>& t, const Tensor<double>& other, Index from);
+/// Rows [begin, end) of every head.
+Tensor<double> rows_of(const Tensor<double>& t, Index begin, Index end);
 /// Rows [0, n) of every head.
-Tensor<double> first_rows(const Tensor<double>& t, Index n);
+inline Tensor<double> first_rows(const Tensor<double>& t, Index n) { return rows_of(t, 0, n); }
 /// Head (b, h) alone, as a [1,1,T,D] tensor.
 Tensor<double> slice(const Tensor<double>& t, Index b, Index h);
 /// Query head h of batch entry b alone, with its kv head and its key length: a one-head problem.
@@ -124,6 +146,29 @@ Problem perturb_future(const Problem& p, Index t, const Tensor<double>& q2, cons
 /// A replacement magnitude: ordinary, or a quarter of the dtype's largest finite value.
 rc::Gen<double> gen_replacement_magnitude(DType dtype);
 
+/// `m` capped, for a kernel that does not claim select semantics, so that no score a replaced row enters can
+/// overflow the accumulation type: such a kernel may add its -inf mask to a score that overflowed to +inf
+/// (NaN), which is strict-causality-nonfinite's business, not a perturbation law's.
+double cap_replacement_magnitude(const GenConfig& cfg, const Problem& p, double m);
+
+/// Keys and values to put where a correct kernel never looks (padded keys, keys older than the window):
+/// ordinary or extreme finite values (capped as above), and, for a kernel that claims select semantics,
+/// NaN, +Inf or -Inf too. Shrinks toward finite values.
+struct HiddenValues {
+  Tensor<double> k{Shape{}}, v{Shape{}};  ///< k's shape
+  std::string tag;                         ///< "hidden=NaN", "hidden=Inf", "hidden=extreme", "hidden=ordinary"
+};
+rc::Gen<HiddenValues> gen_hidden_values(const GenConfig& cfg, const Problem& p);
+
+/// The first weight on a key for which hidden(b, i, j) holds that is not exactly 0, as a violation of `law`
+/// naming why the key is hidden. In a row that sees no key a NaN weight is the nan convention, allowed unless
+/// the implementation declares zero. With `keys`, w holds sampled columns (a WeightSample's): column c is
+/// key (*keys)[c]; the violation's index stays the column, for on_sample.
+std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Implementation& impl, const Problem& p,
+                                               const Tensor<double>& w,
+                                               const std::function<bool(Index, Index, Index)>& hidden,
+                                               const std::vector<Index>* keys = nullptr);
+
 /// Problem options for the laws that read only outputs.
 ProblemOptions outputs_only();
 rc::Gen<LawCase> gen_outputs_only(const GenConfig& cfg);
@@ -133,6 +178,18 @@ rc::Gen<LawCase> gen_plain(const GenConfig& cfg);
 /// future of position t ("params.t"), so every output at positions <= t must be bit-identical.
 std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const char* what_changed,
                                                           const Implementation& impl, const LawCase& c);
+
+/// Queries [begin, end) of a square problem as an inference engine calls them against its KV cache: alone,
+/// over keys 0..end-1, bottom-right aligned (so query i keeps its position i), key lengths cut to end.
+Problem cached_call(const Problem& p, Index begin, Index end);
+/// not_applicable for the laws that make such calls: they need T_q < T_k and bottom-right alignment.
+std::string needs_cached_calls(const GenConfig& g);
+/// The shared body of decode-consistency and chunked-prefill: the square problem's queries, cut into the
+/// contiguous chunks that start at `starts` (ascending, starts[0] == 0), each called by cached_call, must
+/// reproduce the rows of the full forward within both results' derived oracle bounds plus the oracle's own
+/// difference between the two.
+std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
+                                             const std::vector<Index>& starts);
 
 /// With T_q == T_k both alignments give the same mask: the one to ask in that the implementation accepts.
 CausalAlignment square_alignment(const Capabilities& caps);

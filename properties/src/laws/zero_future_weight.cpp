@@ -13,37 +13,15 @@ const char* kWhy =
     "implementation follows (or does not declare otherwise than) the nan empty-row convention; a finite non-zero "
     "weight there is still a leak. Exact: no tolerance.";
 
-// Compares w [B,H,T_q,n] with 0 wherever key key_of(c) is hidden from the query.
-template <class KeyOf>
-std::optional<Violation> hidden_weights_zero(const Implementation& impl, const Problem& p, const Tensor<double>& w,
-                                             KeyOf key_of) {
-  const Tensor<double> zeros(w.shape());
-  const bool nan_allowed = impl.capabilities().empty_rows != EmptyRows::zero;
-  auto v = compare("zero-future-weight", "weights", zeros, w, nullptr, [&](Index b, Index h, Index i, Index c) {
-    const KeyRange r = keys_of(p, b, i);
-    if (r.empty()) return !(nan_allowed && std::isnan(w(b, h, i, c)));
-    return !r.contains(key_of(c));
-  });
-  if (!v) return v;
-  const auto& ix = v->worst_index;
-  const Index j = key_of(ix[3]);
-  v->message = "zero-future-weight: weights" + idx({ix[0], ix[1], ix[2], j}) + " = " +
-               num(w(ix[0], ix[1], ix[2], ix[3])) + ", but key " + std::to_string(j) + " is " +
-               why_hidden(p, ix[0], ix[2], j) + " and its weight must be exactly 0";
-  v->expected.reset();
-  return v;
-}
-
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
+  const auto hidden = [&](Index b, Index i, Index j) { return !visible(p, b, i, j); };
   if (long_context(p)) {  // every query row against the sampled keys, each of which is hidden from many rows
     const WeightSample s = sample_weights(impl, p, sampled_keys(p));
-    return on_sample(hidden_weights_zero(impl, p, s.w, [&](Index c) { return s.keys[std::size_t(c)]; }), s, p);
+    return on_sample(nonzero_hidden_weight("zero-future-weight", impl, p, s.w, hidden, &s.keys), s, p);
   }
   const Outcome o = call(impl, p);
-  auto v = hidden_weights_zero(impl, p, *o.weights, [](Index j) { return j; });
-  if (v) v->weights = o.weights;
-  return v;
+  return nonzero_hidden_weight("zero-future-weight", impl, p, *o.weights, hidden);
 }
 
 }  // namespace

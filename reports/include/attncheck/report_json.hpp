@@ -49,8 +49,8 @@ Problem problem_from_json(const Json& j, std::string_view what);
 Json to_json(const LawCase& c);
 LawCase law_case_from_json(const Json& j, std::string_view what);
 
-/// message, quantity, worst_index, magnitude, tolerance, then expected, actual, weights (null when absent)
-/// and series as [[D, variance], ...].
+/// message, quantity, worst_index, magnitude, tolerance, then expected, actual, tolerances, weights (null when
+/// absent) and series as [[D, variance, low, high], ...].
 Json to_json(const Violation& v);
 Violation violation_from_json(const Json& j, std::string_view what);
 

@@ -39,11 +39,11 @@ struct LawReport {
   std::string replay_file;  ///< the file `--replay` takes (LAW.json or the corpus entry), as printed
 };
 
-/// Which kinds of files a run writes (`--format md,json,junit`).
+/// Which kinds of files a run writes (`--format md,json,junit,html`).
 struct Formats {
-  bool md = true, json = true, junit = true;
+  bool md = true, json = true, junit = true, html = true;
 };
-/// Parses "md,json,junit" (any non-empty subset); throws std::invalid_argument naming the bad item.
+/// Parses "md,json,junit,html" (any non-empty subset); throws std::invalid_argument naming the bad item.
 Formats parse_formats(std::string_view list);
 
 /// A file of a report, by name inside the report folder.
@@ -52,11 +52,14 @@ struct ReportFile {
   std::string content;
 };
 
-/// The file names a falsified law's report uses: LAW.json, LAW.md, LAW-weights.svg, LAW-variance.svg.
+/// The file names a falsified law's report uses: LAW.json, LAW.md, LAW.html, LAW-weights.svg, LAW-error.svg,
+/// LAW-variance.svg.
 std::string law_file(std::string_view law, std::string_view suffix);
 
 /// `attncheck check --impl SPEC --replay FILE`: re-checks exactly the stored case.
 std::string replay_command(const RunInfo& run, const LawReport& r);
+/// A pinned shape as `--shape` takes it: "B,H,T_q,T_k,D".
+std::string shape_option(const std::array<Index, 5>& shape);
 /// `attncheck check ... --property LAW --reproduce STRING`: regenerates the case from RapidCheck's string.
 std::string reproduce_command(const RunInfo& run, const LawReport& r);
 
@@ -64,16 +67,40 @@ std::string reproduce_command(const RunInfo& run, const LawReport& r);
 Json law_document(const RunInfo& run, const LawReport& r);
 
 /// Every file of a run, rendered deterministically (no dates, no timings): per falsified law its JSON,
-/// Markdown and pictures; then summary.json, summary.md and junit.xml, as `formats` asks.
+/// Markdown, pictures and HTML page; then summary.md, index.html, junit.xml and summary.json, as `formats` asks.
 std::vector<ReportFile> render_run(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats);
+
+/// The pictures of one falsified law, by file name (LAW-error.svg, LAW-weights.svg, LAW-variance.svg): the error
+/// map when the law has a tolerance per entry, else the weights; the variance sweep when there is one.
+std::vector<ReportFile> law_pictures(const RunInfo& run, const LawReport& r);
 
 /// The Markdown report of one falsified law (pictures are referenced by file name).
 std::string law_markdown(const RunInfo& run, const LawReport& r);
-/// An SVG heatmap of weights [T_q,T_k] of one head: future cells outlined in red, the worst cell in black.
-std::string weights_svg(const Tensor<double>& weights, Index b, Index h, CausalAlignment alignment,
+/// summary.md: the run's settings, one table row per law (margin = worst error / tolerance, for a falsified law
+/// with a tolerance), and each falsified law's message, replay command and pictures. `report_ext` is the
+/// extension the law links point at (".md" or ".html").
+std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats,
+                             std::string_view report_ext = ".md");
+
+/// The subset of Markdown attncheck writes (headings, paragraphs, block quotes, lists, tables, code spans,
+/// bold, italics, links, images) as HTML. An image whose file is in `svgs` is inlined as SVG; links to .md
+/// files point at the .html page beside them.
+std::string markdown_to_html(std::string_view md, const std::vector<ReportFile>& svgs);
+/// A whole self-contained HTML page: inline style, no scripts, a policy that forbids loading anything.
+std::string html_page(const std::string& title, const std::string& body);
+/// An SVG heatmap of weights [T_q,T_k] of one head: the keys a query may not see under `vis` (future keys,
+/// padding, keys outside the window) outlined in red, the worst cell in black.
+std::string weights_svg(const Tensor<double>& weights, Index b, Index h, const Visibility& vis,
                         const std::vector<Index>& worst_index, const std::string& title);
-/// An SVG plot of (D, variance) points, D on a log2 axis.
-std::string series_svg(const std::vector<std::pair<double, double>>& series, const std::string& title);
+/// The error map of head (b,h) of a violation with `tolerances`: |actual - expected| / tolerance per entry on
+/// a log colour scale (weights a query may not see under `vis` outlined, NaN/Inf marked, cells past the
+/// tolerance carry class "over"),
+/// beside the actual values. Heads over 48 entries a side are max-pooled, and the picture says so.
+/// Throws std::invalid_argument without expected, actual and tolerances of one shape.
+std::string error_map_svg(const Violation& v, Index b, Index h, const Visibility& vis, const std::string& title);
+/// The score variance swept over D (log-log), with its 95% band, against the lines 1 (correct), D (scale
+/// forgotten) and 1/D (scale applied twice).
+std::string variance_svg(const std::vector<VariancePoint>& series, const std::string& title);
 /// JUnit XML: one testsuite for the run, one testcase per law.
 std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws);
 

@@ -1,0 +1,51 @@
+// The backward pass of scaled causal attention: dQ, dK, dV from the upstream gradient dO, at every dtype
+// (low precision accumulates in float, as the forward does), the float64 oracle backward, and the derived
+// bound a correct kernel's gradients stay within (the derivation is in backward.cpp).
+//
+//   dO   [B,H,T_q,D]    upstream gradient of the output
+//   P    [T_q,T_k]      the forward's weights (softmax of the masked, scaled scores)
+//   dV   [T_k,D]  = Pᵀ dO                  (summed over the query heads of a kv head's group)
+//   dP   [T_q,T_k] = dO Vᵀ
+//   Δ_i           = Σ_j P_ij dP_ij = dO_i · O_i
+//   dS   [T_q,T_k] = P ∘ (dP - Δ)          exactly 0 on every key query i cannot see
+//   dQ   [T_q,D]  = scale · dS K
+//   dK   [T_k,D]  = scale · dSᵀ Q          (summed over the group)
+#pragma once
+
+#include "attncheck/attention.hpp"
+#include "attncheck/tolerance.hpp"
+
+namespace attncheck {
+
+/// dQ [B,H,T_q,D], dK and dV [B,H_kv,T_k,D] (a shared kv head's gradient sums over its group of query heads).
+template <class S> struct AttentionGradients {
+  Tensor<S> dq{Shape{}}, dk{Shape{}}, dv{Shape{}};
+};
+
+/// The reference backward of attention(q, k, v, opts) for the upstream gradient `d_output` [B,H,T_q,D]: the
+/// forward's weights are recomputed by the core's own forward (so forward and backward agree), every product
+/// and sum runs in Acc<S>, and each gradient is rounded to S once. A row that sees no key contributes nothing:
+/// its dQ is 0 and it adds nothing to any dK or dV. Throws ShapeError/ValueError as attention() does, and when
+/// d_output's shape is not q's.
+template <class S>
+AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                         const Tensor<S>& d_output, const AttentionOptions& opts = {});
+
+/// The float64 oracle backward: attention_backward on the inputs widened to double (exact).
+template <class S>
+AttentionGradients<double> oracle_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                           const Tensor<S>& d_output, const AttentionOptions& opts = {});
+
+/// The float64 oracle's gradients and, per element, the allowed |actual - oracle| of a kernel at `dtype` that
+/// accumulates in float (double for float64) and received the same (already rounded) inputs and dO.
+struct GradientCheck {
+  AttentionGradients<double> oracle;
+  AttentionGradients<double> tolerance;  ///< same shapes as the gradients
+};
+
+/// The oracle and the derived bound (backward.cpp derives it), `safety` multiplying the first-order bound as
+/// in head_tolerance.
+GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
+                             const Tensor<double>& d_output, const AttentionOptions& opts, double safety = 2.0);
+
+}  // namespace attncheck

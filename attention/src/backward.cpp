@@ -1,0 +1,186 @@
+// The reference backward of scaled causal attention, its float64 oracle, and the derived bound on a correct
+// kernel's gradients.
+//
+// The bound. Notation as in tolerance.cpp: u_a the accumulation type's unit roundoff, u_s the dtype's,
+// γ_n = n·u_a/(1 - n·u_a); one head, query row i, visible keys j; P the oracle's weights; ρ_i the relative
+// weight error of tolerance.cpp steps 1-2 (score rounding turned into weights by the softmax). Everything is
+// first order in u and multiplied by `safety`; the subnormal floors are added after.
+//  0. dO and the inputs are the same (rounded) values for the kernel and the oracle.
+//  1. Weights. A kernel's weights (forward's, or recomputed in the backward from the scores and the
+//     log-sum-exp) are off by ε_ij = P_ij·(ρ_i + u_s) + 2^-126 (u_s: stored in the dtype; 2^-126: Eigen's
+//     vectorised exp floor); capped at 1 (both lie in [0,1]), and 1 where ρ_i overflows (the dtype cannot
+//     resolve the softmax: the bound is then the trivial one).
+//  2. dP_ij = dO_i·v_j over D terms: |dP_ij| ≤ A_ij := Σ_c |dO_ic||v_jc|, error γ_D·A_ij (+ u_s·A_ij when a
+//     kernel stores dP in the dtype).
+//  3. Δ_i = Σ_j P_ij dP_ij (or dO_i·O_i, O rounded to the dtype: the same terms, Σ_c |dO_ic|·|δO_ic| ≤
+//     Σ_j ε_ij A_ij + u_s·Ā_i). With Ā_i := Σ_j P_ij A_ij ≥ |Δ_i|:
+//     |δΔ_i| ≤ Σ_j ε_ij A_ij + (γ_D + γ_T + 2u_s)·Ā_i.
+//  4. G_ij = dP_ij - Δ_i: |G̃_ij| ≤ Ĝ_ij := A_ij + Ā_i + |δΔ_i|; |δG_ij| ≤ (γ_D + u_s)·A_ij + |δΔ_i| + u_a·Ĝ_ij.
+//  5. dS_ij = P_ij·G_ij: |δdS_ij| ≤ e_ij := ε_ij·Ĝ_ij + P_ij·|δG_ij| + (u_a + u_s)·P_ij·Ĝ_ij (the product, and dS
+//     stored in the dtype), and |dS̃_ij| ≤ m_ij := (P_ij + ε_ij)·Ĝ_ij.
+//  6. dQ_ic = scale·Σ_j dS_ij k_jc: |δdQ_ic| ≤ scale·Σ_j (e_ij + (γ_T + 2u_s + u_a)·m_ij)·|k_jc| + u_s·|dQ_ic|
+//     (the T-term sum, the scale applied to q or k in the dtype first, the scale's product, the final rounding).
+//  7. dK_jc = scale·Σ_{h in group, i} dS_ij q_ic over n = group·T_q terms:
+//     |δdK_jc| ≤ scale·Σ (e_ij + (γ_n + 2u_s + u_a)·m_ij)·|q_ic| + u_s·|dK_jc|.
+//  8. dV_jc = Σ_{h in group, i} P_ij dO_ic: |δdV_jc| ≤ Σ (ε_ij + γ_n·P_ij)·|dO_ic| + u_s·|dV_jc|.
+//  9. Floors: rounding a gradient into the dtype's subnormal range is off by storage_floor(dtype) absolutely;
+//     and every product or sum in the accumulation type that lands in its subnormal range (float64 gradients of
+//     1e-315 happen: tiny weights times tiny dS) is off by up to its smallest subnormal ν absolutely, so ν is
+//     added to each weight (step 1), to dP and Δ (D + T_vis of them, step 4) and to each dS (step 5), and n·ν to
+//     each final sum.
+// A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
+#include "attncheck/backward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+
+namespace attncheck {
+namespace {
+
+void check_shapes(const char* who, const Shape& q, const Shape& k, const Shape& v, const Shape& d_output,
+                  const AttentionOptions& opts) {
+  const auto fail = [&](const std::string& what) { throw ShapeError(std::string(who) + ": " + what); };
+  if (d_output != q) fail("d_output is " + to_string(d_output) + " but q is " + to_string(q) + " (dO has the output's shape)");
+  if (k.B != q.B || k.D != q.D || k.H < 1 || q.H % k.H != 0)
+    fail("k is " + to_string(k) + " but q is " + to_string(q) + " (B and D must agree and H_kv divide H)");
+  if (v != k) fail("v is " + to_string(v) + " but k is " + to_string(k) + " (V has K's shape)");
+  if (!opts.key_lengths.empty() && Index(opts.key_lengths.size()) != q.B)
+    fail("key_lengths has " + std::to_string(opts.key_lengths.size()) + " entries but B = " + std::to_string(q.B));
+  for (const Index len : opts.key_lengths)
+    if (len < 0 || len > k.T)
+      throw ValueError(std::string(who) + ": a key length is " + std::to_string(len) + ", outside [0, T_k = " +
+                       std::to_string(k.T) + "]");
+  if (opts.window && *opts.window < 0)
+    throw ValueError(std::string(who) + ": window must be >= 0, got " + std::to_string(*opts.window));
+}
+
+}  // namespace
+
+template <class S>
+AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                         const Tensor<S>& d_output, const AttentionOptions& opts) {
+  using A = Acc<S>;
+  constexpr const char* who = "attention_backward";
+  const Shape qs = q.shape(), ks = k.shape();
+  check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
+  const double scale = resolve_scale(opts.scale, qs.D, who);
+  const A scale_a = static_cast<A>(scale);
+  AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
+  for (Index b = 0; b < qs.B; ++b) {
+    const Visibility vis = visibility(opts, b, qs.T, ks.T);
+    const BoolMask mask = BoolMask::of(vis);
+    for (Index kv = 0; kv < ks.H; ++kv) {
+      // dK, dV [T_k,D] of kv head kv, summed in A over its group of query heads, rounded once.
+      const Matrix<S> K = k.head(b, kv), V = v.head(b, kv);
+      const Matrix<A> Ka = K.template cast<A>(), Va = V.template cast<A>();
+      Matrix<A> dK = Matrix<A>::Zero(ks.T, qs.D), dV = Matrix<A>::Zero(ks.T, qs.D);
+      for (Index h = 0; h < qs.H; ++h) {
+        if (kv_head(h, qs.H, ks.H) != kv) continue;
+        const Matrix<S> Q = q.head(b, h);
+        // P [T_q,T_k] in A: the core's own forward, so the backward differentiates exactly what it computes.
+        const Matrix<A> P = attend<S>(Q, K, V, mask, scale).weights;
+        const Matrix<A> Qa = Q.template cast<A>(), dO = Matrix<S>(d_output.head(b, h)).template cast<A>();
+        Matrix<A> dS = Matrix<A>::Zero(qs.T, ks.T), dQ = Matrix<A>::Zero(qs.T, qs.D);
+        for (Index i = 0; i < qs.T; ++i) {
+          const KeyRange r = vis.keys(i);
+          if (r.empty()) continue;  // sees no key: no gradient to or from this row
+          // Only the visible run is read, so nothing from a hidden key (not even a -0 or a huge k) reaches dQ_i.
+          const auto Pi = P.row(i).segment(r.begin, r.size());
+          const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va.middleRows(r.begin, r.size()).transpose();
+          const A delta = Pi.cwiseProduct(dP).sum();
+          dS.row(i).segment(r.begin, r.size()) = Pi.cwiseProduct((dP.array() - delta).matrix());
+          dQ.row(i).noalias() = scale_a * (dS.row(i).segment(r.begin, r.size()) * Ka.middleRows(r.begin, r.size()));
+        }
+        g.dq.head(b, h) = dQ.template cast<S>();
+        dV.noalias() += P.transpose() * dO;
+        dK.noalias() += scale_a * (dS.transpose() * Qa);
+      }
+      g.dk.head(b, kv) = dK.template cast<S>();
+      g.dv.head(b, kv) = dV.template cast<S>();
+    }
+  }
+  return g;
+}
+
+template <class S>
+AttentionGradients<double> oracle_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                           const Tensor<S>& d_output, const AttentionOptions& opts) {
+  return attention_backward<double>(q.template cast<double>(), k.template cast<double>(), v.template cast<double>(),
+                                    d_output.template cast<double>(), opts);
+}
+
+GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
+                             const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
+  GradientCheck r;
+  r.oracle = attention_backward<double>(q, k, v, d_output, opts);
+  const Shape qs = q.shape(), ks = k.shape();
+  const double scale = resolve_scale(opts.scale, qs.D, "gradient_check");
+  const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype);
+  const double tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
+  const double floor = storage_floor(dtype);
+  // ν: the accumulation type's smallest subnormal (step 9).
+  const double nu = dtype == DType::f64 ? std::numeric_limits<double>::denorm_min() : std::ldexp(1.0, -149);
+  const double g_D = gamma(qs.D, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
+  r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(ks)};
+  for (Index b = 0; b < qs.B; ++b) {
+    const Visibility vis = visibility(opts, b, qs.T, ks.T);
+    const BoolMask mask = BoolMask::of(vis);
+    for (Index h = 0; h < qs.H; ++h) {
+      const Index kv = kv_head(h, qs.H, ks.H);
+      const Matrix<double> Q = q.head(b, h), K = k.head(b, kv), V = v.head(b, kv), dO = d_output.head(b, h);
+      const Matrix<double> P = attend<double>(Q, K, V, mask, scale).weights;
+      const Eigen::VectorXd rho = weight_relative_error(dtype, Q, K, mask, scale);
+      const Matrix<double> A = dO.cwiseAbs() * V.cwiseAbs().transpose();  // A_ij = Σ_c |dO_ic||v_jc|
+      auto tq = r.tolerance.dq.head(b, h);
+      auto tk = r.tolerance.dk.head(b, kv);
+      auto tv = r.tolerance.dv.head(b, kv);
+      for (Index i = 0; i < qs.T; ++i) {
+        const KeyRange keys = vis.keys(i);
+        if (keys.empty()) continue;
+        const double g_T = gamma(keys.size(), u_a);
+        Eigen::RowVectorXd eps(ks.T);  // step 1
+        eps.setZero();
+        double A_bar = 0, d_delta = 0;
+        for (Index j = keys.begin; j < keys.end; ++j) {
+          eps(j) = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, P(i, j) * (rho(i) + u_s))) + tiny + nu;
+          A_bar += P(i, j) * A(i, j);
+          d_delta += eps(j) * A(i, j);
+        }
+        d_delta += (g_D + g_T + 2 * u_s) * A_bar;  // step 3
+        for (Index j = keys.begin; j < keys.end; ++j) {
+          const double G = A(i, j) + A_bar + d_delta;                                 // step 4
+          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(qs.D + keys.size()) * nu;
+          const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu;  // step 5
+          const double m = (P(i, j) + eps(j)) * G;
+          tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs();  // step 6
+          tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs();  // step 7
+          tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
+        }
+      }
+    }
+  }
+  // The final rounding of every gradient into the dtype, and the subnormal floor (step 9).
+  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms) {
+    tol.values() += safety * u_s * grad.values().cwiseAbs();
+    tol.values().array() += floor + safety * double(terms) * nu;
+  };
+  finish(r.tolerance.dq, r.oracle.dq, ks.T);
+  finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H));
+  finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H));
+  return r;
+}
+
+#define ATTNCHECK_INSTANTIATE_BACKWARD(S)                                                                        \
+  template AttentionGradients<S> attention_backward(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,         \
+                                                    const Tensor<S>&, const AttentionOptions&);                   \
+  template AttentionGradients<double> oracle_backward(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,       \
+                                                      const Tensor<S>&, const AttentionOptions&);
+
+ATTNCHECK_INSTANTIATE_BACKWARD(float)
+ATTNCHECK_INSTANTIATE_BACKWARD(double)
+ATTNCHECK_INSTANTIATE_BACKWARD(Eigen::half)
+ATTNCHECK_INSTANTIATE_BACKWARD(Eigen::bfloat16)
+
+}  // namespace attncheck

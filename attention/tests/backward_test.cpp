@@ -1,0 +1,118 @@
+// The reference backward on hand-made cases: it matches central differences of the float64 forward, a shared
+// kv head's gradient is the sum over its group, rows that see no key get none, and bad shapes are named.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <tuple>
+
+#include "attncheck/backward.hpp"
+
+namespace attncheck {
+namespace {
+
+Tensor<double> filled(const Shape& s, double seed) {
+  Tensor<double> t(s);
+  for (Index n = 0; n < t.size(); ++n) t.values()[n] = std::sin(seed + 1.7 * double(n)) * 1.5;
+  return t;
+}
+
+// L = Σ dO ∘ attention(q, k, v): its gradient is what attention_backward returns.
+double loss(const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v, const Tensor<double>& dO,
+            const AttentionOptions& o) {
+  return attention<double>(q, k, v, o).values().dot(dO.values());
+}
+
+// Central differences with step 1e-5 on values of size ~1: truncation ~1e-10·|L'''|, rounding ~1e-16/1e-5.
+void expect_matches_central_differences(const AttentionOptions& o, Index H, Index H_kv, Index T_q, Index T_k) {
+  const Index B = Index(std::max<std::size_t>(1, o.key_lengths.size())), D = 3;
+  Tensor<double> q = filled({B, H, T_q, D}, 0.1), k = filled({B, H_kv, T_k, D}, 0.7), v = filled({B, H_kv, T_k, D}, 1.3);
+  const Tensor<double> dO = filled({B, H, T_q, D}, 2.9);
+  const AttentionGradients<double> g = attention_backward<double>(q, k, v, dO, o);
+  const double h = 1e-5;
+  for (auto [x, grad] : {std::pair{&q, &g.dq}, {&k, &g.dk}, {&v, &g.dv}})
+    for (Index n = 0; n < x->size(); ++n) {
+      const double x0 = x->values()[n];
+      x->values()[n] = x0 + h;
+      const double up = loss(q, k, v, dO, o);
+      x->values()[n] = x0 - h;
+      const double down = loss(q, k, v, dO, o);
+      x->values()[n] = x0;
+      EXPECT_NEAR(grad->values()[n], (up - down) / (2 * h), 1e-7) << "entry " << n;
+    }
+}
+
+TEST(Backward, matchesCentralDifferencesOfTheForward) { expect_matches_central_differences({}, 2, 2, 4, 4); }
+
+TEST(Backward, matchesCentralDifferencesWithGroupsPaddingAndAWindow) {
+  AttentionOptions o;
+  o.key_lengths = {3, 0};
+  o.window = 1;
+  o.alignment = CausalAlignment::BottomRight;
+  o.scale = 0.3;
+  expect_matches_central_differences(o, 4, 2, 3, 5);
+}
+
+TEST(Backward, aSharedKvHeadSumsItsGroup) {
+  const Tensor<double> q = filled({1, 2, 3, 2}, 0.2), k = filled({1, 1, 3, 2}, 0.4), v = filled({1, 1, 3, 2}, 0.9),
+                       dO = filled({1, 2, 3, 2}, 1.1);
+  const auto g = attention_backward<double>(q, k, v, dO);
+  Matrix<double> dk = Matrix<double>::Zero(3, 2), dv = Matrix<double>::Zero(3, 2);
+  for (Index h = 0; h < 2; ++h) {
+    Tensor<double> qh({1, 1, 3, 2}), dOh({1, 1, 3, 2});
+    qh.head(0, 0) = q.head(0, h);
+    dOh.head(0, 0) = dO.head(0, h);
+    const auto one = attention_backward<double>(qh, k, v, dOh);
+    dk += one.dk.head(0, 0);
+    dv += one.dv.head(0, 0);
+  }
+  EXPECT_LT((Matrix<double>(g.dk.head(0, 0)) - dk).cwiseAbs().maxCoeff(), 1e-15);
+  EXPECT_LT((Matrix<double>(g.dv.head(0, 0)) - dv).cwiseAbs().maxCoeff(), 1e-15);
+}
+
+TEST(Backward, aRowThatSeesNoKeyHasNoGradient) {
+  AttentionOptions o;
+  o.alignment = CausalAlignment::BottomRight;  // T_q = 3 > T_k = 1: queries 0 and 1 see nothing
+  const auto g = attention_backward<float>(filled({1, 1, 3, 2}, 0.3).cast<float>(), filled({1, 1, 1, 2}, 0.5).cast<float>(),
+                                           filled({1, 1, 1, 2}, 0.8).cast<float>(), filled({1, 1, 3, 2}, 1.9).cast<float>(), o);
+  EXPECT_EQ(g.dq(0, 0, 0, 0), 0.0f);
+  EXPECT_EQ(g.dq(0, 0, 1, 1), 0.0f);
+  // The one key: dV = dO of the last query (its weight is 1), dK = 0 (a single key's softmax is constant).
+  EXPECT_FLOAT_EQ(g.dv(0, 0, 0, 0), float(filled({1, 1, 3, 2}, 1.9)(0, 0, 2, 0)));
+  EXPECT_EQ(g.dk(0, 0, 0, 0), 0.0f);
+}
+
+TEST(Backward, badShapesAreNamed) {
+  const Tensor<double> q = filled({1, 1, 2, 2}, 0), k = filled({1, 1, 2, 2}, 0);
+  try {
+    attention_backward<double>(q, k, k, filled({1, 1, 3, 2}, 0));
+    FAIL() << "no ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "attention_backward: d_output is [1,1,3,2] but q is [1,1,2,2] (dO has the output's shape)");
+  }
+}
+
+TEST(Backward, theOracleBoundHoldsForTheReferenceInLowPrecision) {
+  const Tensor<double> q = filled({1, 2, 6, 4}, 0.1), k = filled({1, 2, 6, 4}, 0.6), v = filled({1, 2, 6, 4}, 1.2),
+                       dO = filled({1, 2, 6, 4}, 2.3);
+  const auto round = [](const Tensor<double>& t) { return t.cast<Eigen::half>(); };
+  const auto g = attention_backward<Eigen::half>(round(q), round(k), round(v), round(dO));
+  const GradientCheck c = gradient_check(DType::f16, round(q).cast<double>(), round(k).cast<double>(),
+                                         round(v).cast<double>(), round(dO).cast<double>(), {});
+  for (auto [got, want, tol] : {std::tuple{&g.dq, &c.oracle.dq, &c.tolerance.dq}, {&g.dk, &c.oracle.dk, &c.tolerance.dk},
+                                {&g.dv, &c.oracle.dv, &c.tolerance.dv}}) {
+    double worst = 0;
+    for (Index n = 0; n < want->size(); ++n) {
+      const double err = std::abs(double(got->values()[n]) - want->values()[n]);
+      EXPECT_LE(err, tol->values()[n]);
+      worst = std::max(worst, err / tol->values()[n]);
+    }
+    // Not vacuous: a 25% error in the largest gradient entry would be caught. (The bound is absolute in the sums
+    // of |terms|, since dP - Delta cancels, at float16's u = 2^-11: about 0.2 of dQ here.)
+    EXPECT_LT(tol->values().maxCoeff(), 0.25 * want->values().cwiseAbs().maxCoeff());
+    std::cout << "worst error / bound: " << worst << ", largest bound / largest gradient: "
+              << tol->values().maxCoeff() / want->values().cwiseAbs().maxCoeff() << "\n";
+  }
+}
+
+}  // namespace
+}  // namespace attncheck

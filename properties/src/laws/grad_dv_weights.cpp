@@ -1,0 +1,80 @@
+// Gradient law grad-dv-weights: dV = Wᵀ dO with W the weights the implementation's own forward applies
+// (returned, or recovered by probing), within a derived bound.
+#include "registry.hpp"
+#include "support.hpp"
+
+#include <limits>
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "O = W V is linear in V, so dV = W^T dO with W the weights the forward applied: the backward must "
+    "differentiate the forward it belongs to (for a shared kv head, summed over its group). A backward that "
+    "builds dV from unnormalised exp(scores), or recomputes the weights with another row's log-sum-exp, breaks "
+    "it even when its forward is right. Tolerance per element: the forward's returned weights and the "
+    "backward's own (recomputed) weights are each within rho + u_s relative of the exact ones (rho from "
+    "attention/src/tolerance.cpp), so they differ by at most 2(rho + u_s) W_ij (and by at most 1), plus the "
+    "n-term sum (gamma_n, n = group size x T_q), the final rounding u_s|dV|, and the exp and subnormal floors; "
+    "doubled.";
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) {
+  ProblemOptions po;
+  po.want_weights = true;
+  return gen_gradient_case(cfg, po);
+}
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  Problem p = c.problem;
+  p.want_weights = true;
+  const Outcome o = call(impl, p);
+  const Gradients g = call_backward(impl, p);
+  const Tensor<double>& W = *o.weights;
+  const Tensor<double>& dO = *p.d_output;
+  const Shape& s = p.q.shape();
+  const double u_s = unit_roundoff(p.dtype), u_a = accumulation_roundoff(p.dtype);
+  // Eigen's float exp floor (2^-126), the dtype's subnormal floor, and the accumulation type's smallest
+  // subnormal for a product that underflows (attention/src/backward.cpp, steps 1 and 9).
+  const double floors = (p.dtype == DType::f64 ? std::numeric_limits<double>::denorm_min() : std::ldexp(1.0, -126)) +
+                        storage_floor(p.dtype);
+  const double g_n = gamma(s.T * (s.H / p.kv_heads()), u_a);
+  Tensor<double> want(p.v.shape()), tol(p.v.shape());
+  for (Index b = 0; b < s.B; ++b) {
+    const BoolMask mask = BoolMask::of(p.visibility(b));
+    for (Index h = 0; h < s.H; ++h) {
+      const Index kv = kv_of(p, h);
+      const Eigen::VectorXd rho = weight_relative_error(p.dtype, p.q.head(b, h), p.k.head(b, kv), mask, scale_of(p));
+      for (Index i = 0; i < s.T; ++i)
+        for (Index j = 0; j < p.k.shape().T; ++j) {
+          const double w = W(b, h, i, j);
+          const double dw = std::isinf(rho(i)) ? 1.0 : std::min(1.0, 2 * (rho(i) + u_s) * w);
+          want.head(b, kv).row(j) += w * dO.head(b, h).row(i);
+          tol.head(b, kv).row(j) += kSafety * (dw + g_n * w + 2 * floors) * dO.head(b, h).row(i).cwiseAbs();
+        }
+    }
+  }
+  tol.values() += kSafety * u_s * want.values().cwiseAbs();
+  tol.values().array() += storage_floor(p.dtype);
+  auto v = compare("grad-dv-weights", "dv", want, g.dv, &tol, {});
+  if (v) {
+    v->message += " (expected: W^T dO with the weights W its own forward applied)";
+    v->weights = o.weights;
+  }
+  return v;
+}
+
+std::string applies(const GenConfig& g) {
+  if (auto why = needs_backward(g); !why.empty()) return why;
+  return needs_weights(g);
+}
+
+}  // namespace
+
+Law grad_dv_weights() {
+  return {"grad-dv-weights", "dV = W^T dO with W the implementation's own forward weights, within the derived bound",
+          kWhy,              applies,
+          gen,               check,
+          0,                 true};
+}
+
+}  // namespace attncheck::law_kit

@@ -1,0 +1,139 @@
+// Gradient law grad-finite-difference (float64 only): the backward's directional derivatives agree with
+// central differences of the same implementation's forward.
+#include "registry.hpp"
+#include "support.hpp"
+
+#include <cmath>
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "The backward must be the derivative of the forward it ships with: for L(x) = sum(dO o O(x)) and a random "
+    "direction d of q, of k and of v in turn, <grad, d> must equal the central difference "
+    "D(h) = (L(x + h d) - L(x - h d)) / 2h of the implementation's own forward. Step: d is scaled like the "
+    "inputs, and h = u^(1/3) / max(1, sigma), sigma the largest rate at which a score moves along d, so no score "
+    "moves by more than u^(1/3) (about 6e-6): the balance of truncation (~h^2) and rounding (~u/h). Tolerance: "
+    "D(h) = L' + c h^2 + O(h^4), so D(h/2) is off by |D(h) - D(h/2)|/3 (Richardson's estimate); rounding in L "
+    "(the forward's derived float64 bound on each output times |dO|, eps_L) adds 2 eps_L / h to D(h/2); the "
+    "gradient side adds sum |d| times the grad-oracle bound and the dot product's own rounding. The first two "
+    "are doubled. Float64 only: in float32 the rounding term eps_L / h would be larger than the gradient.";
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    LawCase c = *gen_gradients(cfg);
+    c.params["direction_seed"] = double(*rc::gen::inRange<int>(0, 1 << 30));
+    return c;
+  });
+}
+
+// A direction like x: entries uniform in [-1, 1] times x's largest magnitude (1 when x is all 0).
+Tensor<double> direction(const Tensor<double>& x, std::uint64_t seed) {
+  rc::Random r(seed);
+  Tensor<double> d(x.shape());
+  const double m = x.values().cwiseAbs().maxCoeff();
+  for (double& e : d.values()) e = (double(r.next() % 2049) / 1024.0 - 1.0) * (m > 0 ? m : 1.0);
+  return d;
+}
+
+// Σ dO ∘ O for the implementation's forward on p.
+double loss(const Implementation& impl, const Problem& p) {
+  Problem plain = p;
+  plain.want_weights = false;
+  return call(impl, plain).output.values().dot(p.d_output->values());
+}
+
+// The largest |d s_ij / dt| along the direction (visible pairs only).
+double score_rate(const Problem& p, const Tensor<double>& dq, const Tensor<double>& dk) {
+  const Shape& s = p.q.shape();
+  double rate = 0;
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      const Index kv = kv_of(p, h);
+      const Matrix<double> r = (Matrix<double>(dq.head(b, h)) * Matrix<double>(p.k.head(b, kv)).transpose() +
+                                Matrix<double>(p.q.head(b, h)) * Matrix<double>(dk.head(b, kv)).transpose()) *
+                               scale_of(p);
+      for (Index i = 0; i < s.T; ++i) {
+        const KeyRange keys = keys_of(p, b, i);
+        for (Index j = keys.begin; j < keys.end; ++j) rate = std::max(rate, std::abs(r(i, j)));
+      }
+    }
+  return rate;
+}
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  const Gradients g = call_backward(impl, p);
+  const GradientCheck oracle = run_gradient_oracle(p);
+  // eps_L: the forward's derived float64 bound per output, weighted by |dO|, plus the n-term dot product.
+  const OracleRun fwd = run_oracle(p);
+  const double u = unit_roundoff(DType::f64);
+  const Eigen::VectorXd abs_dO = p.d_output->values().cwiseAbs();
+  const double eps_L = fwd.tol_out.values().dot(abs_dO) +
+                       gamma(p.q.size(), u) * fwd.out.values().cwiseAbs().dot(abs_dO);
+  const std::uint64_t seed = std::uint64_t(c.params.at("direction_seed"));
+  const struct {
+    const char* name;
+    Tensor<double> Problem::*x;
+    const Tensor<double> Gradients::*grad;
+  } parts[] = {{"dq", &Problem::q, &Gradients::dq}, {"dk", &Problem::k, &Gradients::dk}, {"dv", &Problem::v, &Gradients::dv}};
+  for (std::size_t n = 0; n < 3; ++n) {
+    const auto& part = parts[n];
+    const Tensor<double> d = direction(p.*part.x, seed + n);
+    Tensor<double> dq(p.q.shape()), dk(p.k.shape());
+    if (part.x == &Problem::q) dq = d;
+    if (part.x == &Problem::k) dk = d;
+    const double h = std::cbrt(u) / std::max(1.0, score_rate(p, dq, dk));
+    const auto central = [&](double step) {
+      Problem up = p, down = p;
+      (up.*part.x).values() += step * d.values();
+      (down.*part.x).values() -= step * d.values();
+      return (loss(impl, up) - loss(impl, down)) / (2 * step);
+    };
+    const double D_h = central(h), D_half = central(h / 2);
+    const double analytic = (g.*part.grad).values().dot(d.values());
+    const Eigen::VectorXd abs_d = d.values().cwiseAbs();
+    const double tol = kSafety * (std::abs(D_h - D_half) / 3 + 2 * eps_L / h) +
+                       (oracle.tolerance.*part.grad).values().dot(abs_d) +
+                       gamma(d.size(), u) * (g.*part.grad).values().cwiseAbs().dot(abs_d);
+    const double diff = std::abs(analytic - D_half);
+    if (std::isfinite(analytic) && diff <= tol) continue;
+    Violation v;
+    v.quantity = std::string(part.name) + "-directional";
+    v.worst_index = {0, 0, 0, 0};
+    v.magnitude = diff;
+    v.tolerance = tol;
+    v.expected = Tensor<double>({1, 1, 1, 1});
+    v.expected->values()[0] = D_half;
+    v.actual = Tensor<double>({1, 1, 1, 1});
+    v.actual->values()[0] = analytic;
+    v.message = "grad-finite-difference: along a random direction of " + std::string(part.name + 1) + ", the " +
+                part.name + " of the backward gives a derivative of " + num(analytic) +
+                " but central differences of its forward give " + num(D_half) + " (off by " + num(diff) +
+                ", tolerance " + num(tol) + "; step " + num(h / 2) + ")";
+    return v;
+  }
+  return std::nullopt;
+}
+
+std::string applies(const GenConfig& g) {
+  if (auto why = needs_backward(g); !why.empty()) return why;
+  return g.dtype == DType::f64 ? ""
+                               : "float64 only: at " + std::string(dtype_name(g.dtype)) +
+                                     " the rounding error of a central difference exceeds the gradient it estimates";
+}
+
+}  // namespace
+
+Law grad_finite_difference() {
+  return {"grad-finite-difference",
+          "float64: the backward agrees with central differences of the same forward (derived step and bound)",
+          kWhy,
+          applies,
+          gen,
+          check,
+          0,
+          true};
+}
+
+}  // namespace attncheck::law_kit

@@ -1,0 +1,44 @@
+// window-zero-weight (exact): every key older than a query's window gets weight exactly 0.
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "With a left window w (FlashAttention's window_size, Mistral's and Gemma's sliding windows) the query at "
+    "aligned position p sees only the keys p - w <= j <= p: every older key is masked like a future one, and "
+    "exp(-inf) is exactly 0 in every dtype, so its weight is exactly 0, not small (in a row that sees no key "
+    "a NaN weight is the nan convention). A window one key too wide, a window measured from the query index "
+    "instead of its aligned position, or a window applied only inside the diagonal tile of a tiled kernel "
+    "leaves weight there. Exact: no tolerance. Applies to implementations that honour windows "
+    "(Capabilities::window).";
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) {
+  ProblemOptions po;
+  po.require_window = true;
+  return gen_problem(cfg, po);
+}
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  if (!p.window) return std::nullopt;
+  const Outcome o = call(impl, p);
+  const Visibility vis = p.visibility(0);  // positions do not depend on the batch entry
+  return nonzero_hidden_weight("window-zero-weight", impl, p, *o.weights,
+                               [&](Index, Index i, Index j) { return j < vis.position(i) - *p.window; });
+}
+
+std::string not_applicable(const GenConfig& g) {
+  if (!g.caps.window) return "the implementation does not honour a sliding window (Capabilities::window)";
+  return needs_weights(g);
+}
+
+}  // namespace
+
+Law window_zero_weight() {
+  return {"window-zero-weight", "every key older than a query's window gets weight exactly 0", kWhy, not_applicable,
+          gen, check, 0};
+}
+
+}  // namespace attncheck::law_kit

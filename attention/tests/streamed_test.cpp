@@ -161,9 +161,10 @@ TEST(StreamingOracle, agreesWithTheMaterialisingOracleRowStatsAndTolerance) {
           ASSERT_LE(((tol - full.output).array().abs() / full.output.array().max(1e-300)).maxCoeff(), 1e-9);
           for (Index i = 0; i < g.T_q; ++i)
             for (Index j = 0; j < g.T_k; ++j)
-              if (mask.visible(i, j))
+              if (mask.visible(i, j)) {
                 ASSERT_NEAR(weight_tolerance(t, w(b, h, i, j), rho(i)), full.weights(i, j),
                             1e-9 * full.weights(i, j));
+              }
         }
       }
     }

@@ -75,6 +75,10 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
     return code == 0 ? kAllHeld : kUsage;
   }
 
+  o.given = {.cases = check->count("--cases") > 0,
+             .max_B = check->count("--max-B") > 0,
+             .max_H = check->count("--max-H") > 0,
+             .max_D = check->count("--max-D") > 0};
   try {
     if (*demo) return run_demo(out);
     if (*list) return run_list(registry, out);

@@ -241,20 +241,39 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
                      " but got " + std::string(dtype_name(dtype)) + "; no law could be checked");
   }
 
+  // A long-context run: every case longer than kLongContextT (by --min-T or a pinned shape) gets the long
+  // defaults for the bounds not given.
+  CheckOptions bounds = o;
+  std::string long_note;
+  {
+    const std::optional<std::array<Index, 5>> pinned =
+        o.shape.empty() ? std::nullopt : std::optional(parse_shape(o.shape));
+    if ((pinned ? std::min((*pinned)[2], (*pinned)[3]) : o.min_T) > kLongContextT) {
+      if (!o.given.cases) bounds.cases = kLongContextCases;
+      if (!o.given.max_B) bounds.max_B = kLongContextMaxB;
+      if (!o.given.max_H) bounds.max_H = kLongContextMaxH;
+      if (!o.given.max_D) bounds.max_D = kLongContextMaxD;
+      long_note = "  long context (every T > " + std::to_string(kLongContextT) +
+                  "): unless given, --cases " + std::to_string(kLongContextCases) + " --max-B " +
+                  std::to_string(kLongContextMaxB) + " --max-H " + std::to_string(kLongContextMaxH) +
+                  " --max-D " + std::to_string(kLongContextMaxD) + "\n";
+    }
+  }
+
   reports::RunInfo run;
   run.implementation = impl->name();
   run.implementation_description = impl->description();
   run.dtype = dtype;
   run.seed = o.seed;
-  run.cases = o.cases;
+  run.cases = bounds.cases;
   run.gen.dtype = dtype;
-  run.gen.max_B = o.max_B;
-  run.gen.max_H = o.max_H;
-  run.gen.max_H_kv = o.max_H_kv;
+  run.gen.max_B = bounds.max_B;
+  run.gen.max_H = bounds.max_H;
+  run.gen.max_H_kv = bounds.max_H_kv;
   // --max-T bounds every T; the generators keep most cases at T <= 64 and reach up to --max-T in a tail.
   run.gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
   run.gen.max_T_tail = o.max_T;
-  run.gen.max_D = o.max_D;
+  run.gen.max_D = bounds.max_D;
   if (o.min_T > o.max_T)
     throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
                      std::to_string(o.min_T));
@@ -276,7 +295,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       << run.gen.max_T << " (tail to " << run.gen.max_T_tail << "), D <= " << run.gen.max_D
       << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string()) << "\n"
-      << std::flush;
+      << long_note << std::flush;
 
   // First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time.
   ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
@@ -294,7 +313,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     if (!replayed[n]) pending.push_back(selected[n]);
   }
   RunOptions ro;
-  ro.cases = o.cases;
+  ro.cases = bounds.cases;
   ro.seed = o.seed;
   ro.max_size = run.max_size;
   ro.gen = run.gen;

@@ -35,7 +35,19 @@ struct CheckOptions {
   bool force = false;
   bool progress = false;
   int jobs = 0;            ///< laws checked at once; 0: one per core
+  /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
+  struct Given {
+    bool cases = false, max_B = false, max_H = false, max_D = false;
+  } given;
 };
+
+/// Above this T every case is a long context even at B = H = 1 (T² > 2^22 weights, see kMaterialisedWeights):
+/// `check` then defaults to kLongContextDefaults instead of 100 cases at B, H <= 4, D <= 128.
+inline constexpr Index kLongContextT = 2048;
+/// A long-context case costs about B·H·T²·D (seconds each at T = 16384), so a long run checks two cases per law
+/// at B = 1, H <= 2, D <= 64 unless told otherwise: every law still sees several heads and a full-size D.
+inline constexpr int kLongContextCases = 2;
+inline constexpr Index kLongContextMaxB = 1, kLongContextMaxH = 2, kLongContextMaxD = 64;
 
 /// Runs the laws against --impl (or replays --replay); returns an ExitCode. Throws UsageError and the
 /// reports' FileError / FormatError / ReportExists for exit code 2.

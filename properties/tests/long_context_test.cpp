@@ -91,5 +91,28 @@ TEST(LongContext, sampledChecksCatchTheirBugs) {
   EXPECT_NEAR(sums->magnitude, 0.01, 1e-4) << sums->message;
 }
 
+// Every law, drawn cases included (GQA, padding, windows), runs on long contexts: none asks for [T_q,T_k] it
+// cannot get, and the reference holds each one that applies. The gradient laws say why they do not apply.
+TEST(LongContext, everyLawHoldsOnTheReferenceOrSaysWhyNot) {
+  RunOptions o;
+  o.cases = 2;
+  o.gen.min_T = kT;
+  o.gen.max_T = o.gen.max_T_tail = kT;
+  o.gen.max_B = 1;
+  o.gen.max_H = 2;
+  o.gen.max_D = kD;
+  int held = 0;
+  for (const Law& law : laws()) {
+    const LawResult r = run_law(law, *reference_implementation(), o);
+    EXPECT_NE(r.status, LawStatus::falsified) << describe(r);
+    if (r.status == LawStatus::held) ++held;
+    if (law.name.rfind("grad-", 0) == 0) {
+      EXPECT_EQ(r.status, LawStatus::not_applicable) << describe(r);
+      EXPECT_NE(r.note.find("materialises"), std::string::npos) << r.note;
+    }
+  }
+  EXPECT_GE(held, 15);
+}
+
 }  // namespace
 }  // namespace attncheck

@@ -114,6 +114,15 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = 
 /// after it, in its own regime and magnitude, rounded to the dtype and shrinking toward 0. Gradients are linear
 /// in dO, so when the oracle's largest gradient would not fit in the dtype (float16 overflows at 65504) dO is
 /// scaled by a power of two until it fits with room to spare (tag "dO-scaled-to-fit").
+/// Above this many weights (B·H·T_q·T_k) a case is a long context: no law asks for or materialises
+/// [T_q,T_k]. The oracle is streamed (O(T·D)), outputs are still checked in full, and weights are sampled
+/// at chosen key columns for every query row by one-hot probing (sample_weights). 2^22 weights are 32 MiB
+/// of doubles; every case at the default bounds (B, H <= 4, T <= 256) stays below it.
+inline constexpr double kMaterialisedWeights = double(1 << 22);
+/// The longest sequence a gradient case has under cfg's bounds: gradient cases stay materialised (B·H·T_q·T_k
+/// <= kMaterialisedWeights at the largest B and H), because the backward's float64 oracle holds [T_q,T_k] per
+/// head (2 GiB at T = 16384). 512 at the default B, H <= 4.
+Index gradient_max_T(const GenConfig& cfg);
 rc::Gen<LawCase> gen_gradient_case(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// Coverage tags of a problem (T bucket, D bucket, largest |score| bucket); gen_problem adds the regime.

@@ -67,7 +67,7 @@ Problem outputs_first(const Implementation& impl, const Problem& p) {
 }
 
 std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCase& c, const Outcome& o) {
-  if (o.weights || !c.problem.want_weights || c.outputs_only) return o.weights;
+  if (o.weights || !c.problem.want_weights || c.outputs_only || long_context(c.problem)) return o.weights;
   return call(impl, c.problem).weights;
 }
 
@@ -179,7 +179,16 @@ std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSampl
 std::string take_sampling_note() { return std::exchange(t_sampling_note, std::string()); }
 
 std::string needs_backward(const GenConfig& g) {
-  return g.caps.backward ? "" : "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
+  if (!g.caps.backward) return "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
+  // Gradient cases stay materialised: the backward's float64 oracle holds [T_q,T_k] per head.
+  const bool too_long = g.shape ? double((*g.shape)[0]) * double((*g.shape)[1]) * double((*g.shape)[2]) *
+                                          double((*g.shape)[3]) > kMaterialisedWeights
+                                : g.min_T > gradient_max_T(g);
+  if (too_long)
+    return "the gradient laws need B*H*T_q*T_k <= 2^22 (T <= " + std::to_string(gradient_max_T(g)) + " at B <= " +
+           std::to_string(g.max_B) + ", H <= " + std::to_string(g.max_H) +
+           "): their float64 oracle materialises [T_q,T_k] per head";
+  return "";
 }
 
 Gradients call_backward(const Implementation& impl, const Problem& p) {
@@ -398,6 +407,16 @@ std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Imp
   return v;
 }
 
+std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
+                                                 const std::function<bool(Index, Index, Index)>& hidden) {
+  if (long_context(p)) {  // every query row against the sampled keys, each of which is hidden from many rows
+    const WeightSample s = sample_weights(impl, p, sampled_keys(p));
+    return on_sample(nonzero_hidden_weight(law, impl, p, s.w, hidden, &s.keys), s, p);
+  }
+  const Outcome o = call(impl, p);
+  return nonzero_hidden_weight(law, impl, p, *o.weights, hidden);
+}
+
 ProblemOptions outputs_only() {
   ProblemOptions po;
   po.want_weights = false;
@@ -445,8 +464,25 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
   const Outcome full = call(impl, p);
   const OracleRun of = run_oracle(p);
   Tensor<double> chunked(full.output.shape()), tol = of.tol_out;
+  // A long context calls only the chunks that hold a sampled position (both ends, the middle, both sides of
+  // every power of two): T calls of O(T·D) each would cost as much as materialising [T,T].
+  std::vector<char> called(starts.size(), 1);
+  if (long_context(p)) {
+    std::fill(called.begin(), called.end(), 0);
+    for (const Index t : sample_keys(T, kSampledKeys))
+      called[std::size_t(std::prev(std::upper_bound(starts.begin(), starts.end(), t)) - starts.begin())] = 1;
+    std::string at;
+    for (std::size_t n = 0; n < starts.size(); ++n)
+      if (called[n]) at += (at.empty() ? "" : ",") + std::to_string(starts[n]);
+    note_sampling("long context (B*H*T_q*T_k > 2^22): " + std::to_string(std::count(called.begin(), called.end(), 1)) +
+                  " of " + std::to_string(starts.size()) + " chunks called, those starting at {" + at +
+                  "} (they hold both ends, the middle and both sides of every power of two)");
+  }
+  std::vector<char> row_called(std::size_t(T), 0);
   for (std::size_t n = 0; n < starts.size(); ++n) {
     const Index begin = starts[n], end = n + 1 < starts.size() ? starts[n + 1] : T;
+    if (!called[n]) continue;
+    std::fill(row_called.begin() + begin, row_called.begin() + end, 1);
     const Problem one = cached_call(p, begin, end);
     const Outcome o = call(impl, one);
     const OracleRun oc = run_oracle(one);
@@ -462,7 +498,7 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
       }
   }
   // Rows that see no key follow the implementation's empty-row convention, checked by oracle-agreement.
-  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  const auto seen = [&](Index b, Index, Index i, Index) { return row_called[std::size_t(i)] && !keys_of(p, b, i).empty(); };
   auto v = compare(law, "output", full.output, chunked, &tol, seen);
   if (v) {
     const Index i = v->worst_index[2];

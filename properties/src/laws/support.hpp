@@ -40,12 +40,7 @@ inline std::string num(double x) { return format_number(x, 9); }
 /// Bitwise equality of two values widened from the same dtype; any NaN equals any NaN.
 bool same_bits(double a, double b);
 
-/// Above this many weights (B·H·T_q·T_k) a case is a long context: no law asks for or materialises
-/// [T_q,T_k]. The oracle is streamed (O(T·D)), outputs are still checked in full, and weights are sampled
-/// at chosen key columns for every query row by one-hot probing (sample_weights). 2^22 weights are 32 MiB
-/// of doubles; every case at the default bounds (B, H <= 4, T <= 256) stays below it.
-inline constexpr double kMaterialisedWeights = double(1 << 22);
-/// Whether p is a long context (see kMaterialisedWeights).
+/// Whether p is a long context (see kMaterialisedWeights, generators.hpp).
 bool long_context(const Problem& p);
 
 /// Calls the implementation and insists on weights when the law needs them and the implementation says it
@@ -168,6 +163,10 @@ std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Imp
                                                const Tensor<double>& w,
                                                const std::function<bool(Index, Index, Index)>& hidden,
                                                const std::vector<Index>* keys = nullptr);
+/// Calls impl on p and checks that every weight on a key for which hidden(b, i, j) holds is exactly 0
+/// (nonzero_hidden_weight); for a long context, at the sampled keys of every query row (sample_weights).
+std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
+                                                 const std::function<bool(Index, Index, Index)>& hidden);
 
 /// Problem options for the laws that read only outputs.
 ProblemOptions outputs_only();

@@ -15,13 +15,8 @@ const char* kWhy =
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  const auto hidden = [&](Index b, Index i, Index j) { return !visible(p, b, i, j); };
-  if (long_context(p)) {  // every query row against the sampled keys, each of which is hidden from many rows
-    const WeightSample s = sample_weights(impl, p, sampled_keys(p));
-    return on_sample(nonzero_hidden_weight("zero-future-weight", impl, p, s.w, hidden, &s.keys), s, p);
-  }
-  const Outcome o = call(impl, p);
-  return nonzero_hidden_weight("zero-future-weight", impl, p, *o.weights, hidden);
+  return hidden_weights_are_zero("zero-future-weight", impl, p,
+                                 [&](Index b, Index i, Index j) { return !visible(p, b, i, j); });
 }
 
 }  // namespace

@@ -14,8 +14,23 @@
 namespace attncheck {
 namespace {
 
-TEST(Probe, recoveredWeightsEqualReturnedWeightsExactly) {
+// The reference's materialised path for every call: its outputs are its weights times V, with or without the
+// weights asked for. (Asked for no weights, the reference itself streams, online softmax over key tiles: the
+// same weights up to rounding, not bit for bit.)
+ImplementationPtr materialised_reference() {
   const auto ref = reference_implementation();
+  return make_implementation("materialised", "the reference, weights always computed", ref->capabilities(),
+                             [ref](const Problem& p) {
+                               Problem with_w = p;
+                               with_w.want_weights = true;
+                               Outcome o = ref->forward(with_w);
+                               if (!p.want_weights) o.weights.reset();
+                               return o;
+                             });
+}
+
+TEST(Probe, recoveredWeightsEqualReturnedWeightsExactly) {
+  const auto ref = materialised_reference();
   // T_k > D, so the keys come in several blocks, the last one partial (7 = 3 + 3 + 1).
   for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const CausalAlignment a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight}) {
@@ -75,7 +90,7 @@ TEST(Probe, outputsAreCheckedBeforeWeightsAreProbedAndEveryCallIsCounted) {
 }
 
 TEST(Probe, wrapperGivesWeightsToAnImplementationWithoutThem) {
-  const auto ref = reference_implementation();
+  const auto ref = materialised_reference();
   Capabilities caps;
   caps.returns_weights = false;
   const auto blind = make_implementation("blind", "outputs only", caps, [ref](const Problem& p) {

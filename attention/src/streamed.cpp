@@ -92,7 +92,9 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
       const Column<A> m_new = st.m.max(st.s.rowwise().maxCoeff());
       Column<A> c(n);
       for (Index r = 0; r < n; ++r) c(r) = rescale(st.m(r), m_new(r));
-      st.p = (st.s.colwise() - m_new).exp();
+      // Row by row: a row of the row-major tile is contiguous, so exp runs on SIMD packets; the broadcast
+      // `colwise() - m_new` would fall back to scalar expf (40% of the time at T = 2048).
+      for (Index r = 0; r < n; ++r) st.p.row(r) = (st.s.row(r) - m_new(r)).exp();
       st.l = st.l * c + st.p.rowwise().sum();
       st.acc.array().colwise() *= c;
       st.acc.noalias() += st.p.matrix() * v.middleRows(j0, w);

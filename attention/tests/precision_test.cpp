@@ -6,16 +6,12 @@
 
 #include "attncheck/attention.hpp"
 #include "attncheck/tolerance.hpp"
+#include "wave.hpp"
 
 namespace attncheck {
 namespace {
 
-// Deterministic inputs of a given magnitude, already representable in S (so the oracle sees the same values).
-template <class S> Tensor<S> wave(const Shape& s, double phase, double magnitude) {
-  Tensor<S> t(s);
-  for (Index n = 0; n < t.size(); ++n) t.values()[n] = S(magnitude * std::sin(1.37 * double(n) + phase));
-  return t;
-}
+using test::wave;
 
 struct Worst {
   double ratio = 0;  // max |actual - oracle| / tolerance over every output and weight

@@ -10,15 +10,12 @@
 
 #include "attncheck/attention.hpp"
 #include "attncheck/tolerance.hpp"
+#include "wave.hpp"
 
 namespace attncheck {
 namespace {
 
-template <class S> Tensor<S> wave(const Shape& s, double phase, double magnitude) {
-  Tensor<S> t(s);
-  for (Index n = 0; n < t.size(); ++n) t.values()[n] = S(magnitude * std::sin(1.37 * double(n) + phase));
-  return t;
-}
+using test::wave;
 
 // Geometries that cross the query block (64) and the key tile (128), with and without the rules.
 struct Geometry {

@@ -126,6 +126,16 @@ std::optional<reports::LawReport> replay_corpus(const Law& law, const Implementa
   return std::nullopt;
 }
 
+RunOptions run_options(int cases, std::uint64_t seed, int max_size, const GenConfig& gen, const std::string& reproduce) {
+  RunOptions ro;
+  ro.cases = cases;
+  ro.seed = seed;
+  ro.max_size = max_size;
+  ro.gen = gen;
+  ro.reproduce = reproduce;
+  return ro;
+}
+
 void print_violation(const Violation& v, std::ostream& out) {
   out << "  " << v.message << "\n";
   if (!v.worst_index.empty()) {
@@ -182,12 +192,7 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
 
   bool regenerated_fails = false;
   if (!s.reproduce.empty()) {
-    RunOptions ro;
-    ro.cases = s.cases;
-    ro.seed = s.seed;
-    ro.max_size = s.max_size;
-    ro.gen = s.gen;
-    ro.reproduce = s.reproduce;
+    const RunOptions ro = run_options(s.cases, s.seed, s.max_size, s.gen, s.reproduce);
     const LawResult r = run_law(law, *impl, ro);
     regenerated_fails = r.status == LawStatus::falsified;
     const bool same_case = r.minimal_case && reports::to_json(*r.minimal_case) == reports::to_json(s.lcase);
@@ -312,12 +317,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     times[n] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     if (!replayed[n]) pending.push_back(selected[n]);
   }
-  RunOptions ro;
-  ro.cases = bounds.cases;
-  ro.seed = o.seed;
-  ro.max_size = run.max_size;
-  ro.gen = run.gen;
-  ro.reproduce = o.reproduce;
+  RunOptions ro = run_options(bounds.cases, o.seed, run.max_size, run.gen, o.reproduce);
   std::string current;
   int k = 0;
   ro.on_progress = [&](const Progress& p) {

@@ -123,6 +123,22 @@ std::string why_not_applicable(const Law& law, const Implementation& impl, const
   return why_not;
 }
 
+// RapidCheck's parameters for one law: the run's seed and size, its cases (at most the law's own limit).
+rc::detail::TestParams test_params(const Law& law, const RunOptions& opts) {
+  rc::detail::TestParams params;
+  params.seed = opts.seed;
+  params.maxSuccess = law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
+  params.maxSize = opts.max_size;
+  return params;
+}
+
+rc::detail::TestMetadata test_metadata(const Law& law) {
+  rc::detail::TestMetadata md;
+  md.id = law.name;
+  md.description = law.summary;
+  return md;
+}
+
 // What a held law found out about impl (Law::finding), or why it could not tell.
 std::string finding_note(const Law& law, const Implementation& impl, const GenConfig& g) {
   try {
@@ -195,13 +211,8 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     }
   };
 
-  rc::detail::TestParams params;
-  params.seed = opts.seed;
-  params.maxSuccess = law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
-  params.maxSize = opts.max_size;
-  rc::detail::TestMetadata md;
-  md.id = law.name;
-  md.description = law.summary;
+  const rc::detail::TestParams params = test_params(law, opts);
+  const rc::detail::TestMetadata md = test_metadata(law);
   std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
   if (!opts.reproduce.empty()) reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
 
@@ -346,13 +357,8 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
       queue.push_back(Job{l, n++, std::move(c)});
       ready.notify_one();
     };
-    rc::detail::TestParams params;
-    params.seed = opts.seed;
-    params.maxSuccess = law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
-    params.maxSize = opts.max_size;
-    rc::detail::TestMetadata md;
-    md.id = law.name;
-    md.description = law.summary;
+    const rc::detail::TestParams params = test_params(law, opts);
+    const rc::detail::TestMetadata md = test_metadata(law);
     progress[l] = Progress{.law = law.name, .cases_total = params.maxSuccess};
     ProgressListener listener(progress[l], opts.on_progress);
     const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;

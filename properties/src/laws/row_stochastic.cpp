@@ -13,6 +13,29 @@ const char* kWhy =
     "rescalings), rounding each weight to the dtype adds u_s in all plus the dtype's subnormal floor per weight, "
     "and the check's own double sum adds gamma_{T_k}(2^-53); the whole is doubled.";
 
+// Weight [b,h,i,j] is negative or not finite.
+Violation bad_weight(Index b, Index h, Index i, Index j, double x) {
+  Violation v;
+  v.quantity = "weights";
+  v.worst_index = {b, h, i, j};
+  v.magnitude = x;
+  v.message = "row-stochastic: weights" + idx({b, h, i, j}) + " is " + num(x) +
+              (std::isfinite(x) ? " (negative)" : " (not finite)");
+  return v;
+}
+
+// Row [b,h,i] of the weights sums to `sum`, more than `tol` away from 1.
+Violation bad_sum(Index b, Index h, Index i, double sum, double tol) {
+  Violation v;
+  v.quantity = "weights";
+  v.worst_index = {b, h, i};
+  v.magnitude = std::abs(sum - 1);
+  v.tolerance = tol;
+  v.message = "row-stochastic: row " + idx({b, h, i}) + " of the weights sums to " + num(sum) + ", not 1 (off by " +
+              num(std::abs(sum - 1)) + ", tolerance " + num(tol) + ")";
+  return v;
+}
+
 // Long context. Sums: with V's column 0 all ones, output[i,0] = Σ_j w_ij·1, the row sum as the kernel itself
 // accumulates it: the weights' own slack (γ_{2T_k} + 2u_a), the T_k-term accumulation of the product γ_{T_k},
 // rounding the output to the dtype u_s; doubled. Signs and finiteness: the sampled weights.
@@ -35,23 +58,14 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
         if (keys_of(p, b, i).empty()) continue;
         for (Index n = 0; n < Index(w.keys.size()); ++n)
           if (const double x = w.w(b, h, i, n); !std::isfinite(x) || x < 0) {
-            Violation v;
-            v.quantity = "weights";
-            v.worst_index = {b, h, i, n};
-            v.magnitude = x;
-            v.message = "row-stochastic: weights" + idx({b, h, i, w.keys[std::size_t(n)]}) + " is " + num(x) +
-                        (std::isfinite(x) ? " (negative)" : " (not finite)");
+            Violation v = bad_weight(b, h, i, w.keys[std::size_t(n)], x);
+            v.worst_index[3] = n;  // the sampled column; on_sample names the key
             return on_sample(v, w, p);
           }
         const double sum = o.output(b, h, i, 0);
         if (!(std::abs(sum - 1) <= tol)) {
-          Violation v;
-          v.quantity = "weights";
-          v.worst_index = {b, h, i};
-          v.magnitude = std::abs(sum - 1);
-          v.tolerance = tol;
-          v.message = "row-stochastic: row " + idx({b, h, i}) + " of the weights sums to " + num(sum) +
-                      ", not 1 (off by " + num(std::abs(sum - 1)) + ", tolerance " + num(tol) + ")" + what;
+          Violation v = bad_sum(b, h, i, sum, tol);
+          v.message += what;
           return on_sample(v, w, p);
         }
       }
@@ -76,12 +90,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
         for (Index j = 0; j < s.D; ++j) {
           const double x = w(b, h, i, j);
           if (!std::isfinite(x) || x < 0) {
-            Violation v;
-            v.quantity = "weights";
-            v.worst_index = {b, h, i, j};
-            v.magnitude = x;
-            v.message = "row-stochastic: weights" + idx({b, h, i, j}) + " is " + num(x) +
-                        (std::isfinite(x) ? " (negative)" : " (not finite)");
+            Violation v = bad_weight(b, h, i, j, x);
             v.weights = w;
             v.actual = w;
             return v;
@@ -89,13 +98,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
           sum += x;
         }
         if (std::abs(sum - 1) > tol) {
-          Violation v;
-          v.quantity = "weights";
-          v.worst_index = {b, h, i};
-          v.magnitude = std::abs(sum - 1);
-          v.tolerance = tol;
-          v.message = "row-stochastic: row " + idx({b, h, i}) + " of the weights sums to " + num(sum) +
-                      ", not 1 (off by " + num(std::abs(sum - 1)) + ", tolerance " + num(tol) + ")";
+          Violation v = bad_sum(b, h, i, sum, tol);
           v.weights = w;
           v.actual = w;
           return v;

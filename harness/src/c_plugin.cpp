@@ -9,8 +9,8 @@
 #include <cstring>
 #include <vector>
 
-#include "attncheck/harness.hpp"
 #include "attncheck/plugin.h"
+#include "attncheck/spec_error.hpp"
 #include "protocol.hpp"
 
 namespace attncheck::detail {

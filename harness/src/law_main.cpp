@@ -181,9 +181,12 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
             if (r.violation && r.violation->expected) print_tensor(details, "expected", *r.violation->expected);
             if (r.violation && r.violation->actual) print_tensor(details, "actual", *r.violation->actual);
           }
-          std::string replay = "attncheck-law --impl " + shell_quote(impl->name()) + " --law " + law->name +
-                               " --dtype " + std::string(dtype_name(t)) + " --seed " + std::to_string(seed) +
-                               " --reproduce " + shell_quote(r.reproduce);
+          // This very program with the spec it was given: a runner of attncheck_add_laws(TARGET exe) has no
+          // spec, and its implementation's name is not one.
+          std::string replay = shell_quote(argv[0]) + (spec.empty() ? "" : " --impl " + shell_quote(spec)) +
+                               (no_isolate ? " --no-isolate" : "") + " --law " + law->name + " --dtype " +
+                               std::string(dtype_name(t)) + " --seed " + std::to_string(seed) + " --max-T " +
+                               std::to_string(max_T) + " --reproduce " + shell_quote(r.reproduce);
           details << "  replay: " << replay << "\n";
         }
         std::fflush(stdout);

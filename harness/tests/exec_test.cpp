@@ -99,6 +99,32 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"noweights", "wrong size", "returned no weights"}),
     [](const auto& info) { return info.param.mode; });
 
+// After the first timeout, a hang costs a timeout derived from the slowest answer (at least 1 s), not the
+// configured one: shrinking a hanging case would otherwise cost a whole --timeout per candidate.
+TEST(Exec, afterTheFirstTimeoutLaterHangsGetTheDerivedTimeout) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(bad_client("hang"), HarnessOptions{.call_timeout_s = 3});
+  const Problem hangs = test::wave_problem(DType::f64, 1, 1, 2, 2, 1);  // bad_client hangs at T_k >= 2
+  EXPECT_NO_THROW(impl->forward(test::wave_problem(DType::f64, 1, 1, 1, 1, 1)));
+  const auto message_of_call = [&] {
+    try {
+      impl->forward(hangs);
+    } catch (const ImplementationError& e) {
+      EXPECT_EQ(e.kind(), ImplementationError::Kind::timeout) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "a hanging call returned";
+    return std::string();
+  };
+  const std::string first = message_of_call();
+  EXPECT_NE(first.find("no answer within 3 s"), std::string::npos) << first;
+  const std::string second = message_of_call();
+  EXPECT_NE(second.find("no answer within 1 s"), std::string::npos) << second;
+  EXPECT_NE(second.find("after an earlier timeout"), std::string::npos) << second;
+  // A call that answers still works after both hangs.
+  EXPECT_NO_THROW(impl->forward(test::wave_problem(DType::f64, 1, 1, 1, 1, 1)));
+}
+
 TEST(Exec, aCommandThatDoesNotStartIsASpecError) {
   try {
     load_implementation("exec:/nonexistent/attention-server");

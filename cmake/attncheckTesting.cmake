@@ -10,8 +10,9 @@ function(attncheck_add_test)
   if(NOT ARG_TIMEOUT)
     set(ARG_TIMEOUT 300)
   endif()
-  add_executable(${ARG_NAME} ${ARG_SOURCES})
-  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest GTest::gtest_main attncheck_options)
+  # cmake/test_main.cpp, not gtest_main: it pins RapidCheck's seed unless RC_PARAMS sets one.
+  add_executable(${ARG_NAME} ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/cmake/test_main.cpp)
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest attncheck_options)
   gtest_discover_tests(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" TIMEOUT ${ARG_TIMEOUT}
                        DISCOVERY_TIMEOUT 60)
 endfunction()

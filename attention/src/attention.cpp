@@ -1,6 +1,8 @@
 // The reference scaled causal attention: shape checks, masked softmax over the key axis, weights·V.
 #include "attncheck/attention.hpp"
 
+#include "attncheck/format.hpp"
+
 #include <cmath>
 #include <limits>
 #include <string>
@@ -11,16 +13,6 @@ namespace {
 
 template <class A> using ArrayA = Eigen::Array<A, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 template <class S> using ConstRef = Eigen::Ref<const Matrix<S>>;
-
-std::string fmt_double(double x) {
-  std::string s = std::to_string(x);
-  if (std::isfinite(x)) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%.17g", x);
-    s = buf;
-  }
-  return s;
-}
 
 void require_positive(const char* who, const char* name, Index rows, Index cols) {
   if (rows < 1 || cols < 1)
@@ -105,10 +97,12 @@ HeadTrace<S> attend_bool(const char* who, const ConstRef<S>& q, const ConstRef<S
   for (Index i = 0; i < q.rows(); ++i) {
     const auto row = mask.array().row(i);
     const Index n = row.count();
+    Index first = 0;
+    while (n > 0 && !row(first)) ++first;
     if (n == 0) {
       out.row(i).setZero();
-    } else if (row.head(n).all()) {  // causal rows see a prefix of the keys
-      out.row(i).noalias() = t.weights.row(i).head(n) * va.topRows(n);
+    } else if (row.segment(first, n).all()) {  // causal, padded and windowed rows see one run of keys
+      out.row(i).noalias() = t.weights.row(i).segment(first, n) * va.middleRows(first, n);
     } else {
       seen.clear();
       for (Index j = 0; j < row.size(); ++j)
@@ -135,44 +129,76 @@ HeadTrace<S> attend_additive(const char* who, const ConstRef<S>& q, const ConstR
   return t;
 }
 
+// K and V may have H_kv heads for H query heads when H_kv divides H (grouped-query attention).
 void check_batched(const char* who, const Shape& q, const Shape& k, const Shape& v) {
-  const auto differs = [&](const Shape& a, const Shape& b, bool with_t) -> const char* {
+  if (k.B != q.B) mismatch(who, "k", to_string(k), "q", to_string(q), "B differs");
+  if (k.H < 1 || q.H % k.H != 0)
+    mismatch(who, "k", to_string(k), "q", to_string(q),
+             "k has H_kv = " + std::to_string(k.H) + " heads and q has H = " + std::to_string(q.H) +
+                 "; H must be a multiple of H_kv");
+  if (k.D != q.D) mismatch(who, "k", to_string(k), "q", to_string(q), "D differs");
+  const auto differs = [&](const Shape& a, const Shape& b) -> const char* {
     if (a.B != b.B) return "B differs";
-    if (a.H != b.H) return "H differs";
-    if (with_t && a.T != b.T) return "T differs: V needs one row per key";
+    if (a.H != b.H) return "H differs: V needs one head per K head";
+    if (a.T != b.T) return "T differs: V needs one row per key";
     if (a.D != b.D) return "D differs";
     return nullptr;
   };
-  if (const char* why = differs(k, q, false)) mismatch(who, "k", to_string(k), "q", to_string(q), why);
-  if (const char* why = differs(v, k, true)) mismatch(who, "v", to_string(v), "k", to_string(k), why);
+  if (const char* why = differs(v, k)) mismatch(who, "v", to_string(v), "k", to_string(k), why);
 }
 
-template <class S, class Mask>
-Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Mask& mask,
+void check_options(const char* who, const AttentionOptions& o, Index B, Index T_k) {
+  if (!o.key_lengths.empty()) {
+    if (Index(o.key_lengths.size()) != B)
+      throw ShapeError(std::string(who) + ": key_lengths has " + std::to_string(o.key_lengths.size()) +
+                       " entries but B = " + std::to_string(B) + " (one length per batch entry)");
+    for (std::size_t b = 0; b < o.key_lengths.size(); ++b)
+      if (o.key_lengths[b] < 0 || o.key_lengths[b] > T_k)
+        throw ValueError(std::string(who) + ": key_lengths[" + std::to_string(b) + "] = " +
+                         std::to_string(o.key_lengths[b]) + " is outside [0, T_k = " + std::to_string(T_k) + "]");
+  }
+  if (o.window && *o.window < 0)
+    throw ValueError(std::string(who) + ": window must be >= 0 (0: a query sees only its own position), got " +
+                     std::to_string(*o.window));
+}
+
+// `mask_of(b)` is the mask of batch entry b (one mask for all when nothing varies per entry).
+template <class S, class MaskOf>
+Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, MaskOf&& mask_of,
                            const AttentionOptions& opts, Tensor<S>* weights) {
   constexpr const char* who = "attention";
   check_batched(who, q.shape(), k.shape(), v.shape());
   const Shape& qs = q.shape();
-  const Index T_k = k.shape().T;
-  if (mask.rows() != qs.T || mask.cols() != T_k)
-    mismatch(who, "mask", shape_string(mask.rows(), mask.cols()), "QKᵀ", shape_string(qs.T, T_k),
-             "the mask must be T_q x T_k");
+  const Index T_k = k.shape().T, H_kv = k.shape().H;
   const double scale = resolve_scale(opts.scale, qs.D, who);
 
-  // output [B,H,T_q,D]; weights [B,H,T_q,T_k]
+  // output [B,H,T_q,D]; weights [B,H,T_q,T_k]; query head h reads kv head h / (H / H_kv)
   Tensor<S> out(qs);
   if (weights) *weights = Tensor<S>(Shape{qs.B, qs.H, qs.T, T_k});
-  for (Index b = 0; b < qs.B; ++b)
+  for (Index b = 0; b < qs.B; ++b) {
+    const auto& mask = mask_of(b);
+    if (mask.rows() != qs.T || mask.cols() != T_k)
+      mismatch(who, "mask", shape_string(mask.rows(), mask.cols()), "QKᵀ", shape_string(qs.T, T_k),
+               "the mask must be T_q x T_k");
     for (Index h = 0; h < qs.H; ++h) {
+      const Index g = kv_head(h, qs.H, H_kv);
       HeadTrace<S> t;
-      if constexpr (std::is_same_v<Mask, BoolMask>)
-        t = attend_bool<S>(who, q.head(b, h), k.head(b, h), v.head(b, h), mask, scale);
+      if constexpr (std::is_same_v<std::decay_t<decltype(mask)>, BoolMask>)
+        t = attend_bool<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale);
       else
-        t = attend_additive<S>(who, q.head(b, h), k.head(b, h), v.head(b, h), mask, scale);
+        t = attend_additive<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale);
       out.head(b, h) = t.output;
       if (weights) weights->head(b, h) = t.weights.template cast<S>();
     }
+  }
   return out;
+}
+
+// An explicit mask is the whole rule: padding and windows belong in it.
+void require_no_rule_options(const AttentionOptions& opts) {
+  if (!opts.key_lengths.empty() || opts.window)
+    throw ValueError("attention: key_lengths and window apply to the causal path; with an explicit mask, fold "
+                     "them into the mask");
 }
 
 }  // namespace
@@ -180,7 +206,7 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 double resolve_scale(const std::optional<double>& scale, Index D, const char* who) {
   if (!scale) return 1.0 / std::sqrt(static_cast<double>(D));
   if (!std::isfinite(*scale) || *scale <= 0)
-    throw ValueError(std::string(who) + ": scale must be finite and positive, got " + fmt_double(*scale));
+    throw ValueError(std::string(who) + ": scale must be finite and positive, got " + format_number(*scale, 17));
   return *scale;
 }
 
@@ -224,23 +250,40 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
   return p;
 }
 
+Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k) {
+  Visibility vis{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment, .window = opts.window};
+  if (!opts.key_lengths.empty()) vis.key_length = opts.key_lengths.at(std::size_t(b));
+  return vis;
+}
+
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
                     Tensor<S>* weights) {
   check_batched("attention", q.shape(), k.shape(), v.shape());
-  return attention_masked<S>(q, k, v, BoolMask::causal(q.shape().T, k.shape().T, opts.alignment), opts, weights);
+  const Index B = q.shape().B, T_q = q.shape().T, T_k = k.shape().T;
+  check_options("attention", opts, B, T_k);
+  if (opts.key_lengths.empty()) {  // one mask for every batch entry
+    const BoolMask mask = BoolMask::of(visibility(opts, 0, T_q, T_k));
+    return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights);
+  }
+  std::vector<BoolMask> masks;
+  for (Index b = 0; b < B; ++b) masks.push_back(BoolMask::of(visibility(opts, b, T_q, T_k)));
+  return attention_masked<S>(q, k, v, [&](Index b) -> const BoolMask& { return masks[std::size_t(b)]; }, opts,
+                             weights);
 }
 
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const BoolMask& mask,
                     const AttentionOptions& opts, Tensor<S>* weights) {
-  return attention_masked<S>(q, k, v, mask, opts, weights);
+  require_no_rule_options(opts);
+  return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights);
 }
 
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AdditiveMask& mask,
                     const AttentionOptions& opts, Tensor<S>* weights) {
-  return attention_masked<S>(q, k, v, mask, opts, weights);
+  require_no_rule_options(opts);
+  return attention_masked<S>(q, k, v, [&](Index) -> const AdditiveMask& { return mask; }, opts, weights);
 }
 
 template <class S>

@@ -21,7 +21,10 @@
 //    2^-134 for bfloat16, 2^-150 for float32) on every stored weight and output.
 // 5. Saturation. When Δ is large (scores ~1e10 in float), ρ overflows: the dtype cannot resolve the softmax at
 //    all. Weights still lie in [0, 1] and outputs in the hull of the visible values, so a weight is off by at
-//    most 1 and an output by at most 2·max|v|: ρ is capped there (which also keeps 0·∞ out of the bound).
+//    most 1 (the weight bound is capped at 1, and is 1 where ρ overflows, which keeps 0·∞ out of it) and an
+//    output by at most 2·max|v| (ρ is capped at 2 in the output bound). Capping ρ itself at 2 in the weight
+//    bound would be wrong: with identical keys at |s| ~ 1e8, float32 rounds one score of a row differently and
+//    that key takes 0.87 of the weight where the oracle gives each of 9 keys 1/9.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -78,11 +81,14 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
     v_max = v_col_max.maxCoeff();
     const double delta = dot_err + (4 * u_a + u_s) * s_max;
     const double g_T = gamma(n_vis, u_a);
-    const double rho = std::min(std::expm1(2 * delta + g_T + 5 * u_a), 2.0);
+    const double rho_w = std::expm1(2 * delta + g_T + 5 * u_a);  // may be +inf: the weights are unresolved
+    const double rho = std::min(rho_w, 2.0);
     for (Index j = 0; j < T_k; ++j)
       if (mask.visible(i, j))
-        tol.weights(i, j) =
-            std::min(1.0, safety * (oracle_weights(i, j) * rho + u_s * oracle_weights(i, j))) + tiny + store_floor;
+        tol.weights(i, j) = (std::isinf(rho_w) ? 1.0
+                                               : std::min(1.0, safety * (oracle_weights(i, j) * rho_w +
+                                                                         u_s * oracle_weights(i, j)))) +
+                            tiny + store_floor;
     for (Index c = 0; c < D; ++c)
       tol.output(i, c) =
           safety * (v_col_max(c) * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) + u_s * std::abs(oracle_output(i, c))) +

@@ -44,9 +44,25 @@ TEST(Errors, batchHeadAndDimensionMismatches) {
   EXPECT_THROW_MSG(attention(q, Tensor<float>({2, 2, 5, 16}), Tensor<float>({2, 2, 5, 16})), ShapeError,
                    "attention: k is [2,2,5,16] but q is [1,2,5,16] (B differs)");
   EXPECT_THROW_MSG(attention(q, Tensor<float>({1, 3, 5, 16}), Tensor<float>({1, 3, 5, 16})), ShapeError,
-                   "attention: k is [1,3,5,16] but q is [1,2,5,16] (H differs)");
+                   "attention: k is [1,3,5,16] but q is [1,2,5,16] (k has H_kv = 3 heads and q has H = 2; H must "
+                   "be a multiple of H_kv)");
+  EXPECT_THROW_MSG(attention(Tensor<float>({1, 4, 5, 16}), Tensor<float>({1, 2, 5, 16}), Tensor<float>({1, 1, 5, 16})),
+                   ShapeError, "attention: v is [1,1,5,16] but k is [1,2,5,16] (H differs: V needs one head per K head)");
   EXPECT_THROW_MSG(attention(q, q, Tensor<float>({1, 2, 5, 8})), ShapeError,
                    "attention: v is [1,2,5,8] but k is [1,2,5,16] (D differs)");
+}
+
+TEST(Errors, keyLengthsAndWindowAreChecked) {
+  const Tensor<float> q({2, 1, 3, 4});
+  EXPECT_THROW_MSG(attention(q, q, q, AttentionOptions{.key_lengths = {3}}), ShapeError,
+                   "attention: key_lengths has 1 entries but B = 2 (one length per batch entry)");
+  EXPECT_THROW_MSG(attention(q, q, q, AttentionOptions{.key_lengths = {3, 4}}), ValueError,
+                   "attention: key_lengths[1] = 4 is outside [0, T_k = 3]");
+  EXPECT_THROW_MSG(attention(q, q, q, AttentionOptions{.window = -1}), ValueError,
+                   "attention: window must be >= 0 (0: a query sees only its own position), got -1");
+  EXPECT_THROW_MSG(attention(q, q, q, BoolMask::causal(3, 3), AttentionOptions{.window = 1}), ValueError,
+                   "attention: key_lengths and window apply to the causal path; with an explicit mask, fold them "
+                   "into the mask");
 }
 
 TEST(Errors, valueLengthDiffersFromKeyLength) {

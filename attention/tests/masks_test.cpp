@@ -156,3 +156,60 @@ TEST(Softmax, hugeScoresDoNotOverflow) {
 
 }  // namespace
 }  // namespace attncheck
+
+namespace attncheck {
+namespace {
+
+Tensor<double> counting(const Shape& s, double step) {
+  Tensor<double> t(s);
+  for (Index n = 0; n < t.size(); ++n) t.values()[n] = std::sin(step * double(n + 1));
+  return t;
+}
+
+TEST(Visibility, windowAndPaddingCutTheCausalRowToOneRun) {
+  // 4 queries over 4 keys, window 1 (a query sees itself and one key back), keys >= 3 are padding.
+  const Visibility v{.T_q = 4, .T_k = 4, .key_length = 3, .window = 1};
+  EXPECT_TRUE((BoolMask::of(v).array() == boolArray(4, 4, {1, 0, 0, 0,  //
+                                                            1, 1, 0, 0,  //
+                                                            0, 1, 1, 0,  //
+                                                            0, 0, 1, 0}))
+                  .all());
+  // Window 0: only the query's own position; bottom-right with T_q = 2 over T_k = 4: positions 2 and 3.
+  const Visibility w{.T_q = 2, .T_k = 4, .alignment = CausalAlignment::BottomRight, .window = 0};
+  EXPECT_TRUE((BoolMask::of(w).array() == boolArray(2, 4, {0, 0, 1, 0, 0, 0, 0, 1})).all());
+  // Length 0: nothing visible.
+  EXPECT_TRUE((Visibility{.T_q = 2, .T_k = 2, .key_length = 0}.keys(1).empty()));
+}
+
+// Grouped-query attention is attention with K and V repeated along heads (repeat_interleave): query head h
+// reads kv head h / (H / H_kv). The two must agree bit for bit (same arithmetic, same order).
+TEST(GroupedQuery, equalsExplicitRepetitionOfKAndV) {
+  const Index B = 2, H = 6, H_kv = 2, T = 5, D = 3;
+  const Tensor<double> q = counting({B, H, T, D}, 0.7), k = counting({B, H_kv, T, D}, 1.3),
+                       v = counting({B, H_kv, T, D}, 0.9);
+  Tensor<double> k_rep({B, H, T, D}), v_rep({B, H, T, D});
+  for (Index b = 0; b < B; ++b)
+    for (Index h = 0; h < H; ++h) {
+      k_rep.head(b, h) = k.head(b, h / 3);
+      v_rep.head(b, h) = v.head(b, h / 3);
+    }
+  const Tensor<double> grouped = attention(q, k, v), repeated = attention(q, k_rep, v_rep);
+  EXPECT_TRUE(grouped.values() == repeated.values());
+}
+
+// A padded batch entry is the same attention as that entry alone with its keys cut to its length.
+TEST(KeyPadding, paddedKeysNeverReachAnOutput) {
+  const Index T = 5, D = 2;
+  const Tensor<double> q = counting({2, 1, T, D}, 0.4), k = counting({2, 1, T, D}, 0.8), v = counting({2, 1, T, D}, 1.1);
+  Tensor<double> v_bad = v;
+  for (Index j = 3; j < T; ++j) v_bad.head(1, 0).row(j).setConstant(kInf);  // padding of entry 1 is Inf
+  const Tensor<double> out = attention(q, k, v_bad, AttentionOptions{.key_lengths = {T, 3}});
+  EXPECT_TRUE(out.values().allFinite());
+  Tensor<double> weights({1, 1, 1, 1});
+  attention(q, k, v, AttentionOptions{.key_lengths = {T, 3}}, &weights);
+  for (Index i = 0; i < T; ++i)
+    for (Index j = 3; j < T; ++j) EXPECT_EQ(weights(1, 0, i, j), 0.0) << i << "," << j;
+}
+
+}  // namespace
+}  // namespace attncheck

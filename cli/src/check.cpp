@@ -64,7 +64,9 @@ bool same_bounds(const GenConfig& a, const GenConfig& b) {
 std::optional<reports::LawReport> replay_corpus(const Law& law, const Implementation& impl, const GenConfig& gen,
                                                 const reports::Corpus& corpus, std::ostream& err) {
   const Capabilities& caps = impl.capabilities();
-  if ((law.not_applicable && !law.not_applicable(caps).empty()) || !caps.supports(gen.dtype)) return std::nullopt;
+  GenConfig g = gen;
+  g.caps = caps;
+  if ((law.not_applicable && !law.not_applicable(g).empty()) || !caps.supports(gen.dtype)) return std::nullopt;
   for (const fs::path& file : corpus.entries(law.name)) {
     try {
       const reports::StoredCounterexample s = reports::read_counterexample(file);

@@ -117,7 +117,7 @@ TEST(ExitCodes, badValuesAndMissingImplAreUsageErrors) {
 
 TEST(ExitCodes, aBugInAttncheckItselfIsAnInternalError) {
   Law broken = toy_law();
-  broken.not_applicable = [](const Capabilities&) -> std::string { throw std::logic_error("law table corrupted"); };
+  broken.not_applicable = [](const GenConfig&) -> std::string { throw std::logic_error("law table corrupted"); };
   Registry reg = toy_registry();
   reg.laws = {broken};
   TempDir tmp;

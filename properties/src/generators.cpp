@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 namespace attncheck {
 namespace {
@@ -46,15 +47,32 @@ std::vector<Index> towards_one(Index x) {
   return out;
 }
 
+// The divisors of n, ascending.
+std::vector<Index> divisors(Index n) {
+  std::vector<Index> d;
+  for (Index k = 1; k <= n; ++k)
+    if (n % k == 0) d.push_back(k);
+  return d;
+}
+
+// A shape with T_k changed keeps its key lengths inside [0, T_k] and its padding per batch entry.
+void fit_key_lengths(CaseShape& c) {
+  if (c.key_lengths.empty()) return;
+  c.key_lengths.resize(std::size_t(c.B), c.T_k);
+  for (Index& len : c.key_lengths) len = std::min(len, c.T_k);
+}
+
 // Every shape one step simpler than s. The whole geometry is one shrinkable, so after any accepted step all
 // extents are tried again: gen::exec never returns to an earlier draw, so a T_q that could not shrink while
 // T_k was still large stayed large after T_k shrank. A square case may also become a cross-length one with
-// fewer elements, under either alignment: T_q = 1, T_k = 2 is reachable from T_q = T_k = 2.
-std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, const Capabilities& caps) {
+// fewer elements, under either alignment: T_q = 1, T_k = 2 is reachable from T_q = T_k = 2. H and H_kv shrink
+// together (H_kv always divides H); padding and the window shrink toward none.
+std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, bool gqa, const Capabilities& caps) {
   std::vector<CaseShape> out;
   const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
   const auto add = [&](CaseShape c) {
     if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
+    fit_key_lengths(c);
     out.push_back(c);
     if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
       c.alignment = CausalAlignment::BottomRight;
@@ -66,11 +84,31 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, const Capab
     c.B = b;
     add(c);
   }
+  // Fewer query heads per kv head, fewer kv heads with the same group size, then fewer heads of either kind.
+  const Index group = s.H / s.H_kv;
+  for (const Index g : towards_one(group)) {
+    CaseShape c = s;
+    c.H = s.H_kv * g;
+    add(c);
+  }
+  for (const Index kv : towards_one(s.H_kv)) {
+    CaseShape c = s;
+    c.H_kv = kv;
+    c.H = kv * group;
+    add(c);
+  }
   for (const Index h : towards_one(s.H)) {
     CaseShape c = s;
     c.H = h;
+    c.H_kv = std::gcd(h, s.H_kv);
     add(c);
   }
+  for (const Index kv : divisors(s.H))  // grouping heads is a step only for kernels that accept it
+    if (gqa && kv < s.H_kv) {
+      CaseShape c = s;
+      c.H_kv = kv;
+      add(c);
+    }
   if (s.T_q == s.T_k)
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
@@ -94,6 +132,29 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, const Capab
     c.D = d;
     add(c);
   }
+  if (!s.key_lengths.empty()) {
+    CaseShape c = s;
+    c.key_lengths.clear();
+    add(c);
+    for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
+      auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
+      while (auto len = seq.next()) {
+        CaseShape l = s;
+        l.key_lengths[b] = *len;
+        add(l);
+      }
+    }
+  }
+  if (s.window) {
+    CaseShape c = s;
+    c.window.reset();
+    add(c);
+    for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
+      CaseShape l = s;
+      l.window = w - 1;
+      add(l);
+    }
+  }
   if (s.alignment != kDefaultAlignment && caps.supports(kDefaultAlignment)) {
     CaseShape c = s;
     c.alignment = kDefaultAlignment;
@@ -104,7 +165,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, bool cross, const Capab
 
 }  // namespace
 
-rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
+rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
   const Index max_T = std::min<Index>(cfg.max_T, cfg.caps.max_T);
   const Index max_tail = std::max<Index>(max_T, std::min<Index>(cfg.max_T_tail, cfg.caps.max_T));
   // T: usually in [1, max_T]; one case in eight reaches into the tail (inRange scales with size, so the tail
@@ -115,8 +176,11 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
         {{7, rc::gen::inRange<Index>(1, max_T + 1)}, {1, rc::gen::inRange<Index>(1, max_tail + 1)}}));
   };
   const auto gen_D = gen_head_dim(cfg);
-  const bool cross = allow_cross_lengths && cfg.caps.cross_lengths;
+  const bool cross = opts.allow_cross_lengths && cfg.caps.cross_lengths;
+  const bool gqa = opts.allow_gqa && cfg.caps.gqa, padding = opts.allow_padding && cfg.caps.key_padding,
+             window = opts.allow_window && cfg.caps.window;
   const Capabilities caps = cfg.caps;
+  const Index max_B = cfg.max_B;
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
   const auto initial = rc::gen::exec([=] {
     CaseShape s;
@@ -125,6 +189,7 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
     s.T_q = *gen_T();
     // Draws are unconditional: a draw that happens only for some values of an earlier one would shift every
     // later draw when shrinking changes that value, and the case would change entirely instead of shrinking.
+    // (Conditions on the run's capabilities and options are fine: they never change within a run.)
     const bool differ = cross && *weighted_choice<bool>({{2, false}, {1, true}});
     const Index T_k = *gen_T();
     s.T_k = differ ? T_k : s.T_q;
@@ -136,11 +201,37 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths) {
       // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
       s.alignment = s.T_q != s.T_k || !caps.supports(s.alignment) ? drawn : s.alignment;
     }
+    s.H_kv = s.H;
+    if (gqa) {
+      // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or any divisor, a third each.
+      const int kind = *rc::gen::inRange(0, 3);
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      const std::vector<Index> ds = divisors(s.H);
+      s.H_kv = kind == 0 ? s.H : kind == 1 ? 1 : ds[std::size_t(pick) % ds.size()];
+    }
+    if (padding) {
+      // Half the cases padded; each entry's length is then T_k (unpadded), 0 (all padding) or anywhere between.
+      const bool padded = *rc::gen::arbitrary<bool>();
+      std::vector<Index> lengths;
+      for (Index b = 0; b < max_B; ++b) {
+        const int kind = *weighted_choice<int>({{2, 2}, {1, 0}, {1, 1}});
+        const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+        lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
+      }
+      if (padded) s.key_lengths.assign(lengths.begin(), lengths.begin() + s.B);
+    }
+    if (window) {
+      // Half the cases windowed: 0 (a query sees only its own key), 1, or anything up to beyond T_k.
+      const bool windowed = *rc::gen::arbitrary<bool>();
+      const int kind = *rc::gen::inRange(0, 3);
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      if (windowed) s.window = kind == 0 ? 0 : kind == 1 ? 1 : pick % (std::max(s.T_q, s.T_k) + 2);
+    }
     return s;
   });
   return [=](const rc::Random& random, int size) {
     return rc::shrinkable::shrinkRecur(initial(random, size).value(), [=](const CaseShape& s) {
-      return rc::seq::fromContainer(shape_shrinks(s, cross, caps));
+      return rc::seq::fromContainer(shape_shrinks(s, cross, gqa, caps));
     });
   };
 }
@@ -236,14 +327,28 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (D % 2) tags.push_back("D=odd");
   if (r * r != D) tags.push_back("D=non-square");
   if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
-  // Bottom-right with T_q > T_k: the first queries see no key (their weights must be 0, not uniform).
-  if (last_visible_key(0, T, p.k.shape().T, p.alignment) < 0) tags.push_back("a-query-sees-nothing");
+  if (p.kv_heads() != q.H) tags.push_back(p.kv_heads() == 1 ? "H_kv=1<H (MQA)" : "1<H_kv<H (GQA)");
+  if (!p.key_lengths.empty()) {
+    tags.push_back("padded");
+    for (const Index len : p.key_lengths)
+      if (len == 0) {
+        tags.push_back("a-sequence-of-length-0");
+        break;
+      }
+  }
+  if (p.window) tags.push_back(*p.window == 0 ? "window=0" : "window");
+  // A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
+  bool empty_row = false;
+  for (Index b = 0; b < q.B && !empty_row; ++b)
+    for (Index i = 0; i < T && !empty_row; ++i) empty_row = p.visibility(b).keys(i).empty();
+  if (empty_row) tags.push_back("a-query-sees-nothing");
   // Largest |score| = scale·max|q|·max|k|·D is an upper bound; use the real maximum per head instead.
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(D));
   double smax = 0;
   for (Index b = 0; b < q.B; ++b)
     for (Index h = 0; h < q.H; ++h)
-      smax = std::max(smax, (Matrix<double>(p.q.head(b, h)) * Matrix<double>(p.k.head(b, h)).transpose())
+      smax = std::max(smax, (Matrix<double>(p.q.head(b, h)) *
+                             Matrix<double>(p.k.head(b, kv_head(h, q.H, p.kv_heads()))).transpose())
                                     .cwiseAbs()
                                     .maxCoeff() *
                                 scale);
@@ -253,7 +358,7 @@ std::vector<std::string> shape_tags(const Problem& p) {
 
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
   return rc::gen::exec([=] {
-    const CaseShape s = *gen_shape(cfg, opts.allow_cross_lengths);
+    const CaseShape s = *gen_shape(cfg, opts);
     const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int},
                                                              {4, Regime::normal},
                                                              {2, Regime::uniform},
@@ -267,9 +372,11 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
     Problem& p = c.problem;
     p.dtype = cfg.dtype;
     p.q = *gen_tensor({s.B, s.H, s.T_q, s.D}, regime, m_qk, cfg.dtype);
-    p.k = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_qk, cfg.dtype);
-    p.v = *gen_tensor({s.B, s.H, s.T_k, s.D}, regime, m_v, cfg.dtype);
+    p.k = *gen_tensor({s.B, s.H_kv, s.T_k, s.D}, regime, m_qk, cfg.dtype);
+    p.v = *gen_tensor({s.B, s.H_kv, s.T_k, s.D}, regime, m_v, cfg.dtype);
     p.alignment = s.alignment;  // drawn and shrunk with the shape
+    p.key_lengths = s.key_lengths;
+    p.window = s.window;
     if (opts.allow_custom_scale && cfg.caps.custom_scale) {
       const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
       if (custom > 0) p.scale = custom;

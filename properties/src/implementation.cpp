@@ -22,12 +22,32 @@ std::string_view kind_name(ImplementationError::Kind k) {
   return "error";
 }
 
+std::string_view empty_rows_name(EmptyRows e) { return e == EmptyRows::nan ? "nan" : "zero"; }
+
+AttentionOptions Problem::options() const {
+  return AttentionOptions{.scale = scale, .alignment = alignment, .key_lengths = key_lengths, .window = window};
+}
+
+Visibility Problem::visibility(Index b) const {
+  return attncheck::visibility(options(), b, q.shape().T, k.shape().T);
+}
+
+Gradients Implementation::backward(const Problem&) const {
+  throw ImplementationError(ImplementationError::Kind::error_status, name() + " has no backward pass");
+}
+
 namespace {
 
 class CallableImplementation final : public Implementation {
  public:
-  CallableImplementation(std::string name, std::string description, Capabilities caps, ForwardFn fn)
-      : name_(std::move(name)), description_(std::move(description)), caps_(std::move(caps)), fn_(std::move(fn)) {}
+  CallableImplementation(std::string name, std::string description, Capabilities caps, ForwardFn fn, BackwardFn bwd)
+      : name_(std::move(name)),
+        description_(std::move(description)),
+        caps_(std::move(caps)),
+        fn_(std::move(fn)),
+        bwd_(std::move(bwd)) {
+    if (bwd_) caps_.backward = true;
+  }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
   const Capabilities& capabilities() const override { return caps_; }
@@ -36,18 +56,36 @@ class CallableImplementation final : public Implementation {
     check_outcome_shape(p, o, name_);
     return o;
   }
+  Gradients backward(const Problem& p) const override {
+    if (!bwd_) return Implementation::backward(p);
+    Gradients g = bwd_(p);
+    check_gradients_shape(p, g, name_);
+    return g;
+  }
 
  private:
   std::string name_, description_;
   Capabilities caps_;
   ForwardFn fn_;
+  BackwardFn bwd_;
 };
 
 }  // namespace
 
-ImplementationPtr make_implementation(std::string name, std::string description, Capabilities caps, ForwardFn fn) {
+ImplementationPtr make_implementation(std::string name, std::string description, Capabilities caps, ForwardFn fn,
+                                      BackwardFn backward) {
   return std::make_shared<CallableImplementation>(std::move(name), std::move(description), std::move(caps),
-                                                  std::move(fn));
+                                                  std::move(fn), std::move(backward));
+}
+
+void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name) {
+  const std::pair<const char*, std::pair<const Tensor<double>*, const Tensor<double>*>> parts[] = {
+      {"dq", {&g.dq, &p.q}}, {"dk", {&g.dk, &p.k}}, {"dv", {&g.dv, &p.v}}};
+  for (const auto& [name, t] : parts)
+    if (t.first->shape() != t.second->shape())
+      throw ImplementationError(ImplementationError::Kind::wrong_size,
+                                impl_name + ": " + name + " is " + to_string(t.first->shape()) + " but must be " +
+                                    to_string(t.second->shape()) + " (the shape of " + (name + 1) + ")");
 }
 
 void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& impl_name) {
@@ -67,11 +105,13 @@ void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& 
 ImplementationPtr reference_implementation() {
   Capabilities caps;
   caps.nonfinite_safe = true;
+  caps.gqa = caps.key_padding = caps.window = true;
+  caps.empty_rows = EmptyRows::zero;
   static const ImplementationPtr ref = make_implementation(
       "reference", "attncheck's Eigen core: boolean causal mask, stable softmax, float accumulation", caps,
       [](const Problem& p) {
         return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
-          return attention(q, k, v, AttentionOptions{.scale = pr.scale, .alignment = pr.alignment}, w);
+          return attention(q, k, v, pr.options(), w);
         });
       });
   return ref;

@@ -85,7 +85,7 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
 
   GenConfig g = opts.gen;
   g.caps = impl.capabilities();
-  std::string why_not = law.not_applicable ? law.not_applicable(g.caps) : std::string();
+  std::string why_not = law.not_applicable ? law.not_applicable(g) : std::string();
   if (why_not.empty() && !g.caps.supports(g.dtype))
     why_not = impl.name() + " does not accept " + std::string(dtype_name(g.dtype));
   if (!why_not.empty()) {

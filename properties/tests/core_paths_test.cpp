@@ -79,6 +79,11 @@ RC_GTEST_PROP(CorePaths, referenceMeetsTheDerivedBoundAlone, ()) {
                                                out64.head(b, h), w64.head(b, h));
       const Matrix<double> dout = (Matrix<double>(o.output.head(b, h)) - Matrix<double>(out64.head(b, h))).cwiseAbs();
       const Matrix<double> dw = (Matrix<double>(o.weights->head(b, h)) - Matrix<double>(w64.head(b, h))).cwiseAbs();
+      Index r = 0, c = 0;
+      (dw.array() - tol.weights.array()).maxCoeff(&r, &c);
+      RC_LOG() << dtype_name(p.dtype) << " q " << to_string(s) << " k " << to_string(p.k.shape()) << " head (" << b
+               << "," << h << "): worst weight (" << r << "," << c << ") off by " << dw(r, c) << ", tolerance "
+               << tol.weights(r, c) << "; w64 " << w64(b, h, r, c) << "\n";
       RC_ASSERT((dout.array() <= tol.output.array()).all());
       RC_ASSERT((dw.array() <= tol.weights.array()).all());
     }

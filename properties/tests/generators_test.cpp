@@ -13,7 +13,7 @@ namespace {
 Law probeLaw(std::function<std::optional<Violation>(const LawCase&)> fails = {}) {
   Law l;
   l.name = "probe";
-  l.not_applicable = [](const Capabilities&) { return std::string(); };
+  l.not_applicable = [](const GenConfig&) { return std::string(); };
   l.gen = [](const GenConfig& cfg) { return gen_problem(cfg); };
   l.check = [fails](const Implementation&, const LawCase& c) -> std::optional<Violation> {
     if (fails) return fails(c);
@@ -140,6 +140,27 @@ TEST(Generators, capabilitiesBoundTheShapes) {
                               }),
                               *small, options_from_rc_params("probe"));
   EXPECT_EQ(r.status, LawStatus::held) << describe(r);
+}
+
+// Shrinking stays inside the capabilities too: a law that fails on every case with two or more heads makes
+// the runner try every shrink step that keeps them, and no step may group heads, pad keys or add a window
+// that the kernel never declared (a kernel without GQA reads kv head h for query head h).
+TEST(Generators, shrinkingStaysInsideTheCapabilities) {
+  const auto plain = make_implementation("plain", "", Capabilities{}, [](const Problem& p) {
+    return reference_implementation()->forward(p);
+  });
+  std::string outside;
+  const LawResult r = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                const Problem& p = c.problem;
+                                if (outside.empty() && (p.kv_heads() != p.q.shape().H || !p.key_lengths.empty() ||
+                                                        p.window.has_value()))
+                                  outside = "q " + to_string(p.q.shape()) + ", k " + to_string(p.k.shape());
+                                if (p.q.shape().H < 2) return std::nullopt;
+                                return violation("fails with two or more heads, so that such cases are shrunk");
+                              }),
+                              *plain, options_from_rc_params("probe"));
+  EXPECT_EQ(r.status, LawStatus::falsified) << describe(r);
+  EXPECT_EQ(outside, "") << "a shrink step left the capabilities";
 }
 
 }  // namespace

@@ -159,13 +159,18 @@ Tensor<double> tensor_from_json(const Json& j, std::string_view what) {
 }
 
 Json to_json(const Problem& p) {
-  return Json{{"dtype", dtype_name(p.dtype)},
-              {"alignment", alignment_name(p.alignment)},
-              {"scale", p.scale ? number_to_json(*p.scale) : Json(nullptr)},
-              {"want_weights", p.want_weights},
-              {"q", to_json(p.q)},
-              {"k", to_json(p.k)},
-              {"v", to_json(p.v)}};
+  Json j{{"dtype", dtype_name(p.dtype)},
+         {"alignment", alignment_name(p.alignment)},
+         {"scale", p.scale ? number_to_json(*p.scale) : Json(nullptr)},
+         {"want_weights", p.want_weights}};
+  // Written only when used, so a problem without them reads as it always did.
+  if (!p.key_lengths.empty()) j["key_lengths"] = p.key_lengths;
+  if (p.window) j["window"] = *p.window;
+  j["q"] = to_json(p.q);
+  j["k"] = to_json(p.k);
+  j["v"] = to_json(p.v);
+  if (p.d_output) j["d_output"] = to_json(*p.d_output);
+  return j;
 }
 
 Problem problem_from_json(const Json& j, std::string_view what) {
@@ -185,6 +190,29 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   p.q = tensor_from_json(field(j, "q", what), sub(what, "q"));
   p.k = tensor_from_json(field(j, "k", what), sub(what, "k"));
   p.v = tensor_from_json(field(j, "v", what), sub(what, "v"));
+  const Shape q = p.q.shape(), k = p.k.shape();
+  if (k.B != q.B || k.D != q.D || q.H % k.H != 0 || p.v.shape() != k)
+    throw FormatError(std::string(what) + ": q is " + to_string(q) + ", k " + to_string(k) + " and v " +
+                      to_string(p.v.shape()) + "; expected k and v [B,H_kv,T_k,D] with H_kv dividing q's H");
+  if (const auto it = j.find("key_lengths"); it != j.end()) {
+    if (!it->is_array() || Index(it->size()) != q.B)
+      fail(sub(what, "key_lengths"), "an array of B = " + std::to_string(q.B) + " lengths", *it);
+    for (const Json& len : *it) {
+      if (!len.is_number_integer() || len.get<std::int64_t>() < 0 || len.get<std::int64_t>() > k.T)
+        fail(sub(what, "key_lengths"), "lengths in [0, T_k = " + std::to_string(k.T) + "]", len);
+      p.key_lengths.push_back(Index(len.get<std::int64_t>()));
+    }
+  }
+  if (const auto it = j.find("window"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0) fail(sub(what, "window"), "an integer >= 0", *it);
+    p.window = Index(it->get<std::int64_t>());
+  }
+  if (const auto it = j.find("d_output"); it != j.end() && !it->is_null()) {
+    p.d_output = tensor_from_json(*it, sub(what, "d_output"));
+    if (p.d_output->shape() != q)
+      throw FormatError(std::string(what) + ".d_output: is " + to_string(p.d_output->shape()) +
+                        " but must have q's shape " + to_string(q));
+  }
   return p;
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <optional>
+#include <vector>
 
 #include "attncheck/dtype.hpp"
 #include "attncheck/mask.hpp"
@@ -24,10 +25,19 @@ namespace attncheck {
 /// Options shared by every path.
 struct AttentionOptions {
   /// Multiplies QKᵀ; when empty, 1/√D. Must be finite and positive.
-  std::optional<double> scale;
+  std::optional<double> scale{};
   /// Causal alignment for T_q != T_k; ignored when an explicit mask is passed.
   CausalAlignment alignment = kDefaultAlignment;
+  /// Key padding: for batch entry b, keys j >= key_lengths[b] are padding (no weight, their values never reach
+  /// an output). Empty: no padding; otherwise one length in [0, T_k] per batch entry. Causal path only.
+  std::vector<Index> key_lengths{};
+  /// Sliding window (FlashAttention's left window w >= 0): a query at aligned position p sees only keys
+  /// p - w <= j <= p. Empty: no window. Causal path only.
+  std::optional<Index> window{};
 };
+
+/// The visibility rule of batch entry b under these options (causal alignment, padding, window).
+Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k);
 
 /// One head's intermediate values, so callers can check every step, not only the output.
 template <class S> struct HeadTrace {
@@ -57,8 +67,9 @@ template <class S>
 ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_q, const Matrix<S>& w_k,
                                          const Matrix<S>& w_v, const AttentionOptions& opts = {});
 
-/// Batched causal attention: Q [B,H,T_q,D], K,V [B,H,T_k,D] → output [B,H,T_q,D]. When `weights` is not
-/// null it receives [B,H,T_q,T_k].
+/// Batched causal attention: Q [B,H,T_q,D], K,V [B,H_kv,T_k,D] → output [B,H,T_q,D]. H_kv divides H
+/// (grouped-query attention; H_kv = 1 is multi-query): query head h reads kv head h / (H / H_kv), as
+/// repeat_interleave, FlashAttention and ggml do. When `weights` is not null it receives [B,H,T_q,T_k].
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts = {},
                     Tensor<S>* weights = nullptr);
@@ -76,6 +87,9 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
 template <class S>
 Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts = {},
                       Tensor<double>* weights = nullptr);
+
+/// The kv head query head h of H reads when K and V have H_kv heads: h / (H / H_kv).
+inline Index kv_head(Index h, Index H, Index H_kv) { return h / (H / H_kv); }
 
 /// The scale a call with these options uses for head dimension D (1/√D unless overridden); throws
 /// ValueError naming `who` when the override is not finite and positive.

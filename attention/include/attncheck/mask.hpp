@@ -3,6 +3,7 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <optional>
 
 #include "attncheck/tensor.hpp"
 
@@ -21,6 +22,30 @@ inline constexpr CausalAlignment kDefaultAlignment = CausalAlignment::TopLeft;
 /// Last key index query i may see (may be negative: then the row sees nothing).
 Index last_visible_key(Index i, Index T_q, Index T_k, CausalAlignment a);
 
+/// A contiguous run of key indices [begin, end); empty when end <= begin.
+struct KeyRange {
+  Index begin = 0, end = 0;
+  bool empty() const { return end <= begin; }
+  Index size() const { return end > begin ? end - begin : 0; }
+  bool contains(Index j) const { return begin <= j && j < end; }
+};
+
+/// Which keys each query of one (batch entry, head) may see: causal alignment, key padding and a sliding
+/// window together. Query i sits at the aligned position p = i (top-left) or i + T_k - T_q (bottom-right)
+/// and sees the keys j with max(0, p - window) <= j <= p and j < key_length: always one contiguous range.
+struct Visibility {
+  Index T_q = 1, T_k = 1;
+  CausalAlignment alignment = kDefaultAlignment;
+  Index key_length = -1;        ///< keys j >= key_length are padding; negative: no padding (every key is real)
+  std::optional<Index> window{};  ///< FlashAttention's left window w >= 0; empty: no window
+
+  /// The aligned position p of query i.
+  Index position(Index i) const;
+  /// The keys query i sees.
+  KeyRange keys(Index i) const;
+  bool visible(Index i, Index j) const { return keys(i).contains(j); }
+};
+
 class AdditiveMask;
 
 /// Boolean visibility mask: visible(i,j) says whether query i may look at key j. Applied as a select, so
@@ -33,6 +58,8 @@ class BoolMask {
   explicit BoolMask(Array visible);
   /// The causal mask for T_q queries over T_k keys under the given alignment.
   static BoolMask causal(Index T_q, Index T_k, CausalAlignment a = kDefaultAlignment);
+  /// The mask of a Visibility rule (causal, with key padding and a window).
+  static BoolMask of(const Visibility& v);
   /// Every key visible to every query (no mask).
   static BoolMask full(Index T_q, Index T_k);
 

@@ -4,6 +4,7 @@
 
 #include <rapidcheck.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,10 +12,14 @@
 
 namespace attncheck {
 
-/// The extents of one case. T_k differs from T_q only when the law and the implementation allow it.
+/// The geometry of one case. T_k differs from T_q, H_kv from H, and key lengths and a window appear, only when
+/// the law and the implementation allow it.
 struct CaseShape {
   Index B = 1, H = 1, T_q = 1, T_k = 1, D = 1;
+  Index H_kv = 1;                                 ///< kv heads, dividing H (== H without grouped queries)
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
+  std::vector<Index> key_lengths{};               ///< per batch entry, in [0, T_k]; empty: no padding
+  std::optional<Index> window{};                  ///< sliding window; empty: none
 };
 
 /// How the values of a case are drawn. Small integers come first: that is where shrinking ends.
@@ -37,10 +42,6 @@ template <class T> rc::Gen<T> weighted_choice(std::vector<std::pair<std::size_t,
 }
 
 
-/// Shape generator: B, H in [1, max], T in [1, max_T] with a tail up to max_T_tail as RapidCheck's size
-/// grows, D in [1, max_D] (small, uniform and power-of-two draws), and the causal alignment. The whole
-/// geometry is one shrinkable: every extent shrinks toward 1, and a square case may become a cross-length one.
-rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, bool allow_cross_lengths);
 
 /// Head dimension D in [1, max_D]: small, uniform and power-of-two draws, shrinking toward 1.
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg);
@@ -54,14 +55,25 @@ rc::Gen<double> gen_magnitude();
 /// Rounds x to the nearest value of `dtype` (saturating at half the dtype's largest finite value).
 double round_to(DType dtype, double x);
 
-/// Options for gen_problem.
+/// Options for gen_problem (and gen_shape). Each `allow_` is further gated by the implementation's
+/// capabilities.
 struct ProblemOptions {
   bool allow_cross_lengths = true;  ///< T_q != T_k when the implementation accepts it
+  bool allow_gqa = true;            ///< H_kv < H (Capabilities::gqa)
+  bool allow_padding = true;        ///< per-sequence key lengths (Capabilities::key_padding)
+  bool allow_window = true;         ///< a sliding window (Capabilities::window)
   bool allow_custom_scale = true;   ///< sometimes pass an explicit scale
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.
   bool want_weights = true;
 };
+
+/// Shape generator: B, H in [1, max], T in [1, max_T] with a tail up to max_T_tail as RapidCheck's size
+/// grows, D in [1, max_D] (small, uniform and power-of-two draws), the causal alignment, and, where allowed,
+/// H_kv among the divisors of H, per-sequence key lengths and a window. The whole geometry is one
+/// shrinkable: every extent shrinks toward 1 (H and H_kv together, keeping H_kv | H), padding and the window
+/// toward none, and a square case may become a cross-length one.
+rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors.
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = {});

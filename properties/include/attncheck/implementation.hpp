@@ -18,10 +18,36 @@ namespace attncheck {
 /// native type and back is exact).
 struct Problem {
   DType dtype = DType::f32;
-  Tensor<double> q{Shape{}}, k{Shape{}}, v{Shape{}};  ///< [B,H,T_q,D], [B,H,T_k,D], [B,H,T_k,D]
+  /// q [B,H,T_q,D]; k and v [B,H_kv,T_k,D] with H_kv dividing H (grouped-query attention when H_kv < H).
+  Tensor<double> q{Shape{}}, k{Shape{}}, v{Shape{}};
   std::optional<double> scale;                        ///< empty: the implementation's default, 1/√D
   CausalAlignment alignment = kDefaultAlignment;
+  /// Key padding: keys j >= key_lengths[b] of batch entry b are padding. Empty: none.
+  std::vector<Index> key_lengths{};
+  /// Sliding window: a query at aligned position p sees keys p - window <= j <= p. Empty: no window.
+  std::optional<Index> window{};
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
+  /// The gradient of the loss with respect to the output, dO [B,H,T_q,D]: set for backward calls only.
+  std::optional<Tensor<double>> d_output{};
+
+  Index kv_heads() const { return k.shape().H; }
+  /// The core's options for this problem (scale, alignment, key lengths, window).
+  AttentionOptions options() const;
+  /// Which keys query i of batch entry b sees.
+  Visibility visibility(Index b) const;
+};
+
+/// What a backward call returned, widened to double: dQ [B,H,T_q,D], dK and dV [B,H_kv,T_k,D] (the dK and dV
+/// of a shared kv head sum over its group).
+struct Gradients {
+  Tensor<double> dq{Shape{}}, dk{Shape{}}, dv{Shape{}};
+};
+
+/// What a row that sees no key returns (a query whose keys are all padding, outside its window, or, with
+/// bottom-right alignment and T_q > T_k, in its future): libraries disagree.
+enum class EmptyRows {
+  zero,  ///< output 0 and weights 0 (FlashAttention; attncheck's core)
+  nan,   ///< NaN (PyTorch's math path: softmax of an all -inf row)
 };
 
 /// What one call returned, widened to double (exact for every supported dtype).
@@ -41,6 +67,18 @@ struct Capabilities {
   /// Claims boolean-mask (select) semantics: NaN or Inf in a masked score, key or value never reaches an
   /// output. Most additive-mask kernels compute 0·Inf = NaN there and do not claim it.
   bool nonfinite_safe = false;
+  /// Accepts K and V with fewer heads than Q (H_kv dividing H). Off by default: the generators never draw
+  /// H_kv < H for an implementation that does not declare it.
+  bool gqa = false;
+  /// Honours Problem::key_lengths (key padding).
+  bool key_padding = false;
+  /// Honours Problem::window (a sliding window).
+  bool window = false;
+  /// Has a backward pass (Implementation::backward): the gradient laws apply.
+  bool backward = false;
+  /// The convention it declares for rows that see no key; empty: either is accepted, and reports say which
+  /// one it follows.
+  std::optional<EmptyRows> empty_rows;
 
   bool supports(DType t) const;
   bool supports(CausalAlignment a) const;
@@ -73,13 +111,18 @@ class Implementation {
   virtual const Capabilities& capabilities() const = 0;
   /// Runs attention on `p`. Throws ImplementationError when the implementation misbehaves.
   virtual Outcome forward(const Problem& p) const = 0;
+  /// The backward pass: dQ, dK, dV of attention on `p` for the upstream gradient `*p.d_output`. Only called
+  /// when capabilities().backward; the default throws ImplementationError(error_status).
+  virtual Gradients backward(const Problem& p) const;
 };
 
 using ImplementationPtr = std::shared_ptr<const Implementation>;
 using ForwardFn = std::function<Outcome(const Problem&)>;
+using BackwardFn = std::function<Gradients(const Problem&)>;
 
-/// Registers any callable as an implementation (in-process C++).
-ImplementationPtr make_implementation(std::string name, std::string description, Capabilities caps, ForwardFn fn);
+/// Registers any callable as an implementation (in-process C++); with a `backward`, caps.backward is set.
+ImplementationPtr make_implementation(std::string name, std::string description, Capabilities caps, ForwardFn fn,
+                                      BackwardFn backward = {});
 
 /// Converts the problem's tensors to the native scalar of its dtype (exactly), calls
 /// `f(q, k, v, problem, weights_or_null) -> Tensor<S> output` and widens the results back. `f` is generic
@@ -103,5 +146,10 @@ ImplementationPtr reference_implementation();
 /// Checks that an outcome has the shapes the problem implies; throws ImplementationError(wrong_size)
 /// naming what was expected and what came.
 void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& impl_name);
+/// The same for gradients: dQ like q, dK and dV like k.
+void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name);
+
+/// "zero" or "nan".
+std::string_view empty_rows_name(EmptyRows e);
 
 }  // namespace attncheck

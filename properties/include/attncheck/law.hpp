@@ -42,6 +42,9 @@ struct Violation {
   double magnitude = 0;             ///< |actual - expected|, or the offending value
   double tolerance = 0;             ///< what was allowed (0 for exact laws)
   std::optional<Tensor<double>> expected, actual;  ///< in full, same shape
+  /// Per-element allowed |actual - expected|, same shape as expected, for laws with a tolerance (empty for
+  /// exact laws and for violations that are not an element-wise comparison).
+  std::optional<Tensor<double>> tolerances;
   std::optional<Tensor<double>> weights;           ///< the implementation's weights on `problem`, when known
   std::vector<std::pair<double, double>> series;   ///< scale stability: (D, variance) points to plot
 };
@@ -51,8 +54,9 @@ struct Law {
   std::string name;     ///< as `--property` takes it: "row-stochastic"
   std::string summary;  ///< one line for `attncheck list`
   std::string why;      ///< why every correct causal attention obeys it, and how its tolerance is derived
-  /// Empty when the law applies to an implementation with these capabilities; otherwise why not.
-  std::function<std::string(const Capabilities&)> not_applicable;
+  /// Empty when the law applies under these bounds to an implementation with these capabilities (cfg.caps);
+  /// otherwise why not.
+  std::function<std::string(const GenConfig&)> not_applicable;
   std::function<rc::Gen<LawCase>(const GenConfig&)> gen;
   std::function<std::optional<Violation>(const Implementation&, const LawCase&)> check;
   /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is

@@ -1,0 +1,61 @@
+// Law 3, causal-perturbation (exact): changing tokens after t leaves every output at positions <= t
+// bit-identical.
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "Changing tokens after position t (their queries, keys and values, extreme magnitudes included) must not "
+    "change any output at positions <= t, bit for bit: a correct kernel never lets a future value into an "
+    "earlier row's arithmetic (masked terms add exact zeros and never raise the running max). This is the "
+    "behavioural check the source card asks for, stronger than inspecting the mask. Exact: no tolerance.";
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    LawCase c = *gen_problem(cfg, outputs_only());
+    const Problem& p = c.problem;
+    const Shape& s = p.q.shape();
+    const Index t = *rc::gen::inRange<Index>(0, std::max<Index>(s.T - 1, 1));
+    double m = *gen_replacement_magnitude(cfg.dtype);
+    if (!cfg.caps.nonfinite_safe) {
+      // A kernel that does not claim select semantics may add its -inf mask to a score that overflowed to
+      // +inf (NaN): that is the strict-causality-nonfinite law's business, not this one's. Keep every score
+      // of a checked row with a future key finite in the accumulation type: |s| ≤ D·max|q|·m·scale, with
+      // the replacement's logistic tail below 12·m.
+      // float16 kernels may keep QKᵀ in the dtype, where 65504 is the largest score.
+      const double acc_max = cfg.dtype == DType::f64   ? max_finite(DType::f64)
+                             : cfg.dtype == DType::f16 ? max_finite(DType::f16)
+                                                       : max_finite(DType::f32);
+      const double qmax = std::max(1.0, p.q.values().cwiseAbs().maxCoeff());
+      const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
+      m = std::min(m, acc_max / (16 * 12 * double(s.D) * qmax * std::max(scale, 1.0)));
+    }
+    const auto q2 = *gen_tensor(s, Regime::normal, m, cfg.dtype);
+    const auto k2 = *gen_tensor(p.k.shape(), Regime::normal, m, cfg.dtype);
+    const auto v2 = *gen_tensor(p.v.shape(), Regime::normal, m, cfg.dtype);
+    c.variant = perturb_future(p, t, q2, k2, v2);
+    c.params["t"] = double(t);
+    c.tags.push_back(m >= 1e6 ? "perturbation=extreme" : "perturbation=ordinary");
+    return c;
+  });
+}
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  return check_earlier_outputs_unchanged("causal-perturbation", "changed", impl, c);
+}
+
+}  // namespace
+
+Law causal_perturbation() {
+  return {"causal-perturbation",
+          "changing tokens after t (extreme values included) leaves outputs at <= t bit-identical",
+          kWhy,
+          always_applies,
+          gen,
+          check,
+          0};
+}
+
+}  // namespace attncheck::law_kit

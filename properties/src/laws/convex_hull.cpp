@@ -1,0 +1,61 @@
+// Law 6, convex-hull: every output lies within the range of the value rows its query can see.
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "Each output row is a convex combination of the value rows its query can see, so every coordinate lies "
+    "between the smallest and the largest of those values. A mask filled with 0 (values from the future), "
+    "weights that do not sum to 1, or a wrong scale on the output breaks it. Slack: weights summing to "
+    "1 +- (gamma_T + u_a), or 1 +- u_s when stored in the dtype before the product, and the T-term accumulation "
+    "add (2 gamma_T + u_a + u_s) max|v|, rounding to the dtype u_s |o| plus its subnormal floor; doubled.";
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  const Outcome o = call(impl, p);
+  const Shape& s = p.q.shape();
+  const double u_a = accumulation_roundoff(p.dtype), u_s = unit_roundoff(p.dtype);
+  Tensor<double> hi(s), tol(s);
+  const Include include = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i) {
+        const KeyRange r = keys_of(p, b, i);
+        if (r.empty()) continue;
+        const auto vis = p.v.head(b, kv_of(p, h)).middleRows(r.begin, r.size());
+        for (Index d = 0; d < s.D; ++d) {
+          const double vmin = vis.col(d).minCoeff(), vmax = vis.col(d).maxCoeff();
+          const double x = o.output(b, h, i, d);
+          const double slack = kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s) * vis.col(d).cwiseAbs().maxCoeff() +
+                                          u_s * std::abs(x)) +
+                               storage_floor(p.dtype);
+          // Expected: the nearest point of [vmin, vmax]; tolerance: the slack.
+          hi(b, h, i, d) = std::clamp(x, vmin, vmax);
+          tol(b, h, i, d) = slack;
+          if (std::isnan(x)) hi(b, h, i, d) = vmin;
+        }
+      }
+  auto v = compare("convex-hull", "output", hi, o.output, &tol, include);
+  if (v) {
+    const auto& ix = v->worst_index;
+    const KeyRange r = keys_of(p, ix[0], ix[2]);
+    const auto col = p.v.head(ix[0], kv_of(p, ix[1])).middleRows(r.begin, r.size()).col(ix[3]);
+    v->message = "convex-hull: output" + idx({ix[0], ix[1], ix[2], ix[3]}) + " = " +
+                 num(o.output(ix[0], ix[1], ix[2], ix[3])) + " lies outside [" + num(col.minCoeff()) + ", " +
+                 num(col.maxCoeff()) + "], the range of the " + std::to_string(r.size()) +
+                 " value rows query " + std::to_string(ix[2]) + " can see";
+    v->weights = o.weights;
+  }
+  return v;
+}
+
+}  // namespace
+
+Law convex_hull() {
+  return {"convex-hull", "every output lies within the range of the value rows its query can see", kWhy,
+          always_applies, gen_outputs_only, check, 0};
+}
+
+}  // namespace attncheck::law_kit

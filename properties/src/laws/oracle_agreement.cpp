@@ -1,0 +1,59 @@
+// Law 9, oracle-agreement: outputs and weights agree with the float64 oracle within the derived bound (or
+// FlashAttention's rule, whichever is larger).
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "The implementation's outputs and weights agree with attncheck's float64 oracle run on the same (already "
+    "rounded) inputs. Non-finite values are checked first. Tolerance per element: the larger of (a) the bound "
+    "derived in attention/src/tolerance.cpp for a kernel that accumulates in float (score error "
+    "gamma_D.scale.sum|q.k| + 4u_a|s|, turned by softmax into a relative weight error rho = exp(2 Delta + "
+    "gamma_T + 5u_a) - 1, the output error max|v|(rho + gamma_T(1 + rho)), rounding to the dtype, subnormal "
+    "floors; doubled) and (b) FlashAttention's rule: 2 x the error of attncheck's own kernel at the same dtype "
+    "on the same inputs, plus a floor of u_s.max|v| (a valid kernel summing in another order can be off by "
+    "about as much as the plain one in the other direction; the floor covers the plain one being exact by luck).";
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  const Outcome o = call(impl, p);
+  OracleRun r = run_oracle(p);
+  // FlashAttention's rule, merged into the derived bound by taking the larger of the two per element.
+  Problem with_w = p;
+  with_w.want_weights = true;
+  const Outcome mine = reference_implementation()->forward(with_w);
+  const double floor_out = unit_roundoff(p.dtype) * p.v.values().cwiseAbs().maxCoeff();
+  r.tol_out.values() = r.tol_out.values().cwiseMax(2 * (mine.output.values() - r.out.values()).cwiseAbs() +
+                                                   Eigen::VectorXd::Constant(r.out.size(), floor_out));
+  r.tol_w.values() = r.tol_w.values().cwiseMax(2 * (mine.weights->values() - r.w.values()).cwiseAbs() +
+                                               Eigen::VectorXd::Constant(r.w.size(), unit_roundoff(p.dtype)));
+  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  if (auto v = compare("oracle-agreement", "output", r.out, o.output, &r.tol_out, seen)) {
+    v->weights = o.weights;
+    return v;
+  }
+  if (o.weights) {
+    // Future weights stay exact (tolerance 0) whatever the rule.
+    for (Index b = 0; b < r.tol_w.shape().B; ++b)
+      for (Index h = 0; h < r.tol_w.shape().H; ++h)
+        for (Index i = 0; i < r.tol_w.shape().T; ++i)
+          for (Index j = 0; j < r.tol_w.shape().D; ++j)
+            if (!visible(p, b, i, j)) r.tol_w(b, h, i, j) = 0;
+    if (auto v = compare("oracle-agreement", "weights", r.w, *o.weights, &r.tol_w, seen)) {
+      v->weights = o.weights;
+      return v;
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Law oracle_agreement() {
+  return {"oracle-agreement", "outputs and weights agree with the float64 oracle within the derived bound", kWhy,
+          always_applies, gen_plain, check, 0};
+}
+
+}  // namespace attncheck::law_kit

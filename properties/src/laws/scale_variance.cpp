@@ -1,0 +1,181 @@
+// Law 4, scale-variance: scores are scaled by 1/sqrt(D), so their variance stays 1 for every D; a two-key
+// probe and a statistical test with a derived false-alarm rate.
+#include <random>
+
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+// The statistical test. x = q·k/√D for q, k with i.i.d. N(0,1) entries has E x² = 1 and
+// E x⁴ = 3 + 6/D ≤ 9, so Var(x²) ≤ 8. The estimate of Var(x) is the median of G group means of x², each over
+// n samples. Chebyshev: a group mean strays more than ε from 1 with probability p ≤ 8/(n ε²). The median
+// strays only if at least G/2 groups do, which by Hoeffding has probability ≤ exp(-2G(1/2 - p)²).
+// With n = 256, ε = 0.5: p ≤ 0.125, and G = 60 gives ≤ exp(-2·60·0.375²) = exp(-16.875) = 4.7e-8 per case; the
+// law runs at most 20 cases, so a correct kernel is falsely flagged with probability ≤ 9.4e-7 < 1e-6 per run.
+constexpr int kGroups = 60, kGroupSize = 256, kScaleCases = 20;
+constexpr double kEps = 0.5;
+
+double median_of_means(std::vector<double> x) {
+  std::vector<double> means(kGroups);
+  for (int g = 0; g < kGroups; ++g) {
+    double s = 0;
+    for (int i = 0; i < kGroupSize; ++i) s += x[std::size_t(g * kGroupSize + i)];
+    means[std::size_t(g)] = s / kGroupSize;
+  }
+  std::nth_element(means.begin(), means.begin() + kGroups / 2, means.end());
+  return means[kGroups / 2];
+}
+
+// One T=2 head per sample, key 0 = 0 so the weights of query 1 are (1, e^s)/(1 + e^s) and the scaled score is
+// s = log(w₁₁ / w₁₀), read back from the implementation's own weights. Returns (scaled s², raw (q·k)²).
+struct ScoreSamples {
+  std::vector<double> scaled_sq, raw_sq;
+};
+
+// The sample is taken in calls of at most B x H heads (the run's --max-B and --max-H: an implementation may
+// accept no more), as many calls as it takes; at the default 4 x 4 that is 960 calls of 16 heads.
+ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std::uint64_t seed, Index B, Index H) {
+  ScoreSamples out;
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  const double tiny = std::numeric_limits<double>::min();  // a weight that underflowed to 0: clip, see below
+  const Index total = Index(kGroups) * kGroupSize;
+  for (Index done = 0; done < total; done += B * H) {
+    Problem p;
+    p.dtype = dtype;
+    p.alignment = square_alignment(impl.capabilities());
+    p.q = Tensor<double>({B, H, 2, D});
+    p.k = Tensor<double>({B, H, 2, D});
+    p.v = Tensor<double>({B, H, 2, D});
+    for (Index b = 0; b < B; ++b)
+      for (Index h = 0; h < H; ++h)
+        for (Index c = 0; c < D; ++c) {
+          p.q(b, h, 1, c) = round_to(dtype, normal(rng));
+          p.k(b, h, 1, c) = round_to(dtype, normal(rng));
+        }
+    const Outcome o = call(impl, p);
+    for (Index b = 0; b < B; ++b)
+      for (Index h = 0; h < H && Index(out.scaled_sq.size()) < total; ++h) {
+        // A weight that underflows to 0 (|s| beyond ~16 at float16; probability < 1e-6 at D = 1) is clipped:
+        // that only shrinks s², which errs toward passing and cannot raise a false alarm.
+        const double s =
+            std::log(std::max((*o.weights)(b, h, 1, 1), tiny) / std::max((*o.weights)(b, h, 1, 0), tiny));
+        out.scaled_sq.push_back(s * s);
+        const double raw = p.q.head(b, h).row(1).dot(p.k.head(b, h).row(1));
+        out.raw_sq.push_back(raw * raw);
+      }
+  }
+  return out;
+}
+
+const char* kWhy =
+    "Scores are divided by sqrt(D) so that, for queries and keys with unit-variance entries, their variance "
+    "stays 1 whatever the head dimension; without it softmax saturates as D grows. Deterministic form: a "
+    "two-key probe with key 0 = 0 recovers the effective scale as log(w11/w10)/c and must equal 1/sqrt(D) within twice "
+    "the weights' derived relative error over c. Statistical form: the median of 60 means of 256 squared "
+    "scaled scores must lie within 0.5 of 1 (false alarm <= 9.4e-7 per run, derived from Var(x^2) <= 8, "
+    "Chebyshev per group and Hoeffding over groups), while the same statistic on unscaled scores grows with D.";
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    const Index D = *gen_head_dim(cfg);
+    LawCase c;
+    Problem& p = c.problem;
+    p.dtype = cfg.dtype;
+    // Probe: one query that sees two keys, k₀ = 0 and k₁ = e₀, with q = c·e₀, c ≈ √D: its scaled scores are 0
+    // and c/√D ≈ 1. The smallest such case is one query over two keys, bottom-right aligned; an
+    // implementation without cross lengths gets T = 2 and the probe is query 1.
+    const bool one_query = cfg.caps.cross_lengths && cfg.caps.supports(CausalAlignment::BottomRight);
+    const Index T_q = one_query ? 1 : 2;
+    p.alignment = one_query ? CausalAlignment::BottomRight : square_alignment(cfg.caps);
+    p.q = Tensor<double>({1, 1, T_q, D});
+    p.k = Tensor<double>({1, 1, 2, D});
+    p.v = Tensor<double>({1, 1, 2, D});
+    p.q(0, 0, T_q - 1, 0) = round_to(cfg.dtype, std::sqrt(double(D)));
+    p.k(0, 0, 1, 0) = 1;
+    p.v(0, 0, 1, 0) = 1;
+    c.params["D"] = double(D);
+    c.params["sample_B"] = double(std::max<Index>(cfg.max_B, 1));
+    c.params["sample_H"] = double(std::max<Index>(cfg.max_H, 1));
+    // Stored as two exact 32-bit halves: a double cannot hold every 64-bit seed.
+    // Not shrunk: another sample is not a simpler case, and each try costs a full sample.
+    const auto word = rc::gen::noShrink(rc::gen::inRange<std::uint32_t>(0, std::numeric_limits<std::uint32_t>::max()));
+    c.params["sample_seed_hi"] = double(*word);
+    c.params["sample_seed_lo"] = double(*word);
+    c.tags = shape_tags(p);
+    return c;
+  });
+}
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  const Index D = p.q.shape().D;
+  const double want = 1 / std::sqrt(double(D));
+  const Index r = p.q.shape().T - 1;  // the probing query
+  const double cq = p.q(0, 0, r, 0);
+
+  // Deterministic form.
+  const Outcome o = call(impl, p);
+  const Tensor<double>& w = *o.weights;
+  const OracleRun orc = run_oracle(p);
+  const double w10 = w(0, 0, r, 0), w11 = w(0, 0, r, 1);
+  // |log w̃ - log w| ≤ e/(1 - e) for a relative error e, so the ratio's log is off by at most the sum of both.
+  const double r10 = orc.tol_w(0, 0, r, 0) / orc.w(0, 0, r, 0), r11 = orc.tol_w(0, 0, r, 1) / orc.w(0, 0, r, 1);
+  const double tol = (r10 / (1 - r10) + r11 / (1 - r11)) / cq;
+  const double got = std::log(w11 / w10) / cq;
+  if (!(std::abs(got - want) <= tol)) {
+    Violation v;
+    v.quantity = "scale";
+    v.worst_index = {0, 0, r, 1};
+    v.magnitude = std::abs(got - want);
+    v.tolerance = tol;
+    v.message = "scale-variance: the effective scale recovered from a two-key probe at D=" + std::to_string(D) +
+                " is " + num(got) + ", not 1/sqrt(D) = " + num(want);
+    v.weights = w;
+    v.expected = orc.w;
+    v.actual = w;
+    v.series = {{double(D), got * got * double(D)}};
+    return v;
+  }
+
+  // Statistical form.
+  const std::uint64_t seed =
+      (std::uint64_t(c.params.at("sample_seed_hi")) << 32) | std::uint64_t(c.params.at("sample_seed_lo"));
+  // Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call.
+  const auto param = [&](const char* key) { return c.params.count(key) ? Index(c.params.at(key)) : Index{4}; };
+  const Index sB = param("sample_B"), sH = param("sample_H");
+  const ScoreSamples s = sample_scores(impl, p.dtype, D, seed, sB, sH);
+  const double var = median_of_means(s.scaled_sq);
+  const double raw = median_of_means(s.raw_sq);
+  // Negative control: the unscaled scores' variance is D. If the statistic could not see that, the test
+  // would be blind, which is a bug in attncheck, not in the implementation.
+  if (std::abs(raw / double(D) - 1) > kEps)
+    throw std::logic_error("scale-variance: unscaled score variance " + num(raw) + " at D=" + std::to_string(D) +
+                           " is not close to D; the statistic is broken");
+  if (std::abs(var - 1) > kEps) {
+    Violation v;
+    v.quantity = "variance";
+    v.magnitude = std::abs(var - 1);
+    v.tolerance = kEps;
+    v.message = "scale-variance: the scaled scores' variance at D=" + std::to_string(D) + " is " + num(var) +
+                ", not 1 (allowed 1 ± " + num(kEps) + "; unscaled it is " + num(raw) + ")";
+    // For the report's plot: the same statistic over a sweep of head dimensions.
+    for (Index d = 1; d <= std::max<Index>(D, 128); d *= 2) {
+      const ScoreSamples sd = sample_scores(impl, p.dtype, d, seed + std::uint64_t(d), sB, sH);
+      v.series.emplace_back(double(d), median_of_means(sd.scaled_sq));
+    }
+    return v;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+Law scale_variance() {
+  return {"scale-variance", "scores are scaled by 1/sqrt(D): their variance stays 1 for every D", kWhy,
+          needs_weights, gen, check, kScaleCases};
+}
+
+}  // namespace attncheck::law_kit

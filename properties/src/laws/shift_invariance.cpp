@@ -1,0 +1,51 @@
+// Law 7, shift-invariance: adding the same vector to every key leaves the weights unchanged.
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+const char* kWhy =
+    "Adding the same vector c to every key adds q_i.c to every score of row i, a constant per row, and softmax "
+    "is invariant to a constant added to a row: the weights must not change. A mask filled with 0 or a finite "
+    "constant (the masked entries do not move with the row), or a softmax over the query axis, breaks it. "
+    "Tolerance: both results' derived oracle bounds, plus the oracles' own difference (rounding k + c to the "
+    "dtype makes the shift inexact).";
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    LawCase c = *gen_problem(cfg);
+    const Shape& ks = c.problem.k.shape();
+    const double m = *gen_magnitude();
+    const auto shift = *gen_tensor({ks.B, ks.H, 1, ks.D}, Regime::normal, m, cfg.dtype);
+    Problem v = c.problem;
+    for (Index b = 0; b < ks.B; ++b)
+      for (Index h = 0; h < ks.H; ++h)
+        for (Index j = 0; j < ks.T; ++j)
+          for (Index d = 0; d < ks.D; ++d) v.k(b, h, j, d) = round_to(cfg.dtype, v.k(b, h, j, d) + shift(b, h, 0, d));
+    c.variant = v;
+    return c;
+  });
+}
+
+std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+  const Outcome a = call(impl, c.problem), b = call(impl, *c.variant);
+  const OracleRun oa = run_oracle(c.problem), ob = run_oracle(*c.variant);
+  Tensor<double> tol = oa.tol_w;
+  tol.values() += ob.tol_w.values() + (oa.w.values() - ob.w.values()).cwiseAbs();
+  auto v = compare("shift-invariance", "weights", *a.weights, *b.weights, &tol, {});
+  if (v) {
+    v->message += " after adding the same vector to every key";
+    v->weights = b.weights;
+  }
+  return v;
+}
+
+}  // namespace
+
+Law shift_invariance() {
+  return {"shift-invariance", "adding the same vector to every key leaves the weights unchanged", kWhy,
+          needs_weights, gen, check, 0};
+}
+
+}  // namespace attncheck::law_kit

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev
-          python3-numpy python3-torch)
+          python3-numpy python3-torch python3-pytest clang-14 libfuzzer-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "attncheck/format.hpp"
 #include "attncheck/probe.hpp"
 #include "c_plugin.hpp"
 #include "subprocess.hpp"
@@ -92,9 +93,9 @@ void check_finite_outcome(const Problem& p, const Outcome& o, const std::string&
                        : p.dtype == DType::f16 ? max_finite(DType::f16)
                                                : std::numeric_limits<float>::max();
   if (!(bound < limit / 2)) return;
-  char why[200];
-  std::snprintf(why, sizeof why, "every input is finite and no score can overflow %s (|score| <= %.3g)",
-                p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32", bound);
+  const std::string why = std::string("every input is finite and no score can overflow ") +
+                          (p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32") +
+                          " (|score| <= " + format_number(bound, 3) + ")";
   throw_first_nonfinite(p, o.output, "output", impl_name, why);
   if (o.weights) throw_first_nonfinite(p, *o.weights, "weights", impl_name, why);
 }

@@ -189,13 +189,13 @@ Shape checked_shape(const std::array<std::int64_t, 4>& a, const char* which) {
 }
 // Bytes of a tensor of raw shape `s`; a shape claiming more than 2^40 bytes is a protocol error, which also
 // keeps the product from overflowing.
-std::size_t nbytes(const std::array<std::int64_t, 4>& s, DType t) {
+std::size_t nbytes(const std::array<std::int64_t, 4>& s, DType t, const char* frame = "result frame") {
   constexpr std::size_t kLimit = std::size_t{1} << 40;
   std::size_t n = element_size(t);
   for (const auto x : s) {
-    if (x < 0) throw ProtocolError("result frame: shape " + shape_string(s) + " has a negative extent");
+    if (x < 0) throw ProtocolError(std::string(frame) + ": shape " + shape_string(s) + " has a negative extent");
     if (x > 0 && n > kLimit / std::size_t(x))
-      throw ProtocolError("result frame: shape " + shape_string(s) + " claims more than 2^40 bytes");
+      throw ProtocolError(std::string(frame) + ": shape " + shape_string(s) + " claims more than 2^40 bytes");
     n *= std::size_t(x);
   }
   return n;
@@ -250,11 +250,13 @@ Problem decode_forward(std::string_view payload) {
   const double scale = r.f64();
   if (flags & 1u) p.scale = scale;
   p.want_weights = flags & 2u;
-  const Shape qs = checked_shape(get_shape(r), "q"), ks = checked_shape(get_shape(r), "k");
-  const std::size_t es = element_size(p.dtype);
-  p.q = from_bytes(r.raw(std::size_t(qs.numel()) * es), qs, p.dtype);
-  p.k = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
-  p.v = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
+  const auto raw_q = get_shape(r), raw_k = get_shape(r);
+  const Shape qs = checked_shape(raw_q, "q"), ks = checked_shape(raw_k, "k");
+  // Sizes through nbytes: four extents of up to 2^32 each would overflow the element count.
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, "forward frame"), k_bytes = nbytes(raw_k, p.dtype, "forward frame");
+  p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
+  p.k = from_bytes(r.raw(k_bytes), ks, p.dtype);
+  p.v = from_bytes(r.raw(k_bytes), ks, p.dtype);
   if (r.left() != 0) throw ProtocolError("forward frame: " + std::to_string(r.left()) + " bytes left over");
   return p;
 }

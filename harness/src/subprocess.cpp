@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "attncheck/format.hpp"
 #include "protocol.hpp"
 
 extern char** environ;
@@ -112,10 +113,10 @@ class ExecImplementation final : public Implementation {
       if (!derived) throw;
       throw ImplementationError(
           Kind::timeout,
-          std::string(e.what()) + " (after an earlier timeout, calls get " + format_seconds(kSlowestFactor) +
-              " x the slowest answer so far, at least " + format_seconds(kMinDerivedTimeout) + " s and at most the " +
-              format_seconds(opts_.call_timeout_s) + " s of --timeout; " +
-              (slowest_answer_s_ > 0 ? "the slowest answer took " + format_seconds(slowest_answer_s_) + " s)"
+          std::string(e.what()) + " (after an earlier timeout, calls get " + format_number(kSlowestFactor, 3) +
+              " x the slowest answer so far, at least " + format_number(kMinDerivedTimeout, 3) + " s and at most the " +
+              format_number(opts_.call_timeout_s, 3) + " s of --timeout; " +
+              (slowest_answer_s_ > 0 ? "the slowest answer took " + format_number(slowest_answer_s_, 3) + " s)"
                                      : "no call has been answered yet)"));
     }
     // Any answer counts, an error status included: it shows how long this implementation takes to reply.
@@ -368,7 +369,7 @@ class ExecImplementation final : public Implementation {
       if (left <= 0) {
         const std::string note = stderr_note();
         stop(false);
-        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_seconds(timeout_s) +
+        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_number(timeout_s, 3) +
                                                      " s; the process was killed and the next call starts a new one" +
                                                      note);
       }
@@ -413,12 +414,6 @@ class ExecImplementation final : public Implementation {
         throw ImplementationError(Kind::protocol, name_ + ": " + e.what() + note);
       }
     }
-  }
-
-  static std::string format_seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", s);
-    return b;
   }
 
   std::string name_, description_;

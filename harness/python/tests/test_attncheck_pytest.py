@@ -54,7 +54,7 @@ def test_passes_on_a_correct_function_and_fails_on_a_buggy_one_with_the_minimal_
     assert re.search(r"minimal case: B=1 H=1 T=[12] D=1( T_k=2)?\n", text), text
     assert re.search(r"margin: \S+ (against a tolerance of|where the law is exact)", text), text
     assert re.search(r"report: \S+causal-perturbation\.md", text), text
-    assert re.search(r"replay: attncheck check --impl exec:.* --replay \S+causal-perturbation\.json", text), text
+    assert re.search(r"replay: attncheck check --impl '?exec:.* --replay \S+causal-perturbation\.json", text), text
 
 
 def test_cases_and_seed_reach_attncheck(pytester):

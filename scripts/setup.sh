@@ -4,8 +4,9 @@
 set -euo pipefail
 
 # chromium: the report test (reports.html_in_chromium) renders index.html in it, headless and offline.
+# python3-pytest: the pytest plugin's tests; clang-14 and libfuzzer-14-dev: the fuzz targets (fuzz/).
 packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev
-          python3-numpy python3-torch chromium)
+          python3-numpy python3-torch python3-pytest chromium clang-14 libfuzzer-14-dev)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -61,6 +61,11 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "entries of <root>/<impl> are replayed before new cases");
   check->add_flag("--no-corpus", o.no_corpus, "neither replay nor extend the corpus");
   check->add_flag("--force", o.force, "replace a different report left in --report-dir by an earlier run");
+  check->add_option("--timeout", o.timeout,
+                    "seconds a plugin: or exec: call may take before it counts as a hang (default: "
+                    "$ATTNCHECK_CALL_TIMEOUT, else 10); after the first hang, later calls get 4 x the slowest "
+                    "answer so far, at least 1 s")
+      ->check(CLI::PositiveNumber);
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
 
   try {

@@ -34,6 +34,7 @@ struct CheckOptions {
   bool no_corpus = false;
   bool force = false;
   bool progress = false;
+  double timeout = 0;      ///< seconds per plug-in call; 0: $ATTNCHECK_CALL_TIMEOUT, else 10
 };
 
 /// Runs the laws against --impl (or replays --replay); returns an ExitCode. Throws UsageError and the

@@ -24,10 +24,15 @@ def no_mask(q, k, v, scale=None):
     s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
     w = np.exp(s - s.max(axis=-1, keepdims=True))
     return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+def zero_backward(q, k, v, d_output, scale=None):
+    """The bug: no gradient at all."""
+    return np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
 '''
 
 TESTS = '''
-from kernels import correct, no_mask
+from kernels import correct, no_mask, zero_backward
 
 
 def test_correct(attncheck):
@@ -36,6 +41,10 @@ def test_correct(attncheck):
 
 def test_no_mask(attncheck):
     attncheck.check(no_mask, dtypes=("float64",), laws=("causal-perturbation", "row-stochastic"))
+
+
+def test_zero_backward(attncheck):
+    attncheck.check(correct, dtypes=("float64",), laws=("grad-oracle",), backward=zero_backward)
 '''
 
 
@@ -45,7 +54,7 @@ def run(pytester, *args):
 
 
 def test_passes_on_a_correct_function_and_fails_on_a_buggy_one_with_the_minimal_case(pytester):
-    result = run(pytester, "--attncheck-cases", "30")
+    result = run(pytester, "--attncheck-cases", "30", "-k", "not backward")
     result.assert_outcomes(passed=1, failed=1)
     text = result.stdout.str()
     assert "attncheck: 1 law falsified by no_mask" in text
@@ -66,3 +75,11 @@ def test_cases_and_seed_reach_attncheck(pytester):
         summary = json.load(f)
     assert summary["seed"] == 7
     assert summary["generator"]["cases"] == 3
+
+
+def test_a_backward_function_crosses_as_a_keyword_and_its_gradients_are_checked(pytester):
+    result = run(pytester, "--attncheck-cases", "10", "-k", "backward")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert "attncheck: 1 law falsified by correct" in text, text
+    assert re.search(r"grad-oracle \(float64\): grad-oracle: d[qkv]\S* is 0 but should be ", text), text

@@ -43,6 +43,10 @@ bool same_bits(double a, double b);
 /// returns them.
 Outcome call(const Implementation& impl, const Problem& p);
 
+/// The case's second problem, which `law` compares against the first. A stored case (a corpus entry, a
+/// --replay file) may lack it: std::invalid_argument naming the law then, never a read of an empty optional.
+const Problem& variant_of(const LawCase& c, const char* law);
+
 /// Which entries a comparison looks at: include(b, h, i, j).
 using Include = std::function<bool(Index, Index, Index, Index)>;
 /// The problem for a law's first call: p without its request for weights when they are costly (probed, see

@@ -66,6 +66,11 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "with --jobs 1. Only for an implementation that declares itself reentrant (the reference); "
                     "others run one law after the other")
       ->check(CLI::Range(1, 1024));
+  check->add_option("--timeout", o.timeout,
+                    "seconds a plugin: or exec: call may take before it counts as a hang (default: "
+                    "$ATTNCHECK_CALL_TIMEOUT, else 10); after the first hang, later calls get 4 x the slowest "
+                    "answer so far, at least 1 s")
+      ->check(CLI::PositiveNumber);
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
 
   try {

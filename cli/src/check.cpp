@@ -175,7 +175,7 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
     throw UsageError("--replay: " + o.replay + " is a counterexample to the law \"" + s.law +
                      "\", which this build does not have (`attncheck list` shows the laws)");
   const Law& law = *it;
-  const ImplementationPtr impl = resolve_implementation(o.impl.empty() ? s.implementation : o.impl, reg);
+  const ImplementationPtr impl = resolve_implementation(o.impl.empty() ? s.implementation : o.impl, reg, {.call_timeout_s = o.timeout});
   const Shape& q = s.lcase.problem.q.shape();
   out << "replaying " << law.name << " on " << impl->name() << " with the case stored in " << o.replay << " ("
       << dtype_name(s.lcase.problem.dtype) << ", B=" << q.B << " H=" << q.H << " T=" << q.T << " D=" << q.D << ")\n";
@@ -238,7 +238,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (!o.reproduce.empty() && o.properties.size() != 1)
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
   const std::vector<const Law*> selected = select_laws(o, reg);
-  const ImplementationPtr impl = resolve_implementation(o.impl, reg);
+  const ImplementationPtr impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
   if (!impl->capabilities().supports(dtype)) {
     std::string accepted;
     for (const DType t : impl->capabilities().dtypes) accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));

@@ -34,6 +34,7 @@ struct CheckOptions {
   bool no_corpus = false;
   bool force = false;
   bool progress = false;
+  double timeout = 0;      ///< seconds per plug-in call; 0: $ATTNCHECK_CALL_TIMEOUT, else 10
   int jobs = 0;            ///< laws checked at once; 0: one per core
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
   struct Given {

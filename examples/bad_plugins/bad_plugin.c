@@ -26,6 +26,8 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
 #elif defined(BAD_HANG)
   if (Tk >= 4)
     for (;;) pause(); /* never returns once T reaches 4; only a kill ends it */
+#elif defined(BAD_HANG_ALWAYS)
+  for (;;) pause(); /* no call ever returns */
 #elif defined(BAD_ERROR)
   if (D % 4 != 0) {
     snprintf(message, message_size, "this kernel needs D to be a multiple of 4, got D = %lld", (long long)D);

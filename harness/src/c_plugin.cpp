@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "attncheck/harness.hpp"
 #include "attncheck/plugin.h"
+#include "attncheck/spec_error.hpp"
 #include "protocol.hpp"
 
 namespace attncheck::detail {

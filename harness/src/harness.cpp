@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "attncheck/format.hpp"
 #include "attncheck/probe.hpp"
 #include "c_plugin.hpp"
 #include "subprocess.hpp"
@@ -62,6 +63,22 @@ void throw_first_nonfinite(const Problem& p, const Tensor<double>& t, const char
 
 bool is_executable(const std::string& p) { return !p.empty() && ::access(p.c_str(), X_OK) == 0; }
 
+// Where attncheck finds what it ships beside itself: `relative` to the running program's folder (an
+// installed tree that was moved), else the build tree's copy, else the configured install location. Empty
+// when `usable` accepts none.
+std::string first_existing(const std::string& relative, std::initializer_list<std::string> fixed,
+                           const std::function<bool(const std::string&)>& usable) {
+  std::error_code ec;
+  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const std::string beside = (self.parent_path() / relative).lexically_normal().string();
+    if (usable(beside)) return beside;
+  }
+  for (const std::string& p : fixed)
+    if (usable(p)) return p;
+  return {};
+}
+
 }  // namespace
 
 ImplementationPtr checked_implementation(ImplementationPtr impl) {
@@ -82,9 +99,9 @@ void check_finite_outcome(const Problem& p, const Outcome& o, const std::string&
                        : p.dtype == DType::f16 ? max_finite(DType::f16)
                                                : std::numeric_limits<float>::max();
   if (!(bound < limit / 2)) return;
-  char why[200];
-  std::snprintf(why, sizeof why, "every input is finite and no score can overflow %s (|score| <= %.3g)",
-                p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32", bound);
+  const std::string why = std::string("every input is finite and no score can overflow ") +
+                          (p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32") +
+                          " (|score| <= " + format_number(bound, 3) + ")";
   throw_first_nonfinite(p, o.output, "output", impl_name, why);
   if (o.weights) throw_first_nonfinite(p, *o.weights, "weights", impl_name, why);
 }
@@ -104,18 +121,21 @@ std::string plugin_host_path() {
       throw SpecError(std::string("ATTNCHECK_PLUGIN_HOST is ") + env + ", which is not an executable file");
     return env;
   }
-  std::error_code ec;
-  const auto self = std::filesystem::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    const std::string beside = (self.parent_path() / "attncheck-plugin-host").string();
-    if (is_executable(beside)) return beside;
-  }
-  for (const std::string p : {ATTNCHECK_PLUGIN_HOST_BUILD, ATTNCHECK_PLUGIN_HOST_INSTALL})
-    if (is_executable(p)) return p;
+  const std::string found = first_existing("attncheck-plugin-host", {ATTNCHECK_PLUGIN_HOST_BUILD, ATTNCHECK_PLUGIN_HOST_INSTALL},
+                                           is_executable);
+  if (!found.empty()) return found;
   throw SpecError("cannot find attncheck-plugin-host (looked beside this program, in " ATTNCHECK_PLUGIN_HOST_BUILD
                   " and " ATTNCHECK_PLUGIN_HOST_INSTALL
                   "); set ATTNCHECK_PLUGIN_HOST to its path, or pass "
                   "--no-isolate to load the plug-in in-process");
+}
+
+std::string python_client_dir() {
+  const auto has_client = [](const std::string& dir) {
+    return ::access((dir + "/attncheck_plugin.py").c_str(), R_OK) == 0;
+  };
+  return first_existing("../" ATTNCHECK_PYTHON_INSTALL_RELATIVE, {ATTNCHECK_PYTHON_BUILD, ATTNCHECK_PYTHON_INSTALL},
+                        has_client);
 }
 
 ImplementationPtr load_implementation(const std::string& spec, const HarnessOptions& opts) {
@@ -133,7 +153,9 @@ ImplementationPtr load_implementation(const std::string& spec, const HarnessOpti
   } else if (spec.rfind("exec:", 0) == 0) {
     const std::string command = spec.substr(5);
     if (command.empty()) throw SpecError("exec: needs a command, e.g. exec:'/usr/bin/python3 my_attention.py'");
-    raw = detail::start_subprocess(spec, {"/bin/sh", "-c", command}, opts);
+    // Through the plug-in host's --exec mode: it ends the command's whole process group when attncheck dies,
+    // which a plain /bin/sh child (killed alone by PR_SET_PDEATHSIG) would not.
+    raw = detail::start_subprocess(spec, {plugin_host_path(), "--exec", command}, opts);
   } else {
     throw SpecError("unknown implementation spec '" + spec + "' (expected plugin:PATH.so or exec:COMMAND)");
   }

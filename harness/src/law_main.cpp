@@ -7,18 +7,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "attncheck/format.hpp"
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/probe.hpp"
 
 namespace attncheck {
 namespace {
-
-std::string fmt(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.9g", x);
-  return b;
-}
 
 std::string index_string(const std::vector<Index>& ix) {
   std::string s = "[";
@@ -40,7 +35,7 @@ void print_tensor(std::ostream& os, const char* name, const Tensor<double>& t) {
       os << "      [" << b << "," << h << "]";
       for (Index i = 0; i < s.T; ++i) {
         os << (i ? "\n            " : " ");
-        for (Index c = 0; c < s.D; ++c) os << (c ? " " : "") << fmt(t(b, h, i, c));
+        for (Index c = 0; c < s.D; ++c) os << (c ? " " : "") << format_number(t(b, h, i, c));
       }
       os << "\n";
     }
@@ -160,15 +155,15 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
             details << "  " << v.message << "\n";
             if (!v.worst_index.empty())
               details << "  worst " << v.quantity << index_string(v.worst_index)
-                      << ": |actual - expected| = " << fmt(v.magnitude) << ", allowed " << fmt(v.tolerance) << "\n";
+                      << ": |actual - expected| = " << format_number(v.magnitude) << ", allowed " << format_number(v.tolerance) << "\n";
           }
           if (r.minimal_case) {
             const Problem& p = r.minimal_case->problem;
             const Shape q = p.q.shape();
             details << "  minimal case: B=" << q.B << " H=" << q.H << " T_q=" << q.T << " T_k=" << p.k.shape().T
-                    << " D=" << q.D << ", scale " << (p.scale ? fmt(*p.scale) : "default (1/sqrt(D))") << ", "
+                    << " D=" << q.D << ", scale " << (p.scale ? format_number(*p.scale) : "default (1/sqrt(D))") << ", "
                     << (p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right") << "\n";
-            for (const auto& [k, val] : r.minimal_case->params) details << "    " << k << " = " << fmt(val) << "\n";
+            for (const auto& [k, val] : r.minimal_case->params) details << "    " << k << " = " << format_number(val) << "\n";
             print_tensor(details, "q", p.q);
             print_tensor(details, "k", p.k);
             print_tensor(details, "v", p.v);
@@ -181,9 +176,12 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
             if (r.violation && r.violation->expected) print_tensor(details, "expected", *r.violation->expected);
             if (r.violation && r.violation->actual) print_tensor(details, "actual", *r.violation->actual);
           }
-          std::string replay = "attncheck-law --impl " + shell_quote(impl->name()) + " --law " + law->name +
-                               " --dtype " + std::string(dtype_name(t)) + " --seed " + std::to_string(seed) +
-                               " --reproduce " + shell_quote(r.reproduce);
+          // This very program with the spec it was given: a runner of attncheck_add_laws(TARGET exe) has no
+          // spec, and its implementation's name is not one.
+          std::string replay = shell_quote(argv[0]) + (spec.empty() ? "" : " --impl " + shell_quote(spec)) +
+                               (no_isolate ? " --no-isolate" : "") + " --law " + law->name + " --dtype " +
+                               std::string(dtype_name(t)) + " --seed " + std::to_string(seed) + " --max-T " +
+                               std::to_string(max_T) + " --reproduce " + shell_quote(r.reproduce);
           details << "  replay: " << replay << "\n";
         }
         std::fflush(stdout);

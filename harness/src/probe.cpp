@@ -3,7 +3,8 @@
 #include "attncheck/probe.hpp"
 
 #include <cmath>
-#include <cstdio>
+
+#include "attncheck/format.hpp"
 
 namespace attncheck {
 namespace {
@@ -41,11 +42,7 @@ class RecoveredWeights final : public Implementation {
   std::string description_;
 };
 
-std::string fmt(double x) {
-  char b[32];
-  std::snprintf(b, sizeof b, "%.6g", x);
-  return b;
-}
+std::string fmt(double x) { return format_number(x, 6); }
 
 std::string alignment_name(CausalAlignment a) { return a == CausalAlignment::TopLeft ? "top-left" : "bottom-right"; }
 

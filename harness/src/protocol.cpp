@@ -212,22 +212,22 @@ void put_shape(Writer& w, const Shape& s) {
   w.i64(s.D);
 }
 std::array<std::int64_t, 4> get_shape(Reader& r) { return {r.i64(), r.i64(), r.i64(), r.i64()}; }
-Shape checked_shape(const std::array<std::int64_t, 4>& a, const char* which) {
+Shape checked_shape(const std::array<std::int64_t, 4>& a, const char* which, const char* frame) {
   for (const auto x : a)
     if (x < 1 || x > (std::int64_t{1} << 32))
-      throw ProtocolError(std::string("forward frame: ") + which + " shape " + shape_string(a) +
+      throw ProtocolError(std::string(frame) + ": " + which + " shape " + shape_string(a) +
                           " has an extent outside [1, 2^32]");
   return Shape{a[0], a[1], a[2], a[3]};
 }
 // Bytes of a tensor of raw shape `s`; a shape claiming more than 2^40 bytes is a protocol error, which also
 // keeps the product from overflowing.
-std::size_t nbytes(const std::array<std::int64_t, 4>& s, DType t) {
+std::size_t nbytes(const std::array<std::int64_t, 4>& s, DType t, const char* frame = "result frame") {
   constexpr std::size_t kLimit = std::size_t{1} << 40;
   std::size_t n = element_size(t);
   for (const auto x : s) {
-    if (x < 0) throw ProtocolError("result frame: shape " + shape_string(s) + " has a negative extent");
+    if (x < 0) throw ProtocolError(std::string(frame) + ": shape " + shape_string(s) + " has a negative extent");
     if (x > 0 && n > kLimit / std::size_t(x))
-      throw ProtocolError("result frame: shape " + shape_string(s) + " claims more than 2^40 bytes");
+      throw ProtocolError(std::string(frame) + ": shape " + shape_string(s) + " claims more than 2^40 bytes");
     n *= std::size_t(x);
   }
   return n;
@@ -287,7 +287,8 @@ Problem read_call(Reader& r, const char* what) {
   const double scale = r.f64();
   if (flags & 1u) p.scale = scale;
   p.want_weights = flags & 2u;
-  const Shape qs = checked_shape(get_shape(r), "q"), ks = checked_shape(get_shape(r), "k");
+  const auto raw_q = get_shape(r), raw_k = get_shape(r);
+  const Shape qs = checked_shape(raw_q, "q", what), ks = checked_shape(raw_k, "k", what);
   if (ks.B != qs.B || ks.D != qs.D || qs.H % ks.H != 0)
     throw ProtocolError(std::string(what) + ": q is " + to_string(qs) + " and k is " + to_string(ks) +
                         " (expected the same B and D, and k's heads dividing q's)");
@@ -304,10 +305,11 @@ Problem read_call(Reader& r, const char* what) {
     if (window < 0) throw ProtocolError(std::string(what) + ": window " + std::to_string(window) + " is negative");
     p.window = window;
   }
-  const std::size_t es = element_size(p.dtype);
-  p.q = from_bytes(r.raw(std::size_t(qs.numel()) * es), qs, p.dtype);
-  p.k = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
-  p.v = from_bytes(r.raw(std::size_t(ks.numel()) * es), ks, p.dtype);
+  // Sizes through nbytes: four extents of up to 2^32 each would overflow the element count.
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_k, p.dtype, what);
+  p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
+  p.k = from_bytes(r.raw(k_bytes), ks, p.dtype);
+  p.v = from_bytes(r.raw(k_bytes), ks, p.dtype);
   return p;
 }
 
@@ -345,6 +347,7 @@ Problem decode_backward(std::string_view payload) {
   Reader r(payload, "backward frame");
   Problem p = read_call(r, "backward frame");
   const Shape qs = p.q.shape();
+  // q's own byte count, already read once, so it cannot overflow.
   p.d_output = from_bytes(r.raw(std::size_t(qs.numel()) * element_size(p.dtype)), qs, p.dtype);
   expect_end(r, "backward frame");
   return p;

@@ -12,18 +12,22 @@
 namespace attncheck {
 namespace {
 
-// Reads exactly n bytes; false on EOF before the first byte, ProtocolError on EOF in the middle.
+// Reads exactly n bytes; false on EOF before the first byte, ProtocolError on EOF in the middle. The buffer
+// grows with what arrives, never ahead of it: n comes from the other side, and a header announcing 2^60 bytes
+// must end in "input ended", not in an allocation of 2^60 bytes (fuzz/fuzz_protocol_child sends such headers).
 bool read_full(int fd, std::string& buf, std::size_t n) {
-  buf.resize(n);
-  std::size_t got = 0;
-  while (got < n) {
-    const ssize_t r = ::read(fd, buf.data() + got, n - got);
+  constexpr std::size_t kChunk = std::size_t{1} << 20;
+  buf.clear();
+  while (buf.size() < n) {
+    const std::size_t have = buf.size();
+    buf.resize(have + std::min(kChunk, n - have));
+    const ssize_t r = ::read(fd, buf.data() + have, buf.size() - have);
+    buf.resize(have + std::size_t(std::max<ssize_t>(r, 0)));
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) {
-      if (got == 0 && r == 0) return false;
+      if (have == 0 && r == 0) return false;
       throw wire::ProtocolError("input ended in the middle of a frame");
     }
-    got += std::size_t(r);
   }
   return true;
 }

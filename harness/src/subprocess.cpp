@@ -5,7 +5,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -17,6 +17,7 @@
 #include <mutex>
 #include <thread>
 
+#include "attncheck/format.hpp"
 #include "c_plugin.hpp"
 #include "protocol.hpp"
 
@@ -32,6 +33,29 @@ using Kind = ImplementationError::Kind;
 constexpr std::size_t kStderrTail = 2000;
 // The handshake may wait for a slow start (importing torch takes seconds), never less than a call.
 constexpr double kMinStartupSeconds = 60;
+// After the first timeout of a run, a call may take this many times the slowest answer seen so far, and at
+// least kMinDerivedTimeout: a hang then costs about a second instead of the configured timeout, so shrinking
+// a hanging case (one timeout per candidate) stays short, while a call as slow as the slowest one that
+// answered still has room to spare.
+constexpr double kSlowestFactor = 4;
+constexpr double kMinDerivedTimeout = 1;
+
+// Our environment, with attncheck's Python client (attncheck_plugin.py) importable by the children: its
+// folder is appended to PYTHONPATH, so `exec:python3 my_attention.py` needs no setup.
+std::vector<std::string> child_environment() {
+  std::vector<std::string> env;
+  std::string pythonpath;
+  for (char** e = environ; *e; ++e) {
+    if (std::strncmp(*e, "PYTHONPATH=", 11) == 0)
+      pythonpath = *e + 11;
+    else
+      env.emplace_back(*e);
+  }
+  if (const std::string dir = python_client_dir(); !dir.empty())
+    pythonpath += (pythonpath.empty() ? "" : ":") + dir;
+  if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
+  return env;
+}
 
 std::string describe_status(int status) {
   if (WIFSIGNALED(status)) {
@@ -82,7 +106,7 @@ class ExecImplementation final : public Implementation {
     // frame is refused unread.
     const std::size_t expected = std::size_t(qs.numel() + want_w.numel()) * es;
     const std::string payload =
-        exchange(wire::encode_forward(p), wire::FrameType::result, opts_.call_timeout_s, 2 * expected + (1u << 20));
+        timed_exchange(wire::encode_forward(p), wire::FrameType::result, 2 * expected + (1u << 20));
     wire::Result r;
     try {
       r = wire::decode_result(payload, p.dtype);
@@ -121,8 +145,8 @@ class ExecImplementation final : public Implementation {
     const Shape qs = p.q.shape(), ks = p.k.shape();
     // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
     const std::size_t expected = std::size_t(qs.numel() + 2 * ks.numel()) * wire::element_size(p.dtype);
-    const std::string payload = exchange(wire::encode_backward(p), wire::FrameType::gradients, opts_.call_timeout_s,
-                                         2 * expected + (1u << 20));
+    const std::string payload =
+        timed_exchange(wire::encode_backward(p), wire::FrameType::gradients, 2 * expected + (1u << 20));
     wire::GradientsResult r;
     try {
       r = wire::decode_gradients(payload, p.dtype);
@@ -164,6 +188,40 @@ class ExecImplementation final : public Implementation {
                                             "): " + (message.empty() ? "(no message)" : message));
   }
 
+  // The configured timeout until the first call times out; then one derived from the slowest answer so far
+  // (kSlowestFactor, kMinDerivedTimeout), never above the configured one. With no answer at all yet the
+  // floor applies: a child that has never answered is most likely hanging on every call.
+  double call_timeout() const {
+    if (!timed_out_) return opts_.call_timeout_s;
+    return std::min(opts_.call_timeout_s, std::max(kMinDerivedTimeout, kSlowestFactor * slowest_answer_s_));
+  }
+
+  // One call's exchange (forward or backward) under call_timeout(): a timeout marks the run as having hung,
+  // so later calls derive theirs, and a derived timeout says how it was derived; an answer, an error status
+  // included, shows how long this implementation takes to reply.
+  std::string timed_exchange(const std::string& request, wire::FrameType expect, std::size_t max_payload) const {
+    const double timeout_s = call_timeout();
+    const auto started = Clock::now();
+    std::string payload;
+    try {
+      payload = exchange(request, expect, timeout_s, max_payload);
+    } catch (const ImplementationError& e) {
+      if (e.kind() != Kind::timeout) throw;
+      const bool derived = timed_out_ && timeout_s < opts_.call_timeout_s;
+      timed_out_ = true;
+      if (!derived) throw;
+      throw ImplementationError(
+          Kind::timeout,
+          std::string(e.what()) + " (after an earlier timeout, calls get " + format_number(kSlowestFactor, 3) +
+              " x the slowest answer so far, at least " + format_number(kMinDerivedTimeout, 3) + " s and at most the " +
+              format_number(opts_.call_timeout_s, 3) + " s of --timeout; " +
+              (slowest_answer_s_ > 0 ? "the slowest answer took " + format_number(slowest_answer_s_, 3) + " s)"
+                                     : "no call has been answered yet)"));
+    }
+    slowest_answer_s_ = std::max(slowest_answer_s_, std::chrono::duration<double>(Clock::now() - started).count());
+    return payload;
+  }
+
   // Spawns the child in its own process group (so a kill reaches whatever it started) with stdin and
   // stdout on one socket and stderr on a pipe, then does the handshake. Throws ImplementationError.
   wire::Handshake start() const {
@@ -177,32 +235,59 @@ class ExecImplementation final : public Implementation {
       ::close(sv[1]);
       throw ImplementationError(Kind::crash, name_ + ": pipe failed: " + std::strerror(errno));
     }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 0);
-    posix_spawn_file_actions_adddup2(&fa, sv[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, err[1], 2);
-    posix_spawnattr_t attr;
-    posix_spawnattr_init(&attr);
-    sigset_t none, defaults;
-    sigemptyset(&none);
-    sigemptyset(&defaults);
-    sigaddset(&defaults, SIGPIPE);
-    sigaddset(&defaults, SIGINT);
-    sigaddset(&defaults, SIGTERM);
-    posix_spawnattr_setsigmask(&attr, &none);
-    posix_spawnattr_setsigdefault(&attr, &defaults);
-    posix_spawnattr_setpgroup(&attr, 0);
-    posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+    // Everything the child needs is made here: between fork and exec only async-signal-safe calls.
     std::vector<char*> args;
     for (const auto& a : argv_) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    pid_t pid = -1;
-    const int rc = ::posix_spawn(&pid, args[0], &fa, &attr, args.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    posix_spawnattr_destroy(&attr);
+    const std::vector<std::string> env = child_environment();
+    std::vector<char*> envp;
+    for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+    envp.push_back(nullptr);
+    int exec_err[2];  // the child writes errno here when exec fails; exec closes it (CLOEXEC) when it works
+    if (::pipe2(exec_err, O_CLOEXEC) != 0) {
+      for (const int fd : {sv[0], sv[1], err[0], err[1]}) ::close(fd);
+      throw ImplementationError(Kind::crash, name_ + ": pipe failed: " + std::strerror(errno));
+    }
+    const pid_t parent = ::getpid();
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      // Its own process group, so one kill reaches whatever it starts; and killed when attncheck dies, by
+      // whatever signal (SIGKILL included), so it never outlives us. The plug-in host passes this on to
+      // the children it starts (tools/plugin_host.cpp).
+      ::setpgid(0, 0);
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != parent) ::_exit(127);  // died before prctl took effect
+      ::dup2(sv[1], 0);
+      ::dup2(sv[1], 1);
+      ::dup2(err[1], 2);
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      for (const int sig : {SIGPIPE, SIGINT, SIGTERM, SIGHUP}) ::sigaction(sig, &dfl, nullptr);
+      sigset_t none;
+      sigemptyset(&none);
+      ::sigprocmask(SIG_SETMASK, &none, nullptr);
+      ::execve(args[0], args.data(), envp.data());
+      const int e = errno;
+      [[maybe_unused]] const auto n = ::write(exec_err[1], &e, sizeof e);
+      ::_exit(127);
+    }
+    const int fork_errno = errno;
     ::close(sv[1]);
     ::close(err[1]);
+    ::close(exec_err[1]);
+    int rc = pid < 0 ? fork_errno : 0;
+    if (pid > 0) {
+      ::setpgid(pid, pid);  // also here, so a kill right after fork finds the group
+      int e = 0;
+      ssize_t n;
+      while ((n = ::read(exec_err[0], &e, sizeof e)) < 0 && errno == EINTR) {
+      }
+      if (n == sizeof e) {
+        rc = e;
+        ::waitpid(pid, nullptr, 0);
+      }
+    }
+    ::close(exec_err[0]);
     if (rc != 0) {
       ::close(sv[0]);
       ::close(err[0]);
@@ -339,7 +424,7 @@ class ExecImplementation final : public Implementation {
       if (left <= 0) {
         const std::string note = stderr_note();
         stop(false);
-        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_seconds(timeout_s) +
+        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_number(timeout_s, 3) +
                                                      " s; the process was killed and the next call starts a new one" +
                                                      note);
       }
@@ -386,12 +471,6 @@ class ExecImplementation final : public Implementation {
     }
   }
 
-  static std::string format_seconds(double s) {
-    char b[32];
-    std::snprintf(b, sizeof b, "%g", s);
-    return b;
-  }
-
   std::string name_, description_;
   std::vector<std::string> argv_;
   HarnessOptions opts_;
@@ -401,6 +480,8 @@ class ExecImplementation final : public Implementation {
   mutable int sock_ = -1, err_ = -1;
   mutable std::string stderr_tail_;
   mutable std::string phase_;  ///< "during the call", or the handshake: for crash messages
+  mutable bool timed_out_ = false;       ///< a call of this run has timed out: call_timeout() derives
+  mutable double slowest_answer_s_ = 0;  ///< the longest a call took to be answered, in seconds
 };
 
 }  // namespace

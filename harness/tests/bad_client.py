@@ -43,10 +43,19 @@ def backward(q, k, v, d_output, scale=None):
     return np.zeros(q.shape), np.zeros(q.shape[:2] + k.shape[2:]), np.zeros(q.shape[:2] + k.shape[2:])
 
 
+def hanging_backward(q, k, v, d_output, scale=None):
+    """Never answers once T_k reaches 2 (zero gradients below that: only the timeouts matter here)."""
+    if k.shape[2] >= 2:
+        time.sleep(1000)
+    return np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+
+
 if __name__ == "__main__":
     # Protocol-2 keywords only where a mode needs them: "weights" also runs under the frozen version-1 client.
     extra = {"gqa": True, "backward": backward} if MODE == "dkshape" else {}
     if MODE == "emptyrows":
         extra = {"empty_rows": "nans"}
+    if MODE == "hangbackward":
+        extra = {"backward": hanging_backward}
     attncheck_plugin.serve(attention, name="bad-client-" + MODE, dtypes=("float64",),
                            returns_weights=MODE in ("weights", "print", "noweights"), **extra)

@@ -17,12 +17,13 @@ using test::example_plugin;
 
 std::string spec(const std::string& name) { return "plugin:" + example_plugin(name); }
 
-LawResult run(const std::string& law, const Implementation& impl, int cases = 30) {
+LawResult run(const std::string& law, const Implementation& impl, int cases = 30, int max_shrink_timeouts = 2) {
   const Law* l = find_law(law);
   if (!l) throw std::logic_error("no law " + law);
   RunOptions o;
   o.cases = cases;
   o.gen.dtype = impl.capabilities().dtypes.front();
+  o.max_shrink_timeouts = max_shrink_timeouts;
   return run_law(*l, impl, o);
 }
 
@@ -229,7 +230,8 @@ TEST(CPlugin, crashIsAFalsifiedLawAndTheNextCallGetsAFreshWorker) {
 
 TEST(CPlugin, hangIsATimeoutAndTheWorkerIsReplaced) {
   const auto impl = load_implementation(spec("bad_plugin_hang"), HarnessOptions{.call_timeout_s = 0.3});
-  const LawResult r = run("oracle-agreement", *impl, 10);
+  // No shrink budget (0): at 0.3 s a timed-out candidate is cheap, and shrinking goes on to the smallest hang.
+  const LawResult r = run("oracle-agreement", *impl, 10, 0);
   ASSERT_EQ(r.status, LawStatus::falsified);
   EXPECT_NE(message_of(r).find("timeout"), std::string::npos) << message_of(r);
   ASSERT_TRUE(r.minimal_case);

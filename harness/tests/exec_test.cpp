@@ -4,9 +4,11 @@
 // start or speaks another protocol is a SpecError.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -234,6 +236,103 @@ INSTANTIATE_TEST_SUITE_P(
                       Misbehaviour{"nan", "non-finite output", "output[0,0,1,0] is nan"},
                       Misbehaviour{"noweights", "wrong size", "returned no weights"}),
     [](const auto& info) { return info.param.mode; });
+
+// After the first timeout, a hang costs a timeout derived from the slowest answer (at least 1 s), not the
+// configured one: shrinking a hanging case would otherwise cost a whole --timeout per candidate. Forward and
+// backward calls alike: bad_client's `mode` hangs in one of them once T_k >= 2.
+void expect_derived_timeouts(const std::string& mode, bool backward) {
+  const auto impl = load_implementation(bad_client(mode), HarnessOptions{.call_timeout_s = 3});
+  Problem hangs = test::wave_problem(DType::f64, 1, 1, 2, 2, 1);
+  hangs.d_output = test::wave(hangs.q.shape(), DType::f64, 0.4);
+  const Problem answers = test::wave_problem(DType::f64, 1, 1, 1, 1, 1);
+  EXPECT_NO_THROW(impl->forward(answers));
+  const auto message_of_call = [&] {
+    try {
+      if (backward)
+        impl->backward(hangs);
+      else
+        impl->forward(hangs);
+    } catch (const ImplementationError& e) {
+      EXPECT_EQ(e.kind(), ImplementationError::Kind::timeout) << e.what();
+      return std::string(e.what());
+    }
+    ADD_FAILURE() << "a hanging call returned";
+    return std::string();
+  };
+  const std::string first = message_of_call();
+  EXPECT_NE(first.find("no answer within 3 s"), std::string::npos) << first;
+  const std::string second = message_of_call();
+  EXPECT_NE(second.find("no answer within 1 s"), std::string::npos) << second;
+  EXPECT_NE(second.find("after an earlier timeout"), std::string::npos) << second;
+  // A call that answers still works after both hangs.
+  EXPECT_NO_THROW(impl->forward(answers));
+}
+
+TEST(Exec, afterTheFirstTimeoutLaterHangsGetTheDerivedTimeout) {
+  REQUIRE_NUMPY();
+  expect_derived_timeouts("hang", false);
+}
+
+TEST(Exec, aHangingBackwardGetsTheDerivedTimeoutToo) {
+  REQUIRE_NUMPY();
+  expect_derived_timeouts("hangbackward", true);
+}
+
+// A frame too large for the call is refused from its header, at once, with both sizes named: not read, not
+// waited for until the timeout.
+TEST(Exec, anOversizedFrameIsRefusedAtOnce) {
+  const auto impl = load_implementation("exec:" + kPython + " " ATTNCHECK_TESTS_DIR "/big_frame.py",
+                                        HarnessOptions{.call_timeout_s = 60});
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    impl->forward(test::wave_problem(DType::f64, 1, 1, 2, 2, 1));
+    ADD_FAILURE() << "accepted a 2^40-byte frame";
+  } catch (const ImplementationError& e) {
+    EXPECT_EQ(e.kind(), ImplementationError::Kind::protocol) << e.what();
+    EXPECT_NE(std::string(e.what()).find("announced a payload of 1099511627776 bytes, more than the "),
+              std::string::npos)
+        << e.what();
+  }
+  // "At once": well inside the 60 s a call may take (the refusal needs only the 16-byte header).
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(30));
+}
+
+// serve() (the plug-in host's loop) on input from a peer that breaks the protocol: it ends with exit code 2,
+// never by an allocation the peer asked for or an exception. `frames` is everything the peer sends.
+int serve_input(const std::string& frames) {
+  int fds[2];
+  EXPECT_EQ(::pipe(fds), 0);
+  const int out = ::open("/dev/null", O_WRONLY);
+  EXPECT_EQ(::write(fds[1], frames.data(), frames.size()), ssize_t(frames.size()));
+  ::close(fds[1]);
+  const int rc = serve([] { return reference_implementation(); }, fds[0], out);
+  ::close(fds[0]);
+  ::close(out);
+  return rc;
+}
+
+std::string frame_bytes(std::uint32_t type, std::uint64_t announced, const std::string& payload) {
+  std::string f = "ATNC";
+  f.append(reinterpret_cast<const char*>(&type), 4);
+  f.append(reinterpret_cast<const char*>(&announced), 8);
+  return f + payload;
+}
+
+const std::string kHello = frame_bytes(1, 4, std::string("\x01\0\0\0", 4));
+
+TEST(Serve, aHeaderAnnouncingAHugePayloadEndsTheSessionWithoutAllocatingIt) {
+  EXPECT_EQ(serve_input(kHello + frame_bytes(4, std::uint64_t{1} << 60, "a few bytes")), 2);
+}
+
+TEST(Serve, aForwardFrameWhoseShapeOverflowsTheElementCountIsAProtocolError) {
+  std::string payload;
+  const auto u32 = [&](std::uint32_t x) { payload.append(reinterpret_cast<const char*>(&x), 4); };
+  const auto i64 = [&](std::int64_t x) { payload.append(reinterpret_cast<const char*>(&x), 8); };
+  u32(2), u32(1), u32(0), u32(0), i64(0);  // float64, top-left, no flags, reserved, scale
+  for (int n = 0; n < 8; ++n) i64(std::int64_t{1} << 32);  // q and k [2^32,2^32,2^32,2^32]: 2^131 bytes each
+  payload += std::string(64, '\0');
+  EXPECT_EQ(serve_input(kHello + frame_bytes(4, payload.size(), payload)), 2);
+}
 
 TEST(Exec, aCommandThatDoesNotStartIsASpecError) {
   try {

@@ -8,11 +8,11 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 
+#include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
 
@@ -33,13 +33,7 @@ struct Options {
   bool readme_given = false;      ///< --readme was passed: a partial (--only) table may go there
 };
 
-std::string fmt(double x) {
-  if (std::isnan(x)) return "NaN";
-  if (std::isinf(x)) return x > 0 ? "Inf" : "-Inf";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
-}
+std::string fmt(double x) { return format_number(x, 6); }
 
 std::string shape_str(const Shape& s) { return to_string(s); }
 

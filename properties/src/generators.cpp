@@ -438,8 +438,9 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
 }  // namespace
 
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
-  const auto [initial, rules] = first_shape(cfg, opts);
-  return [initial, rules](const rc::Random& random, int size) {
+  const auto [first, shrink_rules] = first_shape(cfg, opts);
+  // Init-captures, not captured structured bindings: clang 14 (the fuzz and asan presets) has no P1091.
+  return [initial = first, rules = shrink_rules](const rc::Random& random, int size) {
     return rc::shrinkable::shrinkRecur(initial(random, size).value(), [rules](const CaseShape& s) {
       return rc::seq::fromContainer(shape_shrinks(s, rules));
     });

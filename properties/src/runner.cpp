@@ -90,6 +90,17 @@ std::string unquote(std::string s) {
   return s;
 }
 
+// evaluate_case, telling whether the implementation timed out.
+std::optional<Violation> evaluate(const Law& law, const Implementation& impl, const LawCase& c, bool& timed_out) {
+  timed_out = false;
+  try {
+    return law.check(impl, c);
+  } catch (const ImplementationError& e) {
+    timed_out = e.kind() == ImplementationError::Kind::timeout;
+    return call_failure(std::string(kind_name(e.kind())) + ": " + e.what());
+  }
+}
+
 }  // namespace
 
 double margin(const Violation& v) {
@@ -106,11 +117,8 @@ std::string margin_text(const Violation& v) {
 }
 
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
-  try {
-    return law.check(impl, c);
-  } catch (const ImplementationError& e) {
-    return call_failure(std::string(kind_name(e.kind())) + ": " + e.what());
-  }
+  bool timed_out = false;
+  return evaluate(law, impl, c, timed_out);
 }
 
 namespace {
@@ -184,15 +192,24 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   std::string sampled;  // what the last long-context case checked by sampling, for the note
   Progress progress{.law = law.name};
   std::size_t drawn = 0;
+  // Every call after the first failure tries a shrink candidate. Once max_shrink_timeouts of them have
+  // timed out, the rest pass untried, so RapidCheck ends with the smallest hanging case found so far.
+  bool shrinking = false;
+  int shrink_timeouts = 0;
+  const auto shrink_budget_spent = [&] {
+    return opts.max_shrink_timeouts > 0 && shrink_timeouts >= opts.max_shrink_timeouts;
+  };
   const auto property = [&] {
+    if (shrinking && shrink_budget_spent()) return;
     LawCase c = *gen;
     for (const auto& t : c.tags) RC_TAG(t);
     const std::size_t n = drawn++;
     if (known_held && !progress.shrinking && n < known_held->size() && (*known_held)[n]) return;
     c.outputs_only = g.caps.weights_probed && failed_on == "output";
     std::optional<Violation> v;
+    bool timed_out = false;
     try {
-      v = evaluate_case(law, counted, c);
+      v = evaluate(law, counted, c, timed_out);
       if (std::string n = law_kit::take_sampling_note(); !n.empty()) sampled = std::move(n);
     } catch (const rc::detail::CaseResult&) {
       throw;
@@ -200,7 +217,10 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       if (!internal) internal = std::current_exception();
       throw;
     }
+    r.timeouts += timed_out;
+    shrink_timeouts += timed_out && shrinking;
     if (v) {
+      shrinking = true;
       const bool clear = margin(*v) >= kClearMargin;
       if (have_clear && !clear) return;
       have_clear = have_clear || clear;
@@ -239,6 +259,9 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     r.status = LawStatus::falsified;
     r.cases_run = f.numSuccess + 1;
     r.reproduce = rc::detail::reproduceMapToString({{law.name, f.reproduce}});
+    if (shrink_budget_spent())
+      r.note = "shrinking stopped after " + std::to_string(shrink_timeouts) +
+               " shrink candidates timed out (each costs a call timeout): a smaller case may hang too";
     if (t_last_failure) {
       r.minimal_case = t_last_failure->lcase;
       r.violation = t_last_failure->violation;

@@ -305,5 +305,32 @@ TEST(Generators, tileEdgeLengthsAreTheEdgesUpToMaxT) {
   EXPECT_EQ(tile_edge_lengths(60, 70), (std::vector<Index>{63, 64, 65}));
 }
 
+// A hang costs a whole call timeout per shrink candidate, so shrinking gives up after max_shrink_timeouts
+// of them timed out and says so; with no limit it goes on to the smallest hanging case.
+TEST(Generators, shrinkingAHangStopsAfterTheTimeoutBudget) {
+  const auto hangs_from_T2 = [](const LawCase& c) -> std::optional<Violation> {
+    if (c.problem.q.shape().T >= 2 || c.problem.k.shape().T >= 2)
+      throw ImplementationError(ImplementationError::Kind::timeout, "no answer within 1 s");
+    return std::nullopt;
+  };
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 100;
+  opts.max_shrink_timeouts = 2;
+  const LawResult capped = run_law(probeLaw(hangs_from_T2), *reference_implementation(), opts);
+  ASSERT_EQ(capped.status, LawStatus::falsified);
+  EXPECT_EQ(capped.timeouts, 1 + opts.max_shrink_timeouts) << "the first failure, then the budget";
+  EXPECT_NE(capped.note.find("shrinking stopped after 2 shrink candidates timed out"), std::string::npos)
+      << capped.note;
+
+  opts.max_shrink_timeouts = 0;
+  const LawResult unlimited = run_law(probeLaw(hangs_from_T2), *reference_implementation(), opts);
+  ASSERT_EQ(unlimited.status, LawStatus::falsified);
+  EXPECT_GT(unlimited.timeouts, capped.timeouts);
+  ASSERT_TRUE(unlimited.minimal_case);
+  const Shape q = unlimited.minimal_case->problem.q.shape(), k = unlimited.minimal_case->problem.k.shape();
+  EXPECT_EQ(std::max(q.T, k.T), 2) << "shrunk to the smallest hanging T";
+  EXPECT_EQ(unlimited.note.find("shrinking stopped"), std::string::npos) << unlimited.note;
+}
+
 }  // namespace
 }  // namespace attncheck

@@ -43,6 +43,30 @@ TEST(Law, chunkedPrefill) { expectHoldsOnReference("chunked-prefill", kAllDtypes
 TEST(Law, gqaHeadSharing) { expectHoldsOnReference("gqa-head-sharing", kAllDtypes); }
 TEST(Law, gqaEquivalence) { expectHoldsOnReference("gqa-equivalence", kAllDtypes); }
 
+// A stored case (a corpus entry, a --replay file) may lack the second problem a law compares against: that is
+// an error naming the law (the command skips the entry with a warning), never a read of an empty optional.
+// Found by fuzz/fuzz_corpus: a corpus entry whose "variant" key was misspelt allocated petabytes.
+TEST(Law, aStoredCaseWithoutItsVariantIsAnErrorNamingTheLaw) {
+  const ImplementationPtr ref = reference_implementation();
+  GenConfig g;
+  g.caps = ref->capabilities();
+  int with_variant = 0;
+  for (const Law& law : laws()) {
+    if (law.not_applicable && !law.not_applicable(g).empty()) continue;
+    LawCase c = law.gen(g)(rc::Random(), 10).value();
+    if (!c.variant) continue;
+    ++with_variant;
+    c.variant.reset();
+    try {
+      evaluate_case(law, *ref, c);
+      ADD_FAILURE() << law.name << " evaluated a case without its variant";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(law.name + ": this case has no \"variant\""), std::string::npos) << e.what();
+    }
+  }
+  EXPECT_GE(with_variant, 5);
+}
+
 // The grouped-query laws need an implementation that declares GQA, the KV-cache laws bottom-right cross-length
 // calls; otherwise they are not applicable, and say why.
 TEST(Law, gqaAndCacheLawsSayWhyTheyDoNotApply) {

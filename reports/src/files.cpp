@@ -194,7 +194,11 @@ StoredCounterexample read_counterexample(const fs::path& file) {
   } catch (const Json::parse_error& e) {
     throw FormatError(file.string() + " is not JSON (" + e.what() + ")" + hint);
   }
-  const std::string what = file.string();
+  return counterexample_from_json(doc, file.string());
+}
+
+StoredCounterexample counterexample_from_json(const Json& doc, const std::string& what) {
+  const std::string hint = " (expected a LAW.json report or a corpus entry written by `attncheck check`)";
   const Json* format = find(doc, "format");
   if (!format || *format != "attncheck-counterexample/1")
     throw FormatError(what + ": \"format\" is not \"attncheck-counterexample/1\"" + hint);

@@ -137,24 +137,27 @@ Tensor<double> tensor_from_json(const Json& j, std::string_view what) {
   if (!shape.is_array() || shape.size() != 4) fail(sub(what, "shape"), "[B,H,T,D]", shape);
   const Shape s{extent(shape[0], sub(what, "shape")), extent(shape[1], sub(what, "shape")),
                 extent(shape[2], sub(what, "shape")), extent(shape[3], sub(what, "shape"))};
-  Tensor<double> t(s);
   const Json& values = field(j, "values", what);
   const std::string vw = sub(what, "values");
   const auto expect_len = [&](const Json& a, Index n, const char* level) {
     if (!a.is_array() || static_cast<Index>(a.size()) != n)
       fail(vw, "an array of " + std::to_string(n) + " (" + level + ") for shape " + to_string(s), a);
   };
+  // The nesting is checked before the tensor is allocated: the shape alone may claim any size (the fuzzer's
+  // [2^31,2^31,2^31,2^31] overflowed the element count), the values the file really holds cannot.
   expect_len(values, s.B, "B");
   for (Index b = 0; b < s.B; ++b) {
     expect_len(values[b], s.H, "H");
     for (Index h = 0; h < s.H; ++h) {
       expect_len(values[b][h], s.T, "T");
-      for (Index i = 0; i < s.T; ++i) {
-        expect_len(values[b][h][i], s.D, "last extent");
-        for (Index d = 0; d < s.D; ++d) t(b, h, i, d) = number_from_json(values[b][h][i][d], vw);
-      }
+      for (Index i = 0; i < s.T; ++i) expect_len(values[b][h][i], s.D, "last extent");
     }
   }
+  Tensor<double> t(s);
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i)
+        for (Index d = 0; d < s.D; ++d) t(b, h, i, d) = number_from_json(values[b][h][i][d], vw);
   return t;
 }
 

@@ -145,7 +145,8 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
   md += "| implementation | `" + md_cell(run.implementation) + "`: " + md_cell(run.implementation_description) + " |\n";
   md += "| dtype, seed | " + std::string(dtype_name(run.dtype)) + ", " + std::to_string(res.seed) + " |\n";
   md += "| found by | case " + std::to_string(res.cases_run) + ", then " + std::to_string(res.shrink_steps) +
-        " shrink steps (" + std::to_string(res.calls) + " calls to the implementation) |\n";
+        " shrink steps (" + std::to_string(res.calls) + " calls to the implementation" +
+        (res.note.empty() ? "" : "; " + md_cell(res.note)) + ") |\n";
   if (const auto cmd = replay_command(run, r); !cmd.empty())
     md += "| replay this case | `" + md_cell(cmd) + "` |\n";
   if (const auto cmd = reproduce_command(run, r); !cmd.empty())

@@ -2,23 +2,18 @@
 // replay commands, and the list of files a run writes.
 #include <charconv>
 #include <cmath>
-#include <cstdio>
 
+#include "attncheck/format.hpp"
 #include "render_common.hpp"
 
 namespace attncheck::reports {
 namespace detail {
 
 std::string num(double x, bool full) {
-  if (std::isnan(x)) return "NaN";
-  if (std::isinf(x)) return x > 0 ? "inf" : "-inf";
-  char buf[64];
-  if (full) {
-    const auto r = std::to_chars(buf, buf + sizeof buf, x);
-    return std::string(buf, r.ptr);
-  }
-  std::snprintf(buf, sizeof buf, "%.6g", x);
-  return buf;
+  if (!full || !std::isfinite(x)) return format_number(x, 6);
+  char buf[64];  // the shortest text that reads back as exactly x
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
 }
 
 std::string shell_quote(std::string_view s) {

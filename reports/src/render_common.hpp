@@ -10,7 +10,7 @@
 namespace attncheck::reports::detail {
 
 /// A number for people: 6 significant digits, or every digit needed to round-trip when `full`;
-/// "NaN", "inf", "-inf" for non-finite values.
+/// "nan", "inf", "-inf" for non-finite values (format_number).
 std::string num(double x, bool full = false);
 /// Quotes `s` for a POSIX shell when it holds anything beyond plain word characters.
 std::string shell_quote(std::string_view s);
@@ -46,7 +46,7 @@ std::string hex_color(int r, int g, int b);
 std::string mix_color(double t, int r0, int g0, int b0, int r1, int g1, int b1);
 /// White at 0 to dark blue at 1; pink for NaN/Inf, which no weight may be.
 std::string weight_color(double w);
-/// A weight in two decimals, "&gt;0" for a tiny non-zero one (a leak must not read as 0), "NaN", "inf".
+/// A weight in two decimals, "&gt;0" for a tiny non-zero one (a leak must not read as 0), "nan", "inf".
 std::string cell_text(double w);
 /// <rect .../> with extra attributes.
 std::string svg_rect(int x, int y, int w, int h, const std::string& attrs);

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "attncheck/format.hpp"
 #include "render_common.hpp"
 
 namespace attncheck::reports {
@@ -28,9 +29,8 @@ std::string weight_color(double w) {
 }
 
 std::string cell_text(double w) {
-  if (std::isnan(w)) return "NaN";
-  if (std::isinf(w)) return w > 0 ? "inf" : "-inf";
-  char buf[32];
+  if (!std::isfinite(w)) return format_number(w, 2);  // "nan", "inf", "-inf" as everywhere else
+  char buf[32];  // fixed two decimals, not format_number's significant digits: cells line up
   std::snprintf(buf, sizeof buf, "%.2f", w);
   std::string s = buf;
   if (w != 0 && (s == "0.00" || s == "-0.00")) s = w > 0 ? "&gt;0" : "&lt;0";  // a tiny leak must not read as zero

@@ -163,6 +163,18 @@ TEST(ReportJson, malformedTensorIsRefusedNamingTheShape) {
   EXPECT_THROW(dtype_field("float8"), FormatError);
 }
 
+// The shape alone must not decide what is allocated: a file may claim any size (an element count of 2^124
+// overflows), but holds only the values it holds. Refused before allocating, naming what was expected.
+TEST(ReportJson, aShapeLargerThanItsValuesIsRefusedBeforeAllocating) {
+  const std::int64_t huge = std::int64_t{1} << 31;
+  try {
+    tensor_from_json(Json{{"shape", {huge, huge, huge, huge}}, {"values", Json::array({1.0})}}, "t");
+    FAIL() << "a [2^31,2^31,2^31,2^31] tensor with one value was accepted";
+  } catch (const FormatError& e) {
+    EXPECT_NE(std::string(e.what()).find("an array of 2147483648 (B)"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ReportJson, caseHashNamesTheCaseNotTheRun) {
   LawCase a;
   a.problem = awkward_problem(0);

@@ -90,7 +90,7 @@ TEST(WeightsSvg, marksTheWorstCellAndNonFiniteValues) {
   w(0, 1, 0, 1) = std::numeric_limits<double>::quiet_NaN();
   const std::string s = weights_svg(w, 0, 1, Visibility{2, 2, CausalAlignment::TopLeft}, {0, 1, 0, 1}, "a <title>");
   EXPECT_EQ(count(s, "stroke=\"black\" stroke-width=\"3\""), 1u + 1u);  // the cell and its legend sample
-  EXPECT_EQ(count(s, ">NaN</text>"), 1u);
+  EXPECT_EQ(count(s, ">nan</text>"), 1u);  // format_number's spelling, as everywhere
   EXPECT_EQ(count(s, "a &lt;title&gt;"), 2u);  // escaped in <title> and in the heading
   // A leak too small for two decimals must not read as 0.
   Tensor<double> tiny = filled({1, 1, 2, 2}, 0);

@@ -26,12 +26,17 @@ class UsageError : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
+/// How plugin: and exec: implementations are run.
+struct LoadOptions {
+  double call_timeout_s = 0;  ///< seconds a call may take (--timeout); 0: $ATTNCHECK_CALL_TIMEOUT, else 10
+};
+
 /// What the command can check: the laws, the built-in implementations, and the loader for plug-ins.
 struct Registry {
   std::vector<Law> laws;                     ///< in the order `list` and `check` show them
   std::vector<ImplementationPtr> builtins;   ///< reference, mutant:NAME, control:NAME; found by name()
   /// Loads "plugin:PATH" and "exec:COMMAND" specs; throws UsageError for a bad one. Empty: not in this build.
-  std::function<ImplementationPtr(const std::string& spec)> load_external;
+  std::function<ImplementationPtr(const std::string& spec, const LoadOptions& opts)> load_external;
 };
 
 /// This build's registry: laws(), the reference, the mutant zoo, and the plug-in harness.
@@ -39,7 +44,8 @@ Registry default_registry();
 
 /// The one place `--impl SPEC` becomes an implementation: built-ins by name, plugin:/exec: through
 /// registry.load_external. Throws UsageError naming what specs are accepted.
-ImplementationPtr resolve_implementation(const std::string& spec, const Registry& registry);
+ImplementationPtr resolve_implementation(const std::string& spec, const Registry& registry,
+                                         const LoadOptions& opts = {});
 
 /// Runs `attncheck ARGS...`: results and tables to `out`, progress and errors to `err`. `err_is_terminal`
 /// turns on the progress line (as --progress does). Returns an ExitCode.

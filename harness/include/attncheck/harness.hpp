@@ -7,14 +7,9 @@
 #include <string>
 
 #include "attncheck/implementation.hpp"
+#include "attncheck/spec_error.hpp"
 
 namespace attncheck {
-
-/// A bad implementation spec: unknown scheme, missing/unloadable file, missing symbol, ABI mismatch. CLI exit 2.
-class SpecError : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
 
 /// The default per-call timeout: $ATTNCHECK_CALL_TIMEOUT (seconds) when set to a positive number, else 10.
 double default_call_timeout();
@@ -47,5 +42,10 @@ int serve(const std::function<ImplementationPtr()>& make, int in_fd = 0, int out
 /// The path of the attncheck-plugin-host executable: $ATTNCHECK_PLUGIN_HOST, else beside the running
 /// program, else the build tree's, else the installed one. Throws SpecError when none exists.
 std::string plugin_host_path();
+
+/// The folder holding attncheck's Python client (attncheck_plugin.py): the installed one beside this program,
+/// else the build tree's, else the configured install location; empty when none exists. Children started
+/// for exec: find it on their PYTHONPATH.
+std::string python_client_dir();
 
 }  // namespace attncheck

@@ -117,6 +117,9 @@ struct RunOptions {
   GenConfig gen;
   std::string reproduce;   ///< a RapidCheck reproduce string for this law: replays exactly that case
   std::function<void(const Progress&)> on_progress;
+  /// Shrinking stops after this many shrink candidates timed out (0: never): each costs a whole call timeout,
+  /// and a hang rarely depends on the values that the later steps would shrink.
+  int max_shrink_timeouts = 2;
 };
 
 enum class LawStatus { held, falsified, not_applicable };
@@ -129,6 +132,7 @@ struct LawResult {
   int cases_run = 0;      ///< cases generated before the first failure (or in all, when it held)
   int shrink_steps = 0;   ///< accepted shrinks
   long calls = 0;         ///< calls to the implementation, shrinking and weight probing included
+  int timeouts = 0;       ///< calls that timed out, shrinking included
   double seconds = 0;
   std::string reproduce;  ///< RapidCheck reproduce string: RC_PARAMS="reproduce=<this>"
   std::optional<LawCase> minimal_case;

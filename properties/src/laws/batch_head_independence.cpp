@@ -78,7 +78,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   // Cases stored before kv groups name the changed head "h" (one head per group then).
   const Index cb = Index(c.params.at("b")), cg = Index(c.params.count("g") ? c.params.at("g") : c.params.at("h"));
   if (p.q.shape().B * H_kv < 2) return std::nullopt;  // one slice: nothing to be independent of
-  const Outcome a = call(impl, p), b = call(impl, *c.variant);
+  const Outcome a = call(impl, p), b = call(impl, variant_of(c, "batch-head-independence"));
   auto v = compare("batch-head-independence", "output", a.output, b.output, nullptr,
                    [&](Index bb, Index hh, Index, Index) { return bb != cb || hh / group != cg; });
   if (v) {

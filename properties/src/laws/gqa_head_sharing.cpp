@@ -41,11 +41,12 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Index cb = Index(c.params.at("b")), cg = Index(c.params.at("g")), ch = Index(c.params.at("h"));
   const Index group = p.q.shape().H / p.kv_heads();
+  const Problem& changed = variant_of(c, "gqa-head-sharing");
   const Outcome a = call(impl, p);
   // Kv head g alone changed: only the heads of its group may change.
   Problem kv_changed = p;
-  kv_changed.k = c.variant->k;
-  kv_changed.v = c.variant->v;
+  kv_changed.k = changed.k;
+  kv_changed.v = changed.v;
   const Outcome kv = call(impl, kv_changed);
   auto v = compare("gqa-head-sharing", "output", a.output, kv.output, nullptr,
                    [&](Index b, Index h, Index, Index) { return b != cb || h / group != cg; });
@@ -59,7 +60,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   }
   // Query head h alone changed: only head h may change.
   Problem q_changed = p;
-  q_changed.q = c.variant->q;
+  q_changed.q = changed.q;
   const Outcome q = call(impl, q_changed);
   v = compare("gqa-head-sharing", "output", a.output, q.output, nullptr,
               [&](Index b, Index h, Index, Index) { return b != cb || h != ch; });

@@ -73,7 +73,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   // (b) bit-identical dQ at positions <= t, up to the sign of a zero: a kernel that multiplies the whole dS row
   // by K (numpy, PyTorch) adds 0·k_j for hidden keys, and that zero's sign follows k_j's, so an exact-zero dQ
   // may come out as -0 or +0. Adding +0.0 maps -0 to +0 and changes nothing else.
-  const Gradients g2 = call_backward(impl, *c.variant);
+  const Gradients g2 = call_backward(impl, variant_of(c, "grad-causality"));
   Tensor<double> dq = g.dq, dq2 = g2.dq;
   dq.values().array() += 0.0;
   dq2.values().array() += 0.0;

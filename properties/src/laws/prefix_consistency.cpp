@@ -32,9 +32,10 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 }
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
-  const Index n = c.variant->q.shape().T;
-  const Outcome full = call(impl, c.problem), pre = call(impl, *c.variant);
-  const OracleRun of = run_oracle(c.problem), op = run_oracle(*c.variant);
+  const Problem& prefix = variant_of(c, "prefix-consistency");
+  const Index n = prefix.q.shape().T;
+  const Outcome full = call(impl, c.problem), pre = call(impl, prefix);
+  const OracleRun of = run_oracle(c.problem), op = run_oracle(prefix);
   const Tensor<double> full_rows = first_rows(full.output, n);
   Tensor<double> tol = first_rows(of.tol_out, n);
   tol.values() += op.tol_out.values() + (first_rows(of.out, n).values() - op.out.values()).cwiseAbs();

@@ -74,6 +74,10 @@ std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSampl
 void note_sampling(const std::string& what);
 /// The note recorded since the last call (empty when nothing was sampled), for run_law.
 std::string take_sampling_note();
+/// The case's second problem, which `law` compares against the first. A stored case (a corpus entry, a
+/// --replay file) may lack it: std::invalid_argument naming the law then, never a read of an empty optional.
+const Problem& variant_of(const LawCase& c, const char* law);
+
 /// Which entries a comparison looks at: include(b, h, i, j).
 using Include = std::function<bool(Index, Index, Index, Index)>;
 /// The problem for a law's first call: p without its request for weights when they are costly (probed, see

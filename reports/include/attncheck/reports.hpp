@@ -168,5 +168,7 @@ struct StoredCounterexample {
 /// Reads a LAW.json report or a corpus entry. Throws FileError when it cannot be read, FormatError when it
 /// is not a counterexample attncheck wrote.
 StoredCounterexample read_counterexample(const std::filesystem::path& file);
+/// The same, from a document already parsed; `what` names it in messages. Throws FormatError.
+StoredCounterexample counterexample_from_json(const Json& doc, const std::string& what);
 
 }  // namespace attncheck::reports

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (the `fuzz` preset: clang-14, ASan + UBSan) and runs each for a bounded time
+# from its checked-in seeds (fuzz/corpus/). A crash leaves its input in build/fuzz/findings/ and fails.
+#   scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 30)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+seconds=${1:-30}
+
+cmake --preset fuzz >/dev/null
+cmake --build --preset fuzz -j"$(nproc)" --target fuzz_protocol_parent fuzz_protocol_child fuzz_counterexample fuzz_corpus
+
+findings=build/fuzz/findings
+mkdir -p "$findings"
+status=0
+for pair in fuzz_protocol_parent:protocol_parent fuzz_protocol_child:protocol_child \
+            fuzz_counterexample:counterexample fuzz_corpus:counterexample; do
+  target=${pair%%:*} seeds=fuzz/corpus/${pair#*:}
+  # New inputs go to a scratch folder, so the checked-in seeds stay as they are.
+  scratch=$(mktemp -d)
+  echo "== fuzz: $target for ${seconds}s from $seeds"
+  if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+      build/fuzz/fuzz/"$target" "$scratch" "$seeds" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+      -max_len=16384 -artifact_prefix="$findings/$target-" -print_final_stats=1 >"$findings/$target.log" 2>&1; then
+    echo "FAILED: $target (its log: $findings/$target.log; the input: $findings/$target-*)"
+    tail -40 "$findings/$target.log"
+    status=1
+  else
+    grep -E "^stat::number_of_executed_units|^Done" "$findings/$target.log" || true
+  fi
+  rm -rf "$scratch"
+done
+exit $status

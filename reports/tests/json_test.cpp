@@ -93,7 +93,7 @@ TEST(ReportJson, gradientCaseRoundTripsItsUpstreamGradient) {
   expect_same_values(*c.problem.d_output, *back.problem.d_output);
   ASSERT_TRUE(back.variant && back.variant->d_output);
   expect_same_values(*c.variant->d_output, *back.variant->d_output);
-  EXPECT_FALSE(law_case_from_json(Json::parse(dump_pretty(to_json(LawCase{awkward_problem(0)}))), "case")
+  EXPECT_FALSE(law_case_from_json(Json::parse(dump_pretty(to_json(LawCase{.problem = awkward_problem(0), .variant = {}, .params = {}, .tags = {}}))), "case")
                    .problem.d_output.has_value());
 }
 

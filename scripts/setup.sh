@@ -4,7 +4,6 @@
 set -euo pipefail
 
 # chromium: the report test (reports.html_in_chromium) renders index.html in it, headless and offline.
-# chromium: the report test (reports.html_in_chromium) renders index.html in it, headless and offline.
 # libbenchmark-dev: the forward's benchmark (attention/bench), built by scripts/test.sh.
 # python3-pytest: the pytest plugin's tests; clang-14 and libfuzzer-14-dev: the fuzz targets (fuzz/).
 packages=(cmake make g++ libeigen3-dev librapidcheck-dev libgtest-dev libcli11-dev nlohmann-json3-dev libbenchmark-dev

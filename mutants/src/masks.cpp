@@ -160,7 +160,7 @@ std::vector<Mutant> mask_mutants() {
       .why_minimal =
           "in float32 the fill only shows when a query sees no key at all: bottom-right with T_q = 2 > T_k = 1 (query "
           "0 then puts weight 1 on key 0); in half, T_q = 1, T_k = 2 with a visible score below -65504 also shows it",
-      .killed_by = {"zero-future-weight"},
+      .killed_by = {"zero-future-weight", "empty-row-convention"},
   });
 
   // The additive -inf mask is right, but weights·V runs over every key, as the reference's additive path.

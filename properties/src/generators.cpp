@@ -340,6 +340,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   // under --min-T above 1 or a pinned shape.
   const bool cache_shapes =
       cross && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2 && min_T <= 1 && !pinned;
+  const bool empty_rows = opts.require_empty_row && cross && caps.supports(CausalAlignment::BottomRight);
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
   const auto initial = rc::gen::exec([=] {
     CaseShape s;
@@ -422,6 +423,17 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
         s.alignment = CausalAlignment::BottomRight;
         s = fit_key_lengths(s, old_T_k, false);
       }
+    }
+    if (empty_rows && !pinned) {
+      // More queries than keys, bottom-right: the first T_q - T_k queries see nothing. No draw here (the two
+      // lengths drawn above are reordered), so no later draw shifts.
+      if (s.T_q < s.T_k)
+        std::swap(s.T_q, s.T_k);
+      else if (s.T_q == s.T_k && s.T_k > min_T)
+        --s.T_k;
+      else if (s.T_q == s.T_k)
+        ++s.T_q;
+      s.alignment = CausalAlignment::BottomRight;
     }
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);

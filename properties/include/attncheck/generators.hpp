@@ -88,6 +88,10 @@ struct ProblemOptions {
   bool require_padding = false;
   /// Every case windowed (when allowed): for laws about windows. Shrinking then keeps a window.
   bool require_window = false;
+  /// Every case has a query that sees no key, for laws about such rows, when the implementation accepts
+  /// T_q != T_k under bottom-right alignment: T_q > T_k, bottom-right (the first T_q - T_k queries see nothing).
+  /// (With key padding, require_padding gives such rows instead: lengths of 0.)
+  bool require_empty_row = false;
   bool allow_custom_scale = true;   ///< sometimes pass an explicit scale
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.

@@ -11,11 +11,9 @@ cmake --build --preset fuzz -j"$(nproc)" --target fuzz_protocol_parent fuzz_prot
 
 findings=build/fuzz/findings
 mkdir -p "$findings"
-status=0
-for pair in fuzz_protocol_parent:protocol_parent fuzz_protocol_child:protocol_child \
-            fuzz_counterexample:counterexample fuzz_corpus:counterexample; do
-  target=${pair%%:*} seeds=fuzz/corpus/${pair#*:}
-  # New inputs go to a scratch folder, so the checked-in seeds stay as they are.
+# One target: its own scratch folder for new inputs (the checked-in seeds stay as they are), its log.
+fuzz_one() {
+  local target=$1 seeds=$2 scratch
   scratch=$(mktemp -d)
   echo "== fuzz: $target for ${seconds}s from $seeds"
   if ! ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=0 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -23,10 +21,27 @@ for pair in fuzz_protocol_parent:protocol_parent fuzz_protocol_child:protocol_ch
       -max_len=16384 -artifact_prefix="$findings/$target-" -print_final_stats=1 >"$findings/$target.log" 2>&1; then
     echo "FAILED: $target (its log: $findings/$target.log; the input: $findings/$target-*)"
     tail -40 "$findings/$target.log"
-    status=1
-  else
-    grep -E "^stat::number_of_executed_units|^Done" "$findings/$target.log" || true
+    rm -rf "$scratch"
+    return 1
   fi
+  grep -E "^stat::number_of_executed_units|^Done" "$findings/$target.log" | sed "s/^/$target: /" || true
   rm -rf "$scratch"
+}
+
+# The targets are single-threaded: as many at once as there are cores.
+status=0
+running=0
+for pair in fuzz_protocol_parent:protocol_parent fuzz_protocol_child:protocol_child \
+            fuzz_counterexample:counterexample fuzz_corpus:counterexample; do
+  fuzz_one "${pair%%:*}" "fuzz/corpus/${pair#*:}" &
+  running=$((running + 1))
+  if [ "$running" -ge "$(nproc)" ]; then
+    wait -n || status=1
+    running=$((running - 1))
+  fi
+done
+while [ "$running" -gt 0 ]; do
+  wait -n || status=1
+  running=$((running - 1))
 done
 exit $status

@@ -70,10 +70,15 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
     st.abs_s.setZero(n);
     st.abs_dot.setZero(n);
   }
-  // Visible runs only move right as i grows (causal position, window start and padding are all monotone),
-  // so the block sees keys [begin(i0), end(i1-1)) and no tile outside it.
-  const Index kb = vis.keys(i0).begin, ke = vis.keys(i1 - 1).end;
-  const KeyRange first = vis.keys(i0), last = vis.keys(i1 - 1);
+  // Visible runs only move right as i grows (causal position, window start and padding are all monotone), and
+  // rows that see no key come only first (bottom-right, T_q > T_k) or last (a window that left every key
+  // behind, past T_k or the padding): the block sees keys [begin(r0), end(r1-1)) of its rows [r0, r1) that
+  // see one, and no tile outside it. (An empty row's range may start past T_k: never read from it.)
+  Index r0 = i0, r1 = i1;
+  while (r0 < r1 && vis.keys(r0).empty()) ++r0;
+  while (r1 > r0 && vis.keys(r1 - 1).empty()) --r1;
+  const Index kb = r0 < r1 ? vis.keys(r0).begin : 0, ke = r0 < r1 ? vis.keys(r1 - 1).end : 0;
+  const KeyRange first = vis.keys(i0), last = vis.keys(i1 - 1);  // every row sees a tile only if both ends do
   for (Index t0 = kb / kTileK * kTileK; kb < ke && t0 < ke; t0 += kTileK) {  // kb >= ke: no row sees a key
     const Index j0 = std::max(t0, kb), j1 = std::min(t0 + kTileK, ke), w = j1 - j0;
     const auto qb = q.middleRows(i0, n);

@@ -41,6 +41,10 @@ std::vector<Geometry> geometries() {
       {2, 3, 3, 190, 190, 9, BottomRight, {150, 5}, Index{37}},
       {1, 1, 1, 1, 5, 3, BottomRight, {3}, Index{0}},  // the one query sees no key: begin 4, end 3
       {1, 1, 1, 70, 200, 3, BottomRight, {100}, Index{2}},  // a whole block that sees nothing
+      // Rows whose window left every key behind come last, their empty range starting past T_k (at 130 + 100 - 3
+      // for query 230): the block's keys stop at the last row that sees one (this read past K before).
+      {1, 2, 1, 260, 130, 4, TopLeft, {}, Index{3}},
+      {2, 1, 1, 200, 200, 4, TopLeft, {60, 200}, Index{5}},  // past the padding of entry 0
   };
 }
 

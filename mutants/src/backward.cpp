@@ -169,13 +169,13 @@ std::vector<Mutant> backward_mutants() {
                      Bug::delta_rowsum_do, {1, 1, 1, 1},
                      "one query, one key: dS = dO.v - sum(dO) is not 0 as it must be for a single key",
                      {"grad-oracle", "grad-key-sum-zero"}));
-  z.push_back(mutant("grad-dq-unscaled", "backward: dQ = dS K, the scale forgotten", Bug::dq_unscaled, {1, 1, 1, 2},
-                     "dQ needs two visible keys (with one, dS = 0) and a scale other than 1: the default 1/sqrt(D) "
-                     "needs D = 2 (D = 1 would need a custom scale, which shrinking removes)",
+  z.push_back(mutant("grad-dq-unscaled", "backward: dQ = dS K, the scale forgotten", Bug::dq_unscaled, {1, 1, 1, 1},
+                     "dQ needs two visible keys (with one, dS = 0) and a scale other than 1: at D = 1 the default "
+                     "1/sqrt(D) is 1, so an explicit scale (shrinking keeps the one D = 2 had, then makes it 0.5)",
                      {"grad-oracle"}));
-  z.push_back(mutant("grad-dk-unscaled", "backward: dK = dS^T Q, the scale forgotten", Bug::dk_unscaled, {1, 1, 1, 2},
-                     "dK needs two visible keys (with one, dS = 0) and a scale other than 1: the default 1/sqrt(D) "
-                     "needs D = 2 (D = 1 would need a custom scale, which shrinking removes)",
+  z.push_back(mutant("grad-dk-unscaled", "backward: dK = dS^T Q, the scale forgotten", Bug::dk_unscaled, {1, 1, 1, 1},
+                     "dK needs two visible keys (with one, dS = 0) and a scale other than 1: at D = 1 the default "
+                     "1/sqrt(D) is 1, so an explicit scale (shrinking keeps the one D = 2 had, then makes it 0.5)",
                      {"grad-oracle"}));
   z.push_back(mutant("grad-dv-unnormalised", "backward: dV from exp(s - max), never divided by the row sum",
                      Bug::dv_unnormalised, {1, 1, 1, 1},

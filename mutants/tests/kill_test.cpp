@@ -47,6 +47,7 @@ struct MinimalK {
   /// (a window mutant's minimal case may or may not keep a padded key, the size is the same).
   std::optional<std::vector<Index>> key_lengths = std::vector<Index>{};
   std::optional<Index> window{};  ///< its window (empty: none)
+  bool explicit_scale = false;    ///< the minimal case passes a scale (for a bug only a scale other than 1 shows)
 };
 const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:mask-zero", {2}},
@@ -82,8 +83,8 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:window-diagonal-tile-only", {3, CausalAlignment::BottomRight, {}, std::nullopt, 0}},
     {"mutant:grad-ds-unmasked", {2}},
     {"mutant:grad-delta-rowsum-do", {1}},
-    {"mutant:grad-dq-unscaled", {2, CausalAlignment::BottomRight}},
-    {"mutant:grad-dk-unscaled", {2, CausalAlignment::BottomRight}},
+    {"mutant:grad-dq-unscaled", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
+    {"mutant:grad-dk-unscaled", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
     {"mutant:grad-dv-unnormalised", {2, CausalAlignment::BottomRight}},
     {"mutant:grad-dk-from-p", {1}},
     {"mutant:grad-lse-wrong-row", {1}},
@@ -161,6 +162,7 @@ std::string not_minimal(const Mutant& m, const LawResult& r) {
   if (p.kv_heads() != want.H_kv.value_or(p.q.shape().H)) why += "H_kv is " + std::to_string(p.kv_heads()) + "; ";
   if (want.key_lengths && sorted(p.key_lengths) != *want.key_lengths) why += "other key lengths; ";
   if (p.window != want.window) why += "other window; ";
+  if (p.scale.has_value() != want.explicit_scale) why += p.scale ? "an explicit scale; " : "the default scale; ";
   return why;
 }
 
@@ -247,24 +249,8 @@ TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
         }
 }
 
-// Known shortfalls of the sweep, measured after the GQA, padding, backward and shrinking work met (seeds 2-21):
-// how many seeds a mutant may survive, and on how many its smallest counterexample may differ from the asserted
-// minimal case. Every entry is a debt, not a design: the test fails the moment a mutant does worse than this.
-//  - the gradient mutants: on seeds 5 and 21 shrinking keeps a custom scale and ends at D = 1 (smaller than the
-//    asserted [1,1,1,2], which assumes the default scale); on seed 14 (and 3 for two of them) it stops a step
-//    short, after values shrank first.
-struct Shortfall {
-  int survived = 0, not_minimal = 0;
-};
-const std::map<std::string, Shortfall> kSweepShortfall = {
-    {"mutant:grad-dq-unscaled", {0, 3}},
-    {"mutant:grad-dk-unscaled", {0, 3}},    {"mutant:grad-dv-unnormalised", {0, 2}},
-    {"mutant:grad-lse-wrong-row", {0, 1}},  {"mutant:grad-kv-one-head", {0, 1}},
-};
-
 // Over kSweepSeeds other seeds with kSweepCases cases per law, the mutant's own laws kill it on every seed and
-// the smallest of their shrunk counterexamples is the minimal case every time (shrinking does not stop short),
-// but for the shortfalls listed in kSweepShortfall.
+// the smallest of their shrunk counterexamples is the minimal case every time (shrinking does not stop short).
 TEST_P(Mutants, KilledAndShrunkToTheMinimalCaseOnEverySeedOfTheSweep) {
   const Mutant& m = mutant();
   int killed = 0, minimal = 0;
@@ -287,13 +273,10 @@ TEST_P(Mutants, KilledAndShrunkToTheMinimalCaseOnEverySeedOfTheSweep) {
     }
   }
   RecordProperty("kill_rate", std::to_string(killed) + "/" + std::to_string(kSweepSeeds));
-  const auto it = kSweepShortfall.find(m.impl->name());
-  const Shortfall allowed = it == kSweepShortfall.end() ? Shortfall{} : it->second;
-  EXPECT_GE(killed, kSweepSeeds - allowed.survived)
-      << m.impl->name() << " killed on " << killed << "/" << kSweepSeeds << " seeds; survived seeds:" << missed;
-  EXPECT_GE(minimal, killed - allowed.not_minimal) << m.impl->name() << " shrunk to its minimal case on " << minimal
-                                                   << "/" << kSweepSeeds << " seeds:" << short_of
-                                                   << "\nwhy minimal: " << m.why_minimal;
+  EXPECT_EQ(killed, kSweepSeeds) << m.impl->name() << " killed on " << killed << "/" << kSweepSeeds
+                                 << " seeds; survived seeds:" << missed;
+  EXPECT_EQ(minimal, killed) << m.impl->name() << " shrunk to its minimal case on " << minimal << "/" << kSweepSeeds
+                             << " seeds:" << short_of << "\nwhy minimal: " << m.why_minimal;
 }
 
 // The mutants are written for every dtype; at the fixed seed some law kills each one in float64, float16 and

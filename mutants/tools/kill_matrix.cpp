@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
+#include <tuple>
 
 #include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
@@ -93,12 +94,13 @@ struct Row {
   double seconds = 0;
 };
 
-// Smallest counterexample among the killing laws: fewest q elements, then k elements, then law order.
+// Smallest counterexample among the killing laws: fewest q elements, then k elements, then the clearest (the
+// largest margin over the tolerance; exact laws and non-finite values count as infinite), then law order.
 const LawResult* smallest(const std::vector<LawResult>& rs) {
   const LawResult* best = nullptr;
   const auto key = [](const LawResult& r) {
     const Problem& p = r.minimal_case->problem;
-    return std::pair{p.q.shape().numel(), p.k.shape().numel()};
+    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), r.violation ? -margin(*r.violation) : 0.0};
   };
   for (const LawResult& r : rs)
     if (r.status == LawStatus::falsified && r.minimal_case && (!best || key(r) < key(*best))) best = &r;
@@ -145,7 +147,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
   md << "\nLaws: ";
   for (size_t n = 0; n < ls.size(); ++n) md << (n ? ", " : "") << n + 1 << " `" << ls[n].name << "`";
   md << ".\n\n### Minimal counterexamples\n\nFor each mutant, the smallest shrunk case over the laws that killed it "
-        "(fewest q elements, then k elements, then law order); shapes are [B,H,T,D].\n\n";
+        "(fewest q elements, then k elements, then the largest margin, then law order); shapes are [B,H,T,D].\n\n";
   for (const Row& r : rows) {
     if (r.m->control) continue;
     md << "- `" << r.m->impl->name() << "` — " << r.m->bug << ".";

@@ -673,13 +673,14 @@ std::vector<std::string> shape_tags(const Problem& p) {
 
 namespace {
 
-// A case while it is shrunk: its geometry and the current value of every entry of q, k and v (flattened, in that
-// order). Shape steps and value steps interleave, so a shape that could not shrink while the values were still
-// as drawn is tried again after they simplified (a score that needed two D coordinates may need one once
-// its values are powers of two).
+// A case while it is shrunk: its geometry, the current value of every entry of q, k, v and, for a gradient law,
+// dO (flattened, in that order), and its scale. Shape steps and value steps interleave, so a shape that could not
+// shrink while the values were still as drawn is tried again after they simplified (a score that needed two D
+// coordinates may need one once its values are powers of two).
 struct CaseValues {
   CaseShape s;
   std::vector<double> values;
+  double scale = 0;  ///< an explicit scale; 0: the default 1/√D
 };
 
 Shape q_shape(const CaseShape& s) { return {s.B, s.H, s.T_q, s.D}; }
@@ -712,74 +713,192 @@ void carry_values(const double* from, const Shape& fs, const std::array<std::vec
         }
 }
 
-// The values of a case of shape s, drawn (regime, magnitudes, one base per tensor) and shrunk together with it.
-rc::Gen<CaseValues> gen_case_values(CaseShape s0, ShrinkRules rules, Regime regime, double m_qk, double m_v,
-                                    DType dtype) {
+// Generic values for a small case: each tensor's entries 1, 2, 3, ... in order, so no entry is 0 and no two rows,
+// heads or batch entries of a tensor are equal (what values that shrank to 0 lose). Only for cases of at most
+// kGenericEntries entries in all, the end of shrinking: every value is then a small integer (<= 64), exact in
+// every dtype.
+constexpr std::size_t kGenericEntries = 64;
+std::vector<double> generic_values(const CaseShape& s, DType dtype, bool d_output) {
+  std::vector<double> v;
+  for (const Index n : {q_shape(s).numel(), kv_shape(s).numel(), kv_shape(s).numel(),
+                        d_output ? q_shape(s).numel() : Index{0}})
+    for (Index x = 1; x <= n; ++x) v.push_back(round_to(dtype, double(x)));
+  return v;
+}
+
+// How a case's values are drawn: q, k and v in one regime (q and k at one magnitude, v at another), and, for a
+// gradient law, dO of q's shape in its own regime and magnitude.
+struct ValueDraw {
+  Regime regime = Regime::small_int;
+  double m_qk = 1, m_v = 1;
+  std::optional<std::pair<Regime, double>> d_output{};  ///< dO's regime and magnitude; empty: no dO
+  bool custom_scale = false;                            ///< may the case carry an explicit scale
+};
+
+// The scales a case's scale may shrink to, simplest first: the default, then simple_values (0 is not a scale).
+std::vector<double> scale_shrinks(double scale, DType dtype) {
+  if (scale == 0) return {};
+  std::vector<double> out{0};
+  for (const double x : simple_values(scale, dtype))
+    if (x > 0) out.push_back(x);
+  return out;
+}
+
+// The values of a case of shape s, drawn (ValueDraw, one base per tensor) and shrunk together with it and its
+// scale (0: the default).
+rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rules, ValueDraw how, DType dtype) {
   return [=](const rc::Random& random, int size) {
     rc::Random r = random;
-    const std::uint64_t bq = r.next(), bk = r.next(), bv = r.next();
+    const std::uint64_t bq = r.next(), bk = r.next(), bv = r.next(), bd = r.next();
     const auto draw = [=](const CaseShape& s) {
       const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids};
-      CaseValues c{s, draw_values(q_shape(s), q_at, regime, m_qk, dtype, bq, size)};
-      for (const auto& [base, m] : {std::pair{bk, m_qk}, std::pair{bv, m_v}}) {
-        const auto t = draw_values(kv_shape(s), kv_at, regime, m, dtype, base, size);
+      CaseValues c{s, draw_values(q_shape(s), q_at, how.regime, how.m_qk, dtype, bq, size)};
+      for (const auto& [base, m] : {std::pair{bk, how.m_qk}, std::pair{bv, how.m_v}}) {
+        const auto t = draw_values(kv_shape(s), kv_at, how.regime, m, dtype, base, size);
+        c.values.insert(c.values.end(), t.begin(), t.end());
+      }
+      if (how.d_output) {  // at q's coordinates: dO's entry (i, d) belongs to O's entry (i, d)
+        const auto t = draw_values(q_shape(s), q_at, how.d_output->first, how.d_output->second, dtype, bd, size);
         c.values.insert(c.values.end(), t.begin(), t.end());
       }
       return c;
     };
-    // A simpler shape keeps the current values of the entries it keeps; entries it adds are drawn.
+    // A simpler shape keeps the current values of the entries it keeps (q, k, v and dO each at its own
+    // coordinates) and the scale; entries it adds are drawn.
     const auto reshape = [=](const CaseValues& c, const CaseShape& to) {
       CaseValues n = draw(to);
+      n.scale = c.scale;
       const Shape fq = q_shape(c.s), fk = kv_shape(c.s), tq = q_shape(to), tk = kv_shape(to);
-      carry_values(c.values.data(), fq, {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids}, n.values.data(), tq,
-                   {to.b_ids, to.h_ids, to.q_ids, to.d_ids});
+      const std::array<std::vector<Index>, 4> fq_at{c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids},
+          tq_at{to.b_ids, to.h_ids, to.q_ids, to.d_ids};
+      carry_values(c.values.data(), fq, fq_at, n.values.data(), tq, tq_at);
       for (const Index t : {0, 1})
         carry_values(c.values.data() + fq.numel() + t * fk.numel(), fk, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.d_ids},
                      n.values.data() + tq.numel() + t * tk.numel(), tk, {to.b_ids, to.kv_ids, to.k_ids, to.d_ids});
+      if (how.d_output)
+        carry_values(c.values.data() + fq.numel() + 2 * fk.numel(), fq, fq_at,
+                     n.values.data() + tq.numel() + 2 * tk.numel(), tq, tq_at);
       return n;
     };
-    // Fewer D coordinates also shrink every score (fewer terms, though a larger 1/√D): a bug that needs a
-    // large score (an overflow, a finite mask constant) may then vanish, although one coordinate with larger
-    // values would show it. So each step that drops D coordinates is also tried with q doubled (a power of
-    // two stays one): the shape is smaller either way, so shrinking still ends.
+    // Fewer D coordinates change every score in two ways: fewer terms, and (at the default scale) a larger
+    // 1/√D. A bug that needs a large score (an overflow, a finite mask constant) may then vanish, although one
+    // coordinate with larger values would show it: so each step that drops D coordinates is also tried with q
+    // doubled (a power of two stays one). The shape is smaller either way, so shrinking still ends.
+    //
+    // Where nothing else shrinks the case any more, each shape step is tried once more in three other ways,
+    // last (fallback_tries), so that they cost calls only where shrinking would otherwise stop:
+    //  - A bug that needs a scale other than 1 (a forgotten scale in the backward) vanishes at D = 1 under the
+    //    default scale, although any explicit scale other than 1 shows it: where the law lets a case carry an
+    //    explicit scale, a step that drops D coordinates keeps the scale the case had (1/√D of the old D), which
+    //    then shrinks toward the default and simple values like any scale.
+    //  - A step that keeps every entry but simplifies the geometry (no window or a narrower one, less padding,
+    //    the default alignment) may need other values than the shrunk ones: two queries whose values shrank to
+    //    the same row tell a window bug apart but not, once the window is gone, a bug that needs their rows to
+    //    differ. In a large case such a step takes the values as first drawn for that shape.
+    //  - In a small case (the end of shrinking) every step takes generic values (generic_values, at the scale
+    //    each try has): the draw itself may have had those rows equal, or a bug's ingredients may sit in two D
+    //    coordinates of which each step keeps one.
+    // The values then shrink again. Every accepted step makes the geometry simpler or, at the same geometry, the
+    // scale or one value simpler, so shrinking still ends.
     const auto with_q_doubled = [dtype](CaseValues c) {
       const Index n = q_shape(c.s).numel();
       for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, 2 * c.values[std::size_t(k)]);
       return c;
     };
-    return rc::shrinkable::shrinkRecur(draw(s0), [=](const CaseValues& c) {
+    // The candidates for one shape step from c to `to`, in the order they are tried: the values carried, and q
+    // doubled when D coordinates go.
+    const auto step_tries = [=](const CaseValues& c, const CaseShape& to) {
+      CaseValues n = reshape(c, to);
+      std::vector<CaseValues> tries{n};
+      if (to.D != c.s.D) tries.push_back(with_q_doubled(std::move(n)));
+      return tries;
+    };
+    // The candidates tried for the same step once nothing else shrinks c (so they cost calls only where shrinking
+    // would stop): the old scale kept when D coordinates go, fresh values for a same-size step of a large case,
+    // generic values for any step of a small one.
+    const auto fallback_tries = [=](const CaseValues& c, const CaseShape& to) {
+      const CaseValues n = reshape(c, to);
+      std::vector<CaseValues> tries;
+      const bool small = c.values.size() <= kGenericEntries;
+      std::optional<double> kept_scale;
+      if (to.D != c.s.D && how.custom_scale && c.scale == 0) {
+        kept_scale = 1 / std::sqrt(double(c.s.D));
+        CaseValues kept = n;
+        kept.scale = *kept_scale;
+        tries.push_back(std::move(kept));
+      }
+      if (!small && to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
+          kv_shape(to).numel() == kv_shape(c.s).numel()) {
+        CaseValues fresh = draw(to);
+        fresh.scale = c.scale;
+        if (fresh.values != n.values) tries.push_back(std::move(fresh));
+      }
+      if (small) {
+        CaseValues generic = n;
+        generic.values = generic_values(to, dtype, bool(how.d_output));
+        if (generic.values != n.values) {
+          tries.push_back(generic);
+          if (kept_scale) {
+            generic.scale = *kept_scale;
+            tries.push_back(std::move(generic));
+          }
+        }
+      }
+      return tries;
+    };
+    // The candidates for c with scale x instead (0: the default): as they are, and with the scale moved into q
+    // (q times the old scale over the new, rounded), which keeps every score.
+    const auto scale_tries = [=](const CaseValues& c, double x) {
+      CaseValues n = c;
+      n.scale = x;
+      std::vector<CaseValues> tries{n};
+      const double to = x > 0 ? x : 1 / std::sqrt(double(c.s.D));
+      const double from = c.scale > 0 ? c.scale : 1 / std::sqrt(double(c.s.D));
+      for (Index k = 0; k < q_shape(c.s).numel(); ++k)
+        n.values[std::size_t(k)] = round_to(dtype, n.values[std::size_t(k)] * from / to);
+      if (n.values != c.values) tries.push_back(std::move(n));
+      return tries;
+    };
+    CaseValues c0 = draw(s0);
+    c0.scale = scale0;
+    return rc::shrinkable::shrinkRecur(std::move(c0), [=](const CaseValues& c) {
       return rc::seq::concat(
           rc::seq::mapcat(rc::seq::fromContainer(shape_shrinks(c.s, rules)),
-                          [=](const CaseShape& to) {
-                            CaseValues n = reshape(c, to);
-                            if (to.D == c.s.D) return rc::seq::just(std::move(n));
-                            CaseValues doubled = with_q_doubled(n);
-                            return rc::seq::just(std::move(n), std::move(doubled));
-                          }),
-          rc::seq::map(value_shrinks(c.values, dtype), [s = c.s](std::vector<double> v) {
-            return CaseValues{s, std::move(v)};
-          }));
+                          [=](const CaseShape& to) { return rc::seq::fromContainer(step_tries(c, to)); }),
+          rc::seq::mapcat(rc::seq::fromContainer(scale_shrinks(c.scale, dtype)),
+                          [=](double x) { return rc::seq::fromContainer(scale_tries(c, x)); }),
+          rc::seq::map(value_shrinks(c.values, dtype), [s = c.s, scale = c.scale](std::vector<double> v) {
+            return CaseValues{s, std::move(v), scale};
+          }),
+          rc::seq::mapcat(rc::seq::fromContainer(shape_shrinks(c.s, rules)),
+                          [=](const CaseShape& to) { return rc::seq::fromContainer(fallback_tries(c, to)); }));
     });
   };
 }
 
-}  // namespace
-
-rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
+// gen_problem, with an upstream gradient dO drawn and shrunk with the case when `d_output`.
+rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool d_output) {
   const auto [first, rules] = first_shape(cfg, opts);
   return rc::gen::exec([=, first = first, rules = rules] {
     const CaseShape s0 = *rc::gen::noShrink(first);
-    const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int},
-                                                             {4, Regime::normal},
-                                                             {2, Regime::uniform},
-                                                             {1, Regime::ties},
-                                                             {1, Regime::one_hot},
-                                                             {1, Regime::sparse}});
+    ValueDraw how;
+    how.regime = *weighted_choice<Regime>({{2, Regime::small_int},
+                                           {4, Regime::normal},
+                                           {2, Regime::uniform},
+                                           {1, Regime::ties},
+                                           {1, Regime::one_hot},
+                                           {1, Regime::sparse}});
     const double m_qk_drawn = *gen_magnitude(), m_v_drawn = *gen_magnitude();  // unconditional, see gen_shape
-    const double m_qk = regime == Regime::small_int ? 1.0 : m_qk_drawn;
-    const double m_v = regime == Regime::small_int ? 1.0 : m_v_drawn;
+    how.m_qk = how.regime == Regime::small_int ? 1.0 : m_qk_drawn;
+    how.m_v = how.regime == Regime::small_int ? 1.0 : m_v_drawn;
     const double custom = *weighted_choice<double>({{6, 0.0}, {1, 1.0}, {1, 0.125}, {1, 2.0}});
-    const CaseValues cv = *gen_case_values(s0, rules, regime, m_qk, m_v, cfg.dtype);
+    how.custom_scale = opts.allow_custom_scale && cfg.caps.custom_scale;
+    if (d_output) {
+      const Regime r = *weighted_choice<Regime>({{2, Regime::small_int}, {4, Regime::normal}, {1, Regime::sparse}});
+      const double m_drawn = *gen_magnitude();  // unconditional, see gen_shape
+      how.d_output = {r, r == Regime::small_int ? 1.0 : m_drawn};
+    }
+    const CaseValues cv = *gen_case_values(s0, how.custom_scale ? custom : 0.0, rules, how, cfg.dtype);
     const CaseShape& s = cv.s;
     LawCase c;
     Problem& p = c.problem;
@@ -788,16 +907,22 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) {
     p.q = as_tensor(qs, cv.values.data());
     p.k = as_tensor(ks, cv.values.data() + qs.numel());
     p.v = as_tensor(ks, cv.values.data() + qs.numel() + ks.numel());
+    if (d_output) p.d_output = as_tensor(qs, cv.values.data() + qs.numel() + 2 * ks.numel());
     p.alignment = s.alignment;  // drawn and shrunk with the shape
     p.key_lengths = s.key_lengths;
     p.window = s.window;
-    if (opts.allow_custom_scale && cfg.caps.custom_scale && custom > 0) p.scale = custom;
+    if (cv.scale > 0) p.scale = cv.scale;
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;
     c.tags = shape_tags(p);
-    c.tags.push_back("regime=" + regime_name(regime));
+    c.tags.push_back("regime=" + regime_name(how.regime));
+    if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));
     return c;
   });
 }
+
+}  // namespace
+
+rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) { return gen_case(cfg, opts, false); }
 
 Index gradient_max_T(const GenConfig& cfg) {
   const double heads = double(std::max<Index>(cfg.max_B, 1)) * double(std::max<Index>(cfg.max_H, 1));
@@ -808,25 +933,18 @@ rc::Gen<LawCase> gen_gradient_case(const GenConfig& config, const ProblemOptions
   GenConfig cfg = config;
   cfg.max_T = std::min(cfg.max_T, gradient_max_T(config));
   cfg.max_T_tail = std::min(cfg.max_T_tail, gradient_max_T(config));
-  return rc::gen::exec([=] {
-    LawCase c = *gen_problem(cfg, opts);
+  return rc::gen::map(gen_case(cfg, opts, true), [dtype = cfg.dtype](LawCase c) {
     Problem& p = c.problem;
-    const Regime regime = *weighted_choice<Regime>({{2, Regime::small_int}, {4, Regime::normal}, {1, Regime::sparse}});
-    const double m_drawn = *gen_magnitude();  // unconditional, see gen_shape
-    Tensor<double> d_output = *gen_tensor(p.q.shape(), regime, regime == Regime::small_int ? 1.0 : m_drawn, cfg.dtype);
     // Room: an eighth of the dtype's largest value, so the kernel's own rounding cannot push a gradient over it.
-    AttentionOptions o = p.options();
-    const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, d_output, o);
+    const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, *p.d_output, p.options());
     const double g_max = std::max({g.dq.values().cwiseAbs().maxCoeff(), g.dk.values().cwiseAbs().maxCoeff(),
                                    g.dv.values().cwiseAbs().maxCoeff()});
-    const double room = max_finite(cfg.dtype) / 8;
+    const double room = max_finite(dtype) / 8;
     if (g_max > room) {
       const int e = int(std::ceil(std::log2(g_max / room)));
-      for (double& x : d_output.values()) x = round_to(cfg.dtype, std::ldexp(x, -e));
+      for (double& x : p.d_output->values()) x = round_to(dtype, std::ldexp(x, -e));
       c.tags.push_back("dO-scaled-to-fit");
     }
-    p.d_output = std::move(d_output);
-    c.tags.push_back("dO=" + regime_name(regime));
     return c;
   });
 }

@@ -204,6 +204,81 @@ TEST(Generators, shrinkingDeletesAnyIndexDownToTheOneEntryThatFails) {
   }
 }
 
+// A bug that only a scale other than 1 shows (a gradient missing its scale) vanishes at D = 1 under the default
+// scale 1/√D = 1. Dropping a D coordinate is also tried keeping the scale the case had, so on every seed the
+// failure ends at D = 1 with an explicit scale, simplified to a power of two, rather than at D = 2.
+TEST(Generators, shrinkingKeepsTheScaleWhenItDropsTheLastDCoordinates) {
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 400;
+    const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(p.q.shape().D));
+                                  if (scale != 1 && p.q.values().cwiseAbs().maxCoeff() > 0)
+                                    return violation("q scaled by something other than 1");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& p = r.minimal_case->problem;
+    EXPECT_EQ(p.q.shape(), (Shape{1, 1, 1, 1})) << "seed " << seed;
+    ASSERT_TRUE(p.scale.has_value()) << "seed " << seed;
+    EXPECT_EQ(std::exp2(std::round(std::log2(*p.scale))), *p.scale) << "seed " << seed << ": scale " << *p.scale;
+  }
+}
+
+// dO shrinks with its gradient case: a shape step keeps the dO of the entries it keeps (drawn at q's
+// coordinates), so a failure that needs q and dO both large at the same entry ends at that entry alone
+// (B = H = T_q = D = 1) on every seed that finds it. (Redrawn for each new shape, dO would lose that entry.)
+TEST(Generators, theUpstreamGradientShrinksWithTheCase) {
+  int found = 0;
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 400;
+    Law l = probeLaw([](const LawCase& c) -> std::optional<Violation> {
+      const Problem& p = c.problem;
+      if ((p.q.values().cwiseAbs().array() > 10 && p.d_output->values().cwiseAbs().array() > 10).any())
+        return violation("q and dO both above 10 at one entry");
+      return std::nullopt;
+    });
+    l.gen = [](const GenConfig& cfg) { return gen_gradient_case(cfg); };
+    const LawResult r = run_law(l, *reference_implementation(), opts);
+    if (r.status != LawStatus::falsified) continue;
+    ++found;
+    EXPECT_EQ(r.minimal_case->problem.q.shape(), (Shape{1, 1, 1, 1})) << "seed " << seed;
+  }
+  EXPECT_GE(found, 8);
+}
+
+// A geometry step that keeps every entry (here: dropping the window) may need values the shrunk ones lost. The
+// failure here: any window shows it; without one it needs two query rows that differ and every |k| <= 1. While
+// some |k| > 1 the window stays and the values shrink under it, q's first (to 0), so by the time k qualifies q's
+// rows are equal. The window still goes on every seed, because such a step is also tried with the values as
+// drawn and, in a small case, with generic ones (1, 2, 3, ...).
+TEST(Generators, aFeatureShrinksAwayEvenAfterTheValuesItNeededShrank) {
+  for (std::uint64_t seed = 1; seed <= 10; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 400;
+    const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  if (p.q.shape().T < 2) return std::nullopt;
+                                  if (p.window) return violation("a window");
+                                  const auto q = p.q.head(0, 0);
+                                  if (q.row(0) != q.row(1) && p.k.values().cwiseAbs().maxCoeff() <= 1)
+                                    return violation("rows 0 and 1 differ, |k| <= 1");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& p = r.minimal_case->problem;
+    EXPECT_FALSE(p.window.has_value()) << "seed " << seed << ": window " << *p.window;
+    EXPECT_EQ(p.q.shape(), (Shape{1, 1, 2, 1})) << "seed " << seed;
+  }
+}
+
 // Grouped heads shrink by whole kv groups or by the same query head of every group, so H_kv always divides H:
 // a failure that needs two kv groups of two query heads each ends at exactly H = 4, H_kv = 2.
 TEST(Generators, groupedHeadsShrinkByWholeGroupsKeepingHDivisible) {

@@ -109,15 +109,13 @@ struct ProblemOptions {
 /// coordinate), padding and the window shrink toward none, and a square case may become a cross-length one.
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = {});
 
-/// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors. Shape and values
-/// shrink as one: gen_shape's steps (the entries a step keeps keep their current values) interleaved with each
-/// value's simple_values, so a shape that could not shrink is tried again once the values are simpler.
+/// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors. Shape, scale and
+/// values shrink as one: gen_shape's steps (the entries a step keeps keep their current values; a step that drops
+/// D coordinates is also tried keeping the old scale, and a step near the end with generic values), then an
+/// explicit scale toward the default, then each value's simple_values, so a shape that could not shrink is tried
+/// again once the values are simpler.
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = {});
 
-/// A case for a gradient law: gen_problem's case with an upstream gradient dO (p.d_output, q's shape) drawn
-/// after it, in its own regime and magnitude, rounded to the dtype and shrinking toward 0. Gradients are linear
-/// in dO, so when the oracle's largest gradient would not fit in the dtype (float16 overflows at 65504) dO is
-/// scaled by a power of two until it fits with room to spare (tag "dO-scaled-to-fit").
 /// Above this many weights (B·H·T_q·T_k) a case is a long context: no law asks for or materialises
 /// [T_q,T_k]. The oracle is streamed (O(T·D)), outputs are still checked in full, and weights are sampled
 /// at chosen key columns for every query row by one-hot probing (sample_weights). 2^22 weights are 32 MiB
@@ -127,6 +125,11 @@ inline constexpr double kMaterialisedWeights = double(1 << 22);
 /// <= kMaterialisedWeights at the largest B and H), because the backward's float64 oracle holds [T_q,T_k] per
 /// head (2 GiB at T = 16384). 512 at the default B, H <= 4.
 Index gradient_max_T(const GenConfig& cfg);
+/// A case for a gradient law: gen_problem's case with an upstream gradient dO (p.d_output, q's shape) in its own
+/// regime and magnitude, rounded to the dtype, drawn at q's coordinates and shrunk with the case like q (a shape
+/// step keeps the dO of the entries it keeps; each value shrinks toward 0). Gradients are linear
+/// in dO, so when the oracle's largest gradient would not fit in the dtype (float16 overflows at 65504) dO is
+/// scaled by a power of two until it fits with room to spare (tag "dO-scaled-to-fit").
 rc::Gen<LawCase> gen_gradient_case(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// Coverage tags of a problem (T bucket, D bucket, largest |score| bucket); gen_problem adds the regime.

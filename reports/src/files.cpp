@@ -191,8 +191,10 @@ StoredCounterexample read_counterexample(const fs::path& file) {
   Json doc;
   try {
     doc = Json::parse(*text);
-  } catch (const Json::parse_error& e) {
-    throw FormatError(file.string() + " is not JSON (" + e.what() + ")" + hint);
+  } catch (const Json::exception& e) {
+    // Not only parse_error: a number literal beyond double's range (1e+400) is valid JSON syntax that
+    // nlohmann refuses with out_of_range (406) while parsing. Every such refusal is a malformed file.
+    throw FormatError(file.string() + " is not JSON attncheck can read (" + e.what() + ")" + hint);
   }
   return counterexample_from_json(doc, file.string());
 }

@@ -170,6 +170,10 @@ TEST(ReadCounterexample, missingAndForeignFilesAreRefusedWithWhatWasExpected) {
   }
   spit(tmp.path() / "bad.json", "{not json");
   EXPECT_THROW(read_counterexample(tmp.path() / "bad.json"), FormatError);
+  // Valid JSON syntax that no double holds: the parser throws out_of_range, not parse_error (found by
+  // fuzz_corpus); it must still be a FormatError the command can report and skip, not a crash.
+  spit(tmp.path() / "huge.json", "{\"format\": \"attncheck-counterexample/1\", \"seed\": 3.5e+411111}");
+  EXPECT_THROW(read_counterexample(tmp.path() / "huge.json"), FormatError);
   spit(tmp.path() / "other.json", "{\"format\": \"something-else\"}");
   EXPECT_THROW(read_counterexample(tmp.path() / "other.json"), FormatError);
 }

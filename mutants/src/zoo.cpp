@@ -1,4 +1,6 @@
 // The zoo's registry: every mutant and control in a stable order, looked up by implementation name.
+#include <tuple>
+
 #include "attncheck/mutants.hpp"
 #include "parts.hpp"
 
@@ -20,6 +22,17 @@ const Mutant* find_mutant(std::string_view name) {
   for (const Mutant& m : mutant_zoo())
     if (m.impl->name() == name) return &m;
   return nullptr;
+}
+
+const LawResult* smallest_counterexample(const std::vector<LawResult>& results) {
+  const auto key = [](const LawResult& r) {
+    const Problem& p = r.minimal_case->problem;
+    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), r.violation ? -margin(*r.violation) : 0.0};
+  };
+  const LawResult* best = nullptr;
+  for (const LawResult& r : results)
+    if (r.status == LawStatus::falsified && r.minimal_case && (!best || key(r) < key(*best))) best = &r;
+  return best;
 }
 
 }  // namespace attncheck

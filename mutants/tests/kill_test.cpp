@@ -135,19 +135,8 @@ std::string case_line(const LawResult& r) {
          " (RC_PARAMS=\"reproduce=" + r.reproduce + "\"): " + (r.violation ? r.violation->message : "");
 }
 
-// Shrunk counterexamples compare by size: fewest q elements, then fewest k elements.
-std::pair<Index, Index> case_size(const LawResult& r) {
-  return {r.minimal_case->problem.q.shape().numel(), r.minimal_case->problem.k.shape().numel()};
-}
-
-// The smallest shrunk counterexample among results (falsified ones only), or nullptr.
-const LawResult* smallest_of(const std::vector<LawResult>& results) {
-  const LawResult* smallest = nullptr;
-  for (const LawResult& r : results)
-    if (r.status == LawStatus::falsified && r.minimal_case && (!smallest || case_size(r) < case_size(*smallest)))
-      smallest = &r;
-  return smallest;
-}
+// The smallest counterexample among results, as the kill matrix picks it (smallest_counterexample), or nullptr.
+const LawResult* smallest_of(const std::vector<LawResult>& results) { return smallest_counterexample(results); }
 
 // Empty when r's counterexample is m's minimal case (q's shape, T_k, the alignment when T_q != T_k, the kv heads,
 // the key lengths where asserted, the window); otherwise what differs.
@@ -211,7 +200,8 @@ TEST_P(Mutants, EveryExpectedLawExistsAndTheMinimalKIsKnown) {
 }
 
 // At the fixed seed and the default budget (100 cases): each expected law falsifies the mutant, and the
-// smallest shrunk counterexample over all laws (fewest q elements, then fewest k elements) is the minimal case.
+// smallest shrunk counterexample over all laws (fewest q elements, then fewest k elements, then the clearest)
+// is the minimal case.
 TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
   const Mutant& m = mutant();
   ASSERT_FALSE(laws().empty());

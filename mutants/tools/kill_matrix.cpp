@@ -11,7 +11,6 @@
 #include <fstream>
 #include <iostream>
 #include <sstream>
-#include <tuple>
 
 #include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
@@ -93,19 +92,6 @@ struct Row {
   const LawResult* minimal = nullptr;
   double seconds = 0;
 };
-
-// Smallest counterexample among the killing laws: fewest q elements, then k elements, then the clearest (the
-// largest margin over the tolerance; exact laws and non-finite values count as infinite), then law order.
-const LawResult* smallest(const std::vector<LawResult>& rs) {
-  const LawResult* best = nullptr;
-  const auto key = [](const LawResult& r) {
-    const Problem& p = r.minimal_case->problem;
-    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), r.violation ? -margin(*r.violation) : 0.0};
-  };
-  for (const LawResult& r : rs)
-    if (r.status == LawStatus::falsified && r.minimal_case && (!best || key(r) < key(*best))) best = &r;
-  return best;
-}
 
 std::string render(const std::vector<Row>& rows, const Options& o, bool full_report) {
   std::ostringstream md;
@@ -265,7 +251,7 @@ int run(const Options& o) {
       r.results.push_back(run_law(law, *m.impl, ro));
       r.seconds += r.results.back().seconds;
     }
-    r.minimal = smallest(r.results);
+    r.minimal = smallest_counterexample(r.results);
     const bool flagged = r.minimal != nullptr;
     if (flagged == m.control) ok = false;
     std::cerr << (m.control ? (flagged ? "FLAGGED " : "clean   ") : (flagged ? "killed  " : "SURVIVED")) << " "

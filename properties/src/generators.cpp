@@ -817,18 +817,21 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
     // would stop): the old scale kept when D coordinates go, fresh values for a same-size step of a large case,
     // generic values for any step of a small one.
     const auto fallback_tries = [=](const CaseValues& c, const CaseShape& to) {
-      const CaseValues n = reshape(c, to);
       std::vector<CaseValues> tries;
       const bool small = c.values.size() <= kGenericEntries;
+      const bool keep_scale = to.D != c.s.D && how.custom_scale && c.scale == 0;
+      const bool same_size = to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
+                             kv_shape(to).numel() == kv_shape(c.s).numel();
+      if (!small && !keep_scale && !same_size) return tries;  // (no reshape for a step with nothing to try)
+      const CaseValues n = reshape(c, to);
       std::optional<double> kept_scale;
-      if (to.D != c.s.D && how.custom_scale && c.scale == 0) {
+      if (keep_scale) {
         kept_scale = 1 / std::sqrt(double(c.s.D));
         CaseValues kept = n;
         kept.scale = *kept_scale;
         tries.push_back(std::move(kept));
       }
-      if (!small && to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
-          kv_shape(to).numel() == kv_shape(c.s).numel()) {
+      if (!small && same_size) {
         CaseValues fresh = draw(to);
         fresh.scale = c.scale;
         if (fresh.values != n.values) tries.push_back(std::move(fresh));
@@ -847,7 +850,7 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
       return tries;
     };
     // The candidates for c with scale x instead (0: the default): as they are, and with the scale moved into q
-    // (q times the old scale over the new, rounded), which keeps every score.
+    // (q times the old scale over the new, rounded to the dtype), which keeps every score up to that rounding.
     const auto scale_tries = [=](const CaseValues& c, double x) {
       CaseValues n = c;
       n.scale = x;

@@ -110,10 +110,11 @@ struct ProblemOptions {
 rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// A whole problem with coverage tags: shape, then regime and magnitudes, then the tensors. Shape, scale and
-/// values shrink as one: gen_shape's steps (the entries a step keeps keep their current values; a step that drops
-/// D coordinates is also tried keeping the old scale, and a step near the end with generic values), then an
+/// values shrink as one: gen_shape's steps (the entries a step keeps keep their current values), then an
 /// explicit scale toward the default, then each value's simple_values, so a shape that could not shrink is tried
-/// again once the values are simpler.
+/// again once the values are simpler; last, where nothing else shrinks, each shape step once more with other
+/// values or scale (a step that drops D coordinates keeping the old scale, where the law allows an explicit one;
+/// a same-size step of a large case with the values as drawn; any step of a small case with generic values).
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = {});
 
 /// Above this many weights (B·H·T_q·T_k) a case is a long context: no law asks for or materialises

@@ -27,7 +27,9 @@ const Mutant* find_mutant(std::string_view name) {
 const LawResult* smallest_counterexample(const std::vector<LawResult>& results) {
   const auto key = [](const LawResult& r) {
     const Problem& p = r.minimal_case->problem;
-    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), r.violation ? -margin(*r.violation) : 0.0};
+    // Options a reader must also take in: a window, key padding, a scale other than the default.
+    const int options = int(p.window.has_value()) + int(!p.key_lengths.empty()) + int(p.scale.has_value());
+    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), options, r.violation ? -margin(*r.violation) : 0.0};
   };
   const LawResult* best = nullptr;
   for (const LawResult& r : results)

@@ -29,7 +29,15 @@ const LawResult* smallest_counterexample(const std::vector<LawResult>& results) 
     const Problem& p = r.minimal_case->problem;
     // Options a reader must also take in: a window, key padding, a scale other than the default.
     const int options = int(p.window.has_value()) + int(!p.key_lengths.empty()) + int(p.scale.has_value());
-    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), options, r.violation ? -margin(*r.violation) : 0.0};
+    // Values a reader must also take in: the nonzero inputs (q, k, v and dO).
+    Index nonzero = 0;
+    const auto count = [&](const Tensor<double>& t) {
+      for (const double x : t.values()) nonzero += x != 0;
+    };
+    count(p.q), count(p.k), count(p.v);
+    if (p.d_output) count(*p.d_output);
+    return std::tuple{p.q.shape().numel(), p.k.shape().numel(), options, nonzero,
+                      r.violation ? -margin(*r.violation) : 0.0};
   };
   const LawResult* best = nullptr;
   for (const LawResult& r : results)

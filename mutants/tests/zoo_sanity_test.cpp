@@ -439,5 +439,38 @@ TEST(Zoo, TheOracleComparisonFlagsMutants) {
     }
 }
 
+// The kill test and matrix show the smallest counterexample: fewest q then k elements, then fewest options,
+// then fewest nonzero inputs, then the largest margin, then the first.
+TEST(SmallestCounterexample, ordersBySizeThenOptionsThenNonzeroInputsThenMargin) {
+  const auto result = [](const std::string& law, Problem p, double magnitude, double tolerance) {
+    LawResult r;
+    r.law = law;
+    r.status = LawStatus::falsified;
+    r.minimal_case = LawCase{.problem = std::move(p), .variant = {}, .params = {}, .tags = {}};
+    Violation v;
+    v.magnitude = magnitude;
+    v.tolerance = tolerance;
+    r.violation = v;
+    return r;
+  };
+  const Problem small = make_problem(DType::f32, {1, 1, 1, 1}, 1, {0}, {0}, {0});
+  const Problem big = make_problem(DType::f32, {1, 1, 2, 1}, 2, {0, 0}, {0, 0}, {0, 0});
+  const Problem nonzero = make_problem(DType::f32, {1, 1, 1, 1}, 1, {3}, {0}, {0});
+  Problem windowed = small;
+  windowed.window = 0;
+
+  EXPECT_EQ(smallest_counterexample({}), nullptr);
+  std::vector<LawResult> rs{result("big", big, 1, 0), result("small", small, 1, 1)};
+  EXPECT_EQ(smallest_counterexample(rs)->law, "small");  // size before margin (exact beats 1x)
+  rs = {result("windowed", windowed, 1, 0), result("plain", small, 2, 1)};
+  EXPECT_EQ(smallest_counterexample(rs)->law, "plain");  // no option before margin
+  rs = {result("nonzero", nonzero, 1, 0), result("zeros", small, 2, 1)};
+  EXPECT_EQ(smallest_counterexample(rs)->law, "zeros");  // fewer nonzero inputs before margin
+  rs = {result("2x", small, 2, 1), result("8x", small, 8, 1), result("8x again", small, 8, 1)};
+  EXPECT_EQ(smallest_counterexample(rs)->law, "8x");  // then the largest margin, then the first
+  rs[1].status = LawStatus::held;
+  EXPECT_EQ(smallest_counterexample(rs)->law, "8x again");  // only falsified laws count
+}
+
 }  // namespace
 }  // namespace attncheck

@@ -64,7 +64,10 @@ std::string problem_line(const Problem& p) {
                   values(p.k) + ", v = " + values(p.v);
   if (p.q.shape().T != p.k.shape().T)
     s += ", alignment " + std::string(p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right");
+  if (!p.key_lengths.empty()) s += ", key lengths " + index_str(p.key_lengths);
+  if (p.window) s += ", window " + std::to_string(*p.window);
   if (p.scale) s += ", scale " + fmt(*p.scale);
+  if (p.d_output) s += ", dO = " + values(*p.d_output);
   return s;
 }
 
@@ -133,7 +136,8 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
   md << "\nLaws: ";
   for (size_t n = 0; n < ls.size(); ++n) md << (n ? ", " : "") << n + 1 << " `" << ls[n].name << "`";
   md << ".\n\n### Minimal counterexamples\n\nFor each mutant, the smallest shrunk case over the laws that killed it "
-        "(fewest q elements, then k elements, then the largest margin, then law order); shapes are [B,H,T,D].\n\n";
+        "(fewest q elements, then k elements, then options such as a window or key lengths, then nonzero inputs, "
+        "then the largest margin, then law order); shapes are [B,H,T,D].\n\n";
   for (const Row& r : rows) {
     if (r.m->control) continue;
     md << "- `" << r.m->impl->name() << "` — " << r.m->bug << ".";

@@ -180,7 +180,12 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
   out << "replaying " << law.name << " on " << impl->name() << " with the case stored in " << o.replay << " ("
       << dtype_name(s.lcase.problem.dtype) << ", B=" << q.B << " H=" << q.H << " T=" << q.T << " D=" << q.D << ")\n";
 
-  const auto v = evaluate_case(law, *impl, s.lcase);
+  std::optional<Violation> v;
+  try {
+    v = evaluate_case(law, *impl, s.lcase);
+  } catch (const std::invalid_argument& e) {  // the law refused the stored case (a parameter out of range)
+    throw UsageError("--replay: " + o.replay + ": " + e.what());
+  }
   if (v) {
     out << "falsified again";
     if (s.violation) out << (same_violation(*v, *s.violation) ? " (the same violation as recorded)" : " (differently from the record)");

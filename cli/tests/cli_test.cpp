@@ -263,6 +263,19 @@ TEST(RealLaws, mutantIsFalsifiedAndItsReportReplays) {
   const Result on_reference = attncheck(
       real_registry(), {"check", "--replay", (dir / (first_falsified + ".json")).string(), "--impl", "reference"});
   EXPECT_EQ(on_reference.code, kAllHeld) << on_reference.out << on_reference.err;
+
+  // A stored case whose law parameter is out of range (hand-edited: the changed position t far past T) is
+  // refused as bad input naming the parameter, not an internal error or an out-of-range read.
+  ASSERT_TRUE(fs::exists(dir / "causal-perturbation.json"));
+  auto doc = reports::Json::parse(slurp(dir / "causal-perturbation.json"));
+  ASSERT_TRUE(doc["case"]["params"].contains("t"));
+  doc["case"]["params"]["t"] = 1e300;
+  {
+    std::ofstream(tmp.path() / "edited.json") << doc.dump();
+  }
+  const Result edited = attncheck(real_registry(), {"check", "--replay", (tmp.path() / "edited.json").string()});
+  EXPECT_EQ(edited.code, kUsage) << edited.out << edited.err;
+  EXPECT_TRUE(contains(edited.err, "parameter \"t\" is 1e+300, expected an integer in [0, ")) << edited.err;
 }
 
 // Every file of a report folder, by name.

@@ -76,9 +76,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Index H = p.q.shape().H, H_kv = p.kv_heads(), group = H / H_kv;
   // Cases stored before kv groups name the changed head "h" (one head per group then).
-  const Index cb = Index(c.params.at("b")), cg = Index(c.params.count("g") ? c.params.at("g") : c.params.at("h"));
+  const char* law = "batch-head-independence";
+  const Index cb = int_param(c, law, "b", 0, p.q.shape().B - 1), cg = int_param(c, law, "g", 0, H_kv - 1, "h");
   if (p.q.shape().B * H_kv < 2) return std::nullopt;  // one slice: nothing to be independent of
-  const Outcome a = call(impl, p), b = call(impl, variant_of(c, "batch-head-independence"));
+  const Outcome a = call(impl, p), b = call(impl, variant_of(c, law));
   auto v = compare("batch-head-independence", "output", a.output, b.output, nullptr,
                    [&](Index bb, Index hh, Index, Index) { return bb != cb || hh / group != cg; });
   if (v) {
@@ -89,8 +90,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v->weights = b.weights;
     return v;
   }
-  const Index rb = Index(c.params.at("rotate_b"));
-  const Index rg = Index(c.params.count("rotate_g") ? c.params.at("rotate_g") : c.params.at("rotate_h"));
+  const Index rb = int_param(c, law, "rotate_b", 0, p.q.shape().B - 1);
+  const Index rg = int_param(c, law, "rotate_g", 0, H_kv - 1, "rotate_h");
   if (rb == 0 && rg == 0) return std::nullopt;
   // Rotating kv heads by rg moves their query heads by rg·group, so the mapping h -> h / group is kept.
   Problem r = p;

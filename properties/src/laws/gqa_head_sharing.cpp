@@ -39,7 +39,9 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  const Index cb = Index(c.params.at("b")), cg = Index(c.params.at("g")), ch = Index(c.params.at("h"));
+  const char* law = "gqa-head-sharing";
+  const Index cb = int_param(c, law, "b", 0, p.q.shape().B - 1), cg = int_param(c, law, "g", 0, p.kv_heads() - 1),
+              ch = int_param(c, law, "h", 0, p.q.shape().H - 1);
   const Index group = p.q.shape().H / p.kv_heads();
   const Problem& changed = variant_of(c, "gqa-head-sharing");
   const Outcome a = call(impl, p);

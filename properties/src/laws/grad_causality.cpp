@@ -46,7 +46,7 @@ bool unreached(const Problem& p, Index b, Index g, Index j) {
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  const Index t = Index(c.params.at("t"));
+  const Index t = int_param(c, "grad-causality", "t", 0, p.q.shape().T - 1);
   const Gradients g = call_backward(impl, p);
   // (a) exactly 0, either sign of zero.
   for (const auto& [name, grad] : {std::pair{"dk", &g.dk}, std::pair{"dv", &g.dv}}) {

@@ -71,7 +71,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Eigen::VectorXd abs_dO = p.d_output->values().cwiseAbs();
   const double eps_L = fwd.tol_out.values().dot(abs_dO) +
                        gamma(p.q.size(), u) * fwd.out.values().cwiseAbs().dot(abs_dO);
-  const std::uint64_t seed = std::uint64_t(c.params.at("direction_seed"));
+  const std::uint64_t seed = std::uint64_t(int_param(c, "grad-finite-difference", "direction_seed", 0, kMaxSeed));
   const struct {
     const char* name;
     Tensor<double> Problem::*x;

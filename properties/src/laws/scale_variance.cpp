@@ -63,6 +63,10 @@ ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std
   std::normal_distribution<double> normal;
   const double tiny = std::numeric_limits<double>::min();  // a weight that underflowed to 0: clip, see below
   const Index total = Index(kGroups) * kGroupSize;
+  // No call larger than the samples it can contribute (--max-B 1000 --max-H 1000 would otherwise ask for a
+  // million heads a call); unchanged whenever B·H <= total, as with the default bounds.
+  B = std::min(B, total);
+  H = std::min(H, (total + B - 1) / B);
   for (Index done = 0; done < total; done += B * H) {
     Problem p;
     p.dtype = dtype;
@@ -132,20 +136,21 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 }
 
 std::uint64_t sample_seed(const LawCase& c) {
-  return (std::uint64_t(c.params.at("sample_seed_hi")) << 32) | std::uint64_t(c.params.at("sample_seed_lo"));
+  const Index words = (Index{1} << 32) - 1;
+  return (std::uint64_t(int_param(c, "scale-variance", "sample_seed_hi", 0, words)) << 32) |
+         std::uint64_t(int_param(c, "scale-variance", "sample_seed_lo", 0, words));
 }
 
 // Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call.
 Index sample_param(const LawCase& c, const char* key) {
-  return c.params.count(key) ? Index(c.params.at(key)) : Index{4};
+  return c.params.count(key) ? int_param(c, "scale-variance", key, 1, kMaxExtent) : Index{4};
 }
 
 // For the report's plot: the same statistic over D = 1, 2, 4, ... up to the run's --max-D (cases stored
 // before the bound was recorded sweep to 128), so the trend names the mistake: ∝ D when the scale is
 // forgotten, ∝ 1/D when it is applied twice.
 std::vector<VariancePoint> variance_sweep(const Implementation& impl, DType dtype, const LawCase& c) {
-  const auto bound = c.params.find("sweep_max_D");
-  const Index max_D = bound != c.params.end() ? Index(bound->second) : 128;
+  const Index max_D = c.params.count("sweep_max_D") ? int_param(c, "scale-variance", "sweep_max_D", 1, kMaxExtent) : 128;
   const Index B = sample_param(c, "sample_B"), H = sample_param(c, "sample_H");
   std::vector<VariancePoint> out;
   for (Index d = 1; d <= max_D; d *= 2)

@@ -53,6 +53,22 @@ const Problem& variant_of(const LawCase& c, const char* law) {
   return *c.variant;
 }
 
+Index int_param(const LawCase& c, const char* law, const char* key, Index lo, Index hi, const char* fallback) {
+  auto it = c.params.find(key);
+  if (it == c.params.end() && fallback) it = c.params.find(fallback);
+  const std::string name = it != c.params.end() ? it->first : key;
+  const std::string expected = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  if (it == c.params.end())
+    throw std::invalid_argument(std::string(law) + ": this case has no parameter \"" + name + "\" (expected " +
+                                expected + "; a stored case written by another program?)");
+  // Compared as doubles first: converting a double outside Index's range to Index is undefined.
+  const double x = it->second;
+  if (!(x >= double(lo) && x <= double(hi)) || x != std::floor(x))
+    throw std::invalid_argument(std::string(law) + ": the case's parameter \"" + name + "\" is " +
+                                num(x) + ", expected " + expected);
+  return Index(x);
+}
+
 Outcome call(const Implementation& impl, const Problem& p) {
   if (p.want_weights && long_context(p)) {
     Problem plain = p;
@@ -435,7 +451,7 @@ rc::Gen<LawCase> gen_plain(const GenConfig& cfg) { return gen_problem(cfg); }
 
 std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const char* what_changed,
                                                           const Implementation& impl, const LawCase& c) {
-  const Index t = Index(c.params.at("t"));
+  const Index t = int_param(c, law, "t", 0, c.problem.q.shape().T - 1);
   const Outcome a = call(impl, c.problem), b = call(impl, variant_of(c, law));
   auto v = compare(law, "output", a.output, b.output, nullptr, [t](Index, Index, Index i, Index) { return i <= t; });
   if (v) {

@@ -77,6 +77,14 @@ std::string take_sampling_note();
 /// The case's second problem, which `law` compares against the first. A stored case (a corpus entry, a
 /// --replay file) may lack it: std::invalid_argument naming the law then, never a read of an empty optional.
 const Problem& variant_of(const LawCase& c, const char* law);
+/// The largest seed parameter a law draws (below 2^53, so a double holds it exactly), and the largest extent
+/// (B, H, D) a run may ask for, as the CLI's --max-B/H/D allow.
+constexpr Index kMaxSeed = Index{1} << 52, kMaxExtent = Index{1} << 16;
+/// The case's parameter `key` (a position, a head, a seed) as an integer in [lo, hi]. A stored case may hold
+/// anything there (a hand-edited file, 1e300, NaN, -1): std::invalid_argument naming the law, the parameter,
+/// what came and what was expected, never an out-of-range index or a float-to-integer conversion that
+/// overflows. `fallback` names an older spelling of the key, read when `key` is absent.
+Index int_param(const LawCase& c, const char* law, const char* key, Index lo, Index hi, const char* fallback = nullptr);
 
 /// Which entries a comparison looks at: include(b, h, i, j).
 using Include = std::function<bool(Index, Index, Index, Index)>;

@@ -40,7 +40,8 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 }
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
-  const Index t = Index(c.params.at("t")), old_end = Index(c.params.at("old_keys"));
+  const Index t = int_param(c, "window-perturbation", "t", 0, c.problem.q.shape().T - 1),
+              old_end = int_param(c, "window-perturbation", "old_keys", 0, c.problem.k.shape().T);
   const Outcome a = call(impl, c.problem), b = call(impl, variant_of(c, "window-perturbation"));
   auto v = compare("window-perturbation", "output", a.output, b.output, nullptr,
                    [t](Index, Index, Index i, Index) { return i >= t; });

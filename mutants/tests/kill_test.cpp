@@ -135,9 +135,6 @@ std::string case_line(const LawResult& r) {
          " (RC_PARAMS=\"reproduce=" + r.reproduce + "\"): " + (r.violation ? r.violation->message : "");
 }
 
-// The smallest counterexample among results, as the kill matrix picks it (smallest_counterexample), or nullptr.
-const LawResult* smallest_of(const std::vector<LawResult>& results) { return smallest_counterexample(results); }
-
 // Empty when r's counterexample is m's minimal case (q's shape, T_k, the alignment when T_q != T_k, the kv heads,
 // the key lengths where asserted, the window); otherwise what differs.
 std::string not_minimal(const Mutant& m, const LawResult& r) {
@@ -200,8 +197,8 @@ TEST_P(Mutants, EveryExpectedLawExistsAndTheMinimalKIsKnown) {
 }
 
 // At the fixed seed and the default budget (100 cases): each expected law falsifies the mutant, and the
-// smallest shrunk counterexample over all laws (fewest q elements, then fewest k elements, then the clearest)
-// is the minimal case.
+// smallest shrunk counterexample over all laws (smallest_counterexample, as the kill matrix picks it) is the
+// minimal case.
 TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
   const Mutant& m = mutant();
   ASSERT_FALSE(laws().empty());
@@ -222,7 +219,7 @@ TEST_P(Mutants, KilledByItsLawsAndShrunkToTheMinimalCase) {
       ASSERT_TRUE(r.minimal_case) << r.law;
     }
   }
-  const LawResult* smallest = smallest_of(results);
+  const LawResult* smallest = smallest_counterexample(results);
   ASSERT_NE(smallest, nullptr) << m.impl->name() << " survived every law";
   std::string all;
   for (const LawResult& r : results)
@@ -248,7 +245,7 @@ TEST_P(Mutants, KilledAndShrunkToTheMinimalCaseOnEverySeedOfTheSweep) {
   for (std::uint64_t seed = kSeed + 1; seed <= kSeed + kSweepSeeds; ++seed) {
     std::vector<LawResult> results;
     for (const std::string& name : m.killed_by) results.push_back(run(*find_law(name), m, seed, kSweepCases));
-    if (const LawResult* smallest = smallest_of(results)) {
+    if (const LawResult* smallest = smallest_counterexample(results)) {
       ++killed;
       const std::string why = not_minimal(m, *smallest);
       if (why.empty())

@@ -80,7 +80,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Index cb = int_param(c, law, "b", 0, p.q.shape().B - 1), cg = int_param(c, law, "g", 0, H_kv - 1, "h");
   if (p.q.shape().B * H_kv < 2) return std::nullopt;  // one slice: nothing to be independent of
   const Outcome a = call(impl, p), b = call(impl, variant_of(c, law));
-  auto v = compare("batch-head-independence", "output", a.output, b.output, nullptr,
+  auto v = compare(law, "output", a.output, b.output, nullptr,
                    [&](Index bb, Index hh, Index, Index) { return bb != cb || hh / group != cg; });
   if (v) {
     v->message += "; only batch entry " + std::to_string(cb) +
@@ -105,7 +105,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const OracleRun o = run_oracle(p);
   Tensor<double> tol = rotate(o.tol_out, rb, rg * group);
   tol.values() *= 2;
-  v = compare("batch-head-independence", "output", rotate(a.output, rb, rg * group), rot.output, &tol, {});
+  v = compare(law, "output", rotate(a.output, rb, rg * group), rot.output, &tol, {});
   if (v) {
     v->message += " after rotating batches by " + std::to_string(rb) + " and " +
                   (group > 1 ? "kv heads by " + std::to_string(rg) + " (query heads by " +

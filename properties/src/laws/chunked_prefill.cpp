@@ -40,9 +40,9 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const char* law = "chunked-prefill";
-  const std::vector<Index> starts = chunk_starts(c.problem.q.shape().T, std::uint64_t(int_param(c, law, "chunk_seed", 0, kMaxSeed)),
-                                                 int_param(c, law, "spread", 1, kMaxSeed));
-  return check_cached_chunks("chunked-prefill", impl, c.problem, starts);
+  const std::uint64_t seed = std::uint64_t(int_param(c, law, "chunk_seed", 0, kMaxSeed));
+  const std::vector<Index> starts = chunk_starts(c.problem.q.shape().T, seed, int_param(c, law, "spread", 1, kMaxSeed));
+  return check_cached_chunks(law, impl, c.problem, starts);
 }
 
 }  // namespace

@@ -43,14 +43,14 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Index cb = int_param(c, law, "b", 0, p.q.shape().B - 1), cg = int_param(c, law, "g", 0, p.kv_heads() - 1),
               ch = int_param(c, law, "h", 0, p.q.shape().H - 1);
   const Index group = p.q.shape().H / p.kv_heads();
-  const Problem& changed = variant_of(c, "gqa-head-sharing");
+  const Problem& changed = variant_of(c, law);
   const Outcome a = call(impl, p);
   // Kv head g alone changed: only the heads of its group may change.
   Problem kv_changed = p;
   kv_changed.k = changed.k;
   kv_changed.v = changed.v;
   const Outcome kv = call(impl, kv_changed);
-  auto v = compare("gqa-head-sharing", "output", a.output, kv.output, nullptr,
+  auto v = compare(law, "output", a.output, kv.output, nullptr,
                    [&](Index b, Index h, Index, Index) { return b != cb || h / group != cg; });
   if (v) {
     v->message += "; only kv head " + std::to_string(cg) + " of batch entry " + std::to_string(cb) +
@@ -64,7 +64,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   Problem q_changed = p;
   q_changed.q = changed.q;
   const Outcome q = call(impl, q_changed);
-  v = compare("gqa-head-sharing", "output", a.output, q.output, nullptr,
+  v = compare(law, "output", a.output, q.output, nullptr,
               [&](Index b, Index h, Index, Index) { return b != cb || h != ch; });
   if (v) {
     v->message += "; only query head " + std::to_string(ch) + " of batch entry " + std::to_string(cb) + " was changed";

@@ -135,22 +135,24 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   });
 }
 
+constexpr const char* kLaw = "scale-variance";
+
 std::uint64_t sample_seed(const LawCase& c) {
   const Index words = (Index{1} << 32) - 1;
-  return (std::uint64_t(int_param(c, "scale-variance", "sample_seed_hi", 0, words)) << 32) |
-         std::uint64_t(int_param(c, "scale-variance", "sample_seed_lo", 0, words));
+  return (std::uint64_t(int_param(c, kLaw, "sample_seed_hi", 0, words)) << 32) |
+         std::uint64_t(int_param(c, kLaw, "sample_seed_lo", 0, words));
 }
 
 // Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call.
 Index sample_param(const LawCase& c, const char* key) {
-  return c.params.count(key) ? int_param(c, "scale-variance", key, 1, kMaxExtent) : Index{4};
+  return c.params.count(key) ? int_param(c, kLaw, key, 1, kMaxExtent) : Index{4};
 }
 
 // For the report's plot: the same statistic over D = 1, 2, 4, ... up to the run's --max-D (cases stored
 // before the bound was recorded sweep to 128), so the trend names the mistake: ∝ D when the scale is
 // forgotten, ∝ 1/D when it is applied twice.
 std::vector<VariancePoint> variance_sweep(const Implementation& impl, DType dtype, const LawCase& c) {
-  const Index max_D = c.params.count("sweep_max_D") ? int_param(c, "scale-variance", "sweep_max_D", 1, kMaxExtent) : 128;
+  const Index max_D = c.params.count("sweep_max_D") ? int_param(c, kLaw, "sweep_max_D", 1, kMaxExtent) : Index{128};
   const Index B = sample_param(c, "sample_B"), H = sample_param(c, "sample_H");
   std::vector<VariancePoint> out;
   for (Index d = 1; d <= max_D; d *= 2)

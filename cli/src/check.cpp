@@ -113,6 +113,7 @@ std::optional<reports::LawReport> replay_corpus(const Law& law, const Implementa
       r.result.seed = s.seed;
       r.result.cases_run = s.cases_run;
       r.result.shrink_steps = s.shrink_steps;
+      r.result.calls = s.calls;  // the figures of the run that found it, so a rerun writes the same report
       // The string replays RapidCheck's choices only under the bounds it was recorded with.
       if (same_bounds(s.gen, gen)) r.result.reproduce = s.reproduce;
       r.result.minimal_case = s.lcase;
@@ -298,6 +299,10 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   const std::optional<reports::Corpus> corpus =
       o.no_corpus ? std::nullopt : std::optional<reports::Corpus>(reports::Corpus(corpus_root / slug));
 
+  // The report folder is checked and locked before the first law runs: a folder that cannot be written, is
+  // in use by another run, or holds another implementation's report fails now, not after every law ran.
+  reports::ReportFolder folder(report_dir, run.implementation, o.force);
+
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
       << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
       << run.gen.max_B << ", H <= " << run.gen.max_H
@@ -383,7 +388,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   reports::PublishResult published;
   try {
-    published = reports::publish(report_dir, reports::render_run(run, results, formats), o.force);
+    published = folder.publish(reports::render_run(run, results, formats), o.force);
   } catch (const reports::ReportExists& e) {
     out << "reports not written\n" << std::flush;
     throw;

@@ -18,7 +18,7 @@ ImplementationPtr load_external(const std::string& spec, const LoadOptions& opts
 #ifdef ATTNCHECK_CLI_HAS_HARNESS
   try {
     HarnessOptions h;
-    if (opts.call_timeout_s > 0) h.call_timeout_s = opts.call_timeout_s;
+    if (opts.call_timeout_s > 0) h.call_timeout_s = h.startup_timeout_s = opts.call_timeout_s;
     return load_implementation(spec, h);
   } catch (const SpecError& e) {
     throw UsageError(std::string("--impl: ") + e.what());
@@ -43,6 +43,12 @@ ImplementationPtr resolve_implementation(const std::string& spec, const Registry
   if (it == registry.builtins.end())
     throw UsageError("--impl: unknown implementation \"" + spec + "\"; expected " + kAccepted);
   return *it;
+}
+
+void guard_processes() {
+#ifdef ATTNCHECK_CLI_HAS_HARNESS
+  guard_process_tree();
+#endif
 }
 
 Registry default_registry() {

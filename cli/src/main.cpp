@@ -7,6 +7,7 @@
 #include "attncheck/cli.hpp"
 
 int main(int argc, char** argv) {
+  attncheck::cli::guard_processes();
   try {
     return attncheck::cli::run(argc, argv, attncheck::cli::default_registry(), std::cout, std::cerr,
                                ::isatty(STDERR_FILENO) != 0);

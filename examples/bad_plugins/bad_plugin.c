@@ -6,7 +6,21 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
+
+#if defined(BAD_CRASH_THEN_HANG_STARTUP)
+/* Loads once: the first worker leaves a mark in $BAD_STATE_FILE, and every worker started after it hangs while
+ * loading (before the handshake ends), as a plug-in whose start-up needs a device the crash left locked. */
+__attribute__((constructor)) static void load(void) {
+  const char* state = getenv("BAD_STATE_FILE");
+  if (!state) return;
+  if (access(state, F_OK) == 0)
+    for (;;) pause();
+  FILE* f = fopen(state, "w");
+  if (f) fclose(f);
+}
+#endif
 
 static uint32_t dtype; /* of the call in progress */
 
@@ -35,6 +49,36 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
   }
 #elif defined(BAD_WRONG_SIZE)
   rows = Tq + 1; /* off by one: writes a row past the end of the output */
+#elif defined(BAD_NON_UTF8)
+  /* Bytes that are not UTF-8 (0xFF, 0xFE, a lone continuation byte) in its messages and on stderr. */
+  if (D >= 2) {
+    snprintf(message, message_size, "bad \xff\xfe bytes \x80 in the message at D = %lld", (long long)D);
+    return ATTNCHECK_ERROR;
+  }
+  if (Tq >= 3) {
+    fputs("stderr \xff\xfe\x80 before the crash\n", stderr);
+    fflush(stderr);
+    raise(SIGSEGV);
+  }
+#elif defined(BAD_SETSID_CHILD)
+  /* Starts a daemon once: a child in a session of its own that outlives the call (and, unless attncheck
+   * ends it, the run). */
+  static int started = 0;
+  if (!started) {
+    started = 1;
+    if (fork() == 0) {
+      setsid();
+      if (fork() == 0)
+        for (;;) pause();
+      _exit(0);
+    }
+  }
+#elif defined(BAD_IGNORE_TERM_HANG)
+  signal(SIGTERM, SIG_IGN); /* deaf to SIGTERM... */
+  if (Tk >= 4)
+    for (;;) pause(); /* ...and hangs once T reaches 4 */
+#elif defined(BAD_CRASH_THEN_HANG_STARTUP)
+  if (Tq >= 2) raise(SIGSEGV);
 #endif
   (void)message;
   (void)message_size;
@@ -125,8 +169,13 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
       .empty_rows = 7, /* none of ATTNCHECK_EMPTY_ROWS_* */
 #endif
       .max_T = 0,
+#if defined(BAD_NON_UTF8)
+      .name = "bad-\xff-plugin",
+      .description = "deliberately broken \xfe\x80",
+#else
       .name = "bad-plugin",
       .description = "deliberately broken",
+#endif
       .forward = forward,
   };
   return (const attncheck_plugin_v1*)&table;

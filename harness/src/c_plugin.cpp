@@ -115,7 +115,8 @@ class CPlugin final : public Implementation {
   // `v2` is the same table as `table` when its version is 2, else null.
   CPlugin(std::string name, const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2)
       : name_(std::move(name)), table_(table), v2_(v2) {
-    description_ = std::string(table->name) + (table->description ? std::string(": ") + table->description : "");
+    description_ = printable_text(std::string(table->name) +
+                                  (table->description ? std::string(": ") + table->description : ""));
     caps_.dtypes.clear();
     for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
       if (table->dtypes & wire::dtype_code(t)) caps_.dtypes.push_back(t);

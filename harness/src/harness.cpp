@@ -1,6 +1,7 @@
 // Resolves plug-in specs to implementations and wraps them with the checks every plug-in call gets.
 #include "attncheck/harness.hpp"
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 #include "attncheck/format.hpp"
 #include "attncheck/probe.hpp"
 #include "c_plugin.hpp"
+#include "descendants.hpp"
 #include "subprocess.hpp"
 
 namespace attncheck {
@@ -23,6 +25,7 @@ class CheckedImplementation final : public Implementation {
   const std::string& name() const override { return inner_->name(); }
   const std::string& description() const override { return inner_->description(); }
   const Capabilities& capabilities() const override { return inner_->capabilities(); }
+  std::string unavailable() const override { return inner_->unavailable(); }
   Outcome forward(const Problem& p) const override {
     Outcome o = inner_->forward(p);
     check_outcome_shape(p, o, name());
@@ -106,14 +109,21 @@ void check_finite_outcome(const Problem& p, const Outcome& o, const std::string&
   if (o.weights) throw_first_nonfinite(p, *o.weights, "weights", impl_name, why);
 }
 
-double default_call_timeout() {
+namespace {
+// $ATTNCHECK_CALL_TIMEOUT when it holds a positive finite number of seconds.
+std::optional<double> env_call_timeout() {
   if (const char* env = std::getenv("ATTNCHECK_CALL_TIMEOUT"); env && *env) {
     char* end = nullptr;
     const double s = std::strtod(env, &end);
     if (*end == '\0' && s > 0 && std::isfinite(s)) return s;
   }
-  return 10;
+  return std::nullopt;
 }
+}  // namespace
+
+double default_call_timeout() { return env_call_timeout().value_or(10); }
+
+double default_startup_timeout() { return env_call_timeout().value_or(60); }
 
 std::string plugin_host_path() {
   if (const char* env = std::getenv("ATTNCHECK_PLUGIN_HOST"); env && *env) {
@@ -136,6 +146,28 @@ std::string python_client_dir() {
   };
   return first_existing("../" ATTNCHECK_PYTHON_INSTALL_RELATIVE, {ATTNCHECK_PYTHON_BUILD, ATTNCHECK_PYTHON_INSTALL},
                         has_client);
+}
+
+void guard_process_tree() {
+  static bool guarded = false;
+  if (guarded) return;
+  guarded = true;
+  detail::become_subreaper();
+  std::atexit([] { detail::end_descendants(); });
+  struct sigaction sa {};
+  sa.sa_handler = [](int sig) {
+    detail::end_descendants();  // async-signal-safe
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(sig, &dfl, nullptr);
+    ::raise(sig);
+  };
+  for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
+    struct sigaction old {};
+    ::sigaction(sig, nullptr, &old);
+    if (old.sa_handler == SIG_IGN) continue;  // ignored by whoever started us (nohup, a background job): stays so
+    ::sigaction(sig, &sa, nullptr);
+  }
 }
 
 ImplementationPtr load_implementation(const std::string& spec, const HarnessOptions& opts) {

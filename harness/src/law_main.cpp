@@ -49,7 +49,17 @@ std::string shell_quote(const std::string& s) {
 
 }  // namespace
 
+namespace {
+int law_main_impl(int argc, char** argv, ImplementationPtr builtin);
+}
+
 int law_main(int argc, char** argv, ImplementationPtr builtin) {
+  guard_process_tree();  // nothing a plug-in starts outlives this program
+  return law_main_impl(argc, argv, std::move(builtin));
+}
+
+namespace {
+int law_main_impl(int argc, char** argv, ImplementationPtr builtin) {
   CLI::App app{"Checks the laws of scaled causal attention against one implementation"};
   std::string spec;
   std::vector<std::string> law_names, dtype_names;
@@ -65,7 +75,8 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
   app.add_option("--cases", cases, "cases per law and dtype")->check(CLI::PositiveNumber);
   app.add_option("--seed", seed, "RapidCheck seed; the same seed replays the same run");
   app.add_option("--max-T", max_T, "usual upper bound on T")->check(CLI::PositiveNumber);
-  app.add_option("--timeout", timeout, "seconds a plug-in may take per call")->check(CLI::PositiveNumber);
+  auto* timeout_opt = app.add_option("--timeout", timeout, "seconds a plug-in may take per call, and to start")
+                          ->check(CLI::PositiveNumber);
   app.add_option("--reproduce", reproduce, "RapidCheck reproduce string of one falsified law (from a report)");
   app.add_flag("--no-isolate", no_isolate, "load a plugin: shared library into this process (a crash ends the run)");
   app.add_flag("--probe", probe, "print the scale and causal alignment the implementation really uses");
@@ -110,7 +121,9 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
   if (impl && !impl->capabilities().returns_weights) impl = with_recovered_weights(impl);
   try {
     if (!spec.empty())
-      impl = load_implementation(spec, HarnessOptions{.call_timeout_s = timeout, .isolate = !no_isolate});
+      impl = load_implementation(spec, HarnessOptions{.call_timeout_s = timeout,
+                                                      .startup_timeout_s = timeout_opt->count() ? timeout : default_startup_timeout(),
+                                                      .isolate = !no_isolate});
   } catch (const SpecError& e) {
     std::cerr << "attncheck-law: " << e.what() << "\n";
     return 2;
@@ -199,5 +212,7 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
   std::cout << details.str();
   return falsified ? 1 : 0;
 }
+
+}  // namespace
 
 }  // namespace attncheck

@@ -19,6 +19,7 @@ class RecoveredWeights final : public Implementation {
   const std::string& name() const override { return inner_->name(); }
   const std::string& description() const override { return description_; }
   const Capabilities& capabilities() const override { return caps_; }
+  std::string unavailable() const override { return inner_->unavailable(); }
   Outcome forward(const Problem& p) const override {
     Problem plain = p;
     plain.want_weights = false;

@@ -19,6 +19,7 @@
 
 #include "attncheck/format.hpp"
 #include "c_plugin.hpp"
+#include "descendants.hpp"
 #include "protocol.hpp"
 
 extern char** environ;
@@ -31,8 +32,10 @@ using Kind = ImplementationError::Kind;
 
 // How much of the child's stderr is kept for messages: enough for a Python traceback's last lines.
 constexpr std::size_t kStderrTail = 2000;
-// The handshake may wait for a slow start (importing torch takes seconds), never less than a call.
-constexpr double kMinStartupSeconds = 60;
+// After this many failed starts in a row (a crash or a hang before the handshake ended), the implementation
+// is given up: every later call fails at once with what the last start printed, instead of waiting for a
+// start-up timeout each.
+constexpr int kMaxFailedStarts = 3;
 // After the first timeout of a run, a call may take this many times the slowest answer seen so far, and at
 // least kMinDerivedTimeout: a hang then costs about a second instead of the configured timeout, so shrinking
 // a hanging case (one timeout per candidate) stays short, while a call as slow as the slowest one that
@@ -55,6 +58,29 @@ std::vector<std::string> child_environment() {
     pythonpath += (pythonpath.empty() ? "" : ":") + dir;
   if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
   return env;
+}
+
+// The children (plug-in host guards) of every live ExecImplementation in this process: when attncheck is a
+// subreaper, anything else among its descendants is an orphan some plug-in left behind, and is ended.
+std::mutex g_children_mu;
+std::vector<pid_t> g_children;
+
+void add_child(pid_t pid) {
+  std::lock_guard lock(g_children_mu);
+  g_children.push_back(pid);
+}
+
+void remove_child(pid_t pid) {
+  std::lock_guard lock(g_children_mu);
+  std::erase(g_children, pid);
+}
+
+// Ends whatever was re-parented to this process (a subreaper) by a plug-in tree that was killed outright,
+// sparing the live guards and their trees. Without the subreaper there is nothing to adopt.
+void end_orphans() {
+  if (!is_subreaper()) return;
+  std::lock_guard lock(g_children_mu);
+  end_descendants(g_children.data(), static_cast<int>(g_children.size()));
 }
 
 std::string describe_status(int status) {
@@ -82,7 +108,8 @@ class ExecImplementation final : public Implementation {
       const wire::Handshake h = start();
       caps_ = h.caps;
       // The plug-in host names its implementation as we do ("plugin:PATH"); other children name their own.
-      description_ = h.name == name_ ? h.description : h.name + (h.description.empty() ? "" : ": " + h.description);
+      description_ = printable_text(
+          h.name == name_ ? h.description : h.name + (h.description.empty() ? "" : ": " + h.description));
     } catch (const ImplementationError& e) {
       throw SpecError(e.what());
     }
@@ -98,7 +125,7 @@ class ExecImplementation final : public Implementation {
     // fields: a forward frame without them is the same at both versions.
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
-    if (pid_ < 0) start();
+    ensure_started();
     const Shape qs = p.q.shape();
     const Shape want_w{qs.B, qs.H, qs.T, p.k.shape().T};
     const std::size_t es = wire::element_size(p.dtype);
@@ -141,7 +168,7 @@ class ExecImplementation final : public Implementation {
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
-    if (pid_ < 0) start();
+    ensure_started();
     const Shape qs = p.q.shape(), ks = p.k.shape();
     // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
     const std::size_t expected = std::size_t(qs.numel() + 2 * ks.numel()) * wire::element_size(p.dtype);
@@ -173,7 +200,28 @@ class ExecImplementation final : public Implementation {
     return g;
   }
 
+  std::string unavailable() const override {
+    std::lock_guard lock(mu_);
+    return given_up_;
+  }
+
  private:
+  // A fresh child after the last one was killed (a crash, a hang, garbage). After kMaxFailedStarts failed
+  // starts in a row the implementation is given up: this call and every later one fail at once.
+  void ensure_started() const {
+    if (pid_ >= 0) return;
+    if (!given_up_.empty()) throw ImplementationError(Kind::unavailable, given_up_);
+    try {
+      start();
+      failed_starts_ = 0;
+    } catch (const ImplementationError& e) {
+      if (++failed_starts_ < kMaxFailedStarts) throw;
+      given_up_ = name_ + ": could not be started: " + std::to_string(failed_starts_) +
+                  " starts in a row failed, so no further call is made. The last: " + e.what();
+      throw ImplementationError(Kind::unavailable, given_up_);
+    }
+  }
+
   // Turns a result's failure status into the ImplementationError it stands for.
   void throw_on_failure(std::int32_t status, const std::string& message) const {
     // The plug-in host's messages already start with our name ("plugin:PATH ..."); others get it prefixed.
@@ -294,6 +342,7 @@ class ExecImplementation final : public Implementation {
       throw ImplementationError(Kind::crash, name_ + ": cannot start " + argv_[0] + ": " + std::strerror(rc));
     }
     pid_ = pid;
+    add_child(pid);
     phase_ = "before finishing the handshake";
     sock_ = sv[0];
     err_ = err[0];
@@ -304,8 +353,7 @@ class ExecImplementation final : public Implementation {
     std::string payload;
     wire::FrameType type{};
     try {
-      payload = exchange(wire::encode_hello(), std::nullopt, std::max(kMinStartupSeconds, opts_.call_timeout_s),
-                         1u << 20, &type);
+      payload = exchange(wire::encode_hello(), std::nullopt, opts_.startup_timeout_s, 1u << 20, &type);
     } catch (const ImplementationError& e) {
       throw ImplementationError(e.kind(), std::string(e.what()) + hint);
     }
@@ -334,8 +382,10 @@ class ExecImplementation final : public Implementation {
     }
   }
 
-  // Ends the child: gently (bye, then a second to exit) at the end of a run, at once after a failure.
-  // Always reaps it and kills its whole process group, so nothing it started outlives the harness.
+  // Ends the child: gently (bye, then a second to exit) at the end of a run, at once after a failure. The
+  // child is the plug-in host's guard: SIGTERM makes it end its worker's whole tree (setsid() children
+  // included) and exit; only if it does not within a second is its process group killed outright. Then
+  // whatever a tree orphaned to this process (a subreaper) is ended too, so nothing outlives the harness.
   void stop(bool gently) const {
     if (pid_ < 0) return;
     if (gently && sock_ >= 0) {
@@ -345,18 +395,25 @@ class ExecImplementation final : public Implementation {
     if (sock_ >= 0) ::close(sock_);
     sock_ = -1;
     int status = 0;
-    bool reaped = false;
-    if (gently) {
-      for (int i = 0; i < 100 && !reaped; ++i) {
-        reaped = ::waitpid(pid_, &status, WNOHANG) == pid_;
-        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    const auto reap_within = [&](int ms) {
+      for (int i = 0; i < ms / 10; ++i) {
+        if (::waitpid(pid_, &status, WNOHANG) == pid_) return true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
+      return false;
+    };
+    bool reaped = gently && reap_within(1000);
+    if (!reaped) {
+      ::kill(pid_, SIGTERM);
+      reaped = reap_within(1000);
     }
     ::kill(-pid_, SIGKILL);
     if (!reaped) ::waitpid(pid_, &status, 0);
     if (err_ >= 0) ::close(err_);
     err_ = -1;
+    remove_child(pid_);
     pid_ = -1;
+    end_orphans();
   }
 
   void drain_stderr() const {
@@ -396,12 +453,21 @@ class ExecImplementation final : public Implementation {
     }
     const std::string how = reaped ? describe_status(status) : "closed its end of the socket";
     const std::string note = stderr_note();
+    if (!reaped) {
+      ::kill(pid_, SIGTERM);  // the guard ends what the worker left, then exits
+      for (int i = 0; i < 100 && !reaped; ++i) {
+        reaped = ::waitpid(pid_, &status, WNOHANG) == pid_;
+        if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
     ::kill(-pid_, SIGKILL);
     if (!reaped) ::waitpid(pid_, &status, 0);
     if (sock_ >= 0) ::close(sock_);
     if (err_ >= 0) ::close(err_);
     sock_ = err_ = -1;
+    remove_child(pid_);
     pid_ = -1;
+    end_orphans();
     throw ImplementationError(Kind::crash, name_ + ": the process " + how + " " + phase_ + note);
   }
 
@@ -424,8 +490,8 @@ class ExecImplementation final : public Implementation {
       if (left <= 0) {
         const std::string note = stderr_note();
         stop(false);
-        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_number(timeout_s, 3) +
-                                                     " s; the process was killed and the next call starts a new one" +
+        throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_number(timeout_s, 3) + " s " +
+                                                     phase_ + "; the process was killed (a later call starts a new one)" +
                                                      note);
       }
       const int n = ::poll(fds, err_ >= 0 ? 2 : 1, int(std::min<long long>(left, 1000)));
@@ -480,6 +546,8 @@ class ExecImplementation final : public Implementation {
   mutable int sock_ = -1, err_ = -1;
   mutable std::string stderr_tail_;
   mutable std::string phase_;  ///< "during the call", or the handshake: for crash messages
+  mutable int failed_starts_ = 0;        ///< starts in a row that failed (crash or hang before the handshake)
+  mutable std::string given_up_;         ///< non-empty once kMaxFailedStarts starts in a row failed
   mutable bool timed_out_ = false;       ///< a call of this run has timed out: call_timeout() derives
   mutable double slowest_answer_s_ = 0;  ///< the longest a call took to be answered, in seconds
 };

@@ -22,6 +22,10 @@ def attention(q, k, v, scale=None):
         os.kill(os.getpid(), signal.SIGSEGV)
     if MODE == "hang" and T_k >= 2:
         time.sleep(1000)
+    if MODE in ("nonutf8", "crashthenhang") and T_q >= 2:
+        if MODE == "nonutf8":
+            os.write(2, b"stderr \xff\xfe\x80 before dying\n")
+        os._exit(3)
     if MODE == "print":
         print("debug output that must not reach the protocol", T_q)
     s = q @ k.swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
@@ -51,6 +55,12 @@ def hanging_backward(q, k, v, d_output, scale=None):
 
 
 if __name__ == "__main__":
+    if MODE == "crashthenhang":
+        # The first process leaves a mark in the file argv[2] names; every one started after it hangs before
+        # its handshake, as a client whose start-up waits on a device the crash left locked.
+        if os.path.exists(sys.argv[2]):
+            time.sleep(1000)
+        open(sys.argv[2], "w").close()
     # Protocol-2 keywords only where a mode needs them: "weights" also runs under the frozen version-1 client.
     extra = {"gqa": True, "backward": backward} if MODE == "dkshape" else {}
     if MODE == "emptyrows":

@@ -1,7 +1,9 @@
-// attncheck-plugin-host PATH.so: loads one C ABI plug-in and serves it over the exec: protocol on
-// stdin/stdout, so a plug-in that crashes or hangs takes down this worker, never the harness.
-// attncheck-plugin-host --exec COMMAND: runs an exec: client under /bin/sh and ends its whole process group
-// when attncheck dies, so no client outlives the run.
+// attncheck-plugin-host PATH.so | --exec COMMAND: the guard attncheck starts for plugin:PATH.so and
+// exec:COMMAND. It runs no user code itself: it forks one worker (which loads the plug-in and serves it over
+// the exec: protocol on stdin/stdout, or runs `/bin/sh -c COMMAND`), and ends the worker's whole tree of
+// descendants, setsid() and double forks included, when the worker exits, when attncheck stops it (SIGTERM)
+// and when attncheck dies (its parent-death signal). A plug-in that ignores SIGTERM, hangs or crashes
+// cannot keep the guard from doing so, because none of its code runs here.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -9,62 +11,56 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 #include <iostream>
+#include <string>
 
 #include "../src/c_plugin.hpp"
+#include "../src/descendants.hpp"
 #include "attncheck/harness.hpp"
 
 namespace {
 
-// attncheck starts this program in a process group of its own with PR_SET_PDEATHSIG = SIGKILL, which would
-// end this process alone. SIGTERM instead, handled by killing the whole group: what the plug-in or the
-// command started ends with it.
-void end_group_when_parent_dies() {
-  if (::getpgrp() != ::getpid()) return;  // started by hand inside someone else's group: not ours to end
-  struct sigaction sa {};
-  sa.sa_handler = [](int) { ::kill(0, SIGKILL); };
-  ::sigaction(SIGTERM, &sa, nullptr);
-  const pid_t parent = ::getppid();
-  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
-  // The parent may have died before the line above: then no signal comes, and an orphan's parent changes.
-  if (::getppid() != parent || parent == 1) ::kill(0, SIGKILL);
+volatile std::sig_atomic_t g_stop = 0;
+
+void reset_signals() {
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGPIPE}) ::sigaction(sig, &dfl, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
 }
 
-// Runs `/bin/sh -c command` in this process group and exits as it does, so attncheck's messages ("exited
-// with status 3", "killed by signal 11") describe the command, not this guard.
-int run_guarded(const char* command) {
-  const pid_t child = ::fork();
-  if (child < 0) {
-    std::cerr << "attncheck-plugin-host: fork failed: " << std::strerror(errno) << "\n";
-    return 127;
-  }
-  if (child == 0) {
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGTERM, &dfl, nullptr);
-    // If the guard itself is killed outright, the shell goes too.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    ::execl("/bin/sh", "sh", "-c", command, static_cast<char*>(nullptr));
+// The worker: dies with the guard, whatever kills the guard; then serves the plug-in or runs the command.
+[[noreturn]] void run_worker(pid_t guard, bool exec_mode, const char* target) {
+  reset_signals();
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != guard) ::_exit(127);  // the guard died before prctl took effect
+  if (exec_mode) {
+    ::execl("/bin/sh", "sh", "-c", target, static_cast<char*>(nullptr));
     std::cerr << "attncheck-plugin-host: cannot run /bin/sh: " << std::strerror(errno) << "\n";
     ::_exit(127);
   }
-  // The protocol socket belongs to the command alone: when it exits, attncheck must see the end of the
-  // stream at once, not when this guard exits.
-  const int null = ::open("/dev/null", O_RDWR);
-  ::dup2(null, 0);
-  ::dup2(null, 1);
-  ::close(null);
-  int status = 0;
-  while (::waitpid(child, &status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFEXITED(status)) return WEXITSTATUS(status);
-  const int sig = WTERMSIG(status);
+  // The protocol keeps the original stdout; whatever the plug-in prints goes to stderr instead.
+  const int protocol_out = ::dup(1);
+  ::dup2(2, 1);
+  const std::string path = target;
+  ::_exit(attncheck::serve([&] { return attncheck::detail::load_c_plugin(path, "plugin:" + path); }, 0, protocol_out));
+}
+
+// Exits as the worker did, so attncheck's messages ("exited with status 3", "killed by signal 11") describe
+// the plug-in or the command, not this guard.
+[[noreturn]] void exit_like(int status) {
+  if (WIFEXITED(status)) ::_exit(WEXITSTATUS(status));
+  const int sig = WIFSIGNALED(status) ? WTERMSIG(status) : SIGKILL;
   struct sigaction dfl {};
   dfl.sa_handler = SIG_DFL;
   ::sigaction(sig, &dfl, nullptr);
+  ::prctl(PR_SET_DUMPABLE, 0);  // no core file of the guard for a signal the worker died of
   ::raise(sig);
-  return 128 + sig;
+  ::_exit(128 + sig);
 }
 
 }  // namespace
@@ -76,11 +72,44 @@ int main(int argc, char** argv) {
                  "and exec:COMMAND; speaks the exec protocol on stdin/stdout)\n";
     return 2;
   }
-  end_group_when_parent_dies();
-  if (exec_mode) return run_guarded(argv[2]);
-  // The protocol keeps the original stdout; whatever the plug-in prints goes to stderr instead.
-  const int protocol_out = ::dup(1);
-  ::dup2(2, 1);
-  const std::string path = argv[1];
-  return attncheck::serve([&] { return attncheck::detail::load_c_plugin(path, "plugin:" + path); }, 0, protocol_out);
+  // Whatever the worker's descendants orphan comes to this process, so the tree stays whole.
+  attncheck::detail::become_subreaper();
+  // SIGTERM, SIGINT, SIGHUP: end the tree and exit. No SA_RESTART, so the wait below returns at once.
+  struct sigaction stop {};
+  stop.sa_handler = [](int) { g_stop = 1; };
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &stop, nullptr);
+  ::signal(SIGPIPE, SIG_IGN);
+  const pid_t parent = ::getppid();
+  ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+  // The parent may have died before the line above: then no signal comes, and an orphan's parent changes.
+  if (::getppid() != parent || parent == 1) return 128 + SIGTERM;
+
+  const pid_t guard = ::getpid();
+  const pid_t worker = ::fork();
+  if (worker < 0) {
+    std::cerr << "attncheck-plugin-host: fork failed: " << std::strerror(errno) << "\n";
+    return 127;
+  }
+  if (worker == 0) run_worker(guard, exec_mode, argv[exec_mode ? 2 : 1]);
+  // The protocol socket belongs to the worker alone: when it exits, attncheck must see the end of the
+  // stream at once, not when this guard exits.
+  const int null = ::open("/dev/null", O_RDWR);
+  ::dup2(null, 0);
+  ::dup2(null, 1);
+  ::close(null);
+  int status = 0;
+  for (;;) {
+    if (g_stop) {
+      attncheck::detail::end_descendants();
+      return 128 + SIGTERM;
+    }
+    const pid_t r = ::waitpid(worker, &status, 0);
+    if (r == worker) break;
+    if (r < 0 && errno != EINTR) {
+      status = 127 << 8;
+      break;
+    }
+  }
+  attncheck::detail::end_descendants();  // what the worker left behind: setsid() children, daemons
+  exit_like(status);
 }

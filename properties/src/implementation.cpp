@@ -18,6 +18,7 @@ std::string_view kind_name(ImplementationError::Kind k) {
     case ImplementationError::Kind::wrong_size: return "wrong size";
     case ImplementationError::Kind::protocol: return "protocol error";
     case ImplementationError::Kind::nonfinite: return "non-finite output";
+    case ImplementationError::Kind::unavailable: return "not started";
   }
   return "error";
 }

@@ -68,6 +68,7 @@ class CountingImplementation final : public Implementation {
   const std::string& name() const override { return inner_.name(); }
   const std::string& description() const override { return inner_.description(); }
   const Capabilities& capabilities() const override { return inner_.capabilities(); }
+  std::string unavailable() const override { return inner_.unavailable(); }
   Outcome forward(const Problem& p) const override {
     ++calls_;  // counted before the call, so a call that throws counts too
     Outcome o = inner_.forward(p);
@@ -177,6 +178,14 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     return r;
   }
 
+  // An implementation given up on before this law (it could not be started): reported at once, no call made.
+  if (const std::string gone = impl.unavailable(); !gone.empty()) {
+    r.status = LawStatus::falsified;
+    r.violation = call_failure(std::string(kind_name(ImplementationError::Kind::unavailable)) + ": " + gone);
+    r.note = "not checked: the implementation could not be started";
+    return r;
+  }
+
   const rc::Gen<LawCase> gen = law.gen(g);
   const CountingImplementation counted(impl);
   // Shrinking state. Once a failure is clear (margin >= kClearMargin), a shrink that fails by less is not
@@ -199,8 +208,9 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   const auto shrink_budget_spent = [&] {
     return opts.max_shrink_timeouts > 0 && shrink_timeouts >= opts.max_shrink_timeouts;
   };
+  // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
   const auto property = [&] {
-    if (shrinking && shrink_budget_spent()) return;
+    if (shrinking && (shrink_budget_spent() || !counted.unavailable().empty())) return;
     LawCase c = *gen;
     for (const auto& t : c.tags) RC_TAG(t);
     const std::size_t n = drawn++;
@@ -262,6 +272,8 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     if (shrink_budget_spent())
       r.note = "shrinking stopped after " + std::to_string(shrink_timeouts) +
                " shrink candidates timed out (each costs a call timeout): a smaller case may hang too";
+    else if (!impl.unavailable().empty())
+      r.note = "shrinking stopped: the implementation could not be started again";
     if (t_last_failure) {
       r.minimal_case = t_last_failure->lcase;
       r.violation = t_last_failure->violation;

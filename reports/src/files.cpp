@@ -1,10 +1,12 @@
 // Files of a report: atomic writes, publishing a run without silently overwriting an earlier one, the
 // counterexample corpus, and reading a stored counterexample back.
 #include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <set>
@@ -71,28 +73,154 @@ void write_atomic(const fs::path& path, std::string_view content) {
   }
 }
 
-PublishResult publish(const fs::path& dir, const std::vector<ReportFile>& files, bool force) {
+namespace {
+
+// The lock every run takes on its report folder; it names the holder for the message a second run gets.
+constexpr const char* kLock = ".attncheck-lock";
+// The first line of a manifest names the implementation whose report the folder holds.
+constexpr std::string_view kImplementationLine = "#implementation ";
+// The corpus' default place is inside the report folder (<report-dir>/corpus): carried over by a swap.
+constexpr const char* kCorpusFolder = "corpus";
+
+struct Manifest {
+  bool present = false;
+  std::optional<std::string> implementation;  ///< absent in manifests of older attncheck versions
+  std::set<std::string> files;
+};
+
+Manifest read_manifest(const fs::path& dir) {
+  Manifest m;
+  const auto text = read_file(dir / kManifest);
+  if (!text) return m;
+  m.present = true;
+  std::istringstream lines(*text);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.starts_with(kImplementationLine)) m.implementation = line.substr(kImplementationLine.size());
+    else if (!line.empty() && line[0] != '#' && line.find('/') == std::string::npos) m.files.insert(line);
+  }
+  return m;
+}
+
+// "name.tmp-PID" left by write_atomic when a run was killed mid-write.
+bool is_temporary(const std::string& name) {
+  const auto at = name.rfind(".tmp-");
+  return !name.empty() && name[0] == '.' && at != std::string::npos && at + 5 < name.size() &&
+         std::all_of(name.begin() + long(at) + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+}
+
+// The sibling folder a swap builds the new report in: "<parent>/.<name>.staging-<pid>".
+std::string staging_prefix(const fs::path& dir) { return "." + dir.filename().string() + ".staging-"; }
+
+std::string lock_holder(int fd) {
+  char buf[512];
+  const ssize_t n = ::pread(fd, buf, sizeof buf - 1, 0);
+  std::string s = n > 0 ? std::string(buf, std::size_t(n)) : std::string();
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s.empty() ? "another attncheck run" : s;
+}
+
+// Opens and locks DIR/.attncheck-lock, writes who holds it. Throws FileError / ReportBusy.
+int take_lock(const fs::path& dir, const std::string& implementation) {
+  const fs::path path = dir / kLock;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw FileError("cannot use " + dir.string() + " as the report folder: cannot write into it (" +
+                    errno_text(errno) + ")");
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    const int e = errno;
+    const std::string holder = lock_holder(fd);
+    ::close(fd);
+    if (e == EWOULDBLOCK)
+      throw ReportBusy("the report folder " + dir.string() + " is in use by " + holder +
+                       "; wait for that run to end, or choose another --report-dir");
+    throw FileError("cannot lock the report folder " + dir.string() + ": " + errno_text(e));
+  }
+  const std::string who = "attncheck (pid " + std::to_string(::getpid()) + ", checking " + implementation + ")\n";
+  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size())) {
+    const int e = errno;
+    ::close(fd);
+    throw FileError("cannot write into the report folder " + dir.string() + ": " + errno_text(e));
+  }
+  return fd;
+}
+
+// Under the lock, what an interrupted run left: temporary files in the folder, and staging folders beside it
+// (a swap that did not finish). A staging folder may hold the only copy of the corpus, caught between the
+// exchange and its move back: that is moved into the folder first if the folder has none.
+void clean_leftovers(const fs::path& dir) {
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir))
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (is_temporary(e.path().filename().string())) fs::remove(e.path(), ec);
+  const std::string prefix = staging_prefix(dir);
+  for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
+    if (!e.path().filename().string().starts_with(prefix) || !e.is_directory()) continue;
+    const fs::path corpus = e.path() / kCorpusFolder;
+    if (fs::is_directory(corpus, ec) && !fs::exists(dir / kCorpusFolder, ec)) fs::rename(corpus, dir / kCorpusFolder, ec);
+    fs::remove_all(e.path(), ec);
+  }
+}
+
+std::string manifest_text(const std::string& implementation, const std::vector<ReportFile>& files) {
+  std::string listing = std::string(kImplementationLine) + implementation + "\n";
+  for (const auto& f : files) listing += f.name + "\n";
+  return listing;
+}
+
+}  // namespace
+
+ReportFolder::ReportFolder(fs::path dir, std::string implementation, bool force)
+    : implementation_(std::move(implementation)) {
+  std::error_code ec;
+  dir_ = fs::weakly_canonical(fs::absolute(dir), ec);
+  if (ec || dir_.filename().empty()) dir_ = fs::absolute(dir).lexically_normal();
+  if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
+    throw FileError("cannot use " + dir.string() + " as the report folder: it exists and is not a folder");
+  fs::create_directories(dir_, ec);
+  if (ec || !fs::is_directory(dir_))
     throw FileError("cannot use " + dir.string() + " as the report folder: " +
-                    (ec ? ec.message() : std::string("it exists and is not a folder")));
-
-  std::set<std::string> previous;
-  if (const auto manifest = read_file(dir / kManifest)) {
-    std::istringstream lines(*manifest);
-    for (std::string name; std::getline(lines, name);)
-      if (!name.empty() && name.find('/') == std::string::npos) previous.insert(name);
+                    (ec ? ec.message() : std::string("it is not a folder")));
+  lock_fd_ = take_lock(dir_, implementation_);
+  try {
+    // Writable, not only lockable: the lock file may be an old one in a folder made read-only since.
+    const fs::path probe = dir_ / (".attncheck-probe.tmp-" + std::to_string(::getpid()));
+    const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw FileError("cannot use " + dir.string() + " as the report folder: cannot write into it (" +
+                      errno_text(errno) + ")");
+    ::close(fd);
+    ::unlink(probe.c_str());
+    clean_leftovers(dir_);
+    // Another implementation's report is refused now, before any law runs (publish decides file by file).
+    const Manifest m = read_manifest(dir_);
+    if (!force && m.present && m.implementation != implementation_) {
+      bool any = false;
+      for (const auto& f : m.files) any = any || fs::exists(dir_ / f, ec);
+      if (any)
+        throw ReportExists(dir.string() + " already holds the report of " +
+                           (m.implementation ? *m.implementation : std::string("an earlier run")) +
+                           "; pass --force to replace it, or choose another --report-dir");
+    }
+  } catch (...) {
+    ::close(lock_fd_);
+    throw;
   }
+}
 
-  std::string listing;
+ReportFolder::~ReportFolder() {
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+PublishResult ReportFolder::publish(const std::vector<ReportFile>& files, bool force) {
+  const fs::path& dir = dir_;
+  std::error_code ec;
+  const Manifest previous = read_manifest(dir);
+  const bool same_implementation =
+      !implementation_.empty() && previous.present && previous.implementation == implementation_;
+
   std::set<std::string> names;
-  for (const auto& f : files) {
-    names.insert(f.name);
-    listing += f.name + "\n";
-  }
+  for (const auto& f : files) names.insert(f.name);
   std::vector<ReportFile> all = files;
-  all.push_back({kManifest, listing});
+  all.push_back({kManifest, manifest_text(implementation_, files)});
 
   PublishResult r;
   std::vector<std::string> changed;
@@ -103,16 +231,20 @@ PublishResult publish(const fs::path& dir, const std::vector<ReportFile>& files,
       if (f.name != kManifest) r.unchanged.push_back(f.name);
       continue;
     }
-    if (existing) changed.push_back(f.name);
+    if (existing && f.name != kManifest) changed.push_back(f.name);
     to_write.push_back(&f);
   }
   std::vector<std::string> stale;
-  for (const auto& name : previous)
+  for (const auto& name : previous.files)
     if (!names.count(name) && fs::exists(dir / name)) stale.push_back(name);
 
-  std::vector<std::string> conflicts = changed;
-  conflicts.erase(std::remove(conflicts.begin(), conflicts.end(), kManifest), conflicts.end());
-  for (const auto& s : stale) conflicts.push_back(s + " (stale)");
+  // This implementation's own earlier report is simply replaced; anything else needs --force: a file of
+  // another implementation's report, or one attncheck did not write (not in the manifest), that would change.
+  std::vector<std::string> conflicts;
+  for (const auto& c : changed)
+    if (!same_implementation || !previous.files.count(c)) conflicts.push_back(c);
+  if (!same_implementation)
+    for (const auto& s : stale) conflicts.push_back(s + " (stale)");
   if (!conflicts.empty() && !force) {
     std::string shown;
     for (std::size_t n = 0; n < conflicts.size() && n < 4; ++n) shown += (n ? ", " : "") + conflicts[n];
@@ -120,8 +252,47 @@ PublishResult publish(const fs::path& dir, const std::vector<ReportFile>& files,
     throw ReportExists(dir.string() + " already holds a different report from an earlier run (" + shown +
                        " would change); pass --force to replace it, or choose another --report-dir");
   }
+  if (to_write.empty() && stale.empty()) return r;
 
-  // summary.json last, so a reader who sees it sees the files it lists; the manifest after everything.
+  // The whole folder at once, when it holds nothing but attncheck's own files.
+  bool swappable = true;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string n = e.path().filename().string();
+    if (n == kManifest || n == kLock || previous.files.count(n) || names.count(n) || is_temporary(n)) continue;
+    if (n == kCorpusFolder && e.is_directory()) continue;
+    swappable = false;
+  }
+  if (swappable && !ec) {
+    const fs::path staging = dir.parent_path() / (staging_prefix(dir) + std::to_string(::getpid()));
+    fs::remove_all(staging, ec);
+    if (fs::create_directory(staging, ec) && !ec) {
+      int new_lock = -1;
+      try {
+        for (const auto& f : all) write_atomic(staging / f.name, f.content);
+        new_lock = take_lock(staging, implementation_);  // the folder's lock after the exchange
+      } catch (const FileError&) {
+        if (new_lock >= 0) ::close(new_lock);
+        new_lock = -1;
+      }
+      if (new_lock >= 0 &&
+          ::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+        // `staging` now holds the old report: keep its corpus, drop the rest.
+        if (fs::is_directory(staging / kCorpusFolder, ec)) fs::rename(staging / kCorpusFolder, dir / kCorpusFolder, ec);
+        ::close(lock_fd_);
+        lock_fd_ = new_lock;
+        fs::remove_all(staging, ec);
+        for (const ReportFile* f : to_write)
+          if (f->name != kManifest) r.written.push_back(f->name);
+        r.removed = stale;
+        r.swapped = true;
+        return r;
+      }
+      if (new_lock >= 0) ::close(new_lock);
+      fs::remove_all(staging, ec);  // no exchange here (an old kernel, a file system without it): file by file
+    }
+  }
+
+  // File by file: summary.json last, so a reader who sees it sees the files it lists; the manifest after all.
   std::stable_partition(to_write.begin(), to_write.end(),
                         [](const ReportFile* f) { return f->name != "summary.json" && f->name != kManifest; });
   for (const ReportFile* f : to_write) {
@@ -134,6 +305,11 @@ PublishResult publish(const fs::path& dir, const std::vector<ReportFile>& files,
     r.removed.push_back(name);
   }
   return r;
+}
+
+PublishResult publish(const fs::path& dir, const std::vector<ReportFile>& files, bool force) {
+  ReportFolder folder(dir, "", true);
+  return folder.publish(files, force);
 }
 
 std::string slug(std::string_view spec) {
@@ -223,6 +399,7 @@ StoredCounterexample counterexample_from_json(const Json& doc, const std::string
   s.seed = int_field(doc, "seed", std::uint64_t{0});
   s.cases_run = int_field(doc, "cases_run", 0);
   s.shrink_steps = int_field(doc, "shrink_steps", 0);
+  s.calls = int_field(doc, "calls", 0L);
   if (const Json* r = find(doc, "reproduce"); r && r->is_string()) s.reproduce = r->get<std::string>();
   if (const Json* g = find(doc, "generator")) {
     s.cases = int_field(*g, "cases", s.cases);

@@ -11,7 +11,7 @@ namespace attncheck::reports {
 namespace {
 
 [[noreturn]] void fail(std::string_view what, const std::string& expected, const Json& got) {
-  std::string shown = got.dump();
+  std::string shown = got.dump(-1, ' ', false, Json::error_handler_t::replace);
   if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
   throw FormatError(std::string(what) + ": expected " + expected + " but got " + shown);
 }
@@ -41,7 +41,7 @@ std::optional<Tensor<double>> optional_tensor(const Json& j, const char* key, st
 
 // Arrays on one line with ", " between elements, at any depth.
 std::string one_line(const Json& j) {
-  if (!j.is_array()) return j.dump();
+  if (!j.is_array()) return j.dump(-1, ' ', false, Json::error_handler_t::replace);
   std::string out = "[";
   for (std::size_t n = 0; n < j.size(); ++n) out += (n ? ", " : "") + one_line(j[n]);
   return out + "]";
@@ -56,7 +56,7 @@ void dump_into(const Json& j, int indent, std::string& out) {
     for (const auto& [key, value] : j.items()) {
       if (!first) out += ",\n";
       first = false;
-      out += pad + Json(key).dump() + ": ";
+      out += pad + Json(key).dump(-1, ' ', false, Json::error_handler_t::replace) + ": ";
       dump_into(value, indent + 2, out);
     }
     out += "\n" + std::string(static_cast<std::size_t>(indent), ' ') + "}";
@@ -67,7 +67,7 @@ void dump_into(const Json& j, int indent, std::string& out) {
     if (!all_plain) {
       bool nested_plain = true;
       for (const auto& e : j) nested_plain = nested_plain && e.is_array();
-      if (nested_plain && j.dump().size() <= 80) all_plain = true;
+      if (nested_plain && j.dump(-1, ' ', false, Json::error_handler_t::replace).size() <= 80) all_plain = true;
     }
     if (all_plain) {
       out += one_line(j);
@@ -81,7 +81,7 @@ void dump_into(const Json& j, int indent, std::string& out) {
     }
     out += "\n" + std::string(static_cast<std::size_t>(indent), ' ') + "]";
   } else {
-    out += j.dump();
+    out += j.dump(-1, ' ', false, Json::error_handler_t::replace);
   }
 }
 
@@ -307,7 +307,7 @@ std::string dump_pretty(const Json& j) {
 
 std::string case_hash(const LawCase& c) {
   std::uint64_t h = 14695981039346656037ull;  // FNV-1a 64 offset basis
-  for (const unsigned char ch : to_json(c).dump()) {
+  for (const unsigned char ch : to_json(c).dump(-1, ' ', false, Json::error_handler_t::replace)) {
     h ^= ch;
     h *= 1099511628211ull;  // FNV-1a 64 prime
   }

@@ -17,7 +17,8 @@ using attncheck::testing::TempDir;
 std::set<std::string> files_under(const fs::path& root) {
   std::set<std::string> out;
   for (const auto& e : fs::recursive_directory_iterator(root))
-    if (e.is_regular_file()) out.insert(fs::relative(e.path(), root).generic_string());
+    if (e.is_regular_file() && e.path().filename() != ".attncheck-lock")  // the run's lock, not a report
+      out.insert(fs::relative(e.path(), root).generic_string());
   out.erase("README.md");  // the folder's own note, not generated
   return out;
 }

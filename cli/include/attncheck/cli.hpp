@@ -39,6 +39,10 @@ struct Registry {
   std::function<ImplementationPtr(const std::string& spec, const LoadOptions& opts)> load_external;
 };
 
+/// For main(): nothing a plug-in or exec: client starts outlives the program (attncheck::guard_process_tree,
+/// when this build has the harness).
+void guard_processes();
+
 /// This build's registry: laws(), the reference, the mutant zoo, and the plug-in harness.
 Registry default_registry();
 

@@ -13,13 +13,26 @@ namespace attncheck {
 
 /// The default per-call timeout: $ATTNCHECK_CALL_TIMEOUT (seconds) when set to a positive number, else 10.
 double default_call_timeout();
+/// Seconds a process may take to start (its handshake): $ATTNCHECK_CALL_TIMEOUT when set, as for any call;
+/// else 60, since importing a framework such as torch takes seconds, more than the default call timeout.
+double default_startup_timeout();
 
 /// How plug-ins are run.
 struct HarnessOptions {
   double call_timeout_s = default_call_timeout();  ///< per call; a hang becomes ImplementationError(timeout)
+  /// How long a (re)started process may take to finish its handshake: default_startup_timeout(), or the
+  /// call timeout when one is given (--timeout): start-up is a call like any other.
+  double startup_timeout_s = default_startup_timeout();
   bool isolate = true;                             ///< run shared-library plug-ins in a separate process (default)
   bool probe_weights = true;  ///< recover the weights of a plug-in that returns none by one-hot probing
 };
+
+/// For a program that starts plug-ins (attncheck, attncheck-law, a runner of attncheck_add_laws): makes the
+/// process a subreaper, so that whatever a plug-in's processes orphan (setsid() or not) is re-parented to it,
+/// and ends every descendant when the process exits or is stopped by SIGINT, SIGTERM or SIGHUP (then dies of
+/// that signal as it would have). Call once, first thing in main. A SIGKILL cannot be caught: then each plug-in
+/// host ends its own tree on its parent-death signal.
+void guard_process_tree();
 
 /// Resolves "plugin:PATH.so" or "exec:COMMAND" to an Implementation. Throws SpecError.
 ImplementationPtr load_implementation(const std::string& spec, const HarnessOptions& opts = {});

@@ -12,6 +12,7 @@
 
 #include "attncheck/attention.hpp"
 #include "attncheck/backward.hpp"
+#include "attncheck/format.hpp"
 
 namespace attncheck {
 
@@ -96,8 +97,10 @@ struct Capabilities {
 /// caused it), not an internal error.
 class ImplementationError : public std::runtime_error {
  public:
-  enum class Kind { error_status, crash, timeout, wrong_size, protocol, nonfinite };
-  ImplementationError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
+  enum class Kind { error_status, crash, timeout, wrong_size, protocol, nonfinite, unavailable };
+  /// The message may quote what the implementation wrote (its messages, its stderr): kept as printable_text.
+  ImplementationError(Kind kind, const std::string& message)
+      : std::runtime_error(printable_text(message)), kind_(kind) {}
   Kind kind() const { return kind_; }
 
  private:
@@ -121,6 +124,10 @@ class Implementation {
   /// The backward pass: dQ, dK, dV of attention on `p` for the upstream gradient `*p.d_output`. Only called
   /// when capabilities().backward; the default throws ImplementationError(error_status).
   virtual Gradients backward(const Problem& p) const;
+  /// Empty while calls can be made; otherwise why none can any more (an out-of-process implementation that
+  /// could not be started several times in a row), and every call fails at once with that message. The
+  /// runner then reports the laws left without calling, and stops shrinking.
+  virtual std::string unavailable() const { return {}; }
 };
 
 using ImplementationPtr = std::shared_ptr<const Implementation>;

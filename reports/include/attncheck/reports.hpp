@@ -123,12 +123,47 @@ void write_atomic(const std::filesystem::path& path, std::string_view content);
 /// What publish() did.
 struct PublishResult {
   std::vector<std::string> written, unchanged, removed;
+  bool swapped = false;  ///< the folder was replaced as a whole (see ReportFolder::publish)
 };
 
-/// Writes `files` into `dir` (created if missing). A file already there with the same bytes is left alone.
-/// If any file would change, or an earlier run's report file (listed in its summary.json) would be left
-/// stale, nothing is written and ReportExists is thrown, unless `force`: then changed files are replaced and
-/// stale ones removed. summary.json is written last. Other files in `dir` are never touched.
+/// Another run holds the report folder (it is checking an implementation into it right now).
+class ReportBusy : public FileError {
+ public:
+  using FileError::FileError;
+};
+
+/// One run's hold on its report folder, taken before the first law runs: the folder is created if missing
+/// and must be a writable folder; an exclusive lock (flock on DIR/.attncheck-lock, which names the holder)
+/// keeps a second run out at once; leftovers of an interrupted run (temporary files, a half-published
+/// folder) are cleaned up; and a folder that holds another implementation's report is refused now, not
+/// after every law ran. Released when destroyed.
+class ReportFolder {
+ public:
+  /// Throws FileError (not a folder, not writable), ReportBusy, and ReportExists unless `force`.
+  ReportFolder(std::filesystem::path dir, std::string implementation, bool force);
+  ~ReportFolder();
+  ReportFolder(const ReportFolder&) = delete;
+  ReportFolder& operator=(const ReportFolder&) = delete;
+
+  const std::filesystem::path& dir() const { return dir_; }
+
+  /// Writes `files` as the folder's report. Nothing changes when every file is already there with the same
+  /// bytes. A report this implementation wrote before is replaced; if a file would change that an earlier
+  /// run of another implementation wrote (or that attncheck did not write), or one of its files would be left
+  /// stale, nothing is written and ReportExists is thrown, unless `force`. The folder is replaced as a whole
+  /// (the new files beside it, then one atomic exchange, Linux renameat2), so a reader sees the old report
+  /// or the new one, never files of two runs; where that cannot be done (the folder holds files attncheck
+  /// did not write, or its parent is not writable) the files are replaced one by one, summary.json last.
+  PublishResult publish(const std::vector<ReportFile>& files, bool force);
+
+ private:
+  std::filesystem::path dir_;
+  std::string implementation_;
+  int lock_fd_ = -1;
+};
+
+/// publish() through a ReportFolder taken for this call alone, for an unnamed implementation (so any earlier
+/// report counts as another's).
 PublishResult publish(const std::filesystem::path& dir, const std::vector<ReportFile>& files, bool force);
 
 /// "mutant:mask-zero" -> "mutant-mask-zero": a file-name-safe form of an implementation spec.
@@ -161,6 +196,7 @@ struct StoredCounterexample {
   GenConfig gen;
   std::string reproduce;  ///< empty when the failure did not come from RapidCheck generation
   int cases_run = 0, shrink_steps = 0;  ///< how it was found
+  long calls = 0;                       ///< calls to the implementation it took, as recorded
   LawCase lcase;
   std::optional<Violation> violation;  ///< as recorded
 };

@@ -7,7 +7,8 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${1:-30}
 
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz -j"$(nproc)" --target fuzz_protocol_parent fuzz_protocol_child fuzz_counterexample fuzz_corpus
+cmake --build --preset fuzz -j"$(nproc)" --target fuzz_protocol_parent fuzz_protocol_child fuzz_counterexample fuzz_corpus \
+  fuzz_report_writers
 
 findings=build/fuzz/findings
 mkdir -p "$findings"
@@ -32,7 +33,7 @@ fuzz_one() {
 status=0
 running=0
 for pair in fuzz_protocol_parent:protocol_parent fuzz_protocol_child:protocol_child \
-            fuzz_counterexample:counterexample fuzz_corpus:counterexample; do
+            fuzz_counterexample:counterexample fuzz_corpus:counterexample fuzz_report_writers:report_writers; do
   fuzz_one "${pair%%:*}" "fuzz/corpus/${pair#*:}" &
   running=$((running + 1))
   if [ "$running" -ge "$(nproc)" ]; then

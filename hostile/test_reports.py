@@ -47,6 +47,8 @@ def test_another_implementations_report_is_refused_before_any_law_runs(tmp_path,
     assert "row-stochastic" not in r.out, r  # no law ran
     assert run(["check", "--impl", "reference", "--report-dir", tmp_path / "r", "--cases", "5", "--force"],
                tmp_path).rc == 0
+    assert (tmp_path / "r" / "corpus" / "mutant-mask-zero").is_dir()  # the corpus inside is carried over
+    assert not (tmp_path / "r" / "zero-future-weight.json").exists()  # the old report's files are gone
 
 
 def test_a_file_in_place_of_the_report_folder_is_refused_before_any_law_runs(tmp_path, marker):

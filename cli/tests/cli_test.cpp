@@ -538,7 +538,7 @@ TEST(BadData, aStoredCaseOutsideTheImplementationsCapabilitiesIsRefusedNotCalled
   doc["case"] = reports::to_json(c);
   const std::string file = write_doc(tmp, "gqa.json", doc);
   expect_usage(reg, {"check", "--replay", file},
-               {file, "grouped-query attention (1 kv heads for 2 query heads)", "key padding", "a window (1)",
+               {file, "grouped-query attention (1 kv head for 2 query heads)", "key padding", "a window (1)",
                 "control:plain does not declare", "no grouped-query attention"});
   EXPECT_EQ(calls, 0);
 

@@ -29,7 +29,8 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
     needs.push_back("T = " + std::to_string(std::max(q.T, T_k)) + " (above its max_T " + std::to_string(caps.max_T) +
                     ")");
   if (p.kv_heads() != q.H && !caps.gqa)
-    needs.push_back("grouped-query attention (" + std::to_string(p.kv_heads()) + " kv heads for " +
+    needs.push_back("grouped-query attention (" + std::to_string(p.kv_heads()) +
+                    (p.kv_heads() == 1 ? " kv head for " : " kv heads for ") +
                     std::to_string(q.H) + " query heads)");
   if (!p.key_lengths.empty() && !caps.key_padding) needs.push_back("key padding (key lengths)");
   if (p.window && !caps.window) needs.push_back("a window (" + std::to_string(*p.window) + ")");

@@ -98,8 +98,9 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "where reports go (default: attncheck-reports/<impl>, e.g. attncheck-reports/mutant-mask-zero)");
   check->add_option("--format", o.format, "which reports to write: any of md,json,junit,html")->capture_default_str();
   check->add_option("--replay", o.replay,
-                    "re-check exactly the case stored in a LAW.json report or a corpus entry (--impl defaults to the "
-                    "one recorded)");
+                    "re-check exactly the case stored in a LAW.json report or a corpus entry, under its recorded bounds "
+                    "(--impl defaults to the one recorded when it is built in; a recorded plugin: or exec: must be "
+                    "named with --impl)");
   check->add_option("--reproduce", o.reproduce,
                     "a RapidCheck reproduce string from a report: regenerates that case (needs one --property and the "
                     "report's --dtype/--max-*)");

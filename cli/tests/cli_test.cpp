@@ -414,7 +414,8 @@ TEST(BadFlags, garbageReproduceStringsAreUsageErrors) {
 // An exception while a case is generated (std::bad_alloc for a shape that cannot be held) is attncheck's
 // failure: exit 3 with the message, never "1 of 1 laws falsified".
 TEST(ExitCodes, anExceptionWhileGeneratingIsAnInternalErrorNotAFalsifiedLaw) {
-  for (const bool bad_alloc : {true, false}) {
+  for (const bool bad_alloc : {true, false})
+  for (const char* jobs : {"1", "2"}) {  // serial, and drawn on one thread for two workers
     Law broken = toy_law();
     broken.gen = [bad_alloc](const GenConfig&) {
       return rc::gen::map(rc::gen::inRange(0, 100), [bad_alloc](int) -> LawCase {
@@ -425,8 +426,8 @@ TEST(ExitCodes, anExceptionWhileGeneratingIsAnInternalErrorNotAFalsifiedLaw) {
     Registry reg = toy_registry();
     reg.laws = {broken};
     TempDir tmp;
-    const Result r = attncheck(reg, {"check", "--impl", "reference", "--cases", "3", "--no-corpus", "--report-dir",
-                                     (tmp.path() / "r").string()});
+    const Result r = attncheck(reg, {"check", "--impl", "reference", "--cases", "3", "--jobs", jobs, "--no-corpus",
+                                     "--report-dir", (tmp.path() / "r").string()});
     EXPECT_EQ(r.code, kInternal) << r.out << r.err;
     EXPECT_TRUE(contains(r.err, "internal error: generating a case of toy-below-90")) << r.err;
     EXPECT_TRUE(contains(r.err, bad_alloc ? "out of memory" : "vector::_M_default_append")) << r.err;

@@ -397,8 +397,20 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     if (!why_not_applicable(law, impl, g).empty()) continue;  // run_law says so below, without a case
     const rc::Gen<LawCase> gen = law.gen(g);
     std::size_t n = 0;
+    bool gen_error = false;  // attncheck's own: the law is re-run alone below, where it becomes an internal error
     const auto property = [&] {
-      LawCase c = *gen;
+      if (gen_error) return;  // no shrinking of attncheck's own failure
+      LawCase c;
+      try {
+        c = *gen;
+      } catch (const rc::detail::CaseResult&) {
+        throw;
+      } catch (const rc::GenerationFailure&) {
+        throw;
+      } catch (...) {
+        gen_error = true;
+        throw;
+      }
       for (const auto& t : c.tags) RC_TAG(t);
       std::unique_lock lock(mu);
       space.wait(lock, [&] { return queue.size() < 2 * std::size_t(jobs); });

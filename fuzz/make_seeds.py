@@ -104,5 +104,42 @@ def main():
         # A report and a corpus entry are the same document: fuzz_counterexample and fuzz_corpus share these.
         write("counterexample", name, doc)
 
+    # One seed per refusal of issue 20: each is bad data the command must refuse with exit 2 (the reader, the
+    # reproduce-string decode, the capability and bounds checks), never exit 3 or a verdict.
+    import json
+    base_path = os.path.join(ROOT, "reports/examples/mutant-mask-zero/zero-future-weight.json")
+    if os.path.exists(base_path):
+        with open(base_path) as f:
+            base = json.load(f)
+
+        def spoil(name, change):
+            doc = json.loads(json.dumps(base))
+            change(doc)
+            write("counterexample", "refuse_" + name + ".json", json.dumps(doc, indent=1).encode())
+
+        spoil("reproduce_garbage", lambda d: d.update(reproduce="!!!"))
+        spoil("reproduce_base64_length", lambda d: d.update(reproduce="ABC"))
+        spoil("reproduce_huge_length", lambda d: d.update(reproduce="B" + "/" * 20))
+        spoil("exec_implementation", lambda d: d.update(implementation="exec:touch /tmp/attncheck-pwned; true"))
+        spoil("plugin_implementation", lambda d: d.update(implementation="plugin:/tmp/attncheck-evil.so"))
+        spoil("max_T_tail_2_40", lambda d: d["generator"].update(max_T_tail=2 ** 40))
+        spoil("max_B_2_31", lambda d: d["generator"].update(max_B=2 ** 31 - 1))
+        spoil("max_H_negative", lambda d: d["generator"].update(max_H=-1))
+        spoil("max_size_huge", lambda d: d["generator"].update(max_size=2 ** 63))
+        spoil("shape_huge", lambda d: d["generator"].update(shape=[100000, 100000, 1, 1, 1]))
+        spoil("seed_negative", lambda d: d.update(seed=-1))
+        for name, scale in (("nan", "nan"), ("inf", "inf"), ("zero", 0), ("negative", -1)):
+            spoil("scale_" + name, lambda d, scale=scale: d["case"]["problem"].update(scale=scale))
+        # A grouped-query case with key lengths and a window: outside most implementations' capabilities.
+        def gqa(d):
+            p = d["case"]["problem"]
+            p["q"] = {"shape": [1, 2, 2, 1], "values": [[[[1], [2]], [[3], [4]]]]}
+            for t in ("k", "v"):
+                p[t] = {"shape": [1, 1, 2, 1], "values": [[[[1], [0]]]]}
+            p["key_lengths"], p["window"] = [1], 0
+            d["case"]["variant"] = None
+        spoil("gqa_padding_window", gqa)
+
+
 if __name__ == "__main__":
     main()

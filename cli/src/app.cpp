@@ -1,6 +1,11 @@
 // The command line: CLI11 parses `attncheck demo | list | check`, and every error becomes one exit code
 // with a message that says what was expected.
 #include <CLI/CLI.hpp>
+#include <cctype>
+#include <cerrno>
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <ostream>
 
 #include "attncheck/cli.hpp"
@@ -9,6 +14,42 @@
 #include "demo.hpp"
 
 namespace attncheck::cli {
+namespace {
+
+// --seed: an unsigned 64-bit integer, written in decimal. CLI11 would read "-1" and 2^64 as 2^64 - 1.
+CLI::Validator seed_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        std::uint64_t value = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data(), end, value);
+        if (text.empty() || ec != std::errc() || ptr != end)
+          return "expected an integer from 0 to 18446744073709551615 but got " + text;
+        return "";
+      },
+      "UINT64");
+}
+
+// --timeout: seconds, positive and finite. CLI::PositiveNumber lets NaN through, and CLI::Range on a double
+// prints its bound with 309 digits.
+constexpr double kMaxTimeout = 1e6;
+CLI::Validator timeout_check() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const auto bad = [&] {
+          return "expected a number of seconds above 0 and at most 1000000 but got " + text;
+        };
+        if (text.empty() || std::isspace(static_cast<unsigned char>(text.front()))) return bad();
+        char* end = nullptr;
+        errno = 0;
+        const double s = std::strtod(text.c_str(), &end);
+        if (*end != '\0' || errno == ERANGE || !std::isfinite(s) || !(s > 0) || s > kMaxTimeout) return bad();
+        return "";
+      },
+      "SECONDS");
+}
+
+}  // namespace
 
 int run(int argc, const char* const* argv, const Registry& registry, std::ostream& out, std::ostream& err,
         bool err_is_terminal) {
@@ -25,23 +66,29 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--impl", o.impl,
                     "what to check: reference, mutant:NAME, control:NAME (see `attncheck list`), plugin:PATH.so or "
                     "exec:COMMAND");
-  check->add_option("--cases", o.cases, "cases per law")->check(CLI::Range(1, 10'000'000))->capture_default_str();
-  check->add_option("--seed", o.seed, "RapidCheck seed; the same seed checks the same cases")->capture_default_str();
-  check->add_option("--max-B", o.max_B, "largest batch")->check(CLI::Range(1, 1 << 16))->capture_default_str();
-  check->add_option("--max-H", o.max_H, "largest number of heads")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--cases", o.cases, "cases per law")->check(CLI::Range(1, kMaxCases))->capture_default_str();
+  check->add_option("--seed", o.seed, "RapidCheck seed; the same seed checks the same cases")
+      ->check(seed_check())
+      ->capture_default_str();
+  check->add_option("--max-B", o.max_B, "largest batch")->check(CLI::Range(Index{1}, kMaxExtent))->capture_default_str();
+  check->add_option("--max-H", o.max_H, "largest number of heads")
+      ->check(CLI::Range(Index{1}, kMaxExtent))
+      ->capture_default_str();
   check->add_option("--max-Hkv", o.max_H_kv,
                     "most kv heads K and V may have, for implementations that declare grouped-query attention "
                     "(1: multi-query throughout; default: up to H)")
-      ->check(CLI::Range(1, 1 << 16));
+      ->check(CLI::Range(Index{1}, kMaxExtent));
   check->add_option("--max-T", o.max_T, "largest sequence length (most cases stay at T <= 64)")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(CLI::Range(Index{1}, kMaxSeqLen))
       ->capture_default_str();
   check->add_option("--min-T", o.min_T, "smallest sequence length (queries and keys)")
-      ->check(CLI::Range(1, 1 << 20))
+      ->check(CLI::Range(Index{1}, kMaxSeqLen))
       ->capture_default_str();
   check->add_option("--shape", o.shape,
                     "pin every case to one shape B,H,T_q,T_k,D (e.g. 1,8,4096,4096,64); values still vary and shrink");
-  check->add_option("--max-D", o.max_D, "largest head dimension")->check(CLI::Range(1, 1 << 16))->capture_default_str();
+  check->add_option("--max-D", o.max_D, "largest head dimension")
+      ->check(CLI::Range(Index{1}, kMaxExtent))
+      ->capture_default_str();
   check->add_option("--dtype", o.dtype, "element type the implementation is called with")
       ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}))
       ->capture_default_str();
@@ -51,8 +98,9 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "where reports go (default: attncheck-reports/<impl>, e.g. attncheck-reports/mutant-mask-zero)");
   check->add_option("--format", o.format, "which reports to write: any of md,json,junit,html")->capture_default_str();
   check->add_option("--replay", o.replay,
-                    "re-check exactly the case stored in a LAW.json report or a corpus entry (--impl defaults to the "
-                    "one recorded)");
+                    "re-check exactly the case stored in a LAW.json report or a corpus entry, under its recorded bounds "
+                    "(--impl defaults to the one recorded when it is built in; a recorded plugin: or exec: must be "
+                    "named with --impl)");
   check->add_option("--reproduce", o.reproduce,
                     "a RapidCheck reproduce string from a report: regenerates that case (needs one --property and the "
                     "report's --dtype/--max-*)");
@@ -70,7 +118,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "seconds a plugin: or exec: call may take before it counts as a hang (default: "
                     "$ATTNCHECK_CALL_TIMEOUT, else 10); after the first hang, later calls get 4 x the slowest "
                     "answer so far, at least 1 s")
-      ->check(CLI::PositiveNumber);
+      ->check(timeout_check());
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
 
   try {
@@ -83,8 +131,24 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   o.given = {.cases = check->count("--cases") > 0,
              .max_B = check->count("--max-B") > 0,
              .max_H = check->count("--max-H") > 0,
-             .max_D = check->count("--max-D") > 0};
+             .max_D = check->count("--max-D") > 0,
+             .max_T = check->count("--max-T") > 0,
+             .min_T = check->count("--min-T") > 0,
+             .max_H_kv = check->count("--max-Hkv") > 0};
   try {
+    if (*check && check->count("--replay") > 0) {
+      // --replay re-checks the stored case under the bounds recorded with it: every flag that picks laws,
+      // cases or bounds, or writes reports, would be ignored, so it is refused rather than dropped silently.
+      std::string ignored;
+      for (const char* flag : {"--property", "--reproduce", "--shape", "--cases", "--seed", "--max-B", "--max-H",
+                               "--max-Hkv", "--max-T", "--min-T", "--max-D", "--dtype", "--jobs", "--report-dir",
+                               "--format", "--corpus", "--no-corpus", "--force"})
+        if (check->count(flag) > 0) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
+      if (!ignored.empty())
+        throw UsageError("--replay re-checks exactly the case stored in " + o.replay +
+                         " with the dtype and bounds recorded there and writes no report; it takes only --impl, "
+                         "--timeout and --progress, but got " + ignored + " as well (drop them, or run without --replay)");
+    }
     if (*demo) return run_demo(out);
     if (*list) return run_list(registry, out);
     if (*check) return run_check(o, registry, out, err, err_is_terminal);

@@ -7,7 +7,10 @@
 #include <cstdio>
 #include <filesystem>
 #include <ostream>
+#include <string_view>
 #include <thread>
+
+#include <unistd.h>
 
 #include "attncheck/reports.hpp"
 #include "progress.hpp"
@@ -73,7 +76,82 @@ std::array<Index, 5> parse_shape(const std::string& text) {
     pos = end + 1;
   }
   if (n != 5) throw bad();
+  // The ranges of --max-B, --max-H, --max-T and --max-D.
+  static const char* const names[] = {"B", "H", "T_q", "T_k", "D"};
+  for (std::size_t i = 0; i < 5; ++i) {
+    const Index hi = i == 2 || i == 3 ? kMaxSeqLen : kMaxExtent;
+    if (shape[i] > hi)
+      throw UsageError("--shape " + text + ": " + names[i] + " = " + std::to_string(shape[i]) +
+                       " is above the largest accepted, " + std::to_string(hi) + " (as --max-" +
+                       (i == 2 || i == 3 ? "T" : names[i]) + ")");
+  }
   return shape;
+}
+
+// Quotes `s` for a POSIX shell when it holds anything beyond plain word characters.
+std::string shell_quote(std::string_view s) {
+  const bool plain = !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "0123456789_./:=,+-@%") == std::string_view::npos;
+  if (plain) return std::string(s);
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+
+// Refuses bounds whose largest case cannot be held in this machine's memory, before a law runs: otherwise
+// the first such case ends the run in std::bad_alloc (or the kernel's OOM killer). The estimate is a floor:
+// q and the output [B,H,T_q,D], k and v [B,H,T_k,D] (a case may draw H_kv = H), as doubles, once. A law's
+// second problem, the dtype's copies, the oracle and a materialised case's [T_q,T_k] weights come on top.
+void check_fits_in_memory(const GenConfig& g, const Capabilities& caps, const std::string& what) {
+  double B, H, T_q, T_k, D;
+  if (g.shape) {
+    B = double((*g.shape)[0]), H = double((*g.shape)[1]), T_q = double((*g.shape)[2]), T_k = double((*g.shape)[3]),
+    D = double((*g.shape)[4]);
+  } else {
+    const double T = double(std::min<Index>(std::max(g.max_T, g.max_T_tail), caps.max_T > 0 ? caps.max_T : kMaxSeqLen));
+    B = double(g.max_B), H = double(g.max_H), T_q = T, T_k = T, D = double(g.max_D);
+  }
+  const double need = 8.0 * (2 * B * H * T_q * D + 2 * B * H * T_k * D);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  if (pages <= 0 || page <= 0) return;  // unknown: let the run try
+  const double have = double(pages) * double(page);
+  if (need <= have) return;
+  char shape[160];
+  std::snprintf(shape, sizeof shape, "B=%.0f H=%.0f T_q=%.0f T_k=%.0f D=%.0f", B, H, T_q, T_k, D);
+  throw UsageError(what + ": " + (g.shape ? "every case has the shape " : "the largest case these bounds allow has ") +
+                   shape + ", which needs at least " + gib(need) +
+                   " (q, k, v and the output as doubles, before any copy), but this machine has " + gib(have) +
+                   " of memory; choose a smaller " + (g.shape ? "--shape" : "--max-B, --max-H, --max-T or --max-D"));
+}
+
+// Why the stored case `s` cannot be replayed on `impl` ("" when it can): a capability the case needs and the
+// implementation does not declare, or a law that does not apply to it. The generators never draw such a
+// call; calling it anyway would blame the implementation for attncheck's choice.
+std::string replay_refusal(const Law& law, const Implementation& impl, const reports::StoredCounterexample& s) {
+  const Capabilities& caps = impl.capabilities();
+  std::vector<std::string> needs = needs_outside(s.lcase.problem, caps);
+  if (s.lcase.variant)
+    for (std::string& n : needs_outside(*s.lcase.variant, caps))
+      if (std::find(needs.begin(), needs.end(), n) == needs.end()) needs.push_back(std::move(n));
+  if (!needs.empty()) {
+    std::string list;
+    for (const std::string& n : needs) list += (list.empty() ? "" : ", ") + n;
+    return "the stored case needs " + list + ", which " + impl.name() + " does not declare (it declares " +
+           describe_capabilities(caps) + ")";
+  }
+  GenConfig g = s.gen;
+  g.dtype = s.dtype;
+  g.caps = caps;
+  if (law.not_applicable)
+    if (const std::string why = law.not_applicable(g); !why.empty())
+      return "the law " + law.name + " does not apply to " + impl.name() + ": " + why;
+  return "";
 }
 
 // The counterexample's geometry on one line: "B=1 H=1 T_q=1 T_k=17 D=1 (bottom-right)".
@@ -103,6 +181,17 @@ std::optional<reports::LawReport> replay_corpus(const Law& law, const Implementa
     try {
       const reports::StoredCounterexample s = reports::read_counterexample(file);
       if (s.law != law.name || s.dtype != gen.dtype) continue;
+      if (!s.reproduce.empty()) {
+        try {
+          check_reproduce_string(s.reproduce, law.name);
+        } catch (const std::invalid_argument& e) {
+          throw reports::FormatError(std::string("\"reproduce\": ") + e.what());
+        }
+      }
+      if (const std::string why = replay_refusal(law, impl, s); !why.empty()) {
+        err << "attncheck: warning: skipping corpus entry " << file.string() << ": " << why << "\n";
+        continue;
+      }
       auto v = evaluate_case(law, impl, s.lcase);
       if (!v) continue;
       reports::LawReport r;
@@ -176,7 +265,24 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
     throw UsageError("--replay: " + o.replay + " is a counterexample to the law \"" + s.law +
                      "\", which this build does not have (`attncheck list` shows the laws)");
   const Law& law = *it;
+  // A data file never starts a program: a counterexample from a CI artifact or a colleague names its
+  // implementation, but only the command line may run a plug-in or a command.
+  if (o.impl.empty() && (s.implementation.starts_with("exec:") || s.implementation.starts_with("plugin:")))
+    throw UsageError("--replay: " + o.replay + " was recorded for " + s.implementation +
+                     ", which attncheck does not start because a file names it; to replay the case on it, name it "
+                     "on the command line: attncheck check --impl " + shell_quote(s.implementation) + " --replay " +
+                     shell_quote(o.replay));
+  if (!s.reproduce.empty()) {
+    try {
+      check_reproduce_string(s.reproduce, law.name);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError("--replay: " + o.replay + ": \"reproduce\": " + e.what());
+    }
+  }
   const ImplementationPtr impl = resolve_implementation(o.impl.empty() ? s.implementation : o.impl, reg, {.call_timeout_s = o.timeout});
+  if (const std::string why = replay_refusal(law, *impl, s); !why.empty())
+    throw UsageError("--replay: " + o.replay + ": " + why);
+  if (!s.reproduce.empty()) check_fits_in_memory(s.gen, impl->capabilities(), "--replay: " + o.replay + ": \"generator\"");
   const Shape& q = s.lcase.problem.q.shape();
   out << "replaying " << law.name << " on " << impl->name() << " with the case stored in " << o.replay << " ("
       << dtype_name(s.lcase.problem.dtype) << ", B=" << q.B << " H=" << q.H << " T=" << q.T << " D=" << q.D << ")\n";
@@ -244,6 +350,13 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (!o.reproduce.empty() && o.properties.size() != 1)
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
   const std::vector<const Law*> selected = select_laws(o, reg);
+  if (!o.reproduce.empty()) {
+    try {
+      check_reproduce_string(o.reproduce, selected.front()->name);
+    } catch (const std::invalid_argument& e) {
+      throw UsageError(std::string("--reproduce: ") + e.what());
+    }
+  }
   const ImplementationPtr impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
   if (!impl->capabilities().supports(dtype)) {
     std::string accepted;
@@ -290,6 +403,26 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
                      std::to_string(o.min_T));
   run.gen.min_T = o.min_T;
   if (!o.shape.empty()) run.gen.shape = parse_shape(o.shape);
+  // Contradictions: a bound given on the command line that the pinned shape breaks, or more kv heads than heads.
+  if (run.gen.shape) {
+    const auto& sh = *run.gen.shape;
+    const auto clash = [&](bool given, const char* flag, Index bound, const char* axis, Index x, bool above) {
+      if (given && (above ? x > bound : x < bound))
+        throw UsageError("--shape " + o.shape + " has " + axis + " = " + std::to_string(x) + (above ? " above " : " below ") +
+                         flag + " " + std::to_string(bound) + "; give one of them, or make them agree");
+    };
+    clash(o.given.max_B, "--max-B", o.max_B, "B", sh[0], true);
+    clash(o.given.max_H, "--max-H", o.max_H, "H", sh[1], true);
+    clash(o.given.max_T, "--max-T", o.max_T, "T_q", sh[2], true);
+    clash(o.given.max_T, "--max-T", o.max_T, "T_k", sh[3], true);
+    clash(o.given.min_T, "--min-T", o.min_T, "T_q", sh[2], false);
+    clash(o.given.min_T, "--min-T", o.min_T, "T_k", sh[3], false);
+    clash(o.given.max_D, "--max-D", o.max_D, "D", sh[4], true);
+  }
+  if (o.given.max_H_kv && o.given.max_H && o.max_H_kv > o.max_H)
+    throw UsageError("--max-Hkv " + std::to_string(o.max_H_kv) + " is above --max-H " + std::to_string(o.max_H) +
+                     "; K and V have at most as many heads as Q");
+  check_fits_in_memory(run.gen, impl->capabilities(), run.gen.shape ? "--shape " + o.shape : std::string("the bounds"));
 
   const std::string slug = reports::slug(run.implementation);
   const fs::path report_dir = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / slug : fs::path(o.report_dir);

@@ -38,7 +38,7 @@ struct CheckOptions {
   int jobs = 0;            ///< laws checked at once; 0: one per core
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
   struct Given {
-    bool cases = false, max_B = false, max_H = false, max_D = false;
+    bool cases = false, max_B = false, max_H = false, max_D = false, max_T = false, min_T = false, max_H_kv = false;
   } given;
 };
 

@@ -3,6 +3,9 @@
 // independent of the real laws; the real registry checks the reference and a mutant.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -339,4 +342,223 @@ TEST(RealLaws, tiledMutantShowsItsMarginMinimalCaseAndCalls) {
 }
 
 }  // namespace
+
+// --- Bad data and bad flags are exit 2, attncheck's own failures exit 3 (issue 20) ---
+
+Result expect_usage(const Registry& reg, const std::vector<std::string>& args, const std::vector<std::string>& says) {
+  const Result r = attncheck(reg, args);
+  std::string shown;
+  for (const auto& a : args) shown += a + " ";
+  EXPECT_EQ(r.code, kUsage) << shown << "\n" << r.out << r.err;
+  for (const auto& part : says) EXPECT_TRUE(contains(r.err, part)) << shown << ": expected \"" << part << "\" in " << r.err;
+  EXPECT_FALSE(contains(r.err, "internal error")) << shown << ": " << r.err;
+  return r;
+}
+
+TEST(BadFlags, nanInfZeroAndNegativeTimeoutsAreRefusedBriefly) {
+  for (const char* t : {"nan", "inf", "0", "-1", "1e400", "", "5s"}) {
+    const Result r = expect_usage(toy_registry(), {"check", "--impl", "reference", "--timeout", t}, {"--timeout"});
+    EXPECT_LT(r.err.size(), 200u) << "no 309-digit bound: " << r.err;
+  }
+  TempDir tmp;
+  EXPECT_EQ(attncheck(toy_registry(), {"check", "--impl", "reference", "--timeout", "2.5", "--cases", "1", "--no-corpus",
+                                       "--report-dir", tmp.path().string()}).code, kAllHeld);
+}
+
+TEST(BadFlags, seedsThatDoNotFitInUint64AreRefusedNotWrapped) {
+  for (const char* seed : {"-1", "18446744073709551616", "99999999999999999999999", "1.5", "0x10"})
+    expect_usage(toy_registry(), {"check", "--impl", "reference", "--seed", seed}, {"--seed", seed, "18446744073709551615"});
+  TempDir tmp;
+  const Result r = attncheck(toy_registry(), {"check", "--impl", "reference", "--seed", "18446744073709551615", "--cases",
+                                              "1", "--no-corpus", "--report-dir", tmp.path().string()});
+  EXPECT_EQ(r.code, kAllHeld) << r.err;
+  EXPECT_TRUE(contains(r.out, "seed 18446744073709551615")) << r.out;
+}
+
+TEST(BadFlags, contradictoryFlagsAreRefusedNamingBoth) {
+  const Registry& reg = toy_registry();
+  expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,100,100,8", "--max-T", "10"}, {"--shape", "--max-T 10", "T_q = 100"});
+  expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,4,4,64", "--max-D", "8"}, {"--shape", "--max-D 8"});
+  expect_usage(reg, {"check", "--impl", "reference", "--shape", "8,1,4,4,8", "--max-B", "2"}, {"--shape", "--max-B 2"});
+  expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,8,4,4,8", "--max-H", "2"}, {"--shape", "--max-H 2"});
+  expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,4,4,8", "--min-T", "16"}, {"--shape", "--min-T 16"});
+  expect_usage(reg, {"check", "--impl", "reference", "--max-Hkv", "3", "--max-H", "2"}, {"--max-Hkv 3", "--max-H 2"});
+  for (const std::vector<std::string> extra : {std::vector<std::string>{"--property", "toy-below-90"}, {"--reproduce", "ABC"},
+                                               {"--shape", "1,1,1,1,1"}, {"--cases", "5"}, {"--max-T", "9"}, {"--seed", "3"}}) {
+    std::vector<std::string> args = {"check", "--replay", "/nonexistent/toy.json"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    expect_usage(reg, args, {"--replay", extra.front()});
+  }
+  // Agreeing flags stay accepted.
+  TempDir tmp;
+  EXPECT_EQ(attncheck(reg, {"check", "--impl", "reference", "--shape", "1,1,8,8,4", "--max-T", "8", "--max-D", "4",
+                            "--cases", "1", "--no-corpus", "--report-dir", tmp.path().string()}).code, kAllHeld);
+}
+
+TEST(BadFlags, shapesOutOfRangeOrTooLargeForMemoryAreRefusedAtOnce) {
+  const auto start = std::chrono::steady_clock::now();
+  expect_usage(toy_registry(), {"check", "--impl", "reference", "--shape", "999999999,999999999,999999999,999999999,999999999"},
+               {"--shape", "B = 999999999", "65536"});
+  expect_usage(toy_registry(), {"check", "--impl", "reference", "--shape", "65536,65536,1,1,16", "--cases", "1"},
+               {"--shape 65536,65536,1,1,16", "GiB", "this machine has"});
+  expect_usage(toy_registry(), {"check", "--impl", "reference", "--max-B", "65536", "--max-H", "65536", "--max-T", "1048576"},
+               {"the largest case these bounds allow", "GiB"});
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+}
+
+TEST(BadFlags, garbageReproduceStringsAreUsageErrors) {
+  expect_usage(toy_registry(), {"check", "--impl", "reference", "--property", "toy-below-90", "--reproduce", "!!!"},
+               {"--reproduce", "\"!!!\"", "not a RapidCheck reproduce string"});
+}
+
+// An exception while a case is generated (std::bad_alloc for a shape that cannot be held) is attncheck's
+// failure: exit 3 with the message, never "1 of 1 laws falsified".
+TEST(ExitCodes, anExceptionWhileGeneratingIsAnInternalErrorNotAFalsifiedLaw) {
+  for (const bool bad_alloc : {true, false})
+  for (const char* jobs : {"1", "2"}) {  // serial, and drawn on one thread for two workers
+    Law broken = toy_law();
+    broken.gen = [bad_alloc](const GenConfig&) {
+      return rc::gen::map(rc::gen::inRange(0, 100), [bad_alloc](int) -> LawCase {
+        if (bad_alloc) throw std::bad_alloc();
+        throw std::length_error("vector::_M_default_append");
+      });
+    };
+    Registry reg = toy_registry();
+    reg.laws = {broken};
+    TempDir tmp;
+    const Result r = attncheck(reg, {"check", "--impl", "reference", "--cases", "3", "--jobs", jobs, "--no-corpus",
+                                     "--report-dir", (tmp.path() / "r").string()});
+    EXPECT_EQ(r.code, kInternal) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "internal error: generating a case of toy-below-90")) << r.err;
+    EXPECT_TRUE(contains(r.err, bad_alloc ? "out of memory" : "vector::_M_default_append")) << r.err;
+    EXPECT_FALSE(contains(r.out, "falsified")) << r.out;
+    EXPECT_FALSE(fs::exists(tmp.path() / "r")) << "no report for a run attncheck itself broke";
+  }
+}
+
+// A toy counterexample document, as `check` writes one, for the file tests to spoil.
+reports::Json toy_document(const std::string& impl) {
+  LawCase c;
+  c.problem.q = Tensor<double>({1, 1, 1, 1});
+  c.problem.q(0, 0, 0, 0) = 95;
+  c.problem.k = c.problem.v = Tensor<double>({1, 1, 1, 1});
+  return reports::Json{{"format", "attncheck-counterexample/1"},
+                       {"law", "toy-below-90"},
+                       {"implementation", impl},
+                       {"dtype", "float32"},
+                       {"seed", 1},
+                       {"reproduce", ""},
+                       {"generator", {{"cases", 100}, {"max_size", 100}, {"max_B", 4}, {"max_H", 4}, {"min_T", 1},
+                                      {"max_T", 64}, {"max_T_tail", 256}, {"max_D", 128}}},
+                       {"case", reports::to_json(c)}};
+}
+
+std::string write_doc(const TempDir& tmp, const std::string& name, const reports::Json& doc) {
+  const fs::path p = tmp.path() / name;
+  reports::write_atomic(p, doc.dump());
+  return p.string();
+}
+
+TEST(BadData, aReplayFileNeverStartsTheProgramItNames) {
+  TempDir tmp;
+  const std::string marker = (tmp.path() / "pwned").string();
+  bool loaded = false;
+  Registry reg = toy_registry();
+  reg.load_external = [&](const std::string&, const LoadOptions&) -> ImplementationPtr {
+    loaded = true;
+    return reference_implementation();
+  };
+  for (const std::string impl : {"exec:touch " + marker + "; true", std::string("plugin:/tmp/evil.so")}) {
+    const std::string file = write_doc(tmp, "evil.json", toy_document(impl));
+    const Result r = expect_usage(reg, {"check", "--replay", file}, {impl, "--impl", "--replay " + file});
+    if (impl.starts_with("exec:"))
+      EXPECT_TRUE(contains(r.err, "attncheck check --impl 'exec:touch " + marker + "; true' --replay " + file)) << r.err;
+    EXPECT_FALSE(loaded) << impl;
+  }
+  EXPECT_FALSE(fs::exists(marker));
+  // Built-ins may still come from the file, and an --impl named on the command line is run.
+  EXPECT_EQ(attncheck(reg, {"check", "--replay", write_doc(tmp, "ref.json", toy_document("reference"))}).code, kFalsified);
+  EXPECT_EQ(attncheck(reg, {"check", "--replay", write_doc(tmp, "evil2.json", toy_document("exec:true")), "--impl",
+                            "exec:true"}).code, kFalsified);
+  EXPECT_TRUE(loaded);
+}
+
+TEST(BadData, everyValueOfAReplayFileIsRangeChecked) {
+  TempDir tmp;
+  const auto spoil = [&](const std::string& what, const std::function<void(reports::Json&)>& f,
+                         const std::vector<std::string>& says) {
+    reports::Json doc = toy_document("reference");
+    f(doc);
+    SCOPED_TRACE(what);
+    expect_usage(toy_registry(), {"check", "--replay", write_doc(tmp, "bad.json", doc)}, says);
+  };
+  using J = reports::Json;
+  spoil("tail", [](J& d) { d["generator"]["max_T_tail"] = std::int64_t{1} << 40; }, {"generator.max_T_tail", "1099511627776", "1048576"});
+  spoil("max_B", [](J& d) { d["generator"]["max_B"] = 2147483647; }, {"generator.max_B", "2147483647", "65536"});
+  spoil("max_H", [](J& d) { d["generator"]["max_H"] = -1; }, {"generator.max_H", "-1"});
+  spoil("max_D", [](J& d) { d["generator"]["max_D"] = 0; }, {"generator.max_D", "expected an integer from 1"});
+  spoil("max_H_kv", [](J& d) { d["generator"]["max_H_kv"] = -3; }, {"generator.max_H_kv"});
+  spoil("min_T", [](J& d) { d["generator"]["min_T"] = 300; }, {"generator.min_T", "max_T_tail"});
+  spoil("cases", [](J& d) { d["generator"]["cases"] = 0; }, {"generator.cases"});
+  spoil("max_size", [](J& d) { d["generator"]["max_size"] = std::uint64_t(-1); }, {"generator.max_size"});
+  spoil("shape", [](J& d) { d["generator"]["shape"] = {1, 1, std::int64_t{1} << 30, 1, 1}; }, {"generator.shape", "T_q", "1048576"});
+  spoil("shape neg", [](J& d) { d["generator"]["shape"] = {1, -2, 1, 1, 1}; }, {"generator.shape", "H"});
+  spoil("seed", [](J& d) { d["seed"] = -1; }, {"seed", "-1"});
+  spoil("cases_run", [](J& d) { d["cases_run"] = -5; }, {"cases_run"});
+  for (const J scale : {J("nan"), J("inf"), J("-inf"), J(0), J(-1.0)})
+    spoil("scale " + scale.dump(), [&](J& d) { d["case"]["problem"]["scale"] = scale; }, {"scale", "positive, finite"});
+  spoil("reproduce", [](J& d) { d["reproduce"] = "!!!"; }, {"\"reproduce\"", "not a RapidCheck reproduce string"});
+  spoil("reproduce other law", [](J& d) { d["reproduce"] = "BIhelJ3btYWd0Vncl1ydll2ZoRXAAAAAAAAAAEAAAAAAAAAABAAAAAAAAAQAAAAAAAAAAIAACEAAAAACAAAACIgACIA"; },
+        {"\"reproduce\"", "not toy-below-90"});
+}
+
+TEST(BadData, filesOverTheSizeLimitAreRefusedBeforeTheyAreRead) {
+  TempDir tmp;
+  const fs::path big = tmp.path() / "big.json";
+  { std::ofstream f(big); }
+  fs::resize_file(big, reports::kMaxCounterexampleBytes + 1);  // sparse: nothing is written
+  expect_usage(toy_registry(), {"check", "--replay", big.string()},
+               {big.string(), std::to_string(reports::kMaxCounterexampleBytes), "256 MiB"});
+}
+
+TEST(BadData, aStoredCaseOutsideTheImplementationsCapabilitiesIsRefusedNotCalled) {
+  Capabilities plain;  // no grouped queries, key padding or window
+  long calls = 0;
+  Registry reg = toy_registry();
+  reg.builtins.push_back(make_implementation("control:plain", "no GQA, padding or window", plain, [&](const Problem& p) {
+    ++calls;
+    return reference_implementation()->forward(p);
+  }));
+  TempDir tmp;
+  reports::Json doc = toy_document("control:plain");
+  LawCase c;
+  c.problem.q = Tensor<double>({1, 2, 3, 1});
+  c.problem.k = c.problem.v = Tensor<double>({1, 1, 3, 1});
+  c.problem.key_lengths = {2};
+  c.problem.window = 1;
+  doc["case"] = reports::to_json(c);
+  const std::string file = write_doc(tmp, "gqa.json", doc);
+  expect_usage(reg, {"check", "--replay", file},
+               {file, "grouped-query attention (1 kv head for 2 query heads)", "key padding", "a window (1)",
+                "control:plain does not declare", "no grouped-query attention"});
+  EXPECT_EQ(calls, 0);
+
+  // In the corpus such an entry is skipped with a warning; the run goes on.
+  const fs::path corpus = tmp.path() / "corpus";
+  fs::create_directories(corpus / "control-plain");
+  fs::copy_file(file, corpus / "control-plain" / "toy-below-90-0123456789ab.json");
+  reports::Json repro = toy_document("control:plain");
+  repro["reproduce"] = "!!!";
+  fs::create_directories(corpus / "reference");
+  reports::write_atomic(corpus / "reference" / "toy-below-90-0123456789ac.json", repro.dump());
+  for (const std::string impl : {"control:plain", "reference"}) {
+    const Result r = attncheck(reg, {"check", "--impl", impl, "--cases", "1", "--corpus", corpus.string(), "--report-dir",
+                                     (tmp.path() / ("r-" + reports::slug(impl))).string()});
+    EXPECT_EQ(r.code, kAllHeld) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, "warning: skipping corpus entry")) << r.err;
+    EXPECT_FALSE(contains(r.err, "internal error")) << r.err;
+  }
+  EXPECT_EQ(calls, 0);
+}
+
 }  // namespace attncheck::cli

@@ -10,6 +10,49 @@ bool Capabilities::supports(CausalAlignment a) const {
   return std::find(alignments.begin(), alignments.end(), a) != alignments.end();
 }
 
+namespace {
+const char* alignment_words(CausalAlignment a) {
+  return a == CausalAlignment::TopLeft ? "top-left alignment" : "bottom-right alignment";
+}
+}  // namespace
+
+std::vector<std::string> needs_outside(const Problem& p, const Capabilities& caps) {
+  std::vector<std::string> needs;
+  const Shape& q = p.q.shape();
+  const Index T_k = p.k.shape().T;
+  if (!caps.supports(p.dtype)) needs.push_back(std::string(dtype_name(p.dtype)));
+  if (q.T != T_k && !caps.cross_lengths)
+    needs.push_back("T_q != T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+  if (!caps.supports(p.alignment)) needs.push_back(alignment_words(p.alignment));
+  if (p.scale && !caps.custom_scale) needs.push_back("an explicit scale");
+  if (caps.max_T > 0 && std::max(q.T, T_k) > caps.max_T)
+    needs.push_back("T = " + std::to_string(std::max(q.T, T_k)) + " (above its max_T " + std::to_string(caps.max_T) +
+                    ")");
+  if (p.kv_heads() != q.H && !caps.gqa)
+    needs.push_back("grouped-query attention (" + std::to_string(p.kv_heads()) +
+                    (p.kv_heads() == 1 ? " kv head for " : " kv heads for ") +
+                    std::to_string(q.H) + " query heads)");
+  if (!p.key_lengths.empty() && !caps.key_padding) needs.push_back("key padding (key lengths)");
+  if (p.window && !caps.window) needs.push_back("a window (" + std::to_string(*p.window) + ")");
+  if (p.d_output && !caps.backward) needs.push_back("a backward pass");
+  return needs;
+}
+
+std::string describe_capabilities(const Capabilities& caps) {
+  std::string dtypes;
+  for (const DType t : caps.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(t));
+  std::string s = dtypes.empty() ? std::string("no dtype") : dtypes;
+  for (const CausalAlignment a : caps.alignments) s += std::string("; ") + alignment_words(a);
+  s += caps.cross_lengths ? "; T_q != T_k" : "; T_q == T_k only";
+  s += caps.custom_scale ? "; an explicit scale" : "; the default scale only";
+  if (caps.max_T > 0) s += "; T up to " + std::to_string(caps.max_T);
+  s += caps.gqa ? "; grouped-query attention" : "; no grouped-query attention";
+  s += caps.key_padding ? "; key padding" : "; no key padding";
+  s += caps.window ? "; windows" : "; no window";
+  s += caps.backward ? "; a backward pass" : "; no backward pass";
+  return s;
+}
+
 std::string_view kind_name(ImplementationError::Kind k) {
   switch (k) {
     case ImplementationError::Kind::error_status: return "error status";

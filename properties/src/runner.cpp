@@ -8,6 +8,8 @@
 #include <deque>
 #include <limits>
 #include <mutex>
+#include <new>
+#include <stdexcept>
 #include <thread>
 
 #include "attncheck/format.hpp"
@@ -211,7 +213,28 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
   const auto property = [&] {
     if (shrinking && (shrink_budget_spent() || !counted.unavailable().empty())) return;
-    LawCase c = *gen;
+    if (internal) return;  // the run is lost to attncheck's own error: end it (and its shrinking) quickly
+    // Drawing the case is attncheck's own work too: an exception from a generator (std::bad_alloc for a
+    // shape that does not fit, a broken invariant) is an internal error, not a counterexample. RapidCheck's
+    // own control flow (a discarded case, a generation failure) passes through untouched.
+    LawCase c;
+    try {
+      c = *gen;
+    } catch (const rc::detail::CaseResult&) {
+      throw;
+    } catch (const rc::GenerationFailure&) {
+      throw;
+    } catch (const std::exception& e) {
+      if (!internal)
+        internal = std::make_exception_ptr(std::runtime_error(
+            "generating a case of " + law.name + ": " +
+            (dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory (" + std::string(e.what()) + ")"
+                                                     : std::string(e.what()))));
+      throw;
+    } catch (...) {
+      if (!internal) internal = std::current_exception();
+      throw;
+    }
     for (const auto& t : c.tags) RC_TAG(t);
     const std::size_t n = drawn++;
     if (known_held && !progress.shrinking && n < known_held->size() && (*known_held)[n]) return;
@@ -244,7 +267,10 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   const rc::detail::TestParams params = test_params(law, opts);
   const rc::detail::TestMetadata md = test_metadata(law);
   std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
-  if (!opts.reproduce.empty()) reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
+  if (!opts.reproduce.empty()) {
+    check_reproduce_string(opts.reproduce, law.name);
+    reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
+  }
 
   progress.cases_total = params.maxSuccess;
   ProgressListener listener(progress, opts.on_progress);
@@ -383,8 +409,20 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     if (!why_not_applicable(law, impl, g).empty()) continue;  // run_law says so below, without a case
     const rc::Gen<LawCase> gen = law.gen(g);
     std::size_t n = 0;
+    bool gen_error = false;  // attncheck's own: the law is re-run alone below, where it becomes an internal error
     const auto property = [&] {
-      LawCase c = *gen;
+      if (gen_error) return;  // no shrinking of attncheck's own failure
+      LawCase c;
+      try {
+        c = *gen;
+      } catch (const rc::detail::CaseResult&) {
+        throw;
+      } catch (const rc::GenerationFailure&) {
+        throw;
+      } catch (...) {
+        gen_error = true;
+        throw;
+      }
       for (const auto& t : c.tags) RC_TAG(t);
       std::unique_lock lock(mu);
       space.wait(lock, [&] { return queue.size() < 2 * std::size_t(jobs); });
@@ -438,6 +476,33 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     out.push_back(std::move(r));
   }
   return out;
+}
+
+void check_reproduce_string(const std::string& reproduce, const std::string& law) {
+  // Real strings are about 100 characters (a few more per shrink step); anything this long is not one.
+  constexpr std::size_t kMaxLength = 1 << 16;
+  const auto shown = [&] { return "\"" + (reproduce.size() > 40 ? reproduce.substr(0, 37) + "..." : reproduce) + "\""; };
+  if (reproduce.size() > kMaxLength)
+    throw std::invalid_argument("the reproduce string is " + std::to_string(reproduce.size()) +
+                                " characters long; expected at most " + std::to_string(kMaxLength) +
+                                " (the string a report's \"reproduce\" field holds)");
+  std::unordered_map<std::string, rc::detail::Reproduce> map;
+  try {
+    map = rc::detail::stringToReproduceMap(reproduce);
+  } catch (const std::exception& e) {  // RapidCheck's ParseException / SerializationException, or a huge length
+    throw std::invalid_argument("the reproduce string " + shown() + " is not a RapidCheck reproduce string (" +
+                                e.what() + "); expected the string a report's \"reproduce\" field holds");
+  }
+  const auto it = map.find(law);
+  if (it == map.end()) {
+    std::string held;
+    for (const auto& [name, r] : map) held += (held.empty() ? "" : ", ") + name;
+    throw std::invalid_argument("the reproduce string " + shown() + " is for " +
+                                (held.empty() ? std::string("no law") : "the law " + held) + ", not " + law);
+  }
+  if (it->second.size < 0 || it->second.size > kMaxRcSize)
+    throw std::invalid_argument("the reproduce string " + shown() + " asks for RapidCheck size " +
+                                std::to_string(it->second.size) + "; expected 0 to " + std::to_string(kMaxRcSize));
 }
 
 RunOptions options_from_rc_params(const std::string& law) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <set>
 #include <sstream>
 
@@ -362,6 +363,11 @@ StoredCounterexample read_counterexample(const fs::path& file) {
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
     throw FileError("cannot read " + file.string() + ": " + (fs::exists(file) ? "not a file" : "no such file") + hint);
+  // Refused before it is read: parsing holds about 40 bytes per number (a 100 MB file took 2.1 GB).
+  if (const std::uintmax_t size = fs::file_size(file, ec); !ec && size > kMaxCounterexampleBytes)
+    throw FormatError(file.string() + " is " + std::to_string(size) + " bytes; a counterexample attncheck reads is at most " +
+                      std::to_string(kMaxCounterexampleBytes) + " bytes (" +
+                      std::to_string(kMaxCounterexampleBytes >> 20) + " MiB)" + hint);
   const auto text = read_file(file);
   if (!text) throw FileError("cannot read " + file.string() + hint);
   Json doc;
@@ -387,34 +393,69 @@ StoredCounterexample counterexample_from_json(const Json& doc, const std::string
     if (!j || !j->is_string()) throw FormatError(what + ": the field \"" + key + "\" is missing or not a string");
     return j->get<std::string>();
   };
-  const auto int_field = [&](const Json& obj, const char* key, auto fallback) {
+  // Every number is range-checked here, before anything uses it: the same ranges the command line accepts.
+  const auto int_field = [&](const Json& obj, const char* prefix, const char* key, auto fallback, std::int64_t lo,
+                             std::int64_t hi, const char* meaning) {
+    using T = decltype(fallback);
     const Json* j = find(obj, key);
     if (!j) return fallback;
-    if (!j->is_number_integer()) throw FormatError(what + ": \"" + key + "\" is not an integer");
-    return j->get<decltype(fallback)>();
+    const std::string name = std::string(prefix) + key;
+    const std::string range = std::to_string(lo) + " to " + std::to_string(hi) + (*meaning ? std::string(" (") + meaning + ")" : "");
+    if (!j->is_number_integer()) throw FormatError(what + ": \"" + name + "\" is " + j->dump().substr(0, 40) + "; expected an integer from " + range);
+    const bool too_big = j->is_number_unsigned() && j->get<std::uint64_t>() > std::uint64_t(hi);
+    if (too_big || (!j->is_number_unsigned() && (j->get<std::int64_t>() < lo || j->get<std::int64_t>() > hi)) ||
+        (j->is_number_unsigned() && std::int64_t(j->get<std::uint64_t>()) < lo))
+      throw FormatError(what + ": \"" + name + "\" is " + j->dump() + "; expected an integer from " + range);
+    return static_cast<T>(j->get<std::int64_t>());
   };
   s.law = text_field("law");
   s.implementation = text_field("implementation");
   s.dtype = dtype_field(text_field("dtype"));
-  s.seed = int_field(doc, "seed", std::uint64_t{0});
-  s.cases_run = int_field(doc, "cases_run", 0);
-  s.shrink_steps = int_field(doc, "shrink_steps", 0);
-  s.calls = int_field(doc, "calls", 0L);
+  if (const Json* j = find(doc, "seed")) {
+    if (!j->is_number_unsigned())
+      throw FormatError(what + ": \"seed\" is " + j->dump().substr(0, 40) + "; expected an integer from 0 to " +
+                        std::to_string(std::numeric_limits<std::uint64_t>::max()));
+    s.seed = j->get<std::uint64_t>();
+  }
+  constexpr std::int64_t kInt = std::numeric_limits<int>::max();
+  s.cases_run = int_field(doc, "", "cases_run", 0, 0, kInt, "");
+  s.shrink_steps = int_field(doc, "", "shrink_steps", 0, 0, kInt, "");
+  s.calls = int_field(doc, "", "calls", 0L, 0, std::numeric_limits<std::int64_t>::max(), "");
   if (const Json* r = find(doc, "reproduce"); r && r->is_string()) s.reproduce = r->get<std::string>();
   if (const Json* g = find(doc, "generator")) {
-    s.cases = int_field(*g, "cases", s.cases);
-    s.max_size = int_field(*g, "max_size", s.max_size);
-    s.gen.max_B = int_field(*g, "max_B", s.gen.max_B);
-    s.gen.max_H = int_field(*g, "max_H", s.gen.max_H);
-    s.gen.max_H_kv = int_field(*g, "max_H_kv", s.gen.max_H_kv);
-    s.gen.min_T = int_field(*g, "min_T", s.gen.min_T);
-    s.gen.max_T = int_field(*g, "max_T", s.gen.max_T);
-    s.gen.max_T_tail = int_field(*g, "max_T_tail", s.gen.max_T_tail);
-    s.gen.max_D = int_field(*g, "max_D", s.gen.max_D);
+    if (!g->is_object()) throw FormatError(what + ": \"generator\" is not an object");
+    const char* G = "generator.";
+    s.cases = int_field(*g, G, "cases", s.cases, 1, kMaxCases, "as --cases");
+    s.max_size = int_field(*g, G, "max_size", s.max_size, 0, kMaxRcSize, "RapidCheck's size; attncheck runs at 100");
+    s.gen.max_B = int_field(*g, G, "max_B", s.gen.max_B, 1, kMaxExtent, "as --max-B");
+    s.gen.max_H = int_field(*g, G, "max_H", s.gen.max_H, 1, kMaxExtent, "as --max-H");
+    s.gen.max_H_kv = int_field(*g, G, "max_H_kv", s.gen.max_H_kv, 0, kMaxExtent, "as --max-Hkv; 0: up to H");
+    s.gen.min_T = int_field(*g, G, "min_T", s.gen.min_T, 1, kMaxSeqLen, "as --min-T");
+    s.gen.max_T = int_field(*g, G, "max_T", s.gen.max_T, 1, kMaxSeqLen, "as --max-T");
+    s.gen.max_T_tail = int_field(*g, G, "max_T_tail", s.gen.max_T_tail, 1, kMaxSeqLen, "as --max-T");
+    s.gen.max_D = int_field(*g, G, "max_D", s.gen.max_D, 1, kMaxExtent, "as --max-D");
+    const auto bounds = [&](const std::string& a, Index x, const std::string& b, Index y) {
+      if (x > y)
+        throw FormatError(what + ": \"generator." + a + "\" is " + std::to_string(x) + " but \"generator." + b +
+                          "\" is " + std::to_string(y) + "; expected " + a + " <= " + b);
+    };
+    bounds("max_T", s.gen.max_T, "max_T_tail", s.gen.max_T_tail);
+    bounds("min_T", s.gen.min_T, "max_T_tail", s.gen.max_T_tail);
     if (const Json* sh = find(*g, "shape")) {
       if (!sh->is_array() || sh->size() != 5)
         throw FormatError(what + ": \"generator.shape\" is not [B, H, T_q, T_k, D]");
-      s.gen.shape = sh->get<std::array<Index, 5>>();
+      static const char* const names[] = {"B", "H", "T_q", "T_k", "D"};
+      std::array<Index, 5> shape{};
+      for (std::size_t n = 0; n < 5; ++n) {
+        const Json& x = (*sh)[n];
+        const std::int64_t hi = n == 2 || n == 3 ? kMaxSeqLen : kMaxExtent;
+        if (!x.is_number_integer() || (x.is_number_unsigned() && x.get<std::uint64_t>() > std::uint64_t(hi)) ||
+            (!x.is_number_unsigned() && (x.get<std::int64_t>() < 1 || x.get<std::int64_t>() > hi)))
+          throw FormatError(what + ": \"generator.shape\" " + names[n] + " is " + x.dump().substr(0, 40) +
+                            "; expected an integer from 1 to " + std::to_string(hi) + " (as --shape)");
+        shape[n] = static_cast<Index>(x.get<std::int64_t>());
+      }
+      s.gen.shape = shape;
     }
   }
   s.gen.dtype = s.dtype;

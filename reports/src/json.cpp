@@ -186,7 +186,11 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   else if (align == "bottom-right") p.alignment = CausalAlignment::BottomRight;
   else fail(sub(what, "alignment"), "\"top-left\" or \"bottom-right\"", align);
   const Json& scale = field(j, "scale", what);
-  if (!scale.is_null()) p.scale = number_from_json(scale, sub(what, "scale"));
+  if (!scale.is_null()) {
+    p.scale = number_from_json(scale, sub(what, "scale"));
+    // attncheck only ever draws a positive, finite scale; anything else would reach the implementation.
+    if (!std::isfinite(*p.scale) || *p.scale <= 0) fail(sub(what, "scale"), "a positive, finite number or null", scale);
+  }
   const Json& want = field(j, "want_weights", what);
   if (!want.is_boolean()) fail(sub(what, "want_weights"), "true or false", want);
   p.want_weights = want.get<bool>();

@@ -107,6 +107,13 @@ class ImplementationError : public std::runtime_error {
   Kind kind_;
 };
 
+/// What `p` needs that `caps` does not declare, one phrase each ("grouped-query attention (1 kv head for 2 query
+/// heads)", "key padding", "a window", "float16", ...); empty when the implementation accepts the call. The
+/// generators never draw such a call; a stored case (--replay, the corpus) may hold one.
+std::vector<std::string> needs_outside(const Problem& p, const Capabilities& caps);
+/// What `caps` declares, in the words needs_outside uses: "float32, float64; T_q != T_k; top-left; ...".
+std::string describe_capabilities(const Capabilities& caps);
+
 /// The name of an ImplementationError kind ("error status", "crash", ...).
 std::string_view kind_name(ImplementationError::Kind k);
 

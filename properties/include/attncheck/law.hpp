@@ -16,6 +16,14 @@
 
 namespace attncheck {
 
+/// The ranges the generator bounds may take, on the command line and in a stored counterexample alike:
+/// B, H, H_kv and D up to 2^16, sequence lengths up to 2^20 (Capabilities::max_T's default), cases per law up
+/// to 10^7, RapidCheck's size up to 10^4 (attncheck runs at 100, RapidCheck's default).
+inline constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16;
+inline constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 20;
+inline constexpr int kMaxCases = 10'000'000;
+inline constexpr int kMaxRcSize = 10'000;
+
 /// Bounds for the generators. The implementation's capabilities narrow them further.
 struct GenConfig {
   DType dtype = DType::f32;
@@ -156,6 +164,11 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
 /// cases known to hold are not checked again), so its shrinking is RapidCheck's own, in the serial order.
 std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
                                 const RunOptions& opts, int jobs);
+
+/// Decodes a RapidCheck reproduce string (as a report's "reproduce" field holds it) and checks that it holds an
+/// entry for `law` with a size within [0, kMaxRcSize]. Throws std::invalid_argument saying what is wrong,
+/// before any case is generated, so a garbage string is bad input and never an error inside a run.
+void check_reproduce_string(const std::string& reproduce, const std::string& law);
 
 /// RunOptions from RC_PARAMS as RapidCheck's own tests read it (seed, max_success, max_size, and the
 /// `reproduce` entry for `law`), so `RC_PARAMS="seed=..."` or a printed reproduce string replays a ctest run.

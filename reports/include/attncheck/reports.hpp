@@ -201,6 +201,14 @@ struct StoredCounterexample {
   std::optional<Violation> violation;  ///< as recorded
 };
 
+/// The largest counterexample file read_counterexample reads. The largest case attncheck writes at its default
+/// bounds (B, H <= 4, T <= 256, D <= 128), even unshrunk, holds about 6.2M numbers: q, k, v and the variant's
+/// (6 x 2^19), dO (2^19), the violation's expected, actual and tolerances (3 x 2^19) and weights (2^20), at
+/// most 24 bytes each as attncheck writes them (17 digits, sign, exponent, ", "): about 150 MB. 256 MiB lies
+/// above that; a minimal (shrunk) case is kilobytes. Parsing costs about 40 bytes per number, so the limit also
+/// caps what a hostile file costs (about 5 GB). A case pinned by --shape past the default bounds may exceed it.
+inline constexpr std::uintmax_t kMaxCounterexampleBytes = std::uintmax_t{256} << 20;
+
 /// Reads a LAW.json report or a corpus entry. Throws FileError when it cannot be read, FormatError when it
 /// is not a counterexample attncheck wrote.
 StoredCounterexample read_counterexample(const std::filesystem::path& file);

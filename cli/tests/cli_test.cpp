@@ -194,24 +194,35 @@ TEST(Check, storedCounterexamplesAreReplayedBeforeNewCases) {
   EXPECT_TRUE(contains(again.out, "(corpus)")) << again.out;
 }
 
-TEST(Check, anEarlierDifferentReportIsNotOverwrittenWithoutForce) {
+// A rerun of the same implementation replaces its own report (a user re-checking after a fix); a report
+// another implementation wrote, or files attncheck did not write, are only replaced with --force.
+TEST(Check, anEarlierReportOfTheSameImplementationIsReplacedOthersNeedForce) {
   TempDir tmp;
   const std::string dir = (tmp.path() / "r").string();
   const std::vector<std::string> base = {"check", "--impl", "reference", "--no-corpus", "--report-dir", dir};
-  auto with = [&](std::vector<std::string> extra) {
+  auto with = [&](std::vector<std::string> extra, const std::string& into) {
     auto args = base;
+    args[5] = into;
     args.insert(args.end(), extra.begin(), extra.end());
     return attncheck(toy_registry(), args);
   };
-  ASSERT_EQ(with({"--cases", "1000"}).code, kFalsified);
+  ASSERT_EQ(with({"--cases", "1000"}, dir).code, kFalsified);
   const std::string before = slurp(fs::path(dir) / "summary.json");
-  EXPECT_EQ(with({"--cases", "1000"}).code, kFalsified) << "an identical rerun is fine";
-  const Result refused = with({"--cases", "1500"});
+  EXPECT_EQ(with({"--cases", "1000"}, dir).code, kFalsified) << "an identical rerun is fine";
+  const Result replaced = with({"--cases", "1500"}, dir);
+  EXPECT_EQ(replaced.code, kFalsified) << replaced.err;
+  EXPECT_NE(slurp(fs::path(dir) / "summary.json"), before);
+
+  // A summary.json nobody listed: not attncheck's to overwrite without --force.
+  const fs::path foreign = tmp.path() / "foreign";
+  fs::create_directories(foreign);
+  { std::ofstream(foreign / "summary.json") << "mine\n"; }
+  const Result refused = with({"--cases", "1000"}, foreign.string());
   EXPECT_EQ(refused.code, kUsage);
   EXPECT_TRUE(contains(refused.err, "--force")) << refused.err;
-  EXPECT_EQ(slurp(fs::path(dir) / "summary.json"), before);
-  EXPECT_EQ(with({"--cases", "1500", "--force"}).code, kFalsified);
-  EXPECT_NE(slurp(fs::path(dir) / "summary.json"), before);
+  EXPECT_EQ(slurp(foreign / "summary.json"), "mine\n");
+  EXPECT_EQ(with({"--cases", "1000", "--force"}, foreign.string()).code, kFalsified);
+  EXPECT_NE(slurp(foreign / "summary.json"), "mine\n");
 }
 
 TEST(RealLaws, referenceHoldsEveryLaw) {
@@ -383,7 +394,7 @@ TEST(BadFlags, contradictoryFlagsAreRefusedNamingBoth) {
   expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,8,4,4,8", "--max-H", "2"}, {"--shape", "--max-H 2"});
   expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,4,4,8", "--min-T", "16"}, {"--shape", "--min-T 16"});
   expect_usage(reg, {"check", "--impl", "reference", "--max-Hkv", "3", "--max-H", "2"}, {"--max-Hkv 3", "--max-H 2"});
-  for (const std::vector<std::string> extra : {std::vector<std::string>{"--property", "toy-below-90"}, {"--reproduce", "ABC"},
+  for (const std::vector<std::string>& extra : {std::vector<std::string>{"--property", "toy-below-90"}, {"--reproduce", "ABC"},
                                                {"--shape", "1,1,1,1,1"}, {"--cases", "5"}, {"--max-T", "9"}, {"--seed", "3"}}) {
     std::vector<std::string> args = {"check", "--replay", "/nonexistent/toy.json"};
     args.insert(args.end(), extra.begin(), extra.end());
@@ -432,7 +443,9 @@ TEST(ExitCodes, anExceptionWhileGeneratingIsAnInternalErrorNotAFalsifiedLaw) {
     EXPECT_TRUE(contains(r.err, "internal error: generating a case of toy-below-90")) << r.err;
     EXPECT_TRUE(contains(r.err, bad_alloc ? "out of memory" : "vector::_M_default_append")) << r.err;
     EXPECT_FALSE(contains(r.out, "falsified")) << r.out;
-    EXPECT_FALSE(fs::exists(tmp.path() / "r")) << "no report for a run attncheck itself broke";
+    // The folder was taken (and locked) before the first law; no report is written into it.
+    EXPECT_FALSE(fs::exists(tmp.path() / "r" / "summary.json")) << "no report for a run attncheck itself broke";
+    EXPECT_FALSE(fs::exists(tmp.path() / "r" / "toy-below-90.json")) << "no report for a run attncheck itself broke";
   }
 }
 
@@ -468,11 +481,12 @@ TEST(BadData, aReplayFileNeverStartsTheProgramItNames) {
     loaded = true;
     return reference_implementation();
   };
-  for (const std::string impl : {"exec:touch " + marker + "; true", std::string("plugin:/tmp/evil.so")}) {
+  for (const std::string& impl : {"exec:touch " + marker + "; true", std::string("plugin:/tmp/evil.so")}) {
     const std::string file = write_doc(tmp, "evil.json", toy_document(impl));
     const Result r = expect_usage(reg, {"check", "--replay", file}, {impl, "--impl", "--replay " + file});
-    if (impl.starts_with("exec:"))
+    if (impl.starts_with("exec:")) {
       EXPECT_TRUE(contains(r.err, "attncheck check --impl 'exec:touch " + marker + "; true' --replay " + file)) << r.err;
+    }
     EXPECT_FALSE(loaded) << impl;
   }
   EXPECT_FALSE(fs::exists(marker));
@@ -505,7 +519,7 @@ TEST(BadData, everyValueOfAReplayFileIsRangeChecked) {
   spoil("shape neg", [](J& d) { d["generator"]["shape"] = {1, -2, 1, 1, 1}; }, {"generator.shape", "H"});
   spoil("seed", [](J& d) { d["seed"] = -1; }, {"seed", "-1"});
   spoil("cases_run", [](J& d) { d["cases_run"] = -5; }, {"cases_run"});
-  for (const J scale : {J("nan"), J("inf"), J("-inf"), J(0), J(-1.0)})
+  for (const J& scale : {J("nan"), J("inf"), J("-inf"), J(0), J(-1.0)})
     spoil("scale " + scale.dump(), [&](J& d) { d["case"]["problem"]["scale"] = scale; }, {"scale", "positive, finite"});
   spoil("reproduce", [](J& d) { d["reproduce"] = "!!!"; }, {"\"reproduce\"", "not a RapidCheck reproduce string"});
   spoil("reproduce other law", [](J& d) { d["reproduce"] = "BIhelJ3btYWd0Vncl1ydll2ZoRXAAAAAAAAAAEAAAAAAAAAABAAAAAAAAAQAAAAAAAAAAIAACEAAAAACAAAACIgACIA"; },

@@ -203,11 +203,12 @@ std::string markdown_to_html(std::string_view md, const std::vector<ReportFile>&
       h += image_html(line, svgs);
       ++n;
     } else {
-      h += "<p>";
-      for (bool first = true; n < lines.size() && !lines[n].empty() && !lines[n].starts_with("|") &&
-                              !lines[n].starts_with("#") && !lines[n].starts_with("![");
-           first = false)
-        h += (first ? "" : "\n") + inline_html(lines[n++]);
+      // A paragraph: this line whatever it starts with (a "![" that is no image, say: without taking it the
+      // loop would never advance, as fuzz_report_writers found), then the lines up to the next block.
+      h += "<p>" + inline_html(lines[n++]);
+      while (n < lines.size() && !lines[n].empty() && !lines[n].starts_with("|") && !lines[n].starts_with("#") &&
+             !lines[n].starts_with("!["))
+        h += "\n" + inline_html(lines[n++]);
       h += "</p>\n";
     }
   }

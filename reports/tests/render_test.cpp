@@ -189,6 +189,14 @@ TEST(Html, markdownSubsetBecomesHtml) {
   EXPECT_NE(h.find("<img src=\"m.svg\" alt=\"missing\">"), std::string::npos) << h;
 }
 
+// A line that starts like an image but is none (text a plug-in printed, say) is a paragraph: fuzz_report_writers
+// found the converter looping forever on it.
+TEST(Html, aLineThatLooksLikeAnImageButIsNoneIsAParagraph) {
+  const std::string h = markdown_to_html("> crash\n![ not an image\nits stderr\n![ and again", {});
+  EXPECT_NE(h.find("<p>![ not an image\nits stderr</p>"), std::string::npos) << h;
+  EXPECT_NE(h.find("<p>![ and again</p>"), std::string::npos) << h;
+}
+
 TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {
   std::vector<LawReport> laws = {held_law("row-stochastic"), falsified_weights_law(), held_law("determinism")};
   laws[2].result.status = LawStatus::not_applicable;

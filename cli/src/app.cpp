@@ -119,6 +119,23 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "$ATTNCHECK_CALL_TIMEOUT, else 10); after the first hang, later calls get 4 x the slowest "
                     "answer so far, at least 1 s")
       ->check(timeout_check());
+  check->add_option("--shrink-time", o.shrink_time,
+                    "seconds each law may spend shrinking a failure (0: no limit); then it reports the smallest "
+                    "failing case found so far and says so")
+      ->check(CLI::Validator(
+          [](std::string& text) -> std::string {
+            char* end = nullptr;
+            const double s = std::strtod(text.c_str(), &end);
+            if (text.empty() || *end != '\0' || !std::isfinite(s) || s < 0 || s > kMaxTimeout)
+              return "expected a number of seconds from 0 (no limit) to 1000000 but got " + text;
+            return "";
+          },
+          "SECONDS"))
+      ->capture_default_str();
+  check->add_option("--max-calls", o.max_calls,
+                    "calls to the implementation allowed in the whole run (0: no limit); then the laws left check no "
+                    "further case and say how many they did not check")
+      ->check(CLI::Range(0L, 1'000'000'000'000L));
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
 
   try {
@@ -142,7 +159,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       std::string ignored;
       for (const char* flag : {"--property", "--reproduce", "--shape", "--cases", "--seed", "--max-B", "--max-H",
                                "--max-Hkv", "--max-T", "--min-T", "--max-D", "--dtype", "--jobs", "--report-dir",
-                               "--format", "--corpus", "--no-corpus", "--force"})
+                               "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls"})
         if (check->count(flag) > 0) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
       if (!ignored.empty())
         throw UsageError("--replay re-checks exactly the case stored in " + o.replay +

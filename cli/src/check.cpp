@@ -283,9 +283,8 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
   if (const std::string why = replay_refusal(law, *impl, s); !why.empty())
     throw UsageError("--replay: " + o.replay + ": " + why);
   if (!s.reproduce.empty()) check_fits_in_memory(s.gen, impl->capabilities(), "--replay: " + o.replay + ": \"generator\"");
-  const Shape& q = s.lcase.problem.q.shape();
   out << "replaying " << law.name << " on " << impl->name() << " with the case stored in " << o.replay << " ("
-      << dtype_name(s.lcase.problem.dtype) << ", B=" << q.B << " H=" << q.H << " T=" << q.T << " D=" << q.D << ")\n";
+      << dtype_name(s.lcase.problem.dtype) << ", " << shape_line(s.lcase.problem) << ")\n";
 
   std::optional<Violation> v;
   try {
@@ -461,7 +460,36 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     if (!replayed[n]) pending.push_back(selected[n]);
   }
   RunOptions ro = run_options(bounds.cases, o.seed, run.max_size, run.gen, o.reproduce);
+  ro.shrink_seconds = o.shrink_time;
+  ro.max_calls = o.max_calls;
+  ro.calls_spent = std::make_shared<std::atomic<long>>(0);
+  // The table streams: each law's row prints, in law order, as soon as it and every law above it are done
+  // (a corpus replay is done before any law runs), so a long run shows what it found as it goes.
+  std::size_t width = 4;
+  for (const Law* l : selected) width = std::max(width, l->name.size());
+  width += 2;
+  out << "\n" << pad("law", width) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9) << lpad("calls", 9)
+      << lpad("time", 9) << "\n" << std::flush;
+  std::vector<std::optional<LawResult>> done(selected.size());
+  std::vector<std::size_t> pending_index;  // pending[k] is selected[pending_index[k]]
+  for (std::size_t n = 0; n < selected.size(); ++n)
+    if (!replayed[n]) pending_index.push_back(n);
+  std::size_t printed = 0;
   std::string current;
+  const auto print_ready = [&] {
+    for (; printed < selected.size() && (replayed[printed] || done[printed]); ++printed) {
+      const LawResult& r = replayed[printed] ? replayed[printed]->result : *done[printed];
+      const double t = times[printed] + (replayed[printed] ? 0.0 : r.seconds);
+      const std::string status =
+          r.status == LawStatus::falsified ? "FALSIFIED" : r.status == LawStatus::held ? "held" : "n/a";
+      out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
+          << lpad(std::to_string(r.shrink_steps), 9) << lpad(std::to_string(r.calls), 9) << lpad(seconds(t), 9);
+      if (replayed[printed]) out << "  (corpus)";
+      if (!r.note.empty()) out << "  " << r.note;  // why not applicable, or what a held law found
+      out << "\n";
+    }
+    out << std::flush;
+  };
   int k = 0;
   ro.on_progress = [&](const Progress& p) {
     if (p.law != current) {
@@ -471,12 +499,20 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     }
     progress.update(p);
   };
+  const auto on_done = [&](std::size_t pending_k, const LawResult& r) {
+    if (!current.empty()) progress.end();  // the progress line goes before the row is printed
+    current.clear();
+    done[pending_index[pending_k]] = r;
+    print_ready();
+  };
+  print_ready();  // the rows of the corpus replays at the top, before any law runs
   const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  std::vector<LawResult> ran = run_laws(pending, *impl, ro, jobs);
+  std::vector<LawResult> ran = run_laws(pending, *impl, ro, jobs, on_done);
   if (!current.empty()) progress.end();
 
   std::vector<reports::LawReport> results;
   std::vector<std::pair<fs::path, reports::Json>> corpus_entries;
+  int falsified = 0, na = 0;
   for (std::size_t n = 0, next = 0; n < selected.size(); ++n) {
     const Law* law = selected[n];
     std::optional<reports::LawReport> rep = std::move(replayed[n]);
@@ -487,6 +523,8 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     }
     rep->summary = law->summary;
     rep->why = law->why;
+    falsified += rep->result.status == LawStatus::falsified;
+    na += rep->result.status == LawStatus::not_applicable;
     if (rep->result.status == LawStatus::falsified && rep->result.minimal_case) {
       const fs::path entry = corpus ? corpus->path_for(law->name, *rep->result.minimal_case) : fs::path();
       if (corpus && rep->found_by.empty()) {
@@ -497,25 +535,6 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       rep->replay_file = formats.json ? (report_dir / reports::law_file(law->name, ".json")).string() : entry.string();
     }
     results.push_back(std::move(*rep));
-  }
-
-  // The summary table.
-  std::size_t width = 4;
-  for (const auto& r : results) width = std::max(width, r.result.law.size());
-  width += 2;
-  out << "\n" << pad("law", width) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9) << lpad("calls", 9)
-      << lpad("time", 9) << "\n";
-  int falsified = 0, na = 0;
-  for (std::size_t n = 0; n < results.size(); ++n) {
-    const LawResult& r = results[n].result;
-    falsified += r.status == LawStatus::falsified;
-    na += r.status == LawStatus::not_applicable;
-    const std::string status = r.status == LawStatus::falsified ? "FALSIFIED" : r.status == LawStatus::held ? "held" : "n/a";
-    out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
-        << lpad(std::to_string(r.shrink_steps), 9) << lpad(std::to_string(r.calls), 9) << lpad(seconds(times[n]), 9);
-    if (!results[n].found_by.empty()) out << "  (corpus)";
-    if (!r.note.empty()) out << "  " << r.note;  // why not applicable, or what a held law found
-    out << "\n";
   }
   out << "\n";
 

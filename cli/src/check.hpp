@@ -12,6 +12,11 @@ namespace attncheck::cli {
 
 /// The default seed: fixed, so two runs of the same command check the same cases and write the same report.
 inline constexpr std::uint64_t kDefaultSeed = 1;
+/// Shrinking one law stops after this many seconds unless --shrink-time says otherwise: a mutant of the zoo
+/// shrinks in well under a second, while a black box probed for its weights, or a failure near the tolerance
+/// in bfloat16, was seen shrinking for over 15 minutes. 20 s per law keeps a run with every law falsified to
+/// minutes, and the report says when a case was cut short.
+inline constexpr double kDefaultShrinkSeconds = 20;
 /// The default root of report folders: each implementation's reports go to ROOT/<slug of its spec>.
 inline constexpr const char* kDefaultReportRoot = "attncheck-reports";
 
@@ -35,6 +40,8 @@ struct CheckOptions {
   bool force = false;
   bool progress = false;
   double timeout = 0;      ///< seconds per plug-in call; 0: $ATTNCHECK_CALL_TIMEOUT, else 10
+  double shrink_time = kDefaultShrinkSeconds;  ///< seconds of shrinking per law; 0: no limit
+  long max_calls = 0;      ///< calls to the implementation in the whole run; 0: no limit
   int jobs = 0;            ///< laws checked at once; 0: one per core
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
   struct Given {

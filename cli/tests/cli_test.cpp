@@ -225,6 +225,19 @@ TEST(Check, anEarlierReportOfTheSameImplementationIsReplacedOthersNeedForce) {
   EXPECT_NE(slurp(foreign / "summary.json"), "mine\n");
 }
 
+// A law whose cases are square (position 0 sees key 0 alone; a prefix or a decode step of a square call) does
+// not apply to a pinned cross-length shape, and says why; the laws that take any shape still run on it.
+TEST(RealLaws, squareOnlyLawsAreNotApplicableToAPinnedCrossLengthShape) {
+  TempDir tmp;
+  const Result r = attncheck(real_registry(), {"check", "--impl", "reference", "--shape", "1,1,1,2,1", "--cases", "20",
+                                               "--property", "first-position,prefix-consistency,decode-consistency,"
+                                                             "chunked-prefill,oracle-agreement",
+                                               "--report-dir", tmp.path().string()});
+  EXPECT_EQ(r.code, kAllHeld) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "draws square cases (T_q = T_k) only, but --shape pins T_q = 1 and T_k = 2")) << r.out;
+  EXPECT_TRUE(contains(r.out, "all 1 laws held (4 not applicable)")) << r.out;
+}
+
 TEST(RealLaws, referenceHoldsEveryLaw) {
   TempDir tmp;
   const Result r = attncheck(real_registry(), {"check", "--impl", "reference", "--report-dir", tmp.path().string()});

@@ -210,9 +210,26 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   const auto shrink_budget_spent = [&] {
     return opts.max_shrink_timeouts > 0 && shrink_timeouts >= opts.max_shrink_timeouts;
   };
+  // The time and call budgets: shrinking started at `shrink_start`; calls spent by earlier laws of the run.
+  std::chrono::steady_clock::time_point shrink_start;
+  const long spent_before = opts.calls_spent ? opts.calls_spent->load() : 0;
+  const auto calls_spent = [&] { return opts.max_calls > 0 && spent_before + counted.calls() >= opts.max_calls; };
+  const auto shrink_time_spent = [&] {
+    return opts.shrink_seconds > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start).count() >= opts.shrink_seconds;
+  };
+  std::string cut_short;  // why shrinking stopped before RapidCheck ran out of candidates
+  int unchecked = 0;      // cases passed untried because the call budget was spent
   // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
   const auto property = [&] {
     if (shrinking && (shrink_budget_spent() || !counted.unavailable().empty())) return;
+    if (shrinking && cut_short.empty() && (shrink_time_spent() || calls_spent()))
+      cut_short = calls_spent() ? "calls" : "time";
+    if (shrinking && !cut_short.empty()) return;
+    if (!shrinking && calls_spent()) {
+      ++unchecked;
+      return;
+    }
     if (internal) return;  // the run is lost to attncheck's own error: end it (and its shrinking) quickly
     // Drawing the case is attncheck's own work too: an exception from a generator (std::bad_alloc for a
     // shape that does not fit, a broken invariant) is an internal error, not a counterexample. RapidCheck's
@@ -253,6 +270,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     r.timeouts += timed_out;
     shrink_timeouts += timed_out && shrinking;
     if (v) {
+      if (!shrinking) shrink_start = std::chrono::steady_clock::now();
       shrinking = true;
       const bool clear = margin(*v) >= kClearMargin;
       if (have_clear && !clear) return;
@@ -280,16 +298,20 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
   r.calls = known_calls + counted.calls();
+  if (opts.calls_spent) *opts.calls_spent += counted.calls();
   if (internal) std::rethrow_exception(internal);
   r.note = sampled;
 
   if (result.is<rc::detail::SuccessResult>()) {
     const auto& s = result.get<rc::detail::SuccessResult>();
     r.status = LawStatus::held;
-    r.cases_run = s.numSuccess;
+    r.cases_run = s.numSuccess - unchecked;
     for (const auto& [tags, n] : s.distribution)
       for (const auto& t : tags) r.coverage[unquote(t)] += n;
-    if (law.finding) r.note = finding_note(law, impl, g);
+    if (law.finding && unchecked == 0) r.note = finding_note(law, impl, g);
+    if (unchecked > 0)
+      r.note = "the call budget (" + std::to_string(opts.max_calls) + " calls, --max-calls) ran out: held in the " +
+               std::to_string(r.cases_run) + " cases checked, " + std::to_string(unchecked) + " not checked";
   } else if (result.is<rc::detail::FailureResult>()) {
     const auto& f = result.get<rc::detail::FailureResult>();
     r.status = LawStatus::falsified;
@@ -300,6 +322,12 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
                " shrink candidates timed out (each costs a call timeout): a smaller case may hang too";
     else if (!impl.unavailable().empty())
       r.note = "shrinking stopped: the implementation could not be started again";
+    else if (cut_short == "time")
+      r.note = "shrinking cut short after " + format_number(opts.shrink_seconds, 3) +
+               " s (--shrink-time): the smallest failing case found by then; --shrink-time 0 shrinks on";
+    else if (cut_short == "calls")
+      r.note = "shrinking cut short: the call budget (" + std::to_string(opts.max_calls) +
+               " calls, --max-calls) ran out; the smallest failing case found by then";
     if (t_last_failure) {
       r.minimal_case = t_last_failure->lcase;
       r.violation = t_last_failure->violation;
@@ -340,10 +368,14 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
 }
 
 std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
-                                const RunOptions& opts, int jobs) {
+                                const RunOptions& opts, int jobs,
+                                const std::function<void(std::size_t, const LawResult&)>& done) {
   std::vector<LawResult> out;
   if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty()) {
-    for (const Law* law : laws) out.push_back(run_law(*law, impl, opts));
+    for (const Law* law : laws) {
+      out.push_back(run_law(*law, impl, opts));
+      if (done) done(out.size() - 1, out.back());
+    }
     return out;
   }
 
@@ -475,6 +507,8 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     }
     out.push_back(std::move(r));
   }
+  if (done)
+    for (std::size_t k = 0; k < out.size(); ++k) done(k, out[k]);
   return out;
 }
 

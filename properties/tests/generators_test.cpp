@@ -3,7 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <atomic>
+#include <chrono>
 #include <cmath>
+#include <memory>
+#include <thread>
 
 #include "attncheck/generators.hpp"
 
@@ -405,6 +409,81 @@ TEST(Generators, shrinkingAHangStopsAfterTheTimeoutBudget) {
   const Shape q = unlimited.minimal_case->problem.q.shape(), k = unlimited.minimal_case->problem.k.shape();
   EXPECT_EQ(std::max(q.T, k.T), 2) << "shrunk to the smallest hanging T";
   EXPECT_EQ(unlimited.note.find("shrinking stopped"), std::string::npos) << unlimited.note;
+}
+
+// Shrinking has a time budget: with every failing check slow, a law stops shrinking after shrink_seconds and
+// reports the smallest failing case found by then, saying so; with no budget it shrinks on to the smallest.
+TEST(Generators, shrinkingStopsAtItsTimeBudgetWithTheSmallestCaseSoFar) {
+  const auto slow_from_T2 = [](const LawCase& c) -> std::optional<Violation> {
+    if (std::max(c.problem.q.shape().T, c.problem.k.shape().T) < 2) return std::nullopt;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // a slow black box
+    return violation("fails once T >= 2");
+  };
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 100;
+  opts.shrink_seconds = 0.05;
+  const LawResult capped = run_law(probeLaw(slow_from_T2), *reference_implementation(), opts);
+  ASSERT_EQ(capped.status, LawStatus::falsified);
+  ASSERT_TRUE(capped.minimal_case);
+  EXPECT_NE(capped.note.find("shrinking cut short after 0.05 s (--shrink-time)"), std::string::npos) << capped.note;
+
+  opts.shrink_seconds = 0;
+  const LawResult unlimited = run_law(probeLaw(slow_from_T2), *reference_implementation(), opts);
+  ASSERT_EQ(unlimited.status, LawStatus::falsified);
+  ASSERT_TRUE(unlimited.minimal_case);
+  const Problem& p = unlimited.minimal_case->problem;
+  EXPECT_EQ(std::max(p.q.shape().T, p.k.shape().T), 2) << "shrunk to the smallest failing T";
+  EXPECT_GT(unlimited.shrink_steps, capped.shrink_steps);
+  EXPECT_EQ(unlimited.note.find("cut short"), std::string::npos) << unlimited.note;
+}
+
+// A call budget shared by the laws of a run: once spent, a law checks no further case and says how many it did
+// not check; the calls it made are counted against the budget of the laws after it.
+TEST(Generators, theCallBudgetIsSharedAndEndsTheRunSayingWhatWasNotChecked) {
+  Law calls_once = probeLaw();
+  calls_once.check = [](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
+    impl.forward(c.problem);
+    return std::nullopt;
+  };
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 40;
+  opts.max_calls = 50;
+  opts.calls_spent = std::make_shared<std::atomic<long>>(0);
+  const LawResult first = run_law(calls_once, *reference_implementation(), opts);
+  ASSERT_EQ(first.status, LawStatus::held);
+  EXPECT_EQ(first.cases_run, 40);
+  EXPECT_EQ(first.calls, 40);
+  EXPECT_EQ(first.note.find("call budget"), std::string::npos) << first.note;
+  const LawResult second = run_law(calls_once, *reference_implementation(), opts);
+  ASSERT_EQ(second.status, LawStatus::held);
+  EXPECT_EQ(second.calls, 10) << "the 10 calls left of 50";
+  EXPECT_EQ(second.cases_run, 10);
+  EXPECT_NE(second.note.find("the call budget (50 calls, --max-calls) ran out: held in the 10 cases checked, 30 not "
+                             "checked"),
+            std::string::npos)
+      << second.note;
+  EXPECT_EQ(opts.calls_spent->load(), 50);
+}
+
+// run_laws hands each law's result over as soon as the law ends (when laws run one after the other), so the
+// command can print its row before the next law starts.
+TEST(Generators, runLawsHandsOverEachResultAsTheLawEnds) {
+  int second_checks = 0;
+  Law first = probeLaw(), second = probeLaw();
+  second.name = "probe-2";
+  second.check = [&](const Implementation&, const LawCase&) -> std::optional<Violation> {
+    ++second_checks;
+    return std::nullopt;
+  };
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 5;
+  std::vector<std::pair<std::size_t, int>> seen;  // (law, checks of the second law by then)
+  const auto results = run_laws({&first, &second}, *reference_implementation(), opts, 1,
+                                [&](std::size_t k, const LawResult&) { seen.emplace_back(k, second_checks); });
+  ASSERT_EQ(results.size(), 2u);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], std::make_pair(std::size_t{0}, 0)) << "the first law's result before the second law ran";
+  EXPECT_EQ(seen[1], std::make_pair(std::size_t{1}, 5));
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 #include <rapidcheck.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -128,6 +130,16 @@ struct RunOptions {
   /// Shrinking stops after this many shrink candidates timed out (0: never): each costs a whole call timeout,
   /// and a hang rarely depends on the values that the later steps would shrink.
   int max_shrink_timeouts = 2;
+  /// Shrinking of one law stops after this many seconds (0: no limit): the law reports the smallest failing
+  /// case found by then and says shrinking was cut short. Shrinking a costly implementation (a black box
+  /// probed for its weights, a slow dtype, a failure near the tolerance) can otherwise run for many minutes.
+  double shrink_seconds = 0;
+  /// Calls to the implementation allowed for all laws that share `calls_spent` (0: no limit). Once spent, a
+  /// law checks no further case (it reports those it did check, and says how many it did not) and shrinking
+  /// stops at the smallest failing case so far.
+  long max_calls = 0;
+  /// The calls spent so far against max_calls, shared by the laws of one run (null: this law's own only).
+  std::shared_ptr<std::atomic<long>> calls_spent;
 };
 
 enum class LawStatus { held, falsified, not_applicable };
@@ -162,8 +174,11 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
 /// reentrant), up to `jobs` cases (of any law) are checked at once: RapidCheck, which is not thread-safe,
 /// draws every case on the calling thread, and a law any of whose cases failed is then re-run alone (its
 /// cases known to hold are not checked again), so its shrinking is RapidCheck's own, in the serial order.
+/// `done(k, result)`, when given, is called with each law's final result as soon as it has one: in order, as
+/// each law ends, when they run one after the other; all at the end when several run at once.
 std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
-                                const RunOptions& opts, int jobs);
+                                const RunOptions& opts, int jobs,
+                                const std::function<void(std::size_t, const LawResult&)>& done = {});
 
 /// Decodes a RapidCheck reproduce string (as a report's "reproduce" field holds it) and checks that it holds an
 /// entry for `law` with a size within [0, kMaxRcSize]. Throws std::invalid_argument saying what is wrong,

@@ -39,7 +39,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }  // namespace
 
 Law first_position() {
-  return {"first-position", "the first position's output equals v0, its only visible value", kWhy, always_applies,
+  return {"first-position", "the first position's output equals v0, its only visible value", kWhy, needs_square_shapes,
           gen, check, 0};
 }
 

@@ -48,7 +48,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 
 Law prefix_consistency() {
   return {"prefix-consistency", "attention over the first t+1 positions equals the first t+1 rows of all", kWhy,
-          always_applies, gen, check, 0};
+          needs_square_shapes, gen, check, 0};
 }
 
 }  // namespace attncheck::law_kit

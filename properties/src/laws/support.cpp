@@ -471,7 +471,15 @@ Problem cached_call(const Problem& p, Index begin, Index end) {
   return c;
 }
 
+std::string needs_square_shapes(const GenConfig& g) {
+  if (g.shape && (*g.shape)[2] != (*g.shape)[3])
+    return "draws square cases (T_q = T_k) only, but --shape pins T_q = " + std::to_string((*g.shape)[2]) +
+           " and T_k = " + std::to_string((*g.shape)[3]);
+  return "";
+}
+
 std::string needs_cached_calls(const GenConfig& g) {
+  if (std::string why = needs_square_shapes(g); !why.empty()) return why;
   if (!g.caps.cross_lengths)
     return "needs calls with fewer queries than keys (T_q < T_k, a KV cache), which this implementation does not "
            "accept";

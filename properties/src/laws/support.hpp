@@ -99,6 +99,10 @@ std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCa
 std::string needs_weights(const GenConfig& g);
 /// not_applicable for laws that always apply.
 inline std::string always_applies(const GenConfig&) { return ""; }
+/// For laws whose cases are square (their generators set allow_cross_lengths = false): why not, when a pinned
+/// --shape has T_q != T_k (the law's reasoning, position 0 sees key 0 alone or a prefix is a square call,
+/// would not hold), else "".
+std::string needs_square_shapes(const GenConfig& g);
 
 /// not_applicable for the gradient laws: they need Implementation::backward.
 std::string needs_backward(const GenConfig& g);

@@ -188,6 +188,14 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     return r;
   }
 
+  // A run whose call budget is spent checks no further law: not a law that held, one that was not checked.
+  if (opts.max_calls > 0 && opts.calls_spent && opts.calls_spent->load() >= opts.max_calls) {
+    r.status = LawStatus::not_applicable;
+    r.note = "not checked: the call budget (" + std::to_string(opts.max_calls) +
+             " calls, --max-calls) ran out before this law";
+    return r;
+  }
+
   const rc::Gen<LawCase> gen = law.gen(g);
   const CountingImplementation counted(impl);
   // Shrinking state. Once a failure is clear (margin >= kClearMargin), a shrink that fails by less is not

@@ -463,6 +463,13 @@ TEST(Generators, theCallBudgetIsSharedAndEndsTheRunSayingWhatWasNotChecked) {
             std::string::npos)
       << second.note;
   EXPECT_EQ(opts.calls_spent->load(), 50);
+  // A law after the budget ran out checks nothing, and is not reported as held.
+  const LawResult third = run_law(calls_once, *reference_implementation(), opts);
+  EXPECT_EQ(third.status, LawStatus::not_applicable);
+  EXPECT_EQ(third.calls, 0);
+  EXPECT_NE(third.note.find("not checked: the call budget (50 calls, --max-calls) ran out before this law"),
+            std::string::npos)
+      << third.note;
 }
 
 // run_laws hands each law's result over as soon as the law ends (when laws run one after the other), so the

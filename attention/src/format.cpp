@@ -47,7 +47,9 @@ std::string printable_text(std::string_view bytes) {
   for (std::size_t i = 0; i < bytes.size();) {
     const unsigned char c = static_cast<unsigned char>(bytes[i]);
     const std::size_t n = utf8_length(bytes, i);
-    if (n == 0 || (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F) {
+    // C1 controls (U+0080..U+009F, bytes C2 80..C2 9F) drive terminals too (U+009B is CSI): escaped as well.
+    const bool c1 = n == 2 && c == 0xC2 && static_cast<unsigned char>(bytes[i + 1]) < 0xA0;
+    if (n == 0 || (c < 0x20 && c != '\n' && c != '\t') || c == 0x7F || c1) {
       char buf[8];
       std::snprintf(buf, sizeof buf, "\\x%02X", c);
       out += buf;

@@ -117,7 +117,14 @@ int end_descendants(const pid_t* spare, int n_spare, int max_ms) {
   if (g_busy.test_and_set()) return 0;  // a signal handler interrupted a call in progress: that one finishes
   const pid_t self = ::getpid();
   int killed = 0;
-  for (int waited = 0; waited <= max_ms; waited += 10) {
+  timespec start{};
+  ::clock_gettime(CLOCK_MONOTONIC, &start);  // async-signal-safe
+  const auto elapsed_ms = [&] {
+    timespec now{};
+    ::clock_gettime(CLOCK_MONOTONIC, &now);
+    return (now.tv_sec - start.tv_sec) * 1000L + (now.tv_nsec - start.tv_nsec) / 1000000L;
+  };
+  while (elapsed_ms() <= max_ms) {
     const int n = scan();
     // Mark the descendants: passes over the table until no process joins (a parent may be listed after its
     // child), never through a spared process.
@@ -145,7 +152,9 @@ int end_descendants(const pid_t* spare, int n_spare, int max_ms) {
         ::kill(g_pid[i], SIGKILL);
         ++found;
       }
-      if (g_ppid[i] == self) reaped += ::waitpid(g_pid[i], nullptr, g_zombie[i] ? WNOHANG : 0) > 0;
+      // Never a blocking wait: a child stuck in uninterruptible sleep (a wedged driver) must not hang a
+      // signal handler; it is reaped by a later pass once the kill lands.
+      if (g_ppid[i] == self) reaped += ::waitpid(g_pid[i], nullptr, WNOHANG) > 0;
     }
     killed += found;
     if (found == 0 && reaped == 0) break;

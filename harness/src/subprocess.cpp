@@ -57,6 +57,9 @@ std::vector<std::string> child_environment() {
   if (const std::string dir = python_client_dir(); !dir.empty())
     pythonpath += (pythonpath.empty() ? "" : ":") + dir;
   if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
+  // The plug-in host checks it was not orphaned before its parent-death signal took effect.
+  std::erase_if(env, [](const std::string& e) { return e.starts_with("ATTNCHECK_PARENT_PID="); });
+  env.push_back("ATTNCHECK_PARENT_PID=" + std::to_string(::getpid()));
   return env;
 }
 
@@ -64,11 +67,6 @@ std::vector<std::string> child_environment() {
 // subreaper, anything else among its descendants is an orphan some plug-in left behind, and is ended.
 std::mutex g_children_mu;
 std::vector<pid_t> g_children;
-
-void add_child(pid_t pid) {
-  std::lock_guard lock(g_children_mu);
-  g_children.push_back(pid);
-}
 
 void remove_child(pid_t pid) {
   std::lock_guard lock(g_children_mu);
@@ -211,11 +209,16 @@ class ExecImplementation final : public Implementation {
   void ensure_started() const {
     if (pid_ >= 0) return;
     if (!given_up_.empty()) throw ImplementationError(Kind::unavailable, given_up_);
+    // A failed start says nothing about the case at hand: it is "not started", which the runner never
+    // takes for a counterexample (nor for a smaller one while shrinking).
     try {
       start();
       failed_starts_ = 0;
     } catch (const ImplementationError& e) {
-      if (++failed_starts_ < kMaxFailedStarts) throw;
+      if (++failed_starts_ < kMaxFailedStarts)
+        throw ImplementationError(Kind::unavailable, name_ + ": could not be restarted (" +
+                                                         std::to_string(failed_starts_) + " of " +
+                                                         std::to_string(kMaxFailedStarts) + " tries): " + e.what());
       given_up_ = name_ + ": could not be started: " + std::to_string(failed_starts_) +
                   " starts in a row failed, so no further call is made. The last: " + e.what();
       throw ImplementationError(Kind::unavailable, given_up_);
@@ -297,6 +300,9 @@ class ExecImplementation final : public Implementation {
       throw ImplementationError(Kind::crash, name_ + ": pipe failed: " + std::strerror(errno));
     }
     const pid_t parent = ::getpid();
+    // Registered as ours in the same breath as it is made, so an end_orphans() of another thread never
+    // takes it for an orphan.
+    std::unique_lock children_lock(g_children_mu);
     const pid_t pid = ::fork();
     if (pid == 0) {
       // Its own process group, so one kill reaches whatever it starts; and killed when attncheck dies, by
@@ -320,6 +326,8 @@ class ExecImplementation final : public Implementation {
       ::_exit(127);
     }
     const int fork_errno = errno;
+    if (pid > 0) g_children.push_back(pid);
+    children_lock.unlock();
     ::close(sv[1]);
     ::close(err[1]);
     ::close(exec_err[1]);
@@ -333,6 +341,7 @@ class ExecImplementation final : public Implementation {
       if (n == sizeof e) {
         rc = e;
         ::waitpid(pid, nullptr, 0);
+        remove_child(pid);
       }
     }
     ::close(exec_err[0]);
@@ -342,7 +351,6 @@ class ExecImplementation final : public Implementation {
       throw ImplementationError(Kind::crash, name_ + ": cannot start " + argv_[0] + ": " + std::strerror(rc));
     }
     pid_ = pid;
-    add_child(pid);
     phase_ = "before finishing the handshake";
     sock_ = sv[0];
     err_ = err[0];
@@ -397,7 +405,8 @@ class ExecImplementation final : public Implementation {
     int status = 0;
     const auto reap_within = [&](int ms) {
       for (int i = 0; i < ms / 10; ++i) {
-        if (::waitpid(pid_, &status, WNOHANG) == pid_) return true;
+        const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+        if (r == pid_ || (r < 0 && errno == ECHILD)) return true;  // ECHILD: already reaped
         std::this_thread::sleep_for(std::chrono::milliseconds(10));
       }
       return false;
@@ -447,11 +456,15 @@ class ExecImplementation final : public Implementation {
   [[noreturn]] void died() const {
     int status = 0;
     bool reaped = false;
-    for (int i = 0; i < 200 && !reaped; ++i) {
-      reaped = ::waitpid(pid_, &status, WNOHANG) == pid_;
-      if (!reaped) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    bool gone = false;  // reaped elsewhere (ECHILD): nothing to wait for or kill
+    for (int i = 0; i < 200 && !reaped && !gone; ++i) {
+      const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+      reaped = r == pid_;
+      gone = r < 0 && errno == ECHILD;
+      if (!reaped && !gone) std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
-    const std::string how = reaped ? describe_status(status) : "closed its end of the socket";
+    reaped = reaped || gone;
+    const std::string how = reaped && !gone ? describe_status(status) : "closed its end of the socket";
     const std::string note = stderr_note();
     if (!reaped) {
       ::kill(pid_, SIGTERM);  // the guard ends what the worker left, then exits

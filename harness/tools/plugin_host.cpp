@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <csignal>
 #include <cstring>
 #include <iostream>
@@ -74,15 +75,27 @@ int main(int argc, char** argv) {
   }
   // Whatever the worker's descendants orphan comes to this process, so the tree stays whole.
   attncheck::detail::become_subreaper();
-  // SIGTERM, SIGINT, SIGHUP: end the tree and exit. No SA_RESTART, so the wait below returns at once.
+  // SIGTERM, SIGINT, SIGHUP: end the tree and exit; SIGCHLD: the worker ended. All four stay blocked except
+  // inside sigsuspend below, so none can slip in between a check and the wait.
+  sigset_t watched, during_wait;
+  sigemptyset(&watched);
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigaddset(&watched, sig);
+  ::sigprocmask(SIG_BLOCK, &watched, &during_wait);
+  for (const int sig : {SIGTERM, SIGINT, SIGHUP, SIGCHLD}) sigdelset(&during_wait, sig);
   struct sigaction stop {};
   stop.sa_handler = [](int) { g_stop = 1; };
   for (const int sig : {SIGTERM, SIGINT, SIGHUP}) ::sigaction(sig, &stop, nullptr);
+  struct sigaction child {};
+  child.sa_handler = [](int) {};
+  ::sigaction(SIGCHLD, &child, nullptr);
   ::signal(SIGPIPE, SIG_IGN);
-  const pid_t parent = ::getppid();
+  // attncheck names itself (the parent may already be gone, and then our parent is init or a subreaper,
+  // whatever its pid: attncheck itself may be pid 1 in a container).
+  pid_t parent = ::getppid();
+  if (const char* named = std::getenv("ATTNCHECK_PARENT_PID"); named && *named) parent = static_cast<pid_t>(std::atol(named));
   ::prctl(PR_SET_PDEATHSIG, SIGTERM);
   // The parent may have died before the line above: then no signal comes, and an orphan's parent changes.
-  if (::getppid() != parent || parent == 1) return 128 + SIGTERM;
+  if (::getppid() != parent) return 128 + SIGTERM;
 
   const pid_t guard = ::getpid();
   const pid_t worker = ::fork();
@@ -103,12 +116,13 @@ int main(int argc, char** argv) {
       attncheck::detail::end_descendants();
       return 128 + SIGTERM;
     }
-    const pid_t r = ::waitpid(worker, &status, 0);
+    const pid_t r = ::waitpid(worker, &status, WNOHANG);
     if (r == worker) break;
     if (r < 0 && errno != EINTR) {
       status = 127 << 8;
       break;
     }
+    ::sigsuspend(&during_wait);  // returns after a handler ran: a stop signal, or a child's end
   }
   attncheck::detail::end_descendants();  // what the worker left behind: setsid() children, daemons
   exit_like(status);

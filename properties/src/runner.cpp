@@ -93,13 +93,16 @@ std::string unquote(std::string s) {
   return s;
 }
 
-// evaluate_case, telling whether the implementation timed out.
-std::optional<Violation> evaluate(const Law& law, const Implementation& impl, const LawCase& c, bool& timed_out) {
+// evaluate_case, telling whether the implementation timed out, or could not be (re)started for the call.
+std::optional<Violation> evaluate(const Law& law, const Implementation& impl, const LawCase& c, bool& timed_out,
+                                  bool* not_started = nullptr) {
   timed_out = false;
+  if (not_started) *not_started = false;
   try {
     return law.check(impl, c);
   } catch (const ImplementationError& e) {
     timed_out = e.kind() == ImplementationError::Kind::timeout;
+    if (not_started) *not_started = e.kind() == ImplementationError::Kind::unavailable;
     return call_failure(std::string(kind_name(e.kind())) + ": " + e.what());
   }
 }
@@ -227,6 +230,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
            std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start).count() >= opts.shrink_seconds;
   };
   std::string cut_short;  // why shrinking stopped before RapidCheck ran out of candidates
+  std::string start_failure;  // the first call that failed because the implementation could not be started
   int unchecked = 0;      // cases passed untried because the call budget was spent
   // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
   const auto property = [&] {
@@ -265,9 +269,9 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     if (known_held && !progress.shrinking && n < known_held->size() && (*known_held)[n]) return;
     c.outputs_only = g.caps.weights_probed && failed_on == "output";
     std::optional<Violation> v;
-    bool timed_out = false;
+    bool timed_out = false, not_started = false;
     try {
-      v = evaluate(law, counted, c, timed_out);
+      v = evaluate(law, counted, c, timed_out, &not_started);
       if (std::string n = law_kit::take_sampling_note(); !n.empty()) sampled = std::move(n);
     } catch (const rc::detail::CaseResult&) {
       throw;
@@ -277,6 +281,12 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     }
     r.timeouts += timed_out;
     shrink_timeouts += timed_out && shrinking;
+    // A call the implementation could not be started for is no counterexample (nor a smaller one): the case
+    // passes untried, and the law says so if nothing else failed.
+    if (v && not_started) {
+      if (start_failure.empty()) start_failure = v->message;
+      return;
+    }
     if (v) {
       if (!shrinking) shrink_start = std::chrono::steady_clock::now();
       shrinking = true;
@@ -316,7 +326,13 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     r.cases_run = s.numSuccess - unchecked;
     for (const auto& [tags, n] : s.distribution)
       for (const auto& t : tags) r.coverage[unquote(t)] += n;
-    if (law.finding && unchecked == 0) r.note = finding_note(law, impl, g);
+    if (law.finding && unchecked == 0 && start_failure.empty()) r.note = finding_note(law, impl, g);
+    if (!start_failure.empty()) {  // nothing failed, but not every case could be checked
+      r.status = LawStatus::falsified;
+      r.violation = call_failure(start_failure);
+      r.note = "not every case was checked: the implementation could not be started";
+      return r;
+    }
     if (unchecked > 0)
       r.note = "the call budget (" + std::to_string(opts.max_calls) + " calls, --max-calls) ran out: held in the " +
                std::to_string(r.cases_run) + " cases checked, " + std::to_string(unchecked) + " not checked";
@@ -379,7 +395,7 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
                                 const RunOptions& opts, int jobs,
                                 const std::function<void(std::size_t, const LawResult&)>& done) {
   std::vector<LawResult> out;
-  if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty()) {
+  if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty() || opts.max_calls > 0) {
     for (const Law* law : laws) {
       out.push_back(run_law(*law, impl, opts));
       if (done) done(out.size() - 1, out.back());

@@ -2,6 +2,7 @@
 // counterexample corpus, and reading a stored counterexample back.
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -123,26 +124,37 @@ std::string lock_holder(int fd) {
 // Opens and locks DIR/.attncheck-lock, writes who holds it. Throws FileError / ReportBusy.
 int take_lock(const fs::path& dir, const std::string& implementation) {
   const fs::path path = dir / kLock;
-  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw FileError("cannot use " + dir.string() + " as the report folder: cannot write into it (" +
-                    errno_text(errno) + ")");
-  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
-    const int e = errno;
-    const std::string holder = lock_holder(fd);
-    ::close(fd);
-    if (e == EWOULDBLOCK)
-      throw ReportBusy("the report folder " + dir.string() + " is in use by " + holder +
-                       "; wait for that run to end, or choose another --report-dir");
-    throw FileError("cannot lock the report folder " + dir.string() + ": " + errno_text(e));
+  for (int attempt = 0;; ++attempt) {
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw FileError("cannot use " + dir.string() + " as the report folder: cannot write into it (" +
+                      errno_text(errno) + ")");
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+      const int e = errno;
+      const std::string holder = lock_holder(fd);
+      ::close(fd);
+      if (e == EWOULDBLOCK)
+        throw ReportBusy("the report folder " + dir.string() + " is in use by " + holder +
+                         "; wait for that run to end, or choose another --report-dir");
+      throw FileError("cannot lock the report folder " + dir.string() + ": " + errno_text(e));
+    }
+    // The lock file we hold must still be the folder's: a run that swapped a new report in meanwhile left the
+    // one we opened in the old folder, and the new folder has a lock of its own. Then again, on that one.
+    struct stat held {}, now {};
+    if (::fstat(fd, &held) != 0 || ::stat(path.c_str(), &now) != 0 || held.st_ino != now.st_ino ||
+        held.st_dev != now.st_dev) {
+      ::close(fd);
+      if (attempt < 8) continue;
+      throw ReportBusy("the report folder " + dir.string() + " keeps being replaced by another run");
+    }
+    const std::string who = "attncheck (pid " + std::to_string(::getpid()) + ", checking " + implementation + ")\n";
+    if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size())) {
+      const int e = errno;
+      ::close(fd);
+      throw FileError("cannot write into the report folder " + dir.string() + ": " + errno_text(e));
+    }
+    return fd;
   }
-  const std::string who = "attncheck (pid " + std::to_string(::getpid()) + ", checking " + implementation + ")\n";
-  if (::ftruncate(fd, 0) != 0 || ::pwrite(fd, who.data(), who.size(), 0) != ssize_t(who.size())) {
-    const int e = errno;
-    ::close(fd);
-    throw FileError("cannot write into the report folder " + dir.string() + ": " + errno_text(e));
-  }
-  return fd;
 }
 
 // Under the lock, what an interrupted run left: temporary files in the folder, and staging folders beside it
@@ -154,9 +166,15 @@ void clean_leftovers(const fs::path& dir) {
     if (is_temporary(e.path().filename().string())) fs::remove(e.path(), ec);
   const std::string prefix = staging_prefix(dir);
   for (const auto& e : fs::directory_iterator(dir.parent_path(), ec)) {
-    if (!e.path().filename().string().starts_with(prefix) || !e.is_directory()) continue;
+    const std::string name = e.path().filename().string();
+    // ".<name>.staging-<pid>" exactly: not the staging folder of a sibling folder whose name extends ours.
+    if (!name.starts_with(prefix) || name.size() == prefix.size() || !e.is_directory() ||
+        !std::all_of(name.begin() + long(prefix.size()), name.end(), [](char c) { return c >= '0' && c <= '9'; }))
+      continue;
     const fs::path corpus = e.path() / kCorpusFolder;
     if (fs::is_directory(corpus, ec) && !fs::exists(dir / kCorpusFolder, ec)) fs::rename(corpus, dir / kCorpusFolder, ec);
+    // A corpus that could not be moved back is never deleted: the folder stays for a person to look at.
+    if (fs::exists(corpus, ec)) continue;
     fs::remove_all(e.path(), ec);
   }
 }
@@ -174,6 +192,7 @@ ReportFolder::ReportFolder(fs::path dir, std::string implementation, bool force)
   std::error_code ec;
   dir_ = fs::weakly_canonical(fs::absolute(dir), ec);
   if (ec || dir_.filename().empty()) dir_ = fs::absolute(dir).lexically_normal();
+  if (dir_.filename().empty()) dir_ = dir_.parent_path();  // "reports/" -> "reports"
   if (fs::exists(dir_, ec) && !fs::is_directory(dir_, ec))
     throw FileError("cannot use " + dir.string() + " as the report folder: it exists and is not a folder");
   fs::create_directories(dir_, ec);
@@ -263,6 +282,18 @@ PublishResult ReportFolder::publish(const std::vector<ReportFile>& files, bool f
     if (n == kCorpusFolder && e.is_directory()) continue;
     swappable = false;
   }
+  // Not when the folder is (or holds) the working directory: a swap would leave the process, and a user's
+  // shell there, in a deleted folder. Not when the corpus inside is on another file system (a mount).
+  {
+    std::error_code cwd_ec;
+    const fs::path cwd = fs::weakly_canonical(fs::current_path(cwd_ec), cwd_ec);
+    const auto [d, c] = std::mismatch(dir.begin(), dir.end(), cwd.begin(), cwd.end());
+    if (cwd_ec || d == dir.end()) swappable = false;
+    struct stat ds {}, cs {};
+    if (::stat((dir / kCorpusFolder).c_str(), &cs) == 0 && (::stat(dir.c_str(), &ds) != 0 || ds.st_dev != cs.st_dev))
+      swappable = false;
+    if (dir.parent_path() == dir) swappable = false;  // the root has no parent to build beside it in
+  }
   if (swappable && !ec) {
     const fs::path staging = dir.parent_path() / (staging_prefix(dir) + std::to_string(::getpid()));
     fs::remove_all(staging, ec);
@@ -275,13 +306,16 @@ PublishResult ReportFolder::publish(const std::vector<ReportFile>& files, bool f
         if (new_lock >= 0) ::close(new_lock);
         new_lock = -1;
       }
+      // The new folder gets the old one's permissions (a folder shared by a team stays shared).
+      fs::permissions(staging, fs::status(dir, ec).permissions(), ec);
       if (new_lock >= 0 &&
           ::renameat2(AT_FDCWD, staging.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
-        // `staging` now holds the old report: keep its corpus, drop the rest.
+        // `staging` now holds the old report: keep its corpus, drop the rest. A corpus that cannot be moved
+        // back is never deleted: the old folder stays beside the new one, and the next run tries again.
         if (fs::is_directory(staging / kCorpusFolder, ec)) fs::rename(staging / kCorpusFolder, dir / kCorpusFolder, ec);
         ::close(lock_fd_);
         lock_fd_ = new_lock;
-        fs::remove_all(staging, ec);
+        if (!fs::exists(staging / kCorpusFolder, ec)) fs::remove_all(staging, ec);
         for (const ReportFile* f : to_write)
           if (f->name != kManifest) r.written.push_back(f->name);
         r.removed = stale;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "attncheck/format.hpp"
 #include "attncheck/reports.hpp"
 
 namespace attncheck::reports {
@@ -187,6 +188,16 @@ TEST(Html, markdownSubsetBecomesHtml) {
   EXPECT_NE(h.find("<li>one <a href=\"r.html\">link</a><br>more</li>"), std::string::npos) << h;
   EXPECT_NE(h.find("<figure>\n<svg>P</svg>\n</figure>"), std::string::npos) << h;
   EXPECT_NE(h.find("<img src=\"m.svg\" alt=\"missing\">"), std::string::npos) << h;
+}
+
+// Text from a plug-in becomes text every format carries: valid UTF-8 kept (a 2-, 3- and 4-byte sequence),
+// everything else as \xHH: bytes that are no UTF-8 (0xFF, a lone continuation byte, an overlong form, a
+// surrogate, a truncated sequence), and the controls that drive a terminal (ESC, DEL, the C1 CSI U+009B).
+TEST(Text, printableTextKeepsUtf8AndEscapesEverythingElse) {
+  EXPECT_EQ(attncheck::printable_text("ok \u00e9 \u221e \U0001F600\n\tend"), "ok \u00e9 \u221e \U0001F600\n\tend");
+  EXPECT_EQ(attncheck::printable_text("a\xff b\x80 c\xc0\xaf d\xed\xa0\x80 e\xe2\x88"),
+            "a\\xFF b\\x80 c\\xC0\\xAF d\\xED\\xA0\\x80 e\\xE2\\x88");
+  EXPECT_EQ(attncheck::printable_text("\x1b[31mred\x7f \xc2\x9b" "2J \xc2\xa0"), "\\x1B[31mred\\x7F \\xC2\\x9B2J \xc2\xa0");
 }
 
 // A line that starts like an image but is none (text a plug-in printed, say) is a paragraph: fuzz_report_writers

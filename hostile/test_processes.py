@@ -3,6 +3,7 @@ SIGINT, SIGTERM, SIGKILL of attncheck), setsid() daemons and hosts deaf to SIGTE
 hanging or garbling implementation is reported, never costs the run; one that cannot be started again is
 given up on after a few tries instead of stalling the run. The `marker` fixture fails a test that leaves any
 process behind."""
+import json
 import signal
 import subprocess
 import time
@@ -44,12 +45,13 @@ def test_sigkill_of_attncheck_ends_a_setsid_daemon(tmp_path, marker):
     assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGKILL) == -signal.SIGKILL
 
 
+# SIGINT and SIGTERM end the run with the reports of what it finished: exit 130.
 def test_sigterm_of_attncheck_ends_a_setsid_daemon(tmp_path, marker):
-    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGTERM) == -signal.SIGTERM
+    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGTERM) == 130
 
 
 def test_sigint_of_attncheck_ends_a_setsid_daemon(tmp_path, marker):
-    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGINT) == -signal.SIGINT
+    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGINT) == 130
 
 
 def test_sigkill_of_attncheck_ends_a_host_deaf_to_sigterm(tmp_path, marker):
@@ -59,7 +61,26 @@ def test_sigkill_of_attncheck_ends_a_host_deaf_to_sigterm(tmp_path, marker):
 
 def test_sigterm_of_attncheck_ends_a_host_deaf_to_sigterm(tmp_path, marker):
     rc = kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('ignore_term_hang')}", signal.SIGTERM)
-    assert rc == -signal.SIGTERM
+    assert rc == 130
+    assert (tmp_path / "r" / "summary.json").exists(), "the interrupted run wrote its reports"
+
+
+def test_sigint_ends_the_run_with_the_reports_of_what_finished(tmp_path, marker):
+    p = subprocess.Popen([ATTNCHECK, "check", "--impl", "reference", "--cases", "1000000", "--no-corpus",
+                          "--property", "row-stochastic,zero-future-weight", "--report-dir", str(tmp_path / "r")],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lock = tmp_path / "r" / ".attncheck-lock"
+    deadline = time.monotonic() + 20
+    while not lock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # row-stochastic is under way: a million cases take minutes
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    assert "interrupted: held in the" in out and "cases checked before the run was stopped" in out, out
+    assert "not checked: the run was interrupted" in out, out  # zero-future-weight never started
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert [law["status"] for law in summary["laws"]] == ["held", "n/a"], summary
 
 
 def test_a_host_deaf_to_sigterm_that_hangs_is_timed_out_and_ended(tmp_path, marker):

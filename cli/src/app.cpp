@@ -57,7 +57,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 every law held; 1 at least one law was falsified (reports written); 2 usage or configuration "
-      "error; 3 internal error.");
+      "error; 3 internal error; 130 interrupted by SIGINT or SIGTERM (the reports of the laws that finished "
+      "written).");
   auto* demo = app.add_subcommand("demo", "walk through the source card's T=3, d=2 example and its invariants");
   auto* list = app.add_subcommand("list", "print the laws and the built-in implementations, one per line, name first");
   auto* check = app.add_subcommand("check", "run the laws against an implementation and write counterexample reports");

@@ -549,6 +549,8 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   for (const auto& [entry, doc] : corpus_entries) corpus->save(entry, doc);
 
   const int applicable = static_cast<int>(results.size()) - na;
+  const bool interrupted = stop_requested();
+  if (interrupted) out << "interrupted: the reports hold the laws that finished (the others say \"not checked\")\n";
   if (falsified) {
     out << run.implementation << ": " << falsified << " of " << applicable << " laws falsified";
   } else {
@@ -571,6 +573,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     if (formats.md) out << "    report: " << (report_dir / reports::law_file(r.result.law, ".md")).string() << "\n";
     if (const auto cmd = reports::replay_command(run, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
   }
+  if (interrupted) return kInterrupted;
   return falsified ? kFalsified : kAllHeld;
 }
 

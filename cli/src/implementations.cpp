@@ -47,7 +47,7 @@ ImplementationPtr resolve_implementation(const std::string& spec, const Registry
 
 void guard_processes() {
 #ifdef ATTNCHECK_CLI_HAS_HARNESS
-  guard_process_tree();
+  guard_process_tree(/*interruptible=*/true);
 #endif
 }
 

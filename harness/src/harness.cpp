@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "attncheck/format.hpp"
+#include "attncheck/law.hpp"
 #include "attncheck/probe.hpp"
 #include "c_plugin.hpp"
 #include "descendants.hpp"
@@ -148,24 +149,36 @@ std::string python_client_dir() {
                         has_client);
 }
 
-void guard_process_tree() {
+namespace {
+void end_tree_and_die(int sig) {
+  detail::end_descendants();  // async-signal-safe
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(sig, &dfl, nullptr);
+  ::raise(sig);
+}
+
+void stop_gracefully(int sig) {
+  request_stop();             // the run ends soon and writes what it finished
+  detail::end_descendants();  // a call in flight fails at once instead of at its timeout
+  struct sigaction again {};
+  again.sa_handler = end_tree_and_die;  // a second signal ends it all now
+  ::sigaction(sig, &again, nullptr);
+}
+}  // namespace
+
+void guard_process_tree(bool interruptible) {
   static bool guarded = false;
   if (guarded) return;
   guarded = true;
   detail::become_subreaper();
   std::atexit([] { detail::end_descendants(); });
-  struct sigaction sa {};
-  sa.sa_handler = [](int sig) {
-    detail::end_descendants();  // async-signal-safe
-    struct sigaction dfl {};
-    dfl.sa_handler = SIG_DFL;
-    ::sigaction(sig, &dfl, nullptr);
-    ::raise(sig);
-  };
   for (const int sig : {SIGINT, SIGTERM, SIGHUP}) {
     struct sigaction old {};
     ::sigaction(sig, nullptr, &old);
     if (old.sa_handler == SIG_IGN) continue;  // ignored by whoever started us (nohup, a background job): stays so
+    struct sigaction sa {};
+    sa.sa_handler = interruptible && sig != SIGHUP ? stop_gracefully : end_tree_and_die;
     ::sigaction(sig, &sa, nullptr);
   }
 }

@@ -40,6 +40,9 @@ struct Failure {
 
 thread_local std::optional<Failure> t_last_failure;
 
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "request_stop() is called from signal handlers");
+
 class ProgressListener final : public rc::detail::TestListener {
  public:
   ProgressListener(Progress& p, const std::function<void(const Progress&)>& cb) : p_(p), cb_(cb) {}
@@ -108,6 +111,9 @@ std::optional<Violation> evaluate(const Law& law, const Implementation& impl, co
 }
 
 }  // namespace
+
+void request_stop() { g_stop_requested.store(true); }
+bool stop_requested() { return g_stop_requested.load(); }
 
 double margin(const Violation& v) {
   if (v.quantity == "call" || v.tolerance <= 0 || !std::isfinite(v.magnitude))
@@ -191,6 +197,11 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     return r;
   }
 
+  if (stop_requested()) {
+    r.status = LawStatus::not_applicable;
+    r.note = "not checked: the run was interrupted";
+    return r;
+  }
   // A run whose call budget is spent checks no further law: not a law that held, one that was not checked.
   if (opts.max_calls > 0 && opts.calls_spent && opts.calls_spent->load() >= opts.max_calls) {
     r.status = LawStatus::not_applicable;
@@ -232,8 +243,15 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   std::string cut_short;  // why shrinking stopped before RapidCheck ran out of candidates
   std::string start_failure;  // the first call that failed because the implementation could not be started
   int unchecked = 0;      // cases passed untried because the call budget was spent
+  int interrupted = 0;    // cases passed untried because the run was asked to stop
+  bool interrupted_shrinking = false;
   // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
   const auto property = [&] {
+    if (stop_requested()) {
+      if (shrinking) interrupted_shrinking = true;
+      else ++interrupted;
+      return;
+    }
     if (shrinking && (shrink_budget_spent() || !counted.unavailable().empty())) return;
     if (shrinking && cut_short.empty() && (shrink_time_spent() || calls_spent()))
       cut_short = calls_spent() ? "calls" : "time";
@@ -279,6 +297,12 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       if (!internal) internal = std::current_exception();
       throw;
     }
+    // The call in flight when the run was asked to stop is not judged (the handler may have ended it).
+    if (stop_requested()) {
+      if (shrinking) interrupted_shrinking = true;
+      else ++interrupted;
+      return;
+    }
     r.timeouts += timed_out;
     shrink_timeouts += timed_out && shrinking;
     // A call the implementation could not be started for is no counterexample (nor a smaller one): the case
@@ -323,17 +347,21 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   if (result.is<rc::detail::SuccessResult>()) {
     const auto& s = result.get<rc::detail::SuccessResult>();
     r.status = LawStatus::held;
-    r.cases_run = s.numSuccess - unchecked;
+    r.cases_run = s.numSuccess - unchecked - interrupted;
     for (const auto& [tags, n] : s.distribution)
       for (const auto& t : tags) r.coverage[unquote(t)] += n;
-    if (law.finding && unchecked == 0 && start_failure.empty()) r.note = finding_note(law, impl, g);
+    if (law.finding && unchecked == 0 && interrupted == 0 && start_failure.empty() && !stop_requested())
+      r.note = finding_note(law, impl, g);
     if (!start_failure.empty()) {  // nothing failed, but not every case could be checked
       r.status = LawStatus::falsified;
       r.violation = call_failure(start_failure);
       r.note = "not every case was checked: the implementation could not be started";
       return r;
     }
-    if (unchecked > 0)
+    if (interrupted > 0)
+      r.note = "interrupted: held in the " + std::to_string(r.cases_run) + " cases checked before the run was "
+               "stopped, " + std::to_string(interrupted) + " not checked";
+    else if (unchecked > 0)
       r.note = "the call budget (" + std::to_string(opts.max_calls) + " calls, --max-calls) ran out: held in the " +
                std::to_string(r.cases_run) + " cases checked, " + std::to_string(unchecked) + " not checked";
   } else if (result.is<rc::detail::FailureResult>()) {
@@ -344,6 +372,8 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     if (shrink_budget_spent())
       r.note = "shrinking stopped after " + std::to_string(shrink_timeouts) +
                " shrink candidates timed out (each costs a call timeout): a smaller case may hang too";
+    else if (interrupted_shrinking)
+      r.note = "shrinking interrupted: the smallest failing case found before the run was stopped";
     else if (!impl.unavailable().empty())
       r.note = "shrinking stopped: the implementation could not be started again";
     else if (cut_short == "time")
@@ -379,6 +409,7 @@ struct Job {
   LawCase lcase;
 };
 struct Checked {
+  bool ran = false;     // checked at all (not skipped because the run was asked to stop)
   bool failed = false;  // falsified, or attncheck's own error: either way the law is re-run alone
   std::string note;
   double seconds = 0;
@@ -421,9 +452,10 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
         job = std::move(queue.front());
         queue.pop_front();
         space.notify_one();
-        if (failed[job.law]) continue;  // the law is re-run alone anyway
+        if (failed[job.law] || stop_requested()) continue;  // re-run alone anyway, or not at all
       }
       Checked c;
+      c.ran = true;
       const auto start = std::chrono::steady_clock::now();
       const CountingImplementation counted(impl);
       try {
@@ -467,7 +499,7 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     std::size_t n = 0;
     bool gen_error = false;  // attncheck's own: the law is re-run alone below, where it becomes an internal error
     const auto property = [&] {
-      if (gen_error) return;  // no shrinking of attncheck's own failure
+      if (gen_error || stop_requested()) return;  // no shrinking of attncheck's own failure; or asked to stop
       LawCase c;
       try {
         c = *gen;
@@ -498,6 +530,31 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
   for (std::size_t l = 0; l < laws.size(); ++l) {
     const Law& law = *laws[l];
     const bool all_drawn = drawn[l] && drawn[l]->is<rc::detail::SuccessResult>();
+    // Interrupted: a law every case of which was drawn and checked keeps its result; one with some cases
+    // checked, none failing, held in those; any other was not checked.
+    const long ran = std::count_if(checked[l].begin(), checked[l].end(), [](const Checked& c) { return c.ran; });
+    if (stop_requested() && drawn[l] &&
+        (!all_drawn || failed[l] || ran < long(test_params(law, opts).maxSuccess))) {
+      LawResult r;
+      r.law = law.name;
+      r.implementation = impl.name();
+      r.dtype = opts.gen.dtype;
+      r.seed = opts.seed;
+      r.status = LawStatus::not_applicable;
+      r.note = "not checked: the run was interrupted";
+      if (ran > 0 && !failed[l]) {
+        r.status = LawStatus::held;
+        r.cases_run = int(ran);
+        for (const Checked& c : checked[l]) {
+          r.seconds += c.seconds;
+          r.calls += c.calls;
+        }
+        r.note = "interrupted: held in the " + std::to_string(ran) + " cases checked before the run was stopped, " +
+                 std::to_string(test_params(law, opts).maxSuccess - ran) + " not checked";
+      }
+      out.push_back(std::move(r));
+      continue;
+    }
     if (!drawn[l] || !all_drawn || failed[l]) {  // not applicable, or something to shrink or report: alone
       std::vector<bool> held;
       long held_calls = 0;

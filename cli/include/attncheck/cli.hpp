@@ -18,6 +18,7 @@ enum ExitCode : int {
   kFalsified = 1,   ///< at least one law was falsified; reports were written
   kUsage = 2,       ///< bad flag, value, law, implementation or file; the message says what was expected
   kInternal = 3,    ///< a bug in attncheck itself
+  kInterrupted = 130,  ///< stopped by SIGINT or SIGTERM; the reports of the laws that finished were written
 };
 
 /// A bad command line or configuration (exit code 2); the message says what was expected and what came.
@@ -40,7 +41,8 @@ struct Registry {
 };
 
 /// For main(): nothing a plug-in or exec: client starts outlives the program (attncheck::guard_process_tree,
-/// when this build has the harness).
+/// when this build has the harness), and a first SIGINT or SIGTERM ends the run with the reports of what it
+/// finished (exit kInterrupted).
 void guard_processes();
 
 /// This build's registry: laws(), the reference, the mutant zoo, and the plug-in harness.

@@ -32,7 +32,10 @@ struct HarnessOptions {
 /// and ends every descendant when the process exits or is stopped by SIGINT, SIGTERM or SIGHUP (then dies of
 /// that signal as it would have). Call once, first thing in main. A SIGKILL cannot be caught: then each plug-in
 /// host ends its own tree on its parent-death signal.
-void guard_process_tree();
+/// With `interruptible` (the attncheck command), the first SIGINT or SIGTERM instead asks the run to stop
+/// (request_stop()) and ends the implementations' processes, so a call in flight returns at once; the run then
+/// writes the reports of what it finished. A second one ends the program as above.
+void guard_process_tree(bool interruptible = false);
 
 /// Resolves "plugin:PATH.so" or "exec:COMMAND" to an Implementation. Throws SpecError.
 ImplementationPtr load_implementation(const std::string& spec, const HarnessOptions& opts = {});

@@ -161,6 +161,15 @@ struct LawResult {
   std::string note;                     ///< why not applicable; what was not checked; what a held run found
 };
 
+/// Asks every run in this process to stop soon; async-signal-safe, so a SIGINT handler may call it. The law
+/// under way checks no further case and stops shrinking, keeping what it found (a held law says how many
+/// cases it checked; a falsified one keeps the smallest failing case found by then), and every law after it
+/// is reported not checked. A call in flight when it came is not judged: its answer (or its failure, when the
+/// handler ended the implementation's processes) is ignored.
+void request_stop();
+/// True once request_stop() was called.
+bool stop_requested();
+
 /// Checks one case of a law (replaying a stored counterexample, for instance): an ImplementationError from
 /// the implementation becomes a violation, as in run_law.
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c);

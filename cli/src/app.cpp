@@ -109,7 +109,9 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "root of the counterexample corpus (default: <report-dir>/corpus, or attncheck-reports/corpus); "
                     "entries of <root>/<impl> are replayed before new cases");
   check->add_flag("--no-corpus", o.no_corpus, "neither replay nor extend the corpus");
-  check->add_flag("--force", o.force, "replace a different report left in --report-dir by an earlier run");
+  check->add_flag("--force", o.force,
+                  "replace a report another implementation left in --report-dir, or files attncheck did not write "
+                  "(a report of the same implementation is replaced without it)");
   check->add_option("--jobs", o.jobs,
                     "cases of different laws checked at once (default: one per core); the reports are the same as "
                     "with --jobs 1. Only for an implementation that declares itself reentrant (the reference); "

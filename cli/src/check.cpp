@@ -88,16 +88,6 @@ std::array<Index, 5> parse_shape(const std::string& text) {
   return shape;
 }
 
-// Quotes `s` for a POSIX shell when it holds anything beyond plain word characters.
-std::string shell_quote(std::string_view s) {
-  const bool plain = !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                       "0123456789_./:=,+-@%") == std::string_view::npos;
-  if (plain) return std::string(s);
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string gib(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
@@ -270,8 +260,8 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
   if (o.impl.empty() && (s.implementation.starts_with("exec:") || s.implementation.starts_with("plugin:")))
     throw UsageError("--replay: " + o.replay + " was recorded for " + s.implementation +
                      ", which attncheck does not start because a file names it; to replay the case on it, name it "
-                     "on the command line: attncheck check --impl " + shell_quote(s.implementation) + " --replay " +
-                     shell_quote(o.replay));
+                     "on the command line: attncheck check --impl " + reports::shell_quote(s.implementation) + " --replay " +
+                     reports::shell_quote(o.replay));
   if (!s.reproduce.empty()) {
     try {
       check_reproduce_string(s.reproduce, law.name);

@@ -16,15 +16,6 @@ std::string num(double x, bool full) {
   return std::string(buf, r.ptr);
 }
 
-std::string shell_quote(std::string_view s) {
-  const bool plain = !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                       "0123456789_./:=,+-@%") == std::string_view::npos;
-  if (plain) return std::string(s);
-  std::string out = "'";
-  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
 std::string xml_escape(std::string_view s) {
   std::string out;
   for (const char c : s) {
@@ -150,6 +141,15 @@ Formats parse_formats(std::string_view list) {
 }
 
 std::string law_file(std::string_view law, std::string_view suffix) { return std::string(law) + std::string(suffix); }
+
+std::string shell_quote(std::string_view s) {
+  const bool plain = !s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "0123456789_./:=,+-@%") == std::string_view::npos;
+  if (plain) return std::string(s);
+  std::string out = "'";
+  for (const char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 std::string replay_command(const RunInfo& run, const LawReport& r) {
   if (r.replay_file.empty()) return {};

@@ -12,8 +12,8 @@ namespace attncheck::reports::detail {
 /// A number for people: 6 significant digits, or every digit needed to round-trip when `full`;
 /// "nan", "inf", "-inf" for non-finite values (format_number).
 std::string num(double x, bool full = false);
-/// Quotes `s` for a POSIX shell when it holds anything beyond plain word characters.
-std::string shell_quote(std::string_view s);
+/// Quotes `s` for a POSIX shell when it holds anything beyond plain word characters (public: reports.hpp).
+using reports::shell_quote;
 /// Escapes &, <, >, " and ' for XML and SVG text and attributes; drops other control characters.
 std::string xml_escape(std::string_view s);
 /// Escapes | and newlines so a text fits in one Markdown table cell.

@@ -58,6 +58,9 @@ std::string law_file(std::string_view law, std::string_view suffix);
 
 /// `attncheck check --impl SPEC --replay FILE`: re-checks exactly the stored case.
 std::string replay_command(const RunInfo& run, const LawReport& r);
+/// `s` quoted for a POSIX shell when it holds anything beyond plain word characters, as the printed commands
+/// quote an implementation or a file.
+std::string shell_quote(std::string_view s);
 /// A pinned shape as `--shape` takes it: "B,H,T_q,T_k,D".
 std::string shape_option(const std::array<Index, 5>& shape);
 /// `attncheck check ... --property LAW --reproduce STRING`: regenerates the case from RapidCheck's string.

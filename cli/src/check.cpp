@@ -411,6 +411,20 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (o.given.max_H_kv && o.given.max_H && o.max_H_kv > o.max_H)
     throw UsageError("--max-Hkv " + std::to_string(o.max_H_kv) + " is above --max-H " + std::to_string(o.max_H) +
                      "; K and V have at most as many heads as Q");
+  // What the implementation declares: a pinned shape outside it, or bounds that leave it no head dimension,
+  // would make every call one it never accepts.
+  const Capabilities& declared = impl->capabilities();
+  if (run.gen.shape) {
+    const auto& sh = *run.gen.shape;
+    if (!declared.supports_lengths(sh[2], sh[3]) || !declared.supports_head_dim(sh[4]))
+      throw UsageError("--shape " + o.shape + ": " + impl->name() + " does not accept T_q = " + std::to_string(sh[2]) +
+                       ", T_k = " + std::to_string(sh[3]) + ", D = " + std::to_string(sh[4]) + " (it declares " +
+                       describe_capabilities(declared) + ")");
+  } else if (declared.head_dims_up_to(run.gen.max_D).empty()) {
+    throw UsageError("--max-D " + std::to_string(run.gen.max_D) + ": " + impl->name() +
+                     " accepts no head dimension up to it (it declares " + describe_capabilities(declared) +
+                     "); raise --max-D");
+  }
   check_fits_in_memory(run.gen, impl->capabilities(), run.gen.shape ? "--shape " + o.shape : std::string("the bounds"));
 
   const std::string slug = reports::slug(run.implementation);

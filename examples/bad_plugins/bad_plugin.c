@@ -146,6 +146,21 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin_table(void);
 #define ENTRY attncheck_plugin
 #endif
 
+#ifdef BAD_V3_HEAD_DIMS
+/* An ABI-3 table declaring a head-dimension multiple of -8: the loader must say what it expected. */
+ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
+  static const attncheck_plugin_v3 table = {
+      .abi_version = ATTNCHECK_PLUGIN_ABI_V3,
+      .dtypes = ATTNCHECK_DTYPE_F32,
+      .flags = ATTNCHECK_CAP_CUSTOM_SCALE,
+      .name = "bad-plugin",
+      .description = "deliberately broken",
+      .forward = forward,
+      .head_dim_multiple = -8,
+  };
+  return (const attncheck_plugin_v1*)&table;
+}
+#else
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
   static const attncheck_plugin_v2 table = {
 #if defined(BAD_ABI_VERSION)
@@ -153,7 +168,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
 #elif defined(BAD_V1_KEY_LENGTHS)
       .abi_version = ATTNCHECK_PLUGIN_ABI_V1, /* an ABI-1 table has no field for key lengths... */
 #else
-      .abi_version = ATTNCHECK_PLUGIN_ABI_VERSION,
+      .abi_version = ATTNCHECK_PLUGIN_ABI_V2, /* a v2 table */
 #endif
       .dtypes = ATTNCHECK_DTYPE_F32 | ATTNCHECK_DTYPE_F64,
       .alignments = ATTNCHECK_ALIGN_TOP_LEFT,
@@ -180,3 +195,4 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
   };
   return (const attncheck_plugin_v1*)&table;
 }
+#endif

@@ -1,8 +1,13 @@
-/* A C attention plug-in for attncheck (ABI 2): naive causal attention in double precision for float32,
+/* A C attention plug-in for attncheck (ABI 3): naive causal attention in double precision for float32,
  * float64 and bfloat16, with grouped-query heads, key padding, a sliding window and a backward pass. Built
- * three times: as is (correct); with -DBUG_MASK_FILL_ZERO, the source card's mistake of filling masked scores
+ * five times: as is (correct); with -DBUG_MASK_FILL_ZERO, the source card's mistake of filling masked scores
  * with 0 instead of -inf, which attncheck must catch; with -DEMPTY_ROWS_NAN, correct but returning NaN for a
- * query that sees no key, as PyTorch's math path does (the `nan` convention, declared in its table). */
+ * query that sees no key, as PyTorch's math path does (the `nan` convention, declared in its table); with
+ * -DDECLARED, correct within what it declares (ABI 3): head dimensions a multiple of 8 up to 128, T_q <= T_k
+ * only (cache positions are never negative), and rows that see no key unspecified (they get uniform weights
+ * over every key, as Hugging Face's fully padded rows do), answering UNSUPPORTED outside that; with
+ * -DBUG_DECLARED_TOO_MUCH, the same but declaring every multiple of 8 while it handles only multiples of 16:
+ * an UNSUPPORTED answer to a declared shape is a finding. */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <stdio.h>
@@ -76,6 +81,8 @@ static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_
   for (int64_t j = 0; j < Tk; ++j) {
 #ifdef EMPTY_ROWS_NAN
     w[j] = w[j] / sum; /* 0/0 = NaN for a row that sees no key, as softmax over an all -inf row gives */
+#elif defined(DECLARED) || defined(BUG_DECLARED_TOO_MUCH)
+    w[j] = sum > 0 ? w[j] / sum : 1.0 / (double)Tk; /* unspecified (declared): uniform over every key */
 #else
     w[j] = sum > 0 ? w[j] / sum : 0.0;
 #endif
@@ -95,6 +102,18 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
     snprintf(message, message_size, "T_k = %lld is more than the 4096 this example handles", (long long)Tk);
     return ATTNCHECK_UNSUPPORTED;
   }
+#if defined(DECLARED) || defined(BUG_DECLARED_TOO_MUCH)
+#ifdef BUG_DECLARED_TOO_MUCH
+  const int64_t step = 16; /* BUG: the table says 8 */
+#else
+  const int64_t step = 8;
+#endif
+  if (D % step != 0 || D > 128 || Tq > Tk) {
+    snprintf(message, message_size, "D = %lld, T_q = %lld, T_k = %lld: only D a multiple of %lld up to 128 and T_q <= T_k",
+             (long long)D, (long long)Tq, (long long)Tk, (long long)step);
+    return ATTNCHECK_UNSUPPORTED;
+  }
+#endif
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < Tq; ++i) {
@@ -108,6 +127,12 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
         lo = 0;
         hi = Tk - 1;
 #endif
+#if defined(DECLARED) || defined(BUG_DECLARED_TOO_MUCH)
+        if (hi < lo) { /* a row that sees no key: its uniform weights over every key enter P·V */
+          lo = 0;
+          hi = Tk - 1;
+        }
+#endif
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
           for (int64_t j = lo; j <= hi; ++j) o += w[j] * load(&call->v, call->dtype, b, h / (H / Hkv), j, d);
@@ -120,7 +145,8 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
   return ATTNCHECK_OK;
 }
 
-#if !defined(BUG_MASK_FILL_ZERO) && !defined(EMPTY_ROWS_NAN) /* the variants are forward-only */
+#if !defined(BUG_MASK_FILL_ZERO) && !defined(EMPTY_ROWS_NAN) && !defined(DECLARED) && \
+    !defined(BUG_DECLARED_TOO_MUCH) /* the variants are forward-only */
 /* The gradients of L = sum(O ∘ dO), row by row: with P the weights of query i, dP_j = dO_i · v_j,
  * Δ = Σ_j P_j dP_j (= dO_i · O_i), dS_j = P_j (dP_j − Δ); dQ_i = scale Σ_j dS_j k_j, dK_j += scale dS_j q_i,
  * dV_j += P_j dO_i. A kv head accumulates over every query head of its group, in double. */
@@ -182,7 +208,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
 #endif
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
-  static const attncheck_plugin_v2 table = {
+  static const attncheck_plugin_v3 table = {
       .abi_version = ATTNCHECK_PLUGIN_ABI_VERSION,
       .dtypes = ATTNCHECK_DTYPE_F32 | ATTNCHECK_DTYPE_F64 | ATTNCHECK_DTYPE_BF16,
       .alignments = ATTNCHECK_ALIGN_TOP_LEFT | ATTNCHECK_ALIGN_BOTTOM_RIGHT,
@@ -191,6 +217,20 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .flags = ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS,
       .name = "c-example-mask-fill-zero",
       .description = "naive C attention with masked scores filled with 0 (the bug attncheck must find)",
+#elif defined(DECLARED) || defined(BUG_DECLARED_TOO_MUCH)
+      .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
+               ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,
+#ifdef BUG_DECLARED_TOO_MUCH
+      .name = "c-example-declared-too-much",
+      .description = "naive C attention declaring every D a multiple of 8, handling only multiples of 16",
+#else
+      .name = "c-example-declared",
+      .description = "naive C attention for D a multiple of 8 up to 128, T_q <= T_k, empty rows unspecified",
+#endif
+      .empty_rows = ATTNCHECK_EMPTY_ROWS_ANY,
+      .cross_lengths = ATTNCHECK_CROSS_Q_LE_K,
+      .head_dim_multiple = 8,
+      .max_head_dim = 128,
 #elif defined(EMPTY_ROWS_NAN)
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
                ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,

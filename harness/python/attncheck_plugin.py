@@ -27,13 +27,15 @@ import traceback
 
 import numpy as np
 
-PROTOCOL_VERSION = 2  # the newest this client speaks; it answers an older attncheck in that one's version
+PROTOCOL_VERSION = 3  # the newest this client speaks; it answers an older attncheck in that one's version
 MAGIC = b"ATNC"
 HELLO, CAPS, REFUSE, FORWARD, RESULT, BYE, BACKWARD, GRADIENTS = 1, 2, 3, 4, 5, 6, 7, 8
 OK, ERROR, UNSUPPORTED, WRONG_SIZE = 0, 1, 2, 3
 # Version 2's capability extension of the caps frame (flags2) and its empty-rows codes.
 GQA, KEY_LENGTHS, WINDOW, HAS_BACKWARD = 1, 2, 4, 8
-EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2}
+EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2, "any": 3}
+# Version 3's cross-length regimes (the caps frame's u32 after flags3).
+CROSS_LENGTHS_CODES = {True: 0, "T_q<=T_k": 1, "T_q>=T_k": 2}
 KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
@@ -148,7 +150,8 @@ def _tensors(*arrays):
 
 def serve(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
           custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
-          gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None):
+          gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
+          max_head_dim=0, head_dims=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -159,6 +162,11 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     `window` (honours key padding and a sliding window; default: whether fn has that parameter), `backward`
     (a function returning (dq, dk, dv), dk and dv shaped like k) and `empty_rows` (None, "zero" or "nan":
     what a query row that sees no key returns; None: either, and reports say which).
+    Protocol version 3 adds declarations, so that attncheck never draws a case fn does not support:
+    `cross_lengths` may also be "T_q<=T_k" or "T_q>=T_k" (only that regime), `head_dim_multiple`,
+    `max_head_dim` (0: no limit) and `head_dims` (a list: only those D), and `empty_rows` may be "any" (the
+    output of a row that sees no key is unspecified: laws skip those rows). An attncheck that speaks only
+    version 2 cannot honour them; the client then refuses to serve, saying so.
     """
     takes = _keywords(fn, "fn")
     if custom_scale is None:
@@ -186,7 +194,21 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
         if d not in DTYPE_CODES:
             raise ValueError("serve: unknown dtype %r (expected one of %s)" % (d, ", ".join(DTYPE_CODES)))
     if empty_rows not in EMPTY_ROWS_CODES:
-        raise ValueError("serve: empty_rows is %r (expected None, 'zero' or 'nan')" % (empty_rows,))
+        raise ValueError("serve: empty_rows is %r (expected None, 'zero', 'nan' or 'any')" % (empty_rows,))
+    if cross_lengths is not False and cross_lengths not in CROSS_LENGTHS_CODES:
+        raise ValueError("serve: cross_lengths is %r (expected True, False, 'T_q<=T_k' or 'T_q>=T_k')"
+                         % (cross_lengths,))
+    head_dims = [int(d) for d in head_dims] if head_dims is not None else []
+    if (not isinstance(head_dim_multiple, int) or head_dim_multiple < 1 or not isinstance(max_head_dim, int)
+            or max_head_dim < 0 or any(d < 1 for d in head_dims)):
+        raise ValueError("serve: head_dim_multiple %r, max_head_dim %r, head_dims %r (expected an int >= 1, an int "
+                         ">= 0 (0: no limit), and positive ints)" % (head_dim_multiple, max_head_dim, head_dims))
+    # What only version 3 can carry, for the refusal below.
+    needs_v3 = [what for what, on in (("cross_lengths=%r" % (cross_lengths,), isinstance(cross_lengths, str)),
+                                      ("head_dim_multiple=%d" % head_dim_multiple, head_dim_multiple > 1),
+                                      ("max_head_dim=%d" % max_head_dim, max_head_dim > 0),
+                                      ("head_dims=%r" % (head_dims,), bool(head_dims)),
+                                      ("empty_rows='any'", empty_rows == "any")) if on]
 
     ch = _Channel()
     ftype, payload = ch.read()
@@ -205,7 +227,16 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     if version >= 2:
         flags2 = ((GQA if gqa else 0) | (KEY_LENGTHS if key_lengths else 0) | (WINDOW if window else 0)
                   | (HAS_BACKWARD if backward is not None else 0))
-        caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows])
+        caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows] if version >= 3 or empty_rows != "any" else 0)
+    if version >= 3:
+        caps += struct.pack("<IIqqI", 0, CROSS_LENGTHS_CODES.get(cross_lengths, 0), head_dim_multiple, max_head_dim,
+                            len(head_dims))
+        caps += b"".join(struct.pack("<qq", d, 0) for d in head_dims)
+        caps += struct.pack("<II", 0, 0)  # page layouts, no page sizes
+    elif needs_v3:
+        ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 3, but this attncheck "
+                                 "speaks version %d; use a newer attncheck" % (", ".join(needs_v3), version)))
+        sys.exit(2)
     ch.write(CAPS, caps)
     if first < 1:
         sys.exit(2)

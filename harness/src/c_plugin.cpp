@@ -1,4 +1,4 @@
-// The C ABI loader: dlopen, the ABI version check (1 or 2), and forward and backward calls that detect output
+// The C ABI loader: dlopen, the ABI version check (1, 2 or 3), and forward and backward calls that detect output
 // the plug-in did not write or wrote past (sentinel-filled buffers with a guard zone behind them).
 #include "c_plugin.hpp"
 
@@ -109,11 +109,16 @@ constexpr std::uint32_t kAbi2Flags = kAbi1Flags | ATTNCHECK_CAP_GQA | ATTNCHECK_
 constexpr std::pair<std::uint32_t, const char*> kAbi2FlagNames[] = {{ATTNCHECK_CAP_GQA, "ATTNCHECK_CAP_GQA"},
                                                                     {ATTNCHECK_CAP_KEY_LENGTHS, "ATTNCHECK_CAP_KEY_LENGTHS"},
                                                                     {ATTNCHECK_CAP_WINDOW, "ATTNCHECK_CAP_WINDOW"}};
+// Every ATTNCHECK_CAP3_* bit.
+constexpr std::uint32_t kAbi3Flags = 0x1FFFFu;
+// The largest head dimension (the CLI's --max-D bound) and page size (the longest sequence) a table may declare.
+constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16, kMaxSeqLen = std::int64_t{1} << 20;
 
 class CPlugin final : public Implementation {
  public:
-  // `v2` is the same table as `table` when its version is 2, else null.
-  CPlugin(std::string name, const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2)
+  // `v2` is the same table as `table` when its version is 2 or 3, else null; `v3` when it is 3.
+  CPlugin(std::string name, const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2,
+          const attncheck_plugin_v3* v3)
       : name_(std::move(name)), table_(table), v2_(v2) {
     description_ = printable_text(std::string(table->name) +
                                   (table->description ? std::string(": ") + table->description : ""));
@@ -135,7 +140,27 @@ class CPlugin final : public Implementation {
     caps_.window = table->flags & ATTNCHECK_CAP_WINDOW;
     caps_.backward = v2_ && v2_->backward;
     if (v2_ && v2_->empty_rows != ATTNCHECK_EMPTY_ROWS_UNSPECIFIED)
-      caps_.empty_rows = v2_->empty_rows == ATTNCHECK_EMPTY_ROWS_NAN ? EmptyRows::nan : EmptyRows::zero;
+      caps_.empty_rows = v2_->empty_rows == ATTNCHECK_EMPTY_ROWS_NAN   ? EmptyRows::nan
+                         : v2_->empty_rows == ATTNCHECK_EMPTY_ROWS_ANY ? EmptyRows::any
+                                                                       : EmptyRows::zero;
+    if (v3) {  // the declarations (validate_table checked every value)
+      caps_.abi3_flags = v3->flags3;
+      if (v3->cross_lengths != 0) {
+        caps_.q_shorter = v3->cross_lengths & ATTNCHECK_CROSS_Q_LE_K;
+        caps_.q_longer = v3->cross_lengths & ATTNCHECK_CROSS_Q_GE_K;
+      }
+      caps_.head_dim_multiple = std::max<Index>(v3->head_dim_multiple, 1);
+      caps_.max_head_dim = v3->max_head_dim;
+      for (std::size_t n = 0; n < v3->num_head_dims; ++n) {
+        const attncheck_head_dim& d = v3->head_dims[n];
+        if (d.v == 0 || d.v == d.k)
+          caps_.head_dims.push_back(d.k);
+        else
+          caps_.head_dim_pairs.emplace_back(d.k, d.v);
+      }
+      for (std::size_t n = 0; n < v3->num_page_sizes; ++n) caps_.page_sizes.push_back(v3->page_sizes[n]);
+      caps_.page_layouts = v3->page_layouts;
+    }
   }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
@@ -176,7 +201,7 @@ class CPlugin final : public Implementation {
       attncheck_call call = make_call(p, q, k, v, lengths);
       call.output = scratch.view();
       call.weights = nullptr;
-      const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view()};
+      const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view(), nullptr};
       char message[1024] = {};
       check_status(v2_->backward(&bcall, message, sizeof message), message);
       // dK and dV have k's shape: a plug-in that writes one per query head writes past them.
@@ -205,6 +230,9 @@ class CPlugin final : public Implementation {
     call.v = in_tensor(v);
     call.key_lengths = lengths.empty() ? nullptr : lengths.data();
     call.window = p.window ? std::int64_t(*p.window) : -1;
+    // ABI 3's neutral values (the rest are 0 or NULL from the value-initialisation above).
+    call.causal = 1;
+    call.window_right = -1;
     return call;
   }
 
@@ -235,24 +263,70 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
                     " for ABI 1; declare an attncheck_plugin_v2 with abi_version ATTNCHECK_PLUGIN_ABI_V2 to "
                     "use the ABI-2 capabilities)");
   }
-  if (version != ATTNCHECK_PLUGIN_ABI_V2) return;
+  if (version == ATTNCHECK_PLUGIN_ABI_V1) return;
   if (table->flags & ~kAbi2Flags)
     throw SpecError(name + ": the plug-in's flags are " + hex(table->flags) + " (expected a combination of "
                     "ATTNCHECK_CAP_* bits, within " + hex(kAbi2Flags) + ")");
   const auto* v2 = reinterpret_cast<const attncheck_plugin_v2*>(table);
   const std::string v1_hint =
-      "; if the table is declared as attncheck_plugin_v1, set its abi_version to ATTNCHECK_PLUGIN_ABI_V1 (1), not "
-      "ATTNCHECK_PLUGIN_ABI_VERSION (2)";
-  if (v2->empty_rows > ATTNCHECK_EMPTY_ROWS_NAN)
+      "; if the table is declared as an older attncheck_plugin_vN, set its abi_version to that N "
+      "(ATTNCHECK_PLUGIN_ABI_V1 or _V2), not the version of the table it is not (" + std::to_string(version) + ")";
+  const std::uint32_t max_empty_rows = version == ATTNCHECK_PLUGIN_ABI_V2 ? ATTNCHECK_EMPTY_ROWS_NAN
+                                                                         : ATTNCHECK_EMPTY_ROWS_ANY;
+  if (v2->empty_rows > max_empty_rows)
     throw SpecError(name + ": the plug-in's empty_rows is " + std::to_string(v2->empty_rows) +
                     " (expected 0 ATTNCHECK_EMPTY_ROWS_UNSPECIFIED, 1 ATTNCHECK_EMPTY_ROWS_ZERO or 2 "
-                    "ATTNCHECK_EMPTY_ROWS_NAN)" + v1_hint);
+                    "ATTNCHECK_EMPTY_ROWS_NAN" +
+                    (version == ATTNCHECK_PLUGIN_ABI_V2 ? std::string(
+                                                              "; 3 ATTNCHECK_EMPTY_ROWS_ANY needs an ABI-3 table")
+                                                        : std::string(", or 3 ATTNCHECK_EMPTY_ROWS_ANY")) +
+                    ")" + (version == ATTNCHECK_PLUGIN_ABI_V2 ? v1_hint : std::string()));
   if (v2->reserved != 0)
     throw SpecError(name + ": the plug-in's reserved field is " + std::to_string(v2->reserved) + " (expected 0)" +
                     v1_hint);
   Dl_info info{};
   if (v2->backward && ::dladdr(reinterpret_cast<void*>(v2->backward), &info) == 0)
     throw SpecError(name + ": the plug-in's backward pointer does not point into any loaded library" + v1_hint);
+  if (version != ATTNCHECK_PLUGIN_ABI_V3) return;
+  // ABI 3: the declarations. Anything outside them is refused with what was expected: a table whose tail is
+  // not an ABI-3 tail (an ABI-2 table that says version 3) fails here too.
+  const auto* v3 = reinterpret_cast<const attncheck_plugin_v3*>(table);
+  const std::string v2_hint =
+      "; if the table is declared as attncheck_plugin_v2, set its abi_version to ATTNCHECK_PLUGIN_ABI_V2 (2)";
+  const auto refuse = [&](const std::string& what) { throw SpecError(name + ": the plug-in's " + what + v2_hint); };
+  if (v3->flags3 & ~kAbi3Flags)
+    refuse("flags3 are " + hex(v3->flags3) + " (expected a combination of ATTNCHECK_CAP3_* bits, within " +
+           hex(kAbi3Flags) + ")");
+  if (v3->cross_lengths & ~(ATTNCHECK_CROSS_Q_LE_K | ATTNCHECK_CROSS_Q_GE_K))
+    refuse("cross_lengths is " + hex(v3->cross_lengths) +
+           " (expected 0 for both, or ATTNCHECK_CROSS_Q_LE_K and/or ATTNCHECK_CROSS_Q_GE_K)");
+  if (v3->head_dim_multiple < 0 || v3->head_dim_multiple > kMaxExtent)
+    refuse("head_dim_multiple is " + std::to_string(v3->head_dim_multiple) + " (expected 0 or 1 for any D, or a "
+           "multiple in [2, " + std::to_string(kMaxExtent) + "])");
+  if (v3->max_head_dim < 0)
+    refuse("max_head_dim is " + std::to_string(v3->max_head_dim) + " (expected 0 for no limit, or a positive D)");
+  if (v3->num_head_dims > 4096 || (v3->num_head_dims > 0 && !v3->head_dims))
+    refuse("head_dims list has " + std::to_string(v3->num_head_dims) + " entries" +
+           (v3->head_dims ? "" : " but head_dims is NULL") + " (expected at most 4096, and a pointer to them)");
+  for (std::size_t n = 0; n < v3->num_head_dims; ++n) {
+    const attncheck_head_dim& d = v3->head_dims[n];
+    if (d.k < 1 || d.k > kMaxExtent || d.v < 0 || d.v > kMaxExtent)
+      refuse("head_dims[" + std::to_string(n) + "] is {" + std::to_string(d.k) + ", " + std::to_string(d.v) +
+             "} (expected D_k in [1, " + std::to_string(kMaxExtent) + "] and D_v 0 (the same) or in that range)");
+    if (d.v != 0 && d.v != d.k && !(v3->flags3 & ATTNCHECK_CAP3_V_HEAD_DIM))
+      refuse("head_dims[" + std::to_string(n) + "] has D_v = " + std::to_string(d.v) + " != D_k = " +
+             std::to_string(d.k) + " but its flags3 lack ATTNCHECK_CAP3_V_HEAD_DIM");
+  }
+  if (v3->num_page_sizes > 4096 || (v3->num_page_sizes > 0 && !v3->page_sizes))
+    refuse("page_sizes list has " + std::to_string(v3->num_page_sizes) + " entries" +
+           (v3->page_sizes ? "" : " but page_sizes is NULL") + " (expected at most 4096, and a pointer to them)");
+  for (std::size_t n = 0; n < v3->num_page_sizes; ++n)
+    if (v3->page_sizes[n] < 1 || v3->page_sizes[n] > kMaxSeqLen)
+      refuse("page_sizes[" + std::to_string(n) + "] is " + std::to_string(v3->page_sizes[n]) + " (expected in [1, " +
+             std::to_string(kMaxSeqLen) + "])");
+  if (v3->page_layouts & ~(ATTNCHECK_PAGED_TOKEN_MAJOR | ATTNCHECK_PAGED_HEAD_MAJOR))
+    refuse("page_layouts is " + hex(v3->page_layouts) + " (expected ATTNCHECK_PAGED_* bits)");
+  if (v3->reserved3 != 0) refuse("reserved3 field is " + std::to_string(v3->reserved3) + " (expected 0)");
 }
 
 }  // namespace
@@ -280,9 +354,9 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
   // The version is the first field of every version of the table, so it can be read before trusting the rest.
   std::uint32_t version = 0;
   std::memcpy(&version, table, sizeof version);
-  if (version != ATTNCHECK_PLUGIN_ABI_V1 && version != ATTNCHECK_PLUGIN_ABI_V2)
+  if (version != ATTNCHECK_PLUGIN_ABI_V1 && version != ATTNCHECK_PLUGIN_ABI_V2 && version != ATTNCHECK_PLUGIN_ABI_V3)
     throw SpecError(name + ": the plug-in has ABI version " + std::to_string(version) +
-                    " but this attncheck loads ABI version 1 or 2; rebuild it against this attncheck's "
+                    " but this attncheck loads ABI version 1, 2 or 3; rebuild it against this attncheck's "
                     "attncheck/plugin.h");
   if (!table->forward) throw SpecError(name + ": the plug-in's table has no forward function");
   if (table->dtypes == 0 || (table->dtypes & ~0xFu))
@@ -294,7 +368,8 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
   if (!table->name) throw SpecError(name + ": the plug-in's table has no name");
   validate_table(name, version, table);
   return std::make_shared<CPlugin>(
-      name, table, version == ATTNCHECK_PLUGIN_ABI_V2 ? reinterpret_cast<const attncheck_plugin_v2*>(table) : nullptr);
+      name, table, version >= ATTNCHECK_PLUGIN_ABI_V2 ? reinterpret_cast<const attncheck_plugin_v2*>(table) : nullptr,
+      version == ATTNCHECK_PLUGIN_ABI_V3 ? reinterpret_cast<const attncheck_plugin_v3*>(table) : nullptr);
 }
 
 

@@ -149,7 +149,29 @@ std::string encode_caps(const Handshake& h) {
   if (h.version >= 2) {
     w.u32((h.caps.gqa ? gqa_bit : 0u) | (h.caps.key_padding ? key_lengths_bit : 0u) |
           (h.caps.window ? window_bit : 0u) | (h.caps.backward ? backward_bit : 0u));
-    w.u32(!h.caps.empty_rows ? 0u : *h.caps.empty_rows == EmptyRows::zero ? 1u : 2u);
+    const std::optional<EmptyRows> e = h.caps.empty_rows;
+    // A version-2 peer knows no "any": to it such rows are unspecified (either convention accepted).
+    w.u32(!e ? 0u : *e == EmptyRows::zero ? 1u : *e == EmptyRows::nan ? 2u : h.version >= 3 ? 3u : 0u);
+  }
+  if (h.version >= 3) {
+    w.u32(h.caps.abi3_flags);
+    w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
+                                                                          : (h.caps.q_shorter ? 1u : 0u) |
+                                                                                (h.caps.q_longer ? 2u : 0u));
+    w.i64(h.caps.head_dim_multiple);
+    w.i64(h.caps.max_head_dim);
+    w.u32(std::uint32_t(h.caps.head_dims.size() + h.caps.head_dim_pairs.size()));
+    for (const Index d : h.caps.head_dims) {
+      w.i64(d);
+      w.i64(0);
+    }
+    for (const auto& [k, v] : h.caps.head_dim_pairs) {
+      w.i64(k);
+      w.i64(v);
+    }
+    w.u32(h.caps.page_layouts);
+    w.u32(std::uint32_t(h.caps.page_sizes.size()));
+    for (const Index s : h.caps.page_sizes) w.i64(s);
   }
   return frame(FrameType::caps, w.bytes());
 }
@@ -186,14 +208,66 @@ Handshake decode_caps(std::string_view payload) {
     if (flags2 & ~0xFu)
       throw ProtocolError("caps frame: flags2 bits are " + std::to_string(flags2) +
                           " (expected a combination of 1=gqa, 2=key lengths, 4=window, 8=backward)");
-    if (empty_rows > 2)
+    if (empty_rows > (h.version >= 3 ? 3u : 2u))
       throw ProtocolError("caps frame: empty_rows is " + std::to_string(empty_rows) +
-                          " (expected 0 unspecified, 1 zero or 2 nan)");
+                          (h.version >= 3 ? " (expected 0 unspecified, 1 zero, 2 nan or 3 any)"
+                                          : " (expected 0 unspecified, 1 zero or 2 nan; 3 any needs version 3)"));
     h.caps.gqa = flags2 & gqa_bit;
     h.caps.key_padding = flags2 & key_lengths_bit;
     h.caps.window = flags2 & window_bit;
     h.caps.backward = flags2 & backward_bit;
-    if (empty_rows != 0) h.caps.empty_rows = empty_rows == 1 ? EmptyRows::zero : EmptyRows::nan;
+    if (empty_rows != 0)
+      h.caps.empty_rows = empty_rows == 1 ? EmptyRows::zero : empty_rows == 2 ? EmptyRows::nan : EmptyRows::any;
+  }
+  if (h.version >= 3) {
+    constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16, kMaxSeqLen = std::int64_t{1} << 20;
+    constexpr std::uint32_t kMaxList = 4096;
+    h.caps.abi3_flags = r.u32();
+    const std::uint32_t regimes = r.u32();
+    const std::int64_t multiple = r.i64(), max_D = r.i64();
+    if (h.caps.abi3_flags & ~0x1FFFFu)
+      throw ProtocolError("caps frame: flags3 bits are " + std::to_string(h.caps.abi3_flags) +
+                          " (expected ATTNCHECK_CAP3_* bits, within 0x1ffff)");
+    if (regimes > 3)
+      throw ProtocolError("caps frame: cross-length regimes are " + std::to_string(regimes) +
+                          " (expected 0 both, or 1 T_q < T_k and/or 2 T_q > T_k)");
+    if (regimes != 0) {
+      h.caps.q_shorter = regimes & 1u;
+      h.caps.q_longer = regimes & 2u;
+    }
+    if (multiple < 0 || multiple > kMaxExtent)
+      throw ProtocolError("caps frame: head-dim multiple is " + std::to_string(multiple) + " (expected 0 or 1 for "
+                          "any, or in [2, " + std::to_string(kMaxExtent) + "])");
+    if (max_D < 0)
+      throw ProtocolError("caps frame: max head dim is " + std::to_string(max_D) + " (expected >= 0, 0 no limit)");
+    h.caps.head_dim_multiple = std::max<std::int64_t>(multiple, 1);
+    h.caps.max_head_dim = max_D;
+    const std::uint32_t n_dims = r.u32();
+    if (n_dims > kMaxList)
+      throw ProtocolError("caps frame: " + std::to_string(n_dims) + " head dims (expected at most 4096)");
+    for (std::uint32_t n = 0; n < n_dims; ++n) {
+      const std::int64_t k = r.i64(), v = r.i64();
+      if (k < 1 || k > kMaxExtent || v < 0 || v > kMaxExtent)
+        throw ProtocolError("caps frame: head dim " + std::to_string(n) + " is (" + std::to_string(k) + ", " +
+                            std::to_string(v) + ") (expected D_k in [1, 65536], D_v 0 for the same or in that range)");
+      if (v == 0 || v == k)
+        h.caps.head_dims.push_back(k);
+      else
+        h.caps.head_dim_pairs.emplace_back(k, v);
+    }
+    h.caps.page_layouts = r.u32();
+    if (h.caps.page_layouts > 3)
+      throw ProtocolError("caps frame: page layouts are " + std::to_string(h.caps.page_layouts) +
+                          " (expected 1 token-major and/or 2 head-major)");
+    const std::uint32_t n_pages = r.u32();
+    if (n_pages > kMaxList)
+      throw ProtocolError("caps frame: " + std::to_string(n_pages) + " page sizes (expected at most 4096)");
+    for (std::uint32_t n = 0; n < n_pages; ++n) {
+      const std::int64_t s = r.i64();
+      if (s < 1 || s > kMaxSeqLen)
+        throw ProtocolError("caps frame: page size " + std::to_string(s) + " (expected in [1, 2^20])");
+      h.caps.page_sizes.push_back(s);
+    }
   }
   return h;
 }

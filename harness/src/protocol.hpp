@@ -19,7 +19,7 @@ static_assert(std::endian::native == std::endian::little,
 
 /// The newest protocol version this build speaks (PROTOCOL.md, "Versions"); it also speaks every version from
 /// kOldestProtocolVersion on, and the two sides use the lower of their two newest versions.
-inline constexpr std::uint32_t kProtocolVersion = 2;
+inline constexpr std::uint32_t kProtocolVersion = 3;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 /// Every frame starts with these four bytes, so a child that prints text is caught at once.
 inline constexpr std::array<char, 4> kMagic{'A', 'T', 'N', 'C'};

@@ -1,5 +1,5 @@
 /* Compiles attncheck/plugin.h as strict C99 (-std=c99 -pedantic -Werror) and fills every field of its
- * ABI-2 table, so a C plug-in author can include it; plugin_abi_test.cpp reads the table back. */
+ * ABI-2 and ABI-3 tables, so a C plug-in author can include it; plugin_abi_test.cpp reads the tables back. */
 #include <attncheck/plugin.h>
 #include <stdio.h>
 
@@ -27,7 +27,7 @@ static int32_t backward(const attncheck_backward_call* call, char* message, size
 const attncheck_plugin_v1* c_header_test_table(void);
 
 const attncheck_plugin_v1* c_header_test_table(void) {
-  static const attncheck_plugin_v2 table = {ATTNCHECK_PLUGIN_ABI_VERSION,
+  static const attncheck_plugin_v2 table = {ATTNCHECK_PLUGIN_ABI_V2,
                                             ATTNCHECK_DTYPE_F64 | ATTNCHECK_DTYPE_BF16,
                                             ATTNCHECK_ALIGN_BOTTOM_RIGHT,
                                             ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_NONFINITE_SAFE |
@@ -39,5 +39,45 @@ const attncheck_plugin_v1* c_header_test_table(void) {
                                             ATTNCHECK_EMPTY_ROWS_NAN,
                                             0,
                                             backward};
+  return (const attncheck_plugin_v1*)&table;
+}
+
+/* Reports the ABI-3 call fields it reads: the causal rule, the right window, the softcap, and whether an LSE
+ * is wanted; writes 0.5 as the LSE of row 0 when it is. */
+static int32_t forward3(const attncheck_call* call, char* message, size_t message_size) {
+  ((double*)call->output.data)[0] = 0;
+  if (call->lse) call->lse->data[0] = 0.5;
+  snprintf(message, message_size, "causal %d right %lld softcap %g lse %d", (int)call->causal,
+           (long long)call->window_right, call->softcap, call->lse ? 1 : 0);
+  return ATTNCHECK_OK;
+}
+
+static const attncheck_head_dim c_header_test_dims[] = {{64, 0}, {576, 512}};
+static const int64_t c_header_test_pages[] = {16, 64};
+
+const attncheck_plugin_v1* c_header_test_table3(void);
+
+const attncheck_plugin_v1* c_header_test_table3(void) {
+  static const attncheck_plugin_v3 table = {ATTNCHECK_PLUGIN_ABI_V3,
+                                            ATTNCHECK_DTYPE_F64,
+                                            ATTNCHECK_ALIGN_BOTTOM_RIGHT,
+                                            ATTNCHECK_CAP_CROSS_LENGTHS,
+                                            0,
+                                            "c-header-test-3",
+                                            "ABI 3",
+                                            forward3,
+                                            ATTNCHECK_EMPTY_ROWS_ANY,
+                                            0,
+                                            NULL,
+                                            ATTNCHECK_CAP3_LSE | ATTNCHECK_CAP3_V_HEAD_DIM | ATTNCHECK_CAP3_PAGED,
+                                            ATTNCHECK_CROSS_Q_LE_K,
+                                            8,
+                                            576,
+                                            c_header_test_dims,
+                                            2,
+                                            c_header_test_pages,
+                                            2,
+                                            ATTNCHECK_PAGED_TOKEN_MAJOR,
+                                            0};
   return (const attncheck_plugin_v1*)&table;
 }

@@ -182,8 +182,40 @@ TEST(CPlugin, aTableClaimingWhatItsVersionCannotCarryIsASpecError) {
       ADD_FAILURE() << "loaded a table with empty_rows 7";
     } catch (const SpecError& e) {
       EXPECT_NE(std::string(e.what()).find("empty_rows is 7 (expected 0 ATTNCHECK_EMPTY_ROWS_UNSPECIFIED, 1 "
-                                           "ATTNCHECK_EMPTY_ROWS_ZERO or 2 ATTNCHECK_EMPTY_ROWS_NAN)"),
+                                           "ATTNCHECK_EMPTY_ROWS_ZERO or 2 ATTNCHECK_EMPTY_ROWS_NAN; 3 "
+                                           "ATTNCHECK_EMPTY_ROWS_ANY needs an ABI-3 table)"),
                 std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+// ABI 3's declarations, read from the table in process and carried by the worker's protocol: the same.
+TEST(CPlugin, abi3DeclarationsReachTheCapabilitiesInAndOutOfProcess) {
+  for (const bool isolate : {true, false}) {
+    const auto impl = load_implementation(spec("attention_plugin_declared"), HarnessOptions{.isolate = isolate});
+    const Capabilities& c = impl->capabilities();
+    EXPECT_TRUE(c.cross_lengths && c.q_shorter && !c.q_longer) << isolate;
+    EXPECT_EQ(c.head_dim_multiple, 8) << isolate;
+    EXPECT_EQ(c.max_head_dim, 128) << isolate;
+    EXPECT_TRUE(c.head_dims.empty()) << isolate;
+    EXPECT_EQ(c.empty_rows, EmptyRows::any) << isolate;
+    EXPECT_TRUE(c.supports_head_dim(8) && c.supports_head_dim(128) && !c.supports_head_dim(12) &&
+                !c.supports_head_dim(136));
+  }
+  // The frozen ABI-2 plug-in declares none of it: every regime, every D.
+  const Capabilities& old = load_implementation("plugin:" ATTNCHECK_ABI2_PLUGIN)->capabilities();
+  EXPECT_TRUE(old.q_shorter && old.q_longer && old.head_dim_multiple == 1 && old.max_head_dim == 0);
+  EXPECT_EQ(old.empty_rows, EmptyRows::zero);
+}
+
+TEST(CPlugin, anAbi3TableWithAnImpossibleDeclarationIsASpecError) {
+  for (const bool isolate : {true, false}) {
+    try {
+      load_implementation(spec("bad_plugin_v3_head_dims"), HarnessOptions{.isolate = isolate});
+      ADD_FAILURE() << "loaded an ABI-3 table with head_dim_multiple -8";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find("head_dim_multiple is -8 (expected 0 or 1 for any D"), std::string::npos)
           << e.what();
     }
   }
@@ -275,7 +307,7 @@ TEST(CPlugin, abiMismatchNamesBothVersions) {
     } catch (const SpecError& e) {
       const std::string m = e.what();
       EXPECT_NE(m.find("ABI version 99"), std::string::npos) << m;
-      EXPECT_NE(m.find("loads ABI version 1 or 2"), std::string::npos) << m;
+      EXPECT_NE(m.find("loads ABI version 1, 2 or 3"), std::string::npos) << m;
     }
   }
 }

@@ -148,15 +148,36 @@ TEST(Exec, aBadEmptyRowsConventionIsASpecError) {
     load_implementation(bad_client("emptyrows"));
     ADD_FAILURE() << "accepted empty_rows='nans'";
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("empty_rows is 'nans' (expected None, 'zero' or 'nan')"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("empty_rows is 'nans' (expected None, 'zero', 'nan' or 'any')"),
+              std::string::npos)
         << e.what();
   }
 }
 
+// Protocol version 3's declarations cross the wire (the Python client's keywords), and no law sends the client
+// a call outside them: it fails loudly on one (D not in {2, 4}, T_q > T_k), and fills the rows that see no key
+// with 7, which no law may read.
+TEST(Exec, aVersion3ClientsDeclarationsArriveAndBoundEveryCall) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/declared_client.py"));
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.cross_lengths && c.q_shorter && !c.q_longer);
+  EXPECT_EQ(c.head_dims, (std::vector<Index>{2, 4}));
+  EXPECT_EQ(c.empty_rows, EmptyRows::any);
+  for (const char* law : {"oracle-agreement", "row-stochastic", "zero-future-weight", "key-padding-invariance",
+                          "decode-consistency", "causal-perturbation", "scale-variance"}) {
+    const LawResult r = run(law, *impl, 25);
+    EXPECT_EQ(r.status, LawStatus::held) << law << ": " << message_of(r);
+  }
+  EXPECT_EQ(run("empty-row-convention", *impl, 5).status, LawStatus::not_applicable);
+  EXPECT_EQ(run("varlen-equivalence", *impl, 5).status, LawStatus::not_applicable);  // needs T_q > T_k
+}
+
 // attncheck::serve() answers each attncheck in its own version: a version-1 hello (one field) gets a
-// version-1 caps frame without the version-2 extension, a version-2 hello gets the extension.
+// version-1 caps frame without the version-2 extension, a version-2 hello gets the extension, a version-3 one
+// the version-3 declarations too.
 TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
-  for (const std::uint32_t newest : {1u, 2u}) {
+  for (const std::uint32_t newest : {1u, 2u, 3u}) {
     int sv[2];
     ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
     std::thread server([&] { attncheck::serve([] { return reference_implementation(); }, sv[1], sv[1]); });
@@ -168,7 +189,7 @@ TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
       for (const std::uint32_t x : fields) f.append(reinterpret_cast<const char*>(&x), 4);
       return f;
     };
-    const std::string hello = newest == 1 ? frame(1, {1}) : frame(1, {1, 2});
+    const std::string hello = newest == 1 ? frame(1, {1}) : frame(1, {1, newest});
     ASSERT_EQ(::write(sv[0], hello.data(), hello.size()), ssize_t(hello.size()));
     char header[16];
     ASSERT_EQ(::recv(sv[0], header, 16, MSG_WAITALL), 16);
@@ -182,8 +203,10 @@ TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
     // u32 version, dtypes, alignments, flags, i64 max_T, then two strings: "reference" and its description.
     const std::size_t v1_size = 24 + 4 + reference_implementation()->name().size() + 4 +
                                 reference_implementation()->description().size();
-    EXPECT_EQ(caps.size(), newest == 1 ? v1_size : v1_size + 8);
-    if (newest == 2 && caps.size() == v1_size + 8) {
+    // Version 3 appends u32 flags3, u32 regimes, i64 multiple, i64 max D, u32 0 head dims, u32 layouts, u32 0
+    // page sizes: 36 bytes for the reference, which declares none of them.
+    EXPECT_EQ(caps.size(), newest == 1 ? v1_size : newest == 2 ? v1_size + 8 : v1_size + 8 + 36);
+    if (newest >= 2 && caps.size() >= v1_size + 8) {
       std::memcpy(&flags2, caps.data() + v1_size, 4);
       std::memcpy(&empty_rows, caps.data() + v1_size + 4, 4);
       const Capabilities& c = reference_implementation()->capabilities();
@@ -359,9 +382,9 @@ TEST(Exec, aChildThatPrintsTextInsteadOfFramesIsASpecError) {
 TEST(Exec, anotherProtocolVersionNamesBoth) {
   try {
     load_implementation("exec:" + kPython + " " ATTNCHECK_TESTS_DIR "/wrong_version.py");
-    ADD_FAILURE() << "accepted protocol version 3";
+    ADD_FAILURE() << "accepted protocol version 4";
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("speaks protocol version 3 but this attncheck speaks versions 1 to 2"),
+    EXPECT_NE(std::string(e.what()).find("speaks protocol version 4 but this attncheck speaks versions 1 to 3"),
               std::string::npos)
         << e.what();
   }

@@ -1,6 +1,6 @@
-// The C ABI from C++: the header compiled as C (c_header_test.c) gives the ABI-2 table back field by field,
-// forward and backward calls through it return their status and message without anything thrown across the
-// boundary, and every ABI-1 field sits where the frozen ABI-1 header (tests/abi1/) put it.
+// The C ABI from C++: the header compiled as C (c_header_test.c) gives the ABI-2 and ABI-3 tables back field by
+// field, forward and backward calls through it return their status and message without anything thrown across
+// the boundary, and every ABI-1 and ABI-2 field sits where the frozen headers (tests/abi1/, tests/abi2/) put it.
 #include <gtest/gtest.h>
 
 #include <cstddef>
@@ -10,8 +10,11 @@
 #include "attncheck/plugin.h"
 
 extern "C" const attncheck_plugin_v1* c_header_test_table(void);
+extern "C" const attncheck_plugin_v1* c_header_test_table3(void);
 extern "C" const std::size_t abi1_layout[];
 extern "C" const std::size_t abi1_layout_size;
+extern "C" const std::size_t abi2_layout[];
+extern "C" const std::size_t abi2_layout_size;
 
 namespace {
 
@@ -72,7 +75,8 @@ TEST(PluginAbi, backwardGetsTheForwardCallAndDOutput) {
                                       {&d_out, {1, 1, 1, 1}, {1, 1, 1, 1}},
                                       {&dq, {1, 1, 1, 1}, {1, 1, 1, 1}},
                                       {&dk, {1, 1, 1, 1}, {1, 1, 1, 1}},
-                                      {&dv, {1, 1, 1, 1}, {1, 1, 1, 1}}};
+                                      {&dv, {1, 1, 1, 1}, {1, 1, 1, 1}},
+                                      nullptr};
   char message[32];
   EXPECT_EQ(table2()->backward(&bcall, message, sizeof message), ATTNCHECK_OK);
   EXPECT_EQ(dq, 0.5);
@@ -106,6 +110,70 @@ TEST(PluginAbi, abi2KeepsEveryAbi1OffsetAndOnlyAppends) {
   EXPECT_EQ(offsetof(attncheck_plugin_v2, name), offsetof(attncheck_plugin_v1, name));
   EXPECT_EQ(offsetof(attncheck_plugin_v2, forward), offsetof(attncheck_plugin_v1, forward));
   EXPECT_GE(offsetof(attncheck_plugin_v2, empty_rows), sizeof(attncheck_plugin_v1));
+}
+
+TEST(PluginAbi, anAbi3TableCompiledAsCReadsBackInCpp) {
+  const auto* t = reinterpret_cast<const attncheck_plugin_v3*>(c_header_test_table3());
+  EXPECT_EQ(t->abi_version, ATTNCHECK_PLUGIN_ABI_V3);
+  EXPECT_STREQ(t->name, "c-header-test-3");
+  EXPECT_EQ(t->empty_rows, ATTNCHECK_EMPTY_ROWS_ANY);
+  EXPECT_EQ(t->flags3, ATTNCHECK_CAP3_LSE | ATTNCHECK_CAP3_V_HEAD_DIM | ATTNCHECK_CAP3_PAGED);
+  EXPECT_EQ(t->cross_lengths, ATTNCHECK_CROSS_Q_LE_K);
+  EXPECT_EQ(t->head_dim_multiple, 8);
+  EXPECT_EQ(t->max_head_dim, 576);
+  ASSERT_EQ(t->num_head_dims, 2u);
+  EXPECT_EQ(t->head_dims[1].k, 576);
+  EXPECT_EQ(t->head_dims[1].v, 512);
+  ASSERT_EQ(t->num_page_sizes, 2u);
+  EXPECT_EQ(t->page_sizes[1], 64);
+  EXPECT_EQ(t->page_layouts, ATTNCHECK_PAGED_TOKEN_MAJOR);
+  // The ABI-3 call fields cross as C wrote them, the LSE output included.
+  double q = 1, out = 1, lse = 0;
+  attncheck_lse_out lse_out{&lse, {1, 1, 1}, {1, 1, 1}};
+  attncheck_call call{};
+  call.dtype = ATTNCHECK_DTYPE_F64;
+  call.q = call.k = call.v = {&q, {1, 1, 1, 1}, {1, 1, 1, 1}};
+  call.output = {&out, {1, 1, 1, 1}, {1, 1, 1, 1}};
+  call.window = -1;
+  call.causal = 0;
+  call.window_right = 3;
+  call.softcap = 30;
+  call.lse = &lse_out;
+  char message[64];
+  EXPECT_EQ(t->forward(&call, message, sizeof message), ATTNCHECK_OK);
+  EXPECT_STREQ(message, "causal 0 right 3 softcap 30 lse 1");
+  EXPECT_EQ(lse, 0.5);
+  EXPECT_EQ(out, 0);
+}
+
+// ABI 3 only appends: every ABI-2 offset (call, backward call, table) as the frozen ABI-2 header compiled as C
+// gives it is the current header's, and attncheck_plugin_v3 starts with attncheck_plugin_v2's fields.
+TEST(PluginAbi, abi3KeepsEveryAbi2OffsetAndOnlyAppends) {
+  const std::vector<std::size_t> now = {
+      offsetof(attncheck_call, dtype),           offsetof(attncheck_call, alignment),
+      offsetof(attncheck_call, has_scale),       offsetof(attncheck_call, scale),
+      offsetof(attncheck_call, q),               offsetof(attncheck_call, k),
+      offsetof(attncheck_call, v),               offsetof(attncheck_call, output),
+      offsetof(attncheck_call, weights),         offsetof(attncheck_call, key_lengths),
+      offsetof(attncheck_call, window),          abi2_layout[11],  // sizeof(attncheck_call) grows: below
+      offsetof(attncheck_backward_call, forward), offsetof(attncheck_backward_call, d_output),
+      offsetof(attncheck_backward_call, dq),     offsetof(attncheck_backward_call, dk),
+      offsetof(attncheck_backward_call, dv),     abi2_layout[17],  // grows too
+      offsetof(attncheck_plugin_v3, abi_version), offsetof(attncheck_plugin_v3, dtypes),
+      offsetof(attncheck_plugin_v3, alignments), offsetof(attncheck_plugin_v3, flags),
+      offsetof(attncheck_plugin_v3, max_T),      offsetof(attncheck_plugin_v3, name),
+      offsetof(attncheck_plugin_v3, description), offsetof(attncheck_plugin_v3, forward),
+      offsetof(attncheck_plugin_v3, empty_rows), offsetof(attncheck_plugin_v3, reserved),
+      offsetof(attncheck_plugin_v3, backward),   abi2_layout[29],  // the v3 table is longer
+      sizeof(attncheck_tensor_in),               sizeof(attncheck_tensor_out)};
+  ASSERT_EQ(abi2_layout_size, now.size());
+  for (std::size_t i = 0; i < now.size(); ++i) EXPECT_EQ(abi2_layout[i], now[i]) << "layout entry " << i;
+  EXPECT_GE(offsetof(attncheck_call, causal), abi2_layout[11]);
+  EXPECT_GE(offsetof(attncheck_backward_call, d_sinks), abi2_layout[17]);
+  EXPECT_GE(offsetof(attncheck_plugin_v3, flags3), abi2_layout[29]);
+  // The current attncheck_plugin_v2 is the frozen one, field for field.
+  EXPECT_EQ(sizeof(attncheck_plugin_v2), abi2_layout[29]);
+  EXPECT_EQ(offsetof(attncheck_plugin_v2, backward), abi2_layout[28]);
 }
 
 }  // namespace

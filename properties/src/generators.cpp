@@ -156,6 +156,8 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
   const auto add_fitted = [&](CaseShape c) {
     if (c.T_q < min_T || c.T_k < min_T) return;
+    // Never a shape the implementation does not declare (a cross-length regime, a head dimension).
+    if (!caps.supports_lengths(c.T_q, c.T_k) || !caps.supports_head_dim(c.D)) return;
     if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
     out.push_back(c);
     if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
@@ -343,9 +345,10 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   const auto pinned = cfg.shape;
   // KV-cache shapes (a decode step, a prefill chunk) are bottom-right cross-length calls, of any length: not
   // under --min-T above 1 or a pinned shape.
-  const bool cache_shapes =
-      cross && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2 && min_T <= 1 && !pinned;
-  const bool empty_rows = opts.require_empty_row && cross && caps.supports(CausalAlignment::BottomRight);
+  const bool cache_shapes = cross && caps.q_shorter && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2 &&
+                            min_T <= 1 && !pinned;
+  const bool empty_rows =
+      opts.require_empty_row && cross && caps.q_longer && caps.supports(CausalAlignment::BottomRight);
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
   const auto initial = rc::gen::exec([=] {
     CaseShape s;
@@ -440,6 +443,14 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
         ++s.T_q;
       s.alignment = CausalAlignment::BottomRight;
     }
+    if (!pinned && s.T_q != s.T_k && !caps.supports_lengths(s.T_q, s.T_k)) {
+      // A regime the implementation does not declare (T_q < T_k, or T_q > T_k): the same two lengths the
+      // other way round when that one is declared, else square. No draw here, so no later draw shifts.
+      if (caps.supports_lengths(s.T_k, s.T_q))
+        std::swap(s.T_q, s.T_k);
+      else
+        s.T_k = s.T_q;
+    }
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);
     s.kv_ids = iota(s.H_kv);
@@ -466,6 +477,25 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
 
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
   const Index max_D = cfg.max_D;
+  const Capabilities& caps = cfg.caps;
+  if (caps.head_dim_multiple > 1 || caps.max_head_dim > 0 || !caps.head_dims.empty()) {
+    // Only the head dimensions it declares (the CLI refuses a run where none is within --max-D): as below,
+    // small ones, any, and powers of two, each as an index into the declared list, so shrinking goes to the
+    // smallest declared D.
+    const std::vector<Index> allowed = caps.head_dims_up_to(max_D);
+    if (allowed.empty()) return rc::gen::just(std::max<Index>(caps.smallest_head_dim(), 1));
+    std::vector<std::size_t> pow2;
+    for (std::size_t n = 0; n < allowed.size(); ++n)
+      if ((allowed[n] & (allowed[n] - 1)) == 0) pow2.push_back(n);
+    const auto at = [allowed](std::size_t n) { return allowed[n]; };
+    std::vector<std::pair<std::size_t, rc::Gen<Index>>> choices{
+        {3, rc::gen::map(rc::gen::inRange<std::size_t>(0, std::min<std::size_t>(allowed.size(), 4)), at)},
+        {3, rc::gen::map(rc::gen::inRange<std::size_t>(0, allowed.size()), at)}};
+    if (!pow2.empty())
+      choices.push_back({2, rc::gen::map(rc::gen::inRange<std::size_t>(0, pow2.size()),
+                                         [allowed, pow2](std::size_t n) { return allowed[pow2[n]]; })});
+    return rc::gen::join(weighted_choice(choices));
+  }
   Index n_pow2 = 0;
   while ((Index{1} << n_pow2) <= max_D) ++n_pow2;
   return rc::gen::join(weighted_choice<rc::Gen<Index>>(

@@ -16,6 +16,59 @@ const char* alignment_words(CausalAlignment a) {
 }
 }  // namespace
 
+bool Capabilities::supports_head_dim(Index D) const {
+  if (D < 1 || (max_head_dim > 0 && D > max_head_dim) || (head_dim_multiple > 1 && D % head_dim_multiple != 0))
+    return false;
+  return head_dims.empty() || std::find(head_dims.begin(), head_dims.end(), D) != head_dims.end();
+}
+
+bool Capabilities::supports_lengths(Index T_q, Index T_k) const {
+  if (max_T > 0 && std::max(T_q, T_k) > max_T) return false;
+  if (T_q == T_k) return true;
+  return cross_lengths && (T_q < T_k ? q_shorter : q_longer);
+}
+
+std::vector<Index> Capabilities::head_dims_up_to(Index max_D) const {
+  std::vector<Index> out;
+  if (!head_dims.empty()) {
+    for (const Index d : head_dims)
+      if (d <= max_D && supports_head_dim(d)) out.push_back(d);
+    std::sort(out.begin(), out.end());
+    out.erase(std::unique(out.begin(), out.end()), out.end());
+    return out;
+  }
+  const Index step = std::max<Index>(head_dim_multiple, 1);
+  for (Index d = step; d <= max_D && (max_head_dim <= 0 || d <= max_head_dim); d += step) out.push_back(d);
+  return out;
+}
+
+Index Capabilities::smallest_head_dim() const {
+  if (!head_dims.empty()) {
+    Index best = 0;
+    for (const Index d : head_dims)
+      if (supports_head_dim(d) && (best == 0 || d < best)) best = d;
+    return best;
+  }
+  const Index d = std::max<Index>(head_dim_multiple, 1);
+  return max_head_dim > 0 && d > max_head_dim ? 0 : d;
+}
+
+Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o) {
+  if (caps.empty_rows != EmptyRows::any) return o;
+  const Shape& s = o.output.shape();
+  for (Index b = 0; b < s.B && b < p.q.shape().B; ++b) {
+    const Visibility vis = p.visibility(b);
+    for (Index i = 0; i < s.T; ++i) {
+      if (!vis.keys(i).empty()) continue;
+      for (Index h = 0; h < s.H; ++h) {
+        o.output.head(b, h).row(i).setZero();
+        if (o.weights) o.weights->head(b, h).row(i).setZero();
+      }
+    }
+  }
+  return o;
+}
+
 std::vector<std::string> needs_outside(const Problem& p, const Capabilities& caps) {
   std::vector<std::string> needs;
   const Shape& q = p.q.shape();
@@ -23,6 +76,11 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (!caps.supports(p.dtype)) needs.push_back(std::string(dtype_name(p.dtype)));
   if (q.T != T_k && !caps.cross_lengths)
     needs.push_back("T_q != T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+  else if (q.T < T_k && !caps.q_shorter)
+    needs.push_back("T_q < T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+  else if (q.T > T_k && !caps.q_longer)
+    needs.push_back("T_q > T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+  if (!caps.supports_head_dim(q.D)) needs.push_back("head dimension D = " + std::to_string(q.D));
   if (!caps.supports(p.alignment)) needs.push_back(alignment_words(p.alignment));
   if (p.scale && !caps.custom_scale) needs.push_back("an explicit scale");
   if (caps.max_T > 0 && std::max(q.T, T_k) > caps.max_T)
@@ -43,13 +101,25 @@ std::string describe_capabilities(const Capabilities& caps) {
   for (const DType t : caps.dtypes) dtypes += (dtypes.empty() ? "" : ", ") + std::string(dtype_name(t));
   std::string s = dtypes.empty() ? std::string("no dtype") : dtypes;
   for (const CausalAlignment a : caps.alignments) s += std::string("; ") + alignment_words(a);
-  s += caps.cross_lengths ? "; T_q != T_k" : "; T_q == T_k only";
+  s += !caps.cross_lengths                     ? "; T_q == T_k only"
+       : caps.q_shorter && caps.q_longer         ? "; T_q != T_k"
+       : caps.q_shorter                          ? "; T_q <= T_k only"
+       : caps.q_longer                           ? "; T_q >= T_k only"
+                                                 : "; T_q == T_k only";
+  if (!caps.head_dims.empty()) {
+    s += "; head dimensions";
+    for (std::size_t n = 0; n < caps.head_dims.size(); ++n) s += (n ? ", " : " ") + std::to_string(caps.head_dims[n]);
+  } else {
+    if (caps.head_dim_multiple > 1) s += "; D a multiple of " + std::to_string(caps.head_dim_multiple);
+    if (caps.max_head_dim > 0) s += "; D up to " + std::to_string(caps.max_head_dim);
+  }
   s += caps.custom_scale ? "; an explicit scale" : "; the default scale only";
   if (caps.max_T > 0) s += "; T up to " + std::to_string(caps.max_T);
   s += caps.gqa ? "; grouped-query attention" : "; no grouped-query attention";
   s += caps.key_padding ? "; key padding" : "; no key padding";
   s += caps.window ? "; windows" : "; no window";
   s += caps.backward ? "; a backward pass" : "; no backward pass";
+  if (caps.empty_rows == EmptyRows::any) s += "; rows that see no key: unspecified output (skipped)";
   return s;
 }
 
@@ -66,7 +136,9 @@ std::string_view kind_name(ImplementationError::Kind k) {
   return "error";
 }
 
-std::string_view empty_rows_name(EmptyRows e) { return e == EmptyRows::nan ? "nan" : "zero"; }
+std::string_view empty_rows_name(EmptyRows e) {
+  return e == EmptyRows::nan ? "nan" : e == EmptyRows::any ? "any" : "zero";
+}
 
 AttentionOptions Problem::options() const {
   return AttentionOptions{.scale = scale, .alignment = alignment, .key_lengths = key_lengths, .window = window};

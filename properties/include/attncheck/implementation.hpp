@@ -48,6 +48,10 @@ using Gradients = AttentionGradients<double>;
 enum class EmptyRows {
   zero,  ///< output 0 and weights 0 (FlashAttention; attncheck's core)
   nan,   ///< NaN (PyTorch's math path: softmax of an all -inf row)
+  /// Unspecified output: anything at all, because the caller discards those rows (Hugging Face's fully padded
+  /// rows get uniform weights). Laws skip them: every call's outcome has them set to the zero convention before
+  /// a law reads it (canonical_outcome), the backward gets dO = 0 there, and empty-row-convention does not apply.
+  any,
 };
 
 /// What one call returned, widened to double (exact for every supported dtype).
@@ -65,9 +69,17 @@ struct Capabilities {
   /// weights only when the outputs pass.
   bool weights_probed = false;
   bool cross_lengths = true;  ///< accepts T_q != T_k
+  /// Which T_q != T_k regimes, when cross_lengths: T_q < T_k (decode steps and prefill chunks against a cache;
+  /// Hugging Face's cache positions are never negative, so it accepts only these) and T_q > T_k.
+  bool q_shorter = true, q_longer = true;
   std::vector<CausalAlignment> alignments{CausalAlignment::TopLeft, CausalAlignment::BottomRight};
   bool custom_scale = true;
   Index max_T = Index{1} << 20;
+  /// The head dimensions accepted: D a multiple of head_dim_multiple, at most max_head_dim (0: no limit), and
+  /// one of head_dims when that is not empty. The generators draw only such D (within the run's --max-D).
+  Index head_dim_multiple = 1;
+  Index max_head_dim = 0;
+  std::vector<Index> head_dims{};
   /// Claims boolean-mask (select) semantics: NaN or Inf in a masked score, key or value never reaches an
   /// output. Most additive-mask kernels compute 0·Inf = NaN there and do not claim it.
   bool nonfinite_safe = false;
@@ -87,9 +99,24 @@ struct Capabilities {
   /// The convention it declares for rows that see no key; empty: either is accepted, and reports say which
   /// one it follows.
   std::optional<EmptyRows> empty_rows;
+  /// What an ABI-3 plug-in or a version-3 exec: client declares beyond the above (attncheck/plugin.h): its
+  /// ATTNCHECK_CAP3_* bits, page sizes and page layouts, and head dimensions whose D_v differs from D. Carried so
+  /// that reports say what was declared; this attncheck draws no call that uses them yet.
+  std::uint32_t abi3_flags = 0;
+  std::vector<Index> page_sizes{};
+  std::uint32_t page_layouts = 0;
+  std::vector<std::pair<Index, Index>> head_dim_pairs{};  ///< (D_k, D_v) with D_v != D_k, declared
 
   bool supports(DType t) const;
   bool supports(CausalAlignment a) const;
+  /// Whether it accepts head dimension D (head_dim_multiple, max_head_dim, head_dims).
+  bool supports_head_dim(Index D) const;
+  /// Whether it accepts T_q queries over T_k keys (cross_lengths and its regimes; max_T).
+  bool supports_lengths(Index T_q, Index T_k) const;
+  /// The head dimensions in [1, max_D] it accepts, ascending (empty when none).
+  std::vector<Index> head_dims_up_to(Index max_D) const;
+  /// The smallest head dimension it accepts (0 when none).
+  Index smallest_head_dim() const;
 };
 
 /// The implementation under test misbehaved: an error status, a crash, a hang, output of the wrong size,
@@ -183,7 +210,11 @@ void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& 
 /// The same for gradients: dQ like q, dK and dV like k.
 void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name);
 
-/// "zero" or "nan".
+/// For an implementation that declares EmptyRows::any: `o` with every row that sees no key set to the zero
+/// convention (output 0, weights 0), so that no law reads what those rows hold; otherwise `o` unchanged.
+Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o);
+
+/// "zero", "nan" or "any".
 std::string_view empty_rows_name(EmptyRows e);
 
 }  // namespace attncheck

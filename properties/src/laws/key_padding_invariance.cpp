@@ -51,7 +51,9 @@ bool padded_key(const Problem& p, Index b, Index j) {
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Problem& padding_changed = variant_of(c, "key-padding-invariance");
-  const Outcome a = call(impl, p), b = call(impl, padding_changed);
+  // Probed weights are not asked for (outputs_first): the outputs are the law, and zero-future-weight samples
+  // a probed implementation's padded weights.
+  const Outcome a = call(impl, outputs_first(impl, p)), b = call(impl, outputs_first(impl, padding_changed));
   if (b.weights)
     if (auto v = nonzero_hidden_weight("key-padding-invariance", impl, padding_changed, *b.weights,
                                        [&](Index bb, Index, Index j) { return padded_key(p, bb, j); }))

@@ -50,7 +50,7 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
   for (Index b = 0; b < p.k.shape().B; ++b)
     for (Index g = 0; g < p.k.shape().H; ++g) ones.v.head(b, g).col(0).setOnes();
   const Outcome o = call(impl, ones);
-  const WeightSample w = sample_weights(impl, p, sampled_keys(p));
+  const WeightSample w = sample_weights(impl, p, sampled_keys(impl, p));
   const std::string what = "; row sums read from an all-ones value column";
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h)
@@ -75,7 +75,7 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  if (long_context(p)) return check_sampled(impl, p);
+  if (samples_weights(impl, p)) return check_sampled(impl, p);
   const Outcome o = call(impl, p);
   const Tensor<double>& w = *o.weights;
   const Shape& s = w.shape();

@@ -18,6 +18,7 @@ namespace {
 // law runs at most 20 cases, so a correct kernel is falsely flagged with probability ≤ 9.4e-7 < 1e-6 per run.
 constexpr int kGroups = 60, kGroupSize = 256, kScaleCases = 20;
 constexpr double kEps = 0.5;
+constexpr Index kStatisticalFromD = 8;
 
 // The kGroups group means of x, sorted.
 std::vector<double> sorted_group_means(const std::vector<double>& x) {
@@ -49,48 +50,74 @@ VariancePoint variance_point(double D, const std::vector<double>& x) {
   return VariancePoint{D, m[kGroups / 2], m[std::size_t(k - 1)], m[std::size_t(kGroups - k)]};
 }
 
-// One T=2 head per sample, key 0 = 0 so the weights of query 1 are (1, e^s)/(1 + e^s) and the scaled score is
-// s = log(w₁₁ / w₁₀), read back from the implementation's own weights. Returns (scaled s², raw (q·k)²).
+// The sample: x = q_i·k_i/√D for independent q_i, k_i, read back from the implementation's own weights. Each
+// head is a square call of T positions with key 0 = 0 (score 0), and query i paired with key i alone: the
+// weights of query i give s_ii = log(w_ii / w_i0) whatever its other keys (1..i-1) score, so one head holds
+// T - 1 samples, each from its own query and its own key (independent, as the derivation above needs).
+//  - An implementation that returns its weights: T up to the run's --max-T (64 by default), so at the default
+//    4 x 4 heads a call one call holds 1,008 samples and the 15,360 take 16 calls (960 with one sample a head).
+//  - A black box (weights probed, or none): V's rows are the one-hot e_0..e_{T-1} with T <= D, so output[i,j]
+//    = w_ij exactly (one product by 1, the rest by exact zeros), and one call holds T - 1 samples a head with
+//    no probing. At D = 1 (T = 2 needs two columns) the weights are asked for, as before: only the report's
+//    sweep samples D = 1 (the statistical form does not, see check()).
 struct ScoreSamples {
   std::vector<double> scaled_sq, raw_sq;
 };
 
-// The sample is taken in calls of at most B x H heads (the run's --max-B and --max-H: an implementation may
-// accept no more), as many calls as it takes; at the default 4 x 4 that is 960 calls of 16 heads.
-ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std::uint64_t seed, Index B, Index H) {
+// The sample is taken in calls of at most B x H heads of T positions (the run's --max-B, --max-H and --max-T:
+// an implementation may accept no more), as many calls as it takes.
+ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std::uint64_t seed, Index B, Index H,
+                           Index T_max) {
   ScoreSamples out;
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
   const double tiny = std::numeric_limits<double>::min();  // a weight that underflowed to 0: clip, see below
-  const Index total = Index(kGroups) * kGroupSize;
+  const Capabilities& caps = impl.capabilities();
+  bool from_outputs = !caps.returns_weights || caps.weights_probed;
+  Index T = std::max<Index>(2, std::min(T_max, caps.max_T > 0 ? caps.max_T : T_max));
+  if (from_outputs) T = std::min(T, D);
+  if (T < 2) {  // D = 1 of a black box: one two-key head, weights probed
+    T = 2;
+    from_outputs = false;
+  }
+  const Index total = Index(kGroups) * kGroupSize, per_head = T - 1;
   // No call larger than the samples it can contribute (--max-B 1000 --max-H 1000 would otherwise ask for a
-  // million heads a call); unchanged whenever B·H <= total, as with the default bounds.
-  B = std::min(B, total);
-  H = std::min(H, (total + B - 1) / B);
-  for (Index done = 0; done < total; done += B * H) {
+  // million heads a call).
+  B = std::min(B, (total + per_head - 1) / per_head);
+  H = std::min(H, (total + B * per_head - 1) / (B * per_head));
+  while (Index(out.scaled_sq.size()) < total) {
     Problem p;
     p.dtype = dtype;
-    p.alignment = square_alignment(impl.capabilities());
-    p.q = Tensor<double>({B, H, 2, D});
-    p.k = Tensor<double>({B, H, 2, D});
-    p.v = Tensor<double>({B, H, 2, D});
+    p.alignment = square_alignment(caps);
+    p.q = Tensor<double>({B, H, T, D});
+    p.k = Tensor<double>({B, H, T, D});
+    p.v = Tensor<double>({B, H, T, D});
+    p.want_weights = !from_outputs;
     for (Index b = 0; b < B; ++b)
       for (Index h = 0; h < H; ++h)
-        for (Index c = 0; c < D; ++c) {
-          p.q(b, h, 1, c) = round_to(dtype, normal(rng));
-          p.k(b, h, 1, c) = round_to(dtype, normal(rng));
-        }
+        for (Index i = 1; i < T; ++i)
+          for (Index c = 0; c < D; ++c) {
+            p.q(b, h, i, c) = round_to(dtype, normal(rng));
+            p.k(b, h, i, c) = round_to(dtype, normal(rng));
+          }
+    if (from_outputs)
+      for (Index b = 0; b < B; ++b)
+        for (Index h = 0; h < H; ++h)
+          for (Index j = 0; j < T; ++j) p.v(b, h, j, j) = 1;
     const Outcome o = call(impl, p);
+    const auto weight = [&](Index b, Index h, Index i, Index j) {
+      return from_outputs ? o.output(b, h, i, j) : (*o.weights)(b, h, i, j);
+    };
     for (Index b = 0; b < B; ++b)
-      for (Index h = 0; h < H && Index(out.scaled_sq.size()) < total; ++h) {
-        // A weight that underflows to 0 (|s| beyond ~16 at float16; probability < 1e-6 at D = 1) is clipped:
-        // that only shrinks s², which errs toward passing and cannot raise a false alarm.
-        const double s =
-            std::log(std::max((*o.weights)(b, h, 1, 1), tiny) / std::max((*o.weights)(b, h, 1, 0), tiny));
-        out.scaled_sq.push_back(s * s);
-        const double raw = p.q.head(b, h).row(1).dot(p.k.head(b, h).row(1));
-        out.raw_sq.push_back(raw * raw);
-      }
+      for (Index h = 0; h < H; ++h)
+        for (Index i = 1; i < T && Index(out.scaled_sq.size()) < total; ++i) {
+          // A weight that underflows to 0 (|s| beyond ~16 at float16; probability < 1e-6 at D = 1) is clipped:
+          // that only shrinks s², which errs toward passing and cannot raise a false alarm.
+          const double s = std::log(std::max(weight(b, h, i, i), tiny) / std::max(weight(b, h, i, 0), tiny));
+          out.scaled_sq.push_back(s * s);
+          const double raw = p.q.head(b, h).row(i).dot(p.k.head(b, h).row(i));
+          out.raw_sq.push_back(raw * raw);
+        }
   }
   return out;
 }
@@ -101,7 +128,10 @@ const char* kWhy =
     "two-key probe with key 0 = 0 recovers the effective scale as log(w11/w10)/c and must equal 1/sqrt(D) within twice "
     "the weights' derived relative error over c. Statistical form: the median of 60 means of 256 squared "
     "scaled scores must lie within 0.5 of 1 (false alarm <= 9.4e-7 per run, derived from Var(x^2) <= 8, "
-    "Chebyshev per group and Hoeffding over groups), while the same statistic on unscaled scores grows with D.";
+    "Chebyshev per group and Hoeffding over groups), while the same statistic on unscaled scores grows with D. "
+    "Each sample pairs its own query with its own key (query i with key i of a head whose key 0 is 0), so a call "
+    "of T positions holds T - 1 samples a head; a black box is sampled from its outputs (one-hot values). The "
+    "statistical form runs from D = 8 (below it the probe alone: at D = 1, 1/sqrt(D) = 1/D = 1).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
@@ -112,7 +142,8 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     // Probe: one query that sees two keys, k₀ = 0 and k₁ = e₀, with q = c·e₀, c ≈ √D: its scaled scores are 0
     // and c/√D ≈ 1. The smallest such case is one query over two keys, bottom-right aligned; an
     // implementation without cross lengths gets T = 2 and the probe is query 1.
-    const bool one_query = cfg.caps.cross_lengths && cfg.caps.supports(CausalAlignment::BottomRight);
+    const bool one_query =
+        cfg.caps.cross_lengths && cfg.caps.q_shorter && cfg.caps.supports(CausalAlignment::BottomRight);
     const Index T_q = one_query ? 1 : 2;
     p.alignment = one_query ? CausalAlignment::BottomRight : square_alignment(cfg.caps);
     p.q = Tensor<double>({1, 1, T_q, D});
@@ -124,6 +155,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     c.params["D"] = double(D);
     c.params["sample_B"] = double(std::max<Index>(cfg.max_B, 1));
     c.params["sample_H"] = double(std::max<Index>(cfg.max_H, 1));
+    c.params["sample_T"] = double(std::max<Index>(cfg.max_T, 2));
     // Stored as two exact 32-bit halves: a double cannot hold every 64-bit seed.
     // Not shrunk: another sample is not a simpler case, and each try costs a full sample.
     const auto word = rc::gen::noShrink(rc::gen::inRange<std::uint32_t>(0, std::numeric_limits<std::uint32_t>::max()));
@@ -143,9 +175,16 @@ std::uint64_t sample_seed(const LawCase& c) {
          std::uint64_t(int_param(c, kLaw, "sample_seed_lo", 0, words));
 }
 
-// Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call.
+// Cases stored before the sample respected the run's bounds carry no sample_B/H: 16 heads a call; those stored
+// before a head held more than one sample carry no sample_T: two positions, one sample a head, as then.
 Index sample_param(const LawCase& c, const char* key) {
   return c.params.count(key) ? int_param(c, kLaw, key, 1, kMaxExtent) : Index{4};
+}
+Index sample_T(const LawCase& c) {
+  return c.params.count("sample_T") ? int_param(c, kLaw, "sample_T", 2, kMaxSeqLen) : Index{2};
+}
+ScoreSamples sample_of(const Implementation& impl, DType dtype, Index D, std::uint64_t seed, const LawCase& c) {
+  return sample_scores(impl, dtype, D, seed, sample_param(c, "sample_B"), sample_param(c, "sample_H"), sample_T(c));
 }
 
 // For the report's plot: the same statistic over D = 1, 2, 4, ... up to the run's --max-D (cases stored
@@ -153,11 +192,10 @@ Index sample_param(const LawCase& c, const char* key) {
 // forgotten, ∝ 1/D when it is applied twice.
 std::vector<VariancePoint> variance_sweep(const Implementation& impl, DType dtype, const LawCase& c) {
   const Index max_D = c.params.count("sweep_max_D") ? int_param(c, kLaw, "sweep_max_D", 1, kMaxExtent) : Index{128};
-  const Index B = sample_param(c, "sample_B"), H = sample_param(c, "sample_H");
   std::vector<VariancePoint> out;
   for (Index d = 1; d <= max_D; d *= 2)
-    out.push_back(
-        variance_point(double(d), sample_scores(impl, dtype, d, sample_seed(c) + std::uint64_t(d), B, H).scaled_sq));
+    if (impl.capabilities().supports_head_dim(d))  // only the head dimensions it declares
+      out.push_back(variance_point(double(d), sample_of(impl, dtype, d, sample_seed(c) + std::uint64_t(d), c).scaled_sq));
   return out;
 }
 
@@ -192,9 +230,13 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     return v;
   }
 
-  // Statistical form.
-  const ScoreSamples s =
-      sample_scores(impl, p.dtype, D, sample_seed(c), sample_param(c, "sample_B"), sample_param(c, "sample_H"));
+  // Statistical form, from D = kStatisticalFromD: it asks whether the scale keeps the score variance at 1
+  // as D grows, and the deterministic form above has already checked the scale itself at this D exactly (at
+  // D = 1, 1/sqrt(D) = 1/D = 1 and no such mistake could show at all). A black box's sample costs a call per
+  // B·H·(D - 1) samples, 960 calls at D = 2, so below kStatisticalFromD it would cost most of a run's calls
+  // for no evidence the probe has not given.
+  if (D < kStatisticalFromD) return std::nullopt;
+  const ScoreSamples s = sample_of(impl, p.dtype, D, sample_seed(c), c);
   const double var = median_of_means(s.scaled_sq);
   const double raw = median_of_means(s.raw_sq);
   // Negative control: the unscaled scores' variance is D. If the statistic could not see that, the test

@@ -28,10 +28,10 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   });
 }
 
-// Long context: both problems' weights at the sampled keys, for every query row.
+// Long context, or probed weights: both problems' weights at the sampled keys, for every query row.
 std::optional<Violation> check_sampled(const Implementation& impl, const LawCase& c) {
   const Problem &p = c.problem, &q = variant_of(c, "shift-invariance");
-  const std::vector<Index> keys = sampled_keys(p);
+  const std::vector<Index> keys = sampled_keys(impl, p);
   const WeightSample a = sample_weights(impl, p, keys), b = sample_weights(impl, q, keys);
   const OracleRun oa = run_oracle(p), ob = run_oracle(q);
   const Shape& s = a.w.shape();
@@ -50,7 +50,7 @@ std::optional<Violation> check_sampled(const Implementation& impl, const LawCase
 }
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
-  if (long_context(c.problem)) return check_sampled(impl, c);
+  if (samples_weights(impl, c.problem)) return check_sampled(impl, c);
   const Problem& shifted = variant_of(c, "shift-invariance");
   const Outcome a = call(impl, c.problem), b = call(impl, shifted);
   const OracleRun oa = run_oracle(c.problem), ob = run_oracle(shifted);

@@ -80,7 +80,8 @@ Outcome call(const Implementation& impl, const Problem& p) {
   if (p.want_weights && !o.weights)
     throw ImplementationError(ImplementationError::Kind::protocol,
                               impl.name() + ": returned no weights although it declares that it returns them");
-  return o;
+  // Rows whose output the implementation declares unspecified are not read by any law.
+  return canonical_outcome(p, impl.capabilities(), std::move(o));
 }
 
 Problem outputs_first(const Implementation& impl, const Problem& p) {
@@ -90,7 +91,11 @@ Problem outputs_first(const Implementation& impl, const Problem& p) {
 }
 
 std::optional<Tensor<double>> weights_of(const Implementation& impl, const LawCase& c, const Outcome& o) {
-  if (o.weights || !c.problem.want_weights || c.outputs_only || long_context(c.problem)) return o.weights;
+  // Probed weights are not asked for: a law that compares whole weights compares outputs of a probed
+  // implementation instead (they are what its weights are recovered from), or samples them (samples_weights).
+  if (o.weights || !c.problem.want_weights || c.outputs_only || long_context(c.problem) ||
+      impl.capabilities().weights_probed)
+    return o.weights;
   return call(impl, c.problem).weights;
 }
 
@@ -143,7 +148,8 @@ std::vector<Index> sample_keys(Index T_k, std::size_t max_keys) {
     if (j >= 0 && j < T_k && keys.size() < max_keys && std::find(keys.begin(), keys.end(), j) == keys.end())
       keys.push_back(j);
   };
-  for (const Index j : {T_k - 1, Index{0}, Index{1}, T_k / 2, T_k / 2 + 1, T_k - 2}) add(j);
+  // Most telling first: the last key and key 1 are each in the future of other rows (key 0 of none).
+  for (const Index j : {T_k - 1, Index{1}, T_k / 2 + 1, Index{0}, T_k / 2, T_k - 2}) add(j);
   for (Index t = 16; t < T_k; t *= 2)
     for (const Index j : {t, t - 1, t + 1}) add(j);
   std::sort(keys.begin(), keys.end());
@@ -152,6 +158,15 @@ std::vector<Index> sample_keys(Index T_k, std::size_t max_keys) {
 
 std::vector<Index> sampled_keys(const Problem& p) {
   return sample_keys(p.k.shape().T, std::min(kSampledKeys, kProbeCalls * std::size_t(p.k.shape().D)));
+}
+
+bool samples_weights(const Implementation& impl, const Problem& p) {
+  return long_context(p) || impl.capabilities().weights_probed;
+}
+
+std::vector<Index> sampled_keys(const Implementation& impl, const Problem& p) {
+  if (long_context(p)) return sampled_keys(p);
+  return sample_keys(p.k.shape().T, std::min(kSampledKeys, kProbedCalls * std::size_t(p.k.shape().D)));
 }
 
 WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys) {
@@ -180,7 +195,8 @@ WeightSample sample_weights(const Implementation& impl, const Problem& p, const 
 std::string describe_sample(const WeightSample& s, const Problem& p) {
   std::string keys;
   for (const Index j : s.keys) keys += (keys.empty() ? "" : ",") + std::to_string(j);
-  return "long context (B*H*T_q*T_k > 2^22): weights sampled at keys {" + keys + "} (" +
+  return std::string(long_context(p) ? "long context (B*H*T_q*T_k > 2^22)" : "weights probed from outputs") +
+         ": weights sampled at keys {" + keys + "} (" +
          std::to_string(s.keys.size()) + " of " + std::to_string(p.k.shape().T) + ") for all " +
          std::to_string(p.q.shape().T) + " query rows, by " + std::to_string(s.calls) + " one-hot calls";
 }
@@ -432,8 +448,8 @@ std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Imp
 
 std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
                                                  const std::function<bool(Index, Index, Index)>& hidden) {
-  if (long_context(p)) {  // every query row against the sampled keys, each of which is hidden from many rows
-    const WeightSample s = sample_weights(impl, p, sampled_keys(p));
+  if (samples_weights(impl, p)) {  // every query row against the sampled keys, each hidden from many rows
+    const WeightSample s = sample_weights(impl, p, sampled_keys(impl, p));
     return on_sample(nonzero_hidden_weight(law, impl, p, s.w, hidden, &s.keys), s, p);
   }
   const Outcome o = call(impl, p);
@@ -480,7 +496,7 @@ std::string needs_square_shapes(const GenConfig& g) {
 
 std::string needs_cached_calls(const GenConfig& g) {
   if (std::string why = needs_square_shapes(g); !why.empty()) return why;
-  if (!g.caps.cross_lengths)
+  if (!g.caps.cross_lengths || !g.caps.q_shorter)
     return "needs calls with fewer queries than keys (T_q < T_k, a KV cache), which this implementation does not "
            "accept";
   if (!g.caps.supports(CausalAlignment::BottomRight))
@@ -490,7 +506,7 @@ std::string needs_cached_calls(const GenConfig& g) {
 }
 
 std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
-                                             const std::vector<Index>& starts) {
+                                             const std::vector<Index>& starts, const std::vector<Index>& only) {
   const Index T = p.q.shape().T;
   const Outcome full = call(impl, p);
   const OracleRun of = run_oracle(p);
@@ -498,6 +514,9 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
   // A long context calls only the chunks that hold a sampled position (both ends, the middle, both sides of
   // every power of two): T calls of O(T·D) each would cost as much as materialising [T,T].
   std::vector<char> called(starts.size(), 1);
+  if (!only.empty())
+    for (std::size_t n = 0; n < starts.size(); ++n)
+      called[n] = std::find(only.begin(), only.end(), starts[n]) != only.end();
   if (long_context(p)) {
     std::fill(called.begin(), called.end(), 0);
     for (const Index t : sample_keys(T, kSampledKeys))

@@ -63,6 +63,16 @@ std::vector<Index> sample_keys(Index T_k, std::size_t max_keys);
 inline constexpr std::size_t kSampledKeys = 48, kProbeCalls = 8;
 /// The keys a long-context law samples for p: sample_keys within kSampledKeys and kProbeCalls calls.
 std::vector<Index> sampled_keys(const Problem& p);
+/// Whether a weight law reads the weights at sampled keys (sample_weights) instead of in full: for a long
+/// context, and for an implementation whose weights are probed (Capabilities::weights_probed), where the full
+/// weights cost a call per D keys (64 calls at T_k = 64, D = 1) but a sample of 2·D keys only kProbedCalls.
+bool samples_weights(const Implementation& impl, const Problem& p);
+/// The probing calls a weight law of an ordinary (not long) case makes on an implementation whose weights are
+/// probed: 2, so 2·D sampled keys, among them the last key and key 1 (each in the future of other rows).
+inline constexpr std::size_t kProbedCalls = 2;
+/// The keys a law samples for p when samples_weights(impl, p): sampled_keys(p) for a long context, else
+/// sample_keys within kProbedCalls calls.
+std::vector<Index> sampled_keys(const Implementation& impl, const Problem& p);
 /// Probes the weights of p at `keys` (ceil(keys / D) calls).
 WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys);
 /// "weights sampled at keys 0, 1, ... (n of T_k) for all T_q query rows", for reports.
@@ -202,9 +212,10 @@ std::string needs_cached_calls(const GenConfig& g);
 /// The shared body of decode-consistency and chunked-prefill: the square problem's queries, cut into the
 /// contiguous chunks that start at `starts` (ascending, starts[0] == 0), each called by cached_call, must
 /// reproduce the rows of the full forward within both results' derived oracle bounds plus the oracle's own
-/// difference between the two.
+/// difference between the two. With `only` (a subset of `starts`), only the chunks starting there are called
+/// and their rows compared.
 std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
-                                             const std::vector<Index>& starts);
+                                             const std::vector<Index>& starts, const std::vector<Index>& only = {});
 
 /// With T_q == T_k both alignments give the same mask: the one to ask in that the implementation accepts.
 CausalAlignment square_alignment(const Capabilities& caps);

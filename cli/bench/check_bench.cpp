@@ -1,0 +1,106 @@
+// What a default check costs: calls to the implementation and wall time, law by law, for the reference (which
+// returns its weights), the same core as a black box (weights recovered by one-hot probing), and the numpy
+// example over the exec: protocol, all in one run so that the figures compare (issue 21's targets: a black box
+// in <= 10,000 calls, one that returns weights in <= 5,000, numpy in <= 3x the reference's time).
+//
+// Each benchmark is one whole default check (`attncheck check --impl X`: float32, seed 1, 100 cases per law,
+// the default bounds), run once; counters: calls (all laws), and calls/<law> for the laws that make the most.
+#include <benchmark/benchmark.h>
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "attncheck/harness.hpp"
+#include "attncheck/law.hpp"
+#include "attncheck/mutants.hpp"
+#include "attncheck/probe.hpp"
+
+namespace {
+
+using namespace attncheck;
+
+// `impl` as a fused kernel that returns outputs only: the harness recovers its weights by probing, as it does
+// for any plug-in without ATTNCHECK_CAP_RETURNS_WEIGHTS.
+ImplementationPtr black_box(const ImplementationPtr& ref) {
+  Capabilities caps = ref->capabilities();
+  caps.returns_weights = false;
+  caps.reentrant = false;
+  return with_recovered_weights(make_implementation(
+      ref->name() + "-black-box", "outputs only", caps,
+      [ref](const Problem& p) {
+        Problem q = p;
+        q.want_weights = false;
+        Outcome o = ref->forward(q);
+        o.weights.reset();
+        return o;
+      },
+      [ref](const Problem& p) { return ref->backward(p); }));
+}
+ImplementationPtr black_box_reference() { return black_box(reference_implementation()); }
+
+// A default check of every law, laws one after the other (calls do not depend on --jobs).
+void default_check(benchmark::State& state, const ImplementationPtr& impl) {
+  std::vector<const Law*> all;
+  for (const Law& l : laws()) all.push_back(&l);
+  RunOptions ro;
+  ro.cases = 100;
+  ro.seed = 1;
+  ro.max_size = 100;
+  ro.gen.dtype = DType::f32;
+  ro.gen.caps = impl->capabilities();
+  std::vector<LawResult> results;
+  for (auto _ : state) results = run_laws(all, *impl, ro, 1);
+  long calls = 0, falsified = 0;
+  for (const LawResult& r : results) {
+    calls += r.calls;
+    falsified += r.status == LawStatus::falsified;
+    if (r.calls >= 500) state.counters["calls/" + r.law] = double(r.calls);
+  }
+  state.counters["calls"] = double(calls);
+  state.counters["falsified"] = double(falsified);
+}
+
+void BM_reference(benchmark::State& state) { default_check(state, reference_implementation()); }
+void BM_reference_black_box(benchmark::State& state) { default_check(state, black_box_reference()); }
+void BM_numpy_exec(benchmark::State& state) {
+  default_check(state, load_implementation("exec:/usr/bin/python3 " ATTNCHECK_SOURCE_DIR
+                                           "/examples/python/numpy_attention.py"));
+}
+
+// Every mutant of the zoo as a black box: the laws one after the other until one is falsified (a kill), at
+// seed 1 and 100 cases. Counters: mutants, killed, and the calls the kills took.
+void BM_zoo_black_box_kills(benchmark::State& state) {
+  long mutants = 0, killed = 0, calls = 0;
+  for (auto _ : state)
+    for (const Mutant& m : mutant_zoo()) {
+      if (m.control) continue;
+      ++mutants;
+      const ImplementationPtr impl = black_box(m.impl);
+      RunOptions ro;
+      ro.cases = 100;
+      ro.seed = 1;
+      ro.gen.dtype = DType::f32;
+      ro.gen.caps = impl->capabilities();
+      for (const Law& l : laws()) {
+        const LawResult r = run_law(l, *impl, ro);
+        calls += r.calls;
+        if (r.status == LawStatus::falsified) {
+          ++killed;
+          break;
+        }
+      }
+    }
+  state.counters["mutants"] = double(mutants);
+  state.counters["killed"] = double(killed);
+  state.counters["calls"] = double(calls);
+}
+
+BENCHMARK(BM_reference)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_reference_black_box)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_numpy_exec)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_zoo_black_box_kills)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+
+}  // namespace
+
+BENCHMARK_MAIN();

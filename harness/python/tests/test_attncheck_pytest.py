@@ -125,14 +125,19 @@ def test_a_passing_test_lists_the_laws_that_held_and_those_not_applicable_with_w
     assert "test_kernels.py::test_correct PASSED" in summary, summary
     assert "correct at float64 (seed 1, 3 cases per law): %d held, %d not applicable" % (len(held), len(na)) in summary
     assert "held: " + ", ".join(held) + "\n" in summary, summary
-    for law in na:
-        assert "    %s: %s\n" % (law["law"], law["note"]) in summary, (law, summary)
+    # Laws n/a for the same reason share a line: "    law, law: why".
+    block = summary[summary.index("  not applicable:\n"):].split("\n")[1:]
+    listed = {}
+    for line in block[:next(n for n, line in enumerate(block) if not line.startswith("      "))]:
+        names, why = line.strip().split(": ", 1)
+        listed.update({name: why for name in names.split(", ")})
+    assert listed == {law["law"]: law["note"] for law in na}, summary
     # The same text is the test's report section "attncheck" (-rP shows it for a pass) ...
     assert re.search(r"-+ attncheck -+\ncorrect at float64 ", text), text
     # ... and a junit property, for CI dashboards.
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert "held: " + ", ".join(held) in props["attncheck correct float64"], props
-    assert "%s: %s" % (na[0]["law"], na[0]["note"]) in props["attncheck correct float64"], props
+    assert "%s: %s" % (na[-1]["law"], na[-1]["note"]) in props["attncheck correct float64"], props
 
 
 def test_quiet_keeps_one_line_per_check(pytester):
@@ -148,13 +153,17 @@ def test_a_failing_case_is_kept_in_the_rootdir_and_replayed_first_on_the_next_ru
     first.assert_outcomes(failed=1)
     kept = sorted((pytester.path / ".attncheck" / "corpus").rglob("causal-perturbation-*.json"))
     assert len(kept) == 1, kept
-    assert "stored (replayed first next run): %s" % kept[0] in first.stdout.str(), first.stdout.str()
+    assert "the failing cases are kept in %s and replayed first on the next run" % kept[0].parent.parent \
+        in first.stdout.str(), first.stdout.str()
+    assert "--replay %s\n" % kept[0] in first.stdout.str(), first.stdout.str()
+    assert "found again by the stored case" not in first.stdout.str(), first.stdout.str()
     assert "falsified: causal-perturbation\n" in first.stdout.str(), first.stdout.str()
     # Next session (pytest's tmp_path is another folder by then): the kept case is replayed before any new one.
     second = run(pytester, "--attncheck-cases", "30", "-k", "no_mask")
     second.assert_outcomes(failed=1)
     text = second.stdout.str()
-    assert "replayed first from the stored case: %s" % kept[0] in text, text
+    assert "causal-perturbation (float64): causal-perturbation: " in text, text
+    assert "found again by the stored case, replayed before any new one" in text, text
     assert "falsified: causal-perturbation (the stored case, replayed first)" in text, text
     assert sorted((pytester.path / ".attncheck" / "corpus").rglob("causal-perturbation-*.json")) == kept
 

@@ -294,7 +294,7 @@ class AttncheckFixture:
             run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
             if run.returncode not in (0, 1):
                 pytest.fail("attncheck exited with %d (%s):\n%s%s" % (
-                    run.returncode, "usage or configuration error" if run.returncode == 2 else "internal error",
+                    run.returncode, {2: "usage or configuration error", 130: "interrupted"}.get(run.returncode, "internal error"),
                     run.stderr, run.stdout), pytrace=False)
             with open(os.path.join(report_dir, "summary.json")) as f:
                 summary = json.load(f)

@@ -1,5 +1,5 @@
 """pytest with the `attncheck` fixture (harness/python/attncheck_pytest.py): the numpy example must obey every
-law at every dtype it declares. Run: python3 -m pytest -p attncheck_pytest examples/python (with
+law at every dtype it declares. Run: /usr/bin/python3 -m pytest -p attncheck_pytest examples/python (with
 harness/python on PYTHONPATH, or the package installed), attncheck on PATH or --attncheck-bin."""
 from numpy_attention import attention
 

@@ -25,7 +25,16 @@ import struct
 import sys
 import traceback
 
-import numpy as np
+try:
+    import numpy as np
+except ImportError:  # the interpreter that runs the client has no numpy: say which one, and what to do
+    raise ModuleNotFoundError(
+        "attncheck_plugin needs numpy, which this Python cannot import: %s (Python %d.%d). Install it for this "
+        "interpreter (Debian: apt-get install python3-numpy, which serves /usr/bin/python3)%s"
+        % (sys.executable, sys.version_info[0], sys.version_info[1],
+           "" if sys.executable in ("/usr/bin/python3", os.path.realpath("/usr/bin/python3"))
+           else ", or run the client with /usr/bin/python3: --impl exec:'/usr/bin/python3 my_attention.py'"),
+        name="numpy") from None
 
 PROTOCOL_VERSION = 3  # the newest this client speaks; it answers an older attncheck in that one's version
 MAGIC = b"ATNC"

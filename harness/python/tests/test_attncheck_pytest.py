@@ -1,8 +1,18 @@
 """The pytest plugin itself, through pytester: a test using the `attncheck` fixture passes on a correct numpy
 function and fails on a buggy one with the law, the minimal case, the margin, the report and the replay
-command in its message; --attncheck-cases and --attncheck-seed reach attncheck."""
+command in its message; --attncheck-cases and --attncheck-seed reach attncheck. What each test checked is in
+its outcome (report section, terminal summary, junit property); failing cases are kept in .attncheck/ and
+replayed first; the printed replay command runs from a shell as printed; a missing module says which
+interpreter ran and what to install."""
 import json
+import os
 import re
+import shutil
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
 
 pytest_plugins = ["pytester"]
 
@@ -39,13 +49,18 @@ def test_correct(attncheck):
     attncheck.check(correct, dtypes=("float64",))
 
 
-def test_no_mask(attncheck):
+def test_no_mask(attncheck, tmp_path):  # tmp_path: so that pytest's temporary folder exists, to be deleted
     attncheck.check(no_mask, dtypes=("float64",), laws=("causal-perturbation", "row-stochastic"))
 
 
 def test_zero_backward(attncheck):
     attncheck.check(correct, dtypes=("float64",), laws=("grad-oracle",), backward=zero_backward)
 '''
+
+
+def attncheck_binary():
+    """The attncheck the plugin runs when given no --attncheck-bin, as an absolute path."""
+    return os.path.abspath(shutil.which(os.environ.get("ATTNCHECK") or "attncheck"))
 
 
 def run(pytester, *args):
@@ -63,13 +78,16 @@ def test_passes_on_a_correct_function_and_fails_on_a_buggy_one_with_the_minimal_
     assert re.search(r"minimal case: B=1 H=1 T=[12] D=1( T_k=2)?\n", text), text
     assert re.search(r"margin: \S+ (against a tolerance of|where the law is exact)", text), text
     assert re.search(r"report: \S+causal-perturbation\.md", text), text
-    assert re.search(r"replay: attncheck check --impl '?exec:.* --replay \S+causal-perturbation\.json", text), text
+    # The replay command names the binary that ran (absolute path) and the case kept in the rootdir's .attncheck.
+    binary = attncheck_binary()
+    assert re.search(r"replay: %s check --impl '?exec:.* --replay %s\S+causal-perturbation-[0-9a-f]{12}\.json"
+                     % (re.escape(binary), re.escape(str(pytester.path / ".attncheck" / "corpus"))), text), text
 
 
 def test_cases_and_seed_reach_attncheck(pytester):
     result = run(pytester, "--attncheck-cases", "3", "--attncheck-seed", "7", "-k", "correct")
     result.assert_outcomes(passed=1)
-    summaries = list(pytester.path.rglob("summary.json"))
+    summaries = list((pytester.path / ".attncheck").rglob("summary.json"))
     assert len(summaries) == 1, summaries
     with open(summaries[0]) as f:
         summary = json.load(f)
@@ -83,3 +101,168 @@ def test_a_backward_function_crosses_as_a_keyword_and_its_gradients_are_checked(
     text = result.stdout.str()
     assert "attncheck: 1 law falsified by correct" in text, text
     assert re.search(r"grad-oracle \(float64\): grad-oracle: d[qkv]\S* is 0 but should be ", text), text
+
+
+def summary_of(pytester):
+    """The laws of the single summary.json the plugin's run left in .attncheck (attncheck's own record)."""
+    summaries = list((pytester.path / ".attncheck").rglob("summary.json"))
+    assert len(summaries) == 1, summaries
+    with open(summaries[0]) as f:
+        return json.load(f)["laws"]
+
+
+def test_a_passing_test_lists_the_laws_that_held_and_those_not_applicable_with_why(pytester):
+    result = run(pytester, "--attncheck-cases", "3", "-k", "correct", "-rP",
+                 "--junitxml=%s" % (pytester.path / "junit.xml"))
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str()
+    laws = summary_of(pytester)
+    held = [law["law"] for law in laws if law["status"] == "held"]
+    na = [law for law in laws if law["status"] == "n/a"]
+    assert held and na, laws  # the correct numpy function declares no GQA, padding or backward: some are n/a
+    # The terminal summary section: every law that held by name, every n/a law with attncheck's reason.
+    summary = text[text.index("attncheck: the laws each test checked"):]
+    assert "test_kernels.py::test_correct PASSED" in summary, summary
+    assert "correct at float64 (seed 1, 3 cases per law): %d held, %d not applicable" % (len(held), len(na)) in summary
+    assert "held: " + ", ".join(held) + "\n" in summary, summary
+    # Laws n/a for the same reason share a line: "    law, law: why".
+    block = summary[summary.index("  not applicable:\n"):].split("\n")[1:]
+    listed = {}
+    for line in block[:next(n for n, line in enumerate(block) if not line.startswith("      "))]:
+        names, why = line.strip().split(": ", 1)
+        listed.update({name: why for name in names.split(", ")})
+    assert listed == {law["law"]: law["note"] for law in na}, summary
+    # The same text is the test's report section "attncheck" (-rP shows it for a pass) ...
+    assert re.search(r"-+ attncheck -+\ncorrect at float64 ", text), text
+    # ... and a junit property, for CI dashboards.
+    props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
+    assert "held: " + ", ".join(held) in props["attncheck correct float64"], props
+    assert "%s: %s" % (na[-1]["law"], na[-1]["note"]) in props["attncheck correct float64"], props
+
+
+def test_quiet_keeps_one_line_per_check(pytester):
+    result = run(pytester, "--attncheck-cases", "3", "-k", "correct", "-q")
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str()
+    assert re.search(r"correct at float64 \(seed 1, 3 cases per law\): \d+ held, \d+ not applicable", text), text
+    assert "held: " not in text, text
+
+
+def test_a_failing_case_is_kept_in_the_rootdir_and_replayed_first_on_the_next_run(pytester):
+    first = run(pytester, "--attncheck-cases", "30", "-k", "no_mask")
+    first.assert_outcomes(failed=1)
+    kept = sorted((pytester.path / ".attncheck" / "corpus").rglob("causal-perturbation-*.json"))
+    assert len(kept) == 1, kept
+    assert "the failing cases are kept in %s and replayed first on the next run" % kept[0].parent.parent \
+        in first.stdout.str(), first.stdout.str()
+    assert "--replay %s\n" % kept[0] in first.stdout.str(), first.stdout.str()
+    assert "found again by the stored case" not in first.stdout.str(), first.stdout.str()
+    assert "falsified: causal-perturbation\n" in first.stdout.str(), first.stdout.str()
+    # Next session (pytest's tmp_path is another folder by then): the kept case is replayed before any new one.
+    second = run(pytester, "--attncheck-cases", "30", "-k", "no_mask")
+    second.assert_outcomes(failed=1)
+    text = second.stdout.str()
+    assert "causal-perturbation (float64): causal-perturbation: " in text, text
+    assert "found again by the stored case, replayed before any new one" in text, text
+    assert "falsified: causal-perturbation (the stored case, replayed first)" in text, text
+    assert sorted((pytester.path / ".attncheck" / "corpus").rglob("causal-perturbation-*.json")) == kept
+
+
+def test_the_printed_replay_command_runs_from_a_shell_as_printed(pytester, tmp_path):
+    # attncheck reached through a folder with a space, not on PATH; pytest's own tmp folder deleted afterwards.
+    bin_dir = tmp_path / "my tools"
+    bin_dir.mkdir()
+    (bin_dir / "attncheck").symlink_to(attncheck_binary())
+    basetemp = tmp_path / "basetemp"
+    result = run(pytester, "--attncheck-cases", "30", "-k", "no_mask", "--basetemp=%s" % basetemp,
+                 "--attncheck-bin=%s" % (bin_dir / "attncheck"))
+    result.assert_outcomes(failed=1)
+    commands = re.findall(r"^  replay: (.*)$", result.stdout.str(), re.M)
+    assert len(commands) == 1, result.stdout.str()  # causal-perturbation (no_mask's rows still sum to 1)
+    shutil.rmtree(basetemp)
+    env = {key: value for key, value in os.environ.items() if key not in ("ATTNCHECK", "PYTHONPATH")}
+    env["PATH"] = "/usr/bin:/bin"
+    assert shutil.which("attncheck", path=env["PATH"]) is None
+    for command in commands:
+        assert str(basetemp) not in command and "'%s/attncheck'" % bin_dir in command, command
+        replay = subprocess.run(command, shell=True, cwd="/", env=env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
+        assert replay.returncode == 1, (command, replay.stdout)
+        assert "falsified again (the same violation as recorded)" in replay.stdout, (command, replay.stdout)
+
+
+NO_NUMPY = """
+import sys
+
+
+class NoNumpy:
+    # As if this interpreter had no numpy: `import numpy` fails as it would then.
+    def find_spec(self, name, path=None, target=None):
+        if name == "numpy" or name.startswith("numpy."):
+            raise ModuleNotFoundError("No module named 'numpy'", name="numpy")
+
+
+sys.meta_path.insert(0, NoNumpy())
+"""
+
+PURE_TEST = """
+from pure import attention
+
+
+def test_pure(attncheck):
+    attncheck.check(attention)
+"""
+
+
+def test_a_missing_numpy_says_which_interpreter_ran_and_what_to_install(pytester):
+    pytester.makeconftest(NO_NUMPY)
+    pytester.makepyfile(pure="def attention(q, k, v):\n    return v\n", test_pure=PURE_TEST,
+                        test_imports_numpy="import numpy\n")
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--continue-on-collection-errors")
+    result.assert_outcomes(failed=1, errors=1)
+    text = result.stdout.str()
+    # The fixture, before it starts attncheck; and a test module that imports numpy, on its collection error.
+    assert "attncheck_pytest needs numpy, which this Python cannot import: %s" % sys.executable in text, text
+    assert "this test needs numpy, which this Python cannot import: %s" % sys.executable in text, text
+    assert text.count("apt-get install python3-numpy") == 2, text
+
+
+@pytest.fixture
+def python_without_site(tmp_path):
+    """An interpreter not called python3, without site-packages (-S): no numpy, no pytest."""
+    python = tmp_path / "bare-python"
+    python.symlink_to(sys.executable)
+    return str(python)
+
+
+CLIENT = """import attncheck_plugin
+
+
+def attention(q, k, v):
+    return v
+
+
+attncheck_plugin.serve(attention)
+"""
+
+
+def test_the_exec_client_without_numpy_says_which_interpreter_ran_and_what_to_install(python_without_site):
+    client = os.path.join(os.path.dirname(python_without_site), "client.py")
+    with open(client, "w") as f:
+        f.write(CLIENT)
+    run = subprocess.run([attncheck_binary(), "check", "--impl", "exec:%s -S %s" % (python_without_site, client),
+                          "--no-corpus", "--report-dir", os.path.join(os.path.dirname(python_without_site), "r")],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert run.returncode == 2, run.stdout
+    assert "attncheck_plugin needs numpy, which this Python cannot import: %s" % python_without_site in run.stdout
+    assert "apt-get install python3-numpy" in run.stdout, run.stdout
+    assert "or run the client with /usr/bin/python3" in run.stdout, run.stdout
+
+
+def test_the_plugin_without_pytest_says_which_interpreter_ran_and_what_to_install(python_without_site):
+    run = subprocess.run([python_without_site, "-S", "-c", "import attncheck_pytest"], stdout=subprocess.PIPE,
+                         stderr=subprocess.STDOUT, text=True,
+                         env=dict(os.environ, PYTHONPATH=os.path.dirname(os.path.dirname(__file__))))
+    assert run.returncode == 1, run.stdout
+    assert "attncheck_pytest needs pytest, which this Python cannot import: %s" % python_without_site in run.stdout
+    assert "apt-get install python3-pytest" in run.stdout, run.stdout

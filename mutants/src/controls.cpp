@@ -155,7 +155,8 @@ A ftz_row(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, Index i, c
   const A lse = m + std::log(l);
   if (out) out->setZero();
   for (Index j = r.begin; j < r.end; ++j) {
-    const A p = ftz(std::exp(ftz(score(j) - lse)));
+    // The forward normalises by l, as FlashAttention's does; the backward recomputes P from the saved lse.
+    const A p = out ? ftz(ftz(std::exp(ftz(score(j) - m))) / l) : ftz(std::exp(ftz(score(j) - lse)));
     if (w) (*w)(j) = p;
     if (out)
       for (Index d = 0; d < V.cols(); ++d) (*out)(d) = ftz((*out)(d) + ftz(p * V(j, d)));

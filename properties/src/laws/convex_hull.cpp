@@ -37,8 +37,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
         for (Index d = 0; d < s.D; ++d) {
           const double vmin = range.min(i, d), vmax = range.max(i, d);
           const double x = o.output(b, h, i, d), v_abs = std::max(std::abs(vmin), std::abs(vmax));
-          const double slack = kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s + lse) * v_abs + u_s * std::abs(x) +
-                                          double(r.size()) * n_a * (v_abs + 2)) +
+          // All-zero values keep the output 0 however unresolved the weights are (no 0·inf).
+          const double lse_v = v_abs > 0 ? lse * v_abs : 0.0;
+          const double slack = kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s) * v_abs + lse_v +
+                                          u_s * std::abs(x) + double(r.size()) * n_a * (v_abs + 2)) +
                                storage_floor(p.dtype);
           // Expected: the nearest point of [vmin, vmax]; tolerance: the slack.
           hi(b, h, i, d) = std::clamp(x, vmin, vmax);

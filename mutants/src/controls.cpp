@@ -128,15 +128,17 @@ struct SplitKvLse {
 };
 
 // Flush-to-zero, as a kernel built with -Ofast or -ffast-math (FTZ and DAZ) computes: every input and every
-// intermediate of the accumulation type A below its smallest normal is read as 0, and every result stored in the
-// dtype S below S's smallest normal is written as 0. Simulated, so the control behaves the same on every machine.
+// intermediate of the accumulation type A below its smallest normal is read as 0, and so is every result below it
+// before it is stored in the dtype S (a float16 store of a normal float is exact, subnormal half or not, as
+// F16C's and CUDA's conversions are; the bounds allow more, NUMERICS.md's 2^-14). Simulated, so the control
+// behaves the same on every machine.
 template <class A>
 A ftz(A x) {
   return std::abs(x) < std::numeric_limits<A>::min() ? A(0) : x;
 }
 template <class S, class A>
 S ftz_store(A x) {
-  return std::abs(double(x)) < double(std::numeric_limits<S>::min()) ? S(0) : static_cast<S>(x);
+  return static_cast<S>(ftz(x));
 }
 
 // One head's row i of the FTZ forward: scores, max, exps, sum, weights and output, each operation flushed; returns

@@ -23,16 +23,26 @@
 //  7. dK_jc = scale·Σ_{h in group, i} dS_ij q_ic over n = group·T_q terms:
 //     |δdK_jc| ≤ scale·Σ (e_ij + (γ_n + 2u_s + u_a)·m_ij)·|q_ic| + u_s·|dK_jc|.
 //  8. dV_jc = Σ_{h in group, i} P_ij dO_ic: |δdV_jc| ≤ Σ (ε_ij + γ_n·P_ij)·|dO_ic| + u_s·|dV_jc|.
-//  9. Floors: rounding a gradient into the dtype's subnormal range is off by storage_floor(dtype) absolutely;
-//     and every product or sum in the accumulation type that lands in its subnormal range (float64 gradients of
-//     1e-315 happen: tiny weights times tiny dS) is off by up to its smallest subnormal ν absolutely, so ν is
-//     added to each weight (step 1), to dP and Δ (D + T_vis of them, step 4) and to each dS (step 5), and n·ν to
-//     each final sum.
+//  9. Floors, for flush-to-zero (NUMERICS.md: -Ofast and -ffast-math set FTZ/DAZ for the whole process, GPU
+//     kernels compile with ftz). Such a kernel returns 0 for any result below the smallest normal of its type,
+//     and reads any input or intermediate below it as 0. Storing a gradient in the dtype is then off by up to
+//     the dtype's smallest normal N_s absolutely (storage_floor: 2^-14 float16, 2^-126 bfloat16 and float32,
+//     2^-1022 float64); every product or sum in the accumulation type whose result lies below its smallest normal
+//     ν = N_a (2^-126 in float, 2^-1022 in double) is off by up to ν absolutely (float64 gradients of 1e-315
+//     happen: tiny weights times tiny dS; float ones of 6e-38, which FTZ returns as 0), so ν is added to each
+//     weight (step 1), to dP and Δ (D + T_vis of them, step 4) and to each dS (step 5), and these flushed
+//     intermediates propagate through steps 5-8 as every other error does (ν on dS_ij becomes scale·ν·|k_jc| on
+//     dQ_ic), with n·ν more for the final sums' own partial sums. With gradual underflow ν would be the smallest
+//     subnormal and N_s half the subnormal spacing: smaller, and a correct FTZ kernel would fail them.
+// 10. DAZ on inputs: an input (q, k, v, dO) below N_a is read as 0, so such a kernel computes the gradients of
+//     the flushed problem, within that problem's bound of its oracle: where any input is flushed the bound is
+//     the larger of this one and that one plus the two oracles' difference.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <limits>
 #include <string>
 
@@ -111,8 +121,11 @@ AttentionGradients<double> oracle_backward(const Tensor<S>& q, const Tensor<S>& 
                                     d_output.template cast<double>(), opts);
 }
 
-GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
-                             const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
+namespace {
+
+GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
+                                const Tensor<double>& v, const Tensor<double>& d_output,
+                                const AttentionOptions& opts, double safety) {
   GradientCheck r;
   r.oracle = attention_backward<double>(q, k, v, d_output, opts);
   const Shape qs = q.shape(), ks = k.shape();
@@ -120,8 +133,8 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
   const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype);
   const double tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
   const double floor = storage_floor(dtype);
-  // ν: the accumulation type's smallest subnormal (step 9).
-  const double nu = dtype == DType::f64 ? std::numeric_limits<double>::denorm_min() : std::ldexp(1.0, -149);
+  // ν: the accumulation type's smallest normal, below which an FTZ kernel flushes (step 9).
+  const double nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
   const double g_D = gamma(qs.D, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(ks)};
   for (Index b = 0; b < qs.B; ++b) {
@@ -169,6 +182,33 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
   finish(r.tolerance.dq, r.oracle.dq, ks.T);
   finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H));
   finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H));
+  return r;
+}
+
+// Every input entry below the accumulation type's smallest normal set to 0 (step 10); true when one was.
+bool daz(DType dtype, Tensor<double>& t) {
+  Matrix<double> m = Eigen::Map<const Matrix<double>>(t.values().data(), t.values().size(), 1);
+  if (!daz_inputs(dtype, m)) return false;
+  t.values() = Eigen::Map<const Eigen::VectorXd>(m.data(), m.size());
+  return true;
+}
+
+}  // namespace
+
+GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
+                             const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
+  GradientCheck r = gradient_check_at(dtype, q, k, v, d_output, opts, safety);
+  Tensor<double> q0 = q, k0 = k, v0 = v, d0 = d_output;
+  const bool flushed[] = {daz(dtype, q0), daz(dtype, k0), daz(dtype, v0), daz(dtype, d0)};
+  if (std::none_of(std::begin(flushed), std::end(flushed), [](bool f) { return f; })) return r;
+  const GradientCheck f = gradient_check_at(dtype, q0, k0, v0, d0, opts, safety);  // step 10
+  const auto widen = [](Tensor<double>& tol, const Tensor<double>& tol0, const Tensor<double>& g,
+                        const Tensor<double>& g0) {
+    tol.values() = tol.values().cwiseMax(tol0.values() + (g.values() - g0.values()).cwiseAbs());
+  };
+  widen(r.tolerance.dq, f.tolerance.dq, r.oracle.dq, f.oracle.dq);
+  widen(r.tolerance.dk, f.tolerance.dk, r.oracle.dk, f.oracle.dk);
+  widen(r.tolerance.dv, f.tolerance.dv, r.oracle.dv, f.oracle.dv);
   return r;
 }
 

@@ -11,16 +11,35 @@
 //    Δ_i = max_j [(γ_D + 2u_s)·scale·Σ_c|q_ic k_jc|] + (4·u_a + u_s)·max_j|s_ij|  (u_s terms: not for float64).
 // 2. Softmax. Perturbing every exponent by at most Δ moves each weight by a factor within e^{±2Δ}. exp itself
 //    is accurate to a few ulp (4u_a budgeted), the T_vis-term sum adds γ_T relative, the division u_a. So
-//    |w̃_ij - w_ij| ≤ w_ij·ρ_i with ρ_i = exp(2Δ_i + γ_T + 5u_a) - 1, and the weights are rounded to the dtype
-//    (returned, or stored before the product with V): + u_s·w_ij.
+//    |w̃_ij - w_ij| ≤ w_ij·ρ_i with ρ_i = exp(2Δ_i + λ_i + γ_T + 5u_a) - 1 (λ_i: step 2b), and the weights are
+//    rounded to the dtype (returned, or stored before the product with V): + u_s·w_ij.
+// 2b. A rounded log-sum-exp. Split-KV and tiled kernels normalise by a log-sum-exp held in the accumulation
+//    type: FlashAttention's split-KV decode merges partial results with exp(L_c - L) (L_c the LSE of the keys
+//    of split c, L = log Σ_c exp(L_c)), its backward recomputes weights as exp(s - L). Every |L_c| and |L| is at
+//    most Λ_i := max_j|s_ij| + ln T_vis (an LSE lies between its largest term and that plus the log of the
+//    count). Each L_c = m_c + log(l_c) is off by u_a·|L_c| (the sum's rounding) + u_a·ln T_vis (log's own
+//    ulp, on a value ≤ ln T_vis), so ≤ 2u_a·Λ_i; L inherits the largest of those and adds its own two roundings,
+//    ≤ 3u_a·Λ_i; the difference L_c - L (|L_c - L| ≤ 2Λ_i) rounds by 2u_a·Λ_i; a base-2 kernel (exp2 of
+//    (L_c - L)·log2 e) rounds that product by another u_a·|L_c - L| ≤ 2u_a·Λ_i, in natural units: 9·u_a·Λ_i
+//    in all (a backward's exp(s - L): L's 2u_a·Λ_i, s - L's rounding 2u_a·Λ_i, base 2 another 2u_a·Λ_i, less),
+//    budgeted as λ_i = 10·u_a·Λ_i. It is the same shift for every weight of the row, so unlike step 2's score
+//    errors (which a max-subtracted softmax renormalises away) it moves the row's sum by a factor within
+//    e^{±λ_i} too: NUMERICS.md's correct row sum of 1 - 2e-4 at |lse| ≈ 4,000 in float32 is within λ = 2.4e-3.
 // 3. Output. o_i = Σ_j w_ij v_j: |δo_ic| ≤ Σ_j |δw_ij||v_jc| + γ_T·Σ_j w̃_ij|v_jc|
 //    ≤ max_j|v_jc|·(ρ_i + u_s + γ_T·(1 + ρ_i + u_s)), then rounding to the dtype: + u_s·|o_ic|.
 // 4. Floors. Eigen's vectorised float exp returns about 2^-128 instead of a denormal for arguments below -87.3:
 //    an absolute error of at most 2^-126 per weight, hence T_vis·2^-126·max|v| on an output. Its double exp
 //    does the same below -708.4, at 2^-1022 (a correct float64 kernel returned 5.1e-309 for exp(-717.5) =
-//    2.3e-312): the float64 floor is 2^-1022. Rounding into the
-//    dtype's subnormal range is absolute, not relative: half the smallest subnormal (2^-25 for float16,
-//    2^-134 for bfloat16, 2^-150 for float32) on every stored weight and output.
+//    2.3e-312): the float64 floor is 2^-1022. Flush-to-zero: a kernel built with -Ofast or -ffast-math (FTZ and
+//    DAZ for the whole process), or a GPU kernel compiled with ftz, returns 0 for any result below the smallest
+//    normal N of its type, and reads any such input or intermediate as 0: an absolute error below N_a (2^-126
+//    in float, 2^-1022 in double) on every weight (the 2^-126 above already), on each of the T_vis products
+//    w_ij·v_jc and on each of the T_vis partial sums, hence 2·T_vis·N_a more on an output; and storing a
+//    result in the dtype is off by up to the dtype's N_s absolutely (storage_floor: 2^-14 for float16, 2^-126
+//    for bfloat16 and float32, 2^-1022 for float64), on every stored weight and output. This replaces gradual
+//    underflow's half-subnormal-spacing (2^-25, 2^-134, 2^-150, 0), which is smaller and would call a correct
+//    FTZ kernel wrong. An input that is itself subnormal in the accumulation type (DAZ reads it as 0) is
+//    handled in head_tolerance by the oracle on the flushed inputs (daz_inputs).
 // 5. Saturation. When Δ is large (scores ~1e10 in float), ρ overflows: the dtype cannot resolve the softmax at
 //    all. Weights still lie in [0, 1] and outputs in the hull of the visible values, so a weight is off by at
 //    most 1 (the weight bound is capped at 1, and is 1 where ρ overflows, which keeps 0·∞ out of it) and an
@@ -29,6 +48,8 @@
 //    that key takes 0.87 of the weight where the oracle gives each of 9 keys 1/9.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
+
+#include "attncheck/attention.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -41,14 +62,31 @@ double gamma(Index n, double u) {
   return nu < 1 ? nu / (1 - nu) : std::numeric_limits<double>::infinity();
 }
 
-double storage_floor(DType dtype) {
+double smallest_normal(DType dtype) {
   switch (dtype) {
-    case DType::f16: return std::ldexp(1.0, -25);
-    case DType::bf16: return std::ldexp(1.0, -134);
-    case DType::f32: return std::ldexp(1.0, -150);
+    case DType::f16: return std::ldexp(1.0, -14);
+    case DType::bf16:
+    case DType::f32: return std::ldexp(1.0, -126);
     case DType::f64: break;
   }
-  return 0.0;
+  return std::ldexp(1.0, -1022);
+}
+
+double storage_floor(DType dtype) { return smallest_normal(dtype); }  // step 4: a flush-to-zero store
+
+double lse_exponent_error(DType dtype, double abs_score, Index n_vis) {
+  if (n_vis <= 0) return 0.0;
+  return 10 * accumulation_roundoff(dtype) * (abs_score + std::log(double(n_vis)));  // step 2b
+}
+
+Eigen::VectorXd row_score_bound(const Matrix<double>& q, const Matrix<double>& k, const Visibility& vis,
+                                double scale) {
+  const Matrix<double> k_norm = k.rowwise().norm();  // [T_k,1]
+  const VisibleRange r = visible_value_range(k_norm, vis);
+  Eigen::VectorXd bound = Eigen::VectorXd::Zero(vis.T_q);
+  for (Index i = 0; i < vis.T_q; ++i)
+    if (!vis.keys(i).empty()) bound(i) = std::abs(scale) * q.row(i).norm() * r.max(i, 0);
+  return bound;
 }
 
 double accumulation_roundoff(DType dtype) {
@@ -67,7 +105,7 @@ struct RowTerms {
       : dtype(t),
         u_s(unit_roundoff(t)),
         u_a(accumulation_roundoff(t)),
-        tiny(std::ldexp(1.0, t == DType::f64 ? -1022 : -126)),  // step 4: exp's flush, per weight
+        tiny(std::ldexp(1.0, t == DType::f64 ? -1022 : -126)),  // step 4: exp's flush (and FTZ's N_a), per weight
         store_floor(storage_floor(t)),
         g_D(gamma(D, u_a)),
         pre_scale(t == DType::f64 ? 0.0 : 2 * unit_roundoff(t)),  // q (and k) scaled in the dtype first
@@ -75,7 +113,8 @@ struct RowTerms {
 
   double rho_w(double abs_dot, double s_max, Index n_vis) const {
     const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max;
-    return std::expm1(2 * delta + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
+    const double lambda = lse_exponent_error(dtype, s_max, n_vis);  // step 2b
+    return std::expm1(2 * delta + lambda + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
   }
 
   double weight(double w, double rho_w) const {
@@ -88,7 +127,7 @@ struct RowTerms {
     for (Index c = 0; c < v_col_max.size(); ++c)
       tol(c) = safety * (v_col_max(c) * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) +
                          u_s * std::abs(oracle_out(c))) +
-               static_cast<double>(n_vis) * tiny * v_max + store_floor;
+               static_cast<double>(n_vis) * tiny * (v_max + 2) + store_floor;  // step 4 (tiny = N_a)
   }
 };
 
@@ -115,9 +154,12 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   return rho;
 }
 
-HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
-                             const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
-                             const Matrix<double>& oracle_weights, double safety) {
+namespace {
+
+HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
+                                const Matrix<double>& v, const BoolMask& mask, double scale,
+                                const Matrix<double>& oracle_output, const Matrix<double>& oracle_weights,
+                                double safety) {
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const RowTerms terms(dtype, D, safety);
   const Eigen::VectorXd rho_rows = weight_relative_error(dtype, q, k, mask, scale);
@@ -137,6 +179,35 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
       if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w);
     terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i));
   }
+  return tol;
+}
+
+}  // namespace
+
+bool daz_inputs(DType dtype, Matrix<double>& x) {
+  const double n_a = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
+  bool any = false;
+  for (Index i = 0; i < x.size(); ++i)
+    if (double& e = x.data()[i]; e != 0 && std::abs(e) < n_a) {
+      e = 0;
+      any = true;
+    }
+  return any;
+}
+
+HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
+                             const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
+                             const Matrix<double>& oracle_weights, double safety) {
+  HeadTolerance tol = head_tolerance_at(dtype, q, k, v, mask, scale, oracle_output, oracle_weights, safety);
+  // Step 4, DAZ: a kernel that reads subnormal inputs as 0 computes the problem on the flushed inputs, within
+  // that problem's bound of its oracle, which differs from this oracle by what it differs.
+  Matrix<double> q0 = q, k0 = k, v0 = v;
+  const bool dq = daz_inputs(dtype, q0), dk = daz_inputs(dtype, k0), dv = daz_inputs(dtype, v0);
+  if (!(dq || dk || dv)) return tol;
+  const HeadTrace<double> t = attend<double>(q0, k0, v0, mask, scale);
+  const HeadTolerance t0 = head_tolerance_at(dtype, q0, k0, v0, mask, scale, t.output, t.weights, safety);
+  tol.output = tol.output.cwiseMax(t0.output + (t.output - oracle_output).cwiseAbs());
+  tol.weights = tol.weights.cwiseMax(t0.weights + (t.weights - oracle_weights).cwiseAbs());
   return tol;
 }
 

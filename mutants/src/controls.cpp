@@ -1,7 +1,9 @@
 // Controls: correct causal attention written differently from the reference (another summation order, a
 // tiled online softmax, wider accumulation). No law may fail on them; a law that does has a false alarm.
 #include <algorithm>
+#include <cmath>
 #include <limits>
+#include <vector>
 
 #include "parts.hpp"
 
@@ -77,6 +79,191 @@ struct OnlineTiled {
   }
 };
 
+// FlashAttention-2's split-KV decode: each query's visible keys in splits of kSplit, every split reduced to its
+// normalised partial output o_c and its log-sum-exp L_c = m_c + log(l_c), held in the accumulation type (float
+// for float32, float16, bfloat16: rounded, by u_a·|L_c|), then merged as o = Σ_c exp(L_c - L) o_c with
+// L = log Σ_c exp(L_c). The weights returned are the ones applied, exp(s_j - m_c) / l_c · exp(L_c - L), so a row
+// of large scores sums to 1 only within the LSE's rounding (about u_a·|L|: 0.99979 at |s| ≈ 4,174 in float32).
+struct SplitKvLse {
+  static constexpr Index kSplit = 16;  // T_k = 33 already makes three splits
+  template <class A>
+  HeadOut<A> operator()(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, const HeadCtx& c) const {
+    const A scale = static_cast<A>(c.resolved_scale());
+    HeadOut<A> r{Matrix<A>::Zero(c.T_q, c.T_k), Matrix<A>::Zero(c.T_q, c.D)};
+    for (Index i = 0; i < c.T_q; ++i) {
+      const Index last = std::min(last_visible_key(i, c.T_q, c.T_k, c.alignment), c.T_k - 1);
+      if (last < 0) continue;
+      const Index splits = last / kSplit + 1;
+      const auto n = static_cast<std::size_t>(splits);
+      std::vector<A> m(n, A(0)), l(n, A(0)), lse(n, A(0));
+      Matrix<A> o = Matrix<A>::Zero(splits, c.D);
+      for (Index sp = 0; sp < splits; ++sp) {  // one split's partial: its own max, sum and normalised output
+        const Index j0 = sp * kSplit, j1 = std::min(j0 + kSplit - 1, last);
+        A& ms = m[std::size_t(sp)];
+        ms = -std::numeric_limits<A>::infinity();
+        for (Index j = j0; j <= j1; ++j) ms = std::max(ms, r.weights(i, j) = Q.row(i).dot(K.row(j)) * scale);
+        for (Index j = j0; j <= j1; ++j) {
+          const A e = std::exp(r.weights(i, j) - ms);
+          l[std::size_t(sp)] += e;
+          o.row(sp) += e * V.row(j);
+        }
+        o.row(sp) /= l[std::size_t(sp)];
+        lse[std::size_t(sp)] = ms + std::log(l[std::size_t(sp)]);
+      }
+      // The merge (FlashAttention-2's combine kernel): L from the partial LSEs, each partial scaled by exp(L_c - L).
+      const A lse_max = *std::max_element(lse.begin(), lse.end());
+      A sum = 0;
+      for (const A x : lse) sum += std::exp(x - lse_max);
+      const A L = lse_max + std::log(sum);
+      for (Index sp = 0; sp < splits; ++sp) {
+        const A w_sp = std::exp(lse[std::size_t(sp)] - L);
+        r.output.row(i) += w_sp * o.row(sp);
+        const Index j0 = sp * kSplit, j1 = std::min(j0 + kSplit - 1, last);
+        for (Index j = j0; j <= j1; ++j)
+          r.weights(i, j) = std::exp(r.weights(i, j) - m[std::size_t(sp)]) / l[std::size_t(sp)] * w_sp;
+      }
+    }
+    return r;
+  }
+};
+
+// Flush-to-zero, as a kernel built with -Ofast or -ffast-math (FTZ and DAZ) computes: every input and every
+// intermediate of the accumulation type A below its smallest normal is read as 0, and so is every result below it
+// before it is stored in the dtype S (a float16 store of a normal float is exact, subnormal half or not, as
+// F16C's and CUDA's conversions are; the bounds allow more, NUMERICS.md's 2^-14). Simulated, so the control
+// behaves the same on every machine.
+template <class A>
+A ftz(A x) {
+  return std::abs(x) < std::numeric_limits<A>::min() ? A(0) : x;
+}
+template <class S, class A>
+S ftz_store(A x) {
+  return static_cast<S>(ftz(x));
+}
+
+// One head's row i of the FTZ forward: scores, max, exps, sum, weights and output, each operation flushed; returns
+// the log-sum-exp (m + log l) a FlashAttention forward saves for the backward.
+template <class A>
+A ftz_row(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, Index i, const KeyRange& r, A scale,
+          Eigen::Matrix<A, 1, Eigen::Dynamic>* w, Eigen::Matrix<A, 1, Eigen::Dynamic>* out) {
+  const auto score = [&](Index j) {
+    A s = 0;
+    for (Index d = 0; d < Q.cols(); ++d) s = ftz(s + ftz(Q(i, d) * K(j, d)));
+    return ftz(s * scale);
+  };
+  A m = -std::numeric_limits<A>::infinity(), l = 0;
+  for (Index j = r.begin; j < r.end; ++j) m = std::max(m, score(j));
+  for (Index j = r.begin; j < r.end; ++j) l = ftz(l + ftz(std::exp(ftz(score(j) - m))));
+  const A lse = m + std::log(l);
+  if (out) out->setZero();
+  for (Index j = r.begin; j < r.end; ++j) {
+    // The forward normalises by l, as FlashAttention's does; the backward recomputes P from the saved lse.
+    const A p = out ? ftz(ftz(std::exp(ftz(score(j) - m))) / l) : ftz(std::exp(ftz(score(j) - lse)));
+    if (w) (*w)(j) = p;
+    if (out)
+      for (Index d = 0; d < V.cols(); ++d) (*out)(d) = ftz((*out)(d) + ftz(p * V(j, d)));
+  }
+  return lse;
+}
+
+// A FlashAttention-style forward and backward, correct, run under flush-to-zero (ftz above) at every step: the
+// backward recomputes P = exp(s - L) from the saved log-sum-exp, Δ = rowsum(dO ∘ O) with O as saved in the
+// dtype, dS = P ∘ (dP - Δ), dQ = scale dS K, dK = scale dSᵀ Q, dV = Pᵀ dO (a shared kv head's summed over its
+// group). Rows that see no key are 0 and add nothing.
+template <class S>
+Tensor<S> ftz_forward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w) {
+  using A = Acc<S>;
+  const Shape qs = q.shape(), ks = k.shape();
+  const A scale = static_cast<A>(p.scale ? *p.scale : 1.0 / std::sqrt(double(qs.D)));
+  const auto daz = [](const auto& m) { return Matrix<A>(m.template cast<A>().unaryExpr([](A x) { return ftz(x); })); };
+  Tensor<S> out(qs);
+  if (w) *w = Tensor<S>(Shape{qs.B, qs.H, qs.T, ks.T});
+  for (Index b = 0; b < qs.B; ++b) {
+    const Visibility vis = p.visibility(b);
+    for (Index h = 0; h < qs.H; ++h) {
+      const Index kv = kv_head(h, qs.H, ks.H);
+      const Matrix<A> Q = daz(q.head(b, h)), K = daz(k.head(b, kv)), V = daz(v.head(b, kv));
+      Eigen::Matrix<A, 1, Eigen::Dynamic> wi(ks.T), oi(qs.D);
+      for (Index i = 0; i < qs.T; ++i) {
+        const KeyRange r = vis.keys(i);
+        wi.setZero();
+        oi.setZero();
+        if (!r.empty()) ftz_row(Q, K, V, i, r, scale, &wi, &oi);
+        for (Index d = 0; d < qs.D; ++d) out(b, h, i, d) = ftz_store<S>(oi(d));
+        if (w)
+          for (Index j = 0; j < ks.T; ++j) (*w)(b, h, i, j) = ftz_store<S>(wi(j));
+      }
+    }
+  }
+  return out;
+}
+
+template <class S>
+AttentionGradients<S> ftz_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                   const Tensor<S>& d_output, const Problem& p) {
+  using A = Acc<S>;
+  const Shape qs = q.shape(), ks = k.shape();
+  const A scale = static_cast<A>(p.scale ? *p.scale : 1.0 / std::sqrt(double(qs.D)));
+  const auto daz = [](const auto& m) { return Matrix<A>(m.template cast<A>().unaryExpr([](A x) { return ftz(x); })); };
+  const Tensor<S> O = ftz_forward(q, k, v, p, static_cast<Tensor<S>*>(nullptr));  // the output as the forward saved it
+  AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
+  for (Index b = 0; b < qs.B; ++b) {
+    const Visibility vis = p.visibility(b);
+    for (Index kv = 0; kv < ks.H; ++kv) {
+      const Matrix<A> K = daz(k.head(b, kv)), V = daz(v.head(b, kv));
+      Matrix<A> dK = Matrix<A>::Zero(ks.T, qs.D), dV = Matrix<A>::Zero(ks.T, qs.D);
+      for (Index h = 0; h < qs.H; ++h) {
+        if (kv_head(h, qs.H, ks.H) != kv) continue;
+        const Matrix<A> Q = daz(q.head(b, h)), dO = daz(d_output.head(b, h)), Oh = daz(O.head(b, h));
+        Eigen::Matrix<A, 1, Eigen::Dynamic> P(ks.T);
+        for (Index i = 0; i < qs.T; ++i) {
+          const KeyRange r = vis.keys(i);
+          if (r.empty()) continue;
+          P.setZero();
+          ftz_row<A>(Q, K, V, i, r, scale, &P, nullptr);
+          A delta = 0;
+          for (Index d = 0; d < qs.D; ++d) delta = ftz(delta + ftz(dO(i, d) * Oh(i, d)));
+          Eigen::Matrix<A, 1, Eigen::Dynamic> dq = Eigen::Matrix<A, 1, Eigen::Dynamic>::Zero(qs.D);
+          for (Index j = r.begin; j < r.end; ++j) {
+            A dp = 0;
+            for (Index d = 0; d < qs.D; ++d) dp = ftz(dp + ftz(dO(i, d) * V(j, d)));
+            const A dS = ftz(P(j) * ftz(dp - delta));
+            for (Index d = 0; d < qs.D; ++d) {
+              dV(j, d) = ftz(dV(j, d) + ftz(P(j) * dO(i, d)));
+              dq(d) = ftz(dq(d) + ftz(dS * K(j, d)));
+              dK(j, d) = ftz(dK(j, d) + ftz(ftz(scale * dS) * Q(i, d)));
+            }
+          }
+          for (Index d = 0; d < qs.D; ++d) g.dq(b, h, i, d) = ftz_store<S>(ftz(scale * dq(d)));
+        }
+      }
+      for (Index j = 0; j < ks.T; ++j)
+        for (Index d = 0; d < qs.D; ++d) {
+          g.dk(b, kv, j, d) = ftz_store<S>(dK(j, d));
+          g.dv(b, kv, j, d) = ftz_store<S>(dV(j, d));
+        }
+    }
+  }
+  return g;
+}
+
+ImplementationPtr flush_to_zero() {
+  Capabilities caps = zoo_capabilities();
+  caps.gqa = caps.key_padding = caps.window = true;
+  return make_implementation(
+      "control:ftz", "correct; forward and FlashAttention-style backward under flush-to-zero (-Ofast), simulated",
+      caps,
+      [](const Problem& p) {
+        return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
+          return ftz_forward(q, k, v, pr, w);
+        });
+      },
+      [](const Problem& p) {
+        return run_backward_typed(p, [](const auto& q, const auto& k, const auto& v, const auto& d_output,
+                                        const Problem& pr) { return ftz_backward(q, k, v, d_output, pr); });
+      });
+}
+
 // Every dtype computed in double and rounded once at the end: more accurate than the reference, never less.
 ImplementationPtr wide_accumulation() {
   return make_implementation(
@@ -131,6 +318,26 @@ std::vector<Mutant> controls() {
           "control:online-tiled", "correct; FlashAttention-style tiled online softmax",
           [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) { return OnlineTiled{}(Q, K, V, c); }),
       .bug = "control: tiled online softmax (tiles of 3 keys, running max and rescaling), future tiles skipped",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
+  });
+  z.push_back(Mutant{
+      .impl = head_impl(
+          "control:split-kv-lse", "correct; FlashAttention-2 split-KV decode, partials merged by exp(lse_c - lse)",
+          [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) { return SplitKvLse{}(Q, K, V, c); }),
+      .bug = "control: split-KV (splits of 16 keys), each split's log-sum-exp in the accumulation type, partials "
+             "merged with weights exp(lse_c - lse)",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
+  });
+  z.push_back(Mutant{
+      .impl = flush_to_zero(),
+      .bug = "control: forward and backward under flush-to-zero: every input, intermediate and result below the "
+             "smallest normal is 0 (as -Ofast builds and ftz GPU kernels compute)",
       .control = true,
       .minimal_shape = {},
       .why_minimal = "a control: no case should fail",

@@ -11,18 +11,37 @@ namespace attncheck {
 /// γ_n = n·u / (1 - n·u): the relative error bound of an n-term floating-point sum or dot product.
 double gamma(Index n, double u);
 
-/// Half the spacing of the dtype's subnormals: rounding a tiny value into the dtype is off by this much
-/// absolutely, not relatively (2^-25 for float16, 2^-134 for bfloat16, 2^-150 for float32, 0 for float64).
+/// The dtype's smallest normal number (2^-14 for float16, 2^-126 for bfloat16 and float32, 2^-1022 for float64).
+double smallest_normal(DType dtype);
+
+/// How far a correct kernel's stored result may be from the exact one near 0, absolutely: the dtype's smallest
+/// normal, as a flush-to-zero kernel (-Ofast, -ffast-math, GPU ftz) returns 0 for any result below it. With
+/// gradual underflow it would be half the subnormal spacing, which is smaller (tolerance.cpp, step 4).
 double storage_floor(DType dtype);
+
+/// λ: the error a rounded log-sum-exp puts into every exponent of a row whose largest visible |score| is
+/// `abs_score` over `n_vis` keys, 10·u_a·(abs_score + ln n_vis) (tolerance.cpp, step 2b): split-KV merges
+/// exp(lse_c - lse) and weights recomputed as exp(s - lse) move every weight of the row by a factor within
+/// e^{±λ}, and its row sum with them. 0 for a row that sees no key.
+double lse_exponent_error(DType dtype, double abs_score, Index n_vis);
+
+/// Per query row, an upper bound on max_j |s_ij| over the keys it sees by Cauchy-Schwarz,
+/// scale·‖q_i‖·max_{j visible}‖k_j‖, in O(T·D) (0 for a row that sees no key).
+Eigen::VectorXd row_score_bound(const Matrix<double>& q, const Matrix<double>& k, const Visibility& vis,
+                                double scale);
 
 /// Unit roundoff of the type a dtype accumulates in (float for float32/float16/bfloat16, double for float64).
 double accumulation_roundoff(DType dtype);
 
-/// Per query row of one head, the relative error ρ_i = exp(2Δ_i + γ_T + 5u_a) - 1 a correct kernel at `dtype`
+/// Per query row of one head, the relative error ρ_i = exp(2Δ_i + λ_i + γ_T + 5u_a) - 1 a correct kernel at `dtype`
 /// may have in every weight of the row (steps 1-2 of tolerance.cpp): +inf where the dtype cannot resolve the
 /// softmax at all, 0 for a row that sees no key.
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
                                       const BoolMask& mask, double scale);
+
+/// Flushes, in place, every entry of x that is subnormal in the type `dtype` accumulates in (what DAZ reads
+/// as 0): |x| < 2^-126 for float32/float16/bfloat16, 2^-1022 for float64. True when one was flushed.
+bool daz_inputs(DType dtype, Matrix<double>& x);
 
 /// Allowed |actual - oracle| for one head, element by element, for a kernel at `dtype` that accumulates in
 /// float (double for float64) and received the same (already rounded) inputs as the oracle.
@@ -32,7 +51,7 @@ struct HeadTolerance {
 };
 
 /// `safety` multiplies the first-order bound (2 by default: the bound is first order in u, and exp's error
-/// is only known to be a few ulp).
+/// is only known to be a few ulp). Inputs subnormal in the accumulation type widen it to cover a DAZ kernel.
 HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
                              const Matrix<double>& oracle_weights, double safety = 2.0);

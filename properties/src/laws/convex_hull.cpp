@@ -10,29 +10,38 @@ const char* kWhy =
     "between the smallest and the largest of those values. A mask filled with 0 (values from the future), "
     "weights that do not sum to 1, or a wrong scale on the output breaks it. Slack: weights summing to "
     "1 +- (gamma_T + u_a), or 1 +- u_s when stored in the dtype before the product, and the T-term accumulation "
-    "add (2 gamma_T + u_a + u_s) max|v|, rounding to the dtype u_s |o| plus its subnormal floor; doubled.";
+    "add (2 gamma_T + u_a + u_s) max|v|, rounding to the dtype u_s |o| plus the dtype's smallest normal (a "
+    "flush-to-zero store); a log-sum-exp rounded in the accumulation type (split-KV, tiled kernels) scales every "
+    "weight of the row by up to exp(+-lambda), lambda = 10 u_a (max|s| + ln T) (attention/src/tolerance.cpp, "
+    "step 2b; max|s| by Cauchy-Schwarz), adding expm1(lambda) max|v|; an FTZ kernel's flushed weights, products "
+    "and partial sums (each below the accumulation type's smallest normal N_a) add T N_a (max|v| + 2); doubled.";
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Outcome o = call(impl, p);
   const Shape& s = p.q.shape();
   const double u_a = accumulation_roundoff(p.dtype), u_s = unit_roundoff(p.dtype);
+  const double n_a = smallest_normal(p.dtype == DType::f64 ? DType::f64 : DType::f32);
   Tensor<double> hi(s), tol(s);
   const Include include = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {
       // O(T·D) whatever T: the visible runs only move right as i grows.
-      const VisibleRange range = visible_value_range(p.v.head(b, kv_of(p, h)), p.visibility(b));
+      const Visibility vis = p.visibility(b);
+      const VisibleRange range = visible_value_range(p.v.head(b, kv_of(p, h)), vis);
+      const Eigen::VectorXd s_max = row_score_bound(p.q.head(b, h), p.k.head(b, kv_of(p, h)), vis, scale_of(p));
       for (Index i = 0; i < s.T; ++i) {
         const KeyRange r = keys_of(p, b, i);
         if (r.empty()) continue;
+        const double lse = std::expm1(lse_exponent_error(p.dtype, s_max(i), r.size()));
         for (Index d = 0; d < s.D; ++d) {
           const double vmin = range.min(i, d), vmax = range.max(i, d);
-          const double x = o.output(b, h, i, d);
-          const double slack =
-              kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s) * std::max(std::abs(vmin), std::abs(vmax)) +
-                         u_s * std::abs(x)) +
-              storage_floor(p.dtype);
+          const double x = o.output(b, h, i, d), v_abs = std::max(std::abs(vmin), std::abs(vmax));
+          // All-zero values keep the output 0 however unresolved the weights are (no 0·inf).
+          const double lse_v = v_abs > 0 ? lse * v_abs : 0.0;
+          const double slack = kSafety * ((2 * gamma(r.size(), u_a) + u_a + u_s) * v_abs + lse_v +
+                                          u_s * std::abs(x) + double(r.size()) * n_a * (v_abs + 2)) +
+                               storage_floor(p.dtype);
           // Expected: the nearest point of [vmin, vmax]; tolerance: the slack.
           hi(b, h, i, d) = std::clamp(x, vmin, vmax);
           tol(b, h, i, d) = slack;

@@ -15,13 +15,14 @@ const char* kWhy =
     "it even when its forward is right. Tolerance per element: the forward's returned weights and the "
     "backward's own (recomputed) weights are each within rho + u_s relative of the exact ones (rho from "
     "attention/src/tolerance.cpp), so they differ by at most 2(rho + u_s) W_ij (and by at most 1), plus the "
-    "n-term sum (gamma_n, n = group size x T_q), the final rounding u_s|dV|, and the exp and subnormal floors; "
-    "doubled.";
+    "n-term sum (gamma_n, n = group size x T_q), the final rounding u_s|dV|, and the exp and flush-to-zero floors "
+    "(every product and partial sum below the smallest normal may be 0); doubled. Rows that see no key add "
+    "nothing (under the nan convention their dO is 0).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po;
   po.want_weights = true;
-  return gen_gradient_case(cfg, po);
+  return rc::gen::map(gen_gradient_case(cfg, po), [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
 }
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
@@ -33,10 +34,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Tensor<double>& dO = *p.d_output;
   const Shape& s = p.q.shape();
   const double u_s = unit_roundoff(p.dtype), u_a = accumulation_roundoff(p.dtype);
-  // Eigen's float exp floor (2^-126), the dtype's subnormal floor, and the accumulation type's smallest
-  // subnormal for a product that underflows (attention/src/backward.cpp, steps 1 and 9).
-  const double floors = (p.dtype == DType::f64 ? std::numeric_limits<double>::denorm_min() : std::ldexp(1.0, -126)) +
-                        storage_floor(p.dtype);
+  // Eigen's float exp floor (2^-126), the dtype's flush-to-zero floor, and the accumulation type's smallest
+  // normal, below which an FTZ kernel flushes a product (attention/src/backward.cpp, steps 1 and 9).
+  const double floors = smallest_normal(p.dtype == DType::f64 ? DType::f64 : DType::f32) + storage_floor(p.dtype);
   const double g_n = gamma(s.T * (s.H / p.kv_heads()), u_a);
   Tensor<double> want(p.v.shape()), tol(p.v.shape());
   for (Index b = 0; b < s.B; ++b) {
@@ -44,17 +44,21 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     for (Index h = 0; h < s.H; ++h) {
       const Index kv = kv_of(p, h);
       const Eigen::VectorXd rho = weight_relative_error(p.dtype, p.q.head(b, h), p.k.head(b, kv), mask, scale_of(p));
-      for (Index i = 0; i < s.T; ++i)
+      for (Index i = 0; i < s.T; ++i) {
+        // A row that sees no key adds nothing to dV (its weights are 0, or NaN under the nan convention, where
+        // its dO is 0 and a correct backward leaves it out).
+        if (keys_of(p, b, i).empty()) continue;
         for (Index j = 0; j < p.k.shape().T; ++j) {
           const double w = W(b, h, i, j);
           const double dw = std::isinf(rho(i)) ? 1.0 : std::min(1.0, 2 * (rho(i) + u_s) * w);
           want.head(b, kv).row(j) += w * dO.head(b, h).row(i);
           tol.head(b, kv).row(j) += kSafety * (dw + g_n * w + 2 * floors) * dO.head(b, h).row(i).cwiseAbs();
         }
+      }
     }
   }
   tol.values() += kSafety * u_s * want.values().cwiseAbs();
-  tol.values().array() += storage_floor(p.dtype);
+  tol.values().array() += storage_floor(p.dtype) + kSafety * double(s.T * (s.H / p.kv_heads())) * floors;
   auto v = compare("grad-dv-weights", "dv", want, g.dv, &tol, {});
   if (v) {
     v->message += " (expected: W^T dO with the weights W its own forward applied)";

@@ -36,11 +36,18 @@ Tensor<double> direction(const Tensor<double>& x, std::uint64_t seed) {
   return d;
 }
 
-// Σ dO ∘ O for the implementation's forward on p.
+// Σ dO ∘ O for the implementation's forward on p, over the rows that see a key: a row that sees none is a
+// constant (0, or NaN under the nan convention, where its dO is 0) whatever the inputs.
 double loss(const Implementation& impl, const Problem& p) {
   Problem plain = p;
   plain.want_weights = false;
-  return call(impl, plain).output.values().dot(p.d_output->values());
+  Tensor<double> out = call(impl, plain).output;
+  const Shape& s = out.shape();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i)
+        if (keys_of(p, b, i).empty()) out.head(b, h).row(i).setZero();
+  return out.values().dot(p.d_output->values());
 }
 
 // The largest |d s_ij / dt| along the direction (visible pairs only).
@@ -63,7 +70,7 @@ double score_rate(const Problem& p, const Tensor<double>& dq, const Tensor<doubl
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  const Gradients g = call_backward(impl, p);
+  const Gradients g = accept_nan_empty_rows(impl, p, call_backward(impl, p));
   const GradientCheck oracle = run_gradient_oracle(p);
   // eps_L: the forward's derived float64 bound per output, weighted by |dO|, plus the n-term dot product.
   const OracleRun fwd = run_oracle(p);

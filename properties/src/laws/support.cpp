@@ -236,7 +236,36 @@ Gradients call_backward(const Implementation& impl, const Problem& p) {
   return g;
 }
 
-rc::Gen<LawCase> gen_gradients(const GenConfig& cfg) { return gen_gradient_case(cfg, outputs_only()); }
+rc::Gen<LawCase> gen_gradients(const GenConfig& cfg) {
+  return rc::gen::map(gen_gradient_case(cfg, outputs_only()),
+                      [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
+}
+
+LawCase zero_empty_row_d_output(const GenConfig& cfg, LawCase c) {
+  Problem& p = c.problem;
+  if (cfg.caps.empty_rows == EmptyRows::zero || !p.d_output) return c;
+  bool zeroed = false;
+  for (Index b = 0; b < p.q.shape().B; ++b)
+    for (Index h = 0; h < p.q.shape().H; ++h)
+      for (Index i = 0; i < p.q.shape().T; ++i)
+        if (keys_of(p, b, i).empty() && !p.d_output->head(b, h).row(i).isZero(0)) {
+          p.d_output->head(b, h).row(i).setZero();
+          zeroed = true;
+        }
+  if (zeroed) c.tags.push_back("dO=0-on-empty-rows");
+  return c;
+}
+
+Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gradients g) {
+  if (impl.capabilities().empty_rows == EmptyRows::zero) return g;
+  for (Index b = 0; b < g.dq.shape().B; ++b)
+    for (Index h = 0; h < g.dq.shape().H; ++h) {
+      auto dq = g.dq.head(b, h);
+      for (Index i = 0; i < g.dq.shape().T; ++i)
+        if (keys_of(p, b, i).empty() && dq.row(i).array().isNaN().all()) dq.row(i).setZero();
+    }
+  return g;
+}
 
 GradientCheck run_gradient_oracle(const Problem& p) {
   return gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);

@@ -118,8 +118,17 @@ std::string needs_square_shapes(const GenConfig& g);
 std::string needs_backward(const GenConfig& g);
 /// Calls the backward pass on p (which carries d_output) and checks the gradients' shapes.
 Gradients call_backward(const Implementation& impl, const Problem& p);
-/// Cases for the gradient laws that read no weights: gen_gradient_case with outputs_only().
+/// Cases for the gradient laws that read no weights: gen_gradient_case with outputs_only(), through
+/// zero_empty_row_d_output.
 rc::Gen<LawCase> gen_gradients(const GenConfig& cfg);
+/// For an implementation that may follow the nan empty-row convention (declared, or none declared): dO set to
+/// 0 on every query row that sees no key, so that the NaN such a row's output holds never enters the loss
+/// sum(dO * O), and a correct backward's gradients are finite everywhere except, at most, those rows' dQ.
+LawCase zero_empty_row_d_output(const GenConfig& cfg, LawCase c);
+/// The gradients with every all-NaN dQ row of a query that sees no key set to 0 (what the oracle says), when
+/// the implementation may follow the nan convention: the gradient of a NaN output is that convention's, and
+/// every other NaN (in dK, dV, or a row that sees keys) is still the laws' to flag.
+Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gradients g);
 /// The float64 oracle's gradients and their derived tolerances (attention/src/backward.cpp) for p's dO.
 GradientCheck run_gradient_oracle(const Problem& p);
 /// compare() on dQ, dK and dV in turn (quantities "dq", "dk", "dv"); `tol` null means exact. The first

@@ -44,6 +44,7 @@ std::vector<Mutant> layout_mutants();   ///< memory layout and state between cal
 std::vector<Mutant> gqa_mutants();      ///< grouped-query heads, KV-cache decoding and chunked prefill
 std::vector<Mutant> padding_mutants();  ///< key padding, sliding windows, rows that see no key (and controls)
 std::vector<Mutant> backward_mutants();  ///< the backward pass (and its two controls)
+std::vector<Mutant> decode_mutants();   ///< the split-KV decode path alone
 std::vector<Mutant> tiled_mutants();    ///< block-tiled online softmax: its loops, rescale and ragged ends
 std::vector<Mutant> controls();         ///< correct implementations written differently
 

@@ -234,8 +234,12 @@ void print_violation(const Violation& v, std::ostream& out) {
     else if (actual) out << ": " << *actual;
     out << "\n";
   }
-  out << "  magnitude " << reports::number_to_json(v.magnitude).dump() << ", tolerance "
-      << reports::number_to_json(v.tolerance).dump() << "\n";
+  out << "  magnitude " << reports::number_to_json(v.magnitude).dump();
+  if (v.tolerance > 0) out << ", tolerance " << reports::number_to_json(v.tolerance).dump();
+  else if (v.quantity != "call") out << ", exact law (no tolerance)";
+  out << "\n";
+  if (v.call) out << "  failing call: " << v.call_what << " (q " << to_string(v.call->q.shape()) << ", k "
+                  << to_string(v.call->k.shape()) << ")\n";
 }
 
 bool same_violation(const Violation& a, const Violation& b) {

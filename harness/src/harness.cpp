@@ -30,7 +30,9 @@ class CheckedImplementation final : public Implementation {
   Outcome forward(const Problem& p) const override {
     Outcome o = inner_->forward(p);
     check_outcome_shape(p, o, name());
-    check_finite_outcome(p, o, name());
+    // Non-finite values are left to the laws: each compares only the entries it reads, so a NaN or Inf is
+    // reported by the law that reads it, at its own row (oracle-agreement for any output or weight), never by
+    // whichever law happened to make the call. check_finite_outcome stays for callers outside the laws.
     return o;
   }
   // The gradient laws call the backward through this wrapper.
@@ -97,15 +99,17 @@ void check_finite_outcome(const Problem& p, const Outcome& o, const std::string&
   // rows, so no correct kernel returns a NaN or Inf: any is a bug, not rounding.
   const Index D = p.q.shape().D;
   const double scale = p.scale.value_or(1 / std::sqrt(double(D)));
-  const double bound = double(D) * max_abs(p.q) * max_abs(p.k) * scale;
+  // A kernel may form q·k before it scales (or the scale may be above 1): both must stay finite.
+  const double product = double(D) * max_abs(p.q) * max_abs(p.k), bound = product * scale;
   // float16 kernels may keep QKᵀ in the dtype, where 65504 is the largest finite score.
   const double limit = p.dtype == DType::f64   ? std::numeric_limits<double>::max()
                        : p.dtype == DType::f16 ? max_finite(DType::f16)
                                                : std::numeric_limits<float>::max();
-  if (!(bound < limit / 2)) return;
-  const std::string why = std::string("every input is finite and no score can overflow ") +
-                          (p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32") +
-                          " (|score| <= " + format_number(bound, 3) + ")";
+  if (!(std::max(product, bound) < limit / 2)) return;
+  const std::string why = std::string("every input is finite and neither a product q·k (|q·k| <= ") +
+                          format_number(product, 3) + ") nor a scaled score (|score| <= " + format_number(bound, 3) +
+                          ") can overflow " +
+                          (p.dtype == DType::f64 ? "float64" : p.dtype == DType::f16 ? "float16" : "float32");
   throw_first_nonfinite(p, o.output, "output", impl_name, why);
   if (o.weights) throw_first_nonfinite(p, *o.weights, "weights", impl_name, why);
 }

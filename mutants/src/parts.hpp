@@ -45,6 +45,7 @@ std::vector<Mutant> gqa_mutants();      ///< grouped-query heads, KV-cache decod
 std::vector<Mutant> padding_mutants();  ///< key padding, sliding windows, rows that see no key (and controls)
 std::vector<Mutant> backward_mutants();  ///< the backward pass (and its two controls)
 std::vector<Mutant> backward_nan_mutants();  ///< the backward under the nan empty-row convention (and a control)
+std::vector<Mutant> decode_mutants();   ///< the split-KV decode path alone
 std::vector<Mutant> tiled_mutants();    ///< block-tiled online softmax: its loops, rescale and ragged ends
 std::vector<Mutant> controls();         ///< correct implementations written differently
 

@@ -1,5 +1,6 @@
-// Mutants whose mistake is the scale: forgotten, 1/D, or √ of the wrong extent. Each honours an explicit
-// scale (the author's code reads the option) and gets only the default wrong.
+// Mutants whose mistake is the scale: forgotten, 1/D, or √ of the wrong extent (each honours an explicit scale
+// and gets only the default wrong); and two that get only an explicit scale wrong (ignored, or taken as a
+// temperature), whose minimal case is D = 1 with a scale other than 1 there.
 #include "parts.hpp"
 
 namespace attncheck::zoo {
@@ -11,6 +12,19 @@ auto with_default_scale(Pick pick) {
   return [pick](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
     using A = typename std::decay_t<decltype(Q)>::Scalar;
     const double scale = c.scale ? *c.scale : pick(c, K);
+    HeadOut<A> r;
+    r.weights = softmax_rows<A>(causal_select<A>(scores(Q, K, scale), c));
+    r.output = mix_visible(r.weights, V, c);
+    return r;
+  };
+}
+
+// Correct causal attention at the scale `pick(explicit_scale)` makes of an explicit scale; the default is right.
+template <class Pick>
+auto with_explicit_scale(Pick pick) {
+  return [pick](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+    using A = typename std::decay_t<decltype(Q)>::Scalar;
+    const double scale = c.scale ? pick(*c.scale, c) : 1.0 / std::sqrt(static_cast<double>(c.D));
     HeadOut<A> r;
     r.weights = softmax_rows<A>(causal_select<A>(scores(Q, K, scale), c));
     r.output = mix_visible(r.weights, V, c);
@@ -51,6 +65,27 @@ std::vector<Mutant> scale_mutants() {
       .why_minimal = "1/sqrt(T_k) must differ from 1/sqrt(D) = 1 and one query must weigh two keys: T_q = 1, T_k = 2 "
                      "under bottom-right, D = 1",
       .killed_by = {"oracle-agreement", "scale-variance"},
+  });
+  // An explicit scale matters only where it is not the default: at D = 1 a scale of 1 is the default, so the
+  // minimal case is D = 1 with a scale other than 1 (shrinking must move the scale into q as D drops).
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:scale-explicit-ignored", "an explicit scale is ignored: the kernel always uses 1/√D",
+                        with_explicit_scale([](double, const HeadCtx& c) { return 1.0 / std::sqrt(double(c.D)); })),
+      .bug = "explicit scale ignored: the softmax_scale argument is accepted but never passed to the kernel",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "the scale matters only when one query weighs two keys (T_q = 1, T_k = 2 under bottom-right) and "
+                     "only when it is not the default: D = 1 with an explicit scale other than 1",
+      .killed_by = {"oracle-agreement"},
+  });
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:scale-explicit-inverted",
+                        "an explicit scale is taken as a temperature: scores are divided by it",
+                        with_explicit_scale([](double s, const HeadCtx&) { return 1.0 / s; })),
+      .bug = "explicit scale inverted: QKᵀ / scale instead of QKᵀ · scale (the option read as a softmax temperature)",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "1/scale = scale only at scale 1, and one query must weigh two keys: T_q = 1, T_k = 2 under "
+                     "bottom-right, D = 1 with an explicit scale other than 1",
+      .killed_by = {"oracle-agreement"},
   });
   return z;
 }

@@ -95,6 +95,10 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:tiled-local-max", {17, CausalAlignment::BottomRight}},
     {"mutant:tiled-spill-rows", {1}},
     {"mutant:tiled-split-tail", {33, CausalAlignment::BottomRight}},
+    {"mutant:scale-explicit-ignored", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
+    {"mutant:scale-explicit-inverted", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
+    // Reported as the one decode call that computed wrongly (Violation::call), whichever law found it.
+    {"mutant:split-kv-decode-averaged", {33, CausalAlignment::BottomRight}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -124,7 +128,7 @@ LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DT
 
 std::string case_line(const LawResult& r) {
   if (!r.minimal_case) return r.law + " (" + (r.status == LawStatus::held ? "held" : "no case kept") + ")";
-  const Problem& p = r.minimal_case->problem;
+  const Problem& p = failing_problem(r);  // the derived call that computed wrongly, when there is one
   std::string extra;
   if (!p.key_lengths.empty()) {
     extra += ", key_lengths";
@@ -137,9 +141,10 @@ std::string case_line(const LawResult& r) {
 }
 
 // Empty when r's counterexample is m's minimal case (q's shape, T_k, the alignment when T_q != T_k, the kv heads,
-// the key lengths where asserted, the window); otherwise what differs.
+// the key lengths where asserted, the window); otherwise what differs. The counterexample is the call reported
+// as failing: a derived call (a decode step, a chunk) when the law found the failure through one.
 std::string not_minimal(const Mutant& m, const LawResult& r) {
-  const Problem& p = r.minimal_case->problem;
+  const Problem& p = failing_problem(r);
   const MinimalK want = kMinimalK.at(m.impl->name());
   std::string why;
   if (to_string(p.q.shape()) != to_string(m.minimal_shape))

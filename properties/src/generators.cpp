@@ -420,13 +420,23 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
     }
     if (cache_shapes) {
       // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
-      // max-T), one in four a prefill chunk (T_q < T_k queries, the last ones), both bottom-right. Drawn last,
+      // max-T), one in four a prefill chunk (T_q < T_k queries, the last ones), both bottom-right; the other half
+      // stay as drawn (T_q > T_k among them: the rows that see no key). Drawn last,
       // and square cases are left alone, so every earlier draw, and every square case, stays as it was.
+      // Half the decode steps run over a long cache, T_k in (max_T / 2, max_T] whatever RapidCheck's size (the
+      // other lengths grow with it, so early cases are short): split-KV decode kernels change path past their
+      // first block of keys (32, 64), and a decode-only bug there must be met in every run.
       const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      const std::uint64_t long_pick = *rc::Gen<std::uint64_t>([](const rc::Random& random, int) {
+        return rc::shrinkable::just(rc::Random(random).next());  // not scaled by the size
+      });
       if (differ && kind != 0) {
         const Index old_T_k = s.T_k;
         s.T_k = std::max<Index>({s.T_q, s.T_k, 2});
+        const Index long_from = std::max<Index>(2, max_T / 2 + 1);
+        if (kind == 1 && long_pick % 2 == 0 && max_T >= long_from)
+          s.T_k = long_from + Index((long_pick / 2) % std::uint64_t(max_T - long_from + 1));
         s.T_q = kind == 1 ? 1 : 1 + pick % (s.T_k - 1);
         s.alignment = CausalAlignment::BottomRight;
         s = fit_key_lengths(s, old_T_k, false);
@@ -842,9 +852,23 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
     };
     // The candidates for one shape step from c to `to`, in the order they are tried: the values carried, and q
     // doubled when D coordinates go.
+    // An explicit scale that a step to fewer D coordinates would make the new default (scale 1 at D = 1, 1/2 at
+    // D = 4) stops being a scale other than the default: a bug that needs one (a kernel that ignores the
+    // explicit scale) then vanishes, and D could never drop. Such a step is also tried with the scale doubled and
+    // q halved, and halved with q doubled: the scale moves by a power of two and q the other way, so every score
+    // is kept (up to underflow), and the scale is still not the default.
+    const auto with_scale_times = [dtype](CaseValues c, double f) {
+      c.scale *= f;
+      const Index n = q_shape(c.s).numel();
+      for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, c.values[std::size_t(k)] / f);
+      return c;
+    };
     const auto step_tries = [=](const CaseValues& c, const CaseShape& to) {
       CaseValues n = reshape(c, to);
       std::vector<CaseValues> tries{n};
+      const bool becomes_default = to.D != c.s.D && c.scale > 0 && c.scale == 1 / std::sqrt(double(to.D));
+      if (becomes_default)
+        for (const double f : {2.0, 0.5}) tries.push_back(with_scale_times(n, f));
       if (to.D != c.s.D) tries.push_back(with_q_doubled(std::move(n)));
       return tries;
     };
@@ -950,6 +974,7 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     p.key_lengths = s.key_lengths;
     p.window = s.window;
     if (cv.scale > 0) p.scale = cv.scale;
+    if (s.q_ids != iota(s.T_q)) c.positions = s.q_ids;  // a position was deleted: the others keep their ids
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));

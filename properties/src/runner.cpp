@@ -128,6 +128,10 @@ std::string margin_text(const Violation& v) {
   return format_number(margin(v), 3) + "x the tolerance";
 }
 
+const Problem& failing_problem(const LawResult& r) {
+  return r.violation && r.violation->call ? *r.violation->call : r.minimal_case->problem;
+}
+
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
   bool timed_out = false;
   return evaluate(law, impl, c, timed_out);
@@ -644,10 +648,10 @@ std::string describe(const LawResult& r) {
   s += "FALSIFIED after " + std::to_string(r.cases_run) + " cases and " + std::to_string(r.shrink_steps) +
        " shrink steps (" + std::to_string(r.calls) + " calls)\n";
   if (r.violation) s += "  " + r.violation->message + "\n  margin: " + margin_text(*r.violation) + "\n";
-  if (r.minimal_case) {
-    const Problem& p = r.minimal_case->problem;
+  // "B=1 H=1 T=1 T_k=33 D=1 (bottom-right) key_lengths=..."
+  const auto shape_line = [](const Problem& p) {
     const Shape& q = p.q.shape();
-    s += "  minimal case: B=" + std::to_string(q.B) + " H=" + std::to_string(q.H) + " T=" + std::to_string(q.T) +
+    std::string s = "B=" + std::to_string(q.B) + " H=" + std::to_string(q.H) + " T=" + std::to_string(q.T) +
          (p.k.shape().T != q.T ? " T_k=" + std::to_string(p.k.shape().T) : std::string()) +
          " D=" + std::to_string(q.D) +
          (p.k.shape().T != q.T
@@ -658,7 +662,14 @@ std::string describe(const LawResult& r) {
       for (std::size_t b = 0; b < p.key_lengths.size(); ++b) s += (b ? "," : "") + std::to_string(p.key_lengths[b]);
     }
     if (p.window) s += " window=" + std::to_string(*p.window);
-    s += "\n";
+    return s;
+  };
+  if (r.violation && r.violation->call)
+    s += "  failing call: " + shape_line(*r.violation->call) +
+         (r.violation->call_what.empty() ? std::string() : " (" + r.violation->call_what + ")") + "\n";
+  if (r.minimal_case) {
+    const Problem& p = r.minimal_case->problem;
+    s += std::string(r.violation && r.violation->call ? "  from the case: " : "  minimal case: ") + shape_line(p) + "\n";
   }
   if (!r.reproduce.empty()) s += "  replay: RC_PARAMS=\"reproduce=" + r.reproduce + "\"\n";
   return s;

@@ -33,6 +33,27 @@ Violation violation(const std::string& m) {
   return v;
 }
 
+// Decode steps over a long cache (T_q = 1, T_k >= 33, past a split-KV kernel's first block of 32 keys) come at
+// every seed in a default run of 100 cases, whatever RapidCheck's size: a decode-only bug there must be met.
+TEST(Generators, decodeStepsOverALongCacheComeAtEverySeed) {
+  for (std::uint64_t seed = 1; seed <= 20; ++seed) {
+    RunOptions opts;
+    opts.seed = seed;
+    opts.cases = 100;
+    int long_decode = 0;
+    const LawResult r = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  long_decode += p.q.shape().T == 1 && p.k.shape().T >= 33 &&
+                                                 p.alignment == CausalAlignment::BottomRight;
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+    ASSERT_EQ(r.status, LawStatus::held);
+    EXPECT_GE(long_decode, 1) << "no decode step over T_k >= 33 at seed " << seed;
+    std::cout << "  seed " << seed << ": " << long_decode << " decode steps over T_k >= 33\n";
+  }
+}
+
 // Floors on the share of cases, over 400 cases. Each expected share (measured: see the test output) is at
 // least twice its floor, so by a binomial (Chernoff) tail the chance that a correct generator misses a floor
 // at n = 400 is below 1e-9 per run.

@@ -226,10 +226,14 @@ Problem problem_from_json(const Json& j, std::string_view what) {
 Json to_json(const LawCase& c) {
   Json params = Json::object();
   for (const auto& [key, value] : c.params) params[key] = number_to_json(value);
-  return Json{{"problem", to_json(c.problem)},
-              {"variant", problem_or_null(c.variant)},
-              {"params", std::move(params)},
-              {"tags", c.tags}};
+  Json j{{"problem", to_json(c.problem)},
+         {"variant", problem_or_null(c.variant)},
+         {"params", std::move(params)},
+         {"tags", c.tags}};
+  // Written only when a position was deleted while shrinking, so a case without it reads (and hashes) as it
+  // always did.
+  if (!c.positions.empty()) j["positions"] = c.positions;
+  return j;
 }
 
 LawCase law_case_from_json(const Json& j, std::string_view what) {
@@ -248,6 +252,15 @@ LawCase law_case_from_json(const Json& j, std::string_view what) {
       c.tags.push_back(t.get<std::string>());
     }
   }
+  if (const auto it = j.find("positions"); it != j.end() && !it->is_null()) {
+    const Index T = c.problem.q.shape().T;
+    if (!it->is_array() || Index(it->size()) != T)
+      fail(sub(what, "positions"), "an array of T_q = " + std::to_string(T) + " distinct ids", *it);
+    for (const Json& id : *it) {
+      if (!id.is_number_integer() || id.get<std::int64_t>() < 0) fail(sub(what, "positions"), "an integer >= 0", id);
+      c.positions.push_back(Index(id.get<std::int64_t>()));
+    }
+  }
   return c;
 }
 
@@ -256,17 +269,22 @@ Json to_json(const Violation& v) {
   for (const auto& pt : v.series)
     series.push_back(Json::array({number_to_json(pt.D), number_to_json(pt.variance), number_to_json(pt.low),
                                   number_to_json(pt.high)}));
-  return Json{{"message", v.message},
-              {"quantity", v.quantity},
-              {"worst_index", v.worst_index},
-              {"magnitude", number_to_json(v.magnitude)},
-              {"tolerance", number_to_json(v.tolerance)},
-              {"margin", number_to_json(margin(v))},  // derived (magnitude / tolerance); not read back
-              {"expected", tensor_or_null(v.expected)},
-              {"actual", tensor_or_null(v.actual)},
-              {"tolerances", tensor_or_null(v.tolerances)},
-              {"weights", tensor_or_null(v.weights)},
-              {"series", std::move(series)}};
+  Json j{{"message", v.message},
+         {"quantity", v.quantity},
+         {"worst_index", v.worst_index},
+         {"magnitude", number_to_json(v.magnitude)},
+         {"tolerance", number_to_json(v.tolerance)},
+         {"margin", number_to_json(margin(v))},  // derived (magnitude / tolerance); not read back
+         {"expected", tensor_or_null(v.expected)},
+         {"actual", tensor_or_null(v.actual)},
+         {"tolerances", tensor_or_null(v.tolerances)},
+         {"weights", tensor_or_null(v.weights)},
+         {"series", std::move(series)}};
+  // Written only when they hold something, so a violation without them reads as it always did. "exact": the
+  // law (or the entry) allows no difference at all, so the tolerance 0 above is no tolerance but exactness.
+  if (v.quantity != "call" && v.tolerance <= 0) j["exact"] = true;
+  if (v.call) j["call"] = Json{{"what", v.call_what}, {"problem", to_json(*v.call)}};
+  return j;
 }
 
 Violation violation_from_json(const Json& j, std::string_view what) {
@@ -297,6 +315,14 @@ Violation violation_from_json(const Json& j, std::string_view what) {
       const auto at = [&](std::size_t n) { return number_from_json(pt[n], sub(what, "series")); };
       const double var = at(1);
       v.series.push_back(VariancePoint{at(0), var, pt.size() == 4 ? at(2) : var, pt.size() == 4 ? at(3) : var});
+    }
+  }
+  if (const auto it = j.find("call"); it != j.end() && !it->is_null()) {
+    if (!it->is_object()) fail(sub(what, "call"), "an object with \"what\" and \"problem\"", *it);
+    v.call = problem_from_json(field(*it, "problem", sub(what, "call")), sub(what, "call.problem"));
+    if (const auto w = it->find("what"); w != it->end()) {
+      if (!w->is_string()) fail(sub(what, "call.what"), "a string", *w);
+      v.call_what = w->get<std::string>();
     }
   }
   return v;

@@ -181,9 +181,14 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
         md += ": expected " + num((*v.expected)(w[0], w[1], w[2], w[3]), true) + ", actual " +
               num((*v.actual)(w[0], w[1], w[2], w[3]), true);
     }
-    md += "; magnitude " + num(v.magnitude, true) + ", tolerance " +
-          (v.tolerance > 0 ? num(v.tolerance, true) : std::string("0 (an exact law)")) +
-          "; margin (magnitude / tolerance): " + margin_text(v) + ".\n\n";
+    // An exact law (or an entry where a law allows no rounding) has no tolerance to print: any difference fails.
+    if (v.tolerance > 0)
+      md += "; magnitude " + num(v.magnitude, true) + ", tolerance " + num(v.tolerance, true) +
+            "; margin (magnitude / tolerance): " + margin_text(v) + ".\n\n";
+    else if (v.quantity == "call")
+      md += "; " + margin_text(v) + ".\n\n";
+    else
+      md += "; magnitude " + num(v.magnitude, true) + "; exact law: any difference is a violation.\n\n";
 
     const PictureSet pics = pictures_of(res);
     if (pics.error_map) {
@@ -221,7 +226,9 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
       md += "### Expected against actual (" + v.quantity + ", head b=" + std::to_string(b) + ", h=" + std::to_string(h) +
             ")\n\n";
       md += std::to_string(bad) + " of " + std::to_string(s.numel()) +
-            " entries (all heads) are off by more than the tolerance; they are in bold, with every digit.\n\n";
+            (v.tolerance > 0 ? " entries (all heads) are off by more than the tolerance"
+                             : " entries (all heads) differ") +
+            "; they are in bold, with every digit.\n\n";
       md += "Expected:\n\n" + head_table(*v.expected, b, h, corner_of(*v.expected)) + "\nActual:\n\n" +
             head_table(*v.actual, b, h, corner_of(*v.actual), Marking{&*v.expected, v.tolerance, v.worst_index}) + "\n";
     } else {
@@ -233,7 +240,20 @@ std::string law_markdown(const RunInfo& run, const LawReport& r) {
     }
   }
 
-  md += "## Inputs\n\n";
+  if (res.violation && res.violation->call) {
+    // The law compared a call derived from the case, and that call computed wrongly: its shape and inputs first,
+    // then the case it came from.
+    const Problem& call = *res.violation->call;
+    md += "## The failing call\n\n";
+    if (!res.violation->call_what.empty()) md += md_cell(res.violation->call_what) + ".\n\n";
+    md += shape_table(call) + "\n";
+    for (const auto& [name, t] : {std::pair<const char*, const Tensor<double>*>{"Q", &call.q}, {"K", &call.k},
+                                  {"V", &call.v}})
+      md += "### " + std::string(name) + " of the call " + to_string(t->shape()) + "\n\n" + tensor_tables(*t, "i \\ c");
+    md += "## Inputs of the case it came from\n\n";
+  } else {
+    md += "## Inputs\n\n";
+  }
   for (const auto& [name, t] : {std::pair<const char*, const Tensor<double>*>{"Q", &c.problem.q}, {"K", &c.problem.k},
                                 {"V", &c.problem.v}})
     md += "### " + std::string(name) + " " + to_string(t->shape()) + "\n\n" + tensor_tables(*t, "i \\ c");

@@ -325,9 +325,14 @@ std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
       const std::string message = res.violation ? res.violation->message : "falsified";
       std::string body = message + "\n";
       if (res.violation) {
-        body += "worst " + res.violation->quantity + " index " + index_string(res.violation->worst_index) +
-                ": magnitude " + num(res.violation->magnitude, true) + ", tolerance " +
-                num(res.violation->tolerance, true) + ", margin " + margin_text(*res.violation) + "\n";
+        const Violation& v = *res.violation;
+        body += "worst " + v.quantity + " index " + index_string(v.worst_index) + ": magnitude " +
+                num(v.magnitude, true) +
+                (v.tolerance > 0 ? ", tolerance " + num(v.tolerance, true) + ", margin " + margin_text(v)
+                                 : ", " + margin_text(v) + (margin_text(v) == "exact law" ? "" : " (exact law)")) +
+                "\n";
+        if (v.call) body += "failing call: " + v.call_what + " (q " + to_string(v.call->q.shape()) + ", k " +
+                            to_string(v.call->k.shape()) + ")\n";
       }
       if (const auto cmd = replay_command(run, r); !cmd.empty()) body += "replay: " + cmd + "\n";
       if (const auto cmd = reproduce_command(run, r); !cmd.empty()) body += "reproduce: " + cmd + "\n";

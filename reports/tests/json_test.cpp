@@ -136,6 +136,56 @@ TEST(ReportJson, violationRoundTripsWithTensorsAndSeries) {
   EXPECT_EQ(back.series[1].high, Lim::infinity());
 }
 
+// A failure found through a derived call (a decode step) stores that call with the violation; a position deleted
+// while shrinking stores the ids of the others with the case. Files without either (written before) read as
+// they always did, and a case without deleted positions hashes as it did.
+TEST(ReportJson, derivedCallAndPositionsRoundTripAndOldFilesStillRead) {
+  Violation v;
+  v.message = "decode-consistency: output[0,0,2,0] is 1 in the full forward but 0 when query 2 is called alone";
+  v.quantity = "output";
+  v.magnitude = 1;
+  v.tolerance = 1e-6;
+  Problem call = awkward_problem(3);
+  call.alignment = CausalAlignment::BottomRight;
+  v.call = call;
+  v.call_what = "decode step: query 2 alone over keys 0..2, bottom-right";
+  const Json j = to_json(v);
+  ASSERT_TRUE(j.contains("call"));
+  EXPECT_FALSE(j.contains("exact"));
+  const Violation back = violation_from_json(Json::parse(dump_pretty(j)), "violation");
+  ASSERT_TRUE(back.call.has_value());
+  EXPECT_EQ(back.call_what, v.call_what);
+  EXPECT_EQ(back.call->alignment, CausalAlignment::BottomRight);
+  expect_same_values(call.q, back.call->q);
+  Json old = j;
+  old.erase("call");
+  EXPECT_FALSE(violation_from_json(old, "violation").call.has_value());
+
+  LawCase c;
+  c.problem = awkward_problem(0);
+  const std::string hash_before = case_hash(c);
+  EXPECT_FALSE(to_json(c).contains("positions"));
+  c.positions = {0, 2, 3};  // T_q = 3: position 1 was deleted
+  const LawCase cb = law_case_from_json(Json::parse(dump_pretty(to_json(c))), "case");
+  EXPECT_EQ(cb.positions, c.positions);
+  c.positions.clear();
+  EXPECT_EQ(case_hash(c), hash_before);
+  Json wrong = to_json(c);
+  wrong["positions"] = Json::array({0, 1});  // not T_q ids
+  EXPECT_THROW(law_case_from_json(wrong, "case"), FormatError);
+}
+
+// An exact law's violation says so ("exact": true) instead of leaving a tolerance of 0 to be read as one.
+TEST(ReportJson, exactViolationIsMarkedExact) {
+  Violation v;
+  v.message = "first-position: output[0,0,0,0] is 1 but position 0 sees only key 0, so it must equal v[0,0,0,0] = 2";
+  v.quantity = "output";
+  v.magnitude = 1;
+  EXPECT_EQ(to_json(v).value("exact", false), true);
+  v.quantity = "call";
+  EXPECT_FALSE(to_json(v).contains("exact"));
+}
+
 TEST(ReportJson, seriesWithoutABandReadsAsAPoint) {
   // Reports written before the sweep recorded its band hold [D, variance] pairs.
   Json j = to_json(Violation{});

@@ -50,7 +50,8 @@ enum class EmptyRows {
   nan,   ///< NaN (PyTorch's math path: softmax of an all -inf row)
   /// Unspecified output: anything at all, because the caller discards those rows (Hugging Face's fully padded
   /// rows get uniform weights). Laws skip them: every call's outcome has them set to the zero convention before
-  /// a law reads it (canonical_outcome), the backward gets dO = 0 there, and empty-row-convention does not apply.
+  /// a law reads it (canonical_outcome), the gradient laws give them dO = 0 and ignore their dQ, and
+  /// empty-row-convention does not apply.
   any,
 };
 

@@ -53,6 +53,10 @@ struct LawCase {
   /// Set by the runner while shrinking a failure found on the outputs of an implementation whose weights are
   /// costly (Capabilities::weights_probed): the law checks the outputs only, the cheapest check that still fails.
   bool outputs_only = false;
+  /// The coordinate each query position of `problem` was drawn at (empty: 0, 1, 2, ...): a law that keys a
+  /// choice by position (chunked-prefill's cuts) reads it, so deleting a position in the middle leaves every
+  /// other position's choice as it was. Stored in a replay file only when it is not 0, 1, 2, ...
+  std::vector<Index> positions{};
 };
 
 /// One point of the scale-variance sweep: the median-of-means score variance at head dimension D, and a
@@ -75,6 +79,11 @@ struct Violation {
   std::optional<Tensor<double>> tolerances;
   std::optional<Tensor<double>> weights;  ///< the implementation's weights on `problem`, when known
   std::vector<VariancePoint> series;      ///< scale stability: the variance swept over D = 1, 2, 4, ...
+  /// The call that computed wrongly when it is not the case's own problem but one derived from it (a decode
+  /// step, a prefill chunk, a (b,h) slice, the repeated-kv or unpadded call): reports show it, shape and
+  /// inputs, with the case it came from. Empty: the case's problem (or no single call is to blame).
+  std::optional<Problem> call;
+  std::string call_what;  ///< what that call is: "decode step: query 32 alone over keys 0..32, bottom-right"
 };
 
 /// How clearly a violation exceeds what was allowed: magnitude / tolerance. +inf for exact laws (tolerance 0),
@@ -197,6 +206,10 @@ void check_reproduce_string(const std::string& reproduce, const std::string& law
 /// RunOptions from RC_PARAMS as RapidCheck's own tests read it (seed, max_success, max_size, and the
 /// `reproduce` entry for `law`), so `RC_PARAMS="seed=..."` or a printed reproduce string replays a ctest run.
 RunOptions options_from_rc_params(const std::string& law);
+
+/// The problem a falsified result's failure was computed on: the violation's derived call when it has one,
+/// else the minimal case's problem. Requires r.minimal_case.
+const Problem& failing_problem(const LawResult& r);
 
 /// A few lines for a person: the law's verdict, the violation, the minimal shape and the RC_PARAMS line that
 /// replays it.

@@ -39,6 +39,34 @@ std::optional<Violation> check_sampled_weights(const Implementation& impl, const
   return on_sample(compare("oracle-agreement", "weights", want, got.w, &tol, seen), got, p);
 }
 
+// Why a non-finite value from p is a bug and not overflow: every input is finite, and neither the product q·k
+// (a kernel may form it before scaling) nor the scaled score can overflow the accumulation type (float for every
+// dtype but float64; float16 kernels may keep QKᵀ in float16), so softmax is finite and every output a convex
+// combination of V. Empty when that does not hold (a score may overflow: the law's comparison says what it saw).
+std::string no_overflow(const Problem& p) {
+  const auto finite = [](const Tensor<double>& t) { return t.values().allFinite(); };
+  if (!finite(p.q) || !finite(p.k) || !finite(p.v)) return "";
+  const double product = double(p.q.shape().D) * p.q.values().cwiseAbs().maxCoeff() * p.k.values().cwiseAbs().maxCoeff();
+  const double score = product * scale_of(p);
+  const double limit = p.dtype == DType::f64 ? max_finite(DType::f64)
+                       : p.dtype == DType::f16 ? max_finite(DType::f16)
+                                               : max_finite(DType::f32);
+  if (!(std::max(product, score) < limit / 2)) return "";
+  return "every input is finite and neither a product q·k (|q·k| <= " + format_number(product, 3) +
+         ") nor a scaled score (|score| <= " + format_number(score, 3) + ") can overflow " +
+         std::string(dtype_name(p.dtype == DType::f64 ? DType::f64 : p.dtype == DType::f16 ? DType::f16 : DType::f32));
+}
+
+// A non-finite value where the oracle's is finite, from inputs that cannot overflow: said as such (the message
+// begins "non-finite output:", as a call's failure kind does), naming the entry.
+std::optional<Violation> with_nonfinite_reason(std::optional<Violation> v, const Problem& p) {
+  if (!v || !v->actual || v->worst_index.size() != 4 || std::isfinite(v->magnitude)) return v;
+  const auto& w = v->worst_index;
+  if (std::isfinite((*v->actual)(w[0], w[1], w[2], w[3]))) return v;
+  if (const std::string why = no_overflow(p); !why.empty()) v->message = "non-finite output: " + v->message + ", although " + why;
+  return v;
+}
+
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   Outcome o = call(impl, outputs_first(impl, p));  // weights only once the outputs pass
@@ -51,7 +79,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   r.tol_out.values() = r.tol_out.values().cwiseMax(2 * (mine.output.values() - r.out.values()).cwiseAbs() +
                                                    Eigen::VectorXd::Constant(r.out.size(), floor_out));
   const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
-  if (auto v = compare("oracle-agreement", "output", r.out, o.output, &r.tol_out, seen)) {
+  if (auto v = with_nonfinite_reason(compare("oracle-agreement", "output", r.out, o.output, &r.tol_out, seen), p)) {
     v->weights = o.weights;
     return v;
   }
@@ -66,7 +94,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
         for (Index i = 0; i < r.tol_w.shape().T; ++i)
           for (Index j = 0; j < r.tol_w.shape().D; ++j)
             if (!visible(p, b, i, j)) r.tol_w(b, h, i, j) = 0;
-    if (auto v = compare("oracle-agreement", "weights", r.w, *o.weights, &r.tol_w, seen)) {
+    if (auto v = with_nonfinite_reason(compare("oracle-agreement", "weights", r.w, *o.weights, &r.tol_w, seen), p)) {
       v->weights = o.weights;
       return v;
     }

@@ -262,7 +262,10 @@ Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gr
     for (Index h = 0; h < g.dq.shape().H; ++h) {
       auto dq = g.dq.head(b, h);
       for (Index i = 0; i < g.dq.shape().T; ++i)
-        if (keys_of(p, b, i).empty() && dq.row(i).array().isNaN().all()) dq.row(i).setZero();
+        // Under the any convention (unspecified output) the row's dQ is unspecified too.
+        if (keys_of(p, b, i).empty() &&
+            (impl.capabilities().empty_rows == EmptyRows::any || dq.row(i).array().isNaN().all()))
+          dq.row(i).setZero();
     }
   return g;
 }
@@ -304,6 +307,7 @@ OracleRun run_oracle(const Problem& p) {
 
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include) {
+  constexpr double kExactTolerance = std::numeric_limits<float>::denorm_min();
   const Shape& s = expected.shape();
   std::optional<std::array<Index, 4>> worst;
   double worst_ratio = 0, worst_diff = 0, worst_tol = 0;
@@ -332,8 +336,11 @@ std::optional<Violation> compare(const std::string& what, const std::string& qua
             nonfinite = true;
             goto done;
           }
-          const double t = (*tol)(b, h, i, j), diff = std::abs(a - e);
-          if (diff <= t) continue;
+          // A tolerance no larger than float's smallest subnormal allows no rounding at all (every difference of
+          // float32 values is a multiple of it): the law is exact at that entry, and says so.
+          const double t0 = (*tol)(b, h, i, j), diff = std::abs(a - e);
+          if (diff <= t0) continue;
+          const double t = t0 <= kExactTolerance ? 0.0 : t0;
           const double ratio = t > 0 ? diff / t : std::numeric_limits<double>::infinity();
           if (!worst || ratio > worst_ratio) {
             worst = {b, h, i, j};
@@ -368,6 +375,9 @@ done:
   else if (nonfinite)
     v.message = what + ": " + at + " is " + num(actual(b, h, i, j)) + " where " + num(expected(b, h, i, j)) +
                 " is expected";
+  else if (worst_tol <= 0)  // an entry where the law allows no rounding (one visible key: a weight of exactly 1)
+    v.message = what + ": " + at + " is " + num(actual(b, h, i, j)) + " but should be exactly " +
+                num(expected(b, h, i, j)) + " (off by " + num(worst_diff) + "; exact at this entry)";
   else
     v.message = what + ": " + at + " is " + num(actual(b, h, i, j)) + " but should be " +
                 num(expected(b, h, i, j)) + " (off by " + num(worst_diff) + ", tolerance " + num(worst_tol) + ")";
@@ -558,6 +568,10 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
                   "} (they hold both ends, the middle and both sides of every power of two)");
   }
   std::vector<char> row_called(std::size_t(T), 0);
+  // Per chunk: whether its call's output is outside its own oracle bound somewhere it sees a key (then it, not
+  // the full forward, computed wrongly there: the two cannot differ by more than the sum of both bounds
+  // otherwise).
+  std::vector<char> chunk_off(starts.size(), 0);
   for (std::size_t n = 0; n < starts.size(); ++n) {
     const Index begin = starts[n], end = n + 1 < starts.size() ? starts[n + 1] : T;
     if (!called[n]) continue;
@@ -567,6 +581,15 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
     const OracleRun oc = run_oracle(one);
     // Both results are within their derived bounds of their oracles, and the two oracles differ by what they
     // differ (the same rows, another call shape: usually 0).
+    for (Index b = 0; b < p.q.shape().B && !chunk_off[n]; ++b)
+      for (Index h = 0; h < p.q.shape().H && !chunk_off[n]; ++h)
+        for (Index r = 0; r < end - begin && !chunk_off[n]; ++r) {
+          if (keys_of(one, b, r).empty()) continue;
+          for (Index d = 0; d < p.q.shape().D; ++d) {
+            const double got = o.output(b, h, r, d), want = oc.out(b, h, r, d);
+            if (!(std::abs(got - want) <= oc.tol_out(b, h, r, d)) && !same_bits(got, want)) chunk_off[n] = 1;
+          }
+        }
     const Tensor<double> extra(
         oc.tol_out.shape(),
         Eigen::VectorXd(oc.tol_out.values() + (rows_of(of.out, begin, end).values() - oc.out.values()).cwiseAbs()));
@@ -594,6 +617,16 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
                  " over keys 0.." + std::to_string(end - 1) + ", bottom-right (off by " + num(v->magnitude) +
                  ", tolerance " + num(v->tolerance) + ")";
     v->weights = full.weights;
+    const std::size_t n = std::size_t(std::prev(std::upper_bound(starts.begin(), starts.end(), i)) - starts.begin());
+    if (chunk_off[n]) {  // the derived call computed wrongly: report it, with the case it came from
+      v->call = cached_call(p, begin, end);
+      v->call_what = std::string(end - begin == 1 ? "decode step: query " + std::to_string(i) + " alone"
+                                                  : "prefill chunk: queries " + std::to_string(begin) + ".." +
+                                                        std::to_string(end - 1)) +
+                     " over keys 0.." + std::to_string(end - 1) + ", bottom-right; it is outside its own oracle bound";
+      v->message += "; the " + std::string(end - begin == 1 ? "decode" : "chunk") +
+                    " call is the one that is wrong (outside its own oracle bound)";
+    }
   }
   return v;
 }

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <ostream>
+#include <string_view>
 
 #include "attncheck/cli.hpp"
 #include "attncheck/reports.hpp"
@@ -171,6 +172,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
     }
     if (*demo) return run_demo(out);
     if (*list) return run_list(registry, out);
+    if (argc > 0 && argv[0] && std::string_view(argv[0]).find('/') != std::string_view::npos) o.program = argv[0];
     if (*check) return run_check(o, registry, out, err, err_is_terminal);
   } catch (const UsageError& e) {
     err << "attncheck: " << e.what() << "\n";

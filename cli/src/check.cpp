@@ -579,7 +579,10 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       out << "\n";
     }
     if (formats.md) out << "    report: " << (report_dir / reports::law_file(r.result.law, ".md")).string() << "\n";
-    if (const auto cmd = reports::replay_command(run, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
+    // On the terminal the command starts as this one was typed, so that it works pasted into the same shell.
+    reports::RunInfo typed = run;
+    if (o.program != "attncheck") typed.program = reports::shell_quote(o.program);
+    if (const auto cmd = reports::replay_command(typed, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
   }
   if (interrupted) return kInterrupted;
   return falsified ? kFalsified : kAllHeld;

@@ -22,6 +22,9 @@ inline constexpr const char* kDefaultReportRoot = "attncheck-reports";
 
 /// `attncheck check`'s options, as CLI11 fills them in.
 struct CheckOptions {
+  /// How the program was invoked (argv[0]): the replay commands printed on the terminal start with it when it
+  /// is a path (build/default/cli/attncheck is not on PATH after a build); the reports keep "attncheck".
+  std::string program = "attncheck";
   std::string impl;
   int cases = 100;
   std::uint64_t seed = kDefaultSeed;

@@ -178,6 +178,21 @@ TEST(Check, toyLawFalsifiedWritesReportsAndCorpusAndReplaysTheSameFailure) {
   EXPECT_TRUE(contains(replay.out, "regenerates the same case")) << replay.out;
 }
 
+// The replay command printed on the terminal starts the way this run was typed when that was a path (a build's
+// binary is not on PATH), shell-quoted; the report files keep the portable "attncheck".
+TEST(Check, printedReplayCommandStartsAsTheProgramWasTyped) {
+  TempDir tmp;
+  const std::string dir = (tmp.path() / "r").string();
+  const std::vector<std::string> args = {"/opt/my build/attncheck", "check", "--impl", "reference", "--cases", "1000",
+                                         "--report-dir", dir};
+  std::vector<const char*> argv;
+  for (const auto& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  ASSERT_EQ(run(int(argv.size()), argv.data(), toy_registry(), out, err, false), kFalsified) << out.str() << err.str();
+  EXPECT_TRUE(contains(out.str(), "replay: '/opt/my build/attncheck' check --impl reference --replay ")) << out.str();
+  EXPECT_FALSE(contains(slurp(fs::path(dir) / "toy-below-90.md"), "/opt/my build"));
+}
+
 TEST(Check, storedCounterexamplesAreReplayedBeforeNewCases) {
   TempDir tmp;
   const std::string dir = (tmp.path() / "r").string(), corpus = (tmp.path() / "corpus").string();

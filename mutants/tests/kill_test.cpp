@@ -328,11 +328,15 @@ INSTANTIATE_TEST_SUITE_P(Zoo, Controls, testing::ValuesIn(names(true)), param_na
 // float-rounded log-sum-exp (row-stochastic flagged a row sum of 0.99979), a forward and backward under
 // flush-to-zero (grad-oracle flagged dq = 0 where the oracle says 5.9e-38), and a nan-convention backward (the
 // gradient laws flagged its empty rows' dQ).
-class FalseAlarmControls : public testing::TestWithParam<std::string> {};
+// Seeds 1-20 in four blocks of five, one ctest test each, so that the suite's parallel jobs share them (one
+// control's twenty seeds take over two minutes).
+class FalseAlarmControls : public testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(FalseAlarmControls, EveryLawHoldsAtSeeds1To20) {
-  const Mutant& m = *find_mutant(GetParam());
-  for (std::uint64_t seed = 1; seed <= (kSanitized ? 2 : 20); ++seed)
+  const Mutant& m = *find_mutant(std::get<0>(GetParam()));
+  const int block = std::get<1>(GetParam());
+  const std::uint64_t first = 1 + 5 * std::uint64_t(block), last = kSanitized ? first : first + 4;
+  for (std::uint64_t seed = first; seed <= last; ++seed)
     for (const Law& l : laws()) {
       const bool fd = l.name == "grad-finite-difference";
       const LawResult r = run(l, m, seed, RunOptions{}.cases, fd ? DType::f64 : DType::f32);
@@ -341,7 +345,14 @@ TEST_P(FalseAlarmControls, EveryLawHoldsAtSeeds1To20) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, FalseAlarmControls,
-                         testing::Values("control:split-kv-lse", "control:ftz", "control:grad-nan-rows"), param_name);
+                         testing::Combine(testing::Values("control:split-kv-lse", "control:ftz",
+                                                          "control:grad-nan-rows"),
+                                          testing::Range(0, 4)),
+                         [](const testing::TestParamInfo<std::tuple<std::string, int>>& info) {
+                           const int block = std::get<1>(info.param);
+                           return param_name({std::get<0>(info.param), info.index}) + "_seeds_" +
+                                  std::to_string(1 + 5 * block) + "_to_" + std::to_string(5 + 5 * block);
+                         });
 
 // What the nan-convention mutant is reported as: a NaN in dK or dV of a key another row sees, on the smallest
 // case (bottom-right, T_q = 2 > T_k = 1), never the dQ of the row that sees no key.

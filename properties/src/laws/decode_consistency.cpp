@@ -17,7 +17,7 @@ const char* kWhy =
     "block and sum differently: the tolerance is the sum of both results' derived oracle bounds (see "
     "oracle-agreement) plus the oracle's own difference between the two calls. Key lengths are cut to the "
     "keys cached so far (min(len, t+1)); a window stays as it is. Needs calls with T_q < T_k under "
-    "bottom-right alignment. Checked at every t of a case with T <= 8, else at t = 0, 1, T/2, T-2, T-1 and "
+    "bottom-right alignment. Checked at every t of a case with T <= 4, else at t = 0, 1, T/2, T-2, T-1 and "
     "where the cache holds 2^k or 2^k + 1 keys (k >= 4).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
@@ -26,13 +26,13 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return gen_problem(cfg, po);
 }
 
-// The decode steps checked: every t of a short case (T <= 8); of a longer one the first two and the last two,
+// The decode steps checked: every t of a short case (T <= 4); of a longer one the first two and the last two,
 // the middle, and each t whose cache t + 1 is 2^k or 2^k + 1 keys (k >= 4), where tiled and split-KV decode
 // kernels change tile or split: at most 2 log2(T) + 1 calls instead of T, and the cache lengths where decode
 // paths break are all among them. (Every t of a long case costs T calls, 2,500 of a default run's.)
 std::vector<Index> decode_steps(Index T) {
   std::vector<Index> t;
-  if (T <= 8) {
+  if (T <= 4) {
     for (Index i = 0; i < T; ++i) t.push_back(i);
     return t;
   }

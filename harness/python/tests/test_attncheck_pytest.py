@@ -266,3 +266,39 @@ def test_the_plugin_without_pytest_says_which_interpreter_ran_and_what_to_instal
     assert run.returncode == 1, run.stdout
     assert "attncheck_pytest needs pytest, which this Python cannot import: %s" % python_without_site in run.stdout
     assert "apt-get install python3-pytest" in run.stdout, run.stdout
+
+
+DECLARED = '''
+import numpy as np
+
+
+def only_d4_shorter_queries(q, k, v, scale=None, alignment="top-left"):
+    """Correct for D = 4 and T_q <= T_k only (what the test declares); anything else would be a finding."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    if D != 4 or T_q > T_k:
+        raise ValueError("undeclared call: D = %d, T_q = %d, T_k = %d" % (D, T_q, T_k))
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    shift = T_k - T_q if alignment == "bottom-right" else 0
+    s = np.where(np.tril(np.ones((T_q, T_k), dtype=bool), k=shift), s, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+def test_declared(attncheck):
+    attncheck.check(only_d4_shorter_queries, dtypes=("float64",), alignments=("top-left", "bottom-right"),
+                    cross_lengths="T_q<=T_k", head_dims=[4])
+'''
+
+
+def test_the_fixture_passes_protocol_version_3_declarations_through(pytester):
+    # Declared head dimensions and cross-length regime reach attncheck: no law calls the function outside them
+    # (it raises there), so the test passes; without the declarations it fails.
+    pytester.makepyfile(test_declared=DECLARED)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "20", "-rP")
+    result.assert_outcomes(passed=1)
+    undeclared = DECLARED.replace('cross_lengths="T_q<=T_k", head_dims=[4]', "")
+    assert undeclared != DECLARED
+    pytester.makepyfile(test_declared=undeclared)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "20")
+    result.assert_outcomes(failed=1)
+    assert "undeclared call" in result.stdout.str()

@@ -204,7 +204,8 @@ TEST(CPlugin, abi3DeclarationsReachTheCapabilitiesInAndOutOfProcess) {
                 !c.supports_head_dim(136));
   }
   // The frozen ABI-2 plug-in declares none of it: every regime, every D.
-  const Capabilities& old = load_implementation("plugin:" ATTNCHECK_ABI2_PLUGIN)->capabilities();
+  const ImplementationPtr abi2 = load_implementation("plugin:" ATTNCHECK_ABI2_PLUGIN);
+  const Capabilities& old = abi2->capabilities();
   EXPECT_TRUE(old.q_shorter && old.q_longer && old.head_dim_multiple == 1 && old.max_head_dim == 0);
   EXPECT_EQ(old.empty_rows, EmptyRows::zero);
 }

@@ -2,6 +2,7 @@
 // sets the seed and case count, and a failure prints the minimal case and the RC_PARAMS line that replays it.
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -176,6 +177,43 @@ TEST(Law, everyLawHasATest) {
                                         "grad-finite-difference"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
+}
+
+// A failure found through a derived call is reported as that call: a GQA kernel whose plain path (H_kv = H)
+// is wrong while its grouped path is right is blamed on the repeated-kv call gqa-equivalence makes, with the
+// case it came from; and a kernel whose one-sequence path (B = 1) is wrong, on varlen-equivalence's call of one
+// sequence alone. Both are the shape the derived call has, never the case's.
+TEST(DerivedCalls, aWrongDerivedCallIsReportedAsThatCall) {
+  const ImplementationPtr ref = reference_implementation();
+  Capabilities caps = ref->capabilities();
+  caps.backward = false;
+  const auto wrong_when = [&](std::function<bool(const Problem&)> wrong, const char* name) {
+    return make_implementation(name, "the reference, off by one on one path", caps, [ref, wrong](const Problem& p) {
+      Outcome o = ref->forward(p);
+      if (wrong(p)) o.output.values().array() += 1;
+      return o;
+    });
+  };
+  const auto plain_multi_head = wrong_when(
+      [](const Problem& p) { return p.q.shape().H > 1 && p.kv_heads() == p.q.shape().H; }, "plain-path-wrong");
+  RunOptions o;
+  o.cases = 100;
+  o.seed = 1;
+  LawResult r = run_law(*find_law("gqa-equivalence"), *plain_multi_head, o);
+  ASSERT_EQ(r.status, LawStatus::falsified);
+  ASSERT_TRUE(r.violation && r.violation->call) << r.violation->message;
+  EXPECT_EQ(r.violation->call->kv_heads(), r.violation->call->q.shape().H) << r.violation->call_what;
+  EXPECT_LT(r.minimal_case->problem.kv_heads(), r.minimal_case->problem.q.shape().H);
+  EXPECT_NE(r.violation->call_what.find("repeated to H"), std::string::npos) << r.violation->call_what;
+
+  const auto one_sequence = wrong_when(
+      [](const Problem& p) { return p.q.shape().B == 1 && p.key_lengths.empty(); }, "one-sequence-wrong");
+  r = run_law(*find_law("varlen-equivalence"), *one_sequence, o);
+  ASSERT_EQ(r.status, LawStatus::falsified);
+  ASSERT_TRUE(r.violation && r.violation->call) << r.violation->message;
+  EXPECT_TRUE(r.violation->call->key_lengths.empty());
+  EXPECT_EQ(r.violation->call->q.shape().B, 1);
+  EXPECT_NE(r.violation->call_what.find("alone"), std::string::npos) << r.violation->call_what;
 }
 
 }  // namespace

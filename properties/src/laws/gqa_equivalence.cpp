@@ -32,6 +32,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v->message += " (K and V with H_kv = " + std::to_string(p.kv_heads()) +
                   " heads vs. the same call with K and V repeated to H = " + std::to_string(H) + " heads)";
     v->weights = grouped.weights;
+    const std::array<Index, 4> at{v->worst_index[0], v->worst_index[1], v->worst_index[2], v->worst_index[3]};
+    blame_derived_call(*v, p, grouped, repeated, full, at,
+                       "the same call with K and V repeated to H = " + std::to_string(H) + " heads");
   }
   return v;
 }

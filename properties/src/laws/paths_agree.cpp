@@ -3,6 +3,9 @@
 #include <utility>
 #include <vector>
 
+#include <optional>
+#include <vector>
+
 #include "registry.hpp"
 #include "support.hpp"
 
@@ -30,8 +33,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     if (std::find(slices.begin(), slices.end(), bh) == slices.end()) slices.push_back(bh);
   Tensor<double> single(all.output.shape());
   std::vector<char> called(std::size_t(s.B * s.H), 0);
+  std::vector<std::optional<Outcome>> alone(std::size_t(s.B * s.H));
   for (const auto& [b, h] : slices) {
-    single.head(b, h) = call(impl, slice_problem(p, b, h)).output.head(0, 0);
+    alone[std::size_t(b * s.H + h)] = call(impl, slice_problem(p, b, h));
+    single.head(b, h) = alone[std::size_t(b * s.H + h)]->output.head(0, 0);
     called[std::size_t(b * s.H + h)] = 1;
   }
   Tensor<double> tol = r.tol_out;
@@ -41,6 +46,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (v) {
     v->message += " (batched call vs. one call per (b,h) slice)";
     v->weights = all.weights;
+    const Index b = v->worst_index[0], h = v->worst_index[1];
+    if (const auto& o = alone[std::size_t(b * s.H + h)])
+      blame_derived_call(*v, p, all, slice_problem(p, b, h), *o, {0, 0, v->worst_index[2], v->worst_index[3]},
+                         "slice (b,h) = (" + std::to_string(b) + "," + std::to_string(h) + ") called alone");
   }
   return v;
 }

@@ -631,6 +631,21 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
   return v;
 }
 
+void blame_derived_call(Violation& v, const Problem& p, const Outcome& mine, const Problem& derived,
+                        const Outcome& theirs, const std::array<Index, 4>& derived_at, const std::string& what) {
+  if (v.worst_index.size() != 4) return;
+  const auto [b, h, i, d] = std::array{v.worst_index[0], v.worst_index[1], v.worst_index[2], v.worst_index[3]};
+  const auto [db, dh, di, dd] = derived_at;
+  const OracleRun own = run_oracle(p), other = run_oracle(derived);
+  const auto within = [](double got, double want, double tol) { return std::abs(got - want) <= tol || same_bits(got, want); };
+  if (within(mine.output(b, h, i, d), own.out(b, h, i, d), own.tol_out(b, h, i, d)) &&
+      !within(theirs.output(db, dh, di, dd), other.out(db, dh, di, dd), other.tol_out(db, dh, di, dd))) {
+    v.call = derived;
+    v.call_what = what + "; it is outside its own oracle bound";
+    v.message += "; the derived call is the one that is wrong (outside its own oracle bound)";
+  }
+}
+
 CausalAlignment square_alignment(const Capabilities& caps) {
   return caps.supports(kDefaultAlignment) || caps.alignments.empty() ? kDefaultAlignment : caps.alignments.front();
 }

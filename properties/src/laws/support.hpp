@@ -3,6 +3,7 @@
 // do (perturbing the future, taking a prefix, slicing one head). Each law lives in its own file beside this.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <cstdint>
 #include <optional>
@@ -157,6 +158,14 @@ OracleRun run_oracle(const Problem& p);
 /// expected, actual and (with a tolerance) the tolerances in full, +Inf where an entry is not compared.
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include);
+
+/// For a law that compares the case's call with a derived one (a slice, the repeated-kv or unpadded call) and
+/// found them apart at the case's entry `at` = (b,h,i,d), which the derived call holds at `derived_at`: when the
+/// derived result is outside its own derived oracle bound there and the case's result is within its own, the
+/// derived call is the one that computed wrongly, and `v` names it (Violation::call, `what`) so that reports show
+/// that call with the case it came from. Otherwise `v` is left as it is.
+void blame_derived_call(Violation& v, const Problem& p, const Outcome& mine, const Problem& derived,
+                        const Outcome& theirs, const std::array<Index, 4>& derived_at, const std::string& what);
 
 /// Rows [from, T) of every head of t replaced by the same rows of `other`.
 void replace_rows(Tensor<double>& t, const Tensor<double>& other, Index from);

@@ -1,5 +1,8 @@
 // varlen-equivalence: a padded batch agrees with each sequence called alone at its true length, within the
 // derived bound.
+#include <optional>
+#include <vector>
+
 #include "registry.hpp"
 #include "support.hpp"
 
@@ -47,11 +50,13 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Outcome batched = call(impl, p);
   const Shape& s = p.q.shape();
   Tensor<double> alone = batched.output;
+  std::vector<std::optional<Outcome>> each(std::size_t(s.B));
+  const auto length = [&](Index b) { return p.key_lengths.empty() ? p.k.shape().T : p.key_lengths[std::size_t(b)]; };
   for (Index b = 0; b < s.B; ++b) {
-    const Index len = p.key_lengths.empty() ? p.k.shape().T : p.key_lengths[std::size_t(b)];
+    const Index len = length(b);
     if (len == 0) continue;  // every row sees nothing: the empty-row convention's business
-    const Outcome o = call(impl, sequence_alone(p, b, len));
-    for (Index h = 0; h < s.H; ++h) alone.head(b, h) = o.output.head(0, h);
+    each[std::size_t(b)] = call(impl, sequence_alone(p, b, len));
+    for (Index h = 0; h < s.H; ++h) alone.head(b, h) = each[std::size_t(b)]->output.head(0, h);
   }
   Tensor<double> tol = run_oracle(p).tol_out;
   tol.values() *= 2;
@@ -63,6 +68,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
                   std::to_string(p.key_lengths.empty() ? p.k.shape().T : p.key_lengths[std::size_t(b)]) +
                   " real keys)";
     v->weights = batched.weights;
+    if (each[std::size_t(b)])
+      blame_derived_call(*v, p, batched, sequence_alone(p, b, length(b)), *each[std::size_t(b)],
+                         {0, v->worst_index[1], v->worst_index[2], v->worst_index[3]},
+                         "batch entry " + std::to_string(b) + " alone, its keys cut to its " +
+                             std::to_string(length(b)) + " real ones, no padding");
   }
   return v;
 }

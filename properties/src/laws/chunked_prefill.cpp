@@ -67,7 +67,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     // start from 2..16 and reach 1 only while shrinking.
     const Index spread = 2 + Index(r.next() % 15), seed = Index(r.next() % (1 << 20));
     return rc::shrinkable::map(rc::shrinkable::shrinkRecur(Split{problems(for_problem, size), spread, seed},
-                                                           split_shrinks),
+                                                           [](const Split& s) { return split_shrinks(s); }),
                                [](const Split& s) {
                                  LawCase c = s.base.value();
                                  c.params["spread"] = double(s.spread);

@@ -34,20 +34,28 @@ template <class A> ArrayA<A> exact_exp(const ArrayA<A>& z) {
   return (z == -std::numeric_limits<A>::infinity()).select(ArrayA<A>::Zero(z.rows(), z.cols()), z.exp());
 }
 
-// Softmax along the key axis of z, where -inf entries are masked out. Subtracts the row max first, so
-// large scores cannot overflow exp. A row with nothing visible (max = -inf) becomes all zeros, not NaN.
-template <class A> Matrix<A> softmax_rows(const ArrayA<A>& z) {
+// Softmax along the key axis of z, where -inf entries are masked out, with an optional sink logit: one more
+// column in every row, with no value, dropped from the weights (so a row sums to 1 - p_sink). Subtracts the row
+// max (the sink included) first, so large scores cannot overflow exp. A row with nothing visible and no sink
+// (max = -inf) becomes all zeros, not NaN. `lse`, when not null, receives each row's m + log(sum), -inf for
+// such a row.
+template <class A> Matrix<A> softmax_rows(const ArrayA<A>& z, std::optional<double> sink = {}, Matrix<A>* lse = nullptr) {
   const A neg_inf = -std::numeric_limits<A>::infinity();
-  Eigen::Array<A, Eigen::Dynamic, 1> row_max = z.rowwise().maxCoeff();
+  const A sigma = sink ? static_cast<A>(*sink) : neg_inf;
+  Eigen::Array<A, Eigen::Dynamic, 1> row_max = z.rowwise().maxCoeff().max(sigma);
+  const Eigen::Array<A, Eigen::Dynamic, 1> m = row_max;
   row_max = (row_max == neg_inf).select(A(0), row_max);  // empty row: z - 0 keeps every entry at -inf
   const ArrayA<A> e = exact_exp<A>(z.colwise() - row_max);
-  const Eigen::Array<A, Eigen::Dynamic, 1> sum = e.rowwise().sum();
+  Eigen::Array<A, Eigen::Dynamic, 1> sum = e.rowwise().sum();
+  if (sigma != neg_inf) sum += (sigma - row_max).exp();
   Matrix<A> w(z.rows(), z.cols());
+  if (lse) lse->resize(z.rows(), 1);
   for (Index i = 0; i < z.rows(); ++i) {
     if (sum(i) == A(0))
       w.row(i).setZero();
     else
       w.row(i) = (e.row(i) / sum(i)).matrix();
+    if (lse) (*lse)(i, 0) = sum(i) == A(0) ? neg_inf : m(i) + std::log(sum(i));
   }
   return w;
 }
@@ -82,15 +90,20 @@ template <class S> Matrix<Acc<S>> scaled_scores(const ConstRef<S>& q, const Cons
 // Inf in a masked value cannot reach it (0·Inf would be NaN).
 template <class S>
 HeadTrace<S> attend_bool(const char* who, const ConstRef<S>& q, const ConstRef<S>& k, const ConstRef<S>& v,
-                         const BoolMask& mask, double scale) {
+                         const BoolMask& mask, double scale, const HeadModifiers& mods = {}) {
   using A = Acc<S>;
   check_head<S>(who, q, k, v, mask.rows(), mask.cols());
   HeadTrace<S> t;
   t.scale = scale;
   t.scores = scaled_scores<S>(q, k, scale);
+  // Softcap, then ALiBi, on the visible scores (a hidden one is never read: its value stays as it was).
+  if (mods.softcap || mods.alibi_slope != 0)
+    for (Index i = 0; i < t.scores.rows(); ++i)
+      for (Index j = 0; j < t.scores.cols(); ++j)
+        if (mask.visible(i, j)) t.scores(i, j) = modified_score<A>(t.scores(i, j), mods, i, j);
   // Select, not add: the masked score's value is never read.
   const ArrayA<A> z = mask.array().select(t.scores.array(), -std::numeric_limits<A>::infinity());
-  t.weights = softmax_rows<A>(z);
+  t.weights = softmax_rows<A>(z, mods.sink, &t.lse);
 
   const Matrix<A> va = v.template cast<A>();
   Matrix<A> out(q.rows(), v.cols());
@@ -125,7 +138,7 @@ HeadTrace<S> attend_additive(const char* who, const ConstRef<S>& q, const ConstR
   t.scale = scale;
   t.scores = scaled_scores<S>(q, k, scale);
   const ArrayA<A> z = t.scores.array() + mask.array().template cast<A>();
-  t.weights = softmax_rows<A>(z);
+  t.weights = softmax_rows<A>(z, {}, &t.lse);
   t.output = (t.weights * v.template cast<A>()).template cast<S>();
   return t;
 }
@@ -148,7 +161,24 @@ void check_batched(const char* who, const Shape& q, const Shape& k, const Shape&
   if (const char* why = differs(v, k)) mismatch(who, "v", to_string(v), "k", to_string(k), why);
 }
 
-void check_options(const char* who, const AttentionOptions& o, Index B, Index T_k) {
+void check_modifiers(const char* who, const AttentionOptions& o, Index H) {
+  if (o.softcap && !(std::isfinite(*o.softcap) && *o.softcap > 0))
+    throw ValueError(std::string(who) + ": softcap must be finite and positive, got " + format_number(*o.softcap, 17));
+  const auto per_head = [&](const std::vector<double>& x, const char* name, bool minus_inf_ok) {
+    if (x.empty()) return;
+    if (Index(x.size()) != H)
+      throw ShapeError(std::string(who) + ": " + name + " has " + std::to_string(x.size()) + " entries but H = " +
+                       std::to_string(H) + " (one per query head)");
+    for (std::size_t h = 0; h < x.size(); ++h)
+      if (!std::isfinite(x[h]) && !(minus_inf_ok && x[h] == -std::numeric_limits<double>::infinity()))
+        throw ValueError(std::string(who) + ": " + name + "[" + std::to_string(h) + "] = " + format_number(x[h], 17) +
+                         (minus_inf_ok ? " must be finite or -inf" : " must be finite"));
+  };
+  per_head(o.alibi_slopes, "alibi_slopes", false);
+  per_head(o.sinks, "sinks", true);
+}
+
+void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k) {
   if (!o.key_lengths.empty()) {
     if (Index(o.key_lengths.size()) != B)
       throw ShapeError(std::string(who) + ": key_lengths has " + std::to_string(o.key_lengths.size()) +
@@ -161,12 +191,13 @@ void check_options(const char* who, const AttentionOptions& o, Index B, Index T_
   if (o.window && *o.window < 0)
     throw ValueError(std::string(who) + ": window must be >= 0 (0: a query sees only its own position), got " +
                      std::to_string(*o.window));
+  check_modifiers(who, o, H);
 }
 
 // `mask_of(b)` is the mask of batch entry b (one mask for all when nothing varies per entry).
 template <class S, class MaskOf>
 Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, MaskOf&& mask_of,
-                           const AttentionOptions& opts, Tensor<S>* weights) {
+                           const AttentionOptions& opts, Tensor<S>* weights, Tensor<double>* lse = nullptr) {
   constexpr const char* who = "attention";
   check_batched(who, q.shape(), k.shape(), v.shape());
   const Shape& qs = q.shape();
@@ -176,6 +207,7 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
   // output [B,H,T_q,D]; weights [B,H,T_q,T_k]; query head h reads kv head h / (H / H_kv)
   Tensor<S> out(qs);
   if (weights) *weights = Tensor<S>(Shape{qs.B, qs.H, qs.T, T_k});
+  if (lse) *lse = Tensor<double>(Shape{qs.B, qs.H, qs.T, 1});
   for (Index b = 0; b < qs.B; ++b) {
     const auto& mask = mask_of(b);
     if (mask.rows() != qs.T || mask.cols() != T_k)
@@ -185,11 +217,13 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
       const Index g = kv_head(h, qs.H, H_kv);
       HeadTrace<S> t;
       if constexpr (std::is_same_v<std::decay_t<decltype(mask)>, BoolMask>)
-        t = attend_bool<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale);
+        t = attend_bool<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale,
+                           head_modifiers(opts, h, qs.T, T_k));
       else
         t = attend_additive<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale);
       out.head(b, h) = t.output;
       if (weights) weights->head(b, h) = t.weights.template cast<S>();
+      if (lse) lse->head(b, h) = t.lse.template cast<double>();
     }
   }
   return out;
@@ -200,6 +234,10 @@ void require_no_rule_options(const AttentionOptions& opts) {
   if (!opts.key_lengths.empty() || opts.window)
     throw ValueError("attention: key_lengths and window apply to the causal path; with an explicit mask, fold "
                      "them into the mask");
+  if (!opts.causal)
+    throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
+  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty())
+    throw ValueError("attention: softcap, alibi_slopes and sinks apply to the causal path (ALiBi needs positions)");
 }
 
 }  // namespace
@@ -215,6 +253,12 @@ template <class S>
 HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const BoolMask& mask,
                     std::optional<double> scale) {
   return attend_bool<S>("attend", q, k, v, mask, resolve_scale(scale, q.cols(), "attend"));
+}
+
+template <class S>
+HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const BoolMask& mask, double scale,
+                    const HeadModifiers& mods) {
+  return attend_bool<S>("attend", q, k, v, mask, resolve_scale(scale, q.cols(), "attend"), mods);
 }
 
 template <class S>
@@ -252,28 +296,58 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
 }
 
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k) {
-  Visibility vis{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment, .window = opts.window};
+  Visibility vis{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment, .window = opts.window, .causal = opts.causal};
   if (!opts.key_lengths.empty()) vis.key_length = opts.key_lengths.at(std::size_t(b));
   return vis;
 }
 
+HeadModifiers head_modifiers(const AttentionOptions& opts, Index h, Index T_q, Index T_k) {
+  HeadModifiers m;
+  m.softcap = opts.softcap;
+  if (!opts.alibi_slopes.empty()) m.alibi_slope = opts.alibi_slopes.at(std::size_t(h));
+  if (!opts.sinks.empty()) m.sink = opts.sinks.at(std::size_t(h));
+  m.position_offset = opts.alignment == CausalAlignment::TopLeft ? 0 : T_k - T_q;
+  return m;
+}
+
+double RowStats::lse(Index b, Index h, Index i) const {
+  return sum(b, h, i) == 0 ? -std::numeric_limits<double>::infinity() : max(b, h, i) + std::log(sum(b, h, i));
+}
+
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
-                    Tensor<S>* weights) {
+                    Tensor<S>* weights, Tensor<double>* lse) {
   check_batched("attention", q.shape(), k.shape(), v.shape());
   const Index B = q.shape().B, T_q = q.shape().T, T_k = k.shape().T;
-  check_options("attention", opts, B, T_k);
-  if (!weights)  // nothing asks for [T_q,T_k]: stream it
-    return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
-                                       false);
+  check_options("attention", opts, B, q.shape().H, T_k);
+  if (!weights) {  // nothing asks for [T_q,T_k]: stream it
+    if (!lse)
+      return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
+                                         false);
+    Tensor<double> stats{Shape{}};
+    Tensor<S> out = detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"),
+                                                &stats, false);
+    const Shape& qs = q.shape();
+    *lse = Tensor<double>(Shape{qs.B, qs.H, qs.T, 1});
+    const RowStats rs{stats};
+    for (Index b = 0; b < qs.B; ++b)
+      for (Index h = 0; h < qs.H; ++h)
+        for (Index i = 0; i < qs.T; ++i) {
+          // m + log l in the accumulation type, as a kernel holds it
+          using A = Acc<S>;
+          (*lse)(b, h, i, 0) = rs.sum(b, h, i) == 0 ? -std::numeric_limits<double>::infinity()
+                                                     : double(A(rs.max(b, h, i)) + std::log(A(rs.sum(b, h, i))));
+        }
+    return out;
+  }
   if (opts.key_lengths.empty()) {  // one mask for every batch entry
     const BoolMask mask = BoolMask::of(visibility(opts, 0, T_q, T_k));
-    return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights);
+    return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights, lse);
   }
   std::vector<BoolMask> masks;
   for (Index b = 0; b < B; ++b) masks.push_back(BoolMask::of(visibility(opts, b, T_q, T_k)));
   return attention_masked<S>(q, k, v, [&](Index b) -> const BoolMask& { return masks[std::size_t(b)]; }, opts,
-                             weights);
+                             weights, lse);
 }
 
 template <class S>
@@ -292,9 +366,9 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
 
 template <class S>
 Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
-                      Tensor<double>* weights) {
+                      Tensor<double>* weights, Tensor<double>* lse) {
   return attention<double>(q.template cast<double>(), k.template cast<double>(), v.template cast<double>(), opts,
-                           weights);
+                           weights, lse);
 }
 
 template <class S>
@@ -302,7 +376,7 @@ Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Te
                                 RowStats* stats) {
   constexpr const char* who = "streaming_oracle";
   check_batched(who, q.shape(), k.shape(), v.shape());
-  check_options(who, opts, q.shape().B, k.shape().T);
+  check_options(who, opts, q.shape().B, q.shape().H, k.shape().T);
   return detail::streamed_forward<double>(q.template cast<double>(), k.template cast<double>(),
                                           v.template cast<double>(), opts, resolve_scale(opts.scale, q.shape().D, who),
                                           stats ? &stats->values : nullptr, stats != nullptr);
@@ -313,7 +387,8 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
   if (!visibility(opts, b, q.shape().T, k.shape().T).visible(i, j) || stats.sum(b, h, i) == 0) return 0;
   const double scale = resolve_scale(opts.scale, q.shape().D, "streamed_weight");
   const Index g = kv_head(h, q.shape().H, k.shape().H);
-  const double s = q.head(b, h).row(i).dot(k.head(b, g).row(j)) * scale;
+  const double s = modified_score<double>(q.head(b, h).row(i).dot(k.head(b, g).row(j)) * scale,
+                                          head_modifiers(opts, h, q.shape().T, k.shape().T), i, j);
   return std::exp(s - stats.max(b, h, i)) / stats.sum(b, h, i);
 }
 
@@ -322,16 +397,18 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
                                std::optional<double>);                                                        \
   template HeadTrace<S> attend(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&, const AdditiveMask&,      \
                                std::optional<double>);                                                        \
+  template HeadTrace<S> attend(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&, const BoolMask&, double,  \
+                               const HeadModifiers&);                                                         \
   template ProjectionTrace<S> single_head_attention(const Matrix<S>&, const Matrix<S>&, const Matrix<S>&,     \
                                                     const Matrix<S>&, const AttentionOptions&);               \
   template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AttentionOptions&, \
-                               Tensor<S>*);                                                                   \
+                               Tensor<S>*, Tensor<double>*);                                                  \
   template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const BoolMask&,         \
                                const AttentionOptions&, Tensor<S>*);                                          \
   template Tensor<S> attention(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AdditiveMask&,     \
                                const AttentionOptions&, Tensor<S>*);                                          \
   template Tensor<double> oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AttentionOptions&, \
-                                 Tensor<double>*);                                                            \
+                                 Tensor<double>*, Tensor<double>*);                                           \
   template Tensor<double> streaming_oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,              \
                                            const AttentionOptions&, RowStats*);
 

@@ -37,6 +37,12 @@
 // 10. DAZ on inputs: an input (q, k, v, dO) below N_a is read as 0, so such a kernel computes the gradients of
 //     the flushed problem, within that problem's bound of its oracle: where any input is flushed the bound is
 //     the larger of this one and that one plus the two oracles' difference.
+// 11. Modifiers. Softcap multiplies dS_ij by f_ij = 1 - tanh²(s_raw/cap) ∈ [0, 1]: every bound above stays one
+//     (|f| ≤ 1), and f's own evaluation (tanh to a few ulp, the square, the subtraction) adds 5u_a·m_ij to dS.
+//     ALiBi only shifts scores (its rounding is in ρ, tolerance.cpp). A sink adds one softmax term (in ρ) and
+//     its gradient d_sink_h = -Σ_{b,i} P_s,i·Δ_i, P_s,i = exp(σ_h - lse_i): with ε_s,i = min(1, P_s,i·ρ_i) + 2ν
+//     the error in P_s,i, |δ(P_s,i·Δ_i)| ≤ ε_s,i·(Ā_i + |δΔ_i|) + P_s,i·|δΔ_i| + u_a·P_s,i·Ā_i, and the sum over
+//     n = B·T_q rows adds γ_n·Σ P_s,i·Ā_i.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -64,6 +70,9 @@ void check_shapes(const char* who, const Shape& q, const Shape& k, const Shape& 
                        std::to_string(k.T) + "]");
   if (opts.window && *opts.window < 0)
     throw ValueError(std::string(who) + ": window must be >= 0, got " + std::to_string(*opts.window));
+  for (const auto& [x, name] : {std::pair{&opts.alibi_slopes, "alibi_slopes"}, std::pair{&opts.sinks, "sinks"}})
+    if (!x->empty() && Index(x->size()) != q.H)
+      fail(std::string(name) + " has " + std::to_string(x->size()) + " entries but H = " + std::to_string(q.H));
 }
 
 }  // namespace
@@ -78,6 +87,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   const double scale = resolve_scale(opts.scale, qs.D, who);
   const A scale_a = static_cast<A>(scale);
   AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
+  std::vector<A> d_sinks(opts.sinks.size(), A(0));
   for (Index b = 0; b < qs.B; ++b) {
     const Visibility vis = visibility(opts, b, qs.T, ks.T);
     const BoolMask mask = BoolMask::of(vis);
@@ -90,7 +100,9 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
         if (kv_head(h, qs.H, ks.H) != kv) continue;
         const Matrix<S> Q = q.head(b, h);
         // P [T_q,T_k] in A: the core's own forward, so the backward differentiates exactly what it computes.
-        const Matrix<A> P = attend<S>(Q, K, V, mask, scale).weights;
+        const HeadModifiers mods = head_modifiers(opts, h, qs.T, ks.T);
+        const HeadTrace<S> trace = attend<S>(Q, K, V, mask, scale, mods);
+        const Matrix<A>& P = trace.weights;
         const Matrix<A> Qa = Q.template cast<A>(), dO = Matrix<S>(d_output.head(b, h)).template cast<A>();
         Matrix<A> dS = Matrix<A>::Zero(qs.T, ks.T), dQ = Matrix<A>::Zero(qs.T, qs.D);
         for (Index i = 0; i < qs.T; ++i) {
@@ -101,6 +113,15 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
           const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va.middleRows(r.begin, r.size()).transpose();
           const A delta = Pi.cwiseProduct(dP).sum();
           dS.row(i).segment(r.begin, r.size()) = Pi.cwiseProduct((dP.array() - delta).matrix());
+          if (mods.sink && *mods.sink != -std::numeric_limits<double>::infinity())  // the sink's column: dP = 0
+            d_sinks[std::size_t(h)] -= std::exp(static_cast<A>(*mods.sink) - trace.lse(i, 0)) * delta;
+          if (mods.softcap) {  // through s = cap·tanh(s_raw/cap): dS_raw = dS·(1 - tanh²(s_raw/cap))
+            const A cap = static_cast<A>(*mods.softcap);
+            for (Index j = r.begin; j < r.end; ++j) {
+              const A t = std::tanh(Qa.row(i).dot(Ka.row(j)) * scale_a / cap);
+              dS(i, j) *= A(1) - t * t;
+            }
+          }
           dQ.row(i).noalias() = scale_a * (dS.row(i).segment(r.begin, r.size()) * Ka.middleRows(r.begin, r.size()));
         }
         g.dq.head(b, h) = dQ.template cast<S>();
@@ -111,6 +132,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
       g.dv.head(b, kv) = dV.template cast<S>();
     }
   }
+  for (const A d : d_sinks) g.dsinks.push_back(double(d));
   return g;
 }
 
@@ -137,14 +159,19 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   const double nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
   const double g_D = gamma(qs.D, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(ks)};
+  r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
+  std::vector<double> sink_terms(opts.sinks.size(), 0.0);  // Σ P_s,i·Ā_i per head (step 11)
   for (Index b = 0; b < qs.B; ++b) {
     const Visibility vis = visibility(opts, b, qs.T, ks.T);
     const BoolMask mask = BoolMask::of(vis);
     for (Index h = 0; h < qs.H; ++h) {
       const Index kv = kv_head(h, qs.H, ks.H);
       const Matrix<double> Q = q.head(b, h), K = k.head(b, kv), V = v.head(b, kv), dO = d_output.head(b, h);
-      const Matrix<double> P = attend<double>(Q, K, V, mask, scale).weights;
-      const Eigen::VectorXd rho = weight_relative_error(dtype, Q, K, mask, scale);
+      const HeadModifiers mods = head_modifiers(opts, h, qs.T, ks.T);
+      const HeadTrace<double> trace = attend<double>(Q, K, V, mask, scale, mods);
+      const Matrix<double>& P = trace.weights;
+      const Eigen::VectorXd rho = weight_relative_error(dtype, Q, K, mask, scale, mods);
+      const double f_err = mods.softcap ? 5 * u_a : 0.0;  // step 11
       const Matrix<double> A = dO.cwiseAbs() * V.cwiseAbs().transpose();  // A_ij = Σ_c |dO_ic||v_jc|
       auto tq = r.tolerance.dq.head(b, h);
       auto tk = r.tolerance.dk.head(b, kv);
@@ -162,11 +189,18 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           d_delta += eps(j) * A(i, j);
         }
         d_delta += (g_D + g_T + 2 * u_s) * A_bar;  // step 3
+        if (mods.sink && std::isfinite(*mods.sink) && std::isfinite(trace.lse(i, 0))) {  // step 11
+          const double p_s = std::exp(*mods.sink - trace.lse(i, 0));
+          const double eps_s = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, p_s * rho(i))) + tiny + nu;
+          r.tolerance.dsinks[std::size_t(h)] +=
+              safety * (eps_s * (A_bar + d_delta) + p_s * d_delta + u_a * p_s * A_bar);
+          sink_terms[std::size_t(h)] += p_s * A_bar;
+        }
         for (Index j = keys.begin; j < keys.end; ++j) {
           const double G = A(i, j) + A_bar + d_delta;                                 // step 4
           const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(qs.D + keys.size()) * nu;
-          const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu;  // step 5
           const double m = (P(i, j) + eps(j)) * G;
+          const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu + f_err * m;  // steps 5, 11
           tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs();  // step 6
           tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs();  // step 7
           tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
@@ -179,6 +213,9 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
     tol.values() += safety * u_s * grad.values().cwiseAbs();
     tol.values().array() += floor + safety * double(terms) * nu;
   };
+  for (std::size_t h = 0; h < sink_terms.size(); ++h)  // step 11: the sum over n = B·T_q rows
+    r.tolerance.dsinks[h] += safety * (gamma(qs.B * qs.T, u_a) * sink_terms[h] + u_a * std::abs(r.oracle.dsinks[h])) +
+                             double(qs.B * qs.T) * nu;
   finish(r.tolerance.dq, r.oracle.dq, ks.T);
   finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H));
   finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H));
@@ -209,6 +246,9 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
   widen(r.tolerance.dq, f.tolerance.dq, r.oracle.dq, f.oracle.dq);
   widen(r.tolerance.dk, f.tolerance.dk, r.oracle.dk, f.oracle.dk);
   widen(r.tolerance.dv, f.tolerance.dv, r.oracle.dv, f.oracle.dv);
+  for (std::size_t h = 0; h < r.tolerance.dsinks.size(); ++h)
+    r.tolerance.dsinks[h] = std::max(r.tolerance.dsinks[h],
+                                     f.tolerance.dsinks[h] + std::abs(r.oracle.dsinks[h] - f.oracle.dsinks[h]));
   return r;
 }
 

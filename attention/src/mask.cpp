@@ -16,7 +16,7 @@ Index Visibility::position(Index i) const {
 
 KeyRange Visibility::keys(Index i) const {
   const Index p = position(i);
-  Index end = std::min(p + 1, T_k);
+  Index end = causal ? std::min(p + 1, T_k) : T_k;
   if (key_length >= 0) end = std::min(end, key_length);
   const Index begin = window ? std::max<Index>(0, p - *window) : 0;
   return {begin, std::max(begin, end)};

@@ -61,7 +61,7 @@ void update_row(BlockState<A>& st, Index r, Index c0, Index w, const HeadRef<A>&
 // Rows [i0, i1) of one head: every key tile the block can see, in order.
 template <class S, class A, bool kBounds>
 void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v, const Visibility& vis, A scale,
-                  Index i0, Index i1, S* out, double* stats, BlockState<A>& st) {
+                  const HeadModifiers& mods, Index i0, Index i1, S* out, double* stats, BlockState<A>& st) {
   const Index n = i1 - i0, D = q.cols();
   st.acc.setZero(n, D);
   st.m.setConstant(n, -std::numeric_limits<A>::infinity());
@@ -86,6 +86,9 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
     st.s.resize(n, w);
     st.s.matrix().noalias() = qb * kt.transpose();
     st.s *= scale;
+    if (mods.softcap || mods.alibi_slope != 0)  // softcap, then ALiBi (a hidden entry is modified but never read)
+      for (Index r = 0; r < n; ++r)
+        for (Index c = 0; c < w; ++c) st.s(r, c) = modified_score<A>(st.s(r, c), mods, i0 + r, j0 + c);
     if constexpr (kBounds) {
       st.sabs.resize(n, w);
       st.sabs.matrix().noalias() = qb.cwiseAbs() * kt.cwiseAbs().transpose();
@@ -116,6 +119,17 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
       const KeyRange kr = vis.keys(i0 + r);
       const Index a = std::max(kr.begin, j0), e = std::min(kr.end, j1);
       if (a < e) update_row<A, kBounds>(st, r, a - j0, e - a, v, a);
+    }
+  }
+  // The sink: one more term of every row's softmax, with no value (it only adds to m and l).
+  if (mods.sink && *mods.sink != -std::numeric_limits<double>::infinity()) {
+    const A sg = static_cast<A>(*mods.sink);
+    for (Index r = 0; r < n; ++r) {
+      const A m_new = std::max(st.m(r), sg), c = rescale(st.m(r), m_new);
+      st.l(r) = st.l(r) * c + std::exp(sg - m_new);
+      st.acc.row(r) *= c;
+      st.m(r) = m_new;
+      if constexpr (kBounds) st.abs_s(r) = std::max<double>(st.abs_s(r), std::abs(sg));
     }
   }
   for (Index r = 0; r < n; ++r) {
@@ -164,6 +178,8 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   if (stats) *stats = Tensor<double>(Shape{qs.B, qs.H, qs.T, 4});
   std::vector<Visibility> vis;
   for (Index b = 0; b < qs.B; ++b) vis.push_back(visibility(opts, b, qs.T, T_k));
+  std::vector<HeadModifiers> mods;
+  for (Index h = 0; h < qs.H; ++h) mods.push_back(head_modifiers(opts, h, qs.T, T_k));
 
   // Items (b, h, block), heaviest first under the causal rule (later blocks see more keys), so the last
   // items left are short ones. Each item writes only its own rows: the bits do not depend on the threads.
@@ -178,8 +194,8 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
     const Index i0 = blk * kBlockQ, i1 = std::min(qs.T, i0 + kBlockQ);
     S* o = out.data() + (b * qs.H + h) * qs.T * qs.D;
     double* sp = stats ? stats->data() + (b * qs.H + h) * qs.T * 4 : nullptr;
-    stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis[std::size_t(b)], A(scale), i0, i1, o,
-                                sp, st);
+    stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis[std::size_t(b)], A(scale),
+                                mods[std::size_t(h)], i0, i1, o, sp, st);
   };
   const unsigned hw = opts.threads > 0 ? unsigned(opts.threads) : std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads = work < kThreadWork ? 1u : unsigned(std::min<Index>(hw, items));

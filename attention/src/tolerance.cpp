@@ -46,6 +46,17 @@
 //    output by at most 2·max|v| (ρ is capped at 2 in the output bound). Capping ρ itself at 2 in the weight
 //    bound would be wrong: with identical keys at |s| ~ 1e8, float32 rounds one score of a row differently and
 //    that key takes 0.87 of the weight where the oracle gives each of 9 keys 1/9.
+// 6. Log-sum-exp. lse_i = log(Σ_j exp(s_ij) [+ exp(σ)]): perturbing every exponent by at most Δ_i moves it by at
+//    most Δ_i, the sum's rounding by log(1 + γ_T) ≤ γ_T, exp's ulps by 4u_a, and forming m + log l in the
+//    accumulation type by step 2b's 2u_a·Λ_i ≤ λ_i: |δlse_i| ≤ 2Δ_i + λ_i + γ_T + 5u_a = log(1 + ρ_i). Where ρ_i
+//    overflows (step 5) the LSE still lies in [max s, max s + ln T], and a kernel's in its own such interval:
+//    off by at most max(1, |lse|) + ln T, taken as max(1, |lse|)·2. A row that sees no key (and no sink) has
+//    lse = -inf exactly. Plus u_a·|lse| for storing it.
+// 7. Modifiers (HeadModifiers). Softcap s = cap·tanh(s_raw/cap) has derivative ≤ 1, so step 1's error in s_raw
+//    passes through at most as large; tanh to a few ulp, the division and the product add ≤ 5u_a·|s_raw|. ALiBi
+//    adds b = slope·(j - p): the slope rounded to the accumulation type and the product, 2u_a·|b|, and the sum
+//    (covered by the 4u_a·max|s| of step 1, taken over the larger of |s_raw| and the modified |s|). A sink σ is
+//    one more softmax term: its rounding u_a·|σ| (in max|s|), and T_vis + 1 terms in γ_T and λ.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -111,8 +122,8 @@ struct RowTerms {
         pre_scale(t == DType::f64 ? 0.0 : 2 * unit_roundoff(t)),  // q (and k) scaled in the dtype first
         safety(safety_) {}
 
-  double rho_w(double abs_dot, double s_max, Index n_vis) const {
-    const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max;
+  double rho_w(double abs_dot, double s_max, Index n_vis, double modifier_error = 0) const {
+    const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max + modifier_error;  // step 7
     const double lambda = lse_exponent_error(dtype, s_max, n_vis);  // step 2b
     return std::expm1(2 * delta + lambda + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
   }
@@ -134,24 +145,36 @@ struct RowTerms {
 }  // namespace
 
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
-                                      const BoolMask& mask, double scale) {
+                                      const BoolMask& mask, double scale, const HeadModifiers& mods) {
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const RowTerms terms(dtype, D, 1.0);
+  const double u_a = accumulation_roundoff(dtype);
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
+  const bool sink = mods.sink && std::isfinite(*mods.sink);
   Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
   for (Index i = 0; i < T_q; ++i) {
-    double abs_dot = 0, s_max = 0;
+    double abs_dot = 0, s_max = sink ? std::abs(*mods.sink) : 0.0, raw_max = 0, bias_max = 0;
     Index n_vis = 0;
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
       ++n_vis;
       abs_dot = std::max(abs_dot, abs_qk(i, j));
-      s_max = std::max(s_max, std::abs(s(i, j)));
+      raw_max = std::max(raw_max, std::abs(s(i, j)));
+      s_max = std::max({s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
+      bias_max = std::max(bias_max, std::abs(mods.alibi_slope * double(j - (i + mods.position_offset))));
     }
-    if (n_vis > 0) rho(i) = terms.rho_w(abs_dot, s_max, n_vis);  // an empty row is exactly zero
+    const double mod_err = (mods.softcap ? 5 * u_a * raw_max : 0.0) + 2 * u_a * bias_max;  // step 7
+    if (n_vis > 0) rho(i) = terms.rho_w(abs_dot, s_max, n_vis + (sink ? 1 : 0), mod_err);  // an empty row: zero
   }
   return rho;
+}
+
+double lse_tolerance(DType dtype, double rho_w, double oracle_lse, double safety) {
+  if (std::isinf(oracle_lse) && oracle_lse < 0) return 0.0;  // step 6: exactly -inf
+  const double u_a = accumulation_roundoff(dtype), a = std::abs(oracle_lse);
+  const double first = std::isinf(rho_w) ? 2 * std::max(1.0, a) : std::log1p(rho_w);
+  return safety * first + u_a * a;
 }
 
 namespace {
@@ -159,10 +182,10 @@ namespace {
 HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
                                 const Matrix<double>& v, const BoolMask& mask, double scale,
                                 const Matrix<double>& oracle_output, const Matrix<double>& oracle_weights,
-                                double safety) {
+                                double safety, const HeadModifiers& mods) {
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const RowTerms terms(dtype, D, safety);
-  const Eigen::VectorXd rho_rows = weight_relative_error(dtype, q, k, mask, scale);
+  const Eigen::VectorXd rho_rows = weight_relative_error(dtype, q, k, mask, scale, mods);
 
   HeadTolerance tol{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, T_k)};
   for (Index i = 0; i < T_q; ++i) {
@@ -197,15 +220,15 @@ bool daz_inputs(DType dtype, Matrix<double>& x) {
 
 HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
-                             const Matrix<double>& oracle_weights, double safety) {
-  HeadTolerance tol = head_tolerance_at(dtype, q, k, v, mask, scale, oracle_output, oracle_weights, safety);
+                             const Matrix<double>& oracle_weights, double safety, const HeadModifiers& mods) {
+  HeadTolerance tol = head_tolerance_at(dtype, q, k, v, mask, scale, oracle_output, oracle_weights, safety, mods);
   // Step 4, DAZ: a kernel that reads subnormal inputs as 0 computes the problem on the flushed inputs, within
   // that problem's bound of its oracle, which differs from this oracle by what it differs.
   Matrix<double> q0 = q, k0 = k, v0 = v;
   const bool dq = daz_inputs(dtype, q0), dk = daz_inputs(dtype, k0), dv = daz_inputs(dtype, v0);
   if (!(dq || dk || dv)) return tol;
-  const HeadTrace<double> t = attend<double>(q0, k0, v0, mask, scale);
-  const HeadTolerance t0 = head_tolerance_at(dtype, q0, k0, v0, mask, scale, t.output, t.weights, safety);
+  const HeadTrace<double> t = attend<double>(q0, k0, v0, mask, scale, mods);
+  const HeadTolerance t0 = head_tolerance_at(dtype, q0, k0, v0, mask, scale, t.output, t.weights, safety, mods);
   tol.output = tol.output.cwiseMax(t0.output + (t.output - oracle_output).cwiseAbs());
   tol.weights = tol.weights.cwiseMax(t0.weights + (t.weights - oracle_weights).cwiseAbs());
   return tol;
@@ -240,16 +263,26 @@ VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis)
 
 Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, const Visibility& vis,
                                          const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
-                                         const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety) {
+                                         const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety,
+                                         const HeadModifiers& mods) {
   const Index T_q = vis.T_q, D = v.cols();
   const RowTerms terms(dtype, D, safety);
+  const double u_a = accumulation_roundoff(dtype);
+  const bool sink = mods.sink && std::isfinite(*mods.sink);
   const VisibleRange range = visible_value_range(v, vis);
   Matrix<double> tol = Matrix<double>::Zero(T_q, D);
   if (rho_w) rho_w->setZero(T_q);
   for (Index i = 0; i < T_q; ++i) {
     const Index n_vis = vis.keys(i).size();
     if (n_vis == 0) continue;
-    const double r = terms.rho_w(abs_dot(i), abs_score(i), n_vis);
+    // Step 7 from the row statistics: |s_raw| ≤ abs_dot, the bias largest at the visible run's ends; abs_score
+    // already holds the modified scores and the sink.
+    const KeyRange kr = vis.keys(i);
+    const Index p = i + mods.position_offset;
+    const double bias_max = std::abs(mods.alibi_slope) * double(std::max(std::abs(kr.begin - p), std::abs(kr.end - 1 - p)));
+    const double s_max = mods.softcap ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
+    const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max;
+    const double r = terms.rho_w(abs_dot(i), s_max, n_vis + (sink ? 1 : 0), mod_err);
     if (rho_w) (*rho_w)(i) = r;
     const Eigen::RowVectorXd v_col_max = range.min.row(i).cwiseAbs().cwiseMax(range.max.row(i).cwiseAbs());
     terms.output(r, n_vis, v_col_max, oracle_output.row(i), tol.row(i));

@@ -2,6 +2,7 @@
 #include "attncheck/implementation.hpp"
 
 #include <algorithm>
+#include <limits>
 
 namespace attncheck {
 
@@ -63,6 +64,8 @@ Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o)
       for (Index h = 0; h < s.H; ++h) {
         o.output.head(b, h).row(i).setZero();
         if (o.weights) o.weights->head(b, h).row(i).setZero();
+        if (o.lse && o.lse->shape() == Shape{s.B, s.H, s.T, 1})  // the LSE of such a row: the sink alone, or -inf
+          (*o.lse)(b, h, i, 0) = p.sinks.empty() ? -std::numeric_limits<double>::infinity() : p.sinks[std::size_t(h)];
       }
     }
   }
@@ -93,6 +96,11 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (!p.key_lengths.empty() && !caps.key_padding) needs.push_back("key padding (key lengths)");
   if (p.window && !caps.window) needs.push_back("a window (" + std::to_string(*p.window) + ")");
   if (p.d_output && !caps.backward) needs.push_back("a backward pass");
+  if (p.want_lse && !caps.lse) needs.push_back("the log-sum-exp");
+  if (!p.sinks.empty() && !caps.sinks) needs.push_back("attention sinks");
+  if (p.softcap && !caps.softcap) needs.push_back("logit softcapping (" + format_number(*p.softcap, 6) + ")");
+  if (!p.alibi_slopes.empty() && !caps.alibi) needs.push_back("ALiBi slopes");
+  if (!p.causal && !caps.bidirectional) needs.push_back("no causal rule (bidirectional)");
   return needs;
 }
 
@@ -119,6 +127,10 @@ std::string describe_capabilities(const Capabilities& caps) {
   s += caps.key_padding ? "; key padding" : "; no key padding";
   s += caps.window ? "; windows" : "; no window";
   s += caps.backward ? "; a backward pass" : "; no backward pass";
+  for (const auto& [on, what] : {std::pair{caps.lse, "the log-sum-exp"}, std::pair{caps.sinks, "sinks"},
+                                 std::pair{caps.softcap, "softcap"}, std::pair{caps.alibi, "ALiBi"},
+                                 std::pair{caps.bidirectional, "bidirectional"}})
+    if (on) s += std::string("; ") + what;
   if (caps.empty_rows == EmptyRows::any) s += "; rows that see no key: unspecified output (skipped)";
   return s;
 }
@@ -141,7 +153,14 @@ std::string_view empty_rows_name(EmptyRows e) {
 }
 
 AttentionOptions Problem::options() const {
-  return AttentionOptions{.scale = scale, .alignment = alignment, .key_lengths = key_lengths, .window = window};
+  return AttentionOptions{.scale = scale,
+                          .alignment = alignment,
+                          .key_lengths = key_lengths,
+                          .window = window,
+                          .softcap = softcap,
+                          .alibi_slopes = alibi_slopes,
+                          .sinks = sinks,
+                          .causal = causal};
 }
 
 Visibility Problem::visibility(Index b) const {
@@ -195,6 +214,10 @@ ImplementationPtr make_implementation(std::string name, std::string description,
 }
 
 void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name) {
+  if (!p.sinks.empty() && g.dsinks.size() != p.sinks.size())
+    throw ImplementationError(ImplementationError::Kind::wrong_size,
+                              impl_name + ": d_sinks has " + std::to_string(g.dsinks.size()) + " entries but must have " +
+                                  std::to_string(p.sinks.size()) + " (one per query head, for the sinks it was given)");
   const std::pair<const char*, std::pair<const Tensor<double>*, const Tensor<double>*>> parts[] = {
       {"dq", {&g.dq, &p.q}}, {"dk", {&g.dk, &p.k}}, {"dv", {&g.dv, &p.v}}};
   for (const auto& [name, t] : parts)
@@ -211,6 +234,11 @@ void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& 
     throw ImplementationError(ImplementationError::Kind::wrong_size,
                               impl_name + ": output is " + to_string(o.output.shape()) + " but q is " + to_string(q) +
                                   " (the output must have q's shape)");
+  const Shape want_lse{q.B, q.H, q.T, 1};
+  if (o.lse && o.lse->shape() != want_lse)
+    throw ImplementationError(ImplementationError::Kind::wrong_size,
+                              impl_name + ": lse is " + to_string(o.lse->shape()) + " but must be " +
+                                  to_string(want_lse) + " ([B,H,T_q,1], one per query row)");
   const Shape want_w{q.B, q.H, q.T, p.k.shape().T};
   if (o.weights && o.weights->shape() != want_w)
     throw ImplementationError(ImplementationError::Kind::wrong_size,
@@ -222,14 +250,14 @@ ImplementationPtr reference_implementation() {
   Capabilities caps;
   caps.nonfinite_safe = true;
   caps.gqa = caps.key_padding = caps.window = true;
+  caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
   caps.reentrant = true;  // a pure function of the problem
   caps.empty_rows = EmptyRows::zero;
   static const ImplementationPtr ref = make_implementation(
       "reference", "attncheck's Eigen core: boolean causal mask, stable softmax, float accumulation", caps,
       [](const Problem& p) {
-        return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
-          return attention(q, k, v, pr.options(), w);
-        });
+        return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w,
+                               Tensor<double>* lse) { return attention(q, k, v, pr.options(), w, lse); });
       },
       [](const Problem& p) {
         return run_backward_typed(p, [](const auto& q, const auto& k, const auto& v, const auto& d_output,

@@ -4,9 +4,14 @@
 //   W_q,W_k,W_v [C,d]                    projections
 //   Q,K,V    [T,d]   = X W               (batched: Q [B,H,T_q,D], K,V [B,H,T_k,D])
 //   scores   [T_q,T_k] = Q Kᵀ · scale    scale defaults to 1/√D
+//   modified [T_q,T_k]                   score modifiers, in this order (causal path, AttentionOptions):
+//                                         softcap s = cap·tanh(s/cap), then ALiBi s += slope_h·(j - p)
 //   masked   [T_q,T_k]                   causal mask: select (BoolMask) or add (AdditiveMask)
-//   weights  [T_q,T_k] = softmax over the key axis (each row sums to 1)
+//   weights  [T_q,T_k] = softmax over the key axis (each row sums to 1; with a sink logit σ_h, the softmax
+//                        has one more column, exp(σ_h - lse), that is dropped: the row sums to 1 - p_sink)
 //   output   [T_q,D] = weights V
+//   lse      [T_q]   = log(Σ_visible exp(s_ij) + exp(σ_h)), natural log, -inf for a row that sees no key
+//                      (and no sink)
 //
 // Low precision (half, bfloat16) is widened to float for every product, softmax and sum, and only the
 // output (and returned weights) are rounded back, as production kernels do. A row with no visible key gets
@@ -34,6 +39,19 @@ struct AttentionOptions {
   /// Sliding window (FlashAttention's left window w >= 0): a query at aligned position p sees only keys
   /// p - w <= j <= p. Empty: no window. Causal path only.
   std::optional<Index> window{};
+  /// Score modifiers (ABI 3), applied to each scaled score s = scale·q·k in the order softcap, ALiBi, mask,
+  /// sink (attncheck/plugin.h documents the same order):
+  /// Logit softcapping (Gemma 2): s = softcap·tanh(s/softcap). Must be finite and positive; empty: none.
+  std::optional<double> softcap{};
+  /// ALiBi: one slope per query head, s += slope_h·(j - p) for key j and the query's aligned position p.
+  /// Empty: none; otherwise H finite entries.
+  std::vector<double> alibi_slopes{};
+  /// Attention sinks (gpt-oss): one logit per query head, an extra column in every row's softmax that has no
+  /// value and is dropped from the weights and the output; included in the LSE. Empty: none; otherwise H
+  /// entries, each finite or -inf (a sink of -inf is plain attention).
+  std::vector<double> sinks{};
+  /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
+  bool causal = true;
   /// Threads for the streamed forward (attention() without weights): 0 takes every core. The result's bits
   /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
   int threads = 0;
@@ -42,11 +60,33 @@ struct AttentionOptions {
 /// The visibility rule of batch entry b under these options (causal alignment, padding, window).
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k);
 
+/// One head's score modifiers, as attend() takes them: a query i sits at aligned position p = i + offset.
+struct HeadModifiers {
+  std::optional<double> softcap{};
+  double alibi_slope = 0;        ///< 0: no bias
+  std::optional<double> sink{};  ///< the sink logit (may be -inf); empty: none
+  Index position_offset = 0;     ///< 0 top-left, T_k - T_q bottom-right
+  bool any() const { return softcap || alibi_slope != 0 || sink; }
+};
+/// The modifiers query head h gets under these options (T_q queries over T_k keys).
+HeadModifiers head_modifiers(const AttentionOptions& opts, Index h, Index T_q, Index T_k);
+/// The modified score: softcap then ALiBi, as every path computes it (in the accumulation type A).
+template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index j) {
+  using std::tanh;
+  if (m.softcap) {
+    const A cap = static_cast<A>(*m.softcap);
+    s = cap * tanh(s / cap);
+  }
+  if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(j - (i + m.position_offset));
+  return s;
+}
+
 /// One head's intermediate values, so callers can check every step, not only the output.
 template <class S> struct HeadTrace {
   Matrix<Acc<S>> scores;   ///< [T_q,T_k] QKᵀ·scale, before the mask
   Matrix<Acc<S>> weights;  ///< [T_q,T_k] softmax of the masked scores, in the accumulation type
   Matrix<S> output;        ///< [T_q,D] weights·V, rounded to S
+  Matrix<Acc<S>> lse;      ///< [T_q,1] log Σ exp over the visible modified scores and the sink; -inf: none
   double scale = 0;        ///< the scale actually used
 };
 
@@ -54,6 +94,10 @@ template <class S> struct HeadTrace {
 template <class S>
 HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const BoolMask& mask,
                     std::optional<double> scale = {});
+/// One head under a boolean mask with score modifiers (`scale` already resolved).
+template <class S>
+HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const BoolMask& mask, double scale,
+                    const HeadModifiers& mods);
 /// One head under an additive mask.
 template <class S>
 HeadTrace<S> attend(const Matrix<S>& q, const Matrix<S>& k, const Matrix<S>& v, const AdditiveMask& mask,
@@ -75,10 +119,11 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
 /// repeat_interleave, FlashAttention and ggml do. When `weights` is not null it receives [B,H,T_q,T_k] and the
 /// path is the materialising one, bit for bit the single-head path's; without, the forward is streamed: query
 /// blocks against key tiles with an online softmax, hidden tiles skipped, heads and blocks on threads, O(T·D)
-/// extra memory (identical bits whatever opts.threads).
+/// extra memory (identical bits whatever opts.threads). When `lse` is not null it receives [B,H,T_q,1], each
+/// row's log-sum-exp in the accumulation type, widened.
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts = {},
-                    Tensor<S>* weights = nullptr);
+                    Tensor<S>* weights = nullptr, Tensor<double>* lse = nullptr);
 /// Batched attention under an explicit boolean mask [T_q,T_k], broadcast over batch and heads.
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const BoolMask& mask,
@@ -92,12 +137,14 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
 /// dtype can be compared against it.
 template <class S>
 Tensor<double> oracle(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts = {},
-                      Tensor<double>* weights = nullptr);
+                      Tensor<double>* weights = nullptr, Tensor<double>* lse = nullptr);
 
 /// Per-row statistics of the streamed float64 oracle, from which any weight of a row follows without a
-/// [T_q,T_k] matrix: w_ij = exp(s_ij - m_i) / l_i for a visible key j, 0 otherwise.
+/// [T_q,T_k] matrix: w_ij = exp(s_ij - m_i) / l_i for a visible key j (s the modified score), 0 otherwise. A
+/// sink counts as one more term in m and l (and in max|s|), so the LSE is m + log l.
 struct RowStats {
   Tensor<double> values{Shape{}};  ///< [B,H,T_q,4]: m, l, max|s|, max scale·Σ_c|q_c k_c| (over visible keys)
+  double lse(Index b, Index h, Index i) const;                                      ///< m + log l; -inf: none
   double max(Index b, Index h, Index i) const { return values(b, h, i, 0); }        ///< m_i (-inf: no key)
   double sum(Index b, Index h, Index i) const { return values(b, h, i, 1); }        ///< l_i (0: no key)
   double abs_score(Index b, Index h, Index i) const { return values(b, h, i, 2); }  ///< max_j |s_ij|

@@ -10,6 +10,10 @@
 //   dS   [T_q,T_k] = P ∘ (dP - Δ)          exactly 0 on every key query i cannot see
 //   dQ   [T_q,D]  = scale · dS K
 //   dK   [T_k,D]  = scale · dSᵀ Q          (summed over the group)
+//
+// Score modifiers (AttentionOptions): softcap multiplies dS by its derivative 1 - tanh²(s_raw/cap) before dQ and
+// dK; ALiBi adds a constant (nothing to differentiate); a sink σ_h is a softmax column with no value, so its dP
+// is 0 and its dS is -P_sink·Δ_i: d_sinks[h] = -Σ_{b,i} exp(σ_h - lse_i)·Δ_i.
 #pragma once
 
 #include "attncheck/attention.hpp"
@@ -20,6 +24,9 @@ namespace attncheck {
 /// dQ [B,H,T_q,D], dK and dV [B,H_kv,T_k,D] (a shared kv head's gradient sums over its group of query heads).
 template <class S> struct AttentionGradients {
   Tensor<S> dq{Shape{}}, dk{Shape{}}, dv{Shape{}};
+  /// With sinks: H entries, the gradient of each head's sink logit (summed over batch entries and rows, in the
+  /// accumulation type, widened); empty otherwise.
+  std::vector<double> dsinks{};
 };
 
 /// The reference backward of attention(q, k, v, opts) for the upstream gradient `d_output` [B,H,T_q,D]: the

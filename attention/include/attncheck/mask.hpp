@@ -38,6 +38,9 @@ struct Visibility {
   CausalAlignment alignment = kDefaultAlignment;
   Index key_length = -1;        ///< keys j >= key_length are padding; negative: no padding (every key is real)
   std::optional<Index> window{};  ///< FlashAttention's left window w >= 0; empty: no window
+  /// false: no causal rule (bidirectional, an encoder): every key up to the padding, from the window's start,
+  /// is visible whatever the position.
+  bool causal = true;
 
   /// The aligned position p of query i.
   Index position(Index i) const;

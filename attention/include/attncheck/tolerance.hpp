@@ -2,6 +2,7 @@
 // is a function of the dtype, T, D and the inputs' magnitudes; the derivation is in tolerance.cpp.
 #pragma once
 
+#include "attncheck/attention.hpp"
 #include "attncheck/dtype.hpp"
 #include "attncheck/mask.hpp"
 #include "attncheck/tensor.hpp"
@@ -37,7 +38,7 @@ double accumulation_roundoff(DType dtype);
 /// may have in every weight of the row (steps 1-2 of tolerance.cpp): +inf where the dtype cannot resolve the
 /// softmax at all, 0 for a row that sees no key.
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
-                                      const BoolMask& mask, double scale);
+                                      const BoolMask& mask, double scale, const HeadModifiers& mods = {});
 
 /// Flushes, in place, every entry of x that is subnormal in the type `dtype` accumulates in (what DAZ reads
 /// as 0): |x| < 2^-126 for float32/float16/bfloat16, 2^-1022 for float64. True when one was flushed.
@@ -54,7 +55,12 @@ struct HeadTolerance {
 /// is only known to be a few ulp). Inputs subnormal in the accumulation type widen it to cover a DAZ kernel.
 HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<double>& k, const Matrix<double>& v,
                              const BoolMask& mask, double scale, const Matrix<double>& oracle_output,
-                             const Matrix<double>& oracle_weights, double safety = 2.0);
+                             const Matrix<double>& oracle_weights, double safety = 2.0,
+                             const HeadModifiers& mods = {});
+
+/// Allowed |lse - oracle lse| on one query row (tolerance.cpp, step 6) whose relative weight error is ρ_w
+/// (weight_relative_error, streamed_output_tolerance): 0 for a row whose oracle LSE is -inf (it must be -inf).
+double lse_tolerance(DType dtype, double rho_w, double oracle_lse, double safety = 2.0);
 
 /// Per row i and column c, the smallest and largest v[j,c] over the keys row i sees (0 for a row that sees
 /// none), in O(T·D) with one monotone queue per column: visible runs only move right as i grows.
@@ -70,7 +76,7 @@ VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis)
 Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, const Visibility& vis,
                                          const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w,
-                                         double safety = 2.0);
+                                         double safety = 2.0, const HeadModifiers& mods = {});
 
 /// Allowed |actual - oracle| on one visible weight whose oracle value is w, in a row with relative error
 /// ρ_w (head_tolerance's weight bound, element by element).

@@ -28,12 +28,20 @@ struct Problem {
   std::vector<Index> key_lengths{};
   /// Sliding window: a query at aligned position p sees keys p - window <= j <= p. Empty: no window.
   std::optional<Index> window{};
+  /// Score modifiers (ABI 3), in the order softcap, ALiBi, mask, sink (AttentionOptions says what each does):
+  std::optional<double> softcap{};    ///< > 0: s = softcap·tanh(s/softcap); empty: none
+  std::vector<double> alibi_slopes{};  ///< H slopes (query heads): s += slope_h·(j - p); empty: none
+  std::vector<double> sinks{};         ///< H sink logits (finite or -inf); empty: none
+  bool causal = true;                  ///< false: no causal rule (bidirectional)
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
+  bool want_lse = false;     ///< the law reads the LSE; ignored by implementations that cannot return it
   /// The gradient of the loss with respect to the output, dO [B,H,T_q,D]: set for backward calls only.
   std::optional<Tensor<double>> d_output{};
 
   Index kv_heads() const { return k.shape().H; }
-  /// The core's options for this problem (scale, alignment, key lengths, window).
+  /// Whether any score modifier is set (softcap, ALiBi, sinks).
+  bool modified() const { return softcap || !alibi_slopes.empty() || !sinks.empty(); }
+  /// The core's options for this problem (scale, alignment, key lengths, window, modifiers, causal).
   AttentionOptions options() const;
   /// Which keys query i of batch entry b sees.
   Visibility visibility(Index b) const;
@@ -59,6 +67,9 @@ enum class EmptyRows {
 struct Outcome {
   Tensor<double> output{Shape{}};         ///< [B,H,T_q,D]
   std::optional<Tensor<double>> weights;  ///< [B,H,T_q,T_k], when the implementation returns them
+  /// [B,H,T_q,1]: each row's log-sum-exp (natural log, over the modified scores and the sink; -inf for a row that
+  /// sees no key and has no sink), when the problem asks for it and the implementation returns it (Capabilities::lse).
+  std::optional<Tensor<double>> lse;
   int calls = 1;  ///< calls to the implementation this outcome took (more when its weights were probed)
 };
 
@@ -93,6 +104,9 @@ struct Capabilities {
   bool window = false;
   /// Has a backward pass (Implementation::backward): the gradient laws apply.
   bool backward = false;
+  /// ABI 3 (ATTNCHECK_CAP3_*): returns each row's log-sum-exp when asked (Problem::want_lse); honours sink
+  /// logits (and, with a backward, returns their gradient), logit softcapping, ALiBi slopes, and causal = false.
+  bool lse = false, sinks = false, softcap = false, alibi = false, bidirectional = false;
   /// Calls may run concurrently from several threads and each call's result depends only on its problem (no
   /// state kept between calls): `--jobs` then checks several laws at once. Off by default: a plug-in, a
   /// subprocess or a stateful kernel is called one law after the other, in the serial order.
@@ -100,9 +114,10 @@ struct Capabilities {
   /// The convention it declares for rows that see no key; empty: either is accepted, and reports say which
   /// one it follows.
   std::optional<EmptyRows> empty_rows;
-  /// What an ABI-3 plug-in or a version-3 exec: client declares beyond the above (attncheck/plugin.h): its
-  /// ATTNCHECK_CAP3_* bits, page sizes and page layouts, and head dimensions whose D_v differs from D. Carried so
-  /// that reports say what was declared; this attncheck draws no call that uses them yet.
+  /// What an ABI-3 plug-in or a version-3 exec: client declares (attncheck/plugin.h): its ATTNCHECK_CAP3_* bits
+  /// (those above are also set as the bools), page sizes and page layouts, and head dimensions whose D_v differs
+  /// from D. Carried so that reports say what was declared; this attncheck draws no call that uses paging,
+  /// documents, block masks or D_v != D yet.
   std::uint32_t abi3_flags = 0;
   std::vector<Index> page_sizes{};
   std::uint32_t page_layouts = 0;
@@ -175,14 +190,22 @@ ImplementationPtr make_implementation(std::string name, std::string description,
 
 /// Converts the problem's tensors to the native scalar of its dtype (exactly), calls
 /// `f(q, k, v, problem, weights_or_null) -> Tensor<S> output` and widens the results back. `f` is generic
-/// over S (a template lambda), so one body serves all four dtypes.
+/// over S (a template lambda), so one body serves all four dtypes. An `f` that also takes a `Tensor<double>*`
+/// for the LSE gets one when the problem asks for it (want_lse), and its LSE is returned.
 template <class F> Outcome run_typed(const Problem& p, F&& f) {
   return visit_dtype(p.dtype, [&](auto tag) {
     using S = decltype(tag);
     const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>();
     Tensor<S> w(Shape{1, 1, 1, 1});
     Outcome o;
-    o.output = f(q, k, v, p, p.want_weights ? &w : nullptr).template cast<double>();
+    if constexpr (std::is_invocable_v<F, const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const Problem&, Tensor<S>*,
+                                      Tensor<double>*>) {
+      Tensor<double> lse(Shape{1, 1, 1, 1});
+      o.output = f(q, k, v, p, p.want_weights ? &w : nullptr, p.want_lse ? &lse : nullptr).template cast<double>();
+      if (p.want_lse) o.lse = std::move(lse);
+    } else {
+      o.output = f(q, k, v, p, p.want_weights ? &w : nullptr).template cast<double>();
+    }
     if (p.want_weights) o.weights = w.template cast<double>();
     return o;
   });
@@ -197,7 +220,8 @@ template <class F> Gradients run_backward_typed(const Problem& p, F&& f) {
     using S = decltype(tag);
     const AttentionGradients<S> g = f(p.q.template cast<S>(), p.k.template cast<S>(), p.v.template cast<S>(),
                                       p.d_output->template cast<S>(), p);
-    return Gradients{g.dq.template cast<double>(), g.dk.template cast<double>(), g.dv.template cast<double>()};
+    return Gradients{g.dq.template cast<double>(), g.dk.template cast<double>(), g.dv.template cast<double>(),
+                     g.dsinks};
   });
 }
 

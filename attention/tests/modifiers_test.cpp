@@ -1,0 +1,205 @@
+// The score modifiers (softcap, ALiBi, sinks), causal = false and the log-sum-exp, on hand-made cases: each one
+// against the formula written out in float64 here, the streamed path against the materialising one, neutral
+// settings equal to plain attention, and the backward (d_sinks included) against central differences.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "attncheck/attention.hpp"
+#include "attncheck/backward.hpp"
+#include "attncheck/tolerance.hpp"
+#include "wave.hpp"
+
+namespace attncheck {
+namespace {
+
+using test::wave;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The written-out formula for one (b, h, i): s = scale·q·k, softcap, ALiBi, causal (or not), sink column.
+struct Row {
+  std::vector<double> w;
+  std::vector<double> out;
+  double lse = -kInf;
+};
+Row by_hand(const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v, const AttentionOptions& o,
+            Index b, Index h, Index i) {
+  const Index T_q = q.shape().T, T_k = k.shape().T, D = q.shape().D, g = kv_head(h, q.shape().H, k.shape().H);
+  const double scale = o.scale ? *o.scale : 1 / std::sqrt(double(D));
+  const Index p = o.alignment == CausalAlignment::TopLeft ? i : i + T_k - T_q;
+  std::vector<double> s(std::size_t(T_k), -kInf);
+  for (Index j = 0; j < T_k; ++j) {
+    if (o.causal && j > p) continue;
+    double x = 0;
+    for (Index c = 0; c < D; ++c) x += q(b, h, i, c) * k(b, g, j, c);
+    x *= scale;
+    if (o.softcap) x = *o.softcap * std::tanh(x / *o.softcap);
+    if (!o.alibi_slopes.empty()) x += o.alibi_slopes[std::size_t(h)] * double(j - p);
+    s[std::size_t(j)] = x;
+  }
+  double total = o.sinks.empty() ? 0.0 : std::exp(o.sinks[std::size_t(h)]);
+  for (const double x : s) total += std::exp(x);
+  Row r;
+  r.lse = std::log(total);
+  r.out.assign(std::size_t(D), 0.0);
+  for (Index j = 0; j < T_k; ++j) {
+    r.w.push_back(total == 0 ? 0.0 : std::exp(s[std::size_t(j)]) / total);
+    for (Index c = 0; c < D; ++c) r.out[std::size_t(c)] += r.w.back() * v(b, g, j, c);
+  }
+  return r;
+}
+
+AttentionOptions all_modifiers(Index H) {
+  AttentionOptions o;
+  o.softcap = 1.5;
+  for (Index h = 0; h < H; ++h) {
+    o.alibi_slopes.push_back(std::ldexp(1.0, -int(h) - 1));
+    o.sinks.push_back(0.25 * double(h) - 0.5);
+  }
+  return o;
+}
+
+TEST(Modifiers, everyPathComputesTheWrittenOutFormula) {
+  const Shape qs{2, 2, 5, 3}, ks{2, 1, 7, 3};
+  const Tensor<double> q = wave<double>(qs, 0.1, 2.0), k = wave<double>(ks, 0.7, 2.0), v = wave<double>(ks, 1.3, 1.0);
+  for (const bool causal : {true, false})
+    for (const CausalAlignment a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight}) {
+      AttentionOptions o = all_modifiers(2);
+      o.causal = causal;
+      o.alignment = a;
+      Tensor<double> w{Shape{}}, lse{Shape{}}, lse_streamed{Shape{}};
+      const Tensor<double> out = attention<double>(q, k, v, o, &w, &lse);
+      const Tensor<double> streamed = attention<double>(q, k, v, o, nullptr, &lse_streamed);
+      for (Index b = 0; b < 2; ++b)
+        for (Index h = 0; h < 2; ++h)
+          for (Index i = 0; i < 5; ++i) {
+            const Row r = by_hand(q, k, v, o, b, h, i);
+            EXPECT_NEAR(lse(b, h, i, 0), r.lse, 1e-13);
+            EXPECT_NEAR(lse_streamed(b, h, i, 0), r.lse, 1e-13);
+            double visible = 0;
+            for (Index j = 0; j < 7; ++j) {
+              EXPECT_NEAR(w(b, h, i, j), r.w[std::size_t(j)], 1e-14);
+              visible += w(b, h, i, j);
+            }
+            // The sink takes exp(σ - lse) of the row; the visible weights sum to the rest.
+            EXPECT_NEAR(visible, 1 - std::exp(o.sinks[std::size_t(h)] - r.lse), 1e-14);
+            for (Index c = 0; c < 3; ++c) {
+              EXPECT_NEAR(out(b, h, i, c), r.out[std::size_t(c)], 1e-14);
+              EXPECT_NEAR(streamed(b, h, i, c), r.out[std::size_t(c)], 1e-14);
+            }
+          }
+    }
+}
+
+TEST(Modifiers, neutralSettingsArePlainAttention) {
+  const Shape s{1, 2, 6, 4};
+  const Tensor<float> q = wave<float>(s, 0.2, 3.0), k = wave<float>(s, 0.9, 3.0), v = wave<float>(s, 1.1, 1.0);
+  const Tensor<float> plain = attention<float>(q, k, v);
+  AttentionOptions o;
+  o.alibi_slopes = {0.0, 0.0};
+  o.sinks = {-kInf, -kInf};
+  EXPECT_EQ(attention<float>(q, k, v, o).values(), plain.values());  // exactly: nothing is added
+  Tensor<double> lse{Shape{}};
+  attention<float>(q, k, v, {}, nullptr, &lse);
+  for (Index n = 0; n < lse.size(); ++n) EXPECT_TRUE(std::isfinite(lse.values()[n]));
+}
+
+TEST(Modifiers, aRowThatSeesNoKeyHasLseMinusInfOrItsSink) {
+  const Shape qs{1, 1, 3, 2}, ks{1, 1, 1, 2};
+  const Tensor<double> q = wave<double>(qs, 0.1, 1.0), k = wave<double>(ks, 0.4, 1.0), v = wave<double>(ks, 0.8, 1.0);
+  AttentionOptions o;
+  o.alignment = CausalAlignment::BottomRight;  // queries 0 and 1 see nothing
+  for (Tensor<double>* w : {static_cast<Tensor<double>*>(nullptr), new Tensor<double>(Shape{})}) {
+    Tensor<double> lse{Shape{}};
+    attention<double>(q, k, v, o, w, &lse);
+    EXPECT_EQ(lse(0, 0, 0, 0), -kInf);
+    EXPECT_EQ(lse(0, 0, 1, 0), -kInf);
+    o.sinks = {0.75};
+    const Tensor<double> out = attention<double>(q, k, v, o, w, &lse);
+    EXPECT_EQ(lse(0, 0, 0, 0), 0.75);
+    EXPECT_EQ(out(0, 0, 0, 0), 0.0);
+    o.sinks.clear();
+    delete w;
+  }
+}
+
+TEST(Modifiers, badModifiersAreNamed) {
+  const Shape s{1, 2, 2, 2};
+  const Tensor<double> x = wave<double>(s, 0.3, 1.0);
+  AttentionOptions o;
+  o.sinks = {0.0};
+  EXPECT_THROW(attention<double>(x, x, x, o), ShapeError);
+  o.sinks = {0.0, kInf};
+  EXPECT_THROW(attention<double>(x, x, x, o), ValueError);
+  o = {};
+  o.softcap = 0.0;
+  EXPECT_THROW(attention<double>(x, x, x, o), ValueError);
+  o = {};
+  o.alibi_slopes = {1.0, std::nan("")};
+  EXPECT_THROW(attention<double>(x, x, x, o), ValueError);
+}
+
+// L = Σ dO ∘ attention: the backward's dQ, dK, dV and d_sinks against central differences.
+TEST(Modifiers, theBackwardMatchesCentralDifferences) {
+  const Shape qs{1, 2, 4, 3}, ks{1, 1, 5, 3};
+  Tensor<double> q = wave<double>(qs, 0.1, 1.5), k = wave<double>(ks, 0.7, 1.5), v = wave<double>(ks, 1.3, 1.5);
+  const Tensor<double> dO = wave<double>(qs, 2.9, 1.0);
+  AttentionOptions o = all_modifiers(2);
+  o.alignment = CausalAlignment::BottomRight;
+  const auto loss = [&] { return attention<double>(q, k, v, o).values().dot(dO.values()); };
+  const AttentionGradients<double> g = attention_backward<double>(q, k, v, dO, o);
+  const double h = 1e-5;
+  for (auto [x, grad] : {std::pair{&q, &g.dq}, {&k, &g.dk}, {&v, &g.dv}})
+    for (Index n = 0; n < x->size(); ++n) {
+      const double x0 = x->values()[n];
+      x->values()[n] = x0 + h;
+      const double up = loss();
+      x->values()[n] = x0 - h;
+      const double down = loss();
+      x->values()[n] = x0;
+      EXPECT_NEAR(grad->values()[n], (up - down) / (2 * h), 1e-7) << "entry " << n;
+    }
+  ASSERT_EQ(g.dsinks.size(), 2u);
+  for (std::size_t s = 0; s < 2; ++s) {
+    const double s0 = o.sinks[s];
+    o.sinks[s] = s0 + h;
+    const double up = loss();
+    o.sinks[s] = s0 - h;
+    const double down = loss();
+    o.sinks[s] = s0;
+    EXPECT_NEAR(g.dsinks[s], (up - down) / (2 * h), 1e-7);
+  }
+  // The derived bound holds for the float32 reference (the check the gradient laws make).
+  const auto f = [](const Tensor<double>& t) { return t.cast<float>(); };
+  const AttentionGradients<float> gf = attention_backward<float>(f(q), f(k), f(v), f(dO), o);
+  const GradientCheck c = gradient_check(DType::f32, f(q).cast<double>(), f(k).cast<double>(), f(v).cast<double>(),
+                                         f(dO).cast<double>(), o);
+  for (std::size_t s = 0; s < 2; ++s) {
+    EXPECT_LE(std::abs(gf.dsinks[s] - c.oracle.dsinks[s]), c.tolerance.dsinks[s]);
+    EXPECT_LT(c.tolerance.dsinks[s], 0.01 * std::abs(c.oracle.dsinks[s]));  // not vacuous: a 1% error is caught
+  }
+}
+
+TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {
+  const Shape s{1, 2, 40, 16};
+  const Tensor<Eigen::half> q = wave<Eigen::half>(s, 0.2, 4.0), k = wave<Eigen::half>(s, 0.5, 4.0),
+                            v = wave<Eigen::half>(s, 0.8, 1.0);
+  const AttentionOptions o = all_modifiers(2);
+  Tensor<double> lse{Shape{}}, want{Shape{}};
+  attention<Eigen::half>(q, k, v, o, nullptr, &lse);
+  oracle(q, k, v, o, nullptr, &want);
+  for (Index h = 0; h < 2; ++h) {
+    const Eigen::VectorXd rho = weight_relative_error(DType::f16, q.cast<double>().head(0, h), k.cast<double>().head(0, h),
+                                                      BoolMask::causal(40, 40), 0.25, head_modifiers(o, h, 40, 40));
+    for (Index i = 0; i < 40; ++i) {
+      const double tol = lse_tolerance(DType::f16, rho(i), want(0, h, i, 0));
+      EXPECT_LE(std::abs(lse(0, h, i, 0) - want(0, h, i, 0)), tol);
+      // Not vacuous: a base-2 LSE (off by (1/ln 2 - 1)·|lse|) or one without its max would be caught.
+      if (std::abs(want(0, h, i, 0)) > 2) EXPECT_LT(tol, 0.44 * std::abs(want(0, h, i, 0)));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attncheck

@@ -678,6 +678,9 @@ std::vector<std::string> shape_tags(const Problem& p) {
     const Index w = *p.window, T_max = std::max(T, p.k.shape().T);
     tags.push_back(w == 0 ? "window=0" : w == 1 ? "window=1" : w >= T_max ? "window>=T" : "window=2..T-1");
   }
+  if (p.softcap) tags.push_back("softcap");
+  if (!p.alibi_slopes.empty()) tags.push_back("alibi");
+  if (!p.sinks.empty()) tags.push_back("sinks");
   // KV-cache calls: the new token(s) at the end of the cache.
   if (p.alignment == CausalAlignment::BottomRight && T < p.k.shape().T)
     tags.push_back(T == 1 ? "decode (T_q=1<T_k, bottom-right)" : "chunk (1<T_q<T_k, bottom-right)");
@@ -976,6 +979,11 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     if (cv.scale > 0) p.scale = cv.scale;
     if (s.q_ids != iota(s.T_q)) c.positions = s.q_ids;  // a position was deleted: the others keep their ids
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;
+    p.want_lse = opts.want_lse && cfg.caps.lse;
+    // Last: shrinking a modifier re-draws nothing else, and an implementation without any draws nothing more.
+    const bool any_modifier = (opts.allow_softcap && cfg.caps.softcap) || (opts.allow_alibi && cfg.caps.alibi) ||
+                              (opts.allow_sinks && cfg.caps.sinks);
+    if (any_modifier) (*gen_modifiers(cfg, opts)).apply(p, s.h_ids);
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));
@@ -986,6 +994,45 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
 }  // namespace
 
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) { return gen_case(cfg, opts, false); }
+
+rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts) {
+  const bool softcap = opts.allow_softcap && cfg.caps.softcap, alibi = opts.allow_alibi && cfg.caps.alibi,
+             sinks = opts.allow_sinks && cfg.caps.sinks;
+  return rc::gen::exec([=] {
+    Modifiers m;
+    // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
+    // shrinking keeps one), none first when shrinking.
+    const auto choose = [](bool required, auto none, auto rest) {
+      using T = decltype(none);
+      std::vector<std::pair<std::size_t, T>> c;
+      if (!required) c.push_back({4, none});
+      for (const auto& r : rest) c.push_back(r);
+      return *weighted_choice<T>(c);
+    };
+    if (softcap) {
+      const double cap = choose(opts.require_softcap, 0.0,
+                                std::vector<std::pair<std::size_t, double>>{{1, 5.0}, {1, 1.0}, {1, 50.0}});
+      if (cap > 0) m.softcap = cap;
+    }
+    if (alibi) m.alibi = choose(opts.require_alibi, 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});
+    if (sinks) m.sinks = choose(opts.require_sinks, -1, std::vector<std::pair<std::size_t, int>>{{2, 0}, {1, 3}});
+    return m;
+  });
+}
+
+void Modifiers::apply(Problem& p, const std::vector<Index>& h_ids) const {
+  static constexpr double kSinks[] = {0.0, 1.0, -1.0, 2.5, -3.0, 6.0};
+  const Index H = p.q.shape().H;
+  const auto id = [&](Index h) { return h_ids.empty() ? h : h_ids[std::size_t(h)]; };
+  p.softcap = softcap;
+  p.alibi_slopes.clear();
+  p.sinks.clear();
+  for (Index h = 0; h < H; ++h) {
+    if (alibi == 1) p.alibi_slopes.push_back(std::ldexp(1.0, -int(std::min<Index>(id(h), 60)) - 1));
+    if (alibi == 2) p.alibi_slopes.push_back(1.0);
+    if (sinks >= 0) p.sinks.push_back(kSinks[std::size_t(id(h) + sinks) % 6]);
+  }
+}
 
 Index gradient_max_T(const GenConfig& cfg) {
   const double heads = double(std::max<Index>(cfg.max_B, 1)) * double(std::max<Index>(cfg.max_H, 1));

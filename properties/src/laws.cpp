@@ -16,6 +16,8 @@ const std::vector<Law>& laws() {
                             gqa_head_sharing(),        gqa_equivalence(),  key_padding_invariance(),
                             varlen_equivalence(),         window_zero_weight(),
                             window_perturbation(),        empty_row_convention(),
+                            lse_oracle(),              output_lse_consistency(), split_kv_merge(),
+                            sink_mass(),               softcap_bound(),      neutral_modifiers(),
                             grad_oracle(),             grad_causality(),     grad_key_sum_zero(),
                             grad_dv_weights(),         grad_finite_difference()};
   }();

@@ -96,7 +96,26 @@ struct ProblemOptions {
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.
   bool want_weights = true;
+  /// Score modifiers (Capabilities::softcap, alibi, sinks): drawn in some cases, shrinking toward none. A law
+  /// whose reasoning a modifier breaks says false (first-position's output is v_0 only without a sink).
+  bool allow_softcap = true, allow_alibi = true, allow_sinks = true;
+  /// Every case has that modifier (when the implementation declares it): for laws about it.
+  bool require_softcap = false, require_alibi = false, require_sinks = false;
+  /// Ask for the log-sum-exp (when the implementation returns it: Capabilities::lse).
+  bool want_lse = false;
 };
+
+/// The modifiers a case draws, keyed by query-head coordinate (CaseShape::h_ids) so that deleting a head keeps
+/// every other head's slope and sink: softcap 1, 5 or 50; ALiBi slopes 2^-(h+1) (the geometric slopes of 8
+/// heads) or 1 for every head; sinks from {0, 1, -1, 2.5, -3, 6}, per head. Shrinks toward none.
+struct Modifiers {
+  std::optional<double> softcap{};
+  int alibi = 0;   ///< 0 none, 1 geometric, 2 a slope of 1 everywhere
+  int sinks = -1;  ///< -1 none, else the offset into the sink values
+  /// Sets p's softcap, alibi_slopes and sinks for its H query heads at coordinates h_ids (empty: 0, 1, ...).
+  void apply(Problem& p, const std::vector<Index>& h_ids) const;
+};
+rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts);
 
 /// Shape generator: B, H in [1, max], T in [min_T, max_T] (a third of the draws at a tile edge, see
 /// tile_edge_lengths) with a tail up to max_T_tail as RapidCheck's size grows, D in [1, max_D] (small, uniform

@@ -11,7 +11,8 @@ const char* kWhy =
     "queries) is its own attention problem: changing one must leave every other's output bit-identical "
     "(exact: their arithmetic is the same), and rotating the batches or the kv groups must rotate the outputs "
     "the same way (within both results' derived bounds, since memory alignment may change a kernel's summation "
-    "path). A mask or scale broadcast over the wrong axis, or a [B,T,H,D] layout read as [B,H,T,D], breaks it. "
+    "path), each query head taking its ALiBi slope and sink with it. A mask or scale broadcast over the wrong "
+    "axis, a [B,T,H,D] layout read as [B,H,T,D], or slopes read in another head order, breaks it. "
     "Needs two slices: not applicable under --max-B 1 --max-H 1.";
 
 // One more kv group (a kv head and its query heads), so that a case with a single slice has two.
@@ -29,6 +30,10 @@ Problem with_extra_group(const Problem& p, const Tensor<double>& q, const Tensor
       r.v.head(b, g) = g < ks.H ? p.v.head(b, g) : v.head(0, 0);
     }
   }
+  // The new heads' slopes and sinks: the first group's, reversed (so a kernel that reverses them is seen).
+  for (auto* per_head : {&r.alibi_slopes, &r.sinks})
+    if (!per_head->empty())
+      for (Index h = 0; h < group; ++h) per_head->push_back((*per_head)[std::size_t(group - 1 - h)]);
   return r;
 }
 
@@ -101,6 +106,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (!r.key_lengths.empty())
     for (Index bb = 0; bb < p.q.shape().B; ++bb)
       r.key_lengths[std::size_t((bb + rb) % p.q.shape().B)] = p.key_lengths[std::size_t(bb)];
+  // A query head's ALiBi slope and sink travel with it.
+  for (auto [from, to] : {std::pair{&p.alibi_slopes, &r.alibi_slopes}, std::pair{&p.sinks, &r.sinks}})
+    if (!from->empty())
+      for (Index h = 0; h < H; ++h) (*to)[std::size_t((h + rg * group) % H)] = (*from)[std::size_t(h)];
   const Outcome rot = call(impl, r);
   const OracleRun o = run_oracle(p);
   Tensor<double> tol = rotate(o.tol_out, rb, rg * group);

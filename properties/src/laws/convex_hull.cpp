@@ -14,7 +14,9 @@ const char* kWhy =
     "flush-to-zero store); a log-sum-exp rounded in the accumulation type (split-KV, tiled kernels) scales every "
     "weight of the row by up to exp(+-lambda), lambda = 10 u_a (max|s| + ln T) (attention/src/tolerance.cpp, "
     "step 2b; max|s| by Cauchy-Schwarz), adding expm1(lambda) max|v|; an FTZ kernel's flushed weights, products "
-    "and partial sums (each below the accumulation type's smallest normal N_a) add T N_a (max|v| + 2); doubled.";
+    "and partial sums (each below the accumulation type's smallest normal N_a) add T N_a (max|v| + 2); doubled. "
+    "With a sink the visible weights sum to 1 - p_sink, so the output lies in the hull of the visible values and "
+    "0; ALiBi biases and the sink enter max|s|.";
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
@@ -29,13 +31,16 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
       // O(T·D) whatever T: the visible runs only move right as i grows.
       const Visibility vis = p.visibility(b);
       const VisibleRange range = visible_value_range(p.v.head(b, kv_of(p, h)), vis);
-      const Eigen::VectorXd s_max = row_score_bound(p.q.head(b, h), p.k.head(b, kv_of(p, h)), vis, scale_of(p));
+      const Eigen::VectorXd s_max = row_abs_score_bound(p, b, h);
+      const bool sink = !p.sinks.empty();
       for (Index i = 0; i < s.T; ++i) {
         const KeyRange r = keys_of(p, b, i);
         if (r.empty()) continue;
-        const double lse = std::expm1(lse_exponent_error(p.dtype, s_max(i), r.size()));
+        const double lse = std::expm1(lse_exponent_error(p.dtype, s_max(i), r.size() + (sink ? 1 : 0)));
         for (Index d = 0; d < s.D; ++d) {
-          const double vmin = range.min(i, d), vmax = range.max(i, d);
+          // With a sink the weights sum to 1 - p_sink: the hull of the visible values and 0.
+          const double vmin = sink ? std::min(range.min(i, d), 0.0) : range.min(i, d);
+          const double vmax = sink ? std::max(range.max(i, d), 0.0) : range.max(i, d);
           const double x = o.output(b, h, i, d), v_abs = std::max(std::abs(vmin), std::abs(vmax));
           // All-zero values keep the output 0 however unresolved the weights are (no 0·inf).
           const double lse_v = v_abs > 0 ? lse * v_abs : 0.0;
@@ -54,10 +59,13 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     const auto& ix = v->worst_index;
     const KeyRange r = keys_of(p, ix[0], ix[2]);
     const auto col = p.v.head(ix[0], kv_of(p, ix[1])).middleRows(r.begin, r.size()).col(ix[3]);
+    const bool sink = !p.sinks.empty();
     v->message = "convex-hull: output" + idx({ix[0], ix[1], ix[2], ix[3]}) + " = " +
-                 num(o.output(ix[0], ix[1], ix[2], ix[3])) + " lies outside [" + num(col.minCoeff()) + ", " +
-                 num(col.maxCoeff()) + "], the range of the " + std::to_string(r.size()) +
-                 " value rows query " + std::to_string(ix[2]) + " can see";
+                 num(o.output(ix[0], ix[1], ix[2], ix[3])) + " lies outside [" +
+                 num(sink ? std::min(col.minCoeff(), 0.0) : col.minCoeff()) + ", " +
+                 num(sink ? std::max(col.maxCoeff(), 0.0) : col.maxCoeff()) + "], the range of the " +
+                 std::to_string(r.size()) + " value rows query " + std::to_string(ix[2]) + " can see" +
+                 (sink ? " and 0 (the sink takes the rest of the weight)" : "");
     v->weights = o.weights;
   }
   return v;

@@ -27,6 +27,13 @@ Law varlen_equivalence();
 Law window_zero_weight();
 Law window_perturbation();
 Law empty_row_convention();
+// The log-sum-exp and the score modifiers (ABI 3).
+Law lse_oracle();
+Law output_lse_consistency();
+Law split_kv_merge();
+Law sink_mass();
+Law softcap_bound();
+Law neutral_modifiers();
 // Gradient laws (Law::needs_backward).
 Law grad_oracle();
 Law grad_causality();

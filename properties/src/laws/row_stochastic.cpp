@@ -21,7 +21,7 @@ const char* kWhy =
 // the Cauchy-Schwarz bound on the row's largest visible |score|.
 Eigen::VectorXd lse_error(const Problem& p, Index b, Index h) {
   const Visibility vis = p.visibility(b);
-  const Eigen::VectorXd s_max = row_score_bound(p.q.head(b, h), p.k.head(b, kv_of(p, h)), vis, scale_of(p));
+  const Eigen::VectorXd s_max = row_abs_score_bound(p, b, h);
   Eigen::VectorXd lambda(s_max.size());
   for (Index i = 0; i < s_max.size(); ++i) lambda(i) = lse_exponent_error(p.dtype, s_max(i), vis.keys(i).size());
   return lambda;
@@ -133,8 +133,14 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }  // namespace
 
 Law row_stochastic() {
+  // Without sinks: with one, a row sums to 1 - p_sink (sink-mass).
+  const auto gen = [](const GenConfig& cfg) {
+    ProblemOptions po;
+    po.allow_sinks = false;
+    return gen_problem(cfg, po);
+  };
   return {"row-stochastic", "every row of weights with a visible key is >= 0, finite and sums to 1", kWhy,
-          needs_weights, gen_plain, check, 0};
+          needs_weights, gen, check, 0};
 }
 
 }  // namespace attncheck::law_kit

@@ -14,7 +14,10 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    LawCase c = *gen_problem(cfg);
+    // A softcap bends the row's scores and a sink stays where it is: neither moves with the row. ALiBi does.
+    ProblemOptions po;
+    po.allow_softcap = po.allow_sinks = false;
+    LawCase c = *gen_problem(cfg, po);
     const Shape& ks = c.problem.k.shape();
     const double m = *gen_magnitude();
     const auto shift = *gen_tensor({ks.B, ks.H, 1, ks.D}, Regime::normal, m, cfg.dtype);

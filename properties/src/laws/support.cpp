@@ -80,6 +80,9 @@ Outcome call(const Implementation& impl, const Problem& p) {
   if (p.want_weights && !o.weights)
     throw ImplementationError(ImplementationError::Kind::protocol,
                               impl.name() + ": returned no weights although it declares that it returns them");
+  if (p.want_lse && impl.capabilities().lse && !o.lse)
+    throw ImplementationError(ImplementationError::Kind::protocol,
+                              impl.name() + ": returned no log-sum-exp although it declares that it returns it");
   // Rows whose output the implementation declares unspecified are not read by any law.
   return canonical_outcome(p, impl.capabilities(), std::move(o));
 }
@@ -115,6 +118,8 @@ OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
   r.tol_out = Tensor<double>(r.out.shape());
   const Shape& s = p.q.shape();
   r.rho_w = Tensor<double>({s.B, s.H, s.T, 1});
+  r.lse = Tensor<double>({s.B, s.H, s.T, 1});
+  r.tol_lse = Tensor<double>({s.B, s.H, s.T, 1});
   Eigen::VectorXd abs_dot(s.T), abs_score(s.T), rho;
   for (Index b = 0; b < s.B; ++b) {
     const Visibility vis = p.visibility(b);
@@ -124,8 +129,13 @@ OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
         abs_score(i) = r.stats.abs_score(b, h, i);
       }
       r.tol_out.head(b, h) = streamed_output_tolerance(p.dtype, p.v.head(b, kv_of(p, h)), vis, abs_dot, abs_score,
-                                                       r.out.head(b, h), &rho, kSafety);
+                                                       r.out.head(b, h), &rho, kSafety,
+                                                       head_modifiers(opts, h, s.T, p.k.shape().T));
       r.rho_w.head(b, h) = rho;
+      for (Index i = 0; i < s.T; ++i) {
+        r.lse(b, h, i, 0) = r.stats.lse(b, h, i);
+        r.tol_lse(b, h, i, 0) = lse_tolerance(p.dtype, rho(i), r.lse(b, h, i, 0), kSafety);
+      }
     }
   }
   return r;
@@ -280,7 +290,33 @@ std::optional<Violation> compare_gradients(const std::string& what, const Gradie
                                       std::tuple{"dk", &expected.dk, &actual.dk, tol ? &tol->dk : nullptr},
                                       std::tuple{"dv", &expected.dv, &actual.dv, tol ? &tol->dv : nullptr}})
     if (auto v = compare(what, name, *e, *a, t, include)) return v;
+  // The sinks' gradients, one per query head, as a [1,H,1,1] tensor.
+  if (!expected.dsinks.empty() && actual.dsinks.size() == expected.dsinks.size()) {
+    const Index H = Index(expected.dsinks.size());
+    Tensor<double> e({1, H, 1, 1}), a({1, H, 1, 1}), t({1, H, 1, 1});
+    for (Index h = 0; h < H; ++h) {
+      e(0, h, 0, 0) = expected.dsinks[std::size_t(h)];
+      a(0, h, 0, 0) = actual.dsinks[std::size_t(h)];
+      if (tol) t(0, h, 0, 0) = tol->dsinks[std::size_t(h)];
+    }
+    if (auto v = compare(what, "d_sinks", e, a, tol ? &t : nullptr, {})) return v;
+  }
   return std::nullopt;
+}
+
+Eigen::VectorXd row_abs_score_bound(const Problem& p, Index b, Index h) {
+  const Visibility vis = p.visibility(b);
+  Eigen::VectorXd s = row_score_bound(p.q.head(b, h), p.k.head(b, kv_of(p, h)), vis, scale_of(p));
+  const double slope = p.alibi_slopes.empty() ? 0.0 : std::abs(p.alibi_slopes[std::size_t(h)]);
+  const double sink = p.sinks.empty() || !std::isfinite(p.sinks[std::size_t(h)]) ? 0.0 : std::abs(p.sinks[std::size_t(h)]);
+  for (Index i = 0; i < s.size(); ++i) {
+    const KeyRange r = vis.keys(i);
+    if (r.empty()) continue;
+    const Index pos = vis.position(i);
+    s(i) += slope * double(std::max(std::abs(r.begin - pos), std::abs(r.end - 1 - pos)));
+    s(i) = std::max(s(i), sink);
+  }
+  return s;
 }
 
 OracleRun run_oracle(const Problem& p) {
@@ -288,18 +324,22 @@ OracleRun run_oracle(const Problem& p) {
   AttentionOptions opts = p.options();
   opts.scale = scale_of(p);
   if (long_context(p)) return run_streamed_oracle(p, opts);
-  r.out = attention<double>(p.q, p.k, p.v, opts, &r.w);
+  r.out = attention<double>(p.q, p.k, p.v, opts, &r.w, &r.lse);
   r.tol_out = Tensor<double>(r.out.shape());
   r.tol_w = Tensor<double>(r.w.shape());
+  r.tol_lse = Tensor<double>(r.lse.shape());
   const Shape& s = p.q.shape();
   for (Index b = 0; b < s.B; ++b) {
     const BoolMask mask = BoolMask::of(p.visibility(b));
     for (Index h = 0; h < s.H; ++h) {
       const Index g = kv_of(p, h);
+      const HeadModifiers mods = head_modifiers(opts, h, s.T, p.k.shape().T);
       const HeadTolerance t = head_tolerance(p.dtype, p.q.head(b, h), p.k.head(b, g), p.v.head(b, g), mask,
-                                             *opts.scale, r.out.head(b, h), r.w.head(b, h), kSafety);
+                                             *opts.scale, r.out.head(b, h), r.w.head(b, h), kSafety, mods);
       r.tol_out.head(b, h) = t.output;
       r.tol_w.head(b, h) = t.weights;
+      const Eigen::VectorXd rho = weight_relative_error(p.dtype, p.q.head(b, h), p.k.head(b, g), mask, *opts.scale, mods);
+      for (Index i = 0; i < s.T; ++i) r.tol_lse(b, h, i, 0) = lse_tolerance(p.dtype, rho(i), r.lse(b, h, i, 0), kSafety);
     }
   }
   return r;
@@ -412,6 +452,8 @@ Problem slice_problem(const Problem& p, Index b, Index h) {
   one.k = slice(p.k, b, kv_of(p, h));
   one.v = slice(p.v, b, kv_of(p, h));
   if (!p.key_lengths.empty()) one.key_lengths = {p.key_lengths[std::size_t(b)]};
+  if (!p.alibi_slopes.empty()) one.alibi_slopes = {p.alibi_slopes[std::size_t(h)]};
+  if (!p.sinks.empty()) one.sinks = {p.sinks[std::size_t(h)]};
   if (p.d_output) one.d_output = slice(*p.d_output, b, h);
   return one;
 }

@@ -31,6 +31,10 @@ Index causal_last_key(const Problem& p, Index i);
 /// Why key j is hidden from query i of batch entry b: "in the future of query i", "padding (...)", or
 /// "outside query i's window (...)".
 std::string why_hidden(const Problem& p, Index b, Index i, Index j);
+/// Per query row of head (b, h), an upper bound on the largest |score| it meets after the modifiers, over the
+/// keys it sees and its sink: Cauchy-Schwarz on the raw score (a softcap only shrinks it), plus the largest ALiBi
+/// bias |slope|·|j - p| over its visible run, and at least |sink| (for the LSE rounding of tolerance.cpp step 2b).
+Eigen::VectorXd row_abs_score_bound(const Problem& p, Index b, Index h);
 /// The kv head query head h reads.
 inline Index kv_of(const Problem& p, Index h) { return kv_head(h, p.q.shape().H, p.kv_heads()); }
 
@@ -142,6 +146,9 @@ std::optional<Violation> compare_gradients(const std::string& what, const Gradie
 /// weight_tolerance() at the entries a law samples.
 struct OracleRun {
   Tensor<double> out{Shape{}}, w{Shape{}}, tol_out{Shape{}}, tol_w{Shape{}};
+  /// [B,H,T_q,1]: each row's log-sum-exp (-inf: no key and no sink) and its allowed error (tolerance.cpp step 6;
+  /// 0 where the LSE must be exactly -inf).
+  Tensor<double> lse{Shape{}}, tol_lse{Shape{}};
   bool streamed = false;
   RowStats stats;                  ///< streamed only: each row's m, l, max|s|, max scale·Σ|q·k|
   Tensor<double> rho_w{Shape{}};   ///< streamed only: [B,H,T_q,1] each row's relative weight error

@@ -175,6 +175,8 @@ def _margin(violation):
     magnitude, tolerance = violation.get("magnitude"), violation.get("tolerance")
     if magnitude is None or tolerance is None:
         return None
+    # summary.json writes a non-finite number as a string ("nan", "inf"), which JSON cannot hold.
+    magnitude, tolerance = float(magnitude), float(tolerance)
     if tolerance:
         return "%.3g against a tolerance of %.3g (%.3g x the tolerance)" % (magnitude, tolerance,
                                                                             magnitude / tolerance)

@@ -322,9 +322,11 @@ def modified(q, k, v, scale=None, alignment="top-left", softcap=None, alibi_slop
     sink = np.broadcast_to((sinks if sinks is not None else np.full(q.shape[1], -np.inf))[None, :, None, None],
                            s.shape[:3] + (1,))
     top = np.maximum(s.max(axis=-1, keepdims=True), sink)
+    top = np.where(np.isfinite(top), top, 0)  # a row with no key and no sink: all weights 0, LSE -inf
     e, e_sink = np.exp(s - top), np.exp(sink - top)
     total = e.sum(axis=-1, keepdims=True) + e_sink
-    return (e / total) @ v, (top + np.log(total))[..., 0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, e / total, 0.0) @ v, np.where(total > 0, top + np.log(total), -np.inf)[..., 0]
 
 
 def uncapped(q, k, v, scale=None, alignment="top-left", softcap=None):
@@ -337,12 +339,16 @@ from modified import modified, uncapped
 
 
 def test_modified(attncheck):
-    attncheck.check(modified, dtypes=("float64",), alignments=("top-left", "bottom-right"), lse=True, sinks=True,
-                    softcap=True, alibi=True, bidirectional=True)
+    attncheck.check(modified, dtypes=("float64",), alignments=("top-left", "bottom-right"), empty_rows="zero",
+                    lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True)
 
 
 def test_declared_without_its_parameter(attncheck):
     attncheck.check(uncapped, dtypes=("float64",), alibi=True)
+
+
+def test_ignores_its_softcap(attncheck):
+    attncheck.check(uncapped, dtypes=("float64",), laws=("softcap-bound",), softcap=True)
 '''
 
 
@@ -351,9 +357,12 @@ def test_version_3_modifier_declarations_reach_the_client(pytester):
     # serve() checks each against the function's signature (alibi=True needs an `alibi_slopes` parameter).
     pytester.makepyfile(modified=MODIFIED, test_modified=MODIFIED_TESTS)
     result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "10")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     text = result.stdout.str()
     assert "TypeError: serve: alibi=True but fn uncapped has no `alibi_slopes` parameter" in text, text
+    # Declared, the softcap reaches the laws: a function that ignores it is falsified.
+    assert "attncheck: 1 law falsified by uncapped" in text, text
+    assert re.search(r"softcap-bound \(float64\): softcap-bound: ", text), text
     wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_modified-modified-*.py"))
     assert len(wrappers) == 1, wrappers
     source = wrappers[0].read_text()

@@ -48,5 +48,6 @@ std::vector<Mutant> backward_nan_mutants();  ///< the backward under the nan emp
 std::vector<Mutant> decode_mutants();   ///< the split-KV decode path alone
 std::vector<Mutant> tiled_mutants();    ///< block-tiled online softmax: its loops, rescale and ragged ends
 std::vector<Mutant> controls();         ///< correct implementations written differently
+std::vector<Mutant> modifier_controls();  ///< a correct flash-decoding kernel with the LSE and every modifier
 
 }  // namespace attncheck::zoo

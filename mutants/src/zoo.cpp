@@ -11,7 +11,8 @@ const std::vector<Mutant>& mutant_zoo() {
     std::vector<Mutant> z;
     for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants,
                       zoo::gqa_mutants, zoo::padding_mutants, zoo::tiled_mutants, zoo::decode_mutants,
-                      zoo::backward_mutants, zoo::backward_nan_mutants, zoo::controls})
+                      zoo::backward_mutants, zoo::backward_nan_mutants, zoo::controls,
+                      zoo::modifier_controls})
       for (Mutant& m : part()) z.push_back(std::move(m));
     return z;
   }();

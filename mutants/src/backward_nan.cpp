@@ -114,6 +114,8 @@ std::vector<Mutant> backward_nan_mutants() {
       .killed_by = {"grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights"},
   });
   Capabilities full = reference_implementation()->capabilities();
+  // Its math-path backward knows no modifier: it declares none (nor the LSE).
+  full.lse = full.sinks = full.softcap = full.alibi = full.bidirectional = false;
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",
                              "correct; nan convention, the NaN of a row that sees no key stays in that row's dQ",

@@ -397,7 +397,7 @@ TEST_P(FalseAlarmControls, EveryLawHoldsAtSeeds1To20) {
 
 INSTANTIATE_TEST_SUITE_P(Zoo, FalseAlarmControls,
                          testing::Combine(testing::Values("control:split-kv-lse", "control:ftz",
-                                                          "control:grad-nan-rows"),
+                                                          "control:grad-nan-rows", "control:flash-exp2-split"),
                                           testing::Range(0, 4)),
                          [](const testing::TestParamInfo<std::tuple<std::string, int>>& info) {
                            const int block = std::get<1>(info.param);

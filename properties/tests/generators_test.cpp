@@ -6,6 +6,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <thread>
 
@@ -302,6 +303,53 @@ TEST(Generators, aFeatureShrinksAwayEvenAfterTheValuesItNeededShrank) {
     EXPECT_FALSE(p.window.has_value()) << "seed " << seed << ": window " << *p.window;
     EXPECT_EQ(p.q.shape(), (Shape{1, 1, 2, 1})) << "seed " << seed;
   }
+}
+
+// The modifiers: drawn only for an implementation that declares them, about a third of the cases each, one per
+// query head; a failure that needs none sheds them all while shrinking, and one that needs a sink on head 1
+// keeps that head's sink value however the heads shrink.
+TEST(Generators, modifiersAreDrawnWhenDeclaredAndShrinkAwayUnlessNeeded) {
+  std::map<std::string, int> seen;
+  RunOptions opts;
+  const LawResult all = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  const std::size_t H = std::size_t(p.q.shape().H);
+                                  if (p.softcap) ++seen["softcap"];
+                                  if (!p.alibi_slopes.empty()) {
+                                    ++seen["alibi"];
+                                    EXPECT_EQ(p.alibi_slopes.size(), H);
+                                  }
+                                  if (!p.sinks.empty()) {
+                                    ++seen["sinks"];
+                                    EXPECT_EQ(p.sinks.size(), H);
+                                  }
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+  EXPECT_EQ(all.status, LawStatus::held);
+  for (const char* m : {"softcap", "alibi", "sinks"}) EXPECT_GE(seen[m], 15) << m;
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions o = opts;
+    o.seed = seed;
+    const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                  if (c.problem.q.shape().T >= 2) return violation("two positions");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), o);
+    ASSERT_EQ(r.status, LawStatus::falsified);
+    const Problem& p = r.minimal_case->problem;
+    EXPECT_FALSE(p.softcap || !p.alibi_slopes.empty() || !p.sinks.empty()) << "seed " << seed;
+  }
+  // An implementation without the capabilities is never sent them.
+  const ImplementationPtr plain = make_implementation(
+      "plain", "the reference, declaring no modifier", Capabilities{},
+      [](const Problem& p) { return reference_implementation()->forward(p); });
+  const LawResult none = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                   if (c.problem.modified()) return violation("a modifier");
+                                   return std::nullopt;
+                                 }),
+                                 *plain, RunOptions{});
+  EXPECT_EQ(none.status, LawStatus::held);
 }
 
 // Grouped heads shrink by whole kv groups or by the same query head of every group, so H_kv always divides H:

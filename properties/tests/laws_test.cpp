@@ -142,6 +142,56 @@ TEST(Law, gradKeySumZero) { expectHoldsOnReference("grad-key-sum-zero", kAllDtyp
 TEST(Law, gradDvWeights) { expectHoldsOnReference("grad-dv-weights", kAllDtypes); }
 TEST(Law, gradFiniteDifference) { expectHoldsOnReference("grad-finite-difference", {DType::f64}); }
 
+TEST(Law, lseOracle) { expectHoldsOnReference("lse-oracle", kAllDtypes); }
+TEST(Law, outputLseConsistency) { expectHoldsOnReference("output-lse-consistency", kAllDtypes); }
+TEST(Law, splitKvMerge) { expectHoldsOnReference("split-kv-merge", kAllDtypes); }
+TEST(Law, sinkMass) { expectHoldsOnReference("sink-mass", kAllDtypes); }
+TEST(Law, softcapBound) { expectHoldsOnReference("softcap-bound", kAllDtypes); }
+TEST(Law, neutralModifiers) { expectHoldsOnReference("neutral-modifiers", kAllDtypes); }
+
+// Each LSE and modifier law can fail: the reference with one thing changed, the way a kernel gets it wrong (the
+// zoo's mutants are the full set), and it is not applicable, saying why, to an implementation without the
+// capability.
+TEST(Law, theLseAndModifierLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
+  const auto broken = [](const char* name, std::function<void(Problem&)> before, std::function<void(Outcome&)> after) {
+    return make_implementation(name, name, reference_implementation()->capabilities(),
+                               [before, after](const Problem& p) {
+                                 Problem q = p;
+                                 if (before) before(q);
+                                 Outcome o = reference_implementation()->forward(q);
+                                 if (after) after(o);
+                                 return o;
+                               });
+  };
+  const auto base2 = broken("lse-base-2", {}, [](Outcome& o) {
+    if (o.lse) o.lse->values() /= std::log(2.0);
+  });
+  const auto no_sink = broken("sink-dropped", [](Problem& p) { p.sinks.clear(); }, {});
+  const auto no_cap = broken("softcap-dropped", [](Problem& p) { p.softcap.reset(); }, {});
+  const auto slope_default = broken("slope-0-is-default", [](Problem& p) {
+    for (double& x : p.alibi_slopes)
+      if (x == 0) x = 0.5;
+  }, {});
+  const std::pair<const char*, const Implementation*> cases[] = {
+      {"lse-oracle", base2.get()},          {"output-lse-consistency", base2.get()}, {"split-kv-merge", base2.get()},
+      {"sink-mass", no_sink.get()},         {"softcap-bound", no_cap.get()},
+      {"neutral-modifiers", slope_default.get()}};
+  for (const auto& [law, impl] : cases) {
+    RunOptions opts;
+    opts.seed = 1;
+    const LawResult r = run_law(*find_law(law), *impl, opts);
+    EXPECT_EQ(r.status, LawStatus::falsified) << law << " on " << impl->name();
+  }
+  const auto plain = make_implementation("plain", "no modifiers declared", Capabilities{},
+                                         [](const Problem& p) { return reference_implementation()->forward(p); });
+  for (const char* law : {"lse-oracle", "output-lse-consistency", "split-kv-merge", "sink-mass", "softcap-bound",
+                          "neutral-modifiers"}) {
+    const LawResult r = run_law(*find_law(law), *plain, RunOptions{});
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << law;
+    EXPECT_NE(r.note.find("needs"), std::string::npos) << r.note;
+  }
+}
+
 // A gradient law is not applicable, with its reason, to an implementation without a backward; the forward
 // laws are unaffected.
 TEST(Law, gradientLawsNeedABackward) {
@@ -173,6 +223,8 @@ TEST(Law, everyLawHasATest) {
                                         "gqa-equivalence",
                                         "key-padding-invariance", "varlen-equivalence", "window-zero-weight",
                                         "window-perturbation", "empty-row-convention",
+                                        "lse-oracle", "output-lse-consistency", "split-kv-merge", "sink-mass",
+                                        "softcap-bound", "neutral-modifiers",
                                         "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
                                         "grad-finite-difference"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";

@@ -169,6 +169,19 @@ Json to_json(const Problem& p) {
   // Written only when used, so a problem without them reads as it always did.
   if (!p.key_lengths.empty()) j["key_lengths"] = p.key_lengths;
   if (p.window) j["window"] = *p.window;
+  if (p.softcap) j["softcap"] = number_to_json(*p.softcap);
+  if (!p.alibi_slopes.empty()) {
+    Json a = Json::array();
+    for (const double x : p.alibi_slopes) a.push_back(number_to_json(x));
+    j["alibi_slopes"] = a;
+  }
+  if (!p.sinks.empty()) {
+    Json a = Json::array();
+    for (const double x : p.sinks) a.push_back(number_to_json(x));
+    j["sinks"] = a;
+  }
+  if (!p.causal) j["causal"] = false;
+  if (p.want_lse) j["want_lse"] = true;
   j["q"] = to_json(p.q);
   j["k"] = to_json(p.k);
   j["v"] = to_json(p.v);
@@ -213,6 +226,33 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("window"); it != j.end()) {
     if (!it->is_number_integer() || it->get<std::int64_t>() < 0) fail(sub(what, "window"), "an integer >= 0", *it);
     p.window = Index(it->get<std::int64_t>());
+  }
+  if (const auto it = j.find("softcap"); it != j.end()) {
+    p.softcap = number_from_json(*it, sub(what, "softcap"));
+    if (!std::isfinite(*p.softcap) || *p.softcap <= 0) fail(sub(what, "softcap"), "a positive, finite number", *it);
+  }
+  // One per query head: slopes finite, sinks finite or -inf.
+  const auto per_head = [&](const char* key, std::vector<double>& out, bool minus_inf_ok) {
+    const auto it = j.find(key);
+    if (it == j.end()) return;
+    if (!it->is_array() || Index(it->size()) != q.H)
+      fail(sub(what, key), "an array of H = " + std::to_string(q.H) + " numbers", *it);
+    for (const Json& x : *it) {
+      const double v = number_from_json(x, sub(what, key));
+      if (!std::isfinite(v) && !(minus_inf_ok && v == -std::numeric_limits<double>::infinity()))
+        fail(sub(what, key), minus_inf_ok ? "finite numbers or -inf" : "finite numbers", x);
+      out.push_back(v);
+    }
+  };
+  per_head("alibi_slopes", p.alibi_slopes, false);
+  per_head("sinks", p.sinks, true);
+  if (const auto it = j.find("causal"); it != j.end()) {
+    if (!it->is_boolean()) fail(sub(what, "causal"), "true or false", *it);
+    p.causal = it->get<bool>();
+  }
+  if (const auto it = j.find("want_lse"); it != j.end()) {
+    if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
+    p.want_lse = it->get<bool>();
   }
   if (const auto it = j.find("d_output"); it != j.end() && !it->is_null()) {
     p.d_output = tensor_from_json(*it, sub(what, "d_output"));

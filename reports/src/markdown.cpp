@@ -92,6 +92,19 @@ std::string shape_table(const Problem& p) {
   if (p.window)
     md += "\nsliding window: " + std::to_string(*p.window) + " (the query at aligned position p sees keys p - " +
           std::to_string(*p.window) + " .. p)\n";
+  if (!p.causal) md += "\nno causal rule (causal = false): every query sees every key up to the padding\n";
+  // The score modifiers, in the order they apply.
+  const auto list = [](const std::vector<double>& x) {
+    std::string s;
+    for (std::size_t h = 0; h < x.size(); ++h) s += (h ? ", " : "") + num(x[h], true);
+    return s;
+  };
+  if (p.softcap) md += "\nsoftcap: " + num(*p.softcap, true) + " (each scaled score s becomes softcap·tanh(s/softcap))\n";
+  if (!p.alibi_slopes.empty())
+    md += "\nALiBi slopes per query head: " + list(p.alibi_slopes) + " (score += slope·(j - p), p the query's aligned position)\n";
+  if (!p.sinks.empty())
+    md += "\nsinks per query head: " + list(p.sinks) + " (one more softmax logit in every row, with no value)\n";
+  if (p.want_lse) md += "\nthe log-sum-exp of every row is asked for\n";
   return md;
 }
 

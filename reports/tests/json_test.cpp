@@ -97,6 +97,31 @@ TEST(ReportJson, gradientCaseRoundTripsItsUpstreamGradient) {
                    .problem.d_output.has_value());
 }
 
+TEST(ReportJson, modifiersRoundTripAndBadOnesAreRefused) {
+  LawCase c;
+  c.problem = awkward_problem(0);
+  c.problem.softcap = 1.0 / 3.0;
+  c.problem.alibi_slopes = {0.5, 0.1};
+  c.problem.sinks = {-Lim::infinity(), 2.5};
+  c.problem.causal = false;
+  c.problem.want_lse = true;
+  const LawCase back = law_case_from_json(Json::parse(dump_pretty(to_json(c))), "case");
+  EXPECT_EQ(back.problem.softcap, c.problem.softcap);
+  EXPECT_EQ(back.problem.alibi_slopes, c.problem.alibi_slopes);
+  EXPECT_EQ(back.problem.sinks, c.problem.sinks);
+  EXPECT_FALSE(back.problem.causal);
+  EXPECT_TRUE(back.problem.want_lse);
+  // A problem without them writes none of the keys (old files and hashes read as before).
+  const Json plain = to_json(awkward_problem(0));
+  for (const char* key : {"softcap", "alibi_slopes", "sinks", "causal", "want_lse"}) EXPECT_FALSE(plain.contains(key)) << key;
+  Json bad = to_json(c.problem);
+  bad["sinks"] = Json::array({1.0});
+  EXPECT_THROW(problem_from_json(bad, "p"), FormatError);
+  bad = to_json(c.problem);
+  bad["softcap"] = -1.0;
+  EXPECT_THROW(problem_from_json(bad, "p"), FormatError);
+}
+
 TEST(ReportJson, nonFiniteNumbersAreSpelledAsDocumentedStrings) {
   EXPECT_EQ(number_to_json(Lim::infinity()), "inf");
   EXPECT_EQ(number_to_json(-Lim::infinity()), "-inf");

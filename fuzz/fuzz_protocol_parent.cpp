@@ -1,5 +1,6 @@
 // Fuzzes what attncheck decodes from an exec: child or the plug-in host: frame headers, the caps frame of
-// the handshake (versions 1 and 2), result frames and (version 2) gradients frames at every dtype. Any ProtocolError is a clean refusal; anything else (a
+// the handshake (versions 1 to 3), result frames (version 3: with the LSE) and (version 2) gradients frames
+// (version 3: with d_sinks) at every dtype. Any ProtocolError is a clean refusal; anything else (a
 // crash, a sanitizer report, another exception) is a bug.
 #include <cstddef>
 #include <cstdint>
@@ -30,6 +31,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (r.status == wire::ok && positive(r.out_shape)) wire::from_bytes(r.out_bytes, to_shape(r.out_shape), dtype);
     if (r.status == wire::ok && r.has_weights && positive(r.w_shape))
       wire::from_bytes(r.w_bytes, to_shape(r.w_shape), dtype);
+    if (r.status == wire::ok && r.has_lse && positive(r.lse_shape))  // version 3: always float64
+      wire::from_bytes(r.lse_bytes, to_shape(r.lse_shape), DType::f64);
   } catch (const wire::ProtocolError&) {
   }
   try {

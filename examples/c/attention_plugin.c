@@ -7,7 +7,9 @@
  * only (cache positions are never negative), and rows that see no key unspecified (they get uniform weights
  * over every key, as Hugging Face's fully padded rows do), answering UNSUPPORTED outside that; with
  * -DBUG_DECLARED_TOO_MUCH, the same but declaring every multiple of 8 while it handles only multiples of 16:
- * an UNSUPPORTED answer to a declared shape is a finding. */
+ * an UNSUPPORTED answer to a declared shape is a finding; with -DMODIFIERS, correct and declaring ABI 3's
+ * score modifiers (softcap, ALiBi, sinks, with d_sinks in the backward), causal = 0 and the LSE. Every build
+ * honours the modifiers' fields; without -DMODIFIERS attncheck sends only their neutral values. */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,39 +47,66 @@ static void store(const attncheck_tensor_out* t, uint32_t dtype, int64_t b, int6
   }
 }
 
-/* The keys query i of batch entry b sees: lo <= j <= hi (none when hi < lo). Its aligned position p is i, or
- * i + T_k - T_q bottom-right; it sees j <= p, j < key_lengths[b] (padding) and j >= p - window. */
+/* The aligned position p of query i: i, or i + T_k - T_q bottom-right. */
+static int64_t position(const attncheck_call* call, int64_t i) {
+  return i + (call->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT ? call->k.shape[2] - call->q.shape[2] : 0);
+}
+
+/* The keys query i of batch entry b sees: lo <= j <= hi (none when hi < lo). At its aligned position p it
+ * sees j <= p (unless call->causal is 0), j < key_lengths[b] (padding) and j >= p - window. */
 static void visible(const attncheck_call* call, int64_t b, int64_t i, int64_t* lo, int64_t* hi) {
-  const int64_t Tq = call->q.shape[2], Tk = call->k.shape[2];
-  const int64_t p = i + (call->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT ? Tk - Tq : 0);
-  *hi = p < Tk - 1 ? p : Tk - 1;
+  const int64_t Tk = call->k.shape[2];
+  const int64_t p = position(call, i);
+  *hi = p < Tk - 1 && call->causal ? p : Tk - 1;
   if (call->key_lengths && *hi > call->key_lengths[b] - 1) *hi = call->key_lengths[b] - 1;
   *lo = call->window >= 0 && p - call->window > 0 ? p - call->window : 0;
 }
 
+/* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): softcap, then
+ * ALiBi (the order attncheck/plugin.h gives). *ds, when not NULL, gets its derivative with respect to s. */
+static double modified(const attncheck_call* call, int64_t h, int64_t i, int64_t j, double s, double* ds) {
+  double slope_term = call->alibi_slopes ? call->alibi_slopes[h] * (double)(j - position(call, i)) : 0.0;
+  if (ds) *ds = 1.0;
+  if (call->softcap > 0) {
+    const double t = tanh(s / call->softcap);
+    s = call->softcap * t;
+    if (ds) *ds = 1.0 - t * t;
+  }
+  return s + slope_term;
+}
+
+/* The sink logit of query head h: -inf (none) without call->sinks. */
+static double sink_of(const attncheck_call* call, int64_t h) { return call->sinks ? call->sinks[h] : -INFINITY; }
+
 /* The weights of query i over all T_k keys into w (exactly 0 for keys it does not see; all 0, or NaN with
- * -DEMPTY_ROWS_NAN, when it sees none). Query head h reads kv head h / (H / H_kv). */
-static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_t i, double scale, double* w) {
+ * -DEMPTY_ROWS_NAN, when it sees none), and its log-sum-exp into *lse (sink included; -inf for a row that sees
+ * no key and has no sink). Query head h reads kv head h / (H / H_kv). */
+static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_t i, double scale, double* w,
+                        double* lse) {
   const int64_t H = call->q.shape[1], Hkv = call->k.shape[1], D = call->q.shape[3], Tk = call->k.shape[2];
   const int64_t g = h / (H / Hkv);
+  const double sink = sink_of(call, h);
   int64_t lo, hi;
-  double max = -INFINITY, sum = 0;
+  double max = sink, sum = 0;
   visible(call, b, i, &lo, &hi);
   for (int64_t j = 0; j < Tk; ++j) {
     double s = 0;
     for (int64_t d = 0; d < D; ++d) s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
+    s = modified(call, h, i, j, s * scale, NULL);
 #ifdef BUG_MASK_FILL_ZERO
-    w[j] = lo <= j && j <= hi ? s * scale : 0.0; /* BUG: a masked score of 0 still gets weight exp(0 - max) */
+    w[j] = lo <= j && j <= hi ? s : 0.0; /* BUG: a masked score of 0 still gets weight exp(0 - max) */
 #else
-    w[j] = lo <= j && j <= hi ? s * scale : -INFINITY; /* exp(-inf) = 0: a hidden key gets exactly 0 */
+    w[j] = lo <= j && j <= hi ? s : -INFINITY; /* exp(-inf) = 0: a hidden key gets exactly 0 */
 #endif
     if (w[j] > max) max = w[j];
   }
-  /* Subtract the row max so exp never overflows. */
+  /* Subtract the row max (the sink's logit included) so exp never overflows. */
   for (int64_t j = 0; j < Tk; ++j) {
     w[j] = max == -INFINITY ? 0.0 : exp(w[j] - max);
     sum += w[j];
   }
+  if (sink > -INFINITY) sum += exp(sink - max); /* the sink's share: in the sum, in no weight */
+  *lse = sum > 0 ? max + log(sum) : -INFINITY;
   for (int64_t j = 0; j < Tk; ++j) {
 #ifdef EMPTY_ROWS_NAN
     w[j] = w[j] / sum; /* 0/0 = NaN for a row that sees no key, as softmax over an all -inf row gives */
@@ -118,7 +147,10 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
     for (int64_t h = 0; h < H; ++h)
       for (int64_t i = 0; i < Tq; ++i) {
         int64_t lo, hi;
-        softmax_row(call, b, h, i, scale_of(call), w);
+        double lse;
+        softmax_row(call, b, h, i, scale_of(call), w, &lse);
+        if (call->lse)
+          call->lse->data[b * call->lse->strides[0] + h * call->lse->strides[1] + i * call->lse->strides[2]] = lse;
         if (call->weights)
           for (int64_t j = 0; j < Tk; ++j) store(call->weights, call->dtype, b, h, i, j, w[j]);
         /* Only visible keys enter P·V: 0 · v would still turn an Inf or NaN in a hidden value into NaN. */
@@ -148,8 +180,10 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
 #if !defined(BUG_MASK_FILL_ZERO) && !defined(EMPTY_ROWS_NAN) && !defined(DECLARED) && \
     !defined(BUG_DECLARED_TOO_MUCH) /* the variants are forward-only */
 /* The gradients of L = sum(O ∘ dO), row by row: with P the weights of query i, dP_j = dO_i · v_j,
- * Δ = Σ_j P_j dP_j (= dO_i · O_i), dS_j = P_j (dP_j − Δ); dQ_i = scale Σ_j dS_j k_j, dK_j += scale dS_j q_i,
- * dV_j += P_j dO_i. A kv head accumulates over every query head of its group, in double. */
+ * Δ = Σ_j P_j dP_j (= dO_i · O_i), dZ_j = P_j (dP_j − Δ) for the modified score Z_j, and dS_j = dZ_j · dZ_j/dS_j
+ * (1 − tanh²(S_j/cap) under a softcap; ALiBi adds a constant); dQ_i = scale Σ_j dS_j k_j, dK_j += scale dS_j q_i,
+ * dV_j += P_j dO_i. The sink has no value (its dP is 0), so its logit gets −P_sink·Δ from every row of its head.
+ * A kv head accumulates over every query head of its group, in double. */
 static int32_t backward(const attncheck_backward_call* bc, char* message, size_t message_size) {
   const attncheck_call* call = bc->forward;
   const int64_t B = call->q.shape[0], H = call->q.shape[1], Tq = call->q.shape[2], D = call->q.shape[3];
@@ -159,8 +193,9 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
   double* dk = malloc(sizeof(double) * (size_t)(Tk * D));
   double* dv = malloc(sizeof(double) * (size_t)(Tk * D));
   double* dq = malloc(sizeof(double) * (size_t)D);
+  double* dsinks = calloc((size_t)H, sizeof(double));
   int32_t status = ATTNCHECK_OK;
-  if (Tk > 4096 || !dk || !dv || !dq) {
+  if (Tk > 4096 || !dk || !dv || !dq || !dsinks) {
     snprintf(message, message_size, "T_k = %lld: more than 4096, or out of memory", (long long)Tk);
     status = Tk > 4096 ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_ERROR;
   }
@@ -171,8 +206,8 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
       for (int64_t h = g * group; h < (g + 1) * group; ++h)
         for (int64_t i = 0; i < Tq; ++i) {
           int64_t lo, hi;
-          double delta = 0;
-          softmax_row(call, b, h, i, scale, w);
+          double delta = 0, lse;
+          softmax_row(call, b, h, i, scale, w, &lse);
           visible(call, b, i, &lo, &hi);
           for (int64_t j = lo; j <= hi; ++j) {
             double dp = 0;
@@ -180,12 +215,16 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
             delta += w[j] * dp;
           }
+          if (sink_of(call, h) > -INFINITY) dsinks[h] -= exp(sink_of(call, h) - lse) * delta;
           memset(dq, 0, sizeof(double) * (size_t)D);
           for (int64_t j = lo; j <= hi; ++j) {
-            double dp = 0;
-            for (int64_t d = 0; d < D; ++d)
+            double dp = 0, s = 0, dz_ds;
+            for (int64_t d = 0; d < D; ++d) {
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
-            const double ds = w[j] * (dp - delta);
+              s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
+            }
+            modified(call, h, i, j, s * scale, &dz_ds);
+            const double ds = w[j] * (dp - delta) * dz_ds;
             for (int64_t d = 0; d < D; ++d) {
               dq[d] += scale * ds * load(&call->k, call->dtype, b, g, j, d);
               dk[j * D + d] += scale * ds * load(&call->q, call->dtype, b, h, i, d);
@@ -200,9 +239,12 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
           store(&bc->dv, call->dtype, b, g, j, d, dv[j * D + d]);
         }
     }
+  if (status == ATTNCHECK_OK && bc->d_sinks)
+    for (int64_t h = 0; h < H; ++h) bc->d_sinks[h] = dsinks[h];
   free(dk);
   free(dv);
   free(dq);
+  free(dsinks);
   return status;
 }
 #endif
@@ -231,6 +273,15 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .cross_lengths = ATTNCHECK_CROSS_Q_LE_K,
       .head_dim_multiple = 8,
       .max_head_dim = 128,
+#elif defined(MODIFIERS)
+      .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
+               ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,
+      .name = "c-example-modifiers",
+      .description = "naive C attention with softcap, ALiBi, sinks, causal = 0 and the LSE, with a backward pass",
+      .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
+      .backward = backward,
+      .flags3 = ATTNCHECK_CAP3_LSE | ATTNCHECK_CAP3_SINKS | ATTNCHECK_CAP3_SOFTCAP | ATTNCHECK_CAP3_ALIBI |
+                ATTNCHECK_CAP3_BIDIRECTIONAL,
 #elif defined(EMPTY_ROWS_NAN)
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
                ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,

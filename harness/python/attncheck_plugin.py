@@ -15,8 +15,14 @@ keyword arguments it declares among `scale` (None: use 1/sqrt(D)), `alignment` (
 an int w: the query at aligned position p sees keys p-w .. p only). Arrays come as float64, float32 or
 float16; bfloat16 comes as float32 holding bfloat16 values, and results are rounded back to bfloat16. With
 gqa=True, k and v may have fewer heads than q (H_kv dividing H; query head h reads kv head h // (H // H_kv)).
-A `backward(q, k, v, d_output, **same keywords) -> (dq, dk, dv)` makes the gradient laws apply. Only numpy
-(Debian's python3-numpy) is needed.
+A `backward(q, k, v, d_output, **same keywords) -> (dq, dk, dv)` makes the gradient laws apply. Protocol
+version 3's score modifiers are passed only when declared: softcap=True gives `softcap` (None or a float c > 0:
+s = c·tanh(s/c) on the scaled score), alibi=True `alibi_slopes` (None or a float64 array [H]: s += slope_h·(j - p)),
+sinks=True `sinks` (None or a float64 array [H] of sink logits, -inf meaning none: an extra softmax column with no
+value) and bidirectional=True `causal` (True, or False: no causal rule); lse=True means fn also returns each row's
+log-sum-exp, (out, lse) or (out, weights, lse) or a dict {"output", "weights", "lse"}, lse [B,H,T_q] or
+[B,H,T_q,1]. With sinks=True the backward returns (dq, dk, dv, d_sinks), d_sinks [H]. Only numpy (Debian's
+python3-numpy) is needed.
 """
 
 import inspect
@@ -46,6 +52,9 @@ EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2, "any": 3}
 # Version 3's cross-length regimes (the caps frame's u32 after flags3).
 CROSS_LENGTHS_CODES = {True: 0, "T_q<=T_k": 1, "T_q>=T_k": 2}
 KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
+# Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
+FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "bidirectional": 0x100}
+MODIFIER_KEYWORDS = {"sinks": "sinks", "softcap": "softcap", "alibi": "alibi_slopes", "bidirectional": "causal"}
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
@@ -118,13 +127,20 @@ def _failure(status, message):
     return struct.pack("<iI", status, 0) + _string(message)
 
 
-def _keywords(fn, role):
-    """The keywords among KEYWORDS that `fn` declares (they are passed only to a function that has them)."""
+def _keywords(fn, role, modifiers=()):
+    """The keywords among KEYWORDS that `fn` declares (they are passed only to a function that has them), and
+    the modifier keywords of the declared `modifiers`, which it must have."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError) as e:
         raise TypeError("serve: cannot read the signature of %s %r: %s" % (role, fn, e))
-    return {p for p in KEYWORDS if p in params}
+    takes = {p for p in KEYWORDS if p in params}
+    for declared in modifiers:
+        keyword = MODIFIER_KEYWORDS[declared]
+        if keyword not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            raise TypeError("serve: %s=True but %s %s has no `%s` parameter" % (declared, role, fn.__name__, keyword))
+        takes.add(keyword)
+    return takes
 
 
 def _read_call(payload, backward):
@@ -140,6 +156,16 @@ def _read_call(payload, backward):
     if fflags & 8:
         (window,) = struct.unpack_from("<q", payload, off)
         off += 8
+    softcap = alibi_slopes = sinks = None
+    if fflags & 16:  # version 3: softcap, ALiBi slopes, sinks, in this order
+        (softcap,) = struct.unpack_from("<d", payload, off)
+        off += 8
+    if fflags & 32:
+        alibi_slopes = np.frombuffer(payload, dtype="<f8", count=qs[1], offset=off).astype(np.float64)
+        off += 8 * qs[1]
+    if fflags & 64:
+        sinks = np.frombuffer(payload, dtype="<f8", count=qs[1], offset=off).astype(np.float64)
+        off += 8 * qs[1]
     dtype = DTYPE_NAMES[dcode]
     size = np.dtype(WIRE[dtype]).itemsize
     nq, nk = int(np.prod(qs)) * size, int(np.prod(ks)) * size
@@ -149,8 +175,9 @@ def _read_call(payload, backward):
         off += nq + 2 * nk
         arrays.append(_decode(payload[off:off + nq], dtype, qs))
     kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
-              "key_lengths": key_lengths, "window": window}
-    return arrays, kwargs, dtype, bool(fflags & 2)
+              "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
+              "sinks": sinks, "causal": not fflags & 256}
+    return arrays, kwargs, dtype, bool(fflags & 2), bool(fflags & 128)
 
 
 def _tensors(*arrays):
@@ -160,7 +187,7 @@ def _tensors(*arrays):
 def serve(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
           custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
-          max_head_dim=0, head_dims=None):
+          max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -176,8 +203,16 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     `max_head_dim` (0: no limit) and `head_dims` (a list: only those D), and `empty_rows` may be "any" (the
     output of a row that sees no key is unspecified: laws skip those rows). An attncheck that speaks only
     version 2 cannot honour them; the client then refuses to serve, saying so.
+    Version 3 also carries the score modifiers (applied in the order softcap, ALiBi, mask, sink) and the LSE,
+    each only when declared: `softcap=True` (fn gets `softcap`, None or c > 0), `alibi=True` (`alibi_slopes`,
+    None or [H]), `sinks=True` (`sinks`, None or [H]; the backward then returns d_sinks [H] as a fourth
+    gradient), `bidirectional=True` (`causal`, True or False) and `lse=True` (fn returns the log-sum-exp of
+    every row too: (out, lse), (out, weights, lse) or a dict with "output", "weights", "lse").
     """
-    takes = _keywords(fn, "fn")
+    declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
+                                              ("alibi", alibi), ("bidirectional", bidirectional))}
+    modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
+    takes = _keywords(fn, "fn", modifiers)
     if custom_scale is None:
         custom_scale = "scale" in takes
     if key_lengths is None:
@@ -192,7 +227,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
         raise TypeError("serve: two alignments declared but %s has no `alignment` parameter" % fn.__name__)
     backward_takes = set()
     if backward is not None:
-        backward_takes = _keywords(backward, "backward")
+        backward_takes = _keywords(backward, "backward", modifiers)
         # A backward that ignores what the forward honours would differentiate another function.
         for flag, param in ((custom_scale, "scale"), (len(alignments) > 1, "alignment"),
                             (key_lengths, "key_lengths"), (window, "window")):
@@ -217,7 +252,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                                       ("head_dim_multiple=%d" % head_dim_multiple, head_dim_multiple > 1),
                                       ("max_head_dim=%d" % max_head_dim, max_head_dim > 0),
                                       ("head_dims=%r" % (head_dims,), bool(head_dims)),
-                                      ("empty_rows='any'", empty_rows == "any")) if on]
+                                      ("empty_rows='any'", empty_rows == "any"))
+                + tuple(("%s=True" % key, on) for key, on in declared.items()) if on]
 
     ch = _Channel()
     ftype, payload = ch.read()
@@ -238,8 +274,9 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                   | (HAS_BACKWARD if backward is not None else 0))
         caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows] if version >= 3 or empty_rows != "any" else 0)
     if version >= 3:
-        caps += struct.pack("<IIqqI", 0, CROSS_LENGTHS_CODES.get(cross_lengths, 0), head_dim_multiple, max_head_dim,
-                            len(head_dims))
+        flags3 = sum(FLAGS3[key] for key, on in declared.items() if on)
+        caps += struct.pack("<IIqqI", flags3, CROSS_LENGTHS_CODES.get(cross_lengths, 0), head_dim_multiple,
+                            max_head_dim, len(head_dims))
         caps += b"".join(struct.pack("<qq", d, 0) for d in head_dims)
         caps += struct.pack("<II", 0, 0)  # page layouts, no page sizes
     elif needs_v3:
@@ -259,41 +296,82 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
             continue
         if ftype != FORWARD:
             raise ProtocolError("expected a forward or backward frame, got type %d" % ftype)
-        (q, k, v), kwargs, dtype, want_weights = _read_call(payload, backward=False)
+        (q, k, v), kwargs, dtype, want_weights, want_lse = _read_call(payload, backward=False)
         try:
             result = fn(q, k, v, **{key: kwargs[key] for key in takes})
         except Exception as e:  # the implementation's own failure: reported, and the next call goes on
             traceback.print_exc()
             ch.write(RESULT, _failure(ERROR, "%s: %s" % (type(e).__name__, e)))
             continue
-        weights = None
-        if returns_weights and isinstance(result, tuple):
-            result, weights = result
-        out = np.asarray(result)
-        if out.ndim != 4 or (weights is not None and np.asarray(weights).ndim != 4):
-            ch.write(RESULT, _failure(WRONG_SIZE, "%s returned an array of shape %s; expected 4-D [B,H,T_q,D]"
-                                      % (fn.__name__, out.shape)))
+        out, weights, row_lse, problem = _unpack_result(result, returns_weights, lse, fn.__name__)
+        if problem is None and row_lse is not None and row_lse.ndim == 3:
+            row_lse = row_lse[..., None]  # [B,H,T_q] -> [B,H,T_q,1], as the wire carries it
+        if problem is None and (out.ndim != 4 or (weights is not None and weights.ndim != 4)
+                                or (row_lse is not None and row_lse.ndim != 4)):
+            problem = "%s returned arrays of shapes %s; expected 4-D [B,H,T_q,D]%s%s" % (
+                fn.__name__, [a.shape for a in (out, weights, row_lse) if a is not None],
+                ", weights [B,H,T_q,T_k]" if weights is not None else "",
+                ", lse [B,H,T_q] or [B,H,T_q,1]" if row_lse is not None else "")
+        if problem is not None:
+            ch.write(RESULT, _failure(WRONG_SIZE, problem))
             continue
         send_w = weights is not None and want_weights
-        reply = struct.pack("<iI", OK, 1 if send_w else 0) + _string("")
-        reply += _tensors((out, dtype), *([(np.asarray(weights), dtype)] if send_w else []))
+        send_lse = row_lse is not None and want_lse
+        reply = struct.pack("<iI", OK, (1 if send_w else 0) | (2 if send_lse else 0)) + _string("")
+        reply += _tensors((out, dtype), *([(weights, dtype)] if send_w else []),
+                          *([(row_lse, "float64")] if send_lse else []))
         ch.write(RESULT, reply)
+
+
+def _unpack_result(result, returns_weights, returns_lse, name):
+    """(out, weights or None, lse or None, None) from what fn returned, or (..., message) when it is not what its
+    declarations say: out; (out, weights); (out, lse); (out, weights, lse); or a dict of those keys."""
+    if isinstance(result, dict):
+        unknown = set(result) - {"output", "weights", "lse"}
+        if "output" not in result or unknown:
+            return None, None, None, "%s returned a dict with keys %s; expected \"output\" and optionally " \
+                "\"weights\", \"lse\"" % (name, sorted(result))
+        parts = [result["output"], result.get("weights") if returns_weights else None,
+                 result.get("lse") if returns_lse else None]
+    elif isinstance(result, tuple):
+        expected = 1 + bool(returns_weights) + bool(returns_lse)
+        if len(result) != expected:
+            return None, None, None, "%s returned a tuple of %d; its declarations (returns_weights=%s, lse=%s) " \
+                "say %s" % (name, len(result), bool(returns_weights), bool(returns_lse),
+                            ["out", "(out, weights)", "(out, lse)", "(out, weights, lse)"][
+                                (1 if returns_weights else 0) + (2 if returns_lse else 0)])
+        parts = [result[0], result[1] if returns_weights else None, result[-1] if returns_lse else None]
+    else:
+        parts = [result, None, None]
+    out, weights, lse = (None if a is None else np.asarray(a) for a in parts)
+    return out, weights, lse, None
 
 
 def _answer_backward(ch, backward, takes, payload):
     """One gradients frame for a backward frame: (dq, dk, dv) from `backward`, or the failure."""
     if backward is None:
         raise ProtocolError("got a backward frame, but serve() was given no backward function")
-    (q, k, v, d_output), kwargs, dtype, _ = _read_call(payload, backward=True)
+    (q, k, v, d_output), kwargs, dtype, _, _ = _read_call(payload, backward=True)
     try:
         grads = backward(q, k, v, d_output, **{key: kwargs[key] for key in takes})
     except Exception as e:
         traceback.print_exc()
         ch.write(GRADIENTS, _failure(ERROR, "%s: %s" % (type(e).__name__, e)))
         return
+    # With sinks in the call: (dq, dk, dv, d_sinks), d_sinks [H] (a backward declared with sinks=True); without,
+    # a fourth gradient (None, say) is dropped.
+    with_sinks = kwargs["sinks"] is not None
+    if isinstance(grads, (tuple, list)) and len(grads) == 4 and not with_sinks:
+        grads = grads[:3]
     grads = [np.asarray(g) for g in grads] if isinstance(grads, (tuple, list)) else []
-    if len(grads) != 3 or any(g.ndim != 4 for g in grads):
-        ch.write(GRADIENTS, _failure(WRONG_SIZE, "%s returned %s; expected (dq, dk, dv), each 4-D"
-                                     % (backward.__name__, [g.shape for g in grads] or "no tuple")))
+    if (len(grads) != 3 + with_sinks or any(g.ndim != 4 for g in grads[:3])
+            or (with_sinks and grads[3].ndim != 1)):
+        ch.write(GRADIENTS, _failure(WRONG_SIZE, "%s returned %s; expected (dq, dk, dv%s), dq, dk, dv 4-D%s"
+                                     % (backward.__name__, [g.shape for g in grads] or "no tuple",
+                                        ", d_sinks" if with_sinks else "",
+                                        " and d_sinks [H]" if with_sinks else "")))
         return
-    ch.write(GRADIENTS, struct.pack("<iI", OK, 0) + _string("") + _tensors(*((g, dtype) for g in grads)))
+    reply = struct.pack("<iI", OK, 1 if with_sinks else 0) + _string("") + _tensors(*((g, dtype) for g in grads[:3]))
+    if with_sinks:
+        reply += struct.pack("<q", grads[3].size) + np.ascontiguousarray(grads[3], dtype="<f8").tobytes()
+    ch.write(GRADIENTS, reply)

@@ -175,6 +175,8 @@ def _margin(violation):
     magnitude, tolerance = violation.get("magnitude"), violation.get("tolerance")
     if magnitude is None or tolerance is None:
         return None
+    # summary.json writes a non-finite number as a string ("nan", "inf"), which JSON cannot hold.
+    magnitude, tolerance = float(magnitude), float(tolerance)
     if tolerance:
         return "%.3g against a tolerance of %.3g (%.3g x the tolerance)" % (magnitude, tolerance,
                                                                             magnitude / tolerance)
@@ -250,7 +252,8 @@ class AttncheckFixture:
     def check(self, fn, dtypes=("float32",), laws=None, cases=None, seed=None, timeout=None, **serve_kwargs):
         """Runs the laws (all, or those named in `laws`) on `fn` at each of `dtypes`; fails the test with every
         falsified law. `serve_kwargs` go to attncheck_plugin.serve (returns_weights, alignments, max_T,
-        nonfinite_safe, gqa, key_lengths, window, backward, empty_rows, ...); `cases`, `seed`, `timeout` override the --attncheck-* options."""
+        nonfinite_safe, gqa, key_lengths, window, backward, empty_rows, lse, sinks, softcap, alibi, bidirectional,
+        ...); `cases`, `seed`, `timeout` override the --attncheck-* options."""
         try:
             numpy = importlib.util.find_spec("numpy")
         except ImportError:

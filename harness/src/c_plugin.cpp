@@ -145,6 +145,7 @@ class CPlugin final : public Implementation {
                                                                        : EmptyRows::zero;
     if (v3) {  // the declarations (validate_table checked every value)
       caps_.abi3_flags = v3->flags3;
+      wire::set_abi3_bools(caps_, v3->flags3);  // the LSE, sinks, softcap, ALiBi, bidirectional
       if (v3->cross_lengths != 0) {
         caps_.q_shorter = v3->cross_lengths & ATTNCHECK_CROSS_Q_LE_K;
         caps_.q_longer = v3->cross_lengths & ATTNCHECK_CROSS_Q_GE_K;
@@ -175,15 +176,21 @@ class CPlugin final : public Implementation {
       OutBuffer<S> out(qs), w(Shape{qs.B, qs.H, qs.T, k.shape().T});
       const bool want_w = p.want_weights && caps_.returns_weights;
       attncheck_tensor_out w_view = w.view();
+      // The LSE, [B,H,T_q] doubles (held as [B,H,T_q,1]), only from a plug-in that declares it.
+      const bool want_lse = p.want_lse && caps_.lse;
+      OutBuffer<double> lse(Shape{qs.B, qs.H, qs.T, 1});
+      attncheck_lse_out lse_view{lse.data.data(), {qs.B, qs.H, qs.T}, {qs.H * qs.T, qs.T, 1}};
       const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
       attncheck_call call = make_call(p, q, k, v, lengths);
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
+      call.lse = want_lse ? &lse_view : nullptr;
       char message[1024] = {};
       check_status(table_->forward(&call, message, sizeof message), message);
       Outcome o;
       o.output = out.take(name_, "output");
       if (want_w) o.weights = w.take(name_, "weights");
+      if (want_lse) o.lse = lse.take(name_, "lse", " (call->lse is [B,H,T_q] doubles, with its strides)");
       return o;
     });
   }
@@ -201,7 +208,11 @@ class CPlugin final : public Implementation {
       attncheck_call call = make_call(p, q, k, v, lengths);
       call.output = scratch.view();
       call.weights = nullptr;
-      const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view(), nullptr};
+      // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).
+      const std::size_t H = std::size_t(q.shape().H);
+      std::vector<double> d_sinks(p.sinks.empty() ? 0 : H + kGuardBytes / sizeof(double), sentinel<double>());
+      const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view(),
+                                          p.sinks.empty() ? nullptr : d_sinks.data()};
       char message[1024] = {};
       check_status(v2_->backward(&bcall, message, sizeof message), message);
       // dK and dV have k's shape: a plug-in that writes one per query head writes past them.
@@ -211,6 +222,7 @@ class CPlugin final : public Implementation {
       g.dq = dq.take(name_, "dq");
       g.dk = dk.take(name_, "dk", kv_hint);
       g.dv = dv.take(name_, "dv", kv_hint);
+      if (!p.sinks.empty()) g.dsinks = take_d_sinks(d_sinks, H);
       return g;
     });
   }
@@ -230,10 +242,31 @@ class CPlugin final : public Implementation {
     call.v = in_tensor(v);
     call.key_lengths = lengths.empty() ? nullptr : lengths.data();
     call.window = p.window ? std::int64_t(*p.window) : -1;
-    // ABI 3's neutral values (the rest are 0 or NULL from the value-initialisation above).
-    call.causal = 1;
+    // ABI 3's neutral values (the rest are 0 or NULL from the value-initialisation above), and the modifiers
+    // a plug-in declared (check_within_capabilities refused any it did not). `p` outlives the call.
+    call.causal = p.causal ? 1 : 0;
     call.window_right = -1;
+    call.softcap = p.softcap.value_or(0.0);
+    call.alibi_slopes = p.alibi_slopes.empty() ? nullptr : p.alibi_slopes.data();
+    call.sinks = p.sinks.empty() ? nullptr : p.sinks.data();
     return call;
+  }
+
+  // The H gradients the backward wrote into `buf` (H entries, then the guard zone); throws
+  // ImplementationError(wrong_size) for one left unwritten or a write past them.
+  std::vector<double> take_d_sinks(const std::vector<double>& buf, std::size_t H) const {
+    for (std::size_t i = H; i < buf.size(); ++i)
+      if (!is_sentinel(buf[i]))
+        throw ImplementationError(ImplementationError::Kind::wrong_size,
+                                  name_ + ": wrote past the end of its d_sinks (element " + std::to_string(i) +
+                                      " of " + std::to_string(H) + ": one per query head)");
+    for (std::size_t h = 0; h < H; ++h)
+      if (is_sentinel(buf[h]))
+        throw ImplementationError(ImplementationError::Kind::wrong_size,
+                                  name_ + ": returned OK but left d_sinks[" + std::to_string(h) + "] of " +
+                                      std::to_string(H) + " unwritten (backward_call->d_sinks has one entry per "
+                                      "query head when the call has sinks)");
+    return {buf.begin(), buf.begin() + std::ptrdiff_t(H)};
   }
 
   void check_status(std::int32_t st, char (&message)[1024]) const {
@@ -385,6 +418,16 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
     throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +
                                 " key lengths for a batch of " + std::to_string(p.q.shape().B));
   if (p.window && !caps.window) refuse("a window", "windows");
+  if (!p.sinks.empty() && !caps.sinks) refuse("sinks", "sinks (ATTNCHECK_CAP3_SINKS)");
+  if (p.softcap && !caps.softcap) refuse("a softcap", "softcapping (ATTNCHECK_CAP3_SOFTCAP)");
+  if (!p.alibi_slopes.empty() && !caps.alibi) refuse("ALiBi slopes", "ALiBi (ATTNCHECK_CAP3_ALIBI)");
+  if (!p.causal && !caps.bidirectional) refuse("causal = false", "bidirectional (ATTNCHECK_CAP3_BIDIRECTIONAL)");
+  const Index H = p.q.shape().H;
+  for (const auto& [xs, what] : {std::pair{&p.sinks, "sinks"}, std::pair{&p.alibi_slopes, "ALiBi slopes"}})
+    if (!xs->empty() && Index(xs->size()) != H)
+      throw std::logic_error(name + ": this call has " + std::to_string(xs->size()) + " " + what + " for " +
+                             std::to_string(H) + " query heads (expected one per query head)");
+  // The LSE is not refused: a call that wants it from an implementation without it gets none (Problem::want_lse).
 }
 
 }  // namespace attncheck::detail

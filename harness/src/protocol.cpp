@@ -2,6 +2,7 @@
 #include "protocol.hpp"
 
 #include <cctype>
+#include <cmath>
 
 namespace attncheck::wire {
 
@@ -118,6 +119,19 @@ std::size_t element_size(DType t) {
   return 4;
 }
 
+void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
+  caps.lse = flags3 & lse_bit;
+  caps.sinks = flags3 & sinks_bit;
+  caps.softcap = flags3 & softcap_bit;
+  caps.alibi = flags3 & alibi_bit;
+  caps.bidirectional = flags3 & bidirectional_bit;
+}
+
+std::uint32_t abi3_bits(const Capabilities& caps) {
+  return (caps.lse ? lse_bit : 0u) | (caps.sinks ? sinks_bit : 0u) | (caps.softcap ? softcap_bit : 0u) |
+         (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u);
+}
+
 std::string encode_hello() {
   Writer w;
   // Version 1 first: a version-1 client stops unless this field is 1. The newest version follows.
@@ -154,7 +168,9 @@ std::string encode_caps(const Handshake& h) {
     w.u32(!e ? 0u : *e == EmptyRows::zero ? 1u : *e == EmptyRows::nan ? 2u : h.version >= 3 ? 3u : 0u);
   }
   if (h.version >= 3) {
-    w.u32(h.caps.abi3_flags);
+    // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
+    constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit;
+    w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
                                                                                 (h.caps.q_longer ? 2u : 0u));
@@ -228,6 +244,7 @@ Handshake decode_caps(std::string_view payload) {
     if (h.caps.abi3_flags & ~0x1FFFFu)
       throw ProtocolError("caps frame: flags3 bits are " + std::to_string(h.caps.abi3_flags) +
                           " (expected ATTNCHECK_CAP3_* bits, within 0x1ffff)");
+    set_abi3_bools(h.caps, h.caps.abi3_flags);
     if (regimes > 3)
       throw ProtocolError("caps frame: cross-length regimes are " + std::to_string(regimes) +
                           " (expected 0 both, or 1 T_q < T_k and/or 2 T_q > T_k)");
@@ -340,14 +357,25 @@ std::string call_payload(const Problem& p) {
   Writer w;
   w.u32(dtype_code(p.dtype));
   w.u32(alignment_code(p.alignment));
-  w.u32((p.scale ? 1u : 0u) | (p.want_weights ? 2u : 0u) | (p.key_lengths.empty() ? 0u : 4u) |
-        (p.window ? 8u : 0u));
+  w.u32((p.scale ? call_scale : 0u) | (p.want_weights ? call_weights : 0u) |
+        (p.key_lengths.empty() ? 0u : call_key_lengths) | (p.window ? call_window : 0u) |
+        (p.softcap ? call_softcap : 0u) | (p.alibi_slopes.empty() ? 0u : call_alibi) |
+        (p.sinks.empty() ? 0u : call_sinks) | (p.want_lse ? call_lse : 0u) | (p.causal ? 0u : call_not_causal));
   w.u32(0);
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
   put_shape(w, p.k.shape());
   for (const Index len : p.key_lengths) w.i64(len);
   if (p.window) w.i64(*p.window);
+  if (p.softcap) w.f64(*p.softcap);
+  const auto heads = [&](const std::vector<double>& xs, const char* what) {
+    if (Index(xs.size()) != p.q.shape().H)
+      throw std::logic_error(std::string("encode_forward: ") + std::to_string(xs.size()) + " " + what + " for " +
+                             std::to_string(p.q.shape().H) + " query heads");
+    for (const double x : xs) w.f64(x);
+  };
+  if (!p.alibi_slopes.empty()) heads(p.alibi_slopes, "ALiBi slopes");
+  if (!p.sinks.empty()) heads(p.sinks, "sinks");
   for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
   return std::move(w.bytes());
 }
@@ -357,10 +385,16 @@ Problem read_call(Reader& r, const char* what) {
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
+  if (flags & ~0x1FFu)
+    throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
+                        " (expected bits within 0x1ff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal)");
   r.u32();
   const double scale = r.f64();
-  if (flags & 1u) p.scale = scale;
-  p.want_weights = flags & 2u;
+  if (flags & call_scale) p.scale = scale;
+  p.want_weights = flags & call_weights;
+  p.want_lse = flags & call_lse;
+  p.causal = !(flags & call_not_causal);
   const auto raw_q = get_shape(r), raw_k = get_shape(r);
   const Shape qs = checked_shape(raw_q, "q", what), ks = checked_shape(raw_k, "k", what);
   if (ks.B != qs.B || ks.D != qs.D || qs.H % ks.H != 0)
@@ -379,6 +413,25 @@ Problem read_call(Reader& r, const char* what) {
     if (window < 0) throw ProtocolError(std::string(what) + ": window " + std::to_string(window) + " is negative");
     p.window = window;
   }
+  if (flags & call_softcap) {
+    const double cap = r.f64();
+    if (!(std::isfinite(cap) && cap > 0))
+      throw ProtocolError(std::string(what) + ": softcap " + std::to_string(cap) + " is not finite and > 0");
+    p.softcap = cap;
+  }
+  const auto heads = [&](const char* name, bool minus_inf_ok) {
+    std::vector<double> xs;
+    for (Index h = 0; h < qs.H; ++h) {
+      const double x = r.f64();
+      if (!std::isfinite(x) && !(minus_inf_ok && x == -INFINITY))
+        throw ProtocolError(std::string(what) + ": " + name + " " + std::to_string(h) + " is " + std::to_string(x) +
+                            (minus_inf_ok ? " (expected finite or -inf)" : " (expected finite)"));
+      xs.push_back(x);
+    }
+    return xs;
+  };
+  if (flags & call_alibi) p.alibi_slopes = heads("ALiBi slope", false);
+  if (flags & call_sinks) p.sinks = heads("sink", true);
   // Sizes through nbytes: four extents of up to 2^32 each would overflow the element count.
   const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_k, p.dtype, what);
   p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
@@ -414,6 +467,7 @@ std::string encode_backward(const Problem& p) {
   if (!p.d_output) throw std::logic_error("encode_backward: the problem has no d_output");
   Problem call = p;
   call.want_weights = false;
+  call.want_lse = false;
   return frame(FrameType::backward, call_payload(call) + to_bytes(*p.d_output, p.dtype));
 }
 
@@ -430,10 +484,11 @@ Problem decode_backward(std::string_view payload) {
 std::string encode_result(const Outcome& o, DType dtype) {
   Writer w;
   w.i32(ok);
-  w.u32(o.weights ? 1u : 0u);
+  w.u32((o.weights ? 1u : 0u) | (o.lse ? 2u : 0u));
   w.str("");
   put_tensor(w, o.output, dtype);
   if (o.weights) put_tensor(w, *o.weights, dtype);
+  if (o.lse) put_tensor(w, *o.lse, DType::f64);  // float64 whatever the call's dtype
   return frame(FrameType::result, w.bytes());
 }
 
@@ -449,7 +504,9 @@ Result decode_result(std::string_view payload, DType dtype) {
   Reader r(payload, "result frame");
   Result res;
   res.status = r.i32();
-  res.has_weights = r.u32() & 1u;
+  const std::uint32_t flags = r.u32();
+  res.has_weights = flags & 1u;
+  res.has_lse = flags & 2u;
   res.message = r.str();
   if (res.status != ok) return res;
   res.out_shape = get_shape(r);
@@ -458,6 +515,10 @@ Result decode_result(std::string_view payload, DType dtype) {
     res.w_shape = get_shape(r);
     res.w_bytes = r.raw(nbytes(res.w_shape, dtype));
   }
+  if (res.has_lse) {
+    res.lse_shape = get_shape(r);
+    res.lse_bytes = r.raw(nbytes(res.lse_shape, DType::f64));
+  }
   expect_end(r, "result frame");
   return res;
 }
@@ -465,9 +526,13 @@ Result decode_result(std::string_view payload, DType dtype) {
 std::string encode_gradients(const Gradients& g, DType dtype) {
   Writer w;
   w.i32(ok);
-  w.u32(0);
+  w.u32(g.dsinks.empty() ? 0u : 1u);
   w.str("");
   for (const Tensor<double>* t : {&g.dq, &g.dk, &g.dv}) put_tensor(w, *t, dtype);
+  if (!g.dsinks.empty()) {
+    w.i64(std::int64_t(g.dsinks.size()));
+    for (const double x : g.dsinks) w.f64(x);
+  }
   return frame(FrameType::gradients, w.bytes());
 }
 
@@ -475,12 +540,22 @@ GradientsResult decode_gradients(std::string_view payload, DType dtype) {
   Reader r(payload, "gradients frame");
   GradientsResult res;
   res.status = r.i32();
-  r.u32();
+  const std::uint32_t flags = r.u32();
   res.message = r.str();
   if (res.status != ok) return res;
   for (std::size_t i = 0; i < 3; ++i) {
     res.shapes[i] = get_shape(r);
     res.bytes[i] = r.raw(nbytes(res.shapes[i], dtype));
+  }
+  if (flags & 1u) {
+    const std::int64_t n = r.i64();
+    // Bounded by what is left, so a count of 2^60 is "runs short", not an allocation.
+    if (n < 0 || std::uint64_t(n) > r.left() / 8)
+      throw ProtocolError("gradients frame: " + std::to_string(n) + " d_sinks announced but " +
+                          std::to_string(r.left()) + " bytes are left");
+    std::vector<double> d(static_cast<std::size_t>(n));
+    for (double& x : d) x = r.f64();
+    res.d_sinks = std::move(d);
   }
   expect_end(r, "gradients frame");
   return res;

@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attncheck/implementation.hpp"
 
@@ -39,6 +40,26 @@ enum class FrameType : std::uint32_t {
 
 /// Version 2's capability bits, in the caps frame's extension (`flags2`).
 enum Flags2 : std::uint32_t { gqa_bit = 1, key_lengths_bit = 2, window_bit = 4, backward_bit = 8 };
+
+/// Version 3's capability bits that this attncheck sends calls for (flags3, the ATTNCHECK_CAP3_* values).
+enum Flags3 : std::uint32_t { lse_bit = 0x1, sinks_bit = 0x2, softcap_bit = 0x4, alibi_bit = 0x8, bidirectional_bit = 0x100 };
+
+/// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
+enum CallFlags : std::uint32_t {
+  call_scale = 1,
+  call_weights = 2,
+  call_key_lengths = 4,    ///< version 2
+  call_window = 8,         ///< version 2
+  call_softcap = 16,       ///< version 3: an f64 softcap follows
+  call_alibi = 32,         ///< version 3: H f64 ALiBi slopes follow
+  call_sinks = 64,         ///< version 3: H f64 sink logits follow
+  call_lse = 128,          ///< version 3: the LSE is wanted
+  call_not_causal = 256,   ///< version 3: no causal rule
+};
+
+/// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, bidirectional), and back.
+void set_abi3_bools(Capabilities& caps, std::uint32_t flags3);
+std::uint32_t abi3_bits(const Capabilities& caps);
 
 /// Status codes of a result frame (the C ABI's ATTNCHECK_OK/ERROR/UNSUPPORTED, plus one the host reports).
 enum Status : std::int32_t { ok = 0, error = 1, unsupported = 2, wrong_size = 3 };
@@ -123,7 +144,9 @@ std::string encode_caps(const Handshake& h);
 Handshake decode_caps(std::string_view payload);
 std::string encode_refuse(std::string_view message);
 
-/// A forward frame. Without key lengths and a window (version 2's fields) it is also a version-1 frame.
+/// A forward frame. Without key lengths and a window (version 2's fields) it is also a version-1 frame; without
+/// the modifiers, LSE and causal = false (version 3's) a version-2 one. The caller sends each only to a child
+/// that declared it; the LSE-wanted flag follows p.want_lse.
 std::string encode_forward(const Problem& p);
 Problem decode_forward(std::string_view payload);
 /// A backward frame (version 2): the forward call's fields, then *p.d_output.
@@ -139,6 +162,9 @@ struct Result {
   bool has_weights = false;
   std::array<std::int64_t, 4> w_shape{};
   std::string_view w_bytes;
+  bool has_lse = false;  ///< version 3: [B,H,T_q,1] float64, whatever the dtype
+  std::array<std::int64_t, 4> lse_shape{};
+  std::string_view lse_bytes;
 };
 
 std::string encode_result(const Outcome& o, DType dtype);
@@ -152,6 +178,7 @@ struct GradientsResult {
   std::string message;
   std::array<std::array<std::int64_t, 4>, 3> shapes{};  ///< dq, dk, dv
   std::array<std::string_view, 3> bytes;
+  std::optional<std::vector<double>> d_sinks;  ///< version 3: as many as the child sent
 };
 
 std::string encode_gradients(const Gradients& g, DType dtype);

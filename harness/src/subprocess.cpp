@@ -120,18 +120,22 @@ class ExecImplementation final : public Implementation {
 
   Outcome forward(const Problem& p) const override {
     // A child of version 1 declares none of version 2's capabilities, so its calls never use version 2's
-    // fields: a forward frame without them is the same at both versions.
+    // fields: a forward frame without them is the same at both versions; likewise version 3's modifiers, LSE
+    // and causal = false for a child of version 2.
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
     ensure_started();
     const Shape qs = p.q.shape();
-    const Shape want_w{qs.B, qs.H, qs.T, p.k.shape().T};
+    const Shape want_w{qs.B, qs.H, qs.T, p.k.shape().T}, lse_shape{qs.B, qs.H, qs.T, 1};
+    const bool want_lse = p.want_lse && caps_.lse;  // asked only of a child that declared it
+    Problem call = p;
+    call.want_lse = want_lse;
     const std::size_t es = wire::element_size(p.dtype);
     // A wrong-size answer up to twice the expected size is decoded and reported as such; beyond that the
     // frame is refused unread.
-    const std::size_t expected = std::size_t(qs.numel() + want_w.numel()) * es;
+    const std::size_t expected = std::size_t(qs.numel() + want_w.numel()) * es + std::size_t(lse_shape.numel()) * 8;
     const std::string payload =
-        timed_exchange(wire::encode_forward(p), wire::FrameType::result, 2 * expected + (1u << 20));
+        timed_exchange(wire::encode_forward(call), wire::FrameType::result, 2 * expected + (1u << 20));
     wire::Result r;
     try {
       r = wire::decode_result(payload, p.dtype);
@@ -158,6 +162,17 @@ class ExecImplementation final : public Implementation {
                                                       ": returned no weights although its handshake says it "
                                                       "returns them and this call asked for them");
     }
+    if (r.has_lse) {
+      if (r.lse_shape != std::array<std::int64_t, 4>{qs.B, qs.H, qs.T, 1})
+        throw ImplementationError(Kind::wrong_size, name_ + ": lse is " + wire::shape_string(r.lse_shape) +
+                                                        " but must be " + to_string(lse_shape) +
+                                                        " ([B,H,T_q,1], one per query row)");
+      if (want_lse) o.lse = wire::from_bytes(r.lse_bytes, lse_shape, DType::f64);
+    } else if (want_lse) {
+      throw ImplementationError(Kind::wrong_size, name_ +
+                                                      ": returned no LSE although its handshake declares it (flags3 "
+                                                      "0x1) and this call asked for it");
+    }
     return o;
   }
 
@@ -169,7 +184,8 @@ class ExecImplementation final : public Implementation {
     ensure_started();
     const Shape qs = p.q.shape(), ks = p.k.shape();
     // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
-    const std::size_t expected = std::size_t(qs.numel() + 2 * ks.numel()) * wire::element_size(p.dtype);
+    const std::size_t expected =
+        std::size_t(qs.numel() + 2 * ks.numel()) * wire::element_size(p.dtype) + std::size_t(qs.H) * 8;
     const std::string payload =
         timed_exchange(wire::encode_backward(p), wire::FrameType::gradients, 2 * expected + (1u << 20));
     wire::GradientsResult r;
@@ -195,6 +211,8 @@ class ExecImplementation final : public Implementation {
                               std::to_string(qs.H / ks.H) + " query heads of its group)"));
       *parts[i] = wire::from_bytes(r.bytes[i], w, p.dtype);
     }
+    // d_sinks: as many as came (check_gradients_shape names a count other than H); none asked, none kept.
+    if (r.d_sinks && !p.sinks.empty()) g.dsinks = std::move(*r.d_sinks);
     return g;
   }
 

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -208,6 +209,114 @@ TEST(CPlugin, abi3DeclarationsReachTheCapabilitiesInAndOutOfProcess) {
   const Capabilities& old = abi2->capabilities();
   EXPECT_TRUE(old.q_shorter && old.q_longer && old.head_dim_multiple == 1 && old.max_head_dim == 0);
   EXPECT_EQ(old.empty_rows, EmptyRows::zero);
+}
+
+// abi2_problem with every ABI-3 modifier: softcap 2, ALiBi slopes, sinks (one -inf: no sink for head 3), and the
+// LSE wanted. Batch entry 1's last row sees no key: its LSE is the sink alone (or -inf for head 3).
+Problem modifiers_problem(DType t, bool causal = true) {
+  Problem p = abi2_problem(t);
+  p.softcap = 2.0;
+  p.alibi_slopes = {0.5, 0.25, 0.125, 0.0625};
+  p.sinks = {0.5, -1.0, 2.0, -std::numeric_limits<double>::infinity()};
+  p.causal = causal;
+  p.want_lse = true;
+  return p;
+}
+
+TEST(CPlugin, abi3ModifierFlagsSetTheCapabilitiesInAndOutOfProcess) {
+  for (const bool isolate : {true, false}) {
+    const Capabilities c =
+        load_implementation(spec("attention_plugin_modifiers"), HarnessOptions{.isolate = isolate})->capabilities();
+    EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional) << isolate;
+    EXPECT_EQ(c.abi3_flags, 0x10Fu) << isolate;
+    const Capabilities plain = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate})->capabilities();
+    EXPECT_FALSE(plain.lse || plain.sinks || plain.softcap || plain.alibi || plain.bidirectional) << isolate;
+  }
+  // ABI-1 and ABI-2 tables have no flags3: none of them.
+  for (const char* old : {"plugin:" ATTNCHECK_ABI1_PLUGIN, "plugin:" ATTNCHECK_ABI2_PLUGIN}) {
+    const Capabilities c = load_implementation(old)->capabilities();
+    EXPECT_FALSE(c.lse || c.sinks || c.softcap || c.alibi || c.bidirectional) << old;
+  }
+}
+
+// Softcap, ALiBi, sinks, causal = 0, the LSE and d_sinks reach the plug-in and come back: the example agrees with
+// the reference core (which honours them all), and the worker changes no bit of it.
+TEST(CPlugin, abi3ModifiersLseAndDSinksCrossTheWorkerAndAgreeWithTheReference) {
+  const auto isolated = load_implementation(spec("attention_plugin_modifiers"));
+  const auto in_process = load_implementation(spec("attention_plugin_modifiers"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  for (const bool causal : {true, false}) {
+    const Problem p = modifiers_problem(DType::f64, causal);
+    const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
+    ASSERT_TRUE(a.lse && b.lse && r.lse) << causal;
+    EXPECT_EQ(a.output.values(), b.output.values());
+    EXPECT_EQ(a.lse->values(), b.lse->values());
+    EXPECT_EQ(a.lse->shape(), (Shape{2, 4, 3, 1}));
+    // float64, T_k = 5, D = 2, |values| <= 1, scores capped at 2: a handful of rounded products, tanh, exp and
+    // log on each side; 1e-13 is ~500 ulps of the largest value and far below any modifier's effect (>= 0.01).
+    const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
+      double m = 0;
+      for (Index n = 0; n < x.size(); ++n)
+        m = std::max(m, x.values()[n] == y.values()[n] ? 0.0 : std::abs(x.values()[n] - y.values()[n]));
+      return m;
+    };
+    EXPECT_LT(worst(a.output, r.output), 1e-13) << causal;
+    EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << causal;
+    EXPECT_LT(worst(*a.lse, *r.lse), 1e-13) << causal;
+    // The row that sees no key (batch 1, last query, causal only): its LSE is the sink's logit alone.
+    if (causal) {
+      EXPECT_EQ((*a.lse)(1, 0, 2, 0), 0.5);
+      EXPECT_EQ((*a.lse)(1, 3, 2, 0), -std::numeric_limits<double>::infinity());
+    }
+    const Gradients ga = isolated->backward(p), gb = in_process->backward(p), gr = ref->backward(p);
+    ASSERT_EQ(ga.dsinks.size(), 4u);
+    EXPECT_EQ(ga.dsinks, gb.dsinks);
+    EXPECT_EQ(ga.dq.values(), gb.dq.values());
+    EXPECT_LT(worst(ga.dq, gr.dq), 1e-13);
+    EXPECT_LT(worst(ga.dk, gr.dk), 1e-13);
+    EXPECT_LT(worst(ga.dv, gr.dv), 1e-13);
+    for (std::size_t h = 0; h < 4; ++h) EXPECT_NEAR(ga.dsinks[h], gr.dsinks[h], 1e-13) << h;
+    EXPECT_EQ(ga.dsinks[3], 0.0);  // a sink of -inf has no weight, so no gradient
+    EXPECT_GT(std::abs(ga.dsinks[0]), 1e-3);  // not trivially zero
+  }
+  // No LSE asked: none returned (and none asked of a plug-in that does not declare it).
+  Problem p = modifiers_problem(DType::f32);
+  p.want_lse = false;
+  EXPECT_FALSE(isolated->forward(p).lse);
+  Problem plain = abi2_problem(DType::f64);
+  plain.want_lse = true;
+  EXPECT_FALSE(load_implementation(spec("attention_plugin"))->forward(plain).lse);
+}
+
+// The example's d_sinks is the derivative of its own loss L = sum(O ∘ dO) with respect to each sink logit.
+TEST(CPlugin, modifiersExampleDSinksAreCentralDifferencesOfItsForward) {
+  const auto impl = load_implementation(spec("attention_plugin_modifiers"), HarnessOptions{.isolate = false});
+  Problem p = modifiers_problem(DType::f64);
+  p.want_weights = p.want_lse = false;
+  const Gradients g = impl->backward(p);
+  const auto loss = [&](const Problem& x) {
+    return impl->forward(x).output.values().cwiseProduct(p.d_output->values()).sum();
+  };
+  // As for the ABI-2 gradients: step 2^-20, truncation ~1e-13, rounding ~1e-10; 1e-7 leaves a wide margin.
+  const double h = std::ldexp(1.0, -20);
+  for (std::size_t head = 0; head < 3; ++head) {  // head 3's sink is -inf: no neighbourhood to difference
+    Problem plus = p, minus = p;
+    plus.sinks[head] += h;
+    minus.sinks[head] -= h;
+    EXPECT_NEAR(g.dsinks[head], (loss(plus) - loss(minus)) / (2 * h), 1e-7) << head;
+  }
+}
+
+TEST(CPlugin, anUndeclaredModifierIsNeverSent) {
+  const auto impl = load_implementation(spec("attention_plugin"));
+  for (int which = 0; which < 4; ++which) {
+    Problem p = abi2_problem(DType::f64);
+    if (which == 0) p.softcap = 2.0;
+    if (which == 1) p.alibi_slopes = {1, 1, 1, 1};
+    if (which == 2) p.sinks = {0, 0, 0, 0};
+    if (which == 3) p.causal = false;
+    EXPECT_THROW(impl->forward(p), std::logic_error) << which;
+  }
 }
 
 TEST(CPlugin, anAbi3TableWithAnImpossibleDeclarationIsASpecError) {

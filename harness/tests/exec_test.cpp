@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <thread>
 
 #include "attncheck/harness.hpp"
@@ -109,6 +110,118 @@ TEST(Exec, numpyExampleAgreesWithTheCExampleForwardAndBackward) {
   EXPECT_LT((ga.dk.values() - gb.dk.values()).cwiseAbs().maxCoeff(), tol);
   EXPECT_LT((ga.dv.values() - gb.dv.values()).cwiseAbs().maxCoeff(), tol);
   EXPECT_GT(ga.dk.values().cwiseAbs().maxCoeff(), 0.01);  // not trivially zero
+}
+
+// abi2_problem with protocol version 3's modifiers: softcap 2, ALiBi slopes, sinks (one -inf: no sink for head 3)
+// and the LSE wanted.
+Problem modifiers_problem(bool causal) {
+  Problem p = abi2_problem();
+  p.softcap = 2.0;
+  p.alibi_slopes = {0.5, 0.25, 0.125, 0.0625};
+  p.sinks = {0.5, -1.0, 2.0, -std::numeric_limits<double>::infinity()};
+  p.causal = causal;
+  p.want_lse = true;
+  return p;
+}
+
+double worst(const Tensor<double>& a, const Tensor<double>& b) {
+  double m = 0;
+  for (Index n = 0; n < a.size(); ++n)
+    m = std::max(m, a.values()[n] == b.values()[n] ? 0.0 : std::abs(a.values()[n] - b.values()[n]));
+  return m;
+}
+
+// The reference served over the wire declares every version-3 modifier and the LSE (its caps frame's flags3), and
+// softcap, ALiBi slopes, sinks, causal = false, the LSE and d_sinks cross in both directions bit-exactly.
+TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  const Capabilities& c = served->capabilities();
+  EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
+  EXPECT_EQ(c.abi3_flags, 0x10Fu);
+  for (const bool causal : {true, false})
+    for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
+      Problem p = modifiers_problem(causal);
+      for (Tensor<double>* x : {&p.q, &p.k, &p.v, &*p.d_output}) *x = test::wave(x->shape(), t, x->values()[0]);
+      p.dtype = t;
+      const Outcome a = served->forward(p), b = local->forward(p);
+      ASSERT_TRUE(a.lse && b.lse);
+      EXPECT_EQ(a.output.values(), b.output.values()) << dtype_name(t);
+      EXPECT_EQ(a.lse->values(), b.lse->values()) << dtype_name(t);
+      const Gradients ga = served->backward(p), gb = local->backward(p);
+      EXPECT_EQ(ga.dq.values(), gb.dq.values()) << dtype_name(t);
+      EXPECT_EQ(ga.dsinks, gb.dsinks) << dtype_name(t);
+      ASSERT_EQ(ga.dsinks.size(), 4u);
+    }
+  Problem p = modifiers_problem(true);
+  p.want_lse = false;
+  EXPECT_FALSE(served->forward(p).lse);  // asked for none, none kept
+}
+
+// The Python client: the modifiers arrive as keywords, the LSE (a tuple's third entry, or a dict's "lse" of shape
+// [B,H,T_q]) and d_sinks come back, and all of it agrees with the reference core.
+TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
+  REQUIRE_NUMPY();
+  const auto ref = reference_implementation();
+  for (const char* mode : {"", "dict"}) {
+    const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", mode));
+    const Capabilities& c = impl->capabilities();
+    EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional) << mode;
+    for (const bool causal : {true, false}) {
+      Problem p = modifiers_problem(causal);
+      p.window.reset();  // the client declares no window
+      const Outcome a = impl->forward(p), r = ref->forward(p);
+      ASSERT_TRUE(a.lse && a.weights) << mode;
+      // float64, T_k = 5, D = 2: numpy and the core round a handful of products, tanh, exp, log differently.
+      EXPECT_LT(worst(a.output, r.output), 1e-13) << mode << causal;
+      EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << mode << causal;
+      EXPECT_LT(worst(*a.lse, *r.lse), 1e-13) << mode << causal;
+      const Gradients g = impl->backward(p), gr = ref->backward(p);
+      EXPECT_LT(worst(g.dq, gr.dq), 1e-13) << mode;
+      EXPECT_LT(worst(g.dk, gr.dk), 1e-13) << mode;
+      ASSERT_EQ(g.dsinks.size(), 4u) << mode;
+      for (std::size_t h = 0; h < 4; ++h) EXPECT_NEAR(g.dsinks[h], gr.dsinks[h], 1e-13) << mode << h;
+      EXPECT_GT(std::abs(g.dsinks[0]), 1e-3);
+    }
+  }
+}
+
+// The PyTorch example (examples/python/torch_modifiers.py, autograd as its backward) on the same calls.
+TEST(Exec, torchModifiersExampleAgreesWithTheReference) {
+  if (std::system((kPython + " -c 'import torch' 2>/dev/null").c_str()) != 0)
+    GTEST_SKIP() << kPython << " cannot import torch (apt-get install python3-torch)";
+  const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/torch_modifiers.py"));
+  const auto ref = reference_implementation();
+  for (const bool causal : {true, false}) {
+    const Problem p = modifiers_problem(causal);
+    const Outcome a = impl->forward(p), r = ref->forward(p);
+    ASSERT_TRUE(a.lse);
+    EXPECT_LT(worst(a.output, r.output), 1e-13) << causal;
+    EXPECT_LT(worst(*a.lse, *r.lse), 1e-13) << causal;
+    const Gradients g = impl->backward(p), gr = ref->backward(p);
+    EXPECT_LT(worst(g.dq, gr.dq), 1e-13);
+    EXPECT_LT(worst(g.dk, gr.dk), 1e-13);
+    EXPECT_LT(worst(g.dv, gr.dv), 1e-13);
+    ASSERT_EQ(g.dsinks.size(), 4u);
+    for (std::size_t h = 0; h < 4; ++h) EXPECT_NEAR(g.dsinks[h], gr.dsinks[h], 1e-13) << h;
+  }
+}
+
+// A client that declares only the LSE and sinks gets only those: its function raises on any other keyword.
+TEST(Exec, pythonClientPassesOnlyTheModifiersItDeclares) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", "strict"));
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.lse && c.sinks && !c.softcap && !c.alibi && !c.bidirectional);
+  Problem p = modifiers_problem(true);
+  p.window.reset();
+  p.d_output.reset();
+  EXPECT_THROW(impl->forward(p), std::logic_error);  // softcap and ALiBi are never sent to it
+  p.softcap.reset();
+  p.alibi_slopes.clear();
+  const Outcome a = impl->forward(p), r = reference_implementation()->forward(p);
+  ASSERT_TRUE(a.lse);
+  EXPECT_LT(worst(*a.lse, *r.lse), 1e-13);
 }
 
 TEST(Exec, aVersion1ClientStillWorks) {

@@ -20,9 +20,10 @@
  *    determinism).
  * Every ABI-3 call field has a neutral value (noted at each) that attncheck sends to a plug-in that does not
  * declare the capability, so a plug-in reads only the fields of what it declares. This attncheck checks the
- * declarations (cross lengths, head dims, empty rows); the other capabilities are declared here so that
- * plug-ins can be written against one ABI, and attncheck sends calls that use them once it checks their laws
- * (the README lists which it checks). */
+ * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi and
+ * causal = 0 to a plug-in that declares them; the other capabilities are declared here so that plug-ins can be
+ * written against one ABI, and attncheck sends calls that use them once it checks their laws (the README lists
+ * which it checks). */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
@@ -166,7 +167,9 @@ typedef struct attncheck_call {
    * then the mask (every family present must allow j, else s = -inf); then softmax over the visible keys and
    * the sink logit of head h together, the sink's share dropped from the output. The LSE is the log-sum-exp of
    * that softmax's terms (sink included): natural log, -inf for a row that sees no key and has no sink. */
-  /** 1: the causal rule (j <= p) applies; 0 (only with ATTNCHECK_CAP3_BIDIRECTIONAL): it does not. Neutral: 1. */
+  /** 1: the causal rule (j <= p) applies; 0 (only with ATTNCHECK_CAP3_BIDIRECTIONAL): it does not, and every key
+   *  is visible but for padding, the window and the other mask families. ALiBi's p is still the aligned position.
+   *  Neutral: 1. */
   int32_t causal;
   uint32_t reserved3; /**< 0 */
   /** Keys j < prefix_length are visible to every query (prefix-LM: the prefix attends bidirectionally), on top
@@ -191,9 +194,12 @@ typedef struct attncheck_call {
   /** H entries (one per query head), or NULL: ALiBi, s += alibi_slopes[h]·(j - p). Neutral: NULL. */
   const double* alibi_slopes;
   /** H entries (one per query head), or NULL: the sink logit of each head, an extra softmax column whose
-   *  weight is dropped (gpt-oss); -inf is no sink. Not scaled, capped or biased. Neutral: NULL. */
+   *  weight is dropped (gpt-oss); -inf is no sink. Not scaled, capped or biased. The visible weights of a row
+   *  then sum to 1 - exp(sink - lse), and the LSE of a row that sees no key is its sink. Neutral: NULL. */
   const double* sinks;
-  /** The log-sum-exp of every row, or NULL when not wanted. Neutral: NULL. */
+  /** The log-sum-exp of every row, or NULL when not wanted (only a plug-in with ATTNCHECK_CAP3_LSE gets one):
+   *  [B,H,T_q] doubles the caller owns; write every element (-inf for a row that sees no key and has no sink).
+   *  Neutral: NULL. */
   struct attncheck_lse_out* lse;
   /** Paged K and V, or NULL. When given, q is as always, k.data and v.data are NULL, k.shape and v.shape still
    *  say [B,H_kv,T_k,D] (T_k the longest sequence) and key_lengths holds each sequence's length. Neutral: NULL. */
@@ -260,7 +266,8 @@ typedef struct attncheck_backward_call {
   attncheck_tensor_out dq, dk, dv;
   /* ABI 3 */
   /** H entries when forward->sinks is given: the gradient of L with respect to each head's sink logit (summed
-   *  over batch entries and rows); else NULL. */
+   *  over batch entries and rows: -Σ exp(sink_h - lse_i)·(dO_i·O_i)), 0 for a sink of -inf; write every one.
+   *  Else NULL. */
   double* d_sinks;
 } attncheck_backward_call;
 

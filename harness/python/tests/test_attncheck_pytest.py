@@ -302,3 +302,69 @@ def test_the_fixture_passes_protocol_version_3_declarations_through(pytester):
     result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "20")
     result.assert_outcomes(failed=1)
     assert "undeclared call" in result.stdout.str()
+
+
+MODIFIED = '''
+import numpy as np
+
+
+def modified(q, k, v, scale=None, alignment="top-left", softcap=None, alibi_slopes=None, sinks=None, causal=True):
+    """Softcap, ALiBi, sinks, causal or not, in float64; returns (out, lse [B,H,T_q]) for lse=True."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    pos = np.arange(T_q)[:, None] + (T_k - T_q if alignment == "bottom-right" else 0)
+    j = np.arange(T_k)[None, :]
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    if softcap is not None:
+        s = softcap * np.tanh(s / softcap)
+    if alibi_slopes is not None:
+        s = s + alibi_slopes[:, None, None] * (j - pos)
+    s = np.where(j <= pos if causal else True, s, -np.inf)
+    sink = np.broadcast_to((sinks if sinks is not None else np.full(q.shape[1], -np.inf))[None, :, None, None],
+                           s.shape[:3] + (1,))
+    top = np.maximum(s.max(axis=-1, keepdims=True), sink)
+    top = np.where(np.isfinite(top), top, 0)  # a row with no key and no sink: all weights 0, LSE -inf
+    e, e_sink = np.exp(s - top), np.exp(sink - top)
+    total = e.sum(axis=-1, keepdims=True) + e_sink
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(total > 0, e / total, 0.0) @ v, np.where(total > 0, top + np.log(total), -np.inf)[..., 0]
+
+
+def uncapped(q, k, v, scale=None, alignment="top-left", softcap=None):
+    """The bug: declares softcapping and ignores it."""
+    return modified(q, k, v, scale=scale, alignment=alignment)[0]
+'''
+
+MODIFIED_TESTS = '''
+from modified import modified, uncapped
+
+
+def test_modified(attncheck):
+    attncheck.check(modified, dtypes=("float64",), alignments=("top-left", "bottom-right"), empty_rows="zero",
+                    lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True)
+
+
+def test_declared_without_its_parameter(attncheck):
+    attncheck.check(uncapped, dtypes=("float64",), alibi=True)
+
+
+def test_ignores_its_softcap(attncheck):
+    attncheck.check(uncapped, dtypes=("float64",), laws=("softcap-bound",), softcap=True)
+'''
+
+
+def test_version_3_modifier_declarations_reach_the_client(pytester):
+    # lse=, sinks=, softcap=, alibi=, bidirectional= go through check() to serve(): the wrapper carries them, and
+    # serve() checks each against the function's signature (alibi=True needs an `alibi_slopes` parameter).
+    pytester.makepyfile(modified=MODIFIED, test_modified=MODIFIED_TESTS)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "10")
+    result.assert_outcomes(passed=1, failed=2)
+    text = result.stdout.str()
+    assert "TypeError: serve: alibi=True but fn uncapped has no `alibi_slopes` parameter" in text, text
+    # Declared, the softcap reaches the laws: a function that ignores it is falsified.
+    assert "attncheck: 1 law falsified by uncapped" in text, text
+    assert re.search(r"softcap-bound \(float64\): softcap-bound: ", text), text
+    wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_modified-modified-*.py"))
+    assert len(wrappers) == 1, wrappers
+    source = wrappers[0].read_text()
+    for keyword in ("'lse': True", "'sinks': True", "'softcap': True", "'alibi': True", "'bidirectional': True"):
+        assert keyword in source, source

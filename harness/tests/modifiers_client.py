@@ -1,0 +1,87 @@
+"""A child for the exec: tests that declares protocol version 3's modifiers and the LSE (numpy, float64): softcap,
+ALiBi, sinks (with d_sinks in the backward) and causal = False. `dict` as the first argument returns a dict
+instead of a tuple; `strict` raises when it gets a modifier keyword it did not declare (it declares only the LSE
+and sinks then), so a test can see that nothing undeclared is passed."""
+import sys
+
+import numpy as np
+
+import attncheck_plugin
+
+MODE = sys.argv[1] if len(sys.argv) > 1 else ""
+
+
+def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal):
+    """Everything the forward and backward need, float64: K and V repeated over each group, the raw scaled scores
+    S, dZ/dS, the visibility, the weights P [B,H,T_q,T_k], the sink's share [B,H,T_q,1] and the LSE."""
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    B, H, T_q, D = q.shape
+    T_k = k.shape[2]
+    k, v = np.repeat(k, H // k.shape[1], axis=1), np.repeat(v, H // k.shape[1], axis=1)
+    pos = np.arange(T_q)[:, None] + (T_k - T_q if alignment == "bottom-right" else 0)
+    j = np.arange(T_k)[None, :]
+    vis = np.broadcast_to(j <= pos if causal else np.ones((T_q, T_k), bool), (B, T_q, T_k))
+    if key_lengths is not None:
+        vis = vis & (j[None] < np.asarray(key_lengths)[:, None, None])
+    vis = vis[:, None]
+    s = q @ k.swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    z, dz_ds = s, np.ones_like(s)
+    if softcap is not None:
+        z, dz_ds = softcap * np.tanh(s / softcap), 1 - np.tanh(s / softcap) ** 2
+    if alibi_slopes is not None:
+        z = z + alibi_slopes[:, None, None] * (j - pos)
+    z = np.where(vis, z, -np.inf)
+    sink = np.broadcast_to((sinks if sinks is not None else np.full(H, -np.inf))[None, :, None, None], (B, H, T_q, 1))
+    top = np.maximum(z.max(axis=-1, keepdims=True), sink)
+    top = np.where(np.isfinite(top), top, 0)
+    e, e_sink = np.where(vis, np.exp(z - top), 0.0), np.exp(sink - top)
+    total = e.sum(axis=-1, keepdims=True) + e_sink
+    p = np.divide(e, total, out=np.zeros_like(e), where=total > 0)
+    p_sink = np.divide(e_sink, total, out=np.zeros_like(e_sink), where=total > 0)
+    with np.errstate(divide="ignore"):
+        lse = np.where(total > 0, top + np.log(total), -np.inf)
+    return q, k, v, s, dz_ds, vis, p, p_sink, lse
+
+
+def strict_attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, sinks=None, **undeclared):
+    """Declares the LSE and sinks only: any other keyword would land in `undeclared`."""
+    if undeclared:
+        raise ValueError("got undeclared keywords %s" % sorted(undeclared))
+    return attention(q, k, v, scale=scale, alignment=alignment, key_lengths=key_lengths, sinks=sinks)
+
+
+def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
+              sinks=None, causal=True):
+    _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal)
+    out = p @ v
+    if MODE == "dict":
+        return {"output": out, "weights": p, "lse": lse[..., 0]}  # lse [B,H,T_q]: the client adds the 1
+    return out, p, lse
+
+
+def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
+             sinks=None, causal=True):
+    """dP = dO Vᵀ, Δ = rowsum(P ∘ dP), dZ = P ∘ (dP − Δ), dS = dZ ∘ dZ/dS; dQ = scale·dS K, dK = scale·dSᵀ Q,
+    dV = Pᵀ dO, summed over each kv head's group; d_sinks[h] = −Σ_{b,i} P_sink Δ."""
+    B, H_kv, T_k, D = k.shape
+    scale = scale or 1 / np.sqrt(q.shape[3])
+    q, k, v, s, dz_ds, vis, p, p_sink, _ = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes,
+                                                 sinks, causal)
+    d_o = d_output.astype(np.float64)
+    d_p = np.where(vis, d_o @ v.swapaxes(-1, -2), 0.0)
+    delta = (p * d_p).sum(axis=-1, keepdims=True)
+    d_s = p * (d_p - delta) * dz_ds
+    d_q = scale * d_s @ k
+    d_k = (scale * d_s.swapaxes(-1, -2) @ q).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
+    d_v = (p.swapaxes(-1, -2) @ d_o).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
+    d_sinks = -(p_sink * delta).sum(axis=(0, 2, 3))
+    return (d_q, d_k, d_v) + ((d_sinks,) if sinks is not None else ())
+
+
+if __name__ == "__main__":
+    declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
+        lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True)
+    attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
+                           dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
+                           gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,
+                           empty_rows="zero", **declared)

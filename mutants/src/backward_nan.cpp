@@ -114,8 +114,9 @@ std::vector<Mutant> backward_nan_mutants() {
       .killed_by = {"grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights"},
   });
   Capabilities full = reference_implementation()->capabilities();
-  // Its math-path backward knows no modifier: it declares none (nor the LSE).
-  full.lse = full.sinks = full.softcap = full.alibi = full.bidirectional = false;
+  // The math-path backward differentiates plain scores: no softcap, ALiBi or sinks (and no d_sinks); and with a
+  // sink no row is empty in the softmax, so the nan convention does not reach it.
+  full.sinks = full.softcap = full.alibi = false;
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",
                              "correct; nan convention, the NaN of a row that sees no key stays in that row's dQ",

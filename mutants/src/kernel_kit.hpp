@@ -19,6 +19,11 @@ struct HeadCtx {
   CausalAlignment alignment = kDefaultAlignment;
   Index key_length = -1;          ///< this batch entry's key length; negative: no padding
   std::optional<Index> window{};  ///< the sliding window; empty: none
+  /// This head's score modifiers (ABI 3), as the problem gives them; only kernels that declare them see any.
+  std::optional<double> softcap{};  ///< s = cap·tanh(s/cap); empty: none
+  double alibi_slope = 0;           ///< s += slope·(j - p); 0: none
+  std::optional<double> sink{};     ///< the head's sink logit (may be -inf); empty: none
+  Index position_offset = 0;        ///< p = i + position_offset: 0 top-left, T_k - T_q bottom-right
 
   /// 1/√D unless the problem overrides it: the correct default.
   double resolved_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)); }
@@ -28,6 +33,8 @@ struct HeadCtx {
   }
   /// Query i may see key j.
   bool visible(Index i, Index j) const { return visibility().visible(i, j); }
+  /// Query i's aligned position p (what ALiBi measures from).
+  Index position(Index i) const { return i + position_offset; }
 };
 
 /// One head's result in the accumulation type A.
@@ -35,6 +42,7 @@ template <class A>
 struct HeadOut {
   Matrix<A> weights;  ///< [T_q,T_k]
   Matrix<A> output;   ///< [T_q,D]
+  Matrix<A> lse{};    ///< [T_q,1] each row's log-sum-exp, for kernels that return it; empty: none computed
 };
 
 /// scores [T_q,T_k] = Q [T_q,D] · Kᵀ [D,T_k] · scale.
@@ -117,10 +125,12 @@ Matrix<A> kv_head_as_read(const Tensor<S>& t, Index b, Index kv) {
 }
 
 /// The [B,H] loop: widens each head of q and the kv head it reads (`kv_of`) of k and v to the accumulation
-/// type A, runs `head(Q, K, V, ctx) -> HeadOut<A>` and rounds the output (and weights, when asked) back to S.
+/// type A, runs `head(Q, K, V, ctx) -> HeadOut<A>` and rounds the output (and weights, when asked) back to S;
+/// `lse`, when not null and the head returns one, receives [B,H,T_q,1] (left as it was otherwise, so a kernel
+/// that computes none answers with the wrong size).
 template <class A, class S, class HeadFn, class KvOf = GroupedKv>
 Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
-                      HeadFn&& head, KvOf kv_of = {}) {
+                      HeadFn&& head, KvOf kv_of = {}, Tensor<double>* lse = nullptr) {
   const Shape& s = q.shape();
   HeadCtx c{.B = s.B,
             .H = s.H,
@@ -133,18 +143,26 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
             .alignment = p.alignment};
   Tensor<S> out(s);
   if (w) *w = Tensor<S>(Shape{s.B, s.H, s.T, c.T_k});
+  c.softcap = p.softcap;
+  c.position_offset = p.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0;
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {
       c.b = b;
       c.h = h;
       c.key_length = p.key_lengths.empty() ? -1 : p.key_lengths[std::size_t(b)];
       c.window = p.window;
+      c.alibi_slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[std::size_t(h)];
+      c.sink = p.sinks.empty() ? std::nullopt : std::optional<double>(p.sinks[std::size_t(h)]);
       const Index g = kv_of(h, c.H, c.H_kv);
       const Matrix<A> Q = q.head(b, h).template cast<A>(), K = kv_head_as_read<A>(k, b, g),
                       V = kv_head_as_read<A>(v, b, g);
       const HeadOut<A> r = head(Q, K, V, c);
       out.head(b, h) = r.output.template cast<S>();
       if (w) w->head(b, h) = r.weights.template cast<S>();
+      if (lse && r.lse.size() > 0) {
+        if (lse->shape() != Shape{s.B, s.H, s.T, 1}) *lse = Tensor<double>(Shape{s.B, s.H, s.T, 1});
+        lse->head(b, h) = r.lse.template cast<double>();
+      }
     }
   return out;
 }
@@ -152,8 +170,63 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
 /// per_head_in at the kernels' usual accumulation type, Acc<S> (float for low precision).
 template <class S, class HeadFn, class KvOf = GroupedKv>
 Tensor<S> per_head(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
-                   HeadFn&& head, KvOf kv_of = {}) {
-  return per_head_in<Acc<S>>(q, k, v, p, w, std::forward<HeadFn>(head), kv_of);
+                   HeadFn&& head, KvOf kv_of = {}, Tensor<double>* lse = nullptr) {
+  return per_head_in<Acc<S>>(q, k, v, p, w, std::forward<HeadFn>(head), kv_of, lse);
+}
+
+/// A modified score as the core orders the modifiers: `s` already scaled, then softcap cap·tanh(s/cap), then
+/// ALiBi slope·(j - p) for query i at aligned position p.
+template <class A>
+A modified_score(A s, const HeadCtx& c, Index i, Index j) {
+  if (c.softcap) s = A(*c.softcap) * std::tanh(s / A(*c.softcap));
+  if (c.alibi_slope != 0) s += A(c.alibi_slope) * A(j - c.position(i));
+  return s;
+}
+
+/// scores(Q, K, scale) with every modifier applied (modified_score), masked keys included (masking comes later).
+template <class A>
+Matrix<A> modified_scores(const Matrix<A>& Q, const Matrix<A>& K, const HeadCtx& c) {
+  Matrix<A> s = scores(Q, K, c.resolved_scale());
+  for (Index i = 0; i < s.rows(); ++i)
+    for (Index j = 0; j < s.cols(); ++j) s(i, j) = modified_score(s(i, j), c, i, j);
+  return s;
+}
+
+/// One row's softmax statistics over its -inf-masked scores `z` and an optional sink logit: the max m (over
+/// the sink too), the sum l = Σ exp(z_j - m) + exp(sink - m), lse = m + log l (-inf when there is no term).
+template <class A>
+struct RowSoftmax {
+  A m = -std::numeric_limits<A>::infinity(), l = 0;
+  A lse() const { return l > 0 ? m + std::log(l) : -std::numeric_limits<A>::infinity(); }
+};
+template <class A, class Row>
+RowSoftmax<A> row_softmax(const Row& z, std::optional<double> sink) {
+  RowSoftmax<A> r;
+  const A sk = sink ? A(*sink) : -std::numeric_limits<A>::infinity();
+  r.m = sk;
+  for (Index j = 0; j < z.size(); ++j) r.m = std::max(r.m, z(j));
+  if (r.m == -std::numeric_limits<A>::infinity()) return r;
+  for (Index j = 0; j < z.size(); ++j) r.l += std::exp(z(j) - r.m);
+  if (sink) r.l += std::exp(sk - r.m);
+  return r;
+}
+
+/// The correct modified head: modified scores, causal select, softmax with the sink as an extra column
+/// (dropped: visible weights sum to 1 - p_sink), values mixed over visible keys, and each row's LSE.
+template <class A>
+HeadOut<A> attend_modified(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, const HeadCtx& c) {
+  const Matrix<A> z = causal_select(modified_scores(Q, K, c), c);
+  HeadOut<A> r;
+  r.weights = Matrix<A>::Zero(z.rows(), z.cols());
+  r.lse = Matrix<A>(z.rows(), 1);
+  for (Index i = 0; i < z.rows(); ++i) {
+    const RowSoftmax<A> st = row_softmax<A>(z.row(i), c.sink);
+    r.lse(i, 0) = st.lse();
+    if (st.l == 0) continue;
+    for (Index j = 0; j < z.cols(); ++j) r.weights(i, j) = std::exp(z(i, j) - st.m) / st.l;
+  }
+  r.output = mix_visible(r.weights, V, c);
+  return r;
 }
 
 }  // namespace attncheck::zoo

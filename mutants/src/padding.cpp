@@ -72,9 +72,9 @@ struct PackedRange {
 // does: correct under the nan convention, whether it declares it or not.
 ImplementationPtr nan_for_empty_rows(std::string name, std::string description, std::optional<EmptyRows> declared) {
   Capabilities caps = reference_implementation()->capabilities();
-  // A row of the nan convention is NaN because its softmax has no term at all; with a sink it has one. This
-  // control is about the convention alone: it declares no modifier and no LSE.
-  caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = false;
+  // No sinks: a row with a sink always has a softmax term (its output is 0, the sink takes every weight), so
+  // the nan convention does not reach it; this control turns every row without a key into NaN.
+  caps.sinks = false;
   caps.empty_rows = declared;
   caps.backward = false;  // a forward-only control
   return make_implementation(std::move(name), std::move(description), caps, [](const Problem& p) {

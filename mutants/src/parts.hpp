@@ -24,16 +24,30 @@ inline Capabilities gqa_capabilities() {
   return c;
 }
 
+/// The zoo's contract for kernels with ABI-3 features (grouped queries too): each true flag declares the
+/// log-sum-exp, sinks, softcap or ALiBi (Capabilities::lse, sinks, softcap, alibi).
+struct Abi3 {
+  bool lse = false, sinks = false, softcap = false, alibi = false;
+};
+inline Capabilities abi3_capabilities(Abi3 f) {
+  Capabilities c = gqa_capabilities();
+  c.lse = f.lse;
+  c.sinks = f.sinks;
+  c.softcap = f.softcap;
+  c.alibi = f.alibi;
+  return c;
+}
+
 /// An implementation whose body is one head's code, run over [B,H] at every dtype by per_head.
 /// `fn(Q, K, V, ctx) -> HeadOut<A>` is generic over the accumulation type A; `kv_of(h, H, H_kv)` picks the kv
-/// head query head h reads (only kernels with caps.gqa ever see H_kv < H).
+/// head query head h reads (only kernels with caps.gqa ever see H_kv < H). When the problem asks for the LSE,
+/// the rows' HeadOut::lse come back as Outcome::lse.
 template <class HeadFn, class KvOf = GroupedKv>
 ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn,
                             Capabilities caps = zoo_capabilities(), KvOf kv_of = {}) {
   return make_implementation(std::move(name), std::move(description), std::move(caps), [fn, kv_of](const Problem& p) {
-    return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w) {
-      return per_head(q, k, v, pr, w, fn, kv_of);
-    });
+    return run_typed(p, [&](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w,
+                            Tensor<double>* lse) { return per_head(q, k, v, pr, w, fn, kv_of, lse); });
   });
 }
 
@@ -47,6 +61,9 @@ std::vector<Mutant> backward_mutants();  ///< the backward pass (and its two con
 std::vector<Mutant> backward_nan_mutants();  ///< the backward under the nan empty-row convention (and a control)
 std::vector<Mutant> decode_mutants();   ///< the split-KV decode path alone
 std::vector<Mutant> tiled_mutants();    ///< block-tiled online softmax: its loops, rescale and ragged ends
+std::vector<Mutant> lse_mutants();       ///< the log-sum-exp a kernel returns, split-KV merging, the row max's start
+std::vector<Mutant> modifier_mutants();  ///< softcap, ALiBi and sinks in the forward
+std::vector<Mutant> modifier_backward_mutants();  ///< the backward of softcap and sinks (d_sinks)
 std::vector<Mutant> controls();         ///< correct implementations written differently
 std::vector<Mutant> modifier_controls();  ///< a correct flash-decoding kernel with the LSE and every modifier
 

@@ -11,8 +11,8 @@ const std::vector<Mutant>& mutant_zoo() {
     std::vector<Mutant> z;
     for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants,
                       zoo::gqa_mutants, zoo::padding_mutants, zoo::tiled_mutants, zoo::decode_mutants,
-                      zoo::backward_mutants, zoo::backward_nan_mutants, zoo::controls,
-                      zoo::modifier_controls})
+                      zoo::backward_mutants, zoo::backward_nan_mutants, zoo::lse_mutants, zoo::modifier_mutants,
+                      zoo::modifier_backward_mutants, zoo::controls, zoo::modifier_controls})
       for (Mutant& m : part()) z.push_back(std::move(m));
     return z;
   }();
@@ -28,8 +28,10 @@ const Mutant* find_mutant(std::string_view name) {
 const LawResult* smallest_counterexample(const std::vector<LawResult>& results) {
   const auto key = [](const LawResult& r) {
     const Problem& p = failing_problem(r);  // a derived call that computed wrongly, when there is one
-    // Options a reader must also take in: a window, key padding, a scale other than the default.
-    const int options = int(p.window.has_value()) + int(!p.key_lengths.empty()) + int(p.scale.has_value());
+    // Options a reader must also take in: a window, key padding, a scale other than the default, and each score
+    // modifier (softcap, ALiBi slopes, sinks).
+    const int options = int(p.window.has_value()) + int(!p.key_lengths.empty()) + int(p.scale.has_value()) +
+                        int(p.softcap.has_value()) + int(!p.alibi_slopes.empty()) + int(!p.sinks.empty());
     // Values a reader must also take in: the nonzero inputs (q, k, v and dO).
     Index nonzero = 0;
     const auto count = [&](const Tensor<double>& t) {

@@ -48,7 +48,10 @@ struct MinimalK {
   std::optional<std::vector<Index>> key_lengths = std::vector<Index>{};
   std::optional<Index> window{};  ///< its window (empty: none)
   bool explicit_scale = false;    ///< the minimal case passes a scale (for a bug only a scale other than 1 shows)
+  /// The score modifiers the minimal case sets (a softcap, ALiBi slopes, sinks), for bugs only they show.
+  bool softcap = false, alibi = false, sinks = false;
 };
+constexpr CausalAlignment kBR = CausalAlignment::BottomRight;
 const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:mask-zero", {2}},
     {"mutant:anti-causal", {2}},
@@ -99,6 +102,29 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:scale-explicit-inverted", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
     // Reported as the one decode call that computed wrongly (Violation::call), whichever law found it.
     {"mutant:split-kv-decode-averaged", {33, CausalAlignment::BottomRight}},
+    // The log-sum-exp, split-KV merges and the row max's start (src/lse.cpp).
+    {"mutant:lse-base2", {.T_k = 1}},
+    {"mutant:lse-unscaled-max", {.T_k = 1, .explicit_scale = true}},
+    {"mutant:lse-without-max", {.T_k = 1}},
+    {"mutant:lse-empty-row-zero", {.T_k = 1, .alignment = kBR}},
+    {"mutant:split-kv-merge-no-max", {.T_k = 17, .alignment = kBR}},
+    {"mutant:split-kv-merge-by-l", {.T_k = 17, .alignment = kBR}},
+    {"mutant:sink-per-split", {.T_k = 17, .alignment = kBR, .sinks = true}},
+    {"mutant:row-max-sentinel", {.T_k = 1}},
+    // The modifiers in the forward (src/modifiers.cpp) and the backward (src/modifiers_backward.cpp).
+    {"mutant:softcap-after-mask", {.T_k = 2, .softcap = true}},
+    {"mutant:softcap-tanh-times-cap", {.T_k = 2, .alignment = kBR, .softcap = true}},
+    {"mutant:softcap-unscaled", {.T_k = 1, .explicit_scale = true, .softcap = true}},
+    {"mutant:sink-every-numerator", {.T_k = 1, .sinks = true}},
+    {"mutant:sink-left-out-of-lse", {.T_k = 1, .sinks = true}},
+    {"mutant:alibi-sign-flipped", {.T_k = 2, .alignment = kBR, .alibi = true}},
+    {"mutant:alibi-query-index", {.T_k = 2, .alignment = kBR, .alibi = true}},
+    {"mutant:alibi-slopes-reversed", {.T_k = 2, .alignment = kBR, .H_kv = 1, .alibi = true}},
+    {"mutant:alibi-times-mask", {.T_k = 2, .alibi = true}},
+    {"mutant:grad-softcap-no-dtanh", {.T_k = 2, .alignment = kBR, .softcap = true}},
+    {"mutant:grad-sink-sign", {.T_k = 1, .sinks = true}},
+    {"mutant:grad-sink-missing", {.T_k = 1, .sinks = true}},
+    {"mutant:grad-lse-without-sink", {.T_k = 1, .sinks = true}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -135,13 +161,22 @@ std::string case_line(const LawResult& r) {
     for (std::size_t b = 0; b < p.key_lengths.size(); ++b) extra += (b ? "," : " ") + std::to_string(p.key_lengths[b]);
   }
   if (p.window) extra += ", window " + std::to_string(*p.window);
+  if (p.scale) extra += ", scale " + format_number(*p.scale, 6);
+  if (p.softcap) extra += ", softcap " + format_number(*p.softcap, 6);
+  const auto list = [&](const char* what, const std::vector<double>& xs) {
+    if (xs.empty()) return;
+    extra += std::string(", ") + what;
+    for (std::size_t h = 0; h < xs.size(); ++h) extra += (h ? "," : " ") + format_number(xs[h], 6);
+  };
+  list("ALiBi slopes", p.alibi_slopes);
+  list("sinks", p.sinks);
   return r.law + ": q " + to_string(p.q.shape()) + ", k " + to_string(p.k.shape()) +
          (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") + extra +
          " (RC_PARAMS=\"reproduce=" + r.reproduce + "\"): " + (r.violation ? r.violation->message : "");
 }
 
 // Empty when r's counterexample is m's minimal case (q's shape, T_k, the alignment when T_q != T_k, the kv heads,
-// the key lengths where asserted, the window); otherwise what differs. The counterexample is the call reported
+// the key lengths where asserted, the window, the explicit scale, the score modifiers); otherwise what differs. The counterexample is the call reported
 // as failing: a derived call (a decode step, a chunk) when the law found the failure through one.
 std::string not_minimal(const Mutant& m, const LawResult& r) {
   const Problem& p = failing_problem(r);
@@ -155,6 +190,9 @@ std::string not_minimal(const Mutant& m, const LawResult& r) {
   if (want.key_lengths && sorted(p.key_lengths) != *want.key_lengths) why += "other key lengths; ";
   if (p.window != want.window) why += "other window; ";
   if (p.scale.has_value() != want.explicit_scale) why += p.scale ? "an explicit scale; " : "the default scale; ";
+  if (p.softcap.has_value() != want.softcap) why += p.softcap ? "a softcap; " : "no softcap; ";
+  if (p.alibi_slopes.empty() == want.alibi) why += want.alibi ? "no ALiBi; " : "ALiBi slopes; ";
+  if (p.sinks.empty() == want.sinks) why += want.sinks ? "no sinks; " : "sinks; ";
   return why;
 }
 
@@ -272,24 +310,37 @@ TEST_P(Mutants, KilledAndShrunkToTheMinimalCaseOnEverySeedOfTheSweep) {
                              << " seeds:" << short_of << "\nwhy minimal: " << m.why_minimal;
 }
 
+// Where only a loose bound can see a mutant at some dtype, the cases it gets there at the fixed seed. The
+// softcap backward without 1 - tanh²: only grad-oracle sees it, and in bfloat16 its bound on dQ and dK is
+// absolute in A_ij + Ā_i (dS cancels, backward.cpp step 5) at about 10 u_s (u_s = 2^-8) of that, so the missing
+// factor shows only in cases whose dS is not much smaller than A_ij + Ā_i and whose scores are not small against
+// the cap: about one in 150 (seed 1 kills it at case 162; float16 and float32 within 60).
+const std::map<std::pair<std::string, DType>, int> kDtypeCases = {
+    {{"mutant:grad-softcap-no-dtanh", DType::bf16}, 200},
+};
+
 // The mutants are written for every dtype; at the fixed seed some law kills each one in float64, float16 and
 // bfloat16 too.
 TEST_P(Mutants, KilledAtEveryOtherDtype) {
-  for (DType t : {DType::f64, DType::f16, DType::bf16})
-    EXPECT_TRUE(first_kill(mutant(), kSeed, RunOptions{}.cases, t))
+  for (DType t : {DType::f64, DType::f16, DType::bf16}) {
+    const auto budget = kDtypeCases.find({mutant().impl->name(), t});
+    EXPECT_TRUE(first_kill(mutant(), kSeed, budget == kDtypeCases.end() ? RunOptions{}.cases : budget->second, t))
         << mutant().impl->name() << " survived every law at " << dtype_name(t);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Zoo, Mutants, testing::ValuesIn(names(false)), param_name);
 
 // grad-finite-difference applies in float64 only, so the float32 kill matrix cannot show it: at float64 and the
-// fixed seed it falsifies every backward mutant whose gradient is not the forward's derivative.
+// fixed seed it falsifies every backward mutant whose gradient is not the forward's derivative (it moves q, k
+// and v, never the sink logits, so grad-sink-sign and grad-sink-missing, wrong only in d_sinks, are not here).
 TEST(GradientMutants, FiniteDifferencesKillThemAtFloat64) {
   const Law* fd = find_law("grad-finite-difference");
   ASSERT_NE(fd, nullptr);
   for (const char* name : {"mutant:grad-ds-unmasked", "mutant:grad-delta-rowsum-do", "mutant:grad-dq-unscaled",
                            "mutant:grad-dk-unscaled", "mutant:grad-dv-unnormalised", "mutant:grad-dk-from-p",
-                           "mutant:grad-lse-wrong-row", "mutant:grad-kv-one-head"}) {
+                           "mutant:grad-lse-wrong-row", "mutant:grad-kv-one-head", "mutant:grad-softcap-no-dtanh",
+                           "mutant:grad-lse-without-sink"}) {
     const LawResult r = run(*fd, *find_mutant(name), kSeed, RunOptions{}.cases, DType::f64);
     EXPECT_EQ(r.status, LawStatus::falsified) << name << ": " << r.note;
     if (r.status == LawStatus::falsified) std::cout << name << ": " << case_line(r) << "\n";

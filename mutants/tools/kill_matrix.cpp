@@ -67,6 +67,15 @@ std::string problem_line(const Problem& p) {
   if (!p.key_lengths.empty()) s += ", key lengths " + index_str(p.key_lengths);
   if (p.window) s += ", window " + std::to_string(*p.window);
   if (p.scale) s += ", scale " + fmt(*p.scale);
+  if (p.softcap) s += ", softcap " + fmt(*p.softcap);
+  const auto list = [&](const char* what, const std::vector<double>& xs) {
+    if (xs.empty()) return;
+    s += std::string(", ") + what + " (";
+    for (std::size_t h = 0; h < xs.size(); ++h) s += (h ? ", " : "") + fmt(xs[h]);
+    s += ")";
+  };
+  list("ALiBi slopes", p.alibi_slopes);
+  list("sinks", p.sinks);
   if (p.d_output) s += ", dO = " + values(*p.d_output);
   return s;
 }
@@ -125,7 +134,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
     else if (!r.minimal)
       md << " **survived** |\n";
     else {
-      const Problem& p = r.minimal->minimal_case->problem;
+      const Problem& p = failing_problem(*r.minimal);  // the derived call that computed wrongly, when a law says
       const Shape got = p.q.shape();
       md << " " << shape_str(got);
       if (p.k.shape().T != got.T) md << " T_k=" << p.k.shape().T;
@@ -136,7 +145,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
   md << "\nLaws: ";
   for (size_t n = 0; n < ls.size(); ++n) md << (n ? ", " : "") << n + 1 << " `" << ls[n].name << "`";
   md << ".\n\n### Minimal counterexamples\n\nFor each mutant, the smallest shrunk case over the laws that killed it "
-        "(fewest q elements, then k elements, then options such as a window or key lengths, then nonzero inputs, "
+        "(fewest q elements, then k elements, then options such as a window, key lengths or a score modifier, then nonzero inputs, "
         "then the largest margin, then law order); shapes are [B,H,T,D].\n\n";
   for (const Row& r : rows) {
     if (r.m->control) continue;
@@ -147,7 +156,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
     }
     const LawResult& lr = *r.minimal;
     const Violation& v = *lr.violation;
-    md << " Killed by `" << lr.law << "` on " << problem_line(lr.minimal_case->problem) << ": " << cell(v.message);
+    md << " Killed by `" << lr.law << "` on " << problem_line(failing_problem(lr)) << ": " << cell(v.message);
     if (!v.worst_index.empty())
       md << " (" << v.quantity << " " << index_str(v.worst_index) << ", off by " << fmt(v.magnitude) << ", allowed "
          << fmt(v.tolerance) << ")";

@@ -332,15 +332,15 @@ TEST_P(Mutants, KilledAtEveryOtherDtype) {
 INSTANTIATE_TEST_SUITE_P(Zoo, Mutants, testing::ValuesIn(names(false)), param_name);
 
 // grad-finite-difference applies in float64 only, so the float32 kill matrix cannot show it: at float64 and the
-// fixed seed it falsifies every backward mutant whose gradient is not the forward's derivative (it moves q, k
-// and v, never the sink logits, so grad-sink-sign and grad-sink-missing, wrong only in d_sinks, are not here).
+// fixed seed it falsifies every backward mutant whose gradient is not the forward's derivative (it moves q, k,
+// v and the sink logits, so grad-sink-sign and grad-sink-missing, wrong only in d_sinks, are here too).
 TEST(GradientMutants, FiniteDifferencesKillThemAtFloat64) {
   const Law* fd = find_law("grad-finite-difference");
   ASSERT_NE(fd, nullptr);
   for (const char* name : {"mutant:grad-ds-unmasked", "mutant:grad-delta-rowsum-do", "mutant:grad-dq-unscaled",
                            "mutant:grad-dk-unscaled", "mutant:grad-dv-unnormalised", "mutant:grad-dk-from-p",
                            "mutant:grad-lse-wrong-row", "mutant:grad-kv-one-head", "mutant:grad-softcap-no-dtanh",
-                           "mutant:grad-lse-without-sink"}) {
+                           "mutant:grad-lse-without-sink", "mutant:grad-sink-sign", "mutant:grad-sink-missing"}) {
     const LawResult r = run(*fd, *find_mutant(name), kSeed, RunOptions{}.cases, DType::f64);
     EXPECT_EQ(r.status, LawStatus::falsified) << name << ": " << r.note;
     if (r.status == LawStatus::falsified) std::cout << name << ": " << case_line(r) << "\n";

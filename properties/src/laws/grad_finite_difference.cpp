@@ -4,13 +4,14 @@
 #include "support.hpp"
 
 #include <cmath>
+#include <vector>
 
 namespace attncheck::law_kit {
 namespace {
 
 const char* kWhy =
     "The backward must be the derivative of the forward it ships with: for L(x) = sum(dO o O(x)) and a random "
-    "direction d of q, of k and of v in turn, <grad, d> must equal the central difference "
+    "direction d of q, of k, of v and (with sinks) of the sink logits in turn, <grad, d> must equal the central difference "
     "D(h) = (L(x + h d) - L(x - h d)) / 2h of the implementation's own forward. Step: d is scaled like the "
     "inputs, and h = u^(1/3) / max(1, sigma), sigma the largest rate at which a score moves along d, so no score "
     "moves by more than u^(1/3) (about 6e-6): the balance of truncation (~h^2) and rounding (~u/h). Tolerance: "
@@ -119,6 +120,51 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
                 " but central differences of its forward give " + num(D_half) + " (off by " + num(diff) +
                 ", tolerance " + num(tol) + "; step " + num(h / 2) + ")";
     return v;
+  }
+  // The sinks' gradient, along a random direction of the finite sink logits (a sink of -inf stays where it is).
+  if (!p.sinks.empty() && g.dsinks.size() == p.sinks.size()) {
+    rc::Random r(seed + 3);
+    std::vector<double> ds(p.sinks.size(), 0.0);
+    double rate = 0, analytic = 0, grad_tol = 0, abs_sum = 0;
+    for (std::size_t h = 0; h < ds.size(); ++h) {
+      if (!std::isfinite(p.sinks[h])) continue;
+      ds[h] = double(r.next() % 2049) / 1024.0 - 1.0;
+      rate = std::max(rate, std::abs(ds[h]));  // a sink's logit moves at |ds| per unit step
+      analytic += g.dsinks[h] * ds[h];
+      grad_tol += oracle.tolerance.dsinks[h] * std::abs(ds[h]);
+      abs_sum += std::abs(g.dsinks[h] * ds[h]);
+    }
+    if (rate > 0) {
+      const double h = std::cbrt(u) / std::max(1.0, rate);
+      const auto central = [&](double step) {
+        Problem up = p, down = p;
+        for (std::size_t k = 0; k < ds.size(); ++k) {
+          up.sinks[k] += step * ds[k];
+          down.sinks[k] -= step * ds[k];
+        }
+        return (loss(impl, up) - loss(impl, down)) / (2 * step);
+      };
+      const double D_h = central(h), D_half = central(h / 2);
+      const double tol = kSafety * (std::abs(D_h - D_half) / 3 + 2 * eps_L / h) + grad_tol +
+                         gamma(Index(ds.size()), u) * abs_sum;
+      const double diff = std::abs(analytic - D_half);
+      if (!(std::isfinite(analytic) && diff <= tol)) {
+        Violation v;
+        v.quantity = "d_sinks-directional";
+        v.worst_index = {0, 0, 0, 0};
+        v.magnitude = diff;
+        v.tolerance = tol;
+        v.expected = Tensor<double>({1, 1, 1, 1});
+        v.expected->values()[0] = D_half;
+        v.actual = Tensor<double>({1, 1, 1, 1});
+        v.actual->values()[0] = analytic;
+        v.message = "grad-finite-difference: along a random direction of the sink logits, the d_sinks of the "
+                    "backward give a derivative of " + num(analytic) + " but central differences of its forward "
+                    "give " + num(D_half) + " (off by " + num(diff) + ", tolerance " + num(tol) + "; step " +
+                    num(h / 2) + ")";
+        return v;
+      }
+    }
   }
   return std::nullopt;
 }

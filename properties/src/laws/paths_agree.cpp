@@ -29,7 +29,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   // head stride taken from the wrong axis lands furthest from the right slice; (0,0) has no offset to get
   // wrong. A 1 x 1 problem is its own slice, called alone once.
   std::vector<std::pair<Index, Index>> slices;
-  for (const auto bh : {std::pair{s.B - 1, s.H - 1}, std::pair{s.B - 1, Index{0}}, std::pair{Index{0}, s.H - 1}})
+  for (const auto& bh : {std::pair{s.B - 1, s.H - 1}, std::pair{s.B - 1, Index{0}}, std::pair{Index{0}, s.H - 1}})
     if (std::find(slices.begin(), slices.end(), bh) == slices.end()) slices.push_back(bh);
   Tensor<double> single(all.output.shape());
   std::vector<char> called(std::size_t(s.B * s.H), 0);

@@ -174,7 +174,7 @@ bool samples_weights(const Implementation& impl, const Problem& p) {
   return long_context(p) || impl.capabilities().weights_probed;
 }
 
-std::vector<Index> sampled_keys(const Implementation& impl, const Problem& p) {
+std::vector<Index> sampled_keys(const Implementation&, const Problem& p) {
   if (long_context(p)) return sampled_keys(p);
   return sample_keys(p.k.shape().T, std::min(kSampledKeys, kProbedCalls * std::size_t(p.k.shape().D)));
 }

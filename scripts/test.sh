@@ -37,10 +37,30 @@ jobs=$(nproc)
 if [[ "${CMAKE_CXX_COMPILER_LAUNCHER:-}" == *ccache* ]]; then
   export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}pch_defines,time_macros"
 fi
+# Each part's wall time and the CPU time (user + system) of the processes it ran: on a machine shared with other
+# work the wall time grows, the CPU time hardly does.
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
+cpu() {  # CPU seconds of every finished child so far, from bash's `times` (run in this shell, not a subshell)
+  local user sys
+  times > "$cpu_file"
+  read -r user sys < <(tail -1 "$cpu_file")
+  cpu_now=$(awk -v u="$user" -v s="$sys" 'function sec(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t);
+                                          sub(/s$/, "", t); return m * 60 + t } BEGIN { printf "%d", sec(u) + sec(s) }')
+}
 times=()
-part() { local took=$(( SECONDS - start )); echo "== $1 took ${took}s"; times+=("$(printf '%-28s %5ss' "$1" "$took")"); start=$SECONDS; }
+part() {
+  cpu
+  local took=$(( SECONDS - start )) used=$(( cpu_now - cpu_start ))
+  echo "== $1 took ${took}s (CPU ${used}s)"
+  times+=("$(printf '%-20s %5ss wall %6ss CPU' "$1" "$took" "$used")")
+  start=$SECONDS
+  cpu_start=$cpu_now
+}
 start=$SECONDS
 all=$SECONDS
+cpu
+cpu_start=$cpu_now
 
 echo "== default build: all tests"
 cmake --preset default >/dev/null
@@ -64,4 +84,5 @@ part "fuzz runs"
 
 echo "== times"
 printf '%s\n' "${times[@]}"
-printf '%-28s %5ss\n' "all" "$(( SECONDS - all ))"
+cpu
+printf '%-20s %5ss wall %6ss CPU\n' "all" "$(( SECONDS - all ))" "$cpu_now"

@@ -2,6 +2,7 @@
 # Builds the libFuzzer targets (the `fuzz` preset: clang-14, ASan + UBSan) and runs each for a bounded time
 # from its checked-in seeds (fuzz/corpus/). A crash leaves its input in build/fuzz/findings/ and fails.
 #   scripts/fuzz.sh [SECONDS_PER_TARGET]   (default 30)
+#   scripts/fuzz.sh --build-only            (builds the targets, runs none: scripts/test.sh times the two apart)
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 seconds=${1:-30}
@@ -9,6 +10,7 @@ seconds=${1:-30}
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz -j"$(nproc)" --target fuzz_protocol_parent fuzz_protocol_child fuzz_counterexample fuzz_corpus \
   fuzz_report_writers
+[ "$seconds" = --build-only ] && exit 0
 
 findings=build/fuzz/findings
 mkdir -p "$findings"

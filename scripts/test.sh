@@ -16,30 +16,73 @@
 #     per law instead of 100 (every dtype) and 25 (other seeds);
 #   - Examples.regeneratedReportsAreByteIdentical is skipped (byte identity is the default build's question;
 #     the report writers run under the sanitizers in the cli and reports tests).
-# Every other test runs, every label included. The consumer example is built with the sanitizers as well.
+# Every other test runs, every label included: each test, and so each C and C++ code path the suite reaches,
+# runs under the sanitizers too. The consumer example is built with the sanitizers as well.
 # The default preset compiles with line tables only (-g1): full debug info made the builds half again slower.
-# Each part's time is printed; the README's "Tests, sanitizers and fuzzing" gives the figures measured on a
-# clean clone.
+# What keeps the builds short: sources two targets need are compiled once (OBJECT libraries: the harness's
+# shared sources, the tests' main()); the libraries with many small sources (attncheck::properties,
+# attncheck::mutants) and the test executables with several compile against a precompiled header of Eigen,
+# RapidCheck or GoogleTest and the standard headers (cmake/attncheckTesting.cmake). On a clean clone ctest has
+# no timings of an earlier run, so the longest tests carry a COST (the kill tests, the hanging and pytest
+# examples, the consumer) and start first: on 2 cores, a long test started last would be the tail of the run.
+# Each stage's build and test times are printed, and all of them again at the end; the README's "Tests,
+# sanitizers and fuzzing" gives the figures measured on a clean clone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 scripts/setup.sh
 jobs=$(nproc)
-part() { echo "== $1 took $(( SECONDS - start ))s"; start=$SECONDS; }
+# ccache (when CMAKE_CXX_COMPILER_LAUNCHER names it) caches the sources compiled against a precompiled header
+# only with this sloppiness; CI runs without ccache.
+if [[ "${CMAKE_CXX_COMPILER_LAUNCHER:-}" == *ccache* ]]; then
+  export CCACHE_SLOPPINESS="${CCACHE_SLOPPINESS:+$CCACHE_SLOPPINESS,}pch_defines,time_macros"
+fi
+# Each part's wall time and the CPU time (user + system) of the processes it ran: on a machine shared with other
+# work the wall time grows, the CPU time hardly does.
+cpu_file=$(mktemp)
+trap 'rm -f "$cpu_file"' EXIT
+cpu() {  # CPU seconds of every finished child so far, from bash's `times` (run in this shell, not a subshell)
+  local user sys
+  times > "$cpu_file"
+  read -r user sys < <(tail -1 "$cpu_file")
+  cpu_now=$(awk -v u="$user" -v s="$sys" 'function sec(t,  m) { m = t; sub(/m.*/, "", m); sub(/^[0-9]+m/, "", t);
+                                          sub(/s$/, "", t); return m * 60 + t } BEGIN { printf "%d", sec(u) + sec(s) }')
+}
+times=()
+part() {
+  cpu
+  local took=$(( SECONDS - start )) used=$(( cpu_now - cpu_start ))
+  echo "== $1 took ${took}s (CPU ${used}s)"
+  times+=("$(printf '%-20s %5ss wall %6ss CPU' "$1" "$took" "$used")")
+  start=$SECONDS
+  cpu_start=$cpu_now
+}
 start=$SECONDS
+all=$SECONDS
+cpu
+cpu_start=$cpu_now
 
 echo "== default build: all tests"
 cmake --preset default >/dev/null
 cmake --build --preset default -j"$jobs"
+part "default build"
 ctest --preset default -j"$((jobs + 1))"  # one more than the cores: some tests wait on timeouts and child processes
-part "default build and tests"
+part "default tests"
 
-echo "== asan build: all tests under ASan + UBSan"
+echo "== asan build: the suite under ASan + UBSan"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j"$jobs"
+part "asan build"
 ctest --preset asan -j"$((jobs + 1))"
-part "asan build and tests"
+part "asan tests"
 
 echo "== fuzz: each target for ${ATTNCHECK_FUZZ_SECONDS:-20}s"
+scripts/fuzz.sh --build-only
+part "fuzz build"
 scripts/fuzz.sh "${ATTNCHECK_FUZZ_SECONDS:-20}"
-part "fuzzing"
+part "fuzz runs"
+
+echo "== times"
+printf '%s\n' "${times[@]}"
+cpu
+printf '%-20s %5ss wall %6ss CPU\n' "all" "$(( SECONDS - all ))" "$cpu_now"

@@ -213,9 +213,10 @@ RowSoftmax<A> row_softmax(const Row& z, std::optional<double> sink) {
 
 /// The correct modified head: modified scores, causal select, softmax with the sink as an extra column
 /// (dropped: visible weights sum to 1 - p_sink), values mixed over visible keys, and each row's LSE.
+/// The softmax of already masked scores z [T_q,T_k] with the head's sink as an extra column (dropped), values
+/// mixed over visible keys, and each row's LSE: what follows the scores in every modified head.
 template <class A>
-HeadOut<A> attend_modified(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, const HeadCtx& c) {
-  const Matrix<A> z = causal_select(modified_scores(Q, K, c), c);
+HeadOut<A> softmax_with_sink(const Matrix<A>& z, const Matrix<A>& V, const HeadCtx& c) {
   HeadOut<A> r;
   r.weights = Matrix<A>::Zero(z.rows(), z.cols());
   r.lse = Matrix<A>(z.rows(), 1);
@@ -227,6 +228,11 @@ HeadOut<A> attend_modified(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<
   }
   r.output = mix_visible(r.weights, V, c);
   return r;
+}
+
+template <class A>
+HeadOut<A> attend_modified(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, const HeadCtx& c) {
+  return softmax_with_sink(causal_select(modified_scores(Q, K, c), c), V, c);
 }
 
 }  // namespace attncheck::zoo

@@ -22,17 +22,7 @@ HeadOut<A> softcap_after_mask(const Matrix<A>& Q, const Matrix<A>& K, const Matr
   if (c.softcap)
     for (Index i = 0; i < z.rows(); ++i)
       for (Index j = 0; j < z.cols(); ++j) z(i, j) = A(*c.softcap) * std::tanh(z(i, j) / A(*c.softcap));
-  HeadOut<A> r;
-  r.weights = Matrix<A>::Zero(z.rows(), z.cols());
-  r.lse = Matrix<A>(z.rows(), 1);
-  for (Index i = 0; i < z.rows(); ++i) {
-    const RowSoftmax<A> st = row_softmax<A>(z.row(i), c.sink);
-    r.lse(i, 0) = st.lse();
-    if (st.l > 0)
-      for (Index j = 0; j < z.cols(); ++j) r.weights(i, j) = std::exp(z(i, j) - st.m) / st.l;
-  }
-  r.output = mix_visible(r.weights, V, c);
-  return r;
+  return softmax_with_sink(z, V, c);
 }
 
 // A softcap step written by hand in place of the kit's: `cap_of(s, cap)` is the author's formula.
@@ -48,17 +38,7 @@ HeadOut<A> softcap_as(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V
       if (c.alibi_slope != 0) s(i, j) += A(c.alibi_slope) * A(j - c.position(i));
     }
   const Matrix<A> z = causal_select(s, c);
-  HeadOut<A> r;
-  r.weights = Matrix<A>::Zero(z.rows(), z.cols());
-  r.lse = Matrix<A>(z.rows(), 1);
-  for (Index i = 0; i < z.rows(); ++i) {
-    const RowSoftmax<A> st = row_softmax<A>(z.row(i), c.sink);
-    r.lse(i, 0) = st.lse();
-    if (st.l > 0)
-      for (Index j = 0; j < z.cols(); ++j) r.weights(i, j) = std::exp(z(i, j) - st.m) / st.l;
-  }
-  r.output = mix_visible(r.weights, V, c);
-  return r;
+  return softmax_with_sink(z, V, c);
 }
 
 // ---- sinks -------------------------------------------------------------------------------------------------
@@ -106,17 +86,7 @@ HeadOut<A> alibi_head(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V
     for (Index j = 0; j < s.cols(); ++j)
       s(i, j) += A(c.alibi_slope) * (bug == AlibiBug::sign_flipped ? A(c.position(i) - j) : A(j - i));
   const Matrix<A> z = causal_select(s, c);
-  HeadOut<A> r;
-  r.weights = Matrix<A>::Zero(z.rows(), z.cols());
-  r.lse = Matrix<A>(z.rows(), 1);
-  for (Index i = 0; i < z.rows(); ++i) {
-    const RowSoftmax<A> st = row_softmax<A>(z.row(i), c.sink);
-    r.lse(i, 0) = st.lse();
-    if (st.l > 0)
-      for (Index j = 0; j < z.cols(); ++j) r.weights(i, j) = std::exp(z(i, j) - st.m) / st.l;
-  }
-  r.output = mix_visible(r.weights, V, c);
-  return r;
+  return softmax_with_sink(z, V, c);
 }
 
 // ggml's way: the ALiBi distances live in the additive mask (j - p where visible, -inf where not) and the kernel

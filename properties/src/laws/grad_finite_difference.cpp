@@ -4,6 +4,7 @@
 #include "support.hpp"
 
 #include <cmath>
+#include <string>
 #include <vector>
 
 namespace attncheck::law_kit {
@@ -69,6 +70,27 @@ double score_rate(const Problem& p, const Tensor<double>& dq, const Tensor<doubl
   return rate;
 }
 
+// The backward's derivative `analytic` of gradient `grad` ("dq", ..., "d_sinks") along `along` is not the central
+// difference `central` (step `step`) within `tol`.
+Violation directional_violation(const std::string& grad, const std::string& along, double analytic, double central,
+                                double tol, double step) {
+  const double diff = std::abs(analytic - central);
+  Violation v;
+  v.quantity = grad + "-directional";
+  v.worst_index = {0, 0, 0, 0};
+  v.magnitude = diff;
+  v.tolerance = tol;
+  v.expected = Tensor<double>({1, 1, 1, 1});
+  v.expected->values()[0] = central;
+  v.actual = Tensor<double>({1, 1, 1, 1});
+  v.actual->values()[0] = analytic;
+  v.message = "grad-finite-difference: along " + along + ", the " + grad + " of the backward give" +
+              (grad == "d_sinks" ? "" : "s") + " a derivative of " + num(analytic) +
+              " but central differences of its forward give " + num(central) + " (off by " + num(diff) +
+              ", tolerance " + num(tol) + "; step " + num(step) + ")";
+  return v;
+}
+
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Gradients g = accept_nan_empty_rows(impl, p, call_backward(impl, p));
@@ -106,20 +128,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
                        gamma(d.size(), u) * (g.*part.grad).values().cwiseAbs().dot(abs_d);
     const double diff = std::abs(analytic - D_half);
     if (std::isfinite(analytic) && diff <= tol) continue;
-    Violation v;
-    v.quantity = std::string(part.name) + "-directional";
-    v.worst_index = {0, 0, 0, 0};
-    v.magnitude = diff;
-    v.tolerance = tol;
-    v.expected = Tensor<double>({1, 1, 1, 1});
-    v.expected->values()[0] = D_half;
-    v.actual = Tensor<double>({1, 1, 1, 1});
-    v.actual->values()[0] = analytic;
-    v.message = "grad-finite-difference: along a random direction of " + std::string(part.name + 1) + ", the " +
-                part.name + " of the backward gives a derivative of " + num(analytic) +
-                " but central differences of its forward give " + num(D_half) + " (off by " + num(diff) +
-                ", tolerance " + num(tol) + "; step " + num(h / 2) + ")";
-    return v;
+    return directional_violation(part.name, std::string("a random direction of ") + (part.name + 1), analytic,
+                                 D_half, tol, h / 2);
   }
   // The sinks' gradient, along a random direction of the finite sink logits (a sink of -inf stays where it is).
   if (!p.sinks.empty() && g.dsinks.size() == p.sinks.size()) {
@@ -148,22 +158,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
       const double tol = kSafety * (std::abs(D_h - D_half) / 3 + 2 * eps_L / h) + grad_tol +
                          gamma(Index(ds.size()), u) * abs_sum;
       const double diff = std::abs(analytic - D_half);
-      if (!(std::isfinite(analytic) && diff <= tol)) {
-        Violation v;
-        v.quantity = "d_sinks-directional";
-        v.worst_index = {0, 0, 0, 0};
-        v.magnitude = diff;
-        v.tolerance = tol;
-        v.expected = Tensor<double>({1, 1, 1, 1});
-        v.expected->values()[0] = D_half;
-        v.actual = Tensor<double>({1, 1, 1, 1});
-        v.actual->values()[0] = analytic;
-        v.message = "grad-finite-difference: along a random direction of the sink logits, the d_sinks of the "
-                    "backward give a derivative of " + num(analytic) + " but central differences of its forward "
-                    "give " + num(D_half) + " (off by " + num(diff) + ", tolerance " + num(tol) + "; step " +
-                    num(h / 2) + ")";
-        return v;
-      }
+      if (!(std::isfinite(analytic) && diff <= tol))
+        return directional_violation("d_sinks", "a random direction of the sink logits", analytic, D_half, tol, h / 2);
     }
   }
   return std::nullopt;

@@ -9,11 +9,13 @@
 #   - built at -O1 with line tables only (-g1): ASan and UBSan reports still name file and line;
 #   - RapidCheck properties run 10 cases instead of 100 (the asan test preset's RC_PARAMS=max_success=10);
 #   - the law runs of the examples and plug-ins (attncheck_add_laws in examples/ and harness/tests/) run 5
-#     cases per law instead of 40 or 60 (attncheck_test_cases in cmake/attncheckTesting.cmake);
+#     cases per law instead of 40 or 60 (attncheck_test_cases in cmake/attncheckTesting.cmake), all laws of
+#     one implementation in one test (ATTNCHECK_LAWS_ONE_TEST: one start-up of the runner and the implementation);
 #   - the kill tests (mutants/tests/kill_test.cpp, under ATTNCHECK_SANITIZED): each mutant's fixed-seed kill
 #     runs only its own laws (and those that must hold on it) and skips the smallest-case-over-every-law
 #     check; the seed sweeps run 1 seed instead of 20 (mutants) and 10 (controls); the controls run 10 cases
-#     per law instead of 100 (every dtype) and 25 (other seeds);
+#     per law instead of 100 (every dtype) and 25 (other seeds); the false-alarm sweep runs seed 1 instead of
+#     1-20, at 10 cases per law instead of 100;
 #   - Examples.regeneratedReportsAreByteIdentical is skipped (byte identity is the default build's question;
 #     the report writers run under the sanitizers in the cli and reports tests).
 # Every other test runs, every label included: each test, and so each C and C++ code path the suite reaches,

@@ -117,6 +117,7 @@ std::vector<Mutant> backward_nan_mutants() {
   // The math-path backward differentiates plain scores: no softcap, ALiBi or sinks (and no d_sinks); and with a
   // sink no row is empty in the softmax, so the nan convention does not reach it.
   full.sinks = full.softcap = full.alibi = false;
+  full.paged = false;  // a dense kernel
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",
                              "correct; nan convention, the NaN of a row that sees no key stays in that row's dQ",

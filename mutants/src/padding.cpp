@@ -75,6 +75,7 @@ ImplementationPtr nan_for_empty_rows(std::string name, std::string description, 
   // No sinks: a row with a sink always has a softmax term (its output is 0, the sink takes every weight), so
   // the nan convention does not reach it; this control turns every row without a key into NaN.
   caps.sinks = false;
+  caps.paged = false;  // a dense kernel
   caps.empty_rows = declared;
   caps.backward = false;  // a forward-only control
   return make_implementation(std::move(name), std::move(description), caps, [](const Problem& p) {

@@ -681,6 +681,14 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (p.softcap) tags.push_back("softcap");
   if (!p.alibi_slopes.empty()) tags.push_back("alibi");
   if (!p.sinks.empty()) tags.push_back("sinks");
+  if (p.paged) {
+    tags.push_back("paged=" + std::to_string(p.paged->page_size) + "," + page_layout_name(p.paged->layout));
+    // Lengths ragged across pages: a partial last page (k·page ± 1 among them).
+    bool ragged = false;
+    for (const Index len : p.sequence_lengths()) ragged = ragged || len % p.paged->page_size != 0;
+    if (ragged) tags.push_back("paged:partial-last-page");
+    if (p.paged->fill != PageFill::zero) tags.push_back("paged:free-slots=" + page_fill_name(p.paged->fill));
+  }
   // KV-cache calls: the new token(s) at the end of the cache.
   if (p.alignment == CausalAlignment::BottomRight && T < p.k.shape().T)
     tags.push_back(T == 1 ? "decode (T_q=1<T_k, bottom-right)" : "chunk (1<T_q<T_k, bottom-right)");
@@ -984,6 +992,7 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     const bool any_modifier = (opts.allow_softcap && cfg.caps.softcap) || (opts.allow_alibi && cfg.caps.alibi) ||
                               (opts.allow_sinks && cfg.caps.sinks);
     if (any_modifier) (*gen_modifiers(cfg, opts)).apply(p, s.h_ids);
+    if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) p.paged = *gen_paged_plan(cfg, opts);
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));
@@ -1017,6 +1026,34 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
     if (alibi) m.alibi = choose(opts.require_alibi, 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});
     if (sinks) m.sinks = choose(opts.require_sinks, -1, std::vector<std::pair<std::size_t, int>>{{2, 0}, {1, 3}});
     return m;
+  });
+}
+
+rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const ProblemOptions& opts) {
+  std::vector<std::pair<std::size_t, Index>> sizes;
+  for (const Index ps : cfg.caps.page_sizes)
+    if (ps > 0) sizes.push_back({1, ps});
+  std::vector<std::pair<std::size_t, PageLayout>> layouts;
+  if (cfg.caps.page_layouts & 1u) layouts.push_back({1, PageLayout::token_major});
+  if (cfg.caps.page_layouts & 2u) layouts.push_back({1, PageLayout::head_major});
+  const bool possible = cfg.caps.paged && !sizes.empty() && !layouts.empty() && (opts.allow_paged || opts.require_paged);
+  return rc::gen::exec([=]() -> std::optional<PagedPlan> {
+    if (!possible) return std::nullopt;
+    const bool on = opts.require_paged || *weighted_choice<bool>({{1, false}, {1, true}});
+    PagedPlan plan;
+    plan.page_size = *weighted_choice<Index>(sizes);
+    plan.layout = *weighted_choice<PageLayout>(layouts);
+    plan.order = *weighted_choice<PagedPlan::Order>(
+        {{2, PagedPlan::Order::contiguous}, {1, PagedPlan::Order::reversed}, {3, PagedPlan::Order::shuffled}});
+    plan.shuffle_seed = *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32));
+    plan.spare_pages = *weighted_choice<Index>({{3, 0}, {1, 1}, {1, 3}});
+    plan.spare_columns = *weighted_choice<Index>({{3, 0}, {1, 1}, {1, 2}});
+    plan.junk_entries = *weighted_choice<bool>({{2, false}, {1, true}});
+    plan.fill = *weighted_choice<PageFill>(
+        {{3, PageFill::zero}, {2, PageFill::nan}, {1, PageFill::pos_inf}, {1, PageFill::neg_inf}, {1, PageFill::huge}});
+    if (plan.order != PagedPlan::Order::shuffled) plan.shuffle_seed = 0;
+    if (!on) return std::nullopt;
+    return plan;
   });
 }
 

@@ -17,6 +17,12 @@ const char* alignment_words(CausalAlignment a) {
 }
 }  // namespace
 
+bool Capabilities::supports_paging(Index page_size, PageLayout layout) const {
+  const std::uint32_t bit = layout == PageLayout::token_major ? 1u : 2u;
+  return paged && (page_layouts & bit) &&
+         std::find(page_sizes.begin(), page_sizes.end(), page_size) != page_sizes.end();
+}
+
 bool Capabilities::supports_head_dim(Index D) const {
   if (D < 1 || (max_head_dim > 0 && D > max_head_dim) || (head_dim_multiple > 1 && D % head_dim_multiple != 0))
     return false;
@@ -101,6 +107,13 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (p.softcap && !caps.softcap) needs.push_back("logit softcapping (" + format_number(*p.softcap, 6) + ")");
   if (!p.alibi_slopes.empty() && !caps.alibi) needs.push_back("ALiBi slopes");
   if (!p.causal && !caps.bidirectional) needs.push_back("no causal rule (bidirectional)");
+  if (p.paged) {
+    if (!caps.paged)
+      needs.push_back("paged K and V");
+    else if (!caps.supports_paging(p.paged->page_size, p.paged->layout))
+      needs.push_back("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")");
+    if (p.d_output) needs.push_back("a paged backward call (attncheck sends none)");
+  }
   return needs;
 }
 
@@ -131,6 +144,11 @@ std::string describe_capabilities(const Capabilities& caps) {
                                  std::pair{caps.softcap, "softcap"}, std::pair{caps.alibi, "ALiBi"},
                                  std::pair{caps.bidirectional, "bidirectional"}})
     if (on) s += std::string("; ") + what;
+  if (caps.paged) {
+    s += "; paged K and V (pages of";
+    for (std::size_t n = 0; n < caps.page_sizes.size(); ++n) s += (n ? ", " : " ") + std::to_string(caps.page_sizes[n]);
+    s += std::string(caps.page_layouts & 1u ? ", token-major" : "") + (caps.page_layouts & 2u ? ", head-major" : "") + ")";
+  }
   if (caps.empty_rows == EmptyRows::any) s += "; rows that see no key: unspecified output (skipped)";
   return s;
 }
@@ -165,6 +183,75 @@ AttentionOptions Problem::options() const {
 
 Visibility Problem::visibility(Index b) const {
   return attncheck::visibility(options(), b, q.shape().T, k.shape().T);
+}
+
+std::vector<Index> Problem::sequence_lengths() const {
+  return key_lengths.empty() ? std::vector<Index>(std::size_t(k.shape().B), k.shape().T) : key_lengths;
+}
+
+std::string page_order_name(PagedPlan::Order o) {
+  switch (o) {
+    case PagedPlan::Order::contiguous: return "contiguous";
+    case PagedPlan::Order::reversed: return "reversed";
+    case PagedPlan::Order::shuffled: return "shuffled";
+  }
+  return "?";
+}
+
+namespace {
+std::uint64_t splitmix64(std::uint64_t& x) {
+  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+}  // namespace
+
+PagedKV Problem::paged_kv() const {
+  if (!paged) throw std::logic_error("Problem::paged_kv: the problem is not paged");
+  const PagedPlan& plan = *paged;
+  PagedKV pk;
+  pk.page_size = plan.page_size;
+  pk.layout = plan.layout;
+  pk.fill = plan.fill;
+  if (plan.page_size <= 0) throw std::invalid_argument("paged: page size must be > 0, got " + std::to_string(plan.page_size));
+  const std::vector<Index> lengths = sequence_lengths();
+  const Index B = Index(lengths.size()), ps = plan.page_size;
+  // Pages each sequence shares with sequence 0 (full pages both have), then the pages it owns.
+  std::vector<Index> used(static_cast<std::size_t>(B)), shared(static_cast<std::size_t>(B), 0);
+  Index live = 0, widest = 0;
+  for (Index b = 0; b < B; ++b) {
+    used[std::size_t(b)] = pk.pages_used(lengths[std::size_t(b)]);
+    if (b > 0) shared[std::size_t(b)] = std::min({plan.shared_pages, lengths[0] / ps, lengths[std::size_t(b)] / ps});
+    live += used[std::size_t(b)] - shared[std::size_t(b)];
+    widest = std::max(widest, used[std::size_t(b)]);
+  }
+  pk.num_pages = std::max<Index>(live + std::max<Index>(plan.spare_pages, 0), 1);  // a pool is never empty
+  pk.max_pages = std::max<Index>(widest + std::max<Index>(plan.spare_columns, 0), 1);
+  // The physical page of the n-th live page (sequence by sequence), then the spares.
+  std::vector<std::int32_t> physical(std::size_t(pk.num_pages));
+  for (Index n = 0; n < pk.num_pages; ++n)
+    physical[std::size_t(n)] = std::int32_t(plan.order == PagedPlan::Order::reversed ? pk.num_pages - 1 - n : n);
+  if (plan.order == PagedPlan::Order::shuffled) {
+    std::uint64_t state = plan.shuffle_seed;
+    for (Index n = pk.num_pages - 1; n > 0; --n)
+      std::swap(physical[std::size_t(n)], physical[std::size_t(splitmix64(state) % std::uint64_t(n + 1))]);
+  }
+  pk.block_table.assign(std::size_t(B * pk.max_pages), -1);
+  Index next = 0;
+  for (Index b = 0; b < B; ++b)
+    for (Index i = 0; i < used[std::size_t(b)]; ++i)
+      pk.block_table[std::size_t(b * pk.max_pages + i)] =
+          i < shared[std::size_t(b)] ? pk.block_table[std::size_t(i)] : physical[std::size_t(next++)];
+  if (plan.junk_entries) {
+    const std::int32_t other = live > 0 ? physical[0] : 0;
+    const std::int32_t junk[] = {-1, std::int32_t(pk.num_pages), std::numeric_limits<std::int32_t>::max(),
+                                 std::numeric_limits<std::int32_t>::min(), other};
+    for (Index b = 0; b < B; ++b)
+      for (Index i = used[std::size_t(b)]; i < pk.max_pages; ++i)
+        pk.block_table[std::size_t(b * pk.max_pages + i)] = junk[std::size_t(b + i) % 5];
+  }
+  return pk;
 }
 
 Gradients Implementation::backward(const Problem&) const {
@@ -251,13 +338,24 @@ ImplementationPtr reference_implementation() {
   caps.nonfinite_safe = true;
   caps.gqa = caps.key_padding = caps.window = true;
   caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
+  caps.paged = true;
+  caps.page_sizes = {1, 8, 16, 64, 256};
+  caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem
   caps.empty_rows = EmptyRows::zero;
   static const ImplementationPtr ref = make_implementation(
       "reference", "attncheck's Eigen core: boolean causal mask, stable softmax, float accumulation", caps,
       [](const Problem& p) {
         return run_typed(p, [](const auto& q, const auto& k, const auto& v, const Problem& pr, auto* w,
-                               Tensor<double>* lse) { return attention(q, k, v, pr.options(), w, lse); });
+                               Tensor<double>* lse) {
+          if (!pr.paged) return attention(q, k, v, pr.options(), w, lse);
+          // Paged: lay K and V out in the pool, then read them back only through the block table, and attend.
+          const auto pools = paged_pools(pr, k, v);
+          const Shape& ks = k.shape();
+          const std::vector<Index> lengths = pr.sequence_lengths();
+          return attention(q, gather_pages(pools.k, pools.layout, ks.B, ks.H, ks.T, ks.D, lengths),
+                           gather_pages(pools.v, pools.layout, ks.B, ks.H, ks.T, ks.D, lengths), pr.options(), w, lse);
+        });
       },
       [](const Problem& p) {
         return run_backward_typed(p, [](const auto& q, const auto& k, const auto& v, const auto& d_output,

@@ -18,6 +18,8 @@ const std::vector<Law>& laws() {
                             window_perturbation(),        empty_row_convention(),
                             lse_oracle(),              output_lse_consistency(), split_kv_merge(),
                             sink_mass(),               softcap_bound(),      neutral_modifiers(),
+                            paged_dense(),             page_permutation(),   page_size(),
+                            poisoned_slots(),          paged_capacity(),     shared_pages(),
                             grad_oracle(),             grad_causality(),     grad_key_sum_zero(),
                             grad_dv_weights(),         grad_finite_difference()};
   }();

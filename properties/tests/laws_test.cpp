@@ -148,6 +148,12 @@ TEST(Law, splitKvMerge) { expectHoldsOnReference("split-kv-merge", kAllDtypes); 
 TEST(Law, sinkMass) { expectHoldsOnReference("sink-mass", kAllDtypes); }
 TEST(Law, softcapBound) { expectHoldsOnReference("softcap-bound", kAllDtypes); }
 TEST(Law, neutralModifiers) { expectHoldsOnReference("neutral-modifiers", kAllDtypes); }
+TEST(Law, pagedDense) { expectHoldsOnReference("paged-dense", kAllDtypes); }
+TEST(Law, pagePermutation) { expectHoldsOnReference("page-permutation", kAllDtypes); }
+TEST(Law, pageSize) { expectHoldsOnReference("page-size", kAllDtypes); }
+TEST(Law, poisonedSlots) { expectHoldsOnReference("poisoned-slots", kAllDtypes); }
+TEST(Law, pagedCapacity) { expectHoldsOnReference("paged-capacity", kAllDtypes); }
+TEST(Law, sharedPages) { expectHoldsOnReference("shared-pages", kAllDtypes); }
 
 // Each LSE and modifier law can fail: the reference with one thing changed, the way a kernel gets it wrong (the
 // zoo's mutants are the full set), and it is not applicable, saying why, to an implementation without the
@@ -225,6 +231,8 @@ TEST(Law, everyLawHasATest) {
                                         "window-perturbation", "empty-row-convention",
                                         "lse-oracle", "output-lse-consistency", "split-kv-merge", "sink-mass",
                                         "softcap-bound", "neutral-modifiers",
+                                        "paged-dense", "page-permutation", "page-size", "poisoned-slots",
+                                        "paged-capacity", "shared-pages",
                                         "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
                                         "grad-finite-difference"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";

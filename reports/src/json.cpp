@@ -182,6 +182,17 @@ Json to_json(const Problem& p) {
   }
   if (!p.causal) j["causal"] = false;
   if (p.want_lse) j["want_lse"] = true;
+  if (p.paged) {
+    const PagedPlan& pl = *p.paged;
+    const PagedKV pk = p.paged_kv();
+    // The plan is what a replay reads; num_pages and block_table are what it derives, for the person reading.
+    j["paged"] = Json{{"page_size", pl.page_size},         {"layout", page_layout_name(pl.layout)},
+                      {"order", page_order_name(pl.order)}, {"shuffle_seed", pl.shuffle_seed},
+                      {"spare_pages", pl.spare_pages},      {"spare_columns", pl.spare_columns},
+                      {"junk_entries", pl.junk_entries},    {"fill", page_fill_name(pl.fill)},
+                      {"shared_pages", pl.shared_pages},    {"num_pages", pk.num_pages},
+                      {"max_pages", pk.max_pages},          {"block_table", pk.block_table}};
+  }
   j["q"] = to_json(p.q);
   j["k"] = to_json(p.k);
   j["v"] = to_json(p.v);
@@ -253,6 +264,40 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();
+  }
+  if (const auto it = j.find("paged"); it != j.end()) {
+    const std::string pw = sub(what, "paged");
+    if (!it->is_object()) fail(pw, "an object (page_size, layout, order, ...)", *it);
+    PagedPlan pl;
+    const auto integer = [&](const char* key, Index lo, Index hi) {
+      const Json& x = field(*it, key, pw);
+      if (!x.is_number_integer() || x.get<std::int64_t>() < lo || x.get<std::int64_t>() > hi)
+        fail(sub(pw, key), "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", x);
+      return Index(x.get<std::int64_t>());
+    };
+    const auto name = [&](const char* key, std::initializer_list<const char*> names) {
+      const Json& x = field(*it, key, pw);
+      std::string expected;
+      int index = 0;
+      for (const char* n : names) {
+        if (x.is_string() && x.get<std::string>() == n) return index;
+        expected += (expected.empty() ? "\"" : ", \"") + std::string(n) + "\"";
+        ++index;
+      }
+      fail(sub(pw, key), "one of " + expected, x);
+    };
+    pl.page_size = integer("page_size", 1, Index{1} << 20);
+    pl.layout = name("layout", {"token-major", "head-major"}) == 0 ? PageLayout::token_major : PageLayout::head_major;
+    pl.order = PagedPlan::Order(name("order", {"contiguous", "reversed", "shuffled"}));
+    pl.shuffle_seed = std::uint64_t(integer("shuffle_seed", 0, Index{1} << 52));
+    pl.spare_pages = integer("spare_pages", 0, Index{1} << 16);
+    pl.spare_columns = integer("spare_columns", 0, Index{1} << 16);
+    const Json& junk = field(*it, "junk_entries", pw);
+    if (!junk.is_boolean()) fail(sub(pw, "junk_entries"), "true or false", junk);
+    pl.junk_entries = junk.get<bool>();
+    pl.fill = PageFill(name("fill", {"zero", "nan", "inf", "-inf", "1e30"}));
+    pl.shared_pages = integer("shared_pages", 0, Index{1} << 20);
+    p.paged = pl;
   }
   if (const auto it = j.find("d_output"); it != j.end() && !it->is_null()) {
     p.d_output = tensor_from_json(*it, sub(what, "d_output"));

@@ -8,6 +8,29 @@ namespace attncheck::reports {
 using namespace detail;
 namespace {
 
+// A paged problem's layout: the plan and the block table it derives (Problem::paged_kv).
+std::string paged_lines(const Problem& p) {
+  const PagedPlan& pl = *p.paged;
+  const PagedKV pk = p.paged_kv();
+  std::string md = "paged K and V: pages of " + std::to_string(pl.page_size) + ", " + page_layout_name(pl.layout) +
+                   ", " + std::to_string(pk.num_pages) + " pages in the pool (" + page_order_name(pl.order) +
+                   " order" + (pl.spare_pages ? ", " + std::to_string(pl.spare_pages) + " spare" : std::string()) +
+                   "), slots no key occupies hold " + page_fill_name(pl.fill) +
+                   (pl.shared_pages ? ", sequences b ≥ 1 share sequence 0's first " + std::to_string(pl.shared_pages) +
+                                          " pages"
+                                    : std::string()) +
+                   "; block table (" + std::to_string(pk.max_pages) + " columns" +
+                   (pl.junk_entries ? ", junk past each sequence's pages" : "") + "):\n\n";
+  const Index B = Index(pk.block_table.size()) / std::max<Index>(pk.max_pages, 1);
+  for (Index b = 0; b < B; ++b) {
+    md += "- sequence " + std::to_string(b) + ":";
+    for (Index i = 0; i < pk.max_pages; ++i) md += " " + std::to_string(pk.block_table[std::size_t(b * pk.max_pages + i)]);
+    md += "\n";
+  }
+  return md;
+}
+
+
 constexpr Index kMaxRows = 32, kMaxCols = 16, kMaxHeads = 4, kMaxDiffs = 20;
 
 bool offending(double expected, double actual, double tol) {
@@ -105,10 +128,17 @@ std::string shape_table(const Problem& p) {
   if (!p.sinks.empty())
     md += "\nsinks per query head: " + list(p.sinks) + " (one more softmax logit in every row, with no value)\n";
   if (p.want_lse) md += "\nthe log-sum-exp of every row is asked for\n";
+  if (p.paged) md += "\n" + paged_lines(p);
   return md;
 }
 
 std::string variant_section(const Problem& p, const Problem& v) {
+  if (p.paged != v.paged && p.q.shape() == v.q.shape() && p.k.shape() == v.k.shape()) {
+    std::string md = "## The variant problem (what the law changed)\n\nThe same inputs, laid out in pages "
+                     "differently:\n\n";
+    md += v.paged ? paged_lines(v) : std::string("dense K and V (no pages)\n");
+    if (p.q.values() == v.q.values() && p.k.values() == v.k.values() && p.v.values() == v.v.values()) return md + "\n";
+  }
   std::string md = "## The variant problem (what the law changed)\n\n";
   const bool same_shapes = p.q.shape() == v.q.shape() && p.k.shape() == v.k.shape() && p.v.shape() == v.v.shape();
   if (!same_shapes) {

@@ -103,7 +103,19 @@ struct ProblemOptions {
   bool require_softcap = false, require_alibi = false, require_sinks = false;
   /// Ask for the log-sum-exp (when the implementation returns it: Capabilities::lse).
   bool want_lse = false;
+  /// Paged K and V (Capabilities::paged): half the cases, in a declared page size and layout (gen_paged_plan),
+  /// shrinking toward dense. Never in a gradient case (attncheck sends no paged backward call).
+  bool allow_paged = true;
+  /// Every case paged (when declared): for the paged laws. Shrinking then keeps the paging.
+  bool require_paged = false;
 };
+
+/// A paging plan for an implementation that declares paged K and V, or none (half the draws, never when
+/// require_paged): a declared page size (shrinking toward the first declared), a declared layout
+/// (token-major first), a contiguous, reversed or shuffled physical order, 0-3 spare pages, 0-2 spare table
+/// columns, junk table entries or -1, and what the slots no live key occupies hold (zero, NaN, ±Inf, 1e30).
+/// Everything shrinks toward the plainest plan: contiguous, no spares, -1 entries, zeros.
+rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const ProblemOptions& opts);
 
 /// The modifiers a case draws, keyed by query-head coordinate (CaseShape::h_ids) so that deleting a head keeps
 /// every other head's slope and sink: softcap 1, 5 or 50; ALiBi slopes 2^-(h+1) (the geometric slopes of 8

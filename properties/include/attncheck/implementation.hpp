@@ -13,8 +13,35 @@
 #include "attncheck/attention.hpp"
 #include "attncheck/backward.hpp"
 #include "attncheck/format.hpp"
+#include "attncheck/paged.hpp"
 
 namespace attncheck {
+
+/// How a problem's K and V are laid out in pages (Capabilities::paged, issue 23): the plan its block table is
+/// derived from (Problem::paged_kv), deterministically for the problem's B and sequence lengths, so a law that
+/// slices a problem or changes its lengths keeps its paging. The problem's meaning is still its dense k and v.
+struct PagedPlan {
+  Index page_size = 16;
+  PageLayout layout = PageLayout::token_major;
+  /// The physical order of the pages: sequence by sequence in pages 0, 1, 2, ...; from the last page down; or
+  /// shuffled (a Fisher-Yates shuffle driven by splitmix64(shuffle_seed), the same on every platform).
+  enum class Order { contiguous, reversed, shuffled };
+  Order order = Order::contiguous;
+  std::uint64_t shuffle_seed = 0;
+  Index spare_pages = 0;    ///< pool pages no sequence references (placed by the order, among the others)
+  Index spare_columns = 0;  ///< table columns past the longest sequence's pages
+  /// false: a table entry past a sequence's last page is -1; true: such entries cycle through -1, num_pages,
+  /// INT32_MAX, INT32_MIN and a live page of another sequence (a kernel that reads one reads garbage or crashes).
+  bool junk_entries = false;
+  PageFill fill = PageFill::zero;  ///< what every slot no live key occupies holds
+  /// Prefix caching: sequences b >= 1 reference sequence 0's first shared_pages pages (as far as both have that
+  /// many full pages) instead of private copies. Their dense keys and values there must equal sequence 0's.
+  Index shared_pages = 0;
+  friend bool operator==(const PagedPlan&, const PagedPlan&) = default;
+};
+
+/// "contiguous", "reversed", "shuffled".
+std::string page_order_name(PagedPlan::Order o);
 
 /// One call: inputs at `dtype`, held as double but exactly representable in `dtype` (so converting to the
 /// native type and back is exact).
@@ -33,6 +60,8 @@ struct Problem {
   std::vector<double> alibi_slopes{};  ///< H slopes (query heads): s += slope_h·(j - p); empty: none
   std::vector<double> sinks{};         ///< H sink logits (finite or -inf); empty: none
   bool causal = true;                  ///< false: no causal rule (bidirectional)
+  /// K and V passed as a page pool and a block table (ABI 3); empty: dense. Forward calls only.
+  std::optional<PagedPlan> paged{};
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
   bool want_lse = false;     ///< the law reads the LSE; ignored by implementations that cannot return it
   /// The gradient of the loss with respect to the output, dO [B,H,T_q,D]: set for backward calls only.
@@ -45,7 +74,25 @@ struct Problem {
   AttentionOptions options() const;
   /// Which keys query i of batch entry b sees.
   Visibility visibility(Index b) const;
+  /// Each sequence's length: key_lengths, or T_k for every batch entry.
+  std::vector<Index> sequence_lengths() const;
+  /// The explicit layout of `paged` (which must be set) for this problem's B and sequence lengths.
+  PagedKV paged_kv() const;
 };
+
+/// A paged problem's K and V pools at scalar S (k and v being the problem's tensors cast to S): scatter_pages of
+/// each under p.paged_kv().
+template <class S> struct PagedPools {
+  PagedKV layout;
+  Tensor<S> k{Shape{}}, v{Shape{}};
+};
+template <class S> PagedPools<S> paged_pools(const Problem& p, const Tensor<S>& k, const Tensor<S>& v) {
+  PagedPools<S> pools{p.paged_kv()};
+  const std::vector<Index> lengths = p.sequence_lengths();
+  pools.k = scatter_pages(k, lengths, pools.layout);
+  pools.v = scatter_pages(v, lengths, pools.layout);
+  return pools;
+}
 
 /// What a backward call returned, widened to double: dQ [B,H,T_q,D], dK and dV [B,H_kv,T_k,D] (the dK and dV
 /// of a shared kv head sum over its group).
@@ -114,17 +161,22 @@ struct Capabilities {
   /// The convention it declares for rows that see no key; empty: either is accepted, and reports say which
   /// one it follows.
   std::optional<EmptyRows> empty_rows;
-  /// What an ABI-3 plug-in or a version-3 exec: client declares (attncheck/plugin.h): its ATTNCHECK_CAP3_* bits
-  /// (those above are also set as the bools), page sizes and page layouts, and head dimensions whose D_v differs
-  /// from D. Carried so that reports say what was declared; this attncheck draws no call that uses paging,
-  /// documents, block masks or D_v != D yet.
-  std::uint32_t abi3_flags = 0;
+  /// Takes K and V as a page pool and a block table (ATTNCHECK_CAP3_PAGED), in the page sizes of page_sizes
+  /// and the layouts of page_layouts (ATTNCHECK_PAGED_* bits: 1 token-major, 2 head-major).
+  bool paged = false;
   std::vector<Index> page_sizes{};
   std::uint32_t page_layouts = 0;
+  /// What an ABI-3 plug-in or a version-3 exec: client declares (attncheck/plugin.h): its ATTNCHECK_CAP3_* bits
+  /// (those above are also set as the bools) and head dimensions whose D_v differs from D. Carried so that
+  /// reports say what was declared; this attncheck draws no call that uses documents, block masks or D_v != D
+  /// yet.
+  std::uint32_t abi3_flags = 0;
   std::vector<std::pair<Index, Index>> head_dim_pairs{};  ///< (D_k, D_v) with D_v != D_k, declared
 
   bool supports(DType t) const;
   bool supports(CausalAlignment a) const;
+  /// Whether it accepts a paged call with this page size and layout.
+  bool supports_paging(Index page_size, PageLayout layout) const;
   /// Whether it accepts head dimension D (head_dim_multiple, max_head_dim, head_dims).
   bool supports_head_dim(Index D) const;
   /// Whether it accepts T_q queries over T_k keys (cross_lengths and its regimes; max_T).

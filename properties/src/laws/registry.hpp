@@ -34,6 +34,13 @@ Law split_kv_merge();
 Law sink_mass();
 Law softcap_bound();
 Law neutral_modifiers();
+// Paged K and V (ABI 3).
+Law paged_dense();
+Law page_permutation();
+Law page_size();
+Law poisoned_slots();
+Law paged_capacity();
+Law shared_pages();
 // Gradient laws (Law::needs_backward).
 Law grad_oracle();
 Law grad_causality();

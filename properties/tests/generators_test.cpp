@@ -352,6 +352,65 @@ TEST(Generators, modifiersAreDrawnWhenDeclaredAndShrinkAwayUnlessNeeded) {
   EXPECT_EQ(none.status, LawStatus::held);
 }
 
+// Paging is drawn in about half the cases when declared, in declared page sizes and layouts only, with every
+// derived table valid for its sequences; a failure that needs a paged call keeps it while the rest shrinks (to
+// the plainest plan: contiguous, no spare pages or columns), one that does not shrinks to dense; an
+// implementation that does not declare paging is never sent a paged call.
+TEST(Generators, pagingIsDrawnWhenDeclaredValidAndShrinksToThePlainestPlan) {
+  std::map<std::string, int> seen;
+  const LawResult all = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  if (!p.paged) return std::nullopt;
+                                  ++seen["paged"];
+                                  ++seen["size " + std::to_string(p.paged->page_size)];
+                                  ++seen[page_layout_name(p.paged->layout)];
+                                  const PagedKV pk = p.paged_kv();
+                                  EXPECT_NO_THROW(check_paged(pk, p.k.shape().B, p.sequence_lengths()));
+                                  if (pk.pages_used(p.k.shape().T) < pk.max_pages) ++seen["table wider than used"];
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), RunOptions{});
+  EXPECT_EQ(all.status, LawStatus::held);
+  EXPECT_GE(seen["paged"], 30);
+  EXPECT_LE(seen["paged"], 70);
+  for (const char* k : {"size 1", "size 8", "size 16", "size 64", "token-major", "head-major", "table wider than used"})
+    EXPECT_GE(seen[k], 1) << k;
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions o;
+    o.seed = seed;
+    const LawResult dense = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      if (c.problem.q.shape().T >= 2) return violation("two positions");
+                                      return std::nullopt;
+                                    }),
+                                    *reference_implementation(), o);
+    ASSERT_EQ(dense.status, LawStatus::falsified);
+    EXPECT_FALSE(dense.minimal_case->problem.paged) << "seed " << seed;
+    const LawResult paged = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      if (c.problem.paged && c.problem.k.shape().T >= 3) return violation("paged");
+                                      return std::nullopt;
+                                    }),
+                                    *reference_implementation(), o);
+    ASSERT_EQ(paged.status, LawStatus::falsified);
+    const Problem& p = paged.minimal_case->problem;
+    ASSERT_TRUE(p.paged) << "seed " << seed;
+    EXPECT_EQ(p.k.shape().T, 3) << "seed " << seed;
+    EXPECT_EQ(p.paged->order, PagedPlan::Order::contiguous) << "seed " << seed;
+    EXPECT_EQ(p.paged->spare_pages, 0) << "seed " << seed;
+    EXPECT_EQ(p.paged->spare_columns, 0) << "seed " << seed;
+    EXPECT_EQ(p.paged->fill, PageFill::zero) << "seed " << seed;
+  }
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.paged = false;
+  const ImplementationPtr dense_only = make_implementation(
+      "dense", "the reference, not paged", caps, [](const Problem& p) { return reference_implementation()->forward(p); });
+  const LawResult none = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                   if (c.problem.paged) return violation("paged");
+                                   return std::nullopt;
+                                 }),
+                                 *dense_only, RunOptions{});
+  EXPECT_EQ(none.status, LawStatus::held);
+}
+
 // Grouped heads shrink by whole kv groups or by the same query head of every group, so H_kv always divides H:
 // a failure that needs two kv groups of two query heads each ends at exactly H = 4, H_kv = 2.
 TEST(Generators, groupedHeadsShrinkByWholeGroupsKeepingHDivisible) {

@@ -122,6 +122,46 @@ TEST(ReportJson, modifiersRoundTripAndBadOnesAreRefused) {
   EXPECT_THROW(problem_from_json(bad, "p"), FormatError);
 }
 
+// A paged problem stores its plan (the table is derived from it, and written too for the person reading); a bad
+// plan is refused naming the field and what was expected.
+TEST(ReportJson, pagedPlanRoundTripsAndABadOneIsRefusedNamingTheField) {
+  LawCase c;
+  c.problem = awkward_problem(0);
+  PagedPlan plan;
+  plan.page_size = 8;
+  plan.layout = PageLayout::head_major;
+  plan.order = PagedPlan::Order::shuffled;
+  plan.shuffle_seed = 123456789;
+  plan.spare_pages = 2;
+  plan.spare_columns = 1;
+  plan.junk_entries = true;
+  plan.fill = PageFill::neg_inf;
+  plan.shared_pages = 1;
+  c.problem.paged = plan;
+  const Json j = to_json(c);
+  const LawCase back = law_case_from_json(Json::parse(dump_pretty(j)), "case");
+  ASSERT_TRUE(back.problem.paged);
+  EXPECT_TRUE(*back.problem.paged == plan);
+  EXPECT_EQ(j["problem"]["paged"]["block_table"].get<std::vector<std::int32_t>>(), c.problem.paged_kv().block_table);
+  EXPECT_FALSE(to_json(awkward_problem(0)).contains("paged"));
+  const auto refused = [&](const char* key, Json value, const std::string& expected) {
+    Json bad = to_json(c.problem);
+    bad["paged"][key] = value;
+    try {
+      problem_from_json(bad, "p");
+    } catch (const FormatError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << key << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find(std::string("p.paged.") + key), std::string::npos) << e.what();
+      return;
+    }
+    ADD_FAILURE() << key << " = " << value.dump() << " was accepted";
+  };
+  refused("page_size", 0, "an integer in [1, ");
+  refused("layout", "diagonal", "one of \"token-major\", \"head-major\"");
+  refused("fill", 3, "one of \"zero\"");
+  refused("junk_entries", "yes", "true or false");
+}
+
 TEST(ReportJson, nonFiniteNumbersAreSpelledAsDocumentedStrings) {
   EXPECT_EQ(number_to_json(Lim::infinity()), "inf");
   EXPECT_EQ(number_to_json(-Lim::infinity()), "-inf");

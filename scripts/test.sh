@@ -27,8 +27,8 @@
 # RapidCheck or GoogleTest and the standard headers (cmake/attncheckTesting.cmake). On a clean clone ctest has
 # no timings of an earlier run, so the longest tests carry a COST (the kill tests, the hanging and pytest
 # examples, the consumer) and start first: on 2 cores, a long test started last would be the tail of the run.
-# Each stage's build and test times are printed, and all of them again at the end; the README's "Tests,
-# sanitizers and fuzzing" gives the figures measured on a clean clone.
+# Each stage's build and test times are printed, and all of them again at the end; docs/testing.md
+# ("Tests, sanitizers and fuzzing") gives the figures measured on a clean clone.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 

@@ -1,6 +1,7 @@
 // attncheck-kill-matrix: runs every law against every zoo entry (mutants and controls) at a fixed seed and
 // writes the kill matrix with each mutant's minimal counterexample, from that real run, to a markdown report
-// and into README.md between <!-- kill-matrix:begin --> and <!-- kill-matrix:end -->.
+// and into docs/zoo.md (the zoo page linked from the README) between <!-- kill-matrix:begin --> and
+// <!-- kill-matrix:end -->.
 //
 // Exit codes: 0 every mutant killed and no control flagged; 1 bad arguments; 2 the README markers are
 // missing (nothing written to the README); 3 a file could not be read or written; 4 a mutant survived or a
@@ -27,7 +28,7 @@ struct Options {
   int cases = 100;
   std::string dtype = "float32";
   std::string out = "reports/kill-matrix.md";
-  std::string readme = "README.md";
+  std::string readme = "docs/zoo.md";
   bool no_readme = false;
   std::vector<std::string> only;  ///< restrict to these implementations
   bool readme_given = false;      ///< --readme was passed: a partial (--only) table may go there
@@ -304,7 +305,7 @@ int main(int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   app.add_option("--dtype", o.dtype, "float32, float64, float16 or bfloat16")->capture_default_str();
   app.add_option("--out", o.out, "the markdown report to write")->capture_default_str();
-  app.add_option("--readme", o.readme, "the README whose kill-matrix block is replaced")->capture_default_str();
+  app.add_option("--readme", o.readme, "the page whose kill-matrix block is replaced")->capture_default_str();
   app.add_flag("--no-readme", o.no_readme, "write only the report");
   app.add_option("--only", o.only,
                  "only these implementations (repeatable); the default README is then left "

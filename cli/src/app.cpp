@@ -63,6 +63,12 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   auto* demo = app.add_subcommand("demo", "walk through the source card's T=3, d=2 example and its invariants");
   auto* list = app.add_subcommand("list", "print the laws and the built-in implementations, one per line, name first");
   auto* check = app.add_subcommand("check", "run the laws against an implementation and write counterexample reports");
+  auto* merge = app.add_subcommand("merge", "combine the report folders of a sharded run (check --shard I/N) into one, "
+                                            "as the single run writes it");
+  MergeOptions mo;
+  merge->add_option("--out", mo.out, "the report folder to write")->required();
+  merge->add_option("shards", mo.shards, "the shards' report folders (each holds a shard.json)")->required();
+  merge->add_flag("--force", mo.force, "replace a report another implementation left in --out");
 
   CheckOptions o;
   check->add_option("--impl", o.impl,
@@ -141,6 +147,10 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "further case and say how many they did not check")
       ->check(CLI::Range(0L, 1'000'000'000'000L));
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
+  check->add_option("--shard", o.shard,
+                    "check only shard I (from 0) of N: the run's laws at positions k with k % N == I, each with the "
+                    "run's seed, and write shard.json beside the reports for `attncheck merge` (default: "
+                    "$GTEST_SHARD_INDEX/$GTEST_TOTAL_SHARDS when both are set; $GTEST_SHARD_STATUS_FILE is touched)");
 
   try {
     app.parse(argc, argv);
@@ -161,7 +171,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       // --replay re-checks the stored case under the bounds recorded with it: every flag that picks laws,
       // cases or bounds, or writes reports, would be ignored, so it is refused rather than dropped silently.
       std::string ignored;
-      for (const char* flag : {"--property", "--reproduce", "--shape", "--cases", "--seed", "--max-B", "--max-H",
+      for (const char* flag : {"--property", "--reproduce", "--shard", "--shape", "--cases", "--seed", "--max-B", "--max-H",
                                "--max-Hkv", "--max-T", "--min-T", "--max-D", "--dtype", "--jobs", "--report-dir",
                                "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls"})
         if (check->count(flag) > 0) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
@@ -172,6 +182,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
     }
     if (*demo) return run_demo(out);
     if (*list) return run_list(registry, out);
+    if (*merge) return run_merge(mo, out);
     if (argc > 0 && argv[0] && std::string_view(argv[0]).find('/') != std::string_view::npos) o.program = argv[0];
     if (*check) return run_check(o, registry, out, err, err_is_terminal);
   } catch (const UsageError& e) {

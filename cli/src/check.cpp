@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <ostream>
 #include <string_view>
@@ -58,6 +59,41 @@ std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) 
   }
   return out;
 }
+
+}  // namespace
+
+Shard shard_option(const std::string& flag) {
+  Shard sh;
+  std::string text = flag, source = "--shard";
+  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
+  const char* index = std::getenv("GTEST_SHARD_INDEX");
+  if (text.empty() && total && index && *total && *index) {
+    text = std::string(index) + "/" + total;
+    source = "GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS";
+  }
+  // GoogleTest's protocol: a runner that understands sharding touches the status file whenever it is named.
+  if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE"); status && *status) {
+    if (std::FILE* f = std::fopen(status, "a")) std::fclose(f);
+  }
+  if (text.empty()) return sh;
+  const auto slash = text.find('/');
+  const auto number = [](const std::string& t, long& v) {
+    if (t.empty() || t.size() > 9 || t.find_first_not_of("0123456789") != std::string::npos) return false;
+    v = std::stol(t);
+    return true;
+  };
+  long i = 0, n = 0;
+  if (slash == std::string::npos || !number(text.substr(0, slash), i) || !number(text.substr(slash + 1), n) || n < 1 ||
+      i >= n)
+    throw UsageError(source + ": expected I/N, shard I (from 0) of N shards with 0 <= I < N (e.g. 0/4), but got \"" +
+                     text + "\"");
+  sh.given = true;
+  sh.index = int(i);
+  sh.count = int(n);
+  return sh;
+}
+
+namespace {
 
 // "B,H,T_q,T_k,D" (--shape) as five positive extents.
 std::array<Index, 5> parse_shape(const std::string& text) {
@@ -342,7 +378,19 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   }
   if (!o.reproduce.empty() && o.properties.size() != 1)
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
-  const std::vector<const Law*> selected = select_laws(o, reg);
+  std::vector<const Law*> selected = select_laws(o, reg);
+  // A shard checks every N-th law of the run from its index on: N shards check together exactly the laws (and,
+  // each law with the same seed, the cases) one run would.
+  const Shard shard = shard_option(o.shard);
+  std::vector<std::string> run_laws_names;
+  for (const Law* l : selected) run_laws_names.push_back(l->name);
+  if (shard.given) {
+    if (!o.reproduce.empty()) throw UsageError("--shard: --reproduce re-checks one law's case; it cannot be sharded");
+    std::vector<const Law*> mine;
+    for (std::size_t k = 0; k < selected.size(); ++k)
+      if (int(k % std::size_t(shard.count)) == shard.index) mine.push_back(selected[k]);
+    selected = std::move(mine);
+  }
   if (!o.reproduce.empty()) {
     try {
       check_reproduce_string(o.reproduce, selected.front()->name);
@@ -450,7 +498,12 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       << run.gen.max_T << " (tail to " << run.gen.max_T_tail << "), D <= " << run.gen.max_D
       << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string()) << "\n"
-      << long_note << std::flush;
+      << long_note
+      << (shard.given ? "  shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " +
+                            std::to_string(selected.size()) + " of the run's " + std::to_string(run_laws_names.size()) +
+                            " laws (merge the shards' folders with `attncheck merge`)\n"
+                      : std::string())
+      << std::flush;
 
   // First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time.
   ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
@@ -548,7 +601,11 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   reports::PublishResult published;
   try {
-    published = folder.publish(reports::render_run(run, results, formats), o.force);
+    std::vector<reports::ReportFile> files = reports::render_run(run, results, formats);
+    if (shard.given)
+      files.push_back({"shard.json", reports::dump_pretty(reports::to_json(reports::ShardDocument{
+                                         run, formats, shard.index, shard.count, run_laws_names, results}))});
+    published = folder.publish(files, o.force);
   } catch (const reports::ReportExists& e) {
     out << "reports not written\n" << std::flush;
     throw;

@@ -46,11 +46,33 @@ struct CheckOptions {
   double shrink_time = kDefaultShrinkSeconds;  ///< seconds of shrinking per law; 0: no limit
   long max_calls = 0;      ///< calls to the implementation in the whole run; 0: no limit
   int jobs = 0;            ///< laws checked at once; 0: one per core
+  std::string shard;       ///< "I/N": check only shard I (from 0) of N; empty: $GTEST_SHARD_INDEX/$GTEST_TOTAL_SHARDS or all
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
   struct Given {
     bool cases = false, max_B = false, max_H = false, max_D = false, max_T = false, min_T = false, max_H_kv = false;
   } given;
 };
+
+/// Which shard of a run this process checks (`--shard I/N`, or GoogleTest's GTEST_SHARD_INDEX and
+/// GTEST_TOTAL_SHARDS): the laws at positions k of the run with k % count == index.
+struct Shard {
+  bool given = false;
+  int index = 0, count = 1;
+};
+/// Parses --shard (or, when it is empty, the GoogleTest variables) and touches $GTEST_SHARD_STATUS_FILE when it
+/// is set, as GoogleTest does; throws UsageError naming what was expected.
+Shard shard_option(const std::string& flag);
+
+/// `attncheck merge --out DIR SHARD_DIR...`.
+struct MergeOptions {
+  std::string out;
+  std::vector<std::string> shards;
+  bool force = false;
+};
+/// Combines the shard folders of one sharded run into `out`, whose reports equal the single run's; returns an
+/// ExitCode (0 every law held, 1 one was falsified). Throws UsageError for a folder that is no shard, shards of
+/// different runs, a shard missing or given twice.
+int run_merge(const MergeOptions& m, std::ostream& out);
 
 /// Above this T every case is a long context even at B = H = 1 (T² > 2^22 weights, see kMaterialisedWeights):
 /// `check` then defaults to kLongContextDefaults instead of 100 cases at B, H <= 4, D <= 128.

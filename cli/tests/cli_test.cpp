@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <map>
@@ -364,6 +365,102 @@ TEST(Jobs, reportsAreIdenticalToASerialRun) {
       EXPECT_EQ(parallel_files.at(name), text) << impl << ": " << name << " differs between --jobs 1 and --jobs 2";
     }
   }
+}
+
+// N shards (--shard I/N) check together exactly the laws one run would, each with the run's seed, and
+// `attncheck merge` combines their folders into the single run's reports byte for byte: for the reference (every
+// law holds) and a mutant (falsified laws with their minimal cases), at N = 1, 2, 3 and 7 (7 leaves some shards
+// a law or two).
+TEST(Shards, mergedShardsEqualTheSingleRunByteForByte) {
+  const Registry reg = real_registry();
+  for (const std::string impl : {"reference", "mutant:mask-zero"}) {
+    TempDir tmp;
+    const fs::path dir = tmp.path() / "reports";  // the merged folder takes the single run's place
+    const std::vector<std::string> common{"check", "--impl", impl, "--cases", "10", "--no-corpus"};
+    const auto run = [&](std::vector<std::string> extra, const fs::path& to) {
+      std::vector<std::string> args = common;
+      args.insert(args.end(), extra.begin(), extra.end());
+      args.insert(args.end(), {"--report-dir", to.string()});
+      return attncheck(reg, args);
+    };
+    const auto without_lock = [](std::map<std::string, std::string> f) {
+      f.erase(".attncheck-lock");
+      return f;
+    };
+    const Result single = run({}, dir);
+    ASSERT_EQ(single.code, impl == "reference" ? kAllHeld : kFalsified) << single.out << single.err;
+    const auto expected = without_lock(files_of(dir));
+    ASSERT_FALSE(expected.count("shard.json"));
+    for (const int n : {1, 2, 3, 7}) {
+      fs::remove_all(dir);
+      std::vector<std::string> merge{"merge", "--out", dir.string()};
+      for (int i = n - 1; i >= 0; --i) {  // any order
+        const fs::path shard = tmp.path() / ("shard-" + std::to_string(i) + "-of-" + std::to_string(n));
+        const Result r = run({"--shard", std::to_string(i) + "/" + std::to_string(n)}, shard);
+        ASSERT_TRUE(r.code == kAllHeld || r.code == kFalsified) << r.out << r.err;
+        EXPECT_TRUE(contains(r.out, "shard " + std::to_string(i) + "/" + std::to_string(n) + ": ")) << r.out;
+        merge.push_back(shard.string());
+      }
+      const Result merged = attncheck(reg, merge);
+      EXPECT_EQ(merged.code, single.code) << merged.out << merged.err;
+      const auto got = without_lock(files_of(dir));
+      ASSERT_EQ(got.size(), expected.size()) << impl << " at N = " << n;
+      for (const auto& [name, text] : expected) {
+        ASSERT_TRUE(got.count(name)) << impl << " at N = " << n << ": " << name;
+        EXPECT_EQ(got.at(name), text) << impl << " at N = " << n << ": " << name << " differs from the single run";
+      }
+    }
+  }
+}
+
+// What merge refuses, naming it: a folder that is no shard, a shard missing or given twice, shards of two runs,
+// and a --shard that is not I/N with 0 <= I < N.
+TEST(Shards, badShardsAndMergesAreUsageErrorsNamingWhatCame) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const auto shard = [&](const std::string& spec, const std::string& seed) {
+    const fs::path d = tmp.path() / ("s" + std::to_string(std::hash<std::string>{}(spec + seed)));
+    const Result r = attncheck(reg, {"check", "--impl", "reference", "--cases", "3", "--no-corpus", "--property",
+                                     "row-stochastic,first-position,determinism", "--seed", seed, "--shard", spec,
+                                     "--report-dir", d.string()});
+    EXPECT_EQ(r.code, kAllHeld) << r.out << r.err;
+    return d.string();
+  };
+  const std::string a = shard("0/2", "1"), b = shard("1/2", "1"), other = shard("1/2", "2");
+  const std::string out = (tmp.path() / "merged").string();
+  const auto refused = [&](std::vector<std::string> args, const std::string& says) {
+    const Result r = attncheck(reg, args);
+    EXPECT_EQ(r.code, kUsage) << r.out << r.err;
+    EXPECT_TRUE(contains(r.err, says)) << r.err;
+  };
+  refused({"merge", "--out", out, a}, "missing: 1/2");
+  refused({"merge", "--out", out, a, a, b}, "shard 0/2 is given twice");
+  refused({"merge", "--out", out, a, other}, "is a shard of another run than " + a + " (seed 1 vs. 2)");
+  refused({"merge", "--out", out, tmp.path().string()}, "holds no readable shard.json");
+  for (const std::string bad : {"2/2", "1", "-1/2", "a/b", "0/0"})
+    refused({"check", "--impl", "reference", "--shard", bad, "--report-dir", out},
+            "--shard: expected I/N, shard I (from 0) of N shards with 0 <= I < N (e.g. 0/4), but got \"" + bad + "\"");
+  const Result ok = attncheck(reg, {"merge", "--out", out, b, a});
+  EXPECT_EQ(ok.code, kAllHeld) << ok.out << ok.err;
+  EXPECT_TRUE(contains(ok.out, "all 3 laws held")) << ok.out;
+  // GoogleTest's variables (as Bazel, lit or a CI matrix set them) shard a run without --shard, and the status
+  // file is touched.
+  const fs::path status = tmp.path() / "shard-status";
+  ::setenv("GTEST_TOTAL_SHARDS", "3", 1);
+  ::setenv("GTEST_SHARD_INDEX", "2", 1);
+  ::setenv("GTEST_SHARD_STATUS_FILE", status.c_str(), 1);
+  const Result env = attncheck(reg, {"check", "--impl", "reference", "--cases", "3", "--no-corpus", "--property",
+                                     "row-stochastic,first-position,determinism", "--report-dir",
+                                     (tmp.path() / "env").string()});
+  ::unsetenv("GTEST_TOTAL_SHARDS");
+  ::unsetenv("GTEST_SHARD_INDEX");
+  ::unsetenv("GTEST_SHARD_STATUS_FILE");
+  EXPECT_EQ(env.code, kAllHeld) << env.out << env.err;
+  EXPECT_TRUE(contains(env.out, "shard 2/3: 1 of the run's 3 laws")) << env.out;
+  EXPECT_TRUE(contains(env.out, "determinism")) << env.out;
+  EXPECT_FALSE(contains(env.out, "row-stochastic")) << env.out;
+  EXPECT_TRUE(fs::exists(status));
+  EXPECT_TRUE(fs::exists(tmp.path() / "env" / "shard.json"));
 }
 
 // A tiled mutant: the CLI line gives the margin, the minimal case and the calls made; the Markdown report the

@@ -73,6 +73,20 @@ Json law_document(const RunInfo& run, const LawReport& r);
 /// Markdown, pictures and HTML page; then summary.md, index.html, junit.xml and summary.json, as `formats` asks.
 std::vector<ReportFile> render_run(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats);
 
+/// One shard of a sharded run (`attncheck check --shard I/N`): what `attncheck merge` needs to render the whole
+/// run's reports as a single run would: the run's settings and formats, every law the whole run checks (in
+/// order), and this shard's law reports in full. Written as shard.json beside the shard's reports.
+struct ShardDocument {
+  RunInfo run;
+  Formats formats;
+  int index = 0, count = 1;         ///< shard `index` of `count` (0-based)
+  std::vector<std::string> laws;    ///< every law of the whole run, in its order
+  std::vector<LawReport> reports;   ///< this shard's laws: those at positions k with k % count == index
+};
+Json to_json(const ShardDocument& d);
+/// Reads a shard document; throws FormatError naming the field, what was expected and what came.
+ShardDocument shard_from_json(const Json& j, const std::string& what);
+
 /// The pictures of one falsified law, by file name (LAW-error.svg, LAW-weights.svg, LAW-variance.svg): the error
 /// map when the law has a tolerance per entry, else the weights; the variance sweep when there is one.
 std::vector<ReportFile> law_pictures(const RunInfo& run, const LawReport& r);

@@ -110,3 +110,32 @@ def test_a_run_killed_at_any_moment_leaves_one_whole_report(tmp_path, marker):
     leftovers = [f.name for f in folder.iterdir() if ".tmp-" in f.name]
     leftovers += [f.name for f in tmp_path.iterdir() if ".staging-" in f.name]
     assert not leftovers, leftovers
+
+
+def test_two_runs_sharing_one_corpus_at_once_lose_no_entry(tmp_path, marker):
+    # A shared corpus (a directory on a shared disk, or a CI artifact) is written by several runs at once: its
+    # entries are content-addressed (<law>-<case hash>.json) and written atomically, so two runs at once leave
+    # exactly the entries the two runs leave one after the other, each whole. (A case both seeds found is kept
+    # as whichever run wrote it first: each entry equals one of the two.)
+    def args(seed, corpus, reports):
+        return ["check", "--impl", "mutant:mask-zero", "--cases", "30", "--seed", str(seed), "--corpus", corpus,
+                "--report-dir", reports]
+
+    candidates = {}
+    for seed in (1, 2):
+        alone = tmp_path / f"alone-{seed}"
+        r = run(args(seed, alone, tmp_path / f"r-alone-{seed}"), tmp_path)
+        assert r.rc == 1, r
+        for f in (alone / "mutant-mask-zero").iterdir():
+            # The entry names its own path in its replay command: as it would be in the shared folder.
+            text = f.read_bytes().replace(str(alone).encode(), str(tmp_path / "shared").encode())
+            candidates.setdefault(f.name, []).append(text)
+    assert len(candidates) >= 10, sorted(candidates)
+    procs = [subprocess.Popen([ATTNCHECK, *map(str, args(seed, tmp_path / "shared", tmp_path / f"r-{seed}"))],
+                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL) for seed in (1, 2)]
+    assert [p.wait(timeout=120) for p in procs] == [1, 1]
+    shared = {f.name: f.read_bytes() for f in (tmp_path / "shared" / "mutant-mask-zero").iterdir()}
+    assert sorted(shared) == sorted(candidates)
+    for name, text in shared.items():
+        assert text in candidates[name], name
+        json.loads(text)

@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cctype>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -46,7 +48,16 @@ const Json* find(const Json& j, const char* key) {
 }  // namespace
 
 void write_atomic(const fs::path& path, std::string_view content) {
-  const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + std::to_string(::getpid()));
+  // A name no other writer uses: this host, process and call (a shared corpus may be written by several
+  // machines at once, and a pid is unique only on one of them).
+  static std::atomic<unsigned long> calls{0};
+  char host[64] = "host";
+  if (::gethostname(host, sizeof host - 1) != 0) std::snprintf(host, sizeof host, "host");
+  host[sizeof host - 1] = '\0';
+  for (char* c = host; *c; ++c)
+    if (!std::isalnum(static_cast<unsigned char>(*c)) && *c != '-') *c = '_';
+  const fs::path tmp = path.parent_path() / ("." + path.filename().string() + ".tmp-" + host + "-" +
+                                             std::to_string(::getpid()) + "-" + std::to_string(calls++));
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw FileError("cannot write " + path.string() + ": " + errno_text(errno));
   const auto fail = [&](int e) {
@@ -103,11 +114,13 @@ Manifest read_manifest(const fs::path& dir) {
   return m;
 }
 
-// "name.tmp-PID" left by write_atomic when a run was killed mid-write.
+// ".name.tmp-HOST-PID-N" (or, from older versions, ".name.tmp-PID") left by write_atomic when a run was killed
+// mid-write.
 bool is_temporary(const std::string& name) {
   const auto at = name.rfind(".tmp-");
   return !name.empty() && name[0] == '.' && at != std::string::npos && at + 5 < name.size() &&
-         std::all_of(name.begin() + long(at) + 5, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+         std::all_of(name.begin() + long(at) + 5, name.end(),
+                     [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_'; });
 }
 
 // The sibling folder a swap builds the new report in: "<parent>/.<name>.staging-<pid>".

@@ -113,9 +113,12 @@ int run_merge(const MergeOptions& m, std::ostream& out) {
                     : "all " + std::to_string(applicable) + " laws held")
       << (na ? " (" + std::to_string(na) + " not applicable)" : std::string()) << "; seed " << first.run.seed
       << ". Reports in " << out_dir.string() << "/" << (published.written.empty() ? " (unchanged)" : "") << "\n";
-  for (const auto& r : results)
-    if (r.result.status == LawStatus::falsified)
-      out << "  " << r.result.law << ": " << (r.result.violation ? r.result.violation->message : "falsified") << "\n";
+  for (const auto& r : results) {
+    if (r.result.status != LawStatus::falsified) continue;
+    std::string message = r.result.violation ? r.result.violation->message : std::string("falsified");
+    if (message.starts_with(r.result.law + ": ")) message.erase(0, r.result.law.size() + 2);  // said once is enough
+    out << "  " << r.result.law << ": " << message << "\n";
+  }
   return falsified ? kFalsified : kAllHeld;
 }
 

@@ -65,6 +65,17 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   auto* check = app.add_subcommand("check", "run the laws against an implementation and write counterexample reports");
   auto* merge = app.add_subcommand("merge", "combine the report folders of a sharded run (check --shard I/N) into one, "
                                             "as the single run writes it");
+  auto* campaign = app.add_subcommand("campaign", "run implementations x dtypes x seeds from a campaign file (JSON) and "
+                                                  "write one overview page of laws x runs");
+  CampaignOptions co;
+  campaign->add_option("file", co.file, "the campaign file: {\"implementations\": [...], \"dtypes\": [...], "
+                                        "\"seeds\": [...], \"options\": {\"cases\": 20, ...}}")->required();
+  campaign->add_option("--report-dir", co.report_dir, "where the runs and the overview go (default: "
+                                                      "attncheck-reports/campaign-<name>)");
+  campaign->add_option("--shard", co.shard, "run only shard I (from 0) of N of the runs (every N-th); no overview");
+  campaign->add_flag("--overview-only", co.overview_only, "run nothing; write the overview from the runs on disk");
+  campaign->add_flag("--no-corpus", co.no_corpus, "neither replay nor extend the campaign's corpus");
+  campaign->add_flag("--force", co.force, "replace reports another implementation left in a run's folder");
   MergeOptions mo;
   merge->add_option("--out", mo.out, "the report folder to write")->required();
   merge->add_option("shards", mo.shards, "the shards' report folders (each holds a shard.json)")->required();
@@ -183,6 +194,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
     if (*demo) return run_demo(out);
     if (*list) return run_list(registry, out);
     if (*merge) return run_merge(mo, out);
+    if (*campaign) return run_campaign(co, registry, out, err);
     if (argc > 0 && argv[0] && std::string_view(argv[0]).find('/') != std::string_view::npos) o.program = argv[0];
     if (*check) return run_check(o, registry, out, err, err_is_terminal);
   } catch (const UsageError& e) {

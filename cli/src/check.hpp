@@ -74,6 +74,19 @@ struct MergeOptions {
 /// different runs, a shard missing or given twice.
 int run_merge(const MergeOptions& m, std::ostream& out);
 
+/// `attncheck campaign FILE`.
+struct CampaignOptions {
+  std::string file;
+  std::string report_dir;  ///< empty: attncheck-reports/campaign-<name>
+  std::string shard;       ///< "I/N": only every N-th run; empty: the GoogleTest variables, or all
+  bool overview_only = false;
+  bool no_corpus = false, force = false;
+};
+/// Runs a campaign's cells (each a `check` into its own folder, one shared corpus) and writes the overview page
+/// (overview.md, index.html); a shard writes no overview, `overview_only` writes it from the cells on disk.
+/// Returns kFalsified when any cell falsified a law. Throws UsageError for a bad campaign file.
+int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& out, std::ostream& err);
+
 /// Above this T every case is a long context even at B = H = 1 (T² > 2^22 weights, see kMaterialisedWeights):
 /// `check` then defaults to kLongContextDefaults instead of 100 cases at B, H <= 4, D <= 128.
 inline constexpr Index kLongContextT = 2048;

@@ -463,6 +463,54 @@ TEST(Shards, badShardsAndMergesAreUsageErrorsNamingWhatCame) {
   EXPECT_TRUE(fs::exists(tmp.path() / "env" / "shard.json"));
 }
 
+// A campaign runs implementations x dtypes x seeds into one folder each and writes the overview: laws x runs,
+// each falsified cell linking to its law's report with the minimal case. Run in two shards and then
+// --overview-only, it writes the same overview and the same reports as in one go.
+TEST(Campaign, runsEveryCellWritesTheOverviewAndShardsToTheSameResult) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const fs::path file = tmp.path() / "zoo.json";
+  std::ofstream(file) << R"({"name": "two", "implementations": ["reference", "mutant:mask-zero"],
+                             "dtypes": ["float32", "float16"], "seeds": [3],
+                             "options": {"cases": 10, "properties": ["zero-future-weight", "first-position"]}})";
+  const fs::path whole = tmp.path() / "whole", sharded = tmp.path() / "sharded";
+  const Result r = attncheck(reg, {"campaign", file.string(), "--report-dir", whole.string()});
+  EXPECT_EQ(r.code, kFalsified) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "[4/4] mutant:mask-zero float16 seed 3: 2 of 2 laws falsified")) << r.out;
+  const std::string overview = slurp(whole / "overview.md");
+  EXPECT_TRUE(contains(overview, "| `zero-future-weight` | ✓ | ✓ | [✗](mutant-mask-zero-float32-seed3/zero-future-weight.html) [1,1,1,1] T_k=2 |"))
+      << overview;
+  EXPECT_TRUE(contains(overview, "| **falsified** | **0** | **0** | **2** | **2** |")) << overview;
+  EXPECT_TRUE(fs::exists(whole / "index.html"));
+  for (const char* shard : {"1/2", "0/2"}) {
+    const Result s = attncheck(reg, {"campaign", file.string(), "--report-dir", sharded.string(), "--shard", shard});
+    EXPECT_TRUE(s.code == kAllHeld || s.code == kFalsified) << s.out << s.err;
+    EXPECT_FALSE(fs::exists(sharded / "overview.md")) << "a shard writes no overview";
+  }
+  const Result o = attncheck(reg, {"campaign", file.string(), "--report-dir", sharded.string(), "--overview-only"});
+  EXPECT_EQ(o.code, kFalsified) << o.out << o.err;
+  EXPECT_EQ(slurp(sharded / "overview.md"), overview);
+  for (const char* cell : {"reference-float16-seed3", "mutant-mask-zero-float32-seed3"}) {
+    std::string got = slurp(sharded / cell / "summary.json");  // its replay commands name its own folder
+    for (std::size_t at; (at = got.find(sharded.string())) != std::string::npos;)
+      got.replace(at, sharded.string().size(), whole.string());
+    EXPECT_EQ(got, slurp(whole / cell / "summary.json")) << cell;
+  }
+  // A bad campaign file is a usage error naming what came.
+  const auto refused = [&](const std::string& text, const std::string& says) {
+    std::ofstream(file) << text;
+    const Result b = attncheck(reg, {"campaign", file.string(), "--report-dir", (tmp.path() / "bad").string()});
+    EXPECT_EQ(b.code, kUsage) << b.out << b.err;
+    EXPECT_TRUE(contains(b.err, says)) << b.err;
+  };
+  refused("{", "is not valid JSON");
+  refused(R"({"dtypes": ["float32"]})", "the field \"implementations\" is missing");
+  refused(R"({"implementations": ["reference"], "dtypes": ["float8"]})", "dtypes: expected float32, float64, float16 or bfloat16 but got \"float8\"");
+  refused(R"({"implementations": ["reference"], "options": {"cases": 0}})", "options.cases: expected an integer in [1, ");
+  refused(R"({"implementations": ["reference"], "options": {"casse": 3}})", "unknown option \"casse\"");
+  refused(R"({"implementations": ["reference"], "seed": [1]})", "unknown field \"seed\"");
+}
+
 // A tiled mutant: the CLI line gives the margin, the minimal case and the calls made; the Markdown report the
 // margin too.
 TEST(RealLaws, tiledMutantShowsItsMarginMinimalCaseAndCalls) {

@@ -8,7 +8,10 @@ every <img> and top-level <svg> must decode to a non-zero size. index.html is sa
 Chromium is driven over its DevTools protocol on a pipe (--remote-debugging-pipe: commands on fd 3,
 replies on fd 4, NUL-separated JSON), so only the standard library is needed.
 
-usage: browser_test.py ATTNCHECK_BIN OUT_DIR IMPL...
+An argument campaign:FILE runs `attncheck campaign FILE` instead, and checks its overview page (a table of
+laws x runs whose every link resolves to a page that renders cleanly too).
+
+usage: browser_test.py ATTNCHECK_BIN OUT_DIR IMPL|campaign:FILE...
 """
 import base64
 import fcntl
@@ -34,6 +37,7 @@ CHROMIUM_FLAGS = [
 MEASURE = """JSON.stringify({
   title: document.title,
   tables: document.querySelectorAll('table').length,
+  links: Array.from(document.querySelectorAll('a')).map(a => a.getAttribute('href')),
   images: Array.from(document.querySelectorAll('img, svg'))
     .filter(e => !(e.parentElement && e.parentElement.closest('svg')))
     .map(e => { const r = e.getBoundingClientRect();
@@ -155,6 +159,34 @@ def check_page(browser, path, screenshot=None):
     return problems, measured
 
 
+def check_campaign(browser, attncheck, campaign, out_dir):
+    """Runs a campaign; its overview must render cleanly, link every run, and each falsified cell's link must
+    lead to a law page that renders cleanly too."""
+    failures = []
+    report = os.path.join(out_dir, "campaign")
+    run = subprocess.run([attncheck, "campaign", campaign, "--report-dir", report, "--no-corpus", "--force"],
+                         capture_output=True, text=True)
+    if run.returncode != 1:
+        return [f"campaign {campaign}: exited {run.returncode}, expected 1 (a mutant falsified)\n" + run.stdout + run.stderr]
+    problems, measured = check_page(browser, os.path.join(report, "index.html"),
+                                    os.path.join(out_dir, "campaign.png"))
+    failures += ["campaign index.html: " + p for p in problems]
+    links = [l for l in measured["links"] if l]
+    runs = [l for l in links if l.endswith("/index.html")]
+    cells = [l for l in links if not l.endswith("/index.html")]
+    print(f"campaign index.html: {len(runs)} runs, {len(cells)} falsified cells, {len(problems)} problems")
+    if len(runs) < 2 or not cells:
+        failures.append(f"campaign index.html links {len(runs)} runs and {len(cells)} falsified cells")
+    for link in runs[:1] + cells[:3]:
+        target = os.path.join(report, link)
+        if not os.path.exists(target):
+            failures.append(f"campaign index.html links {link}, which does not exist")
+            continue
+        problems, _ = check_page(browser, target)
+        failures += [f"campaign {link}: {p}" for p in problems]
+    return failures
+
+
 def main():
     if len(sys.argv) < 4:
         sys.exit(__doc__)
@@ -182,6 +214,9 @@ def main():
             if not any("planted error" in p for p in planted) or not any("IMG" in p for p in planted):
                 failures.append("the negative control went unnoticed: " + repr(planted))
             for impl in impls:
+                if impl.startswith("campaign:"):
+                    failures += check_campaign(browser, attncheck, impl[len("campaign:"):], out_dir)
+                    continue
                 report = os.path.join(out_dir, impl.replace(":", "-"))
                 run = subprocess.run([attncheck, "check", "--impl", impl, "--report-dir", report, "--no-corpus",
                                       "--force"], capture_output=True, text=True)

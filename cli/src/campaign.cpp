@@ -238,7 +238,7 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
       std::string verdict;
       std::istringstream lines(run_out.str());
       for (std::string line; std::getline(lines, line);)
-        if (line.rfind(cell.impl + ": ", 0) == 0) verdict = line.substr(cell.impl.size() + 2);
+        if (line.rfind(cell.impl + ": ", 0) == 0) verdict = line.substr(cell.impl.size() + 2, line.find("; seed") - cell.impl.size() - 2);
       out << "  [" << (k + 1) << "/" << c.cells.size() << "] " << cell.impl << " " << cell.dtype << " seed "
           << cell.seed << ": " << verdict << "\n"
           << std::flush;

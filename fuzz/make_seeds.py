@@ -91,6 +91,19 @@ def main():
         write("protocol_child", "session_v2_%s" % dt, hello2 + frame(4, fwd2) + frame(7, bwd2) + frame(6, b""))
         bwd_plain = call(code, fmt, 1, (1, H, 3, D), (1, H, 3, D), weights=False) + tensor(fmt, H * 3 * D, 8)
         write("protocol_child", "backward_%s" % dt, hello2 + frame(7, bwd_plain) + frame(6, b""))
+    # Version 3: a paged forward frame (flags 4 and 512; PROTOCOL.md, "Paged K and V"): two sequences of 3 and 2
+    # keys in token-major pages of 2, tables {2, 0, -1} and {1, INT32_MAX, -1} (junk past each sequence's pages),
+    # pools [3, 2, H_kv, D] with NaN in the free slots, then bye.
+    hello3 = frame(1, struct.pack("<II", 1, 3))
+    q_shape, k_shape = (2, 2, 2, 2), (2, 1, 3, 2)
+    paged = struct.pack("<IIIId", 2, 1, 1 | 2 | 4 | 512, 0, 0.5) + shape(*q_shape) + shape(*k_shape)
+    paged += struct.pack("<2q", 3, 2) + struct.pack("<IIqqq", 1, 0, 2, 3, 3)
+    paged += struct.pack("<6i", 2, 0, -1, 1, 2 ** 31 - 1, -1) + tensor("<d", prod(q_shape), 3)
+    nan = struct.pack("<d", float("nan"))
+    for seed in (4, 5):  # page 0: sequence 0's key 2 and a free slot; page 1: sequence 1's keys; page 2: keys 0, 1
+        slot = lambda n: tensor("<d", 2, seed + n)
+        paged += slot(2) + nan * 2 + slot(3) + slot(4) + slot(0) + slot(1)
+    write("protocol_child", "session_v3_paged_f64", hello3 + frame(4, paged) + frame(6, b""))
     write("protocol_child", "hello_only", hello1)
     write("protocol_child", "hello_v2_only", hello2)
     write("protocol_child", "wrong_version", frame(1, struct.pack("<I", 0)))

@@ -146,8 +146,9 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin_table(void);
 #define ENTRY attncheck_plugin
 #endif
 
-#ifdef BAD_V3_HEAD_DIMS
-/* An ABI-3 table declaring a head-dimension multiple of -8: the loader must say what it expected. */
+#if defined(BAD_V3_HEAD_DIMS) || defined(BAD_V3_PAGED_NO_SIZES)
+/* An ABI-3 table declaring a head-dimension multiple of -8, or paged K and V (both layouts) without a page size:
+ * the loader must say what it expected. */
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
   static const attncheck_plugin_v3 table = {
       .abi_version = ATTNCHECK_PLUGIN_ABI_V3,
@@ -156,7 +157,12 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
       .name = "bad-plugin",
       .description = "deliberately broken",
       .forward = forward,
+#ifdef BAD_V3_HEAD_DIMS
       .head_dim_multiple = -8,
+#else
+      .flags3 = ATTNCHECK_CAP3_PAGED,
+      .page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR | ATTNCHECK_PAGED_HEAD_MAJOR,
+#endif
   };
   return (const attncheck_plugin_v1*)&table;
 }

@@ -8,8 +8,11 @@
  * over every key, as Hugging Face's fully padded rows do), answering UNSUPPORTED outside that; with
  * -DBUG_DECLARED_TOO_MUCH, the same but declaring every multiple of 8 while it handles only multiples of 16:
  * an UNSUPPORTED answer to a declared shape is a finding; with -DMODIFIERS, correct and declaring ABI 3's
- * score modifiers (softcap, ALiBi, sinks, with d_sinks in the backward), causal = 0 and the LSE. Every build
- * honours the modifiers' fields; without -DMODIFIERS attncheck sends only their neutral values. */
+ * score modifiers (softcap, ALiBi, sinks, with d_sinks in the backward), causal = 0 and the LSE; with -DPAGED,
+ * correct, forward only, and declaring paged K and V (ATTNCHECK_CAP3_PAGED: token-major and head-major pages of
+ * 1, 8, 16, 64 or 256 keys), which it reads only through the block table, key by key. Every build honours the
+ * modifiers' fields and a paged call; without -DMODIFIERS or -DPAGED attncheck sends only their neutral values
+ * (no paged call). No build reads a key the query does not see (but the buggy one, which reads every key). */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <stdio.h>
@@ -45,6 +48,43 @@ static void store(const attncheck_tensor_out* t, uint32_t dtype, int64_t b, int6
     bits += 0x7FFFu + ((bits >> 16) & 1u);
     ((uint16_t*)t->data)[at] = (uint16_t)(bits >> 16);
   }
+}
+
+/* Element (b,g,j,d) of K (which = 0) or V (which = 1): from the tensor, or in a paged call through the block
+ * table: key j of sequence b lies in page block_table[b * block_table_stride + j / page_size], slot
+ * j % page_size, at (page, slot, g, d) of a token-major pool or (page, g, slot, d) of a head-major one. Only keys
+ * j < key_lengths[b] are ever asked for: the pool's other slots and the table's other entries hold anything. */
+static double kv(const attncheck_call* call, int which, int64_t b, int64_t g, int64_t j, int64_t d) {
+  const attncheck_paged_kv* pk = call->paged;
+  if (!pk) return load(which ? &call->v : &call->k, call->dtype, b, g, j, d);
+  const attncheck_tensor_in* pool = which ? &pk->v_pages : &pk->k_pages;
+  const int64_t page = pk->block_table[b * pk->block_table_stride + j / pk->page_size], slot = j % pk->page_size;
+  return pk->layout == ATTNCHECK_PAGED_TOKEN_MAJOR ? load(pool, call->dtype, page, slot, g, d)
+                                                   : load(pool, call->dtype, page, g, slot, d);
+}
+
+/* A paged call's table entries that hold keys (the first ceil(key_lengths[b] / page_size) of each sequence)
+ * name pages of the pool: an ATTNCHECK_ERROR naming the first that does not. */
+static int32_t check_paged(const attncheck_call* call, char* message, size_t message_size) {
+  const attncheck_paged_kv* pk = call->paged;
+  if (!pk) return ATTNCHECK_OK;
+  if (call->k.data || call->v.data || !call->key_lengths || pk->page_size < 1 ||
+      (pk->layout != ATTNCHECK_PAGED_TOKEN_MAJOR && pk->layout != ATTNCHECK_PAGED_HEAD_MAJOR)) {
+    snprintf(message, message_size, "a paged call with k.data %p, v.data %p, key_lengths %p, page size %lld, layout %u",
+             (const void*)call->k.data, (const void*)call->v.data, (const void*)call->key_lengths,
+             (long long)pk->page_size, (unsigned)pk->layout);
+    return ATTNCHECK_ERROR;
+  }
+  for (int64_t b = 0; b < call->q.shape[0]; ++b)
+    for (int64_t n = 0; n < (call->key_lengths[b] + pk->page_size - 1) / pk->page_size; ++n) {
+      const int64_t page = n < pk->max_pages ? pk->block_table[b * pk->block_table_stride + n] : -1;
+      if (page < 0 || page >= pk->num_pages) {
+        snprintf(message, message_size, "block_table[%lld][%lld] = %lld is not a page of the pool of %lld",
+                 (long long)b, (long long)n, (long long)page, (long long)pk->num_pages);
+        return ATTNCHECK_ERROR;
+      }
+    }
+  return ATTNCHECK_OK;
 }
 
 /* The aligned position p of query i: i, or i + T_k - T_q bottom-right. */
@@ -91,12 +131,18 @@ static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_
   visible(call, b, i, &lo, &hi);
   for (int64_t j = 0; j < Tk; ++j) {
     double s = 0;
-    for (int64_t d = 0; d < D; ++d) s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
+#ifndef BUG_MASK_FILL_ZERO
+    if (j < lo || j > hi) { /* a hidden key is never read, and exp(-inf) = 0 gives it exactly 0 */
+      w[j] = -INFINITY;
+      continue;
+    }
+#endif
+    for (int64_t d = 0; d < D; ++d) s += load(&call->q, call->dtype, b, h, i, d) * kv(call, 0, b, g, j, d);
     s = modified(call, h, i, j, s * scale, NULL);
 #ifdef BUG_MASK_FILL_ZERO
     w[j] = lo <= j && j <= hi ? s : 0.0; /* BUG: a masked score of 0 still gets weight exp(0 - max) */
 #else
-    w[j] = lo <= j && j <= hi ? s : -INFINITY; /* exp(-inf) = 0: a hidden key gets exactly 0 */
+    w[j] = s;
 #endif
     if (w[j] > max) max = w[j];
   }
@@ -131,6 +177,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
     snprintf(message, message_size, "T_k = %lld is more than the 4096 this example handles", (long long)Tk);
     return ATTNCHECK_UNSUPPORTED;
   }
+  if (check_paged(call, message, message_size) != ATTNCHECK_OK) return ATTNCHECK_ERROR;
 #if defined(DECLARED) || defined(BUG_DECLARED_TOO_MUCH)
 #ifdef BUG_DECLARED_TOO_MUCH
   const int64_t step = 16; /* BUG: the table says 8 */
@@ -167,7 +214,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
 #endif
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
-          for (int64_t j = lo; j <= hi; ++j) o += w[j] * load(&call->v, call->dtype, b, h / (H / Hkv), j, d);
+          for (int64_t j = lo; j <= hi; ++j) o += w[j] * kv(call, 1, b, h / (H / Hkv), j, d);
 #ifdef EMPTY_ROWS_NAN
           if (hi < lo) o = NAN;
 #endif
@@ -178,7 +225,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
 }
 
 #if !defined(BUG_MASK_FILL_ZERO) && !defined(EMPTY_ROWS_NAN) && !defined(DECLARED) && \
-    !defined(BUG_DECLARED_TOO_MUCH) /* the variants are forward-only */
+    !defined(BUG_DECLARED_TOO_MUCH) && !defined(PAGED) /* the variants are forward-only */
 /* The gradients of L = sum(O ∘ dO), row by row: with P the weights of query i, dP_j = dO_i · v_j,
  * Δ = Σ_j P_j dP_j (= dO_i · O_i), dZ_j = P_j (dP_j − Δ) for the modified score Z_j, and dS_j = dZ_j · dZ_j/dS_j
  * (1 − tanh²(S_j/cap) under a softcap; ALiBi adds a constant); dQ_i = scale Σ_j dS_j k_j, dK_j += scale dS_j q_i,
@@ -250,6 +297,9 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
 #endif
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
+#ifdef PAGED
+  static const int64_t page_sizes[] = {1, 8, 16, 64, 256};
+#endif
   static const attncheck_plugin_v3 table = {
       .abi_version = ATTNCHECK_PLUGIN_ABI_VERSION,
       .dtypes = ATTNCHECK_DTYPE_F32 | ATTNCHECK_DTYPE_F64 | ATTNCHECK_DTYPE_BF16,
@@ -282,6 +332,16 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .backward = backward,
       .flags3 = ATTNCHECK_CAP3_LSE | ATTNCHECK_CAP3_SINKS | ATTNCHECK_CAP3_SOFTCAP | ATTNCHECK_CAP3_ALIBI |
                 ATTNCHECK_CAP3_BIDIRECTIONAL,
+#elif defined(PAGED)
+      .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
+               ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,
+      .name = "c-example-paged",
+      .description = "naive C attention reading K and V through a block table (paged, both layouts)",
+      .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
+      .flags3 = ATTNCHECK_CAP3_PAGED,
+      .page_sizes = page_sizes,
+      .num_page_sizes = sizeof page_sizes / sizeof page_sizes[0],
+      .page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR | ATTNCHECK_PAGED_HEAD_MAJOR,
 #elif defined(EMPTY_ROWS_NAN)
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
                ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,

@@ -21,8 +21,12 @@ s = c·tanh(s/c) on the scaled score), alibi=True `alibi_slopes` (None or a floa
 sinks=True `sinks` (None or a float64 array [H] of sink logits, -inf meaning none: an extra softmax column with no
 value) and bidirectional=True `causal` (True, or False: no causal rule); lse=True means fn also returns each row's
 log-sum-exp, (out, lse) or (out, weights, lse) or a dict {"output", "weights", "lse"}, lse [B,H,T_q] or
-[B,H,T_q,1]. With sinks=True the backward returns (dq, dk, dv, d_sinks), d_sinks [H]. Only numpy (Debian's
-python3-numpy) is needed.
+[B,H,T_q,1]. With sinks=True the backward returns (dq, dk, dv, d_sinks), d_sinks [H]. paged=True (with
+page_sizes and page_layouts) gives `paged`: None for a dense call; for a paged call (forward only) k and v are
+None and `paged` is a PagedKV: k_pages and v_pages (the pools, [num_pages, page_size, H_kv, D] token-major or
+[num_pages, H_kv, page_size, D] head-major), block_table (int32 [B, max_pages]), seq_lens (int64 [B]),
+page_size, layout ("token-major" or "head-major"), num_pages, max_pages, T_k, and gather() -> dense (k, v).
+Only numpy (Debian's python3-numpy) is needed.
 """
 
 import inspect
@@ -53,8 +57,13 @@ EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2, "any": 3}
 CROSS_LENGTHS_CODES = {True: 0, "T_q<=T_k": 1, "T_q>=T_k": 2}
 KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 # Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
-FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "bidirectional": 0x100}
-MODIFIER_KEYWORDS = {"sinks": "sinks", "softcap": "softcap", "alibi": "alibi_slopes", "bidirectional": "causal"}
+FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "bidirectional": 0x100}
+MODIFIER_KEYWORDS = {"sinks": "sinks", "softcap": "softcap", "alibi": "alibi_slopes", "bidirectional": "causal",
+                     "paged": "paged"}
+# Version 3's page layouts (the caps frame's u32 after the head dims, and a paged forward frame's layout field).
+PAGE_LAYOUT_CODES = {"token-major": 1, "head-major": 2}
+PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
+PAGED = 512  # a forward frame's flag: the paging follows, and K and V come as page pools
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
@@ -168,16 +177,68 @@ def _read_call(payload, backward):
         off += 8 * qs[1]
     dtype = DTYPE_NAMES[dcode]
     size = np.dtype(WIRE[dtype]).itemsize
-    nq, nk = int(np.prod(qs)) * size, int(np.prod(ks)) * size
-    arrays = [_decode(payload[off:off + nq], dtype, qs), _decode(payload[off + nq:off + nq + nk], dtype, ks),
-              _decode(payload[off + nq + nk:off + nq + 2 * nk], dtype, ks)]
+    paged = None
+    if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
+        lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
+        off += 32
+        table = np.frombuffer(payload, dtype="<i4", count=qs[0] * max_pages, offset=off)
+        off += 4 * qs[0] * max_pages
+        layout = PAGE_LAYOUT_NAMES[lcode]
+        pool_shape = ((num_pages, page_size, ks[1], ks[3]) if layout == "token-major"
+                      else (num_pages, ks[1], page_size, ks[3]))
+        nq, npool = int(np.prod(qs)) * size, int(np.prod(pool_shape)) * size
+        q = _decode(payload[off:off + nq], dtype, qs)
+        pools = [_decode(payload[off + nq + n * npool:off + nq + (n + 1) * npool], dtype, pool_shape) for n in (0, 1)]
+        paged = PagedKV(pools[0], pools[1], table.astype(np.int32).reshape(qs[0], max_pages), key_lengths,
+                        int(page_size), layout, ks[2])
+        arrays = [q, None, None]
+    else:
+        nq, nk = int(np.prod(qs)) * size, int(np.prod(ks)) * size
+        arrays = [_decode(payload[off:off + nq], dtype, qs), _decode(payload[off + nq:off + nq + nk], dtype, ks),
+                  _decode(payload[off + nq + nk:off + nq + 2 * nk], dtype, ks)]
     if backward:
         off += nq + 2 * nk
         arrays.append(_decode(payload[off:off + nq], dtype, qs))
     kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
-              "sinks": sinks, "causal": not fflags & 256}
+              "sinks": sinks, "causal": not fflags & 256, "paged": paged}
     return arrays, kwargs, dtype, bool(fflags & 2), bool(fflags & 128)
+
+
+class PagedKV:
+    """The K and V of a paged call (serve(..., paged=True)): two page pools and a block table, as a serving
+    engine's KV cache holds them. Key t of sequence b lies in page block_table[b, t // page_size], slot
+    t % page_size: k_pages[page, slot, g] token-major ([num_pages, page_size, H_kv, D], vLLM's and FlashInfer's
+    NHD), k_pages[page, g, slot] head-major ([num_pages, H_kv, page_size, D], FlashInfer's HND). Only the keys
+    t < seq_lens[b] are the call's: every other slot of the pools (NaN, Inf, anything) and every table entry past
+    a sequence's ceil(seq_lens[b] / page_size) pages (-1, out of range, another sequence's page) must never be
+    read. T_k is the call's key length (the dense k's shape [B, H_kv, T_k, D], which the alignment and the
+    weights' shape use); every seq_lens[b] <= T_k."""
+
+    def __init__(self, k_pages, v_pages, block_table, seq_lens, page_size, layout, T_k):
+        self.k_pages, self.v_pages = k_pages, v_pages
+        self.block_table, self.seq_lens = block_table, seq_lens
+        self.page_size, self.layout, self.T_k = page_size, layout, T_k
+        self.num_pages, self.max_pages = k_pages.shape[0], block_table.shape[1]
+
+    def gather(self):
+        """Dense (k, v) [B, H_kv, T_k, D] read through the table (0 past each sequence's length), as a reference
+        to test a paged kernel against."""
+        B, H_kv = self.block_table.shape[0], self.k_pages.shape[2 if self.layout == "token-major" else 1]
+        dense = []
+        for pool in (self.k_pages, self.v_pages):
+            out = np.zeros((B, H_kv, self.T_k, pool.shape[-1]), dtype=pool.dtype)
+            for b in range(B):
+                t = np.arange(int(self.seq_lens[b]))
+                pages, slots = self.block_table[b, t // self.page_size], t % self.page_size
+                rows = pool[pages, slots] if self.layout == "token-major" else pool[pages, :, slots]
+                out[b, :, :t.size] = rows.swapaxes(0, 1)  # [len, H_kv, D] -> [H_kv, len, D]
+            dense.append(out)
+        return tuple(dense)
+
+    def __repr__(self):
+        return "PagedKV(%s, %d pages of %d, table %s, seq_lens %s, T_k %d)" % (
+            self.layout, self.num_pages, self.page_size, list(self.block_table.shape), list(self.seq_lens), self.T_k)
 
 
 def _tensors(*arrays):
@@ -187,7 +248,8 @@ def _tensors(*arrays):
 def serve(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
           custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
-          max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False):
+          max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
+          paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major")):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -208,9 +270,13 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     None or [H]), `sinks=True` (`sinks`, None or [H]; the backward then returns d_sinks [H] as a fourth
     gradient), `bidirectional=True` (`causal`, True or False) and `lse=True` (fn returns the log-sum-exp of
     every row too: (out, lse), (out, weights, lse) or a dict with "output", "weights", "lse").
+    `paged=True` declares paged K and V, in the `page_sizes` (keys per page) and `page_layouts` ("token-major",
+    "head-major") given: fn gets `paged`, None for a dense call; in a paged call (half the cases of every forward
+    law, and the paged laws; never a backward) k and v are None and `paged` is a PagedKV (its pools, block table,
+    seq_lens, page size and layout). `key_lengths`, when fn takes it, then holds seq_lens too.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
-                                              ("alibi", alibi), ("bidirectional", bidirectional))}
+                                              ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged))}
     modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
     takes = _keywords(fn, "fn", modifiers)
     if custom_scale is None:
@@ -226,8 +292,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     if len(alignments) > 1 and "alignment" not in takes:
         raise TypeError("serve: two alignments declared but %s has no `alignment` parameter" % fn.__name__)
     backward_takes = set()
-    if backward is not None:
-        backward_takes = _keywords(backward, "backward", modifiers)
+    if backward is not None:  # paged calls are forward only: a backward needs no `paged`
+        backward_takes = _keywords(backward, "backward", [m for m in modifiers if m != "paged"])
         # A backward that ignores what the forward honours would differentiate another function.
         for flag, param in ((custom_scale, "scale"), (len(alignments) > 1, "alignment"),
                             (key_lengths, "key_lengths"), (window, "window")):
@@ -242,6 +308,12 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     if cross_lengths is not False and cross_lengths not in CROSS_LENGTHS_CODES:
         raise ValueError("serve: cross_lengths is %r (expected True, False, 'T_q<=T_k' or 'T_q>=T_k')"
                          % (cross_lengths,))
+    page_sizes = [int(size) for size in page_sizes] if paged else []
+    page_layouts = tuple(page_layouts) if paged else ()
+    if paged and (not page_sizes or not page_layouts or any(size < 1 or size > 1 << 20 for size in page_sizes)
+                  or any(layout not in PAGE_LAYOUT_CODES for layout in page_layouts)):
+        raise ValueError("serve: paged=True with page_sizes %r and page_layouts %r (expected at least one page size in "
+                         "[1, 2^20] and at least one of 'token-major', 'head-major')" % (page_sizes, page_layouts))
     head_dims = [int(d) for d in head_dims] if head_dims is not None else []
     if (not isinstance(head_dim_multiple, int) or head_dim_multiple < 1 or not isinstance(max_head_dim, int)
             or max_head_dim < 0 or any(d < 1 for d in head_dims)):
@@ -278,7 +350,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
         caps += struct.pack("<IIqqI", flags3, CROSS_LENGTHS_CODES.get(cross_lengths, 0), head_dim_multiple,
                             max_head_dim, len(head_dims))
         caps += b"".join(struct.pack("<qq", d, 0) for d in head_dims)
-        caps += struct.pack("<II", 0, 0)  # page layouts, no page sizes
+        caps += struct.pack("<II", sum(PAGE_LAYOUT_CODES[layout] for layout in set(page_layouts)), len(page_sizes))
+        caps += b"".join(struct.pack("<q", size) for size in page_sizes)
     elif needs_v3:
         ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 3, but this attncheck "
                                  "speaks version %d; use a newer attncheck" % (", ".join(needs_v3), version)))

@@ -8,6 +8,7 @@
 #include <array>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
@@ -180,11 +181,32 @@ class CPlugin final : public Implementation {
       const bool want_lse = p.want_lse && caps_.lse;
       OutBuffer<double> lse(Shape{qs.B, qs.H, qs.T, 1});
       attncheck_lse_out lse_view{lse.data.data(), {qs.B, qs.H, qs.T}, {qs.H * qs.T, qs.T, 1}};
-      const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
+      // A paged call always carries every sequence's length (T_k each without key padding).
+      const std::vector<Index> seq = p.paged ? p.sequence_lengths() : p.key_lengths;
+      const std::vector<std::int64_t> lengths(seq.begin(), seq.end());
       attncheck_call call = make_call(p, q, k, v, lengths);
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
+      // Paged: K and V only as the pools at the call's dtype and the block table; k.data and v.data NULL, their
+      // shapes still [B,H_kv,T_k,D]. `pools` outlives the call.
+      std::optional<PagedPools<S>> pools;
+      attncheck_paged_kv paged{};
+      if (p.paged) {
+        pools = paged_pools(p, k, v);
+        const PagedKV& pk = pools->layout;
+        paged.layout = pk.layout == PageLayout::token_major ? ATTNCHECK_PAGED_TOKEN_MAJOR : ATTNCHECK_PAGED_HEAD_MAJOR;
+        paged.num_pages = pk.num_pages;
+        paged.page_size = pk.page_size;
+        paged.k_pages = in_tensor(pools->k);
+        paged.v_pages = in_tensor(pools->v);
+        paged.block_table = pk.block_table.data();
+        paged.max_pages = pk.max_pages;
+        paged.block_table_stride = pk.max_pages;
+        call.k.data = nullptr;
+        call.v.data = nullptr;
+        call.paged = &paged;
+      }
       char message[1024] = {};
       check_status(table_->forward(&call, message, sizeof message), message);
       Outcome o;
@@ -198,6 +220,7 @@ class CPlugin final : public Implementation {
   Gradients backward(const Problem& p) const override {
     if (!caps_.backward) return Implementation::backward(p);
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
+    if (p.paged) throw std::logic_error(name_ + ": a paged backward call (paged calls are forward only)");
     check_within_capabilities(p, caps_, name_);
     return visit_dtype(p.dtype, [&](auto tag) {
       using S = decltype(tag);
@@ -359,6 +382,10 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
              std::to_string(kMaxSeqLen) + "])");
   if (v3->page_layouts & ~(ATTNCHECK_PAGED_TOKEN_MAJOR | ATTNCHECK_PAGED_HEAD_MAJOR))
     refuse("page_layouts is " + hex(v3->page_layouts) + " (expected ATTNCHECK_PAGED_* bits)");
+  if ((v3->flags3 & ATTNCHECK_CAP3_PAGED) && (v3->num_page_sizes == 0 || v3->page_layouts == 0))
+    refuse("flags3 declare ATTNCHECK_CAP3_PAGED but its page_sizes list has " + std::to_string(v3->num_page_sizes) +
+           " entries and its page_layouts are " + hex(v3->page_layouts) +
+           " (expected at least one page size and ATTNCHECK_PAGED_TOKEN_MAJOR and/or ATTNCHECK_PAGED_HEAD_MAJOR)");
   if (v3->reserved3 != 0) refuse("reserved3 field is " + std::to_string(v3->reserved3) + " (expected 0)");
 }
 
@@ -422,6 +449,10 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
   if (p.softcap && !caps.softcap) refuse("a softcap", "softcapping (ATTNCHECK_CAP3_SOFTCAP)");
   if (!p.alibi_slopes.empty() && !caps.alibi) refuse("ALiBi slopes", "ALiBi (ATTNCHECK_CAP3_ALIBI)");
   if (!p.causal && !caps.bidirectional) refuse("causal = false", "bidirectional (ATTNCHECK_CAP3_BIDIRECTIONAL)");
+  if (p.paged && !caps.paged) refuse("paged K and V", "paged K and V (ATTNCHECK_CAP3_PAGED)");
+  if (p.paged && !caps.supports_paging(p.paged->page_size, p.paged->layout))
+    refuse("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")",
+           "that page size and layout");
   const Index H = p.q.shape().H;
   for (const auto& [xs, what] : {std::pair{&p.sinks, "sinks"}, std::pair{&p.alibi_slopes, "ALiBi slopes"}})
     if (!xs->empty() && Index(xs->size()) != H)

@@ -1,8 +1,11 @@
 // Encoding and decoding of the exec: protocol's frames (harness/PROTOCOL.md is the specification).
 #include "protocol.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
+#include <optional>
 
 namespace attncheck::wire {
 
@@ -125,11 +128,12 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.softcap = flags3 & softcap_bit;
   caps.alibi = flags3 & alibi_bit;
   caps.bidirectional = flags3 & bidirectional_bit;
+  caps.paged = flags3 & paged_bit;
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
   return (caps.lse ? lse_bit : 0u) | (caps.sinks ? sinks_bit : 0u) | (caps.softcap ? softcap_bit : 0u) |
-         (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u);
+         (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u) | (caps.paged ? paged_bit : 0u);
 }
 
 std::string encode_hello() {
@@ -169,7 +173,7 @@ std::string encode_caps(const Handshake& h) {
   }
   if (h.version >= 3) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
-    constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit;
+    constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
@@ -285,6 +289,11 @@ Handshake decode_caps(std::string_view payload) {
         throw ProtocolError("caps frame: page size " + std::to_string(s) + " (expected in [1, 2^20])");
       h.caps.page_sizes.push_back(s);
     }
+    if (h.caps.paged && (h.caps.page_layouts == 0 || h.caps.page_sizes.empty()))
+      throw ProtocolError("caps frame: flags3 declare paged K and V (0x10) but page layouts are " +
+                          std::to_string(h.caps.page_layouts) + " and " + std::to_string(n_pages) +
+                          " page sizes came (expected at least one layout, 1 token-major and/or 2 head-major, and "
+                          "at least one page size)");
   }
   return h;
 }
@@ -352,20 +361,40 @@ Tensor<double> from_bytes(std::string_view bytes, const Shape& shape, DType dtyp
 
 namespace {
 
-// The fields a forward and a backward frame share: the call's options, shapes, key lengths, window, q, k, v.
+// The paging of a paged problem and its K and V pools at p.dtype, as their raw bytes: what a paged frame carries.
+struct WirePages {
+  PagedKV layout;
+  std::string k_pool, v_pool;
+};
+WirePages wire_pages(const Problem& p) {
+  return visit_dtype(p.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const PagedPools<S> pools = paged_pools(p, p.k.template cast<S>(), p.v.template cast<S>());
+    const auto bytes = [](const Tensor<S>& t) {
+      return std::string(reinterpret_cast<const char*>(t.data()), std::size_t(t.size()) * sizeof(S));
+    };
+    return WirePages{pools.layout, bytes(pools.k), bytes(pools.v)};
+  });
+}
+
+// The fields a forward and a backward frame share: the call's options, shapes, key lengths, window, the
+// modifiers, the paging, then q, k, v (or q and the two pools).
 std::string call_payload(const Problem& p) {
   Writer w;
+  const bool paged = p.paged.has_value();
   w.u32(dtype_code(p.dtype));
   w.u32(alignment_code(p.alignment));
   w.u32((p.scale ? call_scale : 0u) | (p.want_weights ? call_weights : 0u) |
-        (p.key_lengths.empty() ? 0u : call_key_lengths) | (p.window ? call_window : 0u) |
+        (p.key_lengths.empty() && !paged ? 0u : call_key_lengths) | (p.window ? call_window : 0u) |
         (p.softcap ? call_softcap : 0u) | (p.alibi_slopes.empty() ? 0u : call_alibi) |
-        (p.sinks.empty() ? 0u : call_sinks) | (p.want_lse ? call_lse : 0u) | (p.causal ? 0u : call_not_causal));
+        (p.sinks.empty() ? 0u : call_sinks) | (p.want_lse ? call_lse : 0u) | (p.causal ? 0u : call_not_causal) |
+        (paged ? call_paged : 0u));
   w.u32(0);
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
   put_shape(w, p.k.shape());
-  for (const Index len : p.key_lengths) w.i64(len);
+  // A paged call always carries every sequence's length (T_k each without key padding).
+  for (const Index len : paged ? p.sequence_lengths() : p.key_lengths) w.i64(len);
   if (p.window) w.i64(*p.window);
   if (p.softcap) w.f64(*p.softcap);
   const auto heads = [&](const std::vector<double>& xs, const char* what) {
@@ -376,19 +405,140 @@ std::string call_payload(const Problem& p) {
   };
   if (!p.alibi_slopes.empty()) heads(p.alibi_slopes, "ALiBi slopes");
   if (!p.sinks.empty()) heads(p.sinks, "sinks");
-  for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
+  if (!paged) {
+    for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
+    return std::move(w.bytes());
+  }
+  const WirePages pages = wire_pages(p);
+  const PagedKV& pk = pages.layout;
+  w.u32(pk.layout == PageLayout::token_major ? 1u : 2u);
+  w.u32(0);
+  w.i64(pk.page_size);
+  w.i64(pk.num_pages);
+  w.i64(pk.max_pages);
+  w.raw(pk.block_table.data(), pk.block_table.size() * sizeof(std::int32_t));
+  w.bytes() += to_bytes(p.q, p.dtype);
+  w.bytes() += pages.k_pool;
+  w.bytes() += pages.v_pool;
   return std::move(w.bytes());
 }
 
-Problem read_call(Reader& r, const char* what) {
+// T_k of a paged frame is at most the pool's capacity in keys or this, whichever is larger: the dense K and V
+// (and the weights) a served implementation computes have T_k keys, which the frame does not carry, so an
+// announced T_k of 2^32 must be refused, not allocated.
+constexpr std::int64_t kMaxPagedFreeT = 4096;
+
+// Bit equality, NaN included.
+template <class S>
+bool same_bits(S a, S b) {
+  return std::memcmp(&a, &b, sizeof(S)) == 0 || (a != a && b != b);
+}
+
+// What every free slot (no live key there) of both pools holds, when that is one value and one of PageFill's;
+// else zero (a pool from elsewhere may hold anything there: it is never read).
+template <class S>
+PageFill infer_fill(const Tensor<S>& k_pool, const Tensor<S>& v_pool, const PagedKV& pk,
+                    const std::vector<Index>& lengths, Index H_kv, Index D) {
+  std::vector<char> live(std::size_t(pk.num_pages * pk.page_size), 0);
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (Index t = 0; t < lengths[b]; ++t)
+      live[std::size_t(pk.block_table[b * std::size_t(pk.max_pages) + std::size_t(t / pk.page_size)] * pk.page_size +
+                       t % pk.page_size)] = 1;
+  std::optional<S> seen;
+  for (Index page = 0; page < pk.num_pages; ++page)
+    for (Index slot = 0; slot < pk.page_size; ++slot) {
+      if (live[std::size_t(page * pk.page_size + slot)]) continue;
+      for (Index g = 0; g < H_kv; ++g)
+        for (Index d = 0; d < D; ++d) {
+          const Index at = pk.pool_offset(page, slot, g, d, H_kv, D);
+          for (const S x : {k_pool.data()[at], v_pool.data()[at]}) {
+            if (!seen) seen = x;
+            if (!same_bits(*seen, x)) return PageFill::zero;
+          }
+        }
+    }
+  if (!seen) return PageFill::zero;
+  const std::pair<PageFill, double> fills[] = {{PageFill::zero, 0.0},
+                                               {PageFill::nan, std::numeric_limits<double>::quiet_NaN()},
+                                               {PageFill::pos_inf, std::numeric_limits<double>::infinity()},
+                                               {PageFill::neg_inf, -std::numeric_limits<double>::infinity()},
+                                               {PageFill::huge, 1e30}};
+  for (const auto& [fill, value] : fills)
+    if (same_bits(*seen, S(value))) return fill;
+  return PageFill::zero;
+}
+
+// A paged frame's paging and pools (after the modifiers), read into p: the plan holding the table as it came,
+// q, and dense k and v read back through the table. `lengths` are the frame's key lengths, `raw_q` q's shape.
+void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index>& lengths,
+                const std::array<std::int64_t, 4>& raw_q, const Shape& ks) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  const std::uint32_t layout = r.u32(), reserved = r.u32();
+  const std::int64_t page_size = r.i64(), num_pages = r.i64(), max_pages = r.i64();
+  if (layout != 1 && layout != 2)
+    fail("page layout " + std::to_string(layout) + " (expected 1 token-major or 2 head-major)");
+  if (reserved != 0) fail("the paging's reserved field is " + std::to_string(reserved) + " (expected 0)");
+  constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 20, kMaxCount = std::int64_t{1} << 32;
+  if (page_size < 1 || page_size > kMaxSeqLen)
+    fail("page size " + std::to_string(page_size) + " (expected in [1, 2^20])");
+  if (num_pages < 1 || num_pages > kMaxCount) fail("num_pages " + std::to_string(num_pages) + " (expected in [1, 2^32])");
+  if (max_pages < 1 || max_pages > kMaxCount) fail("max_pages " + std::to_string(max_pages) + " (expected in [1, 2^32])");
+  // B·max_pages entries, bounded by what is left before anything is allocated (B·max_pages may reach 2^64).
+  const Index B = ks.B;
+  if (std::uint64_t(max_pages) > r.left() / sizeof(std::int32_t) / std::uint64_t(B))
+    fail("a block table of " + std::to_string(B) + " x " + std::to_string(max_pages) + " entries but " +
+         std::to_string(r.left()) + " bytes are left");
+  PagedPlan plan;
+  plan.page_size = page_size;
+  plan.layout = layout == 1 ? PageLayout::token_major : PageLayout::head_major;
+  plan.num_pages = num_pages;
+  plan.max_pages = max_pages;
+  plan.block_table.resize(std::size_t(B * max_pages));
+  const std::string_view table = r.raw(plan.block_table.size() * sizeof(std::int32_t));
+  std::memcpy(plan.block_table.data(), table.data(), table.size());
+  PagedKV pk{page_size, plan.layout, num_pages, max_pages, plan.block_table, PageFill::zero};
+  try {
+    check_paged(pk, B, lengths);  // every live entry a page of the pool, every sequence within the table
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
+  if (ks.T > std::max(kMaxPagedFreeT, num_pages * page_size))
+    fail("T_k = " + std::to_string(ks.T) + " but the pool holds " + std::to_string(num_pages * page_size) +
+         " keys (attncheck's server takes a paged T_k of at most the pool's keys or " +
+         std::to_string(kMaxPagedFreeT) + ", whichever is larger)");
+  const std::array<std::int64_t, 4> raw_pool =
+      layout == 1 ? std::array<std::int64_t, 4>{num_pages, page_size, ks.H, ks.D}
+                  : std::array<std::int64_t, 4>{num_pages, ks.H, page_size, ks.D};
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), pool_bytes = nbytes(raw_pool, p.dtype, what);
+  p.q = from_bytes(r.raw(q_bytes), Shape{raw_q[0], raw_q[1], raw_q[2], raw_q[3]}, p.dtype);
+  const std::string_view k_raw = r.raw(pool_bytes), v_raw = r.raw(pool_bytes);
+  visit_dtype(p.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const Shape pool_shape = pk.pool_shape(ks.H, ks.D);
+    Tensor<S> k_pool(pool_shape), v_pool(pool_shape);
+    std::memcpy(k_pool.data(), k_raw.data(), k_raw.size());
+    std::memcpy(v_pool.data(), v_raw.data(), v_raw.size());
+    plan.fill = infer_fill(k_pool, v_pool, pk, lengths, ks.H, ks.D);
+    p.k = gather_pages(k_pool, pk, B, ks.H, ks.T, ks.D, lengths).template cast<double>();
+    p.v = gather_pages(v_pool, pk, B, ks.H, ks.T, ks.D, lengths).template cast<double>();
+  });
+  p.paged = std::move(plan);
+}
+
+Problem read_call(Reader& r, const char* what, bool backward) {
   Problem p;
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
-  if (flags & ~0x1FFu)
+  if (flags & ~0x3FFu)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x1ff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
-                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal)");
+                        " (expected bits within 0x3ff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged)");
+  if ((flags & call_paged) && backward)
+    throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
+  if ((flags & call_paged) && !(flags & call_key_lengths))
+    throw ProtocolError(std::string(what) + ": flags have 512 (paged) without 4 (key lengths): a paged call "
+                        "carries every sequence's length");
   r.u32();
   const double scale = r.f64();
   if (flags & call_scale) p.scale = scale;
@@ -432,6 +582,13 @@ Problem read_call(Reader& r, const char* what) {
   };
   if (flags & call_alibi) p.alibi_slopes = heads("ALiBi slope", false);
   if (flags & call_sinks) p.sinks = heads("sink", true);
+  if (flags & call_paged) {
+    read_pages(r, what, p, p.key_lengths, raw_q, ks);
+    // Without padding (every sequence T_k long) the problem has none, as the sender's had.
+    if (std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
+      p.key_lengths.clear();
+    return p;
+  }
   // Sizes through nbytes: four extents of up to 2^32 each would overflow the element count.
   const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_k, p.dtype, what);
   p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
@@ -458,13 +615,14 @@ std::string encode_forward(const Problem& p) {
 
 Problem decode_forward(std::string_view payload) {
   Reader r(payload, "forward frame");
-  Problem p = read_call(r, "forward frame");
+  Problem p = read_call(r, "forward frame", false);
   expect_end(r, "forward frame");
   return p;
 }
 
 std::string encode_backward(const Problem& p) {
   if (!p.d_output) throw std::logic_error("encode_backward: the problem has no d_output");
+  if (p.paged) throw std::logic_error("encode_backward: a paged problem (paged calls are forward only)");
   Problem call = p;
   call.want_weights = false;
   call.want_lse = false;
@@ -473,7 +631,7 @@ std::string encode_backward(const Problem& p) {
 
 Problem decode_backward(std::string_view payload) {
   Reader r(payload, "backward frame");
-  Problem p = read_call(r, "backward frame");
+  Problem p = read_call(r, "backward frame", true);
   const Shape qs = p.q.shape();
   // q's own byte count, already read once, so it cannot overflow.
   p.d_output = from_bytes(r.raw(std::size_t(qs.numel()) * element_size(p.dtype)), qs, p.dtype);

@@ -42,7 +42,14 @@ enum class FrameType : std::uint32_t {
 enum Flags2 : std::uint32_t { gqa_bit = 1, key_lengths_bit = 2, window_bit = 4, backward_bit = 8 };
 
 /// Version 3's capability bits that this attncheck sends calls for (flags3, the ATTNCHECK_CAP3_* values).
-enum Flags3 : std::uint32_t { lse_bit = 0x1, sinks_bit = 0x2, softcap_bit = 0x4, alibi_bit = 0x8, bidirectional_bit = 0x100 };
+enum Flags3 : std::uint32_t {
+  lse_bit = 0x1,
+  sinks_bit = 0x2,
+  softcap_bit = 0x4,
+  alibi_bit = 0x8,
+  paged_bit = 0x10,
+  bidirectional_bit = 0x100
+};
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
 enum CallFlags : std::uint32_t {
@@ -55,9 +62,10 @@ enum CallFlags : std::uint32_t {
   call_sinks = 64,         ///< version 3: H f64 sink logits follow
   call_lse = 128,          ///< version 3: the LSE is wanted
   call_not_causal = 256,   ///< version 3: no causal rule
+  call_paged = 512,        ///< version 3: the paging follows, and K and V come as page pools (with call_key_lengths)
 };
 
-/// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, bidirectional), and back.
+/// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, paged, bidirectional), and back.
 void set_abi3_bools(Capabilities& caps, std::uint32_t flags3);
 std::uint32_t abi3_bits(const Capabilities& caps);
 
@@ -145,9 +153,14 @@ Handshake decode_caps(std::string_view payload);
 std::string encode_refuse(std::string_view message);
 
 /// A forward frame. Without key lengths and a window (version 2's fields) it is also a version-1 frame; without
-/// the modifiers, LSE and causal = false (version 3's) a version-2 one. The caller sends each only to a child
-/// that declared it; the LSE-wanted flag follows p.want_lse.
+/// the modifiers, LSE, causal = false and paging (version 3's) a version-2 one. The caller sends each only to a
+/// child that declared it; the LSE-wanted flag follows p.want_lse. A paged problem (p.paged) travels as its
+/// block table and its K and V pools (paged_pools at p.dtype, bit for bit), with every sequence's length.
 std::string encode_forward(const Problem& p);
+/// A paged frame decodes to a problem whose plan holds the table as it came (PagedPlan::block_table), whose
+/// dense k and v are the pools read back through it (0 past each sequence's length), and whose fill is what
+/// every free slot of both pools holds when that is one of PageFill's values (else zero); its key lengths are
+/// empty when every sequence has T_k keys.
 Problem decode_forward(std::string_view payload);
 /// A backward frame (version 2): the forward call's fields, then *p.d_output.
 std::string encode_backward(const Problem& p);

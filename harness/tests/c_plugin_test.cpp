@@ -319,6 +319,90 @@ TEST(CPlugin, anUndeclaredModifierIsNeverSent) {
   }
 }
 
+using test::paged_problem;
+
+TEST(CPlugin, thePagedExampleDeclaresPagingInAndOutOfProcess) {
+  for (const bool isolate : {true, false}) {
+    const Capabilities c =
+        load_implementation(spec("attention_plugin_paged"), HarnessOptions{.isolate = isolate})->capabilities();
+    EXPECT_TRUE(c.paged && c.gqa && c.key_padding) << isolate;
+    EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 8, 16, 64, 256})) << isolate;
+    EXPECT_EQ(c.page_layouts, 3u) << isolate;
+    EXPECT_EQ(c.abi3_flags, 0x10u) << isolate;
+    EXPECT_TRUE(c.supports_paging(16, PageLayout::head_major) && !c.supports_paging(4, PageLayout::token_major));
+    EXPECT_FALSE(load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate})->capabilities().paged);
+  }
+  for (const char* old : {"plugin:" ATTNCHECK_ABI1_PLUGIN, "plugin:" ATTNCHECK_ABI2_PLUGIN})
+    EXPECT_FALSE(load_implementation(old)->capabilities().paged) << old;
+}
+
+// A paged call reaches the plug-in as the pools and the table alone: the example answers ATTNCHECK_ERROR when
+// k.data or v.data is not NULL, key_lengths is NULL or a live table entry is not a page of the pool, and reads
+// K and V only through the table (junk entries and NaN slots would show). Its answer is bit-identical to its
+// answer to the same problem dense (the same arithmetic on the same values: so the table and the pools were the
+// problem's), the same through the worker, and agrees with the reference.
+TEST(CPlugin, aPagedCallReachesThePluginThroughTheTableAlone) {
+  const auto isolated = load_implementation(spec("attention_plugin_paged"));
+  const auto in_process = load_implementation(spec("attention_plugin_paged"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  for (const DType t : {DType::f64, DType::f32, DType::bf16})
+    for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major})
+      for (const Index page_size : {1, 8}) {
+        const Problem p = paged_problem(t, layout, page_size);
+        Problem dense = p;
+        dense.paged.reset();
+        const std::string what = std::string(dtype_name(t)) + " " + page_layout_name(layout) + " " + std::to_string(page_size);
+        const Outcome a = isolated->forward(p), b = in_process->forward(p), d = in_process->forward(dense);
+        ASSERT_TRUE(a.weights && b.weights && d.weights) << what;
+        EXPECT_EQ(a.output.values(), b.output.values()) << what;
+        EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+        EXPECT_EQ(b.output.values(), d.output.values()) << what;
+        EXPECT_EQ(b.weights->values(), d.weights->values()) << what;
+        if (t != DType::f64) continue;
+        const Outcome r = ref->forward(p);
+        EXPECT_LT((a.output.values() - r.output.values()).cwiseAbs().maxCoeff(), 1e-13) << what;
+        EXPECT_LT((a.weights->values() - r.weights->values()).cwiseAbs().maxCoeff(), 1e-13) << what;
+      }
+  // Without key padding the plug-in still gets key_lengths (T_k each), else it would refuse.
+  Problem p = paged_problem(DType::f64, PageLayout::token_major, 8);
+  p.key_lengths.clear();
+  Problem dense = p;
+  dense.paged.reset();
+  EXPECT_EQ(isolated->forward(p).output.values(), in_process->forward(dense).output.values());
+}
+
+// Paged calls go only to a plug-in that declares them, in a page size and layout it declares, and never as a
+// backward: each is refused before the call (an internal error: a law or a test sent it).
+TEST(CPlugin, aPagedCallIsNeverSentOutsideTheDeclarations) {
+  for (const bool isolate : {true, false}) {
+    const HarnessOptions o{.isolate = isolate};
+    const Problem p = paged_problem(DType::f64, PageLayout::token_major, 8);
+    EXPECT_THROW(load_implementation(spec("attention_plugin"), o)->forward(p), std::logic_error) << isolate;
+    EXPECT_THROW(load_implementation("plugin:" ATTNCHECK_ABI2_PLUGIN, o)->forward(p), std::logic_error) << isolate;
+    const auto paged = load_implementation(spec("attention_plugin_paged"), o);
+    Problem odd = paged_problem(DType::f64, PageLayout::token_major, 2);  // 2 is not a declared page size
+    EXPECT_THROW(paged->forward(odd), std::logic_error) << isolate;
+    // The C example with a backward: a paged backward is refused too.
+    Problem bwd = p;
+    bwd.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+    EXPECT_THROW(load_implementation(spec("attention_plugin"), o)->backward(bwd), std::logic_error) << isolate;
+  }
+}
+
+TEST(CPlugin, aPagedDeclarationWithoutAPageSizeIsASpecError) {
+  for (const bool isolate : {true, false}) {
+    try {
+      load_implementation(spec("bad_plugin_v3_paged_no_sizes"), HarnessOptions{.isolate = isolate});
+      ADD_FAILURE() << "loaded an ABI-3 table declaring paged K and V without a page size";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find("flags3 declare ATTNCHECK_CAP3_PAGED but its page_sizes list has 0 "
+                                           "entries and its page_layouts are 0x3 (expected at least one page size"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(CPlugin, anAbi3TableWithAnImpossibleDeclarationIsASpecError) {
   for (const bool isolate : {true, false}) {
     try {

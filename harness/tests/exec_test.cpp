@@ -138,7 +138,7 @@ TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
   EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
-  EXPECT_EQ(c.abi3_flags, 0x10Fu);
+  EXPECT_EQ(c.abi3_flags, 0x11Fu);  // paged K and V (0x10) too
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
       Problem p = modifiers_problem(causal);
@@ -222,6 +222,87 @@ TEST(Exec, pythonClientPassesOnlyTheModifiersItDeclares) {
   const Outcome a = impl->forward(p), r = reference_implementation()->forward(p);
   ASSERT_TRUE(a.lse);
   EXPECT_LT(worst(*a.lse, *r.lse), 1e-13);
+}
+
+// The reference served over the wire declares paged K and V (flags3 0x10, its page sizes and both layouts), and a
+// paged call crosses as its table and pools, junk entries and NaN free slots included, and is answered bit for
+// bit as the reference answers it in process (which reads the pools back through the table too).
+TEST(Exec, pagedCallsCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  const Capabilities& c = served->capabilities();
+  EXPECT_TRUE(c.paged);
+  EXPECT_EQ(c.page_sizes, local->capabilities().page_sizes);
+  EXPECT_EQ(c.page_layouts, 3u);
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major})
+      for (const Index page_size : {1, 8}) {
+        Problem p = test::paged_problem(t, layout, page_size);
+        const std::string what = std::string(dtype_name(t)) + " " + page_layout_name(layout) + " " + std::to_string(page_size);
+        for (const PageFill fill : {PageFill::nan, PageFill::huge, PageFill::zero}) {
+          p.paged->fill = fill;
+          const Outcome a = served->forward(p), b = local->forward(p);
+          EXPECT_EQ(a.output.values(), b.output.values()) << what;
+          ASSERT_TRUE(a.weights && b.weights) << what;
+          EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+        }
+        p.key_lengths.clear();  // no padding: the frame says T_k for each sequence
+        EXPECT_EQ(served->forward(p).output.values(), local->forward(p).output.values()) << what;
+      }
+}
+
+// The Python client: a paged call's keywords (PagedKV: the pools in the layout's shape, an int32 table, int64
+// seq_lens equal to key_lengths, k and v None; the client raises otherwise), read back with PagedKV.gather(), give
+// the answer the same client gives the problem dense, bit for bit, and the reference's.
+TEST(Exec, pythonClientGetsAPagedCallAsPoolsAndABlockTable) {
+  REQUIRE_NUMPY();
+  const auto ref = reference_implementation();
+  for (const std::string mode : {"", "head-major"}) {
+    const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/paged_client.py", mode));
+    const Capabilities& c = impl->capabilities();
+    EXPECT_TRUE(c.paged) << mode;
+    EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 2, 8, 16})) << mode;
+    EXPECT_EQ(c.page_layouts, mode.empty() ? 3u : 2u) << mode;
+    for (const DType t : {DType::f64, DType::bf16})
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major})
+        for (const Index page_size : {1, 2, 8}) {
+          const std::string what = mode + " " + std::string(dtype_name(t)) + " " + page_layout_name(layout) + " " +
+                                   std::to_string(page_size);
+          const Problem p = test::paged_problem(t, layout, page_size);
+          if (!c.supports_paging(page_size, layout)) {
+            EXPECT_THROW(impl->forward(p), std::logic_error) << what;  // never sent
+            continue;
+          }
+          Problem dense = p;
+          dense.paged.reset();
+          const Outcome a = impl->forward(p), d = impl->forward(dense);
+          EXPECT_EQ(a.output.values(), d.output.values()) << what;
+          ASSERT_TRUE(a.weights && d.weights) << what;
+          EXPECT_EQ(a.weights->values(), d.weights->values()) << what;
+          if (t == DType::f64) {
+            EXPECT_LT(worst(a.output, ref->forward(p).output), 1e-13) << what;
+          }
+        }
+  }
+}
+
+// examples/python/numpy_paged.py (vLLM's token-major layout, read block by block) agrees with the reference.
+TEST(Exec, numpyPagedExampleAgreesWithTheReference) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_paged.py"));
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.paged && c.gqa && c.key_padding && c.window);
+  EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 8, 16, 32}));
+  EXPECT_EQ(c.page_layouts, 1u);
+  const auto ref = reference_implementation();
+  for (const Index page_size : {1, 8}) {
+    const Problem p = test::paged_problem(DType::f64, PageLayout::token_major, page_size);
+    const Outcome a = impl->forward(p), r = ref->forward(p);
+    EXPECT_LT(worst(a.output, r.output), 1e-13) << page_size;
+    ASSERT_TRUE(a.weights);
+    EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << page_size;
+  }
+  EXPECT_THROW(impl->forward(test::paged_problem(DType::f64, PageLayout::head_major, 8)), std::logic_error);
 }
 
 TEST(Exec, aVersion1ClientStillWorks) {
@@ -316,9 +397,11 @@ TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
     // u32 version, dtypes, alignments, flags, i64 max_T, then two strings: "reference" and its description.
     const std::size_t v1_size = 24 + 4 + reference_implementation()->name().size() + 4 +
                                 reference_implementation()->description().size();
-    // Version 3 appends u32 flags3, u32 regimes, i64 multiple, i64 max D, u32 0 head dims, u32 layouts, u32 0
-    // page sizes: 36 bytes for the reference, which declares none of them.
-    EXPECT_EQ(caps.size(), newest == 1 ? v1_size : newest == 2 ? v1_size + 8 : v1_size + 8 + 36);
+    // Version 3 appends u32 flags3, u32 regimes, i64 multiple, i64 max D, u32 0 head dims, u32 layouts, u32 m
+    // page sizes and m i64: 36 bytes and its page sizes for the reference, which declares no regime or head
+    // dimension but paged K and V.
+    const std::size_t v3_size = 36 + 8 * reference_implementation()->capabilities().page_sizes.size();
+    EXPECT_EQ(caps.size(), newest == 1 ? v1_size : newest == 2 ? v1_size + 8 : v1_size + 8 + v3_size);
     if (newest >= 2 && caps.size() >= v1_size + 8) {
       std::memcpy(&flags2, caps.data() + v1_size, 4);
       std::memcpy(&empty_rows, caps.data() + v1_size + 4, 4);
@@ -468,6 +551,77 @@ TEST(Serve, aForwardFrameWhoseShapeOverflowsTheElementCountIsAProtocolError) {
   for (int n = 0; n < 8; ++n) i64(std::int64_t{1} << 32);  // q and k [2^32,2^32,2^32,2^32]: 2^131 bytes each
   payload += std::string(64, '\0');
   EXPECT_EQ(serve_input(kHello + frame_bytes(4, payload.size(), payload)), 2);
+}
+
+// A paged forward frame written byte by byte as PROTOCOL.md lays it out ("Paged K and V"): one sequence of 3 keys
+// (D = 1, float64) in pages of 2, its table row {2, 0, -1} (the third entry junk), and NaN in every free slot.
+// serve() answers it as the reference answers the dense problem; a live entry outside the pool, or flag 512
+// without flag 4, is a protocol error (exit 2).
+std::string paged_frame(std::int32_t second_page, std::uint32_t flags) {
+  std::string payload;
+  const auto u32 = [&](std::uint32_t x) { payload.append(reinterpret_cast<const char*>(&x), 4); };
+  const auto i32 = [&](std::int32_t x) { payload.append(reinterpret_cast<const char*>(&x), 4); };
+  const auto i64 = [&](std::int64_t x) { payload.append(reinterpret_cast<const char*>(&x), 8); };
+  const auto f64 = [&](double x) { payload.append(reinterpret_cast<const char*>(&x), 8); };
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  u32(2), u32(1), u32(flags), u32(0), f64(0);  // float64, top-left, flags, reserved, scale (none)
+  for (const std::int64_t x : {1, 1, 2, 1}) i64(x);  // q [B=1, H=1, T_q=2, D=1]
+  for (const std::int64_t x : {1, 1, 3, 1}) i64(x);  // k [B=1, H_kv=1, T_k=3, D=1]
+  if (flags & 4u) i64(3);                             // the sequence's length
+  u32(1), u32(0), i64(2), i64(3), i64(3);             // token-major, reserved, page_size 2, 3 pages, 3 columns
+  i32(2), i32(second_page), i32(-1);                  // the table: keys 0, 1 in page 2, key 2 in page 0
+  f64(0.5), f64(-1.0);                                // q
+  for (const double x : {0.25, nan, nan, nan, 1.0, -2.0}) f64(x);  // K pool: page 0 {k2, free}, 1 free, 2 {k0, k1}
+  for (const double x : {3.0, nan, nan, nan, 1.0, 2.0}) f64(x);    // V pool, the same
+  return frame_bytes(4, payload.size(), payload);
+}
+
+TEST(Serve, aPagedForwardFrameAsProtocolMdLaysItOutIsAnswered) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  std::thread server([&] { attncheck::serve([] { return reference_implementation(); }, sv[1], sv[1]); });
+  const std::string hello = frame_bytes(1, 8, std::string("\x01\0\0\0\x03\0\0\0", 8));
+  const std::string request = hello + paged_frame(0, 0x204u | 2u) + frame_bytes(6, 0, "");  // 2: weights wanted
+  const auto read_frame = [&] {
+    char header[16];
+    EXPECT_EQ(::recv(sv[0], header, 16, MSG_WAITALL), 16);
+    std::uint64_t length = 0;
+    std::memcpy(&length, header + 8, 8);
+    std::string payload(length, '\0');
+    EXPECT_EQ(::recv(sv[0], payload.data(), length, MSG_WAITALL), ssize_t(length));
+    return payload;
+  };
+  ASSERT_EQ(::write(sv[0], request.data(), request.size()), ssize_t(request.size()));
+  read_frame();  // caps
+  const std::string result = read_frame();
+  server.join();
+  ::close(sv[0]);
+  ::close(sv[1]);
+  // i32 status 0, u32 flags 1 (weights follow), an empty message, [1,1,2,1] and 2 doubles, [1,1,2,3] and 6.
+  ASSERT_EQ(result.size(), 4 + 4 + 4 + 32 + 16 + 32 + 48u);
+  std::int32_t status = -1;
+  std::uint32_t flags = 0;
+  std::memcpy(&status, result.data(), 4);
+  std::memcpy(&flags, result.data() + 4, 4);
+  EXPECT_EQ(status, 0);
+  EXPECT_EQ(flags, 1u);
+  double out[2], w[6];
+  std::memcpy(out, result.data() + 12 + 32, 16);
+  std::memcpy(w, result.data() + 12 + 32 + 16 + 32, 48);
+  Problem dense;
+  dense.dtype = DType::f64;
+  dense.q = Tensor<double>(Shape{1, 1, 2, 1});
+  dense.k = Tensor<double>(Shape{1, 1, 3, 1});
+  dense.v = Tensor<double>(Shape{1, 1, 3, 1});
+  dense.q.values() << 0.5, -1.0;
+  dense.k.values() << 1.0, -2.0, 0.25;
+  dense.v.values() << 1.0, 2.0, 3.0;
+  const Outcome r = reference_implementation()->forward(dense);
+  EXPECT_EQ(out[0], r.output.values()[0]);
+  EXPECT_EQ(out[1], r.output.values()[1]);
+  for (int n = 0; n < 6; ++n) EXPECT_EQ(w[n], r.weights->values()[n]) << n;
+  EXPECT_EQ(serve_input(kHello + paged_frame(3, 0x204u)), 2);  // page 3 of a pool of 3
+  EXPECT_EQ(serve_input(kHello + paged_frame(0, 0x200u)), 2);  // no lengths
 }
 
 TEST(Exec, aCommandThatDoesNotStartIsASpecError) {

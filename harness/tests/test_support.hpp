@@ -31,4 +31,36 @@ inline Problem wave_problem(DType dtype, Index B, Index H, Index T_q, Index T_k,
   return p;
 }
 
+/// A forward problem with grouped-query heads (B 2, H 4, H_kv 2, T_q 3, T_k 5, D 2), bottom-right, key lengths
+/// {4, 3} and a window of 1, paged: pages of `page_size`, shuffled, two spare pages and a spare column, junk in
+/// every table entry past a sequence's pages and NaN in every free slot (a reader of either gets NaN or an
+/// out-of-range page). With page size 1, sequence 1 shares sequence 0's first two pages (its first two keys and
+/// values made equal to sequence 0's).
+inline Problem paged_problem(DType dtype, PageLayout layout, Index page_size) {
+  Problem p = wave_problem(dtype, 2, 4, 3, 5, 2);
+  p.k = wave({2, 2, 5, 2}, dtype, 0.2);
+  p.v = wave({2, 2, 5, 2}, dtype, 0.3);
+  p.alignment = CausalAlignment::BottomRight;
+  p.key_lengths = {4, 3};
+  p.window = 1;
+  PagedPlan plan;
+  plan.page_size = page_size;
+  plan.layout = layout;
+  plan.order = PagedPlan::Order::shuffled;
+  plan.shuffle_seed = 7;
+  plan.spare_pages = 2;
+  plan.spare_columns = 1;
+  plan.junk_entries = true;
+  plan.fill = PageFill::nan;
+  if (page_size == 1) {
+    plan.shared_pages = 2;
+    for (Tensor<double>* x : {&p.k, &p.v})
+      for (Index g = 0; g < 2; ++g)
+        for (Index j = 0; j < 2; ++j)
+          for (Index d = 0; d < 2; ++d) (*x)(1, g, j, d) = (*x)(0, g, j, d);
+  }
+  p.paged = plan;
+  return p;
+}
+
 }  // namespace attncheck::test

@@ -215,6 +215,12 @@ PagedKV Problem::paged_kv() const {
   pk.layout = plan.layout;
   pk.fill = plan.fill;
   if (plan.page_size <= 0) throw std::invalid_argument("paged: page size must be > 0, got " + std::to_string(plan.page_size));
+  if (!plan.block_table.empty()) {  // given explicitly (decoded from the wire): as it came
+    pk.num_pages = plan.num_pages;
+    pk.max_pages = plan.max_pages;
+    pk.block_table = plan.block_table;
+    return pk;
+  }
   const std::vector<Index> lengths = sequence_lengths();
   const Index B = Index(lengths.size()), ps = plan.page_size;
   // Pages each sequence shares with sequence 0 (full pages both have), then the pages it owns.

@@ -20,10 +20,10 @@
  *    determinism).
  * Every ABI-3 call field has a neutral value (noted at each) that attncheck sends to a plug-in that does not
  * declare the capability, so a plug-in reads only the fields of what it declares. This attncheck checks the
- * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi and
- * causal = 0 to a plug-in that declares them; the other capabilities are declared here so that plug-ins can be
- * written against one ABI, and attncheck sends calls that use them once it checks their laws (the README lists
- * which it checks). */
+ * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi,
+ * causal = 0 and paged K and V (in a declared page size and layout) to a plug-in that declares them; the other
+ * capabilities are declared here so that plug-ins can be written against one ABI, and attncheck sends calls that
+ * use them once it checks their laws (the README lists which it checks). */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
@@ -201,8 +201,12 @@ typedef struct attncheck_call {
    *  [B,H,T_q] doubles the caller owns; write every element (-inf for a row that sees no key and has no sink).
    *  Neutral: NULL. */
   struct attncheck_lse_out* lse;
-  /** Paged K and V, or NULL. When given, q is as always, k.data and v.data are NULL, k.shape and v.shape still
-   *  say [B,H_kv,T_k,D] (T_k the longest sequence) and key_lengths holds each sequence's length. Neutral: NULL. */
+  /** Paged K and V, or NULL (only a plug-in with ATTNCHECK_CAP3_PAGED gets one, in a page size and layout it
+   *  declares, and only in a forward call: a backward call is never paged). When given, q is as always, k.data
+   *  and v.data are NULL, k.shape and v.shape still say [B,H_kv,T_k,D] (T_k the call's key length, which the
+   *  alignment and the weights' shape use) and key_lengths is never NULL: it holds each sequence's length
+   *  (<= T_k; T_k each when the call has no padding), also for a plug-in without ATTNCHECK_CAP_KEY_LENGTHS.
+   *  Neutral: NULL. */
   const struct attncheck_paged_kv* paged;
 } attncheck_call;
 
@@ -240,7 +244,9 @@ typedef struct attncheck_dense_mask {
  *  slot t % page_size: element (t, g, d) of the K pool at k_pages.data + page*k_pages.strides[0] + ... in the
  *  order of the layout ([page, slot, head, d] token-major or [page, head, slot, d] head-major). Slots past a
  *  sequence's length, pages no table references, and table entries past ceil(len / page_size) hold anything
- *  (NaN, Inf, out-of-range page numbers) and must never be read. */
+ *  (NaN, Inf, out-of-range page numbers) and must never be read. Two sequences may share a page (a common
+ *  prefix), and the pages of a sequence need not be in order. attncheck passes pools at the call's dtype with
+ *  contiguous strides and block_table_stride = max_pages. */
 typedef struct attncheck_paged_kv {
   uint32_t layout;   /**< one ATTNCHECK_PAGED_* bit */
   uint32_t reserved; /**< 0 */
@@ -333,7 +339,9 @@ typedef struct attncheck_plugin_v3 {
   int64_t max_head_dim;
   const attncheck_head_dim* head_dims;
   size_t num_head_dims;
-  /** With ATTNCHECK_CAP3_PAGED: the page sizes accepted (num_page_sizes entries) and ATTNCHECK_PAGED_* bits. */
+  /** With ATTNCHECK_CAP3_PAGED: the page sizes accepted (num_page_sizes entries, each in [1, 2^20]) and
+   *  ATTNCHECK_PAGED_* bits; at least one of each (the loader refuses a table declaring PAGED without). attncheck
+   *  draws paged calls only in these. */
   const int64_t* page_sizes;
   size_t num_page_sizes;
   uint32_t page_layouts;

@@ -368,3 +368,78 @@ def test_version_3_modifier_declarations_reach_the_client(pytester):
     source = wrappers[0].read_text()
     for keyword in ("'lse': True", "'sinks': True", "'softcap': True", "'alibi': True", "'bidirectional': True"):
         assert keyword in source, source
+
+
+PAGED = '''
+import numpy as np
+
+
+def attend(q, k, v, scale, key_lengths):
+    """Causal attention (top-left), key padding, float64."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    seen = np.broadcast_to(np.tril(np.ones((T_q, T_k), dtype=bool)), (q.shape[0], T_q, T_k))
+    if key_lengths is not None:
+        seen = seen & (np.arange(T_k)[None, None, :] < key_lengths[:, None, None])
+    seen = seen[:, None]
+    with np.errstate(all="ignore"):
+        s = np.where(seen, s, -np.inf)
+        top = s.max(axis=-1, keepdims=True)
+        e = np.where(seen, np.exp(s - np.where(np.isfinite(top), top, 0)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
+
+
+def paged(q, k, v, scale=None, key_lengths=None, paged=None):
+    """Reads a paged call's K and V back through the block table."""
+    if paged is not None:
+        k, v = paged.gather()
+    return attend(q, k, v, scale, key_lengths)
+
+
+def in_order(q, k, v, scale=None, key_lengths=None, paged=None):
+    """The bug: takes sequence b's pages to be pages b * max_pages, b * max_pages + 1, ... of the pool, ignoring
+    the table."""
+    if paged is not None:
+        B, ps = q.shape[0], paged.page_size
+        dense = []
+        for pool in (paged.k_pages, paged.v_pages):
+            out = np.zeros((B, pool.shape[2], paged.T_k, pool.shape[3]))
+            for b in range(B):
+                for t in range(int(paged.seq_lens[b])):
+                    out[b, :, t] = pool[(b * paged.max_pages + t // ps) % paged.num_pages, t % ps]
+            dense.append(out)
+        k, v = dense
+    return attend(q, k, v, scale, key_lengths)
+'''
+
+PAGED_TESTS = '''
+from paged_attention import in_order, paged
+
+
+def test_paged(attncheck):
+    attncheck.check(paged, dtypes=("float64",), laws=("paged-dense", "poisoned-slots", "oracle-agreement"),
+                    paged=True, page_sizes=(1, 4), page_layouts=("token-major",))
+
+
+def test_in_order(attncheck):
+    attncheck.check(in_order, dtypes=("float64",), laws=("paged-dense",), paged=True, page_sizes=(1, 4),
+                    page_layouts=("token-major",))
+'''
+
+
+def test_paged_declarations_reach_the_client(pytester):
+    # paged=, page_sizes=, page_layouts= go through check() to serve(): the paged laws apply, and a function that
+    # reads the pools without the block table is falsified.
+    pytester.makepyfile(paged_attention=PAGED, test_paged=PAGED_TESTS)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "10", "-rP")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "attncheck: 1 law falsified by in_order" in text, text
+    assert re.search(r"paged-dense \(float64\): paged-dense: ", text), text
+    assert re.search(r"held: .*paged-dense", text), text
+    wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_paged-paged-*.py"))
+    assert len(wrappers) == 1, wrappers
+    source = wrappers[0].read_text()
+    for keyword in ("'paged': True", "'page_sizes': (1, 4)", "'page_layouts': ('token-major',)"):
+        assert keyword in source, source

@@ -37,6 +37,12 @@ struct PagedPlan {
   /// Prefix caching: sequences b >= 1 reference sequence 0's first shared_pages pages (as far as both have that
   /// many full pages) instead of private copies. Their dense keys and values there must equal sequence 0's.
   Index shared_pages = 0;
+  /// An explicit layout instead of a derived one (a paged call decoded from the exec: protocol, whose table came
+  /// as it is): when block_table is not empty, Problem::paged_kv() returns it, B·max_pages entries over num_pages
+  /// pages, with page_size, layout and fill above; order, spare pages and columns, junk entries and shared pages
+  /// are then ignored. Empty (every plan the generators draw): the table is derived.
+  std::vector<std::int32_t> block_table{};
+  Index num_pages = 0, max_pages = 0;
   friend bool operator==(const PagedPlan&, const PagedPlan&) = default;
 };
 

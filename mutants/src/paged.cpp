@@ -17,21 +17,38 @@
 namespace attncheck::zoo {
 namespace {
 
-/// The one mistake a paged kernel makes.
+/// The one mistake a paged kernel makes, and where such a mistake comes from.
 enum class PageBug {
-  tail_additive,       ///< the last page read in full; slots past the length masked by adding -inf
-  length_from_pages,   ///< the key count taken as pages·page_size: the last page's free slots are keys
-  stride_pages_used,   ///< the table's row stride taken as the most pages any sequence uses, not its width
-  table_transposed,    ///< the table's two strides swapped: entry (b, i) read at i·B + b
-  assumes_page_16,     ///< the long path (more than 16 keys walked) compiled for pages of 16 only
-  layout_ignored,      ///< a head-major pool addressed as token-major
-  boundary_prev_page,  ///< page (t - 1) / page_size, slot t % page_size: at a page boundary the previous page
-  ignores_table,       ///< page b·max_pages + i: the table never read (a contiguous cache assumed)
-  entry_past_last,     ///< floor(len / page_size) + 1 pages walked: one table entry past the last page read
-  capacity_as_length,  ///< the table's capacity max_pages·page_size taken as the sequence's length
-  wipes_full_page,     ///< after attending, zeroes its last page "from slot len % page_size": a full page whole
-  head_stride_d,       ///< a head-major pool's kv-head stride taken as D, not page_size·D
-  gqa_head_unmapped,   ///< the paged path indexes the pool with the query head, not its kv head
+  /// The last page loaded whole (a page is the unit of a load) and the slots past the length masked like padding,
+  /// by adding -inf: free slots hold NaN in vLLM, so NaN - inf and 0·NaN reach the output.
+  tail_additive,
+  /// The key count taken as pages·page_size, the tokens the pages hold, as if every page were full.
+  length_from_pages,
+  /// The block table's row stride taken from the batch (max_num_blocks_per_seq computed from the lengths)
+  /// instead of the width of the table the engine allocated.
+  stride_pages_used,
+  /// The table's two strides swapped (a Triton kernel called with stride(1), stride(0)).
+  table_transposed,
+  /// A long path (more than 16 keys walked) instantiated for vLLM's default block size 16 alone, reached by
+  /// every page size (a dispatch switch whose default case falls back to it).
+  assumes_page_16,
+  /// The layout flag dropped on the way to the kernel: a head-major (FlashInfer HND) pool read as token-major.
+  layout_ignored,
+  /// Positions taken as 1-based in the page lookup only: page (t - 1) / page_size, slot t % page_size.
+  boundary_prev_page,
+  /// The block table never read: page b·max_pages + i, the layout of the contiguous cache paging replaced.
+  ignores_table,
+  /// Pages walked counted as len / page_size + 1 instead of ceil(len / page_size): one entry too many.
+  entry_past_last,
+  /// The KV length taken as the table's capacity max_pages·page_size (the max_seq_len the engine allocated).
+  capacity_as_length,
+  /// After attending, the free tail of the last page zeroed "from slot len % page_size" so the next step may read
+  /// pages whole: a full last page (len % page_size = 0) is zeroed whole, under any sequence that shares it.
+  wipes_full_page,
+  /// A head-major pool's kv-head stride taken as D (the token-major one) instead of page_size·D.
+  head_stride_d,
+  /// The paged path, written for multi-head attention, indexes the pool with the query head, not its kv head.
+  gqa_head_unmapped,
 };
 
 [[noreturn]] void segfault(const std::string& what) {

@@ -51,6 +51,10 @@ struct MinimalK {
   bool explicit_scale = false;    ///< the minimal case passes a scale (for a bug only a scale other than 1 shows)
   /// The score modifiers the minimal case sets (a softcap, ALiBi slopes, sinks), for bugs only they show.
   bool softcap = false, alibi = false, sinks = false;
+  /// For a paged kernel's bug that only some page sizes or one layout show: the minimal case's page size and
+  /// layout (empty: not asserted; a paged mutant's minimal case is always paged, its dense path being right).
+  std::optional<Index> page_size{};
+  std::optional<PageLayout> layout{};
 };
 constexpr CausalAlignment kBR = CausalAlignment::BottomRight;
 const std::map<std::string, MinimalK> kMinimalK = {
@@ -126,6 +130,21 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:grad-sink-sign", {.T_k = 1, .sinks = true}},
     {"mutant:grad-sink-missing", {.T_k = 1, .sinks = true}},
     {"mutant:grad-lse-without-sink", {.T_k = 1, .sinks = true}},
+    // Paged K and V (src/paged.cpp): the block table, pages, slots and strides.
+    {"mutant:paged-tail-additive", {.T_k = 1}},
+    {"mutant:paged-length-from-pages", {.T_k = 2, .alignment = kBR, .key_lengths = std::vector<Index>{1}}},
+    {"mutant:paged-table-stride-pages-used", {.T_k = 1}},
+    {"mutant:paged-table-transposed", {.T_k = 1}},
+    {"mutant:paged-assumes-page-16", {.T_k = 17, .alignment = kBR}},
+    {"mutant:paged-layout-ignored", {.T_k = 1, .layout = PageLayout::head_major}},
+    {"mutant:paged-boundary-previous-page", {.T_k = 1, .page_size = 1}},
+    {"mutant:paged-ignores-table", {.T_k = 1}},
+    // A sequence of length 0 has a -1 entry too: as small a case, with key padding.
+    {"mutant:paged-entry-past-last", {.T_k = 1, .key_lengths = std::nullopt}},
+    {"mutant:paged-capacity-as-length", {.T_k = 1}},
+    {"mutant:paged-wipes-full-page", {.T_k = 1, .page_size = 1}},
+    {"mutant:paged-head-stride-d", {.T_k = 1}},
+    {"mutant:paged-gqa-head-unmapped", {.T_k = 1, .H_kv = 1}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -171,13 +190,19 @@ std::string case_line(const LawResult& r) {
   };
   list("ALiBi slopes", p.alibi_slopes);
   list("sinks", p.sinks);
+  if (p.paged) {
+    const PagedKV pk = p.paged_kv();
+    extra += ", pages of " + std::to_string(pk.page_size) + " (" + page_layout_name(pk.layout) + ", " +
+             std::to_string(pk.num_pages) + " pages, table width " + std::to_string(pk.max_pages) + ", " +
+             page_order_name(p.paged->order) + ", free slots " + page_fill_name(pk.fill) + ")";
+  }
   return r.law + ": q " + to_string(p.q.shape()) + ", k " + to_string(p.k.shape()) +
          (p.alignment == CausalAlignment::TopLeft ? ", top-left" : ", bottom-right") + extra +
          " (RC_PARAMS=\"reproduce=" + r.reproduce + "\"): " + (r.violation ? r.violation->message : "");
 }
 
 // Empty when r's counterexample is m's minimal case (q's shape, T_k, the alignment when T_q != T_k, the kv heads,
-// the key lengths where asserted, the window, the explicit scale, the score modifiers); otherwise what differs. The counterexample is the call reported
+// the key lengths where asserted, the window, the explicit scale, the score modifiers, the page size and layout where asserted); otherwise what differs. The counterexample is the call reported
 // as failing: a derived call (a decode step, a chunk) when the law found the failure through one.
 std::string not_minimal(const Mutant& m, const LawResult& r) {
   const Problem& p = failing_problem(r);
@@ -194,6 +219,16 @@ std::string not_minimal(const Mutant& m, const LawResult& r) {
   if (p.softcap.has_value() != want.softcap) why += p.softcap ? "a softcap; " : "no softcap; ";
   if (p.alibi_slopes.empty() == want.alibi) why += want.alibi ? "no ALiBi; " : "ALiBi slopes; ";
   if (p.sinks.empty() == want.sinks) why += want.sinks ? "no sinks; " : "sinks; ";
+  // A paged law that compares two layouts of one problem (page-size, poisoned-slots, ...) reports the problem;
+  // either it or its variant may be the layout that shows the bug.
+  const auto shown = [&](auto pred) {
+    const std::optional<Problem>& other = r.minimal_case->variant;
+    return (p.paged && pred(*p.paged)) || (other && other->paged && pred(*other->paged));
+  };
+  if (want.page_size && !shown([&](const PagedPlan& plan) { return plan.page_size == *want.page_size; }))
+    why += "not pages of " + std::to_string(*want.page_size) + "; ";
+  if (want.layout && !shown([&](const PagedPlan& plan) { return plan.layout == *want.layout; }))
+    why += "not " + page_layout_name(*want.layout) + "; ";
   return why;
 }
 

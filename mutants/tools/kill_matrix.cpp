@@ -77,6 +77,13 @@ std::string problem_line(const Problem& p) {
   };
   list("ALiBi slopes", p.alibi_slopes);
   list("sinks", p.sinks);
+  if (p.paged) {  // where K and V sit: a paged kernel's bug is in that arithmetic
+    const PagedKV pk = p.paged_kv();
+    s += ", pages of " + std::to_string(pk.page_size) + " (" + page_layout_name(pk.layout) + ", " +
+         page_order_name(p.paged->order) + ", " + std::to_string(pk.num_pages) + " pages, table width " +
+         std::to_string(pk.max_pages) + (p.paged->junk_entries ? ", junk entries" : "") + ", free slots " +
+         page_fill_name(pk.fill) + ")";
+  }
   if (p.d_output) s += ", dO = " + values(*p.d_output);
   return s;
 }

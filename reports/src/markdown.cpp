@@ -13,7 +13,7 @@ std::string paged_lines(const Problem& p) {
   const PagedPlan& pl = *p.paged;
   const PagedKV pk = p.paged_kv();
   std::string md = "paged K and V: pages of " + std::to_string(pl.page_size) + ", " + page_layout_name(pl.layout) +
-                   ", " + std::to_string(pk.num_pages) + " pages in the pool (" + page_order_name(pl.order) +
+                   ", " + std::to_string(pk.num_pages) + (pk.num_pages == 1 ? " page" : " pages") + " in the pool (" + page_order_name(pl.order) +
                    " order" + (pl.spare_pages ? ", " + std::to_string(pl.spare_pages) + " spare" : std::string()) +
                    "), slots no key occupies hold " + page_fill_name(pl.fill) +
                    (pl.shared_pages ? ", sequences b ≥ 1 share sequence 0's first " + std::to_string(pl.shared_pages) +

@@ -29,7 +29,8 @@ std::string describe_plan(const Problem& p) {
   const PagedPlan& plan = *p.paged;
   const PagedKV pk = p.paged_kv();
   std::string s = "pages of " + std::to_string(plan.page_size) + " (" + page_layout_name(plan.layout) + ", " +
-                  page_order_name(plan.order) + ", " + std::to_string(pk.num_pages) + " pages, table width " +
+                  page_order_name(plan.order) + ", " + std::to_string(pk.num_pages) +
+                  (pk.num_pages == 1 ? " page" : " pages") + ", table width " +
                   std::to_string(pk.max_pages);
   if (plan.spare_pages) s += ", " + std::to_string(plan.spare_pages) + " spare";
   if (plan.junk_entries) s += ", junk entries";

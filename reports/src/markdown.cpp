@@ -19,7 +19,7 @@ std::string paged_lines(const Problem& p) {
                    (pl.shared_pages ? ", sequences b ≥ 1 share sequence 0's first " + std::to_string(pl.shared_pages) +
                                           " pages"
                                     : std::string()) +
-                   "; block table (" + std::to_string(pk.max_pages) + " columns" +
+                   "; block table (" + std::to_string(pk.max_pages) + (pk.max_pages == 1 ? " column" : " columns") +
                    (pl.junk_entries ? ", junk past each sequence's pages" : "") + "):\n\n";
   const Index B = Index(pk.block_table.size()) / std::max<Index>(pk.max_pages, 1);
   for (Index b = 0; b < B; ++b) {

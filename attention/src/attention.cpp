@@ -178,22 +178,6 @@ void check_modifiers(const char* who, const AttentionOptions& o, Index H) {
   per_head(o.sinks, "sinks", true);
 }
 
-void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k) {
-  if (!o.key_lengths.empty()) {
-    if (Index(o.key_lengths.size()) != B)
-      throw ShapeError(std::string(who) + ": key_lengths has " + std::to_string(o.key_lengths.size()) +
-                       " entries but B = " + std::to_string(B) + " (one length per batch entry)");
-    for (std::size_t b = 0; b < o.key_lengths.size(); ++b)
-      if (o.key_lengths[b] < 0 || o.key_lengths[b] > T_k)
-        throw ValueError(std::string(who) + ": key_lengths[" + std::to_string(b) + "] = " +
-                         std::to_string(o.key_lengths[b]) + " is outside [0, T_k = " + std::to_string(T_k) + "]");
-  }
-  if (o.window && *o.window < 0)
-    throw ValueError(std::string(who) + ": window must be >= 0 (0: a query sees only its own position), got " +
-                     std::to_string(*o.window));
-  check_modifiers(who, o, H);
-}
-
 // `mask_of(b)` is the mask of batch entry b (one mask for all when nothing varies per entry).
 template <class S, class MaskOf>
 Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, MaskOf&& mask_of,
@@ -231,9 +215,10 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 
 // An explicit mask is the whole rule: padding and windows belong in it.
 void require_no_rule_options(const AttentionOptions& opts) {
-  if (!opts.key_lengths.empty() || opts.window)
-    throw ValueError("attention: key_lengths and window apply to the causal path; with an explicit mask, fold "
-                     "them into the mask");
+  if (!opts.key_lengths.empty() || opts.window || opts.window_right || opts.prefix_length != 0 ||
+      opts.chunk_size != 0 || !opts.doc_bounds.empty())
+    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size and doc_bounds apply to the causal "
+                     "path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
   if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty())
@@ -241,6 +226,42 @@ void require_no_rule_options(const AttentionOptions& opts) {
 }
 
 }  // namespace
+
+void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k) {
+  if (!o.key_lengths.empty()) {
+    if (Index(o.key_lengths.size()) != B)
+      throw ShapeError(std::string(who) + ": key_lengths has " + std::to_string(o.key_lengths.size()) +
+                       " entries but B = " + std::to_string(B) + " (one length per batch entry)");
+    for (std::size_t b = 0; b < o.key_lengths.size(); ++b)
+      if (o.key_lengths[b] < 0 || o.key_lengths[b] > T_k)
+        throw ValueError(std::string(who) + ": key_lengths[" + std::to_string(b) + "] = " +
+                         std::to_string(o.key_lengths[b]) + " is outside [0, T_k = " + std::to_string(T_k) + "]");
+  }
+  if (o.window && *o.window < 0)
+    throw ValueError(std::string(who) + ": window must be >= 0 (0: a query sees only its own position), got " +
+                     std::to_string(*o.window));
+  if (o.prefix_length < 0)
+    throw ValueError(std::string(who) + ": prefix_length must be >= 0 (0: no prefix), got " +
+                     std::to_string(o.prefix_length));
+  if (o.window_right && *o.window_right < 0)
+    throw ValueError(std::string(who) + ": window_right must be >= 0 (0: a query sees no key after its own), got " +
+                     std::to_string(*o.window_right));
+  if (o.chunk_size < 0)
+    throw ValueError(std::string(who) + ": chunk_size must be >= 0 (0: no chunks), got " + std::to_string(o.chunk_size));
+  if (!o.doc_bounds.empty()) {
+    if (Index(o.doc_bounds.size()) != B)
+      throw ShapeError(std::string(who) + ": doc_bounds has " + std::to_string(o.doc_bounds.size()) +
+                       " lists but B = " + std::to_string(B) + " (one list of document bounds per batch entry)");
+    for (std::size_t b = 0; b < o.doc_bounds.size(); ++b)
+      for (std::size_t d = 0; d < o.doc_bounds[b].size(); ++d)
+        if (o.doc_bounds[b][d] < 0 || (d > 0 && o.doc_bounds[b][d] < o.doc_bounds[b][d - 1]))
+          throw ValueError(std::string(who) + ": doc_bounds[" + std::to_string(b) + "][" + std::to_string(d) +
+                           "] = " + std::to_string(o.doc_bounds[b][d]) +
+                           (o.doc_bounds[b][d] < 0 ? " is negative" : " is below the bound before it") +
+                           " (bounds are non-decreasing key positions)");
+  }
+  check_modifiers(who, o, H);
+}
 
 double resolve_scale(const std::optional<double>& scale, Index D, const char* who) {
   if (!scale) return 1.0 / std::sqrt(static_cast<double>(D));
@@ -296,8 +317,16 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
 }
 
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k) {
-  Visibility vis{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment, .window = opts.window, .causal = opts.causal};
+  Visibility vis{.T_q = T_q,
+                 .T_k = T_k,
+                 .alignment = opts.alignment,
+                 .window = opts.window,
+                 .causal = opts.causal,
+                 .prefix = opts.prefix_length,
+                 .window_right = opts.window_right,
+                 .chunk = opts.chunk_size};
   if (!opts.key_lengths.empty()) vis.key_length = opts.key_lengths.at(std::size_t(b));
+  if (!opts.doc_bounds.empty()) vis.doc_bounds = &opts.doc_bounds.at(std::size_t(b));
   return vis;
 }
 
@@ -340,7 +369,7 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
         }
     return out;
   }
-  if (opts.key_lengths.empty()) {  // one mask for every batch entry
+  if (opts.key_lengths.empty() && opts.doc_bounds.empty()) {  // one mask for every batch entry
     const BoolMask mask = BoolMask::of(visibility(opts, 0, T_q, T_k));
     return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights, lse);
   }

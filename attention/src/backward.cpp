@@ -62,17 +62,7 @@ void check_shapes(const char* who, const Shape& q, const Shape& k, const Shape& 
   if (k.B != q.B || k.D != q.D || k.H < 1 || q.H % k.H != 0)
     fail("k is " + to_string(k) + " but q is " + to_string(q) + " (B and D must agree and H_kv divide H)");
   if (v != k) fail("v is " + to_string(v) + " but k is " + to_string(k) + " (V has K's shape)");
-  if (!opts.key_lengths.empty() && Index(opts.key_lengths.size()) != q.B)
-    fail("key_lengths has " + std::to_string(opts.key_lengths.size()) + " entries but B = " + std::to_string(q.B));
-  for (const Index len : opts.key_lengths)
-    if (len < 0 || len > k.T)
-      throw ValueError(std::string(who) + ": a key length is " + std::to_string(len) + ", outside [0, T_k = " +
-                       std::to_string(k.T) + "]");
-  if (opts.window && *opts.window < 0)
-    throw ValueError(std::string(who) + ": window must be >= 0, got " + std::to_string(*opts.window));
-  for (const auto& [x, name] : {std::pair{&opts.alibi_slopes, "alibi_slopes"}, std::pair{&opts.sinks, "sinks"}})
-    if (!x->empty() && Index(x->size()) != q.H)
-      fail(std::string(name) + " has " + std::to_string(x->size()) + " entries but H = " + std::to_string(q.H));
+  check_options(who, opts, q.B, q.H, k.T);  // padding, windows, documents, modifiers
 }
 
 }  // namespace

@@ -14,12 +14,52 @@ Index Visibility::position(Index i) const {
   return alignment == CausalAlignment::TopLeft ? i : i + T_k - T_q;
 }
 
+Index document_of(const std::vector<Index>& bounds, Index j) {
+  return Index(std::upper_bound(bounds.begin(), bounds.end(), j) - bounds.begin());
+}
+
+namespace {
+Index floor_div(Index a, Index b) { return a / b - ((a % b != 0) && ((a < 0) != (b < 0)) ? 1 : 0); }
+}  // namespace
+
+Index Visibility::key_document(Index j) const { return doc_bounds ? document_of(*doc_bounds, j) : 0; }
+
+Index Visibility::query_document(Index i) const {
+  return key_document(std::clamp<Index>(position(i), 0, std::max<Index>(T_k - 1, 0)));
+}
+
 KeyRange Visibility::keys(Index i) const {
   const Index p = position(i);
-  Index end = causal ? std::min(p + 1, T_k) : T_k;
+  Index end = T_k;
+  if (causal) end = std::min(end, std::max(p + 1, prefix));
   if (key_length >= 0) end = std::min(end, key_length);
-  const Index begin = window ? std::max<Index>(0, p - *window) : 0;
+  // p + wr + 1 without overflow: a right window past T_k cuts nothing.
+  if (window_right && *window_right < T_k - p) end = std::min(end, p + *window_right + 1);
+  Index begin = window && *window < T_k + std::max<Index>(p, 0) ? std::max<Index>(0, p - *window) : 0;
+  if (chunk > 0) {
+    const Index c0 = floor_div(p, chunk) * chunk;
+    begin = std::max(begin, c0);
+    if (c0 < T_k && chunk < T_k - c0) end = std::min(end, c0 + chunk);
+  }
+  if (doc_bounds) {
+    const Index d = query_document(i);
+    begin = std::max(begin, d == 0 ? Index{0} : (*doc_bounds)[std::size_t(d - 1)]);
+    if (d < Index(doc_bounds->size())) end = std::min(end, (*doc_bounds)[std::size_t(d)]);
+  }
+  begin = std::clamp<Index>(begin, 0, T_k);
   return {begin, std::max(begin, end)};
+}
+
+std::string Visibility::hidden_by(Index i, Index j) const {
+  if (visible(i, j)) return {};
+  const Index p = position(i);
+  if (causal && j > p && j >= prefix) return "causal";
+  if (key_length >= 0 && j >= key_length) return "padding";
+  if (window && j < p - *window) return "window";
+  if (window_right && j > p + *window_right) return "right window";
+  if (chunk > 0 && floor_div(j, chunk) != floor_div(p, chunk)) return "chunk";
+  if (doc_bounds && key_document(j) != query_document(i)) return "document";
+  return "out of range";
 }
 
 BoolMask::BoolMask(Array visible) : visible_(std::move(visible)) {

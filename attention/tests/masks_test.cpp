@@ -1,6 +1,7 @@
 // Causal alignment for T_q != T_k, empty rows, and boolean vs additive masks.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -209,6 +210,106 @@ TEST(KeyPadding, paddedKeysNeverReachAnOutput) {
   attention(q, k, v, AttentionOptions{.key_lengths = {T, 3}}, &weights);
   for (Index i = 0; i < T; ++i)
     for (Index j = 3; j < T; ++j) EXPECT_EQ(weights(1, 0, i, j), 0.0) << i << "," << j;
+}
+
+}  // namespace
+}  // namespace attncheck
+
+namespace attncheck {
+namespace {
+
+// Issue 24's families, cell by cell from their definitions (plugin.h's words), independent of Visibility::keys.
+bool visible_by_definition(const Visibility& v, Index i, Index j) {
+  const Index p = v.position(i);
+  const auto fdiv = [](Index a, Index b) { return Index(std::floor(double(a) / double(b))); };
+  bool ok = true;
+  if (v.causal) ok = ok && (j <= p || j < v.prefix);
+  if (v.key_length >= 0) ok = ok && j < v.key_length;
+  if (v.window) ok = ok && j >= p - *v.window;
+  if (v.window_right) ok = ok && j <= p + *v.window_right;
+  if (v.chunk > 0) ok = ok && fdiv(j, v.chunk) == fdiv(p, v.chunk);
+  if (v.doc_bounds) {
+    // The document of a key position: how many bounds are at or before it.
+    const auto doc = [&](Index t) {
+      Index d = 0;
+      for (const Index bound : *v.doc_bounds) d += bound <= t ? 1 : 0;
+      return d;
+    };
+    ok = ok && doc(j) == doc(std::clamp<Index>(p, 0, v.T_k - 1));
+  }
+  return ok;
+}
+
+TEST(Visibility, everyFamilyTogetherIsOneRunThatMatchesItsDefinition) {
+  // Every combination of the families over small grids, both alignments, T_q above, at and below T_k.
+  int checked = 0;
+  const std::vector<std::vector<Index>> documents{{}, {2}, {0, 3}, {3, 3, 5}, {1, 2, 4, 9}};
+  for (const Index T_q : {1, 3, 6})
+    for (const Index T_k : {1, 4, 6})
+      for (const auto a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight})
+        for (const bool causal : {true, false})
+          for (const Index prefix : {0, 2, 7})
+            for (const Index chunk : {0, 1, 2, 4})
+              for (const auto& bounds : documents)
+                for (const int windows : {0, 1, 2, 3}) {
+                  Visibility v{.T_q = T_q, .T_k = T_k, .alignment = a, .causal = causal, .prefix = prefix, .chunk = chunk};
+                  if (windows & 1) v.window = 1;
+                  if (windows & 2) v.window_right = causal ? 0 : 2;
+                  if (!bounds.empty()) v.doc_bounds = &bounds;
+                  v.key_length = (T_q + prefix + chunk) % 3 == 0 ? T_k - 1 : -1;
+                  Index last_begin = 0, last_end = 0;
+                  for (Index i = 0; i < T_q; ++i) {
+                    const KeyRange r = v.keys(i);
+                    for (Index j = 0; j < T_k; ++j) {
+                      ASSERT_EQ(r.contains(j), visible_by_definition(v, i, j))
+                          << "query " << i << " key " << j << " T_q " << T_q << " T_k " << T_k << " causal " << causal
+                          << " prefix " << prefix << " chunk " << chunk << " windows " << windows << " docs "
+                          << bounds.size();
+                      ASSERT_EQ(v.hidden_by(i, j).empty(), r.contains(j));
+                    }
+                    // The streamed forward relies on both ends never moving left.
+                    if (!r.empty()) {
+                      EXPECT_GE(r.begin, last_begin);
+                      EXPECT_GE(r.end, last_end);
+                      last_begin = r.begin;
+                      last_end = r.end;
+                    }
+                    ++checked;
+                  }
+                }
+  EXPECT_GT(checked, 10000);
+}
+
+TEST(Visibility, documentsOfAPackedRowAreCausalInsideEachDocument) {
+  // Keys 0-1 are document 0, 2-4 document 1: query 3 sees keys 2 and 3, query 1 sees 0 and 1.
+  const std::vector<Index> bounds{2};
+  const Visibility v{.T_q = 5, .T_k = 5, .doc_bounds = &bounds};
+  EXPECT_EQ(v.keys(3).begin, 2);
+  EXPECT_EQ(v.keys(3).end, 4);
+  EXPECT_EQ(v.keys(1).begin, 0);
+  EXPECT_EQ(v.keys(1).end, 2);
+  EXPECT_EQ(v.hidden_by(3, 1), "document");
+  EXPECT_EQ(v.hidden_by(3, 4), "causal");
+}
+
+TEST(Options, masksBeyondCausalAreValidatedNamingWhatCame) {
+  Tensor<float> q({2, 1, 3, 2}), k({2, 1, 3, 2});
+  q.values().setOnes();
+  k.values().setOnes();
+  const auto message = [&](AttentionOptions o) {
+    try {
+      attention(q, k, k, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_NE(message({.doc_bounds = {{1}}}).find("doc_bounds has 1 lists but B = 2"), std::string::npos);
+  EXPECT_NE(message({.doc_bounds = {{2, 1}, {}}}).find("doc_bounds[0][1] = 1 is below the bound before it"),
+            std::string::npos);
+  EXPECT_NE(message({.chunk_size = -1}).find("chunk_size must be >= 0"), std::string::npos);
+  EXPECT_NE(message({.prefix_length = -2}).find("prefix_length must be >= 0"), std::string::npos);
+  EXPECT_NE(message({.window_right = -1}).find("window_right must be >= 0"), std::string::npos);
 }
 
 }  // namespace

@@ -291,6 +291,55 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       add(l);
     }
   }
+  // Masks beyond causal: each toward none (unless the law requires it), then toward its simplest value; the
+  // documents lose one bound at a time (two documents merge), for batch entries still in the case.
+  if (!s.doc_coords.empty()) {
+    CaseShape c = s;
+    c.doc_coords.clear();
+    if (!opts.require_documents) add(c);
+    for (const Index b : s.b_ids)
+      for (std::size_t d = 0; d < s.doc_coords[std::size_t(b)].size(); ++d) {
+        CaseShape m = s;
+        auto& bounds = m.doc_coords[std::size_t(b)];
+        bounds.erase(bounds.begin() + std::ptrdiff_t(d));
+        add(m);
+      }
+  }
+  if (s.chunk > 0) {
+    CaseShape c = s;
+    c.chunk = 0;
+    if (!opts.require_chunks) add(c);
+    for (const Index w : towards_one(s.chunk)) {
+      CaseShape l = s;
+      l.chunk = w;
+      add(l);
+    }
+  }
+  if (s.prefix > 0) {
+    CaseShape c = s;
+    c.prefix = 0;
+    if (!opts.require_prefix) add(c);
+    for (const Index w : towards_one(s.prefix)) {
+      CaseShape l = s;
+      l.prefix = w;
+      add(l);
+    }
+  }
+  if (s.window_right) {
+    CaseShape c = s;
+    c.window_right.reset();
+    if (!opts.require_right_window) add(c);
+    for (const Index w : towards_one(*s.window_right + 1)) {  // toward 0
+      CaseShape l = s;
+      l.window_right = w - 1;
+      add(l);
+    }
+  }
+  if (s.bidirectional && !opts.require_bidirectional) {
+    CaseShape c = s;
+    c.bidirectional = false;
+    add(c);
+  }
   if (s.alignment != kDefaultAlignment && caps.supports(kDefaultAlignment)) {
     CaseShape c = s;
     c.alignment = kDefaultAlignment;
@@ -340,6 +389,9 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   const bool cross = opts.allow_cross_lengths && cfg.caps.cross_lengths;
   const bool gqa = opts.allow_gqa && cfg.caps.gqa, padding = opts.allow_padding && cfg.caps.key_padding,
              window = opts.allow_window && cfg.caps.window;
+  const bool docs = opts.allow_documents && cfg.caps.documents, chunks = opts.allow_chunks && cfg.caps.chunked_local,
+             prefix = opts.allow_prefix && cfg.caps.prefix, right_window = opts.allow_right_window && cfg.caps.right_window,
+             bidirectional = opts.allow_bidirectional && cfg.caps.bidirectional;
   const Capabilities caps = cfg.caps;
   const Index max_B = cfg.max_B, max_H_kv = cfg.max_H_kv;
   const auto pinned = cfg.shape;
@@ -460,6 +512,71 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
         std::swap(s.T_q, s.T_k);
       else
         s.T_k = s.T_q;
+    }
+    // Masks beyond causal, drawn last (so every earlier draw stays as it was) and only for an implementation
+    // that declares them.
+    const Index T = std::max(s.T_q, s.T_k);
+    if (docs) {
+      // Half the cases packed: each batch entry 0-4 bounds, each anywhere in [0, T_k], at a tile edge (16m,
+      // 16m ± 1, 2^k ± 1: where a kernel's tile meets a document boundary) or one of 0, 1, T_k - 1, T_k, or the
+      // bound before it again (an empty document). Draws are unconditional (a fixed count per entry).
+      const bool packed = *rc::gen::arbitrary<bool>();
+      const std::vector<Index> edges_k = tile_edge_lengths(1, std::max<Index>(s.T_k, 1));
+      std::vector<std::vector<Index>> coords;
+      for (Index b = 0; b < std::max(max_B, s.B); ++b) {
+        const Index n = *rc::gen::inRange<Index>(0, 5);
+        std::vector<Index> bounds;
+        for (Index d = 0; d < 4; ++d) {
+          const int kind = *weighted_choice<int>({{2, 0}, {2, 1}, {1, 2}, {1, 3}});
+          const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+          if (d >= n) continue;
+          const Index ends[] = {0, 1, s.T_k - 1, s.T_k};
+          bounds.push_back(kind == 0   ? pick % (s.T_k + 1)
+                           : kind == 1 ? edges_k[std::size_t(pick) % edges_k.size()]
+                           : kind == 2 ? (bounds.empty() ? 0 : bounds.back())
+                                       : std::max<Index>(0, ends[pick % 4]));
+        }
+        std::sort(bounds.begin(), bounds.end());
+        coords.push_back(std::move(bounds));
+      }
+      if (packed || opts.require_documents) s.doc_coords = std::move(coords);
+    }
+    if (chunks) {
+      // A quarter of the cases chunked: 1 (a query sees only itself), 2, a tile (16, 32, 64), a tile ± 1, at or
+      // past T (one chunk: must equal no chunking), or anything in [1, T].
+      const bool chunked = *weighted_choice<bool>({{3, false}, {1, true}});
+      const int kind = *rc::gen::inRange(0, 6);
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      const Index tiles[] = {16, 32, 64};
+      const Index size = kind == 0 ? 1 : kind == 1 ? 2 : kind == 2 ? tiles[pick % 3]
+                         : kind == 3 ? tiles[pick % 3] + (pick / 3 % 2 ? 1 : -1)
+                         : kind == 4 ? T + Index(pick % 3) : 1 + Index(pick % std::max<Index>(T, 1));
+      if (chunked || opts.require_chunks) s.chunk = size;
+    }
+    if (bidirectional) {
+      // A quarter of the cases without the causal rule (an encoder).
+      const bool none = *weighted_choice<bool>({{3, false}, {1, true}});
+      if (none || opts.require_bidirectional) s.bidirectional = true;
+    }
+    if (prefix) {
+      // A quarter of the cases with a bidirectional prefix: 1, a tile edge, T (everything bidirectional), or
+      // anything in [1, T]. Meaningless without the causal rule, so not drawn then.
+      const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
+      const int kind = *rc::gen::inRange(0, 4);
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      const std::vector<Index> edges_t = tile_edge_lengths(1, std::max<Index>(T, 1));
+      const Index size = kind == 0 ? 1 : kind == 1 ? edges_t[std::size_t(pick) % edges_t.size()]
+                         : kind == 2 ? T : 1 + Index(pick % std::max<Index>(T, 1));
+      if ((with || opts.require_prefix) && !s.bidirectional) s.prefix = size;
+    }
+    if (right_window) {
+      // A quarter of the cases with a right window (with the causal rule it changes nothing but the prefix's
+      // reach): 0, 1, at or past T, or anything up to there.
+      const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
+      const int kind = *rc::gen::inRange(0, 4);
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      if (with || opts.require_right_window)
+        s.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
     }
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);
@@ -677,6 +794,19 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (p.window) {
     const Index w = *p.window, T_max = std::max(T, p.k.shape().T);
     tags.push_back(w == 0 ? "window=0" : w == 1 ? "window=1" : w >= T_max ? "window>=T" : "window=2..T-1");
+  }
+  if (!p.causal) tags.push_back("bidirectional");
+  if (p.prefix_length > 0) tags.push_back(p.prefix_length >= T ? "prefix>=T" : "prefix");
+  if (p.window_right) tags.push_back("window-right");
+  if (p.chunk_size > 0) tags.push_back(p.chunk_size >= std::max(T, p.k.shape().T) ? "chunk>=T" : "chunked");
+  if (!p.doc_bounds.empty()) {
+    tags.push_back("documents");
+    for (const auto& bounds : p.doc_bounds)
+      if (std::adjacent_find(bounds.begin(), bounds.end()) != bounds.end() ||
+          (!bounds.empty() && (bounds.front() == 0 || bounds.back() >= p.k.shape().T))) {
+        tags.push_back("empty-document");
+        break;
+      }
   }
   if (p.softcap) tags.push_back("softcap");
   if (!p.alibi_slopes.empty()) tags.push_back("alibi");
@@ -984,6 +1114,17 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     p.alignment = s.alignment;  // drawn and shrunk with the shape
     p.key_lengths = s.key_lengths;
     p.window = s.window;
+    p.causal = !s.bidirectional;
+    p.prefix_length = s.prefix;
+    p.window_right = s.window_right;
+    p.chunk_size = s.chunk;
+    if (!s.doc_coords.empty())
+      for (const Index b : s.b_ids) {  // each bound at the position of the first key at or past its coordinate
+        std::vector<Index> bounds;
+        for (const Index c : s.doc_coords[std::size_t(b)])
+          bounds.push_back(Index(std::lower_bound(s.k_ids.begin(), s.k_ids.end(), c) - s.k_ids.begin()));
+        p.doc_bounds.push_back(std::move(bounds));
+      }
     if (cv.scale > 0) p.scale = cv.scale;
     if (s.q_ids != iota(s.T_q)) c.positions = s.q_ids;  // a position was deleted: the others keep their ids
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;

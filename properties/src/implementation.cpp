@@ -107,6 +107,12 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (p.softcap && !caps.softcap) needs.push_back("logit softcapping (" + format_number(*p.softcap, 6) + ")");
   if (!p.alibi_slopes.empty() && !caps.alibi) needs.push_back("ALiBi slopes");
   if (!p.causal && !caps.bidirectional) needs.push_back("no causal rule (bidirectional)");
+  if (!p.doc_bounds.empty() && !caps.documents) needs.push_back("packed documents");
+  if (p.chunk_size != 0 && !caps.chunked_local)
+    needs.push_back("chunked local attention (chunks of " + std::to_string(p.chunk_size) + ")");
+  if (p.prefix_length != 0 && !caps.prefix)
+    needs.push_back("a bidirectional prefix (" + std::to_string(p.prefix_length) + ")");
+  if (p.window_right && !caps.right_window) needs.push_back("a right window (" + std::to_string(*p.window_right) + ")");
   if (p.paged) {
     if (!caps.paged)
       needs.push_back("paged K and V");
@@ -142,7 +148,11 @@ std::string describe_capabilities(const Capabilities& caps) {
   s += caps.backward ? "; a backward pass" : "; no backward pass";
   for (const auto& [on, what] : {std::pair{caps.lse, "the log-sum-exp"}, std::pair{caps.sinks, "sinks"},
                                  std::pair{caps.softcap, "softcap"}, std::pair{caps.alibi, "ALiBi"},
-                                 std::pair{caps.bidirectional, "bidirectional"}})
+                                 std::pair{caps.bidirectional, "bidirectional"},
+                                 std::pair{caps.documents, "packed documents"},
+                                 std::pair{caps.chunked_local, "chunked local attention"},
+                                 std::pair{caps.prefix, "a bidirectional prefix"},
+                                 std::pair{caps.right_window, "right windows"}})
     if (on) s += std::string("; ") + what;
   if (caps.paged) {
     s += "; paged K and V (pages of";
@@ -178,11 +188,26 @@ AttentionOptions Problem::options() const {
                           .softcap = softcap,
                           .alibi_slopes = alibi_slopes,
                           .sinks = sinks,
-                          .causal = causal};
+                          .causal = causal,
+                          .prefix_length = prefix_length,
+                          .window_right = window_right,
+                          .chunk_size = chunk_size,
+                          .doc_bounds = doc_bounds};
 }
 
 Visibility Problem::visibility(Index b) const {
-  return attncheck::visibility(options(), b, q.shape().T, k.shape().T);
+  // Made here, not from options(): the visibility points at this problem's document bounds.
+  Visibility v{.T_q = q.shape().T,
+               .T_k = k.shape().T,
+               .alignment = alignment,
+               .window = window,
+               .causal = causal,
+               .prefix = prefix_length,
+               .window_right = window_right,
+               .chunk = chunk_size};
+  if (!key_lengths.empty()) v.key_length = key_lengths.at(std::size_t(b));
+  if (!doc_bounds.empty()) v.doc_bounds = &doc_bounds.at(std::size_t(b));
+  return v;
 }
 
 std::vector<Index> Problem::sequence_lengths() const {
@@ -344,6 +369,7 @@ ImplementationPtr reference_implementation() {
   caps.nonfinite_safe = true;
   caps.gqa = caps.key_padding = caps.window = true;
   caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
+  caps.documents = caps.chunked_local = caps.prefix = caps.right_window = true;
   caps.paged = true;
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major

@@ -181,6 +181,10 @@ Json to_json(const Problem& p) {
     j["sinks"] = a;
   }
   if (!p.causal) j["causal"] = false;
+  if (p.prefix_length != 0) j["prefix_length"] = p.prefix_length;
+  if (p.window_right) j["window_right"] = *p.window_right;
+  if (p.chunk_size != 0) j["chunk_size"] = p.chunk_size;
+  if (!p.doc_bounds.empty()) j["doc_bounds"] = p.doc_bounds;
   if (p.want_lse) j["want_lse"] = true;
   if (p.paged) {
     const PagedPlan& pl = *p.paged;
@@ -260,6 +264,33 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("causal"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "causal"), "true or false", *it);
     p.causal = it->get<bool>();
+  }
+  // Masks beyond causal (issue 24): each an integer >= 0, the document bounds B non-decreasing lists.
+  const auto count = [&](const char* key, Index min) -> std::optional<Index> {
+    const auto it = j.find(key);
+    if (it == j.end()) return std::nullopt;
+    if (!it->is_number_integer() || it->get<std::int64_t>() < min)
+      fail(sub(what, key), "an integer >= " + std::to_string(min), *it);
+    return Index(it->get<std::int64_t>());
+  };
+  p.prefix_length = count("prefix_length", 0).value_or(0);
+  p.window_right = count("window_right", 0);
+  p.chunk_size = count("chunk_size", 0).value_or(0);
+  if (const auto it = j.find("doc_bounds"); it != j.end()) {
+    const std::string expected = "an array of B = " + std::to_string(q.B) +
+                                 " arrays of non-decreasing key positions >= 0 (where each document ends)";
+    if (!it->is_array() || Index(it->size()) != q.B) fail(sub(what, "doc_bounds"), expected, *it);
+    for (const Json& row : *it) {
+      if (!row.is_array()) fail(sub(what, "doc_bounds"), expected, row);
+      std::vector<Index> bounds;
+      for (const Json& x : row) {
+        if (!x.is_number_integer() || x.get<std::int64_t>() < 0 ||
+            (!bounds.empty() && x.get<std::int64_t>() < bounds.back()))
+          fail(sub(what, "doc_bounds"), expected, row);
+        bounds.push_back(Index(x.get<std::int64_t>()));
+      }
+      p.doc_bounds.push_back(std::move(bounds));
+    }
   }
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);

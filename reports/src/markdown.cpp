@@ -116,6 +116,31 @@ std::string shape_table(const Problem& p) {
     md += "\nsliding window: " + std::to_string(*p.window) + " (the query at aligned position p sees keys p - " +
           std::to_string(*p.window) + " .. p)\n";
   if (!p.causal) md += "\nno causal rule (causal = false): every query sees every key up to the padding\n";
+  if (p.prefix_length != 0)
+    md += "\nbidirectional prefix: keys 0 .. " + std::to_string(p.prefix_length - 1) +
+          " are visible to every query (prefix-LM)\n";
+  if (p.window_right)
+    md += "\nright window: " + std::to_string(*p.window_right) + " (the query at aligned position p sees keys up to p + " +
+          std::to_string(*p.window_right) + ")\n";
+  if (p.chunk_size != 0)
+    md += "\nchunked local attention: chunks of " + std::to_string(p.chunk_size) +
+          " positions (a query sees only keys of its own chunk)\n";
+  if (!p.doc_bounds.empty()) {
+    // Each batch entry's documents as key ranges: what a person checks a packed row against.
+    md += "\npacked documents (a query sees only keys of its own document):";
+    for (std::size_t b = 0; b < p.doc_bounds.size(); ++b) {
+      md += std::string(b ? ";" : "") + " batch entry " + std::to_string(b) + ":";
+      Index start = 0;
+      const Index T_k = p.k.shape().T;
+      for (std::size_t d = 0; d <= p.doc_bounds[b].size(); ++d) {
+        const Index end = d < p.doc_bounds[b].size() ? std::min(p.doc_bounds[b][d], T_k) : T_k;
+        md += (d ? ", " : " ") + (end > start ? "[" + std::to_string(start) + ", " + std::to_string(end) + ")"
+                                              : std::string("(empty)"));
+        start = std::max(start, end);
+      }
+    }
+    md += "\n";
+  }
   // The score modifiers, in the order they apply.
   const auto list = [](const std::vector<double>& x) {
     std::string s;

@@ -79,7 +79,9 @@ Visibility picture_visibility(const Problem& p, Index b, Index T_q, Index T_k) {
 }
 
 std::string hidden_key_label(const Visibility& vis) {
-  return vis.key_length < 0 && !vis.window ? "future key" : "key it may not see";
+  const bool plain = vis.key_length < 0 && !vis.window && !vis.window_right && vis.prefix == 0 && vis.chunk == 0 &&
+                     !vis.doc_bounds && vis.causal;
+  return plain ? "future key" : "key it may not see";
 }
 
 std::pair<Index, Index> worst_head(const Violation& v, const Shape& s) {

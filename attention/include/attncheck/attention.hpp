@@ -52,10 +52,25 @@ struct AttentionOptions {
   std::vector<double> sinks{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
+  /// Masks beyond causal (issue 24; Visibility says how each cuts the keys; causal path only):
+  /// keys j < prefix_length are visible to every query despite the causal rule (prefix-LM). 0: none.
+  Index prefix_length = 0;
+  /// A right window wr >= 0: a query at aligned position p sees keys j <= p + wr only. Empty: none.
+  std::optional<Index> window_right{};
+  /// Chunked local attention: a query sees only keys of its own chunk of chunk_size positions. 0: none.
+  Index chunk_size = 0;
+  /// Packed documents: for each batch entry, the bounds where one document ends and the next begins
+  /// (non-decreasing, >= 0; a repeated bound is an empty document); a query sees only keys of its own
+  /// document. Empty: one document per entry; otherwise B lists.
+  std::vector<std::vector<Index>> doc_bounds{};
   /// Threads for the streamed forward (attention() without weights): 0 takes every core. The result's bits
   /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
   int threads = 0;
 };
+
+/// Throws ShapeError or ValueError, naming `who`, what was expected and what came, when opts do not fit a call
+/// with B batch entries, H query heads and T_k keys (key lengths, windows, prefix, chunks, documents, modifiers).
+void check_options(const char* who, const AttentionOptions& opts, Index B, Index H, Index T_k);
 
 /// The visibility rule of batch entry b under these options (causal alignment, padding, window).
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k);

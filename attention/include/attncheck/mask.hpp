@@ -4,6 +4,8 @@
 
 #include <Eigen/Core>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "attncheck/tensor.hpp"
 
@@ -30,9 +32,19 @@ struct KeyRange {
   bool contains(Index j) const { return begin <= j && j < end; }
 };
 
-/// Which keys each query of one (batch entry, head) may see: causal alignment, key padding and a sliding
-/// window together. Query i sits at the aligned position p = i (top-left) or i + T_k - T_q (bottom-right)
-/// and sees the keys j with max(0, p - window) <= j <= p and j < key_length: always one contiguous range.
+/// Which keys each query of one batch entry may see: every mask family present must allow a key (issue 24).
+/// Query i sits at the aligned position p = i (top-left) or i + T_k - T_q (bottom-right); key j is visible when
+///  - the causal rule allows it: j <= p, or j < prefix (prefix-LM: the prefix is bidirectional); no rule when
+///    causal is false;
+///  - it is real: j < key_length (key padding);
+///  - it is inside the window: p - window <= j (left) and j <= p + window_right (right);
+///  - it is in the query's chunk: floor(j / chunk) == floor(p / chunk) (chunked local attention, Llama 4);
+///  - it is in the query's document: documents are contiguous runs of key positions, document d starting at
+///    doc_bounds[d - 1] (0 for d = 0) and ending at doc_bounds[d] (T_k for the last), so a bound repeated is an
+///    empty document; the query's document is the one holding key position clamp(p, 0, T_k - 1) (packed
+///    sequences: causal inside a document through the causal rule).
+/// Each family cuts one contiguous range, so the visible keys are always one contiguous range, whose ends never
+/// move left as i grows.
 struct Visibility {
   Index T_q = 1, T_k = 1;
   CausalAlignment alignment = kDefaultAlignment;
@@ -41,13 +53,28 @@ struct Visibility {
   /// false: no causal rule (bidirectional, an encoder): every key up to the padding, from the window's start,
   /// is visible whatever the position.
   bool causal = true;
+  Index prefix = 0;                     ///< keys j < prefix are visible to every query despite the causal rule
+  std::optional<Index> window_right{};  ///< right window wr >= 0: j <= p + wr; empty: none
+  Index chunk = 0;                      ///< chunk size > 0; 0: none
+  /// The documents' bounds (non-decreasing, >= 0; those >= T_k only add empty documents at the end); null: one
+  /// document. Points into the options the visibility was made from.
+  const std::vector<Index>* doc_bounds = nullptr;
 
   /// The aligned position p of query i.
   Index position(Index i) const;
   /// The keys query i sees.
   KeyRange keys(Index i) const;
   bool visible(Index i, Index j) const { return keys(i).contains(j); }
+  /// The document query i belongs to (0 without documents), and the one key j belongs to.
+  Index query_document(Index i) const;
+  Index key_document(Index j) const;
+  /// Which family hides key j from query i, in the order above ("causal", "padding", "window", "right window",
+  /// "chunk", "document"); empty when j is visible.
+  std::string hidden_by(Index i, Index j) const;
 };
+
+/// The document of key position j under bounds (the number of bounds <= j).
+Index document_of(const std::vector<Index>& bounds, Index j);
 
 class AdditiveMask;
 

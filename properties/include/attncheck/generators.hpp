@@ -21,6 +21,15 @@ struct CaseShape {
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
   std::vector<Index> key_lengths{};               ///< per batch entry, in [0, T_k]; empty: no padding
   std::optional<Index> window{};                  ///< sliding window; empty: none
+  /// Masks beyond causal (issue 24), each drawn only where the law and the implementation allow it.
+  bool bidirectional = false;           ///< no causal rule
+  Index prefix = 0;                     ///< a bidirectional prefix of this many keys; 0: none
+  std::optional<Index> window_right{};  ///< a right window; empty: none
+  Index chunk = 0;                      ///< chunked local attention; 0: none
+  /// Packed documents: for each batch coordinate (b_ids), the bounds where one document ends and the next
+  /// begins, as key coordinates (k_ids): a bound c starts a new document at the first key whose coordinate is
+  /// >= c, so deleting a key keeps every other key in its document. Empty: none.
+  std::vector<std::vector<Index>> doc_coords{};
   /// The coordinates each index was drawn at, per axis (batch entry, query head, kv head, query position, key
   /// position, D coordinate). Values are keyed by these, so deleting an index in the middle of an axis leaves
   /// every other entry's value as it was, and the case usually still fails. Empty: 0, 1, 2, ...
@@ -108,6 +117,28 @@ struct ProblemOptions {
   bool allow_paged = true;
   /// Every case paged (when declared): for the paged laws. Shrinking then keeps the paging.
   bool require_paged = false;
+  /// Masks beyond causal (issue 24; Capabilities::documents, chunked_local, prefix, right_window,
+  /// bidirectional), each in some cases, shrinking toward none. A law whose reasoning needs the causal rule (a
+  /// later token never reaches an earlier row) says false to the prefix and to bidirectional; one whose derived
+  /// calls move keys to other positions says false to documents and chunks too.
+  bool allow_documents = true, allow_chunks = true, allow_prefix = true, allow_right_window = true,
+       allow_bidirectional = true;
+  /// Every case has that family (when declared): for the laws about it. Shrinking then keeps it.
+  bool require_documents = false, require_chunks = false, require_prefix = false, require_right_window = false,
+       require_bidirectional = false;
+  /// The options of a law that needs the causal rule: no bidirectional prefix, no bidirectional case.
+  ProblemOptions causal_rule() const {
+    ProblemOptions o = *this;
+    o.allow_prefix = o.allow_bidirectional = false;
+    return o;
+  }
+  /// The options of a law whose derived calls move keys or queries to other positions: no family beyond the
+  /// causal rule, padding and the left window.
+  ProblemOptions no_masks_beyond_causal() const {
+    ProblemOptions o = causal_rule();
+    o.allow_documents = o.allow_chunks = o.allow_right_window = false;
+    return o;
+  }
 };
 
 /// A paging plan for an implementation that declares paged K and V, or none (half the draws, never when

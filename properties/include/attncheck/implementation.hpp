@@ -66,6 +66,14 @@ struct Problem {
   std::vector<double> alibi_slopes{};  ///< H slopes (query heads): s += slope_h·(j - p); empty: none
   std::vector<double> sinks{};         ///< H sink logits (finite or -inf); empty: none
   bool causal = true;                  ///< false: no causal rule (bidirectional)
+  /// Masks beyond causal (issue 24; AttentionOptions and Visibility say what each hides). Every family is kept by
+  /// a law that slices the problem: bounds and lengths past T_k cut nothing.
+  Index prefix_length = 0;              ///< keys j < prefix_length visible to every query (prefix-LM); 0: none
+  std::optional<Index> window_right{};  ///< a query at p sees keys j <= p + window_right; empty: none
+  Index chunk_size = 0;                 ///< chunked local attention; 0: none
+  /// Packed documents: per batch entry, the key positions where one document ends and the next begins
+  /// (non-decreasing; repeated: an empty document). Empty: one document per entry.
+  std::vector<std::vector<Index>> doc_bounds{};
   /// K and V passed as a page pool and a block table (ABI 3); empty: dense. Forward calls only.
   std::optional<PagedPlan> paged{};
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
@@ -76,6 +84,11 @@ struct Problem {
   Index kv_heads() const { return k.shape().H; }
   /// Whether any score modifier is set (softcap, ALiBi, sinks).
   bool modified() const { return softcap || !alibi_slopes.empty() || !sinks.empty(); }
+  /// Whether any mask family beyond causal, padding and the left window is set (documents, chunks, a prefix, a
+  /// right window).
+  bool masked_beyond_causal() const {
+    return !doc_bounds.empty() || chunk_size != 0 || prefix_length != 0 || window_right.has_value();
+  }
   /// The core's options for this problem (scale, alignment, key lengths, window, modifiers, causal).
   AttentionOptions options() const;
   /// Which keys query i of batch entry b sees.
@@ -160,6 +173,9 @@ struct Capabilities {
   /// ABI 3 (ATTNCHECK_CAP3_*): returns each row's log-sum-exp when asked (Problem::want_lse); honours sink
   /// logits (and, with a backward, returns their gradient), logit softcapping, ALiBi slopes, and causal = false.
   bool lse = false, sinks = false, softcap = false, alibi = false, bidirectional = false;
+  /// ABI 3, masks beyond causal (ATTNCHECK_CAP3_DOCUMENTS, _CHUNKED_LOCAL, _PREFIX, _RIGHT_WINDOW): honours
+  /// Problem::doc_bounds (packed documents), chunk_size, prefix_length and window_right.
+  bool documents = false, chunked_local = false, prefix = false, right_window = false;
   /// Calls may run concurrently from several threads and each call's result depends only on its problem (no
   /// state kept between calls): `--jobs` then checks several laws at once. Off by default: a plug-in, a
   /// subprocess or a stateful kernel is called one law after the other, in the serial order.

@@ -106,6 +106,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (!r.key_lengths.empty())
     for (Index bb = 0; bb < p.q.shape().B; ++bb)
       r.key_lengths[std::size_t((bb + rb) % p.q.shape().B)] = p.key_lengths[std::size_t(bb)];
+  if (!r.doc_bounds.empty())  // a batch entry's documents travel with it
+    for (Index bb = 0; bb < p.q.shape().B; ++bb)
+      r.doc_bounds[std::size_t((bb + rb) % p.q.shape().B)] = p.doc_bounds[std::size_t(bb)];
   // A query head's ALiBi slope and sink travel with it.
   for (auto [from, to] : {std::pair{&p.alibi_slopes, &r.alibi_slopes}, std::pair{&p.sinks, &r.sinks}})
     if (!from->empty())

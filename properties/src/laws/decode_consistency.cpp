@@ -21,7 +21,7 @@ const char* kWhy =
     "where the cache holds 2^k or 2^k + 1 keys (k >= 4).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
-  ProblemOptions po = outputs_only();
+  ProblemOptions po = outputs_only().causal_rule();  // a later token must never reach an earlier row
   po.allow_cross_lengths = false;  // the full forward is square; its decode calls are the cross-length ones
   return gen_problem(cfg, po);
 }

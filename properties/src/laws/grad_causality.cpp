@@ -17,7 +17,7 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    LawCase c = *gen_gradients(cfg);
+    LawCase c = *gen_gradients_with(cfg, outputs_only().causal_rule());
     Problem& p = c.problem;
     const Shape& s = p.q.shape();
     const Index t = *rc::gen::inRange<Index>(0, std::max<Index>(s.T - 1, 1));

@@ -280,6 +280,7 @@ rc::Gen<LawCase> gen_shared(const GenConfig& cfg) {
     p.k = grow(p.k, true);
     p.v = grow(p.v, true);
     if (!p.key_lengths.empty()) p.key_lengths.push_back(lengths[0]);
+    if (!p.doc_bounds.empty()) p.doc_bounds.push_back(p.doc_bounds.back());  // the last sequence's documents
     Problem v = p;
     v.paged->shared_pages = full;
     c.variant = v;

@@ -15,7 +15,7 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    ProblemOptions po = outputs_only();
+    ProblemOptions po = outputs_only().causal_rule();  // a later token must never reach an earlier row
     po.allow_cross_lengths = false;
     LawCase c = *gen_problem(cfg, po);
     const Index T = c.problem.q.shape().T;

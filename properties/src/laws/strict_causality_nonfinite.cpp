@@ -14,7 +14,7 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    LawCase c = *gen_problem(cfg, outputs_only());
+    LawCase c = *gen_problem(cfg, outputs_only().causal_rule());
     const Problem& p = c.problem;
     const Index t = *rc::gen::inRange<Index>(0, std::max<Index>(p.q.shape().T - 1, 1));
     const double inf = std::numeric_limits<double>::infinity();

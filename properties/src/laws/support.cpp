@@ -22,11 +22,19 @@ Index causal_last_key(const Problem& p, Index i) {
 
 std::string why_hidden(const Problem& p, Index b, Index i, Index j) {
   const Visibility v = p.visibility(b);
-  const std::string q = "query " + std::to_string(i);
-  if (j > v.position(i)) return "in the future of " + q;
-  if (v.key_length >= 0 && j >= v.key_length)
+  const std::string q = "query " + std::to_string(i), family = v.hidden_by(i, j);
+  if (family == "causal") return "in the future of " + q;
+  if (family == "padding")
     return "padding (key_lengths[" + std::to_string(b) + "] = " + std::to_string(v.key_length) + ")";
-  if (v.window) return "outside the window of " + q + " (window " + std::to_string(*v.window) + ")";
+  if (family == "window") return "outside the window of " + q + " (window " + std::to_string(*v.window) + ")";
+  if (family == "right window")
+    return "past the right window of " + q + " (window_right " + std::to_string(*v.window_right) + ")";
+  if (family == "chunk")
+    return "in another chunk than " + q + " (chunks of " + std::to_string(v.chunk) + ": key " + std::to_string(j) +
+           " in chunk " + std::to_string(j / v.chunk) + ")";
+  if (family == "document")
+    return "in another document than " + q + " (key " + std::to_string(j) + " in document " +
+           std::to_string(v.key_document(j)) + ", the query in document " + std::to_string(v.query_document(i)) + ")";
   return "hidden from " + q;
 }
 
@@ -246,9 +254,10 @@ Gradients call_backward(const Implementation& impl, const Problem& p) {
   return g;
 }
 
-rc::Gen<LawCase> gen_gradients(const GenConfig& cfg) {
-  return rc::gen::map(gen_gradient_case(cfg, outputs_only()),
-                      [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
+rc::Gen<LawCase> gen_gradients(const GenConfig& cfg) { return gen_gradients_with(cfg, outputs_only()); }
+
+rc::Gen<LawCase> gen_gradients_with(const GenConfig& cfg, const ProblemOptions& po) {
+  return rc::gen::map(gen_gradient_case(cfg, po), [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
 }
 
 LawCase zero_empty_row_d_output(const GenConfig& cfg, LawCase c) {
@@ -452,6 +461,7 @@ Problem slice_problem(const Problem& p, Index b, Index h) {
   one.k = slice(p.k, b, kv_of(p, h));
   one.v = slice(p.v, b, kv_of(p, h));
   if (!p.key_lengths.empty()) one.key_lengths = {p.key_lengths[std::size_t(b)]};
+  if (!p.doc_bounds.empty()) one.doc_bounds = {p.doc_bounds[std::size_t(b)]};
   if (!p.alibi_slopes.empty()) one.alibi_slopes = {p.alibi_slopes[std::size_t(h)]};
   if (!p.sinks.empty()) one.sinks = {p.sinks[std::size_t(h)]};
   if (p.d_output) one.d_output = slice(*p.d_output, b, h);

@@ -126,6 +126,7 @@ Gradients call_backward(const Implementation& impl, const Problem& p);
 /// Cases for the gradient laws that read no weights: gen_gradient_case with outputs_only(), through
 /// zero_empty_row_d_output.
 rc::Gen<LawCase> gen_gradients(const GenConfig& cfg);
+rc::Gen<LawCase> gen_gradients_with(const GenConfig& cfg, const ProblemOptions& po);  // the same, under these options
 /// For an implementation that may follow the nan empty-row convention (declared, or none declared): dO set to
 /// 0 on every query row that sees no key, so that the NaN such a row's output holds never enters the loss
 /// sum(dO * O), and a correct backward's gradients are finite everywhere except, at most, those rows' dQ.

@@ -41,6 +41,7 @@ Problem sequence_alone(const Problem& p, Index b, Index len) {
     one.v.head(0, g) = p.v.head(b, g).topRows(len);
   }
   one.key_lengths.clear();
+  if (!p.doc_bounds.empty()) one.doc_bounds = {p.doc_bounds[std::size_t(b)]};
   one.want_weights = false;
   return one;
 }

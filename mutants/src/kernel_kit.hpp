@@ -19,6 +19,12 @@ struct HeadCtx {
   CausalAlignment alignment = kDefaultAlignment;
   Index key_length = -1;          ///< this batch entry's key length; negative: no padding
   std::optional<Index> window{};  ///< the sliding window; empty: none
+  /// Masks beyond causal (issue 24), as the problem gives them; only kernels that declare them see any.
+  bool causal = true;                        ///< false: no causal rule
+  Index prefix = 0;                          ///< a bidirectional prefix; 0: none
+  std::optional<Index> window_right{};       ///< a right window; empty: none
+  Index chunk = 0;                           ///< chunked local attention; 0: none
+  const std::vector<Index>* doc_bounds = nullptr;  ///< this batch entry's document bounds; null: none
   /// This head's score modifiers (ABI 3), as the problem gives them; only kernels that declare them see any.
   std::optional<double> softcap{};  ///< s = cap·tanh(s/cap); empty: none
   double alibi_slope = 0;           ///< s += slope·(j - p); 0: none
@@ -27,9 +33,18 @@ struct HeadCtx {
 
   /// 1/√D unless the problem overrides it: the correct default.
   double resolved_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)); }
-  /// The correct rule: causal alignment, key padding and the window.
+  /// The correct rule: causal alignment, key padding, the windows and the other mask families.
   Visibility visibility() const {
-    return Visibility{.T_q = T_q, .T_k = T_k, .alignment = alignment, .key_length = key_length, .window = window};
+    return Visibility{.T_q = T_q,
+                      .T_k = T_k,
+                      .alignment = alignment,
+                      .key_length = key_length,
+                      .window = window,
+                      .causal = causal,
+                      .prefix = prefix,
+                      .window_right = window_right,
+                      .chunk = chunk,
+                      .doc_bounds = doc_bounds};
   }
   /// Query i may see key j.
   bool visible(Index i, Index j) const { return visibility().visible(i, j); }
@@ -144,6 +159,10 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
   Tensor<S> out(s);
   if (w) *w = Tensor<S>(Shape{s.B, s.H, s.T, c.T_k});
   c.softcap = p.softcap;
+  c.causal = p.causal;
+  c.prefix = p.prefix_length;
+  c.window_right = p.window_right;
+  c.chunk = p.chunk_size;
   c.position_offset = p.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0;
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {
@@ -151,6 +170,7 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
       c.h = h;
       c.key_length = p.key_lengths.empty() ? -1 : p.key_lengths[std::size_t(b)];
       c.window = p.window;
+      c.doc_bounds = p.doc_bounds.empty() ? nullptr : &p.doc_bounds[std::size_t(b)];
       c.alibi_slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[std::size_t(h)];
       c.sink = p.sinks.empty() ? std::nullopt : std::optional<double>(p.sinks[std::size_t(h)]);
       const Index g = kv_of(h, c.H, c.H_kv);

@@ -21,7 +21,9 @@ const std::vector<Law>& laws() {
                             paged_dense(),             page_permutation(),   page_size(),
                             poisoned_slots(),          paged_capacity(),     shared_pages(),
                             grad_oracle(),             grad_causality(),     grad_key_sum_zero(),
-                            grad_dv_weights(),         grad_finite_difference()};
+                            grad_dv_weights(),         grad_finite_difference(),
+                            hidden_keys(),             packed_equals_separate(), chunked_equals_separate(),
+                            neutral_masks(),           bidirectional_permutation()};
   }();
   return all;
 }

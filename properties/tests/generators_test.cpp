@@ -1,5 +1,6 @@
 // The generators reach the inputs where bugs live (coverage floors, enforced), shrink to the smallest case,
 // stay representable in the dtype, and replay exactly from a seed.
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <array>
@@ -350,6 +351,64 @@ TEST(Generators, modifiersAreDrawnWhenDeclaredAndShrinkAwayUnlessNeeded) {
                                  }),
                                  *plain, RunOptions{});
   EXPECT_EQ(none.status, LawStatus::held);
+}
+
+// The mask families beyond causal are drawn when declared (documents, empty ones among them, chunks, a prefix, a
+// right window, no causal rule), every document bound a valid key position list; a failure that needs two
+// documents shrinks to exactly one bound with nothing else left, and a failure that needs none sheds them all.
+TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds) {
+  std::map<std::string, int> seen;
+  const LawResult all = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  if (!p.doc_bounds.empty()) {
+                                    ++seen["documents"];
+                                    EXPECT_EQ(Index(p.doc_bounds.size()), p.q.shape().B);
+                                    for (const auto& bounds : p.doc_bounds) {
+                                      EXPECT_TRUE(std::is_sorted(bounds.begin(), bounds.end()));
+                                      if (std::adjacent_find(bounds.begin(), bounds.end()) != bounds.end())
+                                        ++seen["empty document"];
+                                    }
+                                  }
+                                  if (p.chunk_size > 0) ++seen["chunks"];
+                                  if (p.prefix_length > 0) ++seen["prefix"];
+                                  if (p.window_right) ++seen["right window"];
+                                  if (!p.causal) ++seen["bidirectional"];
+                                  if (!p.causal && p.prefix_length > 0) ++seen["prefix without causal"];
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), RunOptions{});
+  EXPECT_EQ(all.status, LawStatus::held);
+  for (const char* m : {"documents", "empty document", "chunks", "prefix", "right window", "bidirectional"})
+    EXPECT_GE(seen[m], 5) << m;
+  EXPECT_EQ(seen["prefix without causal"], 0);
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions o;
+    o.seed = seed;
+    // Fails whenever some query's document starts after key 0 (two non-empty documents).
+    const LawResult r = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  for (Index b = 0; b < p.q.shape().B; ++b)
+                                    for (Index i = 0; i < p.q.shape().T; ++i)
+                                      if (p.visibility(b).keys(i).begin > 0 && !p.window && p.chunk_size == 0)
+                                        return violation("a second document");
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), o);
+    ASSERT_EQ(r.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& p = r.minimal_case->problem;
+    EXPECT_EQ(p.q.shape().T, 1) << "seed " << seed;  // one query, bottom-right over two keys, or T = 2
+    ASSERT_EQ(p.doc_bounds.size(), 1u) << "seed " << seed;
+    EXPECT_EQ(p.doc_bounds[0].size(), 1u) << "seed " << seed;
+    EXPECT_FALSE(p.prefix_length || p.window_right || !p.causal) << "seed " << seed;
+    const LawResult plain = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      if (c.problem.q.shape().T >= 2) return violation("two positions");
+                                      return std::nullopt;
+                                    }),
+                                    *reference_implementation(), o);
+    ASSERT_EQ(plain.status, LawStatus::falsified);
+    EXPECT_FALSE(plain.minimal_case->problem.masked_beyond_causal() || !plain.minimal_case->problem.causal)
+        << "seed " << seed;
+  }
 }
 
 // Paging is drawn in about half the cases when declared, in declared page sizes and layouts only, with every

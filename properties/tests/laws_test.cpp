@@ -154,6 +154,61 @@ TEST(Law, pageSize) { expectHoldsOnReference("page-size", kAllDtypes); }
 TEST(Law, poisonedSlots) { expectHoldsOnReference("poisoned-slots", kAllDtypes); }
 TEST(Law, pagedCapacity) { expectHoldsOnReference("paged-capacity", kAllDtypes); }
 TEST(Law, sharedPages) { expectHoldsOnReference("shared-pages", kAllDtypes); }
+TEST(Law, hiddenKeys) { expectHoldsOnReference("hidden-keys", kAllDtypes); }
+TEST(Law, packedEqualsSeparate) { expectHoldsOnReference("packed-equals-separate", kAllDtypes); }
+TEST(Law, chunkedEqualsSeparate) { expectHoldsOnReference("chunked-equals-separate", kAllDtypes); }
+TEST(Law, neutralMasks) { expectHoldsOnReference("neutral-masks", kAllDtypes); }
+TEST(Law, bidirectionalPermutation) { expectHoldsOnReference("bidirectional-permutation", kAllDtypes); }
+
+// Each mask law can fail: the reference with one family mishandled the way kernels get it wrong (the zoo's mask
+// mutants are the full set), and it says why it does not apply to an implementation without the family.
+TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
+  const auto broken = [](const char* name, std::function<void(Problem&)> before) {
+    Capabilities caps = reference_implementation()->capabilities();
+    caps.backward = false;
+    return make_implementation(name, name, caps, [before](const Problem& p) {
+      Problem q = p;
+      before(q);
+      return reference_implementation()->forward(q);
+    });
+  };
+  // Documents shifted one key left: the last key of the previous document leaks in.
+  const auto docs_early = broken("documents-one-early", [](Problem& p) {
+    for (auto& bounds : p.doc_bounds)
+      for (Index& x : bounds) x = std::max<Index>(0, x - 1);
+  });
+  const auto chunks_ignored = broken("chunks-ignored", [](Problem& p) { p.chunk_size = 0; });
+  const auto right_ignored = broken("right-window-0-ignored", [](Problem& p) {
+    if (p.window_right == Index{0}) p.window_right.reset();
+  });
+  // A bidirectional kernel that keeps the causal rule on its first key tile of 2.
+  const auto diagonal = broken("bidirectional-keeps-causal", [](Problem& p) {
+    if (!p.causal && p.k.shape().T <= 2) p.causal = true;
+  });
+  const std::pair<const char*, const Implementation*> cases[] = {
+      {"hidden-keys", docs_early.get()},
+      {"packed-equals-separate", docs_early.get()},
+      {"chunked-equals-separate", chunks_ignored.get()},
+      {"neutral-masks", right_ignored.get()},
+      {"bidirectional-permutation", diagonal.get()}};
+  for (const auto& [law, impl] : cases) {
+    RunOptions o;
+    o.cases = 200;
+    const LawResult r = run_law(*find_law(law), *impl, o);
+    EXPECT_EQ(r.status, LawStatus::falsified) << law << " did not catch " << impl->name();
+  }
+  Capabilities none = reference_implementation()->capabilities();
+  none.documents = none.chunked_local = none.bidirectional = none.prefix = none.right_window = none.window = false;
+  const auto plain = make_implementation("plain", "plain", none, [](const Problem& p) {
+    return reference_implementation()->forward(p);
+  });
+  for (const char* law : {"packed-equals-separate", "chunked-equals-separate", "neutral-masks",
+                          "bidirectional-permutation"}) {
+    const LawResult r = run_law(*find_law(law), *plain, RunOptions{});
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << law;
+    EXPECT_FALSE(r.note.empty()) << law;
+  }
+}
 
 // Each LSE and modifier law can fail: the reference with one thing changed, the way a kernel gets it wrong (the
 // zoo's mutants are the full set), and it is not applicable, saying why, to an implementation without the
@@ -234,7 +289,8 @@ TEST(Law, everyLawHasATest) {
                                         "paged-dense", "page-permutation", "page-size", "poisoned-slots",
                                         "paged-capacity", "shared-pages",
                                         "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
-                                        "grad-finite-difference"};
+                                        "grad-finite-difference", "hidden-keys", "packed-equals-separate",
+                                        "chunked-equals-separate", "neutral-masks", "bidirectional-permutation"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

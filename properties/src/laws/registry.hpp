@@ -47,5 +47,11 @@ Law grad_causality();
 Law grad_key_sum_zero();
 Law grad_dv_weights();
 Law grad_finite_difference();
+// Masks beyond causal (ABI 3, issue 24).
+Law hidden_keys();
+Law packed_equals_separate();
+Law chunked_equals_separate();
+Law neutral_masks();
+Law bidirectional_permutation();
 
 }  // namespace attncheck::law_kit

@@ -1,0 +1,413 @@
+// Laws 39-43, masks beyond causal (issue 24): packed documents, chunked local attention, a bidirectional prefix,
+// a right window and no causal rule at all. The generators draw those families for every law whose reasoning
+// they keep (ProblemOptions); these five are about the families themselves.
+#include <algorithm>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+
+// ---- hidden-keys ----------------------------------------------------------------------------------------
+
+const char* kWhyHidden =
+    "Whatever mask families a call combines (the causal rule, a prefix, padding, left and right windows, chunks, "
+    "documents), a key a query may not see must never reach its output: replacing every key and value hidden "
+    "from query t (extreme magnitudes, and NaN or Inf for a kernel that claims select semantics) must leave the "
+    "output of t, and of every row that sees only keys t sees, bit-identical. Masked terms add exact zeros and "
+    "never raise the running max. A document boundary off by one, a chunk taken from the wrong index, a prefix "
+    "that overrides padding or a window that is too wide lets a hidden value in. Exact: no tolerance.";
+
+rc::Gen<LawCase> gen_hidden(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    LawCase c = *gen_problem(cfg, outputs_only());
+    const Problem& p = c.problem;
+    const Shape& ks = p.k.shape();
+    // The query whose hidden keys change: shrinks toward query 0.
+    const Index t = *rc::gen::inRange<Index>(0, p.q.shape().T);
+    const HiddenValues hv = *gen_hidden_values(cfg, p);
+    Problem v = p;
+    Index changed = 0;
+    for (Index b = 0; b < ks.B; ++b) {
+      const KeyRange seen = keys_of(p, b, t);
+      for (Index j = 0; j < ks.T; ++j) {
+        if (seen.contains(j)) continue;
+        ++changed;
+        for (Index g = 0; g < ks.H; ++g) {
+          v.k.head(b, g).row(j) = hv.k.head(b, g).row(j);
+          v.v.head(b, g).row(j) = hv.v.head(b, g).row(j);
+        }
+      }
+    }
+    c.variant = v;
+    c.params["t"] = double(t);
+    c.tags.push_back(changed > 0 ? hv.tag : "no-hidden-key");
+    return c;
+  });
+}
+
+std::optional<Violation> check_hidden(const Implementation& impl, const LawCase& c) {
+  const char* law = "hidden-keys";
+  const Problem& p = c.problem;
+  const Index t = int_param(c, law, "t", 0, p.q.shape().T - 1);
+  const Outcome a = call(impl, p), b = call(impl, variant_of(c, law));
+  // A row is compared when every key it sees is one query t sees too (those were not changed).
+  const auto unchanged = [&](Index bb, Index i) {
+    const KeyRange mine = keys_of(p, bb, i), seen = keys_of(p, bb, t);
+    return mine.empty() || (seen.begin <= mine.begin && mine.end <= seen.end);
+  };
+  auto v = compare(law, "output", a.output, b.output, nullptr,
+                   [&](Index bb, Index, Index i, Index) { return unchanged(bb, i); });
+  if (v) {
+    const Index bb = v->worst_index[0], i = v->worst_index[2];
+    const KeyRange seen = keys_of(p, bb, t);
+    v->message += "; only keys hidden from query " + std::to_string(t) + " were changed (it sees keys " +
+                  std::to_string(seen.begin) + " .. " + std::to_string(seen.end - 1) + " of batch entry " +
+                  std::to_string(bb) + "; row " + std::to_string(i) + " sees only keys among them)";
+    // Name the family that hides the first changed key, so the reader knows which rule leaked.
+    for (Index j = 0; j < p.k.shape().T; ++j)
+      if (!seen.contains(j)) {
+        v->message += "; key " + std::to_string(j) + " is " + why_hidden(p, bb, t, j);
+        break;
+      }
+    v->weights = b.weights;
+  }
+  return v;
+}
+
+// ---- packed-equals-separate and chunked-equals-separate ------------------------------------------------------
+
+// Positions [s, e) of batch entry b of a square problem alone: its queries, keys and values, every family moved
+// with it (a prefix and the padding shortened by s, document bounds shifted), without chunking when
+// `drop_chunks` (the segment is one chunk). Windows and ALiBi are relative and stay as they are.
+Problem segment_alone(const Problem& p, Index b, Index s, Index e, bool drop_chunks) {
+  Problem one = p;
+  const Shape qs = p.q.shape(), ks = p.k.shape();
+  const Index n = e - s;
+  one.q = Tensor<double>({1, qs.H, n, qs.D});
+  one.k = Tensor<double>({1, ks.H, n, ks.D});
+  one.v = Tensor<double>({1, ks.H, n, ks.D});
+  for (Index h = 0; h < qs.H; ++h) one.q.head(0, h) = p.q.head(b, h).middleRows(s, n);
+  for (Index g = 0; g < ks.H; ++g) {
+    one.k.head(0, g) = p.k.head(b, g).middleRows(s, n);
+    one.v.head(0, g) = p.v.head(b, g).middleRows(s, n);
+  }
+  if (!p.key_lengths.empty()) one.key_lengths = {std::clamp<Index>(p.key_lengths[std::size_t(b)] - s, 0, n)};
+  one.prefix_length = std::clamp<Index>(p.prefix_length - s, 0, n);
+  if (!p.doc_bounds.empty()) {
+    std::vector<Index> bounds;
+    for (const Index x : p.doc_bounds[std::size_t(b)])
+      if (x > s && x < e) bounds.push_back(x - s);  // bounds outside the segment cut nothing inside it
+    one.doc_bounds = {bounds};
+  }
+  if (drop_chunks) one.chunk_size = 0;
+  one.want_weights = false;
+  return one;
+}
+
+// The segments of batch entry b: each document's positions, or each chunk's.
+std::vector<std::pair<Index, Index>> segments(const Problem& p, Index b, bool chunks) {
+  const Index T = p.q.shape().T;
+  std::vector<std::pair<Index, Index>> out;
+  if (chunks) {
+    for (Index s = 0; s < T; s += p.chunk_size) out.emplace_back(s, std::min(T, s + p.chunk_size));
+    return out;
+  }
+  Index s = 0;
+  for (const Index x : p.doc_bounds[std::size_t(b)]) {
+    const Index e = std::min(x, T);
+    if (e > s) out.emplace_back(s, e);
+    s = std::max(s, e);
+  }
+  if (T > s) out.emplace_back(s, T);
+  return out;
+}
+
+std::optional<Violation> check_segments(const char* law, bool chunks, const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  if (chunks ? p.chunk_size <= 0 : p.doc_bounds.empty()) return std::nullopt;  // a stored case without them
+  const Outcome whole = call(impl, p);
+  const Shape& s = p.q.shape();
+  Tensor<double> alone = whole.output;
+  struct Call {
+    Index b, s, e;
+    Outcome o;
+  };
+  std::vector<Call> calls;
+  for (Index b = 0; b < s.B; ++b)
+    for (const auto& [from, to] : segments(p, b, chunks)) {
+      Outcome o = call(impl, segment_alone(p, b, from, to, chunks));
+      for (Index h = 0; h < s.H; ++h) alone.head(b, h).middleRows(from, to - from) = o.output.head(0, h);
+      calls.push_back({b, from, to, std::move(o)});
+    }
+  // Both calls are within the derived oracle bound tol of the float64 oracle (the visible keys and their values
+  // are the same in both), so they agree within 2 tol.
+  Tensor<double> tol = run_oracle(p).tol_out;
+  tol.values() *= 2;
+  auto v = compare(law, "output", alone, whole.output, &tol,
+                   [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); });
+  if (v) {
+    const Index b = v->worst_index[0], i = v->worst_index[2];
+    for (const Call& k : calls)
+      if (k.b == b && k.s <= i && i < k.e) {
+        const std::string what = std::string(chunks ? "chunk" : "document") + " [" + std::to_string(k.s) + ", " +
+                                 std::to_string(k.e) + ") of batch entry " + std::to_string(b) + " alone";
+        v->message += " (the " + std::string(chunks ? "chunked" : "packed") + " call vs. " + what + ")";
+        blame_derived_call(*v, p, whole, segment_alone(p, b, k.s, k.e, chunks), k.o,
+                           {0, v->worst_index[1], i - k.s, v->worst_index[3]}, what);
+        break;
+      }
+    v->weights = whole.weights;
+  }
+  return v;
+}
+
+std::string needs_square(const GenConfig& g, bool has, const char* what) {
+  if (!has) return std::string("the implementation does not declare ") + what;
+  return needs_square_shapes(g);
+}
+
+const char* kWhyPacked =
+    "Packing sequences into one row with document boundaries (FlashAttention's varlen cu_seqlens, xformers' "
+    "BlockDiagonalCausalMask, splash attention's segment ids) must not change any sequence's result: each "
+    "document's rows equal that document called alone, its positions moved to start at 0 (windows and ALiBi are "
+    "relative; a prefix and the padding move with it). Both calls are within the derived oracle bound tol (per row, "
+    "over the visible keys, which are the same) of the float64 oracle, so they agree within 2 tol. A boundary off "
+    "by one, a query's document read from the wrong index, or an empty document that shifts the others breaks it. "
+    "Square cases without chunks (a chunk boundary would move with the document).";
+
+rc::Gen<LawCase> gen_packed(const GenConfig& cfg) {
+  ProblemOptions po = outputs_only();
+  po.allow_cross_lengths = false;
+  po.allow_chunks = false;
+  po.require_documents = true;
+  return gen_problem(cfg, po);
+}
+
+const char* kWhyChunked =
+    "Chunked local attention (Llama 4) lets a query see only the keys of its own chunk of chunk_size positions, so "
+    "the call equals one call per chunk, each chunk's queries, keys and values alone without chunking. Both are "
+    "within the derived oracle bound tol of the float64 oracle, so they agree within 2 tol. A chunk index taken "
+    "from the query's row instead of its position, a chunk implemented as a sliding window, or a boundary off by "
+    "one breaks it. Square cases (the chunks of queries and keys coincide).";
+
+rc::Gen<LawCase> gen_chunked(const GenConfig& cfg) {
+  ProblemOptions po = outputs_only();
+  po.allow_cross_lengths = false;
+  po.require_chunks = true;
+  return gen_problem(cfg, po);
+}
+
+// ---- neutral-masks --------------------------------------------------------------------------------------
+
+const char* kWhyNeutral =
+    "Some encodings of a mask change nothing, and a kernel must give the same result whichever it is sent: a "
+    "chunk longer than every position, a single document (no bound, or bounds only at 0 or past T_k), a prefix of "
+    "length 1 (key 0 is visible to every causal query anyway) or any prefix without the causal rule, a right window "
+    "of 0 under the causal rule, no causal rule with a right window of 0 (exactly causal: cuDNN's window_right = 0), "
+    "and a left or right window past T. Each pair of calls is within the derived oracle bound tol of the same "
+    "float64 oracle, so they agree within 2 tol. A kernel that takes another path for an encoding and gets it "
+    "wrong breaks it. Each encoding applies where the case allows it (no row at a negative position for those "
+    "that would let it see a key).";
+
+// The neutral encodings a case can take, and the problem with encoding `n` of them added.
+enum class Neutral { long_chunk, one_document, prefix_one, prefix_bidirectional, right_zero, bidirectional_right_zero,
+                     long_left, long_right };
+
+const char* neutral_name(Neutral n) {
+  switch (n) {
+    case Neutral::long_chunk: return "a chunk longer than every position";
+    case Neutral::one_document: return "a single document";
+    case Neutral::prefix_one: return "a prefix of length 1";
+    case Neutral::prefix_bidirectional: return "a prefix without the causal rule";
+    case Neutral::right_zero: return "a right window of 0 under the causal rule";
+    case Neutral::bidirectional_right_zero: return "no causal rule and a right window of 0 instead of the causal rule";
+    case Neutral::long_left: return "a left window past T";
+    case Neutral::long_right: return "a right window past T";
+  }
+  return "?";
+}
+
+std::vector<Neutral> neutral_encodings(const Problem& p, const Capabilities& caps) {
+  const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
+  const Index offset = p.alignment == CausalAlignment::BottomRight ? T_k - T_q : 0;
+  const bool no_negative = offset >= 0;  // no query sits before key 0
+  std::vector<Neutral> out;
+  if (caps.chunked_local && p.chunk_size == 0 && no_negative) out.push_back(Neutral::long_chunk);
+  if (caps.documents && p.doc_bounds.empty()) out.push_back(Neutral::one_document);
+  if (caps.prefix && p.causal && p.prefix_length <= 1 && no_negative) out.push_back(Neutral::prefix_one);
+  if (caps.prefix && !p.causal && p.prefix_length == 0) out.push_back(Neutral::prefix_bidirectional);
+  if (caps.right_window && p.causal && p.prefix_length <= 1 && !p.window_right) out.push_back(Neutral::right_zero);
+  if (caps.right_window && caps.bidirectional && p.causal && p.prefix_length <= 1 && !p.window_right &&
+      (p.prefix_length == 0 || no_negative))
+    out.push_back(Neutral::bidirectional_right_zero);
+  if (caps.window && !p.window) out.push_back(Neutral::long_left);
+  if (caps.right_window && !p.window_right) out.push_back(Neutral::long_right);
+  return out;
+}
+
+Problem with_neutral(const Problem& p, Neutral n, Index pick) {
+  Problem v = p;
+  const Index T_q = p.q.shape().T, T_k = p.k.shape().T, T = std::max(T_q, T_k);
+  switch (n) {
+    case Neutral::long_chunk: v.chunk_size = T + 1 + pick % 64; break;
+    case Neutral::one_document: {
+      // No bound, a bound at 0 (an empty first document), or bounds past the last key, for every batch entry.
+      const std::vector<std::vector<Index>> kinds{{}, {0}, {T_k}, {0, T_k, T_k + 3}};
+      v.doc_bounds.assign(std::size_t(p.q.shape().B), kinds[std::size_t(pick % 4)]);
+      break;
+    }
+    case Neutral::prefix_one: v.prefix_length = 1; break;
+    case Neutral::prefix_bidirectional: v.prefix_length = 1 + pick % T; break;
+    case Neutral::right_zero: v.window_right = 0; break;
+    case Neutral::bidirectional_right_zero:
+      v.causal = false;
+      v.window_right = 0;
+      break;
+    case Neutral::long_left: v.window = T + pick % 64; break;
+    case Neutral::long_right: v.window_right = T + pick % 64; break;
+  }
+  return v;
+}
+
+rc::Gen<LawCase> gen_neutral_masks(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    LawCase c = *gen_problem(cfg, outputs_only());
+    // Which encoding (shrinking toward the first that applies) and a number for its value.
+    c.params["encoding"] = double(*rc::gen::inRange<Index>(0, 8));
+    c.params["pick"] = double(*rc::gen::inRange<Index>(0, 1 << 20));
+    return c;
+  });
+}
+
+std::optional<Violation> check_neutral_masks(const Implementation& impl, const LawCase& c) {
+  const char* law = "neutral-masks";
+  const Problem& p = c.problem;
+  const std::vector<Neutral> encodings = neutral_encodings(p, impl.capabilities());
+  if (encodings.empty()) return std::nullopt;
+  const Index k = int_param(c, law, "encoding", 0, 1 << 20), pick = int_param(c, law, "pick", 0, Index{1} << 40);
+  const Neutral n = encodings[std::size_t(k) % encodings.size()];
+  const Problem v = with_neutral(p, n, pick);
+  const Outcome a = call(impl, p), b = call(impl, v);
+  Tensor<double> tol = run_oracle(p).tol_out;
+  tol.values() *= 2;
+  auto viol = compare(law, "output", a.output, b.output, &tol, [](Index, Index, Index, Index) { return true; });
+  if (viol) {
+    viol->message += " (the case as drawn vs. the same case with " + std::string(neutral_name(n)) + ", which hides "
+                     "no key it did not hide)";
+    viol->weights = b.weights;
+  }
+  return viol;
+}
+
+std::string needs_mask_families(const GenConfig& g) {
+  const Capabilities& c = g.caps;
+  if (!c.documents && !c.chunked_local && !c.prefix && !c.right_window && !c.window)
+    return "the implementation declares none of documents, chunks, a prefix, a right window or a window";
+  return "";
+}
+
+// ---- bidirectional-permutation --------------------------------------------------------------------------
+
+const char* kWhyPermutation =
+    "Without the causal rule (an encoder) and without positional families (windows, chunks, documents, ALiBi), "
+    "attention is a function of the set of (key, value) pairs: permuting keys and values together, within the "
+    "real keys and within the padding, leaves every output unchanged up to the order of the sums. Both calls "
+    "are within the derived oracle bound tol of the same float64 oracle, so they agree within 2 tol. A "
+    "bidirectional kernel that still masks part of the diagonal tile, or keys read by a position, breaks it.";
+
+rc::Gen<LawCase> gen_permutation(const GenConfig& cfg) {
+  return rc::gen::exec([cfg] {
+    ProblemOptions po = outputs_only();
+    po.require_bidirectional = true;
+    po.allow_window = po.allow_chunks = po.allow_documents = po.allow_right_window = po.allow_prefix = false;
+    po.allow_alibi = false;
+    LawCase c = *gen_problem(cfg, po);
+    // The permutation of each batch entry's real keys (and of its padding): a rotation by r and a reversal.
+    c.params["rotate"] = double(*rc::gen::inRange<Index>(1, 1 << 20));
+    c.params["reverse"] = double(*rc::gen::inRange<Index>(0, 2));
+    return c;
+  });
+}
+
+std::optional<Violation> check_permutation(const Implementation& impl, const LawCase& c) {
+  const char* law = "bidirectional-permutation";
+  const Problem& p = c.problem;
+  if (p.causal || p.window || p.window_right || p.chunk_size || !p.doc_bounds.empty() || !p.alibi_slopes.empty())
+    return std::nullopt;  // a stored case with a positional family
+  const Index r = int_param(c, law, "rotate", 0, Index{1} << 40), rev = int_param(c, law, "reverse", 0, 1);
+  const Shape& ks = p.k.shape();
+  Problem v = p;
+  const std::vector<Index> lengths = p.sequence_lengths();
+  for (Index b = 0; b < ks.B; ++b) {
+    const Index len = lengths[std::size_t(b)];
+    const auto to = [&](Index j) {  // where key j goes: within [0, len) or within [len, T_k)
+      const Index lo = j < len ? 0 : len, n = j < len ? len : ks.T - len, x = j - lo;
+      const Index y = (x + r) % n;
+      return lo + (rev ? n - 1 - y : y);
+    };
+    for (Index j = 0; j < ks.T; ++j)
+      for (Index g = 0; g < ks.H; ++g) {
+        v.k.head(b, g).row(to(j)) = p.k.head(b, g).row(j);
+        v.v.head(b, g).row(to(j)) = p.v.head(b, g).row(j);
+      }
+  }
+  const Outcome a = call(impl, p), b = call(impl, v);
+  Tensor<double> tol = run_oracle(p).tol_out;
+  tol.values() *= 2;
+  auto viol = compare(law, "output", a.output, b.output, &tol,
+                      [&](Index bb, Index, Index i, Index) { return !keys_of(p, bb, i).empty(); });
+  if (viol) {
+    viol->message += " (keys and values permuted together: each batch entry's real keys rotated by " +
+                     std::to_string(r) + (rev ? " and reversed" : "") + ", without the causal rule)";
+    viol->weights = b.weights;
+  }
+  return viol;
+}
+
+}  // namespace
+
+Law hidden_keys() {
+  return {"hidden-keys", "changing keys hidden from a query (by any mask family) leaves its output bit-identical",
+          kWhyHidden, always_applies, gen_hidden, check_hidden, 0};
+}
+
+Law packed_equals_separate() {
+  return {"packed-equals-separate", "each packed document equals that document called alone", kWhyPacked,
+          [](const GenConfig& g) { return needs_square(g, g.caps.documents, "packed documents"); }, gen_packed,
+          [](const Implementation& impl, const LawCase& c) {
+            return check_segments("packed-equals-separate", false, impl, c);
+          },
+          0};
+}
+
+Law chunked_equals_separate() {
+  return {"chunked-equals-separate", "chunked local attention equals one call per chunk", kWhyChunked,
+          [](const GenConfig& g) { return needs_square(g, g.caps.chunked_local, "chunked local attention"); },
+          gen_chunked,
+          [](const Implementation& impl, const LawCase& c) {
+            return check_segments("chunked-equals-separate", true, impl, c);
+          },
+          0};
+}
+
+Law neutral_masks() {
+  return {"neutral-masks", "encodings of a mask that hide nothing more give the same result", kWhyNeutral,
+          needs_mask_families, gen_neutral_masks, check_neutral_masks, 0};
+}
+
+Law bidirectional_permutation() {
+  return {"bidirectional-permutation",
+          "without the causal rule, permuting keys and values together leaves outputs unchanged", kWhyPermutation,
+          [](const GenConfig& g) {
+            return g.caps.bidirectional ? std::string()
+                                        : std::string("the implementation does not declare causal = false");
+          },
+          gen_permutation, check_permutation, 0};
+}
+
+}  // namespace attncheck::law_kit

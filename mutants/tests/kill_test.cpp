@@ -55,9 +55,19 @@ struct MinimalK {
   /// layout (empty: not asserted; a paged mutant's minimal case is always paged, its dense path being right).
   std::optional<Index> page_size{};
   std::optional<PageLayout> layout{};
+  /// Masks beyond causal: the minimal case's document bounds (empty: none), chunk size, prefix, right window,
+  /// and whether it drops the causal rule.
+  std::vector<std::vector<Index>> doc_bounds{};
+  Index chunk = 0, prefix = 0;
+  std::optional<Index> window_right{};
+  bool bidirectional = false;
+  std::optional<Shape> q{};  ///< q's shape when it is not Mutant::minimal_shape (an alternative minimal case)
 };
 constexpr CausalAlignment kBR = CausalAlignment::BottomRight;
-const std::map<std::string, MinimalK> kMinimalK = {
+// A mutant listed more than once has several minimal cases of the same size, each needing another family to show
+// the bug (a prefix or no causal rule; padding, a window or a chunk), and the shrinker keeps whichever the case
+// was drawn with (it never adds a family): any of them is its minimal case.
+const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:mask-zero", {2}},
     {"mutant:anti-causal", {2}},
     {"mutant:diagonal-masked", {1}},
@@ -145,6 +155,26 @@ const std::map<std::string, MinimalK> kMinimalK = {
     {"mutant:paged-wipes-full-page", {.T_k = 1, .page_size = 1}},
     {"mutant:paged-head-stride-d", {.T_k = 1}},
     {"mutant:paged-gqa-head-unmapped", {.T_k = 1, .H_kv = 1}},
+    // Masks beyond causal (src/masks_beyond.cpp).
+    {"mutant:document-start-off-by-one", {.T_k = 2, .alignment = kBR, .doc_bounds = {{1}}}},
+    {"mutant:document-end-off-by-one", {.T_k = 2, .doc_bounds = {{1}}, .bidirectional = true}},
+    {"mutant:document-end-off-by-one", {.T_k = 2, .doc_bounds = {{1}}, .prefix = 2}},
+    {"mutant:document-from-query-index", {.T_k = 2, .alignment = kBR, .doc_bounds = {{1}}}},
+    {"mutant:chunk-from-query-index", {.T_k = 2, .alignment = kBR, .chunk = 1}},
+    {"mutant:chunk-as-window", {.T_k = 2, .chunk = 1, .bidirectional = true}},
+    {"mutant:chunk-as-window", {.T_k = 2, .chunk = 1, .prefix = 2}},
+    {"mutant:chunk-as-window", {.T_k = 3, .alignment = kBR, .chunk = 2}},  // the causal rule alone
+    {"mutant:prefix-ignored", {.T_k = 2, .prefix = 2}},
+    // Two queries over one key bottom-right: query 0 sits at position -1 and sees key 0 only through the prefix.
+    {"mutant:prefix-ignored", {.T_k = 1, .alignment = kBR, .prefix = 1, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:prefix-overrides-mask", {.T_k = 1, .key_lengths = std::vector<Index>{0}, .prefix = 1}},
+    {"mutant:prefix-overrides-mask", {.T_k = 2, .alignment = kBR, .window = 0, .prefix = 1}},
+    {"mutant:prefix-overrides-mask", {.T_k = 2, .alignment = kBR, .chunk = 1, .prefix = 1}},
+    {"mutant:prefix-overrides-mask", {.T_k = 2, .alignment = kBR, .doc_bounds = {{1}}, .prefix = 1}},
+    {"mutant:bidirectional-diagonal-tile", {.T_k = 2, .bidirectional = true}},
+    {"mutant:right-window-too-wide", {.T_k = 2, .window_right = 0, .bidirectional = true}},
+    {"mutant:right-window-too-wide", {.T_k = 2, .prefix = 2, .window_right = 0}},
+    {"mutant:documents-only-when-causal", {.T_k = 2, .doc_bounds = {{1}}, .bidirectional = true}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -190,6 +220,14 @@ std::string case_line(const LawResult& r) {
   };
   list("ALiBi slopes", p.alibi_slopes);
   list("sinks", p.sinks);
+  if (!p.causal) extra += ", causal = false";
+  if (p.prefix_length) extra += ", prefix " + std::to_string(p.prefix_length);
+  if (p.window_right) extra += ", window_right " + std::to_string(*p.window_right);
+  if (p.chunk_size) extra += ", chunks of " + std::to_string(p.chunk_size);
+  for (std::size_t b = 0; b < p.doc_bounds.size(); ++b) {
+    extra += b ? ";" : ", document bounds";
+    for (const Index x : p.doc_bounds[b]) extra += " " + std::to_string(x);
+  }
   if (p.paged) {
     const PagedKV pk = p.paged_kv();
     extra += ", pages of " + std::to_string(pk.page_size) + " (" + page_layout_name(pk.layout) + ", " +
@@ -204,12 +242,25 @@ std::string case_line(const LawResult& r) {
 // Empty when r's counterexample is m's minimal case (q's shape, T_k, the alignment when T_q != T_k, the kv heads,
 // the key lengths where asserted, the window, the explicit scale, the score modifiers, the page size and layout where asserted); otherwise what differs. The counterexample is the call reported
 // as failing: a derived call (a decode step, a chunk) when the law found the failure through one.
+std::string not_minimal_as(const MinimalK& want, const Mutant& m, const LawResult& r);
+
 std::string not_minimal(const Mutant& m, const LawResult& r) {
+  std::string first;
+  const auto [from, to] = kMinimalK.equal_range(m.impl->name());
+  for (auto it = from; it != to; ++it) {
+    const std::string why = not_minimal_as(it->second, m, r);
+    if (why.empty()) return why;
+    if (it == from) first = why;
+  }
+  return first;
+}
+
+std::string not_minimal_as(const MinimalK& want, const Mutant& m, const LawResult& r) {
   const Problem& p = failing_problem(r);
-  const MinimalK want = kMinimalK.at(m.impl->name());
+
   std::string why;
-  if (to_string(p.q.shape()) != to_string(m.minimal_shape))
-    why += "q is " + to_string(p.q.shape()) + ", not " + to_string(m.minimal_shape) + "; ";
+  const Shape want_q = want.q.value_or(m.minimal_shape);
+  if (to_string(p.q.shape()) != to_string(want_q)) why += "q is " + to_string(p.q.shape()) + ", not " + to_string(want_q) + "; ";
   if (p.k.shape().T != want.T_k) why += "T_k is " + std::to_string(p.k.shape().T) + ", not " + std::to_string(want.T_k) + "; ";
   if (p.k.shape().T != p.q.shape().T && p.alignment != want.alignment) why += "other alignment; ";
   if (p.kv_heads() != want.H_kv.value_or(p.q.shape().H)) why += "H_kv is " + std::to_string(p.kv_heads()) + "; ";
@@ -229,6 +280,11 @@ std::string not_minimal(const Mutant& m, const LawResult& r) {
     why += "not pages of " + std::to_string(*want.page_size) + "; ";
   if (want.layout && !shown([&](const PagedPlan& plan) { return plan.layout == *want.layout; }))
     why += "not " + page_layout_name(*want.layout) + "; ";
+  if (p.doc_bounds != want.doc_bounds) why += "other documents; ";
+  if (p.chunk_size != want.chunk) why += "chunks of " + std::to_string(p.chunk_size) + "; ";
+  if (p.prefix_length != want.prefix) why += "a prefix of " + std::to_string(p.prefix_length) + "; ";
+  if (p.window_right != want.window_right) why += "other right window; ";
+  if (p.causal == want.bidirectional) why += p.causal ? "the causal rule; " : "no causal rule; ";
   return why;
 }
 

@@ -314,6 +314,18 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       l.chunk = w;
       add(l);
     }
+    // A chunk one shorter over one key fewer at the front: a query in the second chunk keeps its offset in it
+    // (neither step alone does: both move the chunk boundaries relative to the query).
+    if (s.chunk > 1 && s.T_k > 1) {
+      CaseShape l = s;
+      --l.chunk;
+      delete_key(l, 0);
+      if (s.T_q == s.T_k) {
+        l.q_ids = erased(s.q_ids, 0);
+        --l.T_q;
+      }
+      add_fitted(l);
+    }
   }
   if (s.prefix > 0) {
     CaseShape c = s;

@@ -36,7 +36,7 @@ const Mutant* find_mutant(std::string_view name);
 /// The smallest shrunk counterexample among `results` (falsified ones with a case, each measured by failing_problem:
 /// the derived call that computed wrongly when a law reports one), or nullptr: fewest q elements,
 /// then fewest k elements, then fewest options set (window, key lengths, explicit scale,
-/// softcap, ALiBi slopes, sinks), then fewest nonzero
+/// softcap, ALiBi slopes, sinks, each mask family beyond causal), then fewest nonzero
 /// inputs (q, k, v, dO), then the clearest (largest margin; exact laws and non-finite values count as infinite),
 /// then the first. The kill matrix shows it, and the kill test checks it is the mutant's minimal case.
 const LawResult* smallest_counterexample(const std::vector<LawResult>& results);

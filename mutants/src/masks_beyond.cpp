@@ -1,0 +1,249 @@
+// Mutants whose mistake is in a mask family beyond causal (issue 24): packed documents, chunked local attention,
+// a bidirectional prefix, a right window and no causal rule. Each kernel mixes values over the keys its own
+// (wrong) rule lets through with attend_where, so the rule is its only bug; and one control, written from the
+// families' definitions over document and chunk ids, as numpy code builds its mask.
+#include <algorithm>
+#include <cmath>
+
+#include "parts.hpp"
+
+namespace attncheck::zoo {
+namespace {
+
+template <class M>
+using Scalar = typename std::decay_t<M>::Scalar;
+
+// What these kernels declare: key padding, the left window, and every family beyond causal.
+Capabilities mask_family_capabilities() {
+  Capabilities c = zoo_capabilities();
+  c.key_padding = c.window = true;
+  c.documents = c.chunked_local = c.prefix = c.right_window = c.bidirectional = true;
+  return c;
+}
+
+// A kernel whose rule is `rule(ctx, correct, i, j)`: `correct` is the right Visibility, for the parts the author
+// got right.
+template <class Rule>
+ImplementationPtr rule_impl(const char* name, const char* description, Rule rule) {
+  return head_impl(
+      name, description,
+      [rule](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+        using A = Scalar<decltype(Q)>;
+        const Visibility correct = c.visibility();
+        return attend_where<A>(scores(Q, K, c.resolved_scale()), V,
+                               [&](Index i, Index j) { return rule(c, correct, i, j); });
+      },
+      mask_family_capabilities());
+}
+
+// The rule without one family: `drop` clears it from a copy of the context.
+template <class Drop> Visibility without(const HeadCtx& c, Drop drop) {
+  HeadCtx d = c;
+  drop(d);
+  return d.visibility();
+}
+
+// The first key of query i's document, and the key past its last.
+Index document_start(const Visibility& v, Index i) {
+  const Index d = v.query_document(i);
+  return d == 0 ? 0 : (*v.doc_bounds)[std::size_t(d - 1)];
+}
+Index document_end(const Visibility& v, Index i) {
+  const Index d = v.query_document(i);
+  return d < Index(v.doc_bounds->size()) ? (*v.doc_bounds)[std::size_t(d)] : v.T_k;
+}
+
+Index floor_div(Index a, Index b) { return Index(std::floor(double(a) / double(b))); }
+
+}  // namespace
+
+std::vector<Mutant> mask_family_mutants() {
+  std::vector<Mutant> z;
+
+  // cu_seqlens read one entry early for a document's start: `start = cu[d] - 1`, so each query also sees the
+  // last key of the document before its own.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:document-start-off-by-one", "each document starts one key early",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          if (!c.doc_bounds) return v.visible(i, j);
+                          const Visibility nodoc = without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; });
+                          return nodoc.visible(i, j) && j >= document_start(v, i) - 1 && j < document_end(v, i);
+                        }),
+      .bug = "a document's first key taken as cu_seqlens[d] - 1: every query also sees the last key of the "
+             "document before its own",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query in the second of two one-key documents: T_q = 1 over T_k = 2 keys bottom-right "
+                     "(bounds {1}), the query at position 1 sees key 0 of the first document",
+      .killed_by = {"hidden-keys", "zero-future-weight", "packed-equals-separate", "oracle-agreement"},
+  });
+
+  // The document end read one past: `end = cu[d + 1] + 1`, the next document's first key visible (only
+  // without the causal rule does a query ever reach it).
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:document-end-off-by-one", "each document ends one key late",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          if (!c.doc_bounds) return v.visible(i, j);
+                          const Visibility nodoc = without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; });
+                          return nodoc.visible(i, j) && j >= document_start(v, i) && j <= document_end(v, i);
+                        }),
+      .bug = "a document's end taken one key late: the first key of the next document is visible (seen only "
+             "where the causal rule does not hide it: no causal rule, or a prefix)",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query and the first key of the next document, after it, so visible only without the "
+                     "causal rule or through a prefix of 2: T_q = 1 over T_k = 2 keys top-left, bounds {1}",
+      .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
+  });
+
+  // The query's document looked up at its row index i in k_doc_ids, not at its aligned position: right for a
+  // square call, wrong for a decode step or a prefill chunk against a cache (bottom-right).
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:document-from-query-index", "the query's document read at its row index",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          if (!c.doc_bounds) return v.visible(i, j);
+                          const Visibility nodoc = without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; });
+                          const Index mine = v.key_document(std::clamp<Index>(i, 0, c.T_k - 1));  // should be p
+                          return nodoc.visible(i, j) && v.key_document(j) == mine;
+                        }),
+      .bug = "the query's document taken from k_doc_ids[i] (its row) instead of its aligned position "
+             "i + T_k - T_q: a decode step or prefill chunk reads another document",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "row and position differ only under bottom-right with T_q != T_k: one query at position 1 "
+                     "over T_k = 2 keys in two documents (bounds {1}) is put in document 0",
+      .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
+  });
+
+  // The chunk of a query from its row index, as in the document mistake above.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:chunk-from-query-index", "the query's chunk computed from its row index",
+                        [](const HeadCtx& c, const Visibility&, Index i, Index j) {
+                          const Visibility nochunk = without(c, [](HeadCtx& d) { d.chunk = 0; });
+                          return nochunk.visible(i, j) && (c.chunk <= 0 || j / c.chunk == i / c.chunk);  // i: p
+                        }),
+      .bug = "the query's chunk computed as i / chunk from its row, not from its aligned position: a decode step "
+             "against a cache sees the first chunk's keys",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "row and position differ only bottom-right with T_q != T_k: one query at position 1 over "
+                     "T_k = 2 keys, chunks of 1, reads key 0's chunk",
+      .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
+  });
+
+  // Chunked local attention implemented as a sliding window of chunk - 1 keys: right for the last query of each
+  // chunk, too wide for every other.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:chunk-as-window", "chunked local attention computed as a sliding window",
+                        [](const HeadCtx& c, const Visibility&, Index i, Index j) {
+                          if (c.chunk <= 0) return c.visibility().visible(i, j);
+                          HeadCtx w = c;
+                          w.chunk = 0;
+                          w.window = w.window ? std::min(*w.window, c.chunk - 1) : c.chunk - 1;  // not chunks
+                          return w.visibility().visible(i, j);
+                        }),
+      .bug = "chunks of c taken as a sliding window of c - 1 keys: a query early in its chunk also sees the end "
+             "of the previous chunk",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "under the causal rule alone, chunks of 2 and a query at the start of the second chunk "
+                     "(position 2): one query over T_k = 3 keys bottom-right sees key 1 of the first chunk; with a "
+                     "prefix of 2 or no causal rule, chunks of 1 and T_k = 2 top-left (key 1 is after the query, "
+                     "and the window reaches only back)",
+      .killed_by = {"hidden-keys", "zero-future-weight", "chunked-equals-separate", "oracle-agreement"},
+  });
+
+  // The prefix treated as plain causal: prefix-LM's bidirectional prefix never applied.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:prefix-ignored", "the bidirectional prefix treated as causal",
+                        [](const HeadCtx& c, const Visibility&, Index i, Index j) {
+                          return without(c, [](HeadCtx& d) { d.prefix = 0; }).visible(i, j);
+                        }),
+      .bug = "prefix_length ignored: the prefix is causal, a query does not see the prefix keys after it",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query at position 0 and a prefix of 2: T_q = 1 over T_k = 2 keys top-left, key 1 is in "
+                     "the prefix and must be seen (as small: two queries over one key bottom-right with a prefix of "
+                     "1, where query 0 sits at position -1 and sees key 0 only through the prefix)",
+      .killed_by = {"oracle-agreement"},
+  });
+
+  // The prefix OR-ed into the whole mask instead of into the causal rule: prefix keys visible through padding,
+  // windows, chunks and documents.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:prefix-overrides-mask", "prefix keys visible whatever the other families say",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          return v.visible(i, j) || (c.causal && j < c.prefix);  // should only relax causality
+                        }),
+      .bug = "mask = causal_and_rest | (j < prefix_length): the prefix is visible through padding, windows, "
+             "chunks and documents, not only through the causal rule",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query, one key that is padding (length 0) and a prefix of 1: the padded key is seen (or, "
+                     "as small where the case has no padding, a prefix of 1 through a window of 0, chunks of 1 or "
+                     "a document bound at 1: one query at position 1 over T_k = 2 keys bottom-right sees key 0)",
+      .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
+  });
+
+  // A bidirectional path built on a causal kernel: it skips the causal mask on every tile but the diagonal
+  // one (tiles of 2 keys), which keeps it.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:bidirectional-diagonal-tile", "without the causal rule, the diagonal tile is still masked",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          const Index p = i + (c.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0);
+                          const bool diagonal_tile = floor_div(j, 2) == floor_div(p, 2);
+                          return v.visible(i, j) && (c.causal || !diagonal_tile || j <= p);
+                        }),
+      .bug = "causal = false skips the mask on off-diagonal tiles only: inside the query's own tile of 2 keys "
+             "the causal rule still hides the keys after it",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query at position 0 and key 1 in the same tile, causal = false: T_q = 1 over T_k = 2 "
+                     "top-left, key 1 must be seen",
+      .killed_by = {"oracle-agreement", "bidirectional-permutation"},
+  });
+
+  // `j <= p + window_right + 1`: the right window one key too wide (what a right window of 0 should equal,
+  // the causal rule, it does not).
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:right-window-too-wide", "the right window lets one key too many in",
+                        [](const HeadCtx& c, const Visibility&, Index i, Index j) {
+                          HeadCtx w = c;
+                          if (w.window_right) ++*w.window_right;  // off by one
+                          return w.visibility().visible(i, j);
+                        }),
+      .bug = "the right window is one key too wide: with window_right = 0 and no causal rule a query sees the "
+             "key after it, so it does not equal causal",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query at position 0, key 1 after it, a right window of 0, and no causal rule or a "
+                     "prefix of 2 (either lets key 1 through the causal rule): T_q = 1 over T_k = 2 top-left",
+      .killed_by = {"hidden-keys", "zero-future-weight", "neutral-masks", "oracle-agreement"},
+  });
+
+  // Documents honoured only on the causal path: `if (causal) mask &= same_document`.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:documents-only-when-causal", "documents ignored without the causal rule",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          if (c.causal) return v.visible(i, j);
+                          return without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; }).visible(i, j);
+                        }),
+      .bug = "the document mask applied only when causal: a packed encoder (causal = false) attends across "
+             "documents",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query in the first of two documents, causal = false: T_q = 1 over T_k = 2 keys, bounds "
+                     "{1}, key 1 of the next document seen",
+      .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
+  });
+
+  // Correct, written from ids as numpy code is: per query and key, document ids compared, chunk ids compared,
+  // the causal rule or the prefix, the windows and the padding, one test each.
+  z.push_back(Mutant{
+      .impl = rule_impl("control:masks-from-ids", "every mask family from document and chunk ids, cell by cell",
+                        [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                          const Index p = i + (c.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0);
+                          bool ok = !c.causal || j <= p || j < c.prefix;
+                          ok = ok && (c.key_length < 0 || j < c.key_length);
+                          ok = ok && (!c.window || j >= p - *c.window) && (!c.window_right || j <= p + *c.window_right);
+                          ok = ok && (c.chunk <= 0 || floor_div(j, c.chunk) == floor_div(p, c.chunk));
+                          ok = ok && (!c.doc_bounds || v.key_document(j) == v.query_document(i));
+                          return ok;
+                        }),
+      .bug = "none: the mask of every family from ids, cell by cell, not as one run of keys",
+      .control = true,
+  });
+  return z;
+}
+
+}  // namespace attncheck::zoo

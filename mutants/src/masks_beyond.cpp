@@ -242,6 +242,8 @@ std::vector<Mutant> mask_family_mutants() {
                         }),
       .bug = "none: the mask of every family from ids, cell by cell, not as one run of keys",
       .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
   });
   return z;
 }

@@ -7,6 +7,7 @@
 #include <limits>
 #include <set>
 
+#include "attncheck/generators.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
 #include "attncheck/tolerance.hpp"
@@ -509,6 +510,46 @@ TEST(SmallestCounterexample, ordersBySizeThenOptionsThenNonzeroInputsThenMargin)
   EXPECT_EQ(smallest_counterexample(rs)->law, "8x");  // then the largest margin, then the first
   rs[1].status = LawStatus::held;
   EXPECT_EQ(smallest_counterexample(rs)->law, "8x again");  // only falsified laws count
+}
+
+}  // namespace
+}  // namespace attncheck
+
+namespace attncheck {
+namespace {
+
+// Every zoo entry runs on drawn cases of everything it declares (its families, padding, paging, the LSE, a
+// backward when it has one), at every dtype: the sanitizer stage's check of the zoo's own code (an out-of-range
+// read in a kernel would make a kill depend on memory), where the kill tests, whose question is the default
+// build's, do not run. Each entry is called on every case; whether a law would hold is not asked.
+TEST(Zoo, everyEntryRunsOnDrawnCasesOfWhatItDeclares) {
+  Law exercise{.name = "exercise", .summary = "calls the implementation", .why = "sanitizer coverage",
+               .not_applicable = [](const GenConfig&) { return std::string(); },
+               .gen = [](const GenConfig& cfg) { return gen_problem(cfg); },
+               .check = [](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
+                 impl.forward(c.problem);
+                 return std::nullopt;
+               }};
+  Law backward = exercise;
+  backward.gen = [](const GenConfig& cfg) { return gen_gradient_case(cfg); };
+  backward.check = [](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
+    impl.backward(c.problem);
+    return std::nullopt;
+  };
+  for (const Mutant& m : mutant_zoo())
+    for (const DType t : kDTypes) {
+      if (!m.impl->capabilities().supports(t)) continue;
+      RunOptions o;
+      o.cases = 6;
+      o.gen.dtype = t;
+      o.gen.max_T = 24;
+      for (const Law* law : {&exercise, &backward}) {
+        if (law == &backward && !m.impl->capabilities().backward) continue;
+        const LawResult r = run_law(*law, *m.impl, o);
+        // A mutant may fail a call (an error status, a wrong size): it was still called, and ran to the end.
+        EXPECT_GE(r.calls, r.status == LawStatus::held ? 6 : 1) << m.impl->name() << " at " << dtype_name(t);
+      }
+    }
 }
 
 }  // namespace

@@ -241,9 +241,11 @@ std::vector<Neutral> neutral_encodings(const Problem& p, const Capabilities& cap
   if (caps.documents && p.doc_bounds.empty()) out.push_back(Neutral::one_document);
   if (caps.prefix && p.causal && p.prefix_length <= 1 && no_negative) out.push_back(Neutral::prefix_one);
   if (caps.prefix && !p.causal && p.prefix_length == 0) out.push_back(Neutral::prefix_bidirectional);
-  if (caps.right_window && p.causal && p.prefix_length <= 1 && !p.window_right) out.push_back(Neutral::right_zero);
-  if (caps.right_window && caps.bidirectional && p.causal && p.prefix_length <= 1 && !p.window_right &&
-      (p.prefix_length == 0 || no_negative))
+  // A right window of 0 cuts the prefix's keys after a query: neutral only when the prefix adds no key, that is
+  // none, or 1 with no query before key 0 (a query at position -1 sees key 0 only through a prefix of 1).
+  const bool prefix_adds_nothing = p.prefix_length == 0 || (p.prefix_length == 1 && no_negative);
+  if (caps.right_window && p.causal && prefix_adds_nothing && !p.window_right) out.push_back(Neutral::right_zero);
+  if (caps.right_window && caps.bidirectional && p.causal && prefix_adds_nothing && !p.window_right)
     out.push_back(Neutral::bidirectional_right_zero);
   if (caps.window && !p.window) out.push_back(Neutral::long_left);
   if (caps.right_window && !p.window_right) out.push_back(Neutral::long_right);

@@ -26,6 +26,9 @@ page_sizes and page_layouts) gives `paged`: None for a dense call; for a paged c
 None and `paged` is a PagedKV: k_pages and v_pages (the pools, [num_pages, page_size, H_kv, D] token-major or
 [num_pages, H_kv, page_size, D] head-major), block_table (int32 [B, max_pages]), seq_lens (int64 [B]),
 page_size, layout ("token-major" or "head-major"), num_pages, max_pages, T_k, and gather() -> dense (k, v).
+The masks beyond causal, each passed only when declared: documents=True gives `q_doc_ids` and `k_doc_ids` (None,
+or int32 arrays [B,T_q] and [B,T_k]: a query sees only keys of its own document), chunked_local=True `chunk_size`
+(0: none), prefix=True `prefix_length` (0: none) and right_window=True `window_right` (None: none).
 Only numpy (Debian's python3-numpy) is needed.
 """
 

@@ -258,6 +258,18 @@ TEST(Exec, maskCallsCrossTheWireBitExactly) {
       EXPECT_EQ(ga.dk.values(), gb.dk.values()) << what;
       EXPECT_EQ(ga.dv.values(), gb.dv.values()) << what;
     }
+  // With paged K and V too: the mask fields come before the paging, and the served reference reads both back.
+  for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+    Problem p = test::paged_problem(DType::f64, layout, 8);
+    p.doc_bounds = {{1, 3}, {2}};
+    p.chunk_size = 4;
+    p.prefix_length = 1;
+    p.window_right = 0;
+    const Outcome a = served->forward(p), b = local->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << page_layout_name(layout);
+    ASSERT_TRUE(a.weights && b.weights);
+    EXPECT_EQ(a.weights->values(), b.weights->values()) << page_layout_name(layout);
+  }
 }
 
 // The Python client passes the masks' keywords as serve() documents them (int32 id arrays [B,T_q] and [B,T_k],

@@ -104,6 +104,18 @@ def main():
         slot = lambda n: tensor("<d", 2, seed + n)
         paged += slot(2) + nan * 2 + slot(3) + slot(4) + slot(0) + slot(1)
     write("protocol_child", "session_v3_paged_f64", hello3 + frame(4, paged) + frame(6, b""))
+    # Version 3: the masks beyond causal (PROTOCOL.md, "Masks beyond causal") in a forward and a backward frame:
+    # prefix 1, right window 0, chunks of 2, and documents: key ids {0, 0, 1} and {0, 1, 1}, query ids (top-left,
+    # query i at key i) {0, 0} and {0, 1}; then bye.
+    q_shape, k_shape = (2, 1, 2, 2), (2, 1, 3, 2)
+
+    def masked(flags):
+        m = struct.pack("<IIIId", 2, 1, flags | 1024 | 2048 | 4096 | 8192, 0, 0.5) + shape(*q_shape) + shape(*k_shape)
+        m += struct.pack("<3q", 1, 0, 2) + struct.pack("<4i", 0, 0, 0, 1) + struct.pack("<6i", 0, 0, 1, 0, 1, 1)
+        return m + tensor("<d", prod(q_shape), 1) + tensor("<d", prod(k_shape), 2) + tensor("<d", prod(k_shape), 3)
+
+    write("protocol_child", "session_v3_masks_f64",
+          hello3 + frame(4, masked(1 | 2)) + frame(7, masked(1) + tensor("<d", prod(q_shape), 4)) + frame(6, b""))
     write("protocol_child", "hello_only", hello1)
     write("protocol_child", "hello_v2_only", hello2)
     write("protocol_child", "wrong_version", frame(1, struct.pack("<I", 0)))

@@ -10,9 +10,11 @@
  * an UNSUPPORTED answer to a declared shape is a finding; with -DMODIFIERS, correct and declaring ABI 3's
  * score modifiers (softcap, ALiBi, sinks, with d_sinks in the backward), causal = 0 and the LSE; with -DPAGED,
  * correct, forward only, and declaring paged K and V (ATTNCHECK_CAP3_PAGED: token-major and head-major pages of
- * 1, 8, 16, 64 or 256 keys), which it reads only through the block table, key by key. Every build honours the
- * modifiers' fields and a paged call; without -DMODIFIERS or -DPAGED attncheck sends only their neutral values
- * (no paged call). No build reads a key the query does not see (but the buggy one, which reads every key). */
+ * 1, 8, 16, 64 or 256 keys), which it reads only through the block table, key by key; with -DMASKS, correct,
+ * with a backward pass, and declaring the masks beyond causal (packed documents through q_doc_ids and
+ * k_doc_ids, chunked local attention, a bidirectional prefix, a right window) and causal = 0. Every build honours
+ * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS or -DPAGED attncheck
+ * sends only their neutral values (no paged call). No build reads a key the query does not see (but the buggy one, which reads every key). */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <stdio.h>
@@ -92,14 +94,43 @@ static int64_t position(const attncheck_call* call, int64_t i) {
   return i + (call->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT ? call->k.shape[2] - call->q.shape[2] : 0);
 }
 
+/* floor(a / n) for n > 0, also for a negative a (a position before the first key, bottom-right). */
+static int64_t floor_div(int64_t a, int64_t n) { return a >= 0 ? a / n : -((-a + n - 1) / n); }
+
 /* The keys query i of batch entry b sees: lo <= j <= hi (none when hi < lo). At its aligned position p it
- * sees j <= p (unless call->causal is 0), j < key_lengths[b] (padding) and j >= p - window. */
+ * sees j <= p or j < prefix_length (the causal rule, unless call->causal is 0), j < key_lengths[b] (padding),
+ * j >= p - window, j <= p + window_right (when >= 0), the keys of its chunk (j / chunk_size == p / chunk_size,
+ * when > 0) and the keys of its document (k_doc_ids[b][j] == q_doc_ids[b][i], when given). Every family cuts
+ * one range (a document's keys are contiguous: key ids are non-decreasing), so their intersection is one too. */
 static void visible(const attncheck_call* call, int64_t b, int64_t i, int64_t* lo, int64_t* hi) {
-  const int64_t Tk = call->k.shape[2];
+  const int64_t Tk = call->k.shape[2], Tq = call->q.shape[2];
   const int64_t p = position(call, i);
-  *hi = p < Tk - 1 && call->causal ? p : Tk - 1;
+  int64_t last = p > call->prefix_length - 1 ? p : call->prefix_length - 1; /* the causal rule with a prefix */
+  *hi = last < Tk - 1 && call->causal ? last : Tk - 1;
   if (call->key_lengths && *hi > call->key_lengths[b] - 1) *hi = call->key_lengths[b] - 1;
   *lo = call->window >= 0 && p - call->window > 0 ? p - call->window : 0;
+  if (call->window_right >= 0 && call->window_right < Tk - p && *hi > p + call->window_right)
+    *hi = p + call->window_right;
+  if (call->chunk_size > 0) {
+    const int64_t c0 = floor_div(p, call->chunk_size) * call->chunk_size;
+    if (*lo < c0) *lo = c0;
+    if (c0 < Tk && call->chunk_size < Tk - c0 && *hi > c0 + call->chunk_size - 1) *hi = c0 + call->chunk_size - 1;
+  }
+  if (call->q_doc_ids && call->k_doc_ids) {
+    const int32_t doc = call->q_doc_ids[b * Tq + i];
+    int64_t first = -1, end = -1; /* the keys of the query's document: first .. end */
+    for (int64_t j = 0; j < Tk; ++j)
+      if (call->k_doc_ids[b * Tk + j] == doc) {
+        if (first < 0) first = j;
+        end = j;
+      }
+    if (first < 0) { /* no key in its document */
+      *hi = *lo - 1;
+      return;
+    }
+    if (*lo < first) *lo = first;
+    if (*hi > end) *hi = end;
+  }
 }
 
 /* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): softcap, then
@@ -332,6 +363,15 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .backward = backward,
       .flags3 = ATTNCHECK_CAP3_LSE | ATTNCHECK_CAP3_SINKS | ATTNCHECK_CAP3_SOFTCAP | ATTNCHECK_CAP3_ALIBI |
                 ATTNCHECK_CAP3_BIDIRECTIONAL,
+#elif defined(MASKS)
+      .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
+               ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,
+      .name = "c-example-masks",
+      .description = "naive C attention with packed documents, chunks, a prefix, a right window and causal = 0",
+      .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
+      .backward = backward,
+      .flags3 = ATTNCHECK_CAP3_DOCUMENTS | ATTNCHECK_CAP3_CHUNKED_LOCAL | ATTNCHECK_CAP3_PREFIX |
+                ATTNCHECK_CAP3_BIDIRECTIONAL | ATTNCHECK_CAP3_RIGHT_WINDOW,
 #elif defined(PAGED)
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
                ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,

@@ -26,6 +26,9 @@ page_sizes and page_layouts) gives `paged`: None for a dense call; for a paged c
 None and `paged` is a PagedKV: k_pages and v_pages (the pools, [num_pages, page_size, H_kv, D] token-major or
 [num_pages, H_kv, page_size, D] head-major), block_table (int32 [B, max_pages]), seq_lens (int64 [B]),
 page_size, layout ("token-major" or "head-major"), num_pages, max_pages, T_k, and gather() -> dense (k, v).
+The masks beyond causal, each passed only when declared: documents=True gives `q_doc_ids` and `k_doc_ids` (None,
+or int32 arrays [B,T_q] and [B,T_k]: a query sees only keys of its own document), chunked_local=True `chunk_size`
+(0: none), prefix=True `prefix_length` (0: none) and right_window=True `window_right` (None: none).
 Only numpy (Debian's python3-numpy) is needed.
 """
 
@@ -57,13 +60,18 @@ EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2, "any": 3}
 CROSS_LENGTHS_CODES = {True: 0, "T_q<=T_k": 1, "T_q>=T_k": 2}
 KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 # Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
-FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "bidirectional": 0x100}
-MODIFIER_KEYWORDS = {"sinks": "sinks", "softcap": "softcap", "alibi": "alibi_slopes", "bidirectional": "causal",
-                     "paged": "paged"}
+FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "documents": 0x20,
+          "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200}
+MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
+                     "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
+                     "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",)}
 # Version 3's page layouts (the caps frame's u32 after the head dims, and a paged forward frame's layout field).
 PAGE_LAYOUT_CODES = {"token-major": 1, "head-major": 2}
 PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 PAGED = 512  # a forward frame's flag: the paging follows, and K and V come as page pools
+# A forward (and backward) frame's flags for the masks beyond causal: an i64 prefix length, an i64 right window,
+# an i64 chunk size, then B*T_q and B*T_k int32 document ids, in this order (after the sinks).
+PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = 1024, 2048, 4096, 8192
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
@@ -145,10 +153,11 @@ def _keywords(fn, role, modifiers=()):
         raise TypeError("serve: cannot read the signature of %s %r: %s" % (role, fn, e))
     takes = {p for p in KEYWORDS if p in params}
     for declared in modifiers:
-        keyword = MODIFIER_KEYWORDS[declared]
-        if keyword not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
-            raise TypeError("serve: %s=True but %s %s has no `%s` parameter" % (declared, role, fn.__name__, keyword))
-        takes.add(keyword)
+        for keyword in MODIFIER_KEYWORDS[declared]:
+            if keyword not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
+                raise TypeError("serve: %s=True but %s %s has no `%s` parameter"
+                                % (declared, role, fn.__name__, keyword))
+            takes.add(keyword)
     return takes
 
 
@@ -175,6 +184,22 @@ def _read_call(payload, backward):
     if fflags & 64:
         sinks = np.frombuffer(payload, dtype="<f8", count=qs[1], offset=off).astype(np.float64)
         off += 8 * qs[1]
+    prefix_length, window_right, chunk_size, q_doc_ids, k_doc_ids = 0, None, 0, None, None
+    if fflags & PREFIX:  # version 3: the masks beyond causal, in this order
+        (prefix_length,) = struct.unpack_from("<q", payload, off)
+        off += 8
+    if fflags & WINDOW_RIGHT:
+        (window_right,) = struct.unpack_from("<q", payload, off)
+        off += 8
+    if fflags & CHUNK:
+        (chunk_size,) = struct.unpack_from("<q", payload, off)
+        off += 8
+    if fflags & DOCUMENTS:
+        q_doc_ids = np.frombuffer(payload, dtype="<i4", count=qs[0] * qs[2], offset=off).astype(np.int32)
+        off += 4 * qs[0] * qs[2]
+        k_doc_ids = np.frombuffer(payload, dtype="<i4", count=ks[0] * ks[2], offset=off).astype(np.int32)
+        off += 4 * ks[0] * ks[2]
+        q_doc_ids, k_doc_ids = q_doc_ids.reshape(qs[0], qs[2]), k_doc_ids.reshape(ks[0], ks[2])
     dtype = DTYPE_NAMES[dcode]
     size = np.dtype(WIRE[dtype]).itemsize
     paged = None
@@ -201,7 +226,8 @@ def _read_call(payload, backward):
         arrays.append(_decode(payload[off:off + nq], dtype, qs))
     kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
-              "sinks": sinks, "causal": not fflags & 256, "paged": paged}
+              "sinks": sinks, "causal": not fflags & 256, "paged": paged, "prefix_length": prefix_length,
+              "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids}
     return arrays, kwargs, dtype, bool(fflags & 2), bool(fflags & 128)
 
 
@@ -249,7 +275,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
           custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
-          paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major")):
+          paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
+          chunked_local=False, prefix=False, right_window=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -274,9 +301,18 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     "head-major") given: fn gets `paged`, None for a dense call; in a paged call (half the cases of every forward
     law, and the paged laws; never a backward) k and v are None and `paged` is a PagedKV (its pools, block table,
     seq_lens, page size and layout). `key_lengths`, when fn takes it, then holds seq_lens too.
+    Masks beyond causal, each only when declared (fn, and a backward, then need the keywords): `documents=True`
+    (packed sequences: `q_doc_ids` and `k_doc_ids`, None or int32 arrays [B,T_q] and [B,T_k]: a query sees only
+    keys of its own document; key ids are non-decreasing, and a query's id is the one of the key at its aligned
+    position p clamped to [0, T_k - 1]), `chunked_local=True` (`chunk_size`, 0 for none: query p sees only keys j
+    with j // chunk_size == p // chunk_size), `prefix=True` (`prefix_length`, 0 for none: keys j < prefix_length are
+    visible to every query despite the causal rule) and `right_window=True` (`window_right`, None or wr >= 0: query
+    p sees keys j <= p + wr only). Every family present must allow a key.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
-                                              ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged))}
+                                              ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
+                                              ("documents", documents), ("chunked_local", chunked_local),
+                                              ("prefix", prefix), ("right_window", right_window))}
     modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
     takes = _keywords(fn, "fn", modifiers)
     if custom_scale is None:

@@ -146,7 +146,7 @@ class CPlugin final : public Implementation {
                                                                        : EmptyRows::zero;
     if (v3) {  // the declarations (validate_table checked every value)
       caps_.abi3_flags = v3->flags3;
-      wire::set_abi3_bools(caps_, v3->flags3);  // the LSE, sinks, softcap, ALiBi, bidirectional
+      wire::set_abi3_bools(caps_, v3->flags3);  // the LSE, sinks, softcap, ALiBi, paged, the mask families
       if (v3->cross_lengths != 0) {
         caps_.q_shorter = v3->cross_lengths & ATTNCHECK_CROSS_Q_LE_K;
         caps_.q_longer = v3->cross_lengths & ATTNCHECK_CROSS_Q_GE_K;
@@ -184,7 +184,8 @@ class CPlugin final : public Implementation {
       // A paged call always carries every sequence's length (T_k each without key padding).
       const std::vector<Index> seq = p.paged ? p.sequence_lengths() : p.key_lengths;
       const std::vector<std::int64_t> lengths(seq.begin(), seq.end());
-      attncheck_call call = make_call(p, q, k, v, lengths);
+      const wire::DocIds docs = wire::doc_ids(p);
+      attncheck_call call = make_call(p, q, k, v, lengths, docs);
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -228,7 +229,8 @@ class CPlugin final : public Implementation {
                       d_out = p.d_output->template cast<S>();
       OutBuffer<S> scratch(q.shape()), dq(q.shape()), dk(k.shape()), dv(k.shape());
       const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
-      attncheck_call call = make_call(p, q, k, v, lengths);
+      const wire::DocIds docs = wire::doc_ids(p);
+      attncheck_call call = make_call(p, q, k, v, lengths, docs);
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).
@@ -251,10 +253,10 @@ class CPlugin final : public Implementation {
   }
 
  private:
-  // The call's inputs and options; `lengths` must outlive the call.
+  // The call's inputs and options; `lengths` and `docs` (wire::doc_ids(p)) must outlive the call.
   template <class S>
   attncheck_call make_call(const Problem& p, const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
-                           const std::vector<std::int64_t>& lengths) const {
+                           const std::vector<std::int64_t>& lengths, const wire::DocIds& docs) const {
     attncheck_call call{};
     call.dtype = wire::dtype_code(p.dtype);
     call.alignment = wire::alignment_code(p.alignment);
@@ -268,7 +270,14 @@ class CPlugin final : public Implementation {
     // ABI 3's neutral values (the rest are 0 or NULL from the value-initialisation above), and the modifiers
     // a plug-in declared (check_within_capabilities refused any it did not). `p` outlives the call.
     call.causal = p.causal ? 1 : 0;
-    call.window_right = -1;
+    // Masks beyond causal: neutral (0, -1, 0, NULL) unless the problem has them, which only a plug-in that declares
+    // them gets. Document ids: k_doc_ids[b*T_k + j] = document_of(doc_bounds[b], j), q_doc_ids[b*T_q + i] the
+    // document of query i (the one of key clamp(p, 0, T_k - 1)).
+    call.prefix_length = p.prefix_length;
+    call.window_right = p.window_right ? std::int64_t(*p.window_right) : -1;
+    call.chunk_size = p.chunk_size;
+    call.q_doc_ids = docs.q.empty() ? nullptr : docs.q.data();
+    call.k_doc_ids = docs.k.empty() ? nullptr : docs.k.data();
     call.softcap = p.softcap.value_or(0.0);
     call.alibi_slopes = p.alibi_slopes.empty() ? nullptr : p.alibi_slopes.data();
     call.sinks = p.sinks.empty() ? nullptr : p.sinks.data();
@@ -449,6 +458,16 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
   if (p.softcap && !caps.softcap) refuse("a softcap", "softcapping (ATTNCHECK_CAP3_SOFTCAP)");
   if (!p.alibi_slopes.empty() && !caps.alibi) refuse("ALiBi slopes", "ALiBi (ATTNCHECK_CAP3_ALIBI)");
   if (!p.causal && !caps.bidirectional) refuse("causal = false", "bidirectional (ATTNCHECK_CAP3_BIDIRECTIONAL)");
+  if (!p.doc_bounds.empty() && !caps.documents) refuse("packed documents", "documents (ATTNCHECK_CAP3_DOCUMENTS)");
+  if (p.chunk_size != 0 && !caps.chunked_local)
+    refuse("chunks of " + std::to_string(p.chunk_size), "chunked local attention (ATTNCHECK_CAP3_CHUNKED_LOCAL)");
+  if (p.prefix_length != 0 && !caps.prefix)
+    refuse("a prefix of " + std::to_string(p.prefix_length), "a bidirectional prefix (ATTNCHECK_CAP3_PREFIX)");
+  if (p.window_right && !caps.right_window)
+    refuse("a right window of " + std::to_string(*p.window_right), "right windows (ATTNCHECK_CAP3_RIGHT_WINDOW)");
+  if (!p.doc_bounds.empty() && Index(p.doc_bounds.size()) != p.q.shape().B)
+    throw std::logic_error(name + ": this call has " + std::to_string(p.doc_bounds.size()) +
+                           " document bound lists for a batch of " + std::to_string(p.q.shape().B));
   if (p.paged && !caps.paged) refuse("paged K and V", "paged K and V (ATTNCHECK_CAP3_PAGED)");
   if (p.paged && !caps.supports_paging(p.paged->page_size, p.paged->layout))
     refuse("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")",

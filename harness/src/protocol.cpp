@@ -129,11 +129,73 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.alibi = flags3 & alibi_bit;
   caps.bidirectional = flags3 & bidirectional_bit;
   caps.paged = flags3 & paged_bit;
+  caps.documents = flags3 & documents_bit;
+  caps.chunked_local = flags3 & chunked_local_bit;
+  caps.prefix = flags3 & prefix_bit;
+  caps.right_window = flags3 & right_window_bit;
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
   return (caps.lse ? lse_bit : 0u) | (caps.sinks ? sinks_bit : 0u) | (caps.softcap ? softcap_bit : 0u) |
-         (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u) | (caps.paged ? paged_bit : 0u);
+         (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u) | (caps.paged ? paged_bit : 0u) |
+         (caps.documents ? documents_bit : 0u) | (caps.chunked_local ? chunked_local_bit : 0u) |
+         (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u);
+}
+
+DocIds doc_ids(const Problem& p) {
+  DocIds ids;
+  if (p.doc_bounds.empty()) return ids;
+  const Index B = p.q.shape().B, T_q = p.q.shape().T, T_k = p.k.shape().T;
+  if (Index(p.doc_bounds.size()) != B)
+    throw std::logic_error("doc_ids: " + std::to_string(p.doc_bounds.size()) + " document bound lists for a batch of " +
+                           std::to_string(B));
+  const auto id = [](Index d) {
+    if (d > std::numeric_limits<std::int32_t>::max())
+      throw std::logic_error("doc_ids: document " + std::to_string(d) + " does not fit an int32");
+    return std::int32_t(d);
+  };
+  ids.q.reserve(std::size_t(B * T_q));
+  ids.k.reserve(std::size_t(B * T_k));
+  for (Index b = 0; b < B; ++b) {
+    const Visibility v = p.visibility(b);
+    for (Index i = 0; i < T_q; ++i) ids.q.push_back(id(v.query_document(i)));
+    for (Index j = 0; j < T_k; ++j) ids.k.push_back(id(document_of(p.doc_bounds[std::size_t(b)], j)));
+  }
+  return ids;
+}
+
+// The most document bounds a decoded frame may make beyond one per key id (empty documents repeat a bound): the
+// bounds are allocated, and an id of 2^31 must be refused, not allocated.
+constexpr std::int64_t kMaxExtraBounds = 1024;
+
+std::vector<std::vector<Index>> doc_bounds_from_ids(const std::vector<std::int32_t>& k, Index B, Index T_k,
+                                                    const std::string& what) {
+  std::vector<std::vector<Index>> bounds(static_cast<std::size_t>(B));
+  const std::int64_t budget = std::int64_t(k.size()) + kMaxExtraBounds;
+  std::int64_t total = 0;
+  for (Index b = 0; b < B; ++b) {
+    std::int32_t before = 0;
+    for (Index j = 0; j < T_k; ++j) {
+      const std::int32_t id = k[std::size_t(b * T_k + j)];
+      if (id < before)
+        throw ProtocolError(what + ": k_doc_ids[" + std::to_string(b) + "][" + std::to_string(j) + "] is " +
+                            std::to_string(id) + " (expected " +
+                            (id < 0 ? std::string("an id >= 0") : ">= " + std::to_string(before) +
+                                                                       ", the id of the key before it: key ids are "
+                                                                       "non-decreasing") +
+                            ")");
+      total += id - before;
+      if (total > budget)
+        throw ProtocolError(what + ": k_doc_ids[" + std::to_string(b) + "][" + std::to_string(j) + "] is " +
+                            std::to_string(id) + ", which makes more than " + std::to_string(budget) +
+                            " document bounds in all (expected at most one per key id plus " +
+                            std::to_string(kMaxExtraBounds) + ")");
+      // A step from `before` to `id` at key j: id - before documents end at j (all but the last of them empty).
+      bounds[std::size_t(b)].insert(bounds[std::size_t(b)].end(), std::size_t(id - before), j);
+      before = id;
+    }
+  }
+  return bounds;
 }
 
 std::string encode_hello() {
@@ -173,7 +235,8 @@ std::string encode_caps(const Handshake& h) {
   }
   if (h.version >= 3) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
-    constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit;
+    constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
+                                        documents_bit | chunked_local_bit | prefix_bit | right_window_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
@@ -388,7 +451,9 @@ std::string call_payload(const Problem& p) {
         (p.key_lengths.empty() && !paged ? 0u : call_key_lengths) | (p.window ? call_window : 0u) |
         (p.softcap ? call_softcap : 0u) | (p.alibi_slopes.empty() ? 0u : call_alibi) |
         (p.sinks.empty() ? 0u : call_sinks) | (p.want_lse ? call_lse : 0u) | (p.causal ? 0u : call_not_causal) |
-        (paged ? call_paged : 0u));
+        (paged ? call_paged : 0u) | (p.prefix_length != 0 ? call_prefix : 0u) |
+        (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
+        (p.doc_bounds.empty() ? 0u : call_documents));
   w.u32(0);
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
@@ -405,6 +470,15 @@ std::string call_payload(const Problem& p) {
   };
   if (!p.alibi_slopes.empty()) heads(p.alibi_slopes, "ALiBi slopes");
   if (!p.sinks.empty()) heads(p.sinks, "sinks");
+  // Masks beyond causal, each only when present: the prefix, the right window, the chunk size, the document ids.
+  if (p.prefix_length != 0) w.i64(p.prefix_length);
+  if (p.window_right) w.i64(*p.window_right);
+  if (p.chunk_size != 0) w.i64(p.chunk_size);
+  if (!p.doc_bounds.empty()) {
+    const DocIds ids = doc_ids(p);
+    w.raw(ids.q.data(), ids.q.size() * sizeof(std::int32_t));
+    w.raw(ids.k.data(), ids.k.size() * sizeof(std::int32_t));
+  }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
     return std::move(w.bytes());
@@ -525,15 +599,62 @@ void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index
   p.paged = std::move(plan);
 }
 
+// The masks beyond causal of a frame (flags 1024, 2048, 4096, 8192), read into p: the prefix, the right window,
+// the chunk size, and the document ids turned back into doc_bounds (the query ids checked against them).
+void read_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, const Shape& qs, const Shape& ks) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  if (flags & call_prefix) {
+    const std::int64_t prefix = r.i64();
+    if (prefix < 1) fail("prefix length " + std::to_string(prefix) + " (expected >= 1 with flag 1024)");
+    p.prefix_length = prefix;
+  }
+  if (flags & call_window_right) {
+    const std::int64_t wr = r.i64();
+    if (wr < 0) fail("right window " + std::to_string(wr) + " (expected >= 0 with flag 2048)");
+    p.window_right = wr;
+  }
+  if (flags & call_chunk) {
+    const std::int64_t chunk = r.i64();
+    if (chunk < 1) fail("chunk size " + std::to_string(chunk) + " (expected >= 1 with flag 4096)");
+    p.chunk_size = chunk;
+  }
+  if (!(flags & call_documents)) return;
+  // B·T_q and B·T_k ids, bounded by what is left before anything is allocated (each product may reach 2^64).
+  const auto ids = [&](Index T, const char* name) {
+    if (std::uint64_t(T) > r.left() / sizeof(std::int32_t) / std::uint64_t(qs.B))
+      fail(std::string(name) + " of " + std::to_string(qs.B) + " x " + std::to_string(T) + " ids but " +
+           std::to_string(r.left()) + " bytes are left");
+    std::vector<std::int32_t> xs(std::size_t(qs.B * T));
+    const std::string_view bytes = r.raw(xs.size() * sizeof(std::int32_t));
+    std::memcpy(xs.data(), bytes.data(), bytes.size());
+    return xs;
+  };
+  const std::vector<std::int32_t> q_ids = ids(qs.T, "q_doc_ids"), k_ids = ids(ks.T, "k_doc_ids");
+  p.doc_bounds = doc_bounds_from_ids(k_ids, qs.B, ks.T, what);
+  for (Index b = 0; b < qs.B; ++b) {
+    const Visibility v{.T_q = qs.T, .T_k = ks.T, .alignment = p.alignment, .doc_bounds = &p.doc_bounds[std::size_t(b)]};
+    for (Index i = 0; i < qs.T; ++i) {
+      const std::int32_t got = q_ids[std::size_t(b * qs.T + i)];
+      const Index expected = v.query_document(i);
+      if (got != expected)
+        fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(got) +
+             " (expected " + std::to_string(expected) + ", the id of key " +
+             std::to_string(std::clamp<Index>(v.position(i), 0, ks.T - 1)) +
+             ": a query's document is the one of the key at its aligned position, clamped to [0, T_k - 1])");
+    }
+  }
+}
+
 Problem read_call(Reader& r, const char* what, bool backward) {
   Problem p;
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
-  if (flags & ~0x3FFu)
+  if (flags & ~0x3FFFu)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x3ff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
-                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged)");
+                        " (expected bits within 0x3fff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
+                        "4096 chunk, 8192 documents)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -582,6 +703,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   };
   if (flags & call_alibi) p.alibi_slopes = heads("ALiBi slope", false);
   if (flags & call_sinks) p.sinks = heads("sink", true);
+  read_masks(r, what, flags, p, qs, ks);
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.

@@ -48,7 +48,11 @@ enum Flags3 : std::uint32_t {
   softcap_bit = 0x4,
   alibi_bit = 0x8,
   paged_bit = 0x10,
-  bidirectional_bit = 0x100
+  documents_bit = 0x20,
+  chunked_local_bit = 0x40,
+  prefix_bit = 0x80,
+  bidirectional_bit = 0x100,
+  right_window_bit = 0x200
 };
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
@@ -63,9 +67,27 @@ enum CallFlags : std::uint32_t {
   call_lse = 128,          ///< version 3: the LSE is wanted
   call_not_causal = 256,   ///< version 3: no causal rule
   call_paged = 512,        ///< version 3: the paging follows, and K and V come as page pools (with call_key_lengths)
+  call_prefix = 1024,      ///< version 3: an i64 prefix length follows
+  call_window_right = 2048,  ///< version 3: an i64 right window follows
+  call_chunk = 4096,       ///< version 3: an i64 chunk size follows
+  call_documents = 8192,   ///< version 3: B*T_q i32 query document ids, then B*T_k i32 key document ids follow
 };
 
-/// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, paged, bidirectional), and back.
+/// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
+/// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with
+/// call_documents carry. Throws std::logic_error when an id does not fit an int32.
+struct DocIds {
+  std::vector<std::int32_t> q, k;
+};
+DocIds doc_ids(const Problem& p);
+/// The doc_bounds that k ids [B*T_k] (row-major) stand for: a bound at j for each step of the id from j-1 to j
+/// (a step of n+1 is n empty documents), and k[b*T_k] bounds at 0. Throws ProtocolError (naming `what`, the
+/// entry, what was expected and what came) for a negative id, one below the id before it, or one above T_k.
+std::vector<std::vector<Index>> doc_bounds_from_ids(const std::vector<std::int32_t>& k, Index B, Index T_k,
+                                                    const std::string& what);
+
+/// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, paged, documents, chunked local,
+/// prefix, bidirectional, right window), and back.
 void set_abi3_bools(Capabilities& caps, std::uint32_t flags3);
 std::uint32_t abi3_bits(const Capabilities& caps);
 

@@ -321,6 +321,144 @@ TEST(CPlugin, anUndeclaredModifierIsNeverSent) {
 
 using test::paged_problem;
 
+// The masks' call fields arrive as plugin.h defines them, forward and backward, in process and through the
+// plug-in host (where the problem crosses the exec protocol first): the echo plug-in writes back q_doc_ids,
+// prefix_length, window_right, chunk_size and causal (output and dq) and k_doc_ids (weights and dk).
+TEST(CPlugin, theMaskFieldsReachThePluginAsDefined) {
+  const std::vector<std::vector<double>> k_ids = {{1, 1, 3, 3, 3, 4}, {0, 0, 0, 0, 0, 0}};
+  const std::vector<std::vector<double>> q_ids = {{3, 3, 3, 4}, {0, 0, 0, 0}};
+  for (const bool isolate : {true, false})
+    for (const bool causal : {true, false}) {
+      const auto echo = load_implementation("plugin:" ATTNCHECK_MASKS_ECHO_PLUGIN, HarnessOptions{.isolate = isolate});
+      const Capabilities& c = echo->capabilities();
+      EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional) << isolate;
+      EXPECT_EQ(c.abi3_flags, 0x3E0u) << isolate;
+      const Problem p = test::masks_problem(5, causal);
+      const Outcome o = echo->forward(p);
+      const Gradients g = echo->backward(p);
+      ASSERT_TRUE(o.weights);
+      for (Index b = 0; b < 2; ++b) {
+        const Visibility v = p.visibility(b);
+        for (Index h = 0; h < 2; ++h)
+          for (Index i = 0; i < 4; ++i) {
+            const std::string at = std::to_string(isolate) + std::to_string(causal) + " b" + std::to_string(b) +
+                                   " h" + std::to_string(h) + " i" + std::to_string(i);
+            for (const Tensor<double>* t : {&o.output, &g.dq}) {
+              EXPECT_EQ((*t)(b, h, i, 0), q_ids[b][i]) << at;
+              EXPECT_EQ((*t)(b, h, i, 0), double(v.query_document(i))) << at;
+              EXPECT_EQ((*t)(b, h, i, 1), 2.0) << at;  // prefix_length
+              EXPECT_EQ((*t)(b, h, i, 2), 1.0) << at;  // window_right
+              EXPECT_EQ((*t)(b, h, i, 3), 3.0) << at;  // chunk_size
+              EXPECT_EQ((*t)(b, h, i, 4), causal ? 1.0 : 0.0) << at;
+            }
+            for (Index j = 0; j < 6; ++j) {
+              EXPECT_EQ((*o.weights)(b, h, i, j), k_ids[b][j]) << at << " j" << j;
+              EXPECT_EQ((*o.weights)(b, h, i, j), double(document_of(p.doc_bounds[b], j))) << at;
+            }
+          }
+        for (Index j = 0; j < 6; ++j) EXPECT_EQ(g.dk(b, 0, j, 0), k_ids[b][j]) << isolate << " b" << b << " j" << j;
+      }
+      // A call without them gets the neutral values: no ids (NULL), 0, -1, 0, causal 1.
+      Problem plain = test::wave_problem(DType::f64, 1, 1, 2, 3, 5);
+      plain.want_weights = true;
+      plain.d_output = test::wave(plain.q.shape(), DType::f64, 0.4);
+      const Outcome n = echo->forward(plain);
+      const Gradients ng = echo->backward(plain);
+      for (const Tensor<double>* t : {&n.output, &ng.dq})
+        for (Index i = 0; i < 2; ++i) {
+          EXPECT_EQ((*t)(0, 0, i, 0), -100.0) << isolate;
+          EXPECT_EQ((*t)(0, 0, i, 1), 0.0) << isolate;
+          EXPECT_EQ((*t)(0, 0, i, 2), -1.0) << isolate;
+          EXPECT_EQ((*t)(0, 0, i, 3), 0.0) << isolate;
+          EXPECT_EQ((*t)(0, 0, i, 4), 1.0) << isolate;
+        }
+      EXPECT_EQ((*n.weights)(0, 0, 0, 2), -100.0) << isolate;
+      EXPECT_EQ(ng.dk(0, 0, 2, 0), -100.0) << isolate;
+    }
+}
+
+// The -DMASKS example declares the masks beyond causal and causal = 0, honours them (it agrees with the reference,
+// which honours them all, forward and backward), and the worker changes no bit of its answers.
+TEST(CPlugin, theMasksExampleHonoursEveryFamilyAndAgreesWithTheReference) {
+  const auto isolated = load_implementation(spec("attention_plugin_masks"));
+  const auto in_process = load_implementation(spec("attention_plugin_masks"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  const Capabilities& c = isolated->capabilities();
+  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional && c.backward);
+  EXPECT_EQ(c.abi3_flags, 0x3E0u);
+  const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
+    double m = 0;
+    for (Index n = 0; n < x.size(); ++n)
+      m = std::max(m, x.values()[n] == y.values()[n] ? 0.0 : std::abs(x.values()[n] - y.values()[n]));
+    return m;
+  };
+  // Each family alone and all together: each changes which keys some query sees.
+  for (int which = 0; which < 6; ++which)
+    for (const bool causal : {true, false}) {
+      const Problem all = test::masks_problem(2, causal);
+      Problem p = test::wave_problem(DType::f64, 2, 2, 4, 6, 2);
+      p.alignment = all.alignment;
+      p.causal = causal;
+      p.want_weights = true;
+      p.d_output = all.d_output;
+      if (which == 0) p.doc_bounds = all.doc_bounds;
+      if (which == 1) p.chunk_size = all.chunk_size;
+      if (which == 2) p.prefix_length = all.prefix_length;
+      if (which == 3) p.window_right = all.window_right;
+      if (which == 5) p = all;
+      const std::string what = std::to_string(which) + (causal ? " causal" : " bidirectional");
+      const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
+      ASSERT_TRUE(a.weights && b.weights && r.weights) << what;
+      EXPECT_EQ(a.output.values(), b.output.values()) << what;
+      EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+      // float64, T_k = 6, D = 2, |values| <= 1: a handful of rounded products and exps on each side; 1e-13 is
+      // ~500 ulps of the largest value, and a key seen or hidden moves a weight by more than 0.01.
+      EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
+      EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << what;
+      for (Index bb = 0; bb < 2; ++bb)  // the weights are 0 exactly where the definitions hide a key
+        for (Index i = 0; i < 4; ++i)
+          for (Index j = 0; j < 6; ++j)
+            EXPECT_EQ((*a.weights)(bb, 0, i, j) != 0.0, p.visibility(bb).visible(i, j))
+                << what << " " << bb << " " << i << " " << j;
+      const Gradients ga = isolated->backward(p), gb = in_process->backward(p), gr = ref->backward(p);
+      EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
+      EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;
+      EXPECT_LT(worst(ga.dk, gr.dk), 1e-13) << what;
+      EXPECT_LT(worst(ga.dv, gr.dv), 1e-13) << what;
+    }
+}
+
+// A mask family goes only to a plug-in that declares it: refused before the call (an internal error: a law or a
+// test sent it), naming the family and the flag, in and out of process, for ABI-2 and ABI-3 plug-ins alike.
+TEST(CPlugin, anUndeclaredMaskFamilyIsNeverSent) {
+  const Problem all = test::masks_problem(2);
+  for (const bool isolate : {true, false})
+    for (const std::string& target : {spec("attention_plugin"), std::string("plugin:" ATTNCHECK_ABI2_PLUGIN)}) {
+      const auto impl = load_implementation(target, HarnessOptions{.isolate = isolate});
+      for (int which = 0; which < 4; ++which) {
+        Problem p = test::wave_problem(DType::f64, 2, 2, 4, 6, 2);
+        p.alignment = all.alignment;
+        const char* flag[] = {"ATTNCHECK_CAP3_DOCUMENTS", "ATTNCHECK_CAP3_CHUNKED_LOCAL", "ATTNCHECK_CAP3_PREFIX",
+                              "ATTNCHECK_CAP3_RIGHT_WINDOW"};
+        if (which == 0) p.doc_bounds = all.doc_bounds;
+        if (which == 1) p.chunk_size = 3;
+        if (which == 2) p.prefix_length = 2;
+        if (which == 3) p.window_right = 1;
+        try {
+          impl->forward(p);
+          ADD_FAILURE() << target << " got mask family " << which;
+        } catch (const std::logic_error& e) {
+          EXPECT_NE(std::string(e.what()).find(flag[which]), std::string::npos) << e.what();
+        }
+        p.d_output = all.d_output;
+        if (!impl->capabilities().backward) continue;
+        EXPECT_THROW(impl->backward(p), std::logic_error) << target << " " << which;
+      }
+    }
+  const Capabilities plain = load_implementation(spec("attention_plugin"))->capabilities();
+  EXPECT_FALSE(plain.documents || plain.chunked_local || plain.prefix || plain.right_window);
+}
+
 TEST(CPlugin, thePagedExampleDeclaresPagingInAndOutOfProcess) {
   for (const bool isolate : {true, false}) {
     const Capabilities c =

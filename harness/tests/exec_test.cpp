@@ -16,6 +16,7 @@
 
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
+#include "protocol.hpp"
 #include "test_support.hpp"
 
 namespace attncheck {
@@ -138,7 +139,7 @@ TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
   EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
-  EXPECT_EQ(c.abi3_flags, 0x11Fu);  // paged K and V (0x10) too
+  EXPECT_EQ(c.abi3_flags, 0x3FFu);  // paged K and V (0x10) and the masks beyond causal (0x20, 0x40, 0x80, 0x200) too
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
       Problem p = modifiers_problem(causal);
@@ -222,6 +223,127 @@ TEST(Exec, pythonClientPassesOnlyTheModifiersItDeclares) {
   const Outcome a = impl->forward(p), r = reference_implementation()->forward(p);
   ASSERT_TRUE(a.lse);
   EXPECT_LT(worst(*a.lse, *r.lse), 1e-13);
+}
+
+// test::masks_problem at `dtype` (its values rounded there).
+Problem masks_problem_at(DType dtype, bool causal, Index D = 2) {
+  Problem p = test::masks_problem(D, causal);
+  p.dtype = dtype;
+  p.q = test::wave(p.q.shape(), dtype, 0.1);
+  p.k = test::wave(p.k.shape(), dtype, 0.2);
+  p.v = test::wave(p.v.shape(), dtype, 0.3);
+  p.d_output = test::wave(p.q.shape(), dtype, 0.4);
+  return p;
+}
+
+// The reference served over the wire declares the masks beyond causal, and a call with every family (documents with
+// empty ones, chunks, a prefix, a right window, causal or not) crosses as its fields and document ids, is decoded
+// back into the same visibility, and is answered bit for bit as the reference answers it in process, forward and
+// backward.
+TEST(Exec, maskCallsCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  const Capabilities& c = served->capabilities();
+  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional);
+  for (const bool causal : {true, false})
+    for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
+      const Problem p = masks_problem_at(t, causal);
+      const std::string what = std::string(dtype_name(t)) + (causal ? " causal" : " bidirectional");
+      const Outcome a = served->forward(p), b = local->forward(p);
+      EXPECT_EQ(a.output.values(), b.output.values()) << what;
+      ASSERT_TRUE(a.weights && b.weights) << what;
+      EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+      const Gradients ga = served->backward(p), gb = local->backward(p);
+      EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
+      EXPECT_EQ(ga.dk.values(), gb.dk.values()) << what;
+      EXPECT_EQ(ga.dv.values(), gb.dv.values()) << what;
+    }
+  // With paged K and V too: the mask fields come before the paging, and the served reference reads both back.
+  for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+    Problem p = test::paged_problem(DType::f64, layout, 8);
+    p.doc_bounds = {{1, 3}, {2}};
+    p.chunk_size = 4;
+    p.prefix_length = 1;
+    p.window_right = 0;
+    const Outcome a = served->forward(p), b = local->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << page_layout_name(layout);
+    ASSERT_TRUE(a.weights && b.weights);
+    EXPECT_EQ(a.weights->values(), b.weights->values()) << page_layout_name(layout);
+  }
+}
+
+// The Python client passes the masks' keywords as serve() documents them (int32 id arrays [B,T_q] and [B,T_k],
+// ints, None for no right window), forward and backward: the echo client writes them back. Without the
+// declarations the function gets none of those keywords and no call with a family is sent.
+TEST(Exec, pythonClientPassesTheMaskKeywordsAsDefined) {
+  REQUIRE_NUMPY();
+  const auto echo = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/masks_client.py"));
+  const Capabilities& c = echo->capabilities();
+  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional);
+  EXPECT_EQ(c.abi3_flags, 0x3E0u);
+  const std::vector<std::vector<double>> k_ids = {{1, 1, 3, 3, 3, 4}, {0, 0, 0, 0, 0, 0}};
+  const std::vector<std::vector<double>> q_ids = {{3, 3, 3, 4}, {0, 0, 0, 0}};
+  for (const bool causal : {true, false}) {
+    const Problem p = test::masks_problem(5, causal);
+    const Outcome o = echo->forward(p);
+    const Gradients g = echo->backward(p);
+    ASSERT_TRUE(o.weights);
+    for (Index b = 0; b < 2; ++b)
+      for (Index i = 0; i < 4; ++i) {
+        for (const Tensor<double>* t : {&o.output, &g.dq}) {
+          EXPECT_EQ((*t)(b, 1, i, 0), q_ids[b][i]) << causal << b << i;
+          EXPECT_EQ((*t)(b, 1, i, 1), 2.0);
+          EXPECT_EQ((*t)(b, 1, i, 2), 1.0);
+          EXPECT_EQ((*t)(b, 1, i, 3), 3.0);
+          EXPECT_EQ((*t)(b, 1, i, 4), causal ? 1.0 : 0.0);
+        }
+        for (Index j = 0; j < 6; ++j) EXPECT_EQ((*o.weights)(b, 0, i, j), k_ids[b][j]) << b << i << j;
+      }
+    for (Index b = 0; b < 2; ++b)
+      for (Index j = 0; j < 6; ++j) EXPECT_EQ(g.dk(b, 1, j, 3), k_ids[b][j]) << b << j;
+  }
+  // Neutral: None, 0, None (-1), 0, True.
+  Problem plain = test::wave_problem(DType::f64, 1, 1, 2, 3, 5);
+  plain.want_weights = true;
+  const Outcome n = echo->forward(plain);
+  EXPECT_EQ(n.output(0, 0, 1, 0), -100.0);
+  EXPECT_EQ(n.output(0, 0, 1, 1), 0.0);
+  EXPECT_EQ(n.output(0, 0, 1, 2), -1.0);
+  EXPECT_EQ(n.output(0, 0, 1, 3), 0.0);
+  EXPECT_EQ(n.output(0, 0, 1, 4), 1.0);
+  const auto undeclared = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/masks_client.py", "none"));
+  const Capabilities& u = undeclared->capabilities();
+  EXPECT_FALSE(u.documents || u.chunked_local || u.prefix || u.right_window || u.bidirectional);
+  EXPECT_EQ(undeclared->forward(plain).output(0, 0, 1, 2), -1.0);  // the function raises when given a mask keyword
+  Problem masked = test::masks_problem(5);
+  masked.d_output.reset();
+  EXPECT_THROW(undeclared->forward(masked), std::logic_error);
+}
+
+// examples/python/numpy_packed.py (one boolean mask from the definitions) agrees with the reference on each family
+// alone and on all of them together, causal or not.
+TEST(Exec, numpyPackedExampleAgreesWithTheReference) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_packed.py"));
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional && c.gqa &&
+              c.key_padding && c.window);
+  const auto ref = reference_implementation();
+  for (int which = 0; which < 5; ++which)
+    for (const bool causal : {true, false}) {
+      Problem p = test::masks_problem(2, causal);
+      p.d_output.reset();
+      if (which != 0) p.doc_bounds.clear();
+      if (which != 1 && which != 4) p.chunk_size = 0;
+      if (which != 2 && which != 4) p.prefix_length = 0;
+      if (which != 3 && which != 4) p.window_right.reset();
+      if (which == 4) p.doc_bounds = test::masks_problem(2).doc_bounds;
+      const Outcome a = impl->forward(p), r = ref->forward(p);
+      // As above: float64, T_k = 6, D = 2, a handful of rounded operations each side.
+      EXPECT_LT(worst(a.output, r.output), 1e-13) << which << causal;
+      ASSERT_TRUE(a.weights);
+      EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << which << causal;
+    }
 }
 
 // The reference served over the wire declares paged K and V (flags3 0x10, its page sizes and both layouts), and a
@@ -622,6 +744,96 @@ TEST(Serve, aPagedForwardFrameAsProtocolMdLaysItOutIsAnswered) {
   for (int n = 0; n < 6; ++n) EXPECT_EQ(w[n], r.weights->values()[n]) << n;
   EXPECT_EQ(serve_input(kHello + paged_frame(3, 0x204u)), 2);  // page 3 of a pool of 3
   EXPECT_EQ(serve_input(kHello + paged_frame(0, 0x200u)), 2);  // no lengths
+}
+
+// A forward frame with every mask family, as PROTOCOL.md lays it out ("Masks beyond causal"): after the window
+// (i64 at 104, flags 4 and 8 being set) come the prefix at 112, the right window at 120, the chunk size at 128, then
+// B·T_q = 8 query ids at 136 and B·T_k = 12 key ids at 168. It decodes to the problem's fields and doc_bounds
+// (the bound past T_k, which no key id can carry, dropped: the visibility is the same); ids that break the rules
+// are a protocol error naming what was expected and what came, and serve() then exits 2.
+TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected) {
+  Problem p = test::masks_problem(2);
+  p.d_output.reset();
+  const std::string good = wire::encode_forward(p).substr(wire::kHeaderSize);
+  const auto i32_at = [&](std::size_t off) {
+    std::int32_t x;
+    std::memcpy(&x, good.data() + off, 4);
+    return x;
+  };
+  const auto i64_at = [&](std::size_t off) {
+    std::int64_t x;
+    std::memcpy(&x, good.data() + off, 8);
+    return x;
+  };
+  std::uint32_t flags = 0;
+  std::memcpy(&flags, good.data() + 8, 4);
+  EXPECT_EQ(flags, 2u | 4u | 8u | 1024u | 2048u | 4096u | 8192u);
+  EXPECT_EQ(i64_at(104), 3);  // the window
+  EXPECT_EQ(i64_at(112), 2);  // prefix
+  EXPECT_EQ(i64_at(120), 1);  // right window
+  EXPECT_EQ(i64_at(128), 3);  // chunk
+  const std::vector<std::int32_t> q_ids = {3, 3, 3, 4, 0, 0, 0, 0}, k_ids = {1, 1, 3, 3, 3, 4, 0, 0, 0, 0, 0, 0};
+  for (std::size_t n = 0; n < 8; ++n) EXPECT_EQ(i32_at(136 + 4 * n), q_ids[n]) << n;
+  for (std::size_t n = 0; n < 12; ++n) EXPECT_EQ(i32_at(168 + 4 * n), k_ids[n]) << n;
+  const Problem d = wire::decode_forward(good);
+  EXPECT_EQ(d.doc_bounds, (std::vector<std::vector<Index>>{{0, 2, 2, 5}, {}}));
+  EXPECT_EQ(d.prefix_length, 2);
+  EXPECT_EQ(d.window_right, std::optional<Index>(1));
+  EXPECT_EQ(d.chunk_size, 3);
+  EXPECT_TRUE(d.causal);
+  // Without the families the frame is the one it always was: flags 2, 4, 8 and no field more.
+  Problem plain = p;
+  plain.doc_bounds.clear();
+  plain.prefix_length = plain.chunk_size = 0;
+  plain.window_right.reset();
+  // 88 bytes of fields and shapes, 2 key lengths, the window, then q (32 doubles), k and v (48 each).
+  EXPECT_EQ(wire::encode_forward(plain).size(), wire::kHeaderSize + 112 + 8 * (32 + 2 * 48));
+  EXPECT_EQ(serve_input(kHello + frame_bytes(4, good.size(), good)), 0);  // answered, then the input ends
+  const auto broken = [&](std::size_t off, std::int32_t value) {
+    std::string b = good;
+    std::memcpy(b.data() + off, &value, 4);
+    return b;
+  };
+  const auto broken64 = [&](std::size_t off, std::int64_t value) {
+    std::string b = good;
+    std::memcpy(b.data() + off, &value, 8);
+    return b;
+  };
+  const auto refused = [&](const std::string& payload, const std::string& expected) {
+    try {
+      wire::decode_forward(payload);
+      ADD_FAILURE() << "decoded a frame that should say: " << expected;
+    } catch (const wire::ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(serve_input(kHello + frame_bytes(4, payload.size(), payload)), 2) << expected;
+  };
+  refused(broken(168 + 4 * 3, 2), "forward frame: k_doc_ids[0][3] is 2 (expected >= 3, the id of the key before it: "
+                                  "key ids are non-decreasing)");
+  refused(broken(168 + 4 * 6, -1), "forward frame: k_doc_ids[1][0] is -1 (expected an id >= 0)");
+  refused(broken(136 + 4 * 1, 2), "forward frame: q_doc_ids[0][1] is 2 (expected 3, the id of key 3: a query's "
+                                  "document is the one of the key at its aligned position");
+  refused(broken(136 + 4 * 4, 1), "forward frame: q_doc_ids[1][0] is 1 (expected 0, the id of key 2");
+  refused(broken(168 + 4 * 11, std::numeric_limits<std::int32_t>::max()),
+          "forward frame: k_doc_ids[1][5] is 2147483647, which makes more than 1036 document bounds in all");
+  refused(broken64(112, 0), "forward frame: prefix length 0 (expected >= 1 with flag 1024)");
+  refused(broken64(128, -4), "forward frame: chunk size -4 (expected >= 1 with flag 4096)");
+  refused(broken64(120, -2), "forward frame: right window -2 (expected >= 0 with flag 2048)");
+  refused(good.substr(0, 150), "forward frame: q_doc_ids of 2 x 4 ids but 14 bytes are left");
+  // A backward frame carries them too, and is checked the same way.
+  Problem bwd = test::masks_problem(2);
+  const std::string back = wire::encode_backward(bwd).substr(wire::kHeaderSize);
+  EXPECT_EQ(wire::decode_backward(back).doc_bounds, d.doc_bounds);
+  std::string bad_back = back;
+  const std::int32_t seven = 7;
+  std::memcpy(bad_back.data() + 136, &seven, 4);
+  try {
+    wire::decode_backward(bad_back);
+    ADD_FAILURE() << "decoded a backward frame with a bad query id";
+  } catch (const wire::ProtocolError& e) {
+    EXPECT_NE(std::string(e.what()).find("backward frame: q_doc_ids[0][0] is 7 (expected 3"), std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Exec, aCommandThatDoesNotStartIsASpecError) {

@@ -63,4 +63,24 @@ inline Problem paged_problem(DType dtype, PageLayout layout, Index page_size) {
   return p;
 }
 
+/// Every mask family beyond causal at once (B 2, H 2, T_q 4 bottom-right over T_k 6, head dimension D), with dO:
+/// key lengths {6, 5}, a window of 3, a prefix of 2, a right window of 1, chunks of 3 and `causal` as given.
+/// Batch entry 0 holds documents with bounds {0, 2, 2, 5, 9} (an empty first document, an empty one at 2 and one
+/// past T_k): its key ids are {1, 1, 3, 3, 3, 4} and, the queries sitting at positions 2 .. 5, its query ids
+/// {3, 3, 3, 4}; entry 1 has no bound (one document: every id 0).
+inline Problem masks_problem(Index D, bool causal = true) {
+  Problem p = wave_problem(DType::f64, 2, 2, 4, 6, D);
+  p.alignment = CausalAlignment::BottomRight;
+  p.key_lengths = {6, 5};
+  p.window = 3;
+  p.causal = causal;
+  p.prefix_length = 2;
+  p.window_right = 1;
+  p.chunk_size = 3;
+  p.doc_bounds = {{0, 2, 2, 5, 9}, {}};
+  p.want_weights = true;
+  p.d_output = wave(p.q.shape(), DType::f64, 0.4);
+  return p;
+}
+
 }  // namespace attncheck::test

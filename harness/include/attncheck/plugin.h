@@ -21,9 +21,10 @@
  * Every ABI-3 call field has a neutral value (noted at each) that attncheck sends to a plug-in that does not
  * declare the capability, so a plug-in reads only the fields of what it declares. This attncheck checks the
  * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi,
- * causal = 0 and paged K and V (in a declared page size and layout) to a plug-in that declares them; the other
- * capabilities are declared here so that plug-ins can be written against one ABI, and attncheck sends calls that
- * use them once it checks their laws (the README lists which it checks). */
+ * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix
+ * and a right window to a plug-in that declares them; the other capabilities (block and dense masks, D_v != D,
+ * the invariances) are declared here so that plug-ins can be written against one ABI, and attncheck sends calls
+ * that use them once it checks their laws (the README lists which it checks). */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
@@ -182,7 +183,10 @@ typedef struct attncheck_call {
    *  chunked local attention, positions aligned as p). Neutral: 0. */
   int64_t chunk_size;
   /** [B, T_q] and [B, T_k], row-major: the document of each query and key position; a query sees only keys of
-   *  its own document (packed sequences; causal inside a document through the causal rule). Neutral: NULL. */
+   *  its own document (packed sequences; causal inside a document through the causal rule). The key ids of a
+   *  batch entry are non-decreasing and >= 0 (documents are contiguous runs of keys; an id that steps by n + 1
+   *  means n empty documents between); a query's id is the id of the key at its aligned position p clamped to
+   *  [0, T_k - 1]. Both NULL or both given, in forward and backward calls. Neutral: NULL. */
   const int32_t* q_doc_ids;
   const int32_t* k_doc_ids;
   /** A block mask (FlexAttention's BlockMask), or NULL. Neutral: NULL. */

@@ -443,3 +443,96 @@ def test_paged_declarations_reach_the_client(pytester):
     source = wrappers[0].read_text()
     for keyword in ("'paged': True", "'page_sizes': (1, 4)", "'page_layouts': ('token-major',)"):
         assert keyword in source, source
+
+
+PACKED = '''
+import numpy as np
+
+
+def attend(q, k, v, scale, seen):
+    """Attention in float64 over the boolean mask seen [B, T_q, T_k]."""
+    D = q.shape[3]
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    seen = seen[:, None]
+    with np.errstate(all="ignore"):
+        s = np.where(seen, s, -np.inf)
+        top = s.max(axis=-1, keepdims=True)
+        e = np.where(seen, np.exp(s - np.where(np.isfinite(top), top, 0)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
+
+
+def mask(q, k, causal, q_doc_ids, k_doc_ids, chunk_size, prefix_length, window_right, documents=True):
+    """Top-left: query i sits at position i."""
+    B, T_q, T_k = q.shape[0], q.shape[2], k.shape[2]
+    checks = [(q_doc_ids, (B, T_q)), (k_doc_ids, (B, T_k))]
+    for ids, shape in checks:
+        assert ids is None or (ids.dtype == np.int32 and ids.shape == shape), (ids, shape)
+    assert isinstance(chunk_size, int) and isinstance(prefix_length, int), (chunk_size, prefix_length)
+    p, j = np.arange(T_q)[:, None], np.arange(T_k)[None, :]
+    seen = np.ones((B, T_q, T_k), dtype=bool)
+    if causal:
+        seen &= (j <= p) | (j < prefix_length)
+    if window_right is not None:
+        seen &= j <= p + window_right
+    if chunk_size > 0:
+        seen &= j // chunk_size == p // chunk_size
+    if documents and q_doc_ids is not None:
+        seen &= q_doc_ids[:, :, None] == k_doc_ids[:, None, :]
+    return seen
+
+
+def packed(q, k, v, scale=None, causal=True, q_doc_ids=None, k_doc_ids=None, chunk_size=0, prefix_length=0,
+           window_right=None):
+    return attend(q, k, v, scale, mask(q, k, causal, q_doc_ids, k_doc_ids, chunk_size, prefix_length, window_right))
+
+
+def one_document(q, k, v, scale=None, causal=True, q_doc_ids=None, k_doc_ids=None, chunk_size=0, prefix_length=0,
+                 window_right=None):
+    """The bug: attends across document boundaries (the ids ignored)."""
+    return attend(q, k, v, scale, mask(q, k, causal, q_doc_ids, k_doc_ids, chunk_size, prefix_length, window_right,
+                                       documents=False))
+'''
+
+PACKED_TESTS = '''
+from packed_attention import one_document, packed
+
+MASKS = dict(documents=True, chunked_local=True, prefix=True, right_window=True, bidirectional=True)
+
+
+def test_packed(attncheck):
+    attncheck.check(packed, dtypes=("float64",), laws=("oracle-agreement", "row-stochastic"), **MASKS)
+
+
+def test_one_document(attncheck):
+    attncheck.check(one_document, dtypes=("float64",), laws=("oracle-agreement",), **MASKS)
+'''
+
+
+def test_mask_declarations_reach_the_client(pytester):
+    # documents=, chunked_local=, prefix=, right_window= go through check() to serve(): the function gets the ids
+    # (int32 [B,T_q] and [B,T_k]) and the fields, and one that ignores the documents is falsified.
+    pytester.makepyfile(packed_attention=PACKED, test_packed=PACKED_TESTS)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "40", "-rP")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "attncheck: 1 law falsified by one_document" in text, text
+    assert re.search(r"oracle-agreement \(float64\): oracle-agreement: ", text), text
+    wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_packed-packed-*.py"))
+    assert len(wrappers) == 1, wrappers
+    source = wrappers[0].read_text()
+    for keyword in ("'documents': True", "'chunked_local': True", "'prefix': True", "'right_window': True"):
+        assert keyword in source, source
+
+
+def test_serve_refuses_a_mask_declaration_without_its_keyword(tmp_path):
+    # documents=True needs q_doc_ids and k_doc_ids in the function's signature (as paged=True needs `paged`).
+    import attncheck_plugin
+
+    def no_ids(q, k, v, chunk_size=0):
+        return q
+
+    with pytest.raises(TypeError, match="documents=True but fn no_ids has no `q_doc_ids` parameter"):
+        attncheck_plugin.serve(no_ids, documents=True)
+    with pytest.raises(TypeError, match="right_window=True but fn no_ids has no `window_right` parameter"):
+        attncheck_plugin.serve(no_ids, right_window=True)

@@ -11,10 +11,10 @@ out=${2:-reports/examples}
 # numbers in JSON), state kept between calls, a query head reading the wrong kv head (grouped queries), a
 # decode step reading the KV cache one slot off, a tiled kernel shrunk to one query over two key tiles, a
 # backward that leaks gradient to future keys (dO, expected and actual gradients), a sink added to every
-# numerator (a case with sinks and the LSE), and a correct control (a summary where every law holds).
+# numerator (a case with sinks and the LSE), a packed document starting one key early (document bounds), and a correct control (a summary where every law holds).
 impls=(mutant:mask-zero mutant:scale-forgotten mutant:mask-head0-only mutant:additive-nan-leak
        mutant:stale-accumulator mutant:gqa-kv-modulo mutant:decode-cache-off-by-one mutant:tiled-inverted-rescale
-       mutant:grad-ds-unmasked mutant:sink-every-numerator control:online-tiled)
+       mutant:grad-ds-unmasked mutant:sink-every-numerator mutant:document-start-off-by-one control:online-tiled)
 
 for impl in "${impls[@]}"; do
   want=1

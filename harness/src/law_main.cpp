@@ -177,22 +177,7 @@ int law_main_impl(int argc, char** argv, ImplementationPtr builtin) {
                     << " D=" << q.D << ", scale " << (p.scale ? format_number(*p.scale) : "default (1/sqrt(D))") << ", "
                     << (p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right") << "\n";
             // The masks beyond causal, when the case has them (the document bounds: where each document ends).
-            if (!p.causal || p.masked_beyond_causal()) {
-              details << "    masks:" << (p.causal ? "" : " no causal rule;");
-              if (p.prefix_length != 0) details << " prefix " << p.prefix_length << ";";
-              if (p.window_right) details << " right window " << *p.window_right << ";";
-              if (p.chunk_size != 0) details << " chunks of " << p.chunk_size << ";";
-              if (!p.doc_bounds.empty()) {
-                details << " document bounds";
-                for (const auto& bounds : p.doc_bounds) {
-                  details << " {";
-                  for (std::size_t n = 0; n < bounds.size(); ++n) details << (n ? ", " : "") << bounds[n];
-                  details << "}";
-                }
-                details << ";";
-              }
-              details << "\n";
-            }
+            if (const std::string masks = mask_families_line(p); !masks.empty()) details << "    masks: " << masks << "\n";
             for (const auto& [k, val] : r.minimal_case->params) details << "    " << k << " = " << format_number(val) << "\n";
             print_tensor(details, "q", p.q);
             print_tensor(details, "k", p.k);

@@ -244,6 +244,7 @@ std::vector<Mutant> mask_family_mutants() {
       .control = true,
       .minimal_shape = {},
       .why_minimal = "a control: no case should fail",
+      .killed_by = {},
   });
   return z;
 }

@@ -210,6 +210,25 @@ Visibility Problem::visibility(Index b) const {
   return v;
 }
 
+std::string mask_families_line(const Problem& p) {
+  std::string s;
+  const auto add = [&](const std::string& what) { s += (s.empty() ? "" : "; ") + what; };
+  if (!p.causal) add("no causal rule");
+  if (p.prefix_length != 0) add("prefix " + std::to_string(p.prefix_length));
+  if (p.window_right) add("right window " + std::to_string(*p.window_right));
+  if (p.chunk_size != 0) add("chunks of " + std::to_string(p.chunk_size));
+  if (!p.doc_bounds.empty()) {
+    std::string d = "document bounds";
+    for (const auto& bounds : p.doc_bounds) {
+      d += " {";
+      for (std::size_t n = 0; n < bounds.size(); ++n) d += (n ? ", " : "") + std::to_string(bounds[n]);
+      d += "}";
+    }
+    add(d);
+  }
+  return s;
+}
+
 std::vector<Index> Problem::sequence_lengths() const {
   return key_lengths.empty() ? std::vector<Index>(std::size_t(k.shape().B), k.shape().T) : key_lengths;
 }

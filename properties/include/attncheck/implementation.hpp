@@ -313,6 +313,10 @@ void check_gradients_shape(const Problem& p, const Gradients& g, const std::stri
 /// convention (output 0, weights 0), so that no law reads what those rows hold; otherwise `o` unchanged.
 Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o);
 
+/// The masks beyond causal a problem sets, in words ("no causal rule; prefix 2; right window 0; chunks of 2;
+/// document bounds {1} {}"); empty when it sets none.
+std::string mask_families_line(const Problem& p);
+
 /// "zero", "nan" or "any".
 std::string_view empty_rows_name(EmptyRows e);
 

@@ -11,15 +11,16 @@
 #   - the law runs of the examples and plug-ins (attncheck_add_laws in examples/ and harness/tests/) run 5
 #     cases per law instead of 40 or 60 (attncheck_test_cases in cmake/attncheckTesting.cmake), all laws of
 #     one implementation in one test (ATTNCHECK_LAWS_ONE_TEST: one start-up of the runner and the implementation);
-#   - the kill tests (mutants/tests/kill_test.cpp, under ATTNCHECK_SANITIZED): each mutant's fixed-seed kill
-#     runs only its own laws (and those that must hold on it) and skips the smallest-case-over-every-law
-#     check; the seed sweeps run 1 seed instead of 20 (mutants) and 10 (controls); the controls run 10 cases
-#     per law instead of 100 (every dtype) and 25 (other seeds); the false-alarm sweep runs seed 1 instead of
-#     1-20, at 10 cases per law instead of 100;
+#   - the kill tests (mutants/tests/kill_test.cpp) are not built: whether a law kills a mutant and shrinks it to
+#     its minimal case, and whether a control holds, is the default build's question; the code they run (every
+#     law, shrinking, every zoo kernel) runs under the sanitizers in Zoo.everyEntryRunsOnDrawnCasesOfWhatItDeclares
+#     (each zoo entry on drawn cases of everything it declares, forward and backward, at every dtype), the law
+#     and generator tests and every implementation's law runs. They were most of this stage's test time;
+#   - no benchmarks are built (ATTNCHECK_BENCH=OFF in the asan preset);
 #   - Examples.regeneratedReportsAreByteIdentical is skipped (byte identity is the default build's question;
 #     the report writers run under the sanitizers in the cli and reports tests).
-# Every other test runs, every label included: each test, and so each C and C++ code path the suite reaches,
-# runs under the sanitizers too. The consumer example is built with the sanitizers as well.
+# Every other test runs, every label included: each C and C++ code path the suite reaches runs under the
+# sanitizers too. The consumer example is built with the sanitizers as well.
 # The default preset compiles with line tables only (-g1): full debug info made the builds half again slower.
 # What keeps the builds short: sources two targets need are compiled once (OBJECT libraries: the harness's
 # shared sources, the tests' main()); the libraries with many small sources (attncheck::properties,

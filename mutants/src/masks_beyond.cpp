@@ -4,6 +4,7 @@
 // families' definitions over document and chunk ids, as numpy code builds its mask.
 #include <algorithm>
 #include <cmath>
+#include <functional>
 
 #include "parts.hpp"
 
@@ -22,8 +23,10 @@ Capabilities mask_family_capabilities() {
 }
 
 // A kernel whose rule is `rule(ctx, correct, i, j)`: `correct` is the right Visibility, for the parts the author
-// got right.
-template <class Rule>
+// got right. One kernel body for every rule (a std::function, not a template): the kernel is instantiated once per
+// dtype, not once per mutant and dtype, which kept this file among the slowest to compile.
+using Rule = std::function<bool(const HeadCtx&, const Visibility&, Index, Index)>;
+
 ImplementationPtr rule_impl(const char* name, const char* description, Rule rule) {
   return head_impl(
       name, description,

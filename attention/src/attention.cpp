@@ -178,7 +178,7 @@ void check_modifiers(const char* who, const AttentionOptions& o, Index H) {
   per_head(o.sinks, "sinks", true);
 }
 
-// `mask_of(b)` is the mask of batch entry b (one mask for all when nothing varies per entry).
+// `mask_of(b, h)` is the mask of batch entry b, head h (one mask for all when nothing varies).
 template <class S, class MaskOf>
 Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, MaskOf&& mask_of,
                            const AttentionOptions& opts, Tensor<S>* weights, Tensor<double>* lse = nullptr) {
@@ -193,11 +193,11 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
   if (weights) *weights = Tensor<S>(Shape{qs.B, qs.H, qs.T, T_k});
   if (lse) *lse = Tensor<double>(Shape{qs.B, qs.H, qs.T, 1});
   for (Index b = 0; b < qs.B; ++b) {
-    const auto& mask = mask_of(b);
-    if (mask.rows() != qs.T || mask.cols() != T_k)
-      mismatch(who, "mask", shape_string(mask.rows(), mask.cols()), "QKᵀ", shape_string(qs.T, T_k),
-               "the mask must be T_q x T_k");
     for (Index h = 0; h < qs.H; ++h) {
+      const auto& mask = mask_of(b, h);
+      if (mask.rows() != qs.T || mask.cols() != T_k)
+        mismatch(who, "mask", shape_string(mask.rows(), mask.cols()), "QKᵀ", shape_string(qs.T, T_k),
+                 "the mask must be T_q x T_k");
       const Index g = kv_head(h, qs.H, H_kv);
       HeadTrace<S> t;
       if constexpr (std::is_same_v<std::decay_t<decltype(mask)>, BoolMask>)
@@ -216,9 +216,9 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 // An explicit mask is the whole rule: padding and windows belong in it.
 void require_no_rule_options(const AttentionOptions& opts) {
   if (!opts.key_lengths.empty() || opts.window || opts.window_right || opts.prefix_length != 0 ||
-      opts.chunk_size != 0 || !opts.doc_bounds.empty())
-    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size and doc_bounds apply to the causal "
-                     "path; with an explicit mask, fold them into the mask");
+      opts.chunk_size != 0 || !opts.doc_bounds.empty() || opts.block_mask || opts.dense_mask)
+    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, block_mask and "
+                     "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
   if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty())
@@ -227,7 +227,58 @@ void require_no_rule_options(const AttentionOptions& opts) {
 
 }  // namespace
 
-void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k) {
+namespace {
+// A dense mask (or a block mask's partial cells) must have B or 1 entries, H or 1 heads, T_q x T_k cells.
+void check_dense(const char* who, const char* name, const DenseMask& m, Index B, Index H, Index T_q, Index T_k) {
+  const auto bad = [&](const std::string& why) {
+    throw ShapeError(std::string(who) + ": " + name + " is [" + std::to_string(m.B) + "," + std::to_string(m.H) +
+                     "," + std::to_string(m.T_q) + "," + std::to_string(m.T_k) + "] with " +
+                     std::to_string(m.cells.size()) + " cells; expected [" + std::to_string(B) + " or 1," +
+                     std::to_string(H) + " or 1," + (T_q < 0 ? std::string("T_q") : std::to_string(T_q)) + "," +
+                     std::to_string(T_k) + "]: " + why);
+  };
+  if (m.B != 1 && m.B != B) bad("B differs");
+  if (m.H != 1 && m.H != H) bad("H differs");
+  if (T_q >= 0 && m.T_q != T_q) bad("T_q differs");
+  if (m.T_q < 1) bad("T_q must be positive");
+  if (m.T_k != T_k) bad("T_k differs");
+  if (m.cells.size() != std::size_t(m.B * m.H * m.T_q * m.T_k)) bad("the cell count is not B·H·T_q·T_k");
+}
+}  // namespace
+
+void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k, Index T_q) {
+  if (o.dense_mask) check_dense(who, "dense_mask", *o.dense_mask, B, H, T_q, T_k);
+  if (o.block_mask) {
+    const BlockMask& m = *o.block_mask;
+    const std::string pre = std::string(who) + ": block_mask ";
+    if (m.block_q < 1 || m.block_k < 1)
+      throw ValueError(pre + "has blocks of " + std::to_string(m.block_q) + " x " + std::to_string(m.block_k) +
+                       "; both must be >= 1");
+    if (m.B != 1 && m.B != B) throw ShapeError(pre + "has B = " + std::to_string(m.B) + "; expected " + std::to_string(B) + " or 1");
+    if (m.H != 1 && m.H != H) throw ShapeError(pre + "has H = " + std::to_string(m.H) + "; expected " + std::to_string(H) + " or 1");
+    const Index nk = (T_k + m.block_k - 1) / m.block_k;
+    if (m.k_blocks != nk)
+      throw ShapeError(pre + "has " + std::to_string(m.k_blocks) + " key blocks; T_k = " + std::to_string(T_k) +
+                       " in blocks of " + std::to_string(m.block_k) + " needs " + std::to_string(nk));
+    if (T_q >= 0 && m.q_blocks != (T_q + m.block_q - 1) / m.block_q)
+      throw ShapeError(pre + "has " + std::to_string(m.q_blocks) + " query blocks; T_q = " + std::to_string(T_q) +
+                       " in blocks of " + std::to_string(m.block_q) + " needs " +
+                       std::to_string((T_q + m.block_q - 1) / m.block_q));
+    if (m.kinds.size() != std::size_t(m.B * m.H * m.q_blocks * m.k_blocks))
+      throw ShapeError(pre + "has " + std::to_string(m.kinds.size()) + " kinds; expected B·H·q_blocks·k_blocks = " +
+                       std::to_string(m.B * m.H * m.q_blocks * m.k_blocks));
+    bool partial = false;
+    for (std::size_t n = 0; n < m.kinds.size(); ++n) {
+      if (m.kinds[n] > std::uint8_t(BlockKind::Full))
+        throw ValueError(pre + "kind " + std::to_string(n) + " is " + std::to_string(int(m.kinds[n])) +
+                         "; expected 0 (empty), 1 (partial) or 2 (full)");
+      partial |= m.kinds[n] == std::uint8_t(BlockKind::Partial);
+    }
+    if (partial) check_dense(who, "block_mask.partial", m.partial, B, H, T_q, T_k);
+    if (partial && m.partial.T_q > m.q_blocks * m.block_q)
+      throw ShapeError(pre + "partial cells have T_q = " + std::to_string(m.partial.T_q) + " but the blocks cover " +
+                       std::to_string(m.q_blocks * m.block_q) + " queries");
+  }
   if (!o.key_lengths.empty()) {
     if (Index(o.key_lengths.size()) != B)
       throw ShapeError(std::string(who) + ": key_lengths has " + std::to_string(o.key_lengths.size()) +
@@ -316,7 +367,7 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
   return p;
 }
 
-Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k) {
+Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k, Index h) {
   Visibility vis{.T_q = T_q,
                  .T_k = T_k,
                  .alignment = opts.alignment,
@@ -327,7 +378,16 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
                  .chunk = opts.chunk_size};
   if (!opts.key_lengths.empty()) vis.key_length = opts.key_lengths.at(std::size_t(b));
   if (!opts.doc_bounds.empty()) vis.doc_bounds = &opts.doc_bounds.at(std::size_t(b));
+  if (opts.block_mask) vis.block = &*opts.block_mask;
+  if (opts.dense_mask) vis.dense = &*opts.dense_mask;
+  vis.batch = b;
+  vis.head = h;
   return vis;
+}
+
+bool visibility_per_head(const AttentionOptions& opts) {
+  return (opts.block_mask && (opts.block_mask->H > 1 || opts.block_mask->partial.H > 1)) ||
+         (opts.dense_mask && opts.dense_mask->H > 1);
 }
 
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index h, Index T_q, Index T_k) {
@@ -348,7 +408,7 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
                     Tensor<S>* weights, Tensor<double>* lse) {
   check_batched("attention", q.shape(), k.shape(), v.shape());
   const Index B = q.shape().B, T_q = q.shape().T, T_k = k.shape().T;
-  check_options("attention", opts, B, q.shape().H, T_k);
+  check_options("attention", opts, B, q.shape().H, T_k, T_q);
   if (!weights) {  // nothing asks for [T_q,T_k]: stream it
     if (!lse)
       return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
@@ -369,28 +429,34 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
         }
     return out;
   }
-  if (opts.key_lengths.empty() && opts.doc_bounds.empty()) {  // one mask for every batch entry
-    const BoolMask mask = BoolMask::of(visibility(opts, 0, T_q, T_k));
-    return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights, lse);
-  }
+  // One mask per batch entry and head where they differ (one for all when nothing varies).
+  const bool per_b = !opts.key_lengths.empty() || !opts.doc_bounds.empty() ||
+                     (opts.block_mask && (opts.block_mask->B > 1 || opts.block_mask->partial.B > 1)) ||
+                     (opts.dense_mask && opts.dense_mask->B > 1);
+  const Index nb = per_b ? B : 1, nh = visibility_per_head(opts) ? q.shape().H : 1;
   std::vector<BoolMask> masks;
-  for (Index b = 0; b < B; ++b) masks.push_back(BoolMask::of(visibility(opts, b, T_q, T_k)));
-  return attention_masked<S>(q, k, v, [&](Index b) -> const BoolMask& { return masks[std::size_t(b)]; }, opts,
-                             weights, lse);
+  for (Index b = 0; b < nb; ++b)
+    for (Index h = 0; h < nh; ++h) masks.push_back(BoolMask::of(visibility(opts, b, T_q, T_k, h)));
+  return attention_masked<S>(
+      q, k, v,
+      [&](Index b, Index h) -> const BoolMask& {
+        return masks[std::size_t((nb == 1 ? 0 : b) * nh + (nh == 1 ? 0 : h))];
+      },
+      opts, weights, lse);
 }
 
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const BoolMask& mask,
                     const AttentionOptions& opts, Tensor<S>* weights) {
   require_no_rule_options(opts);
-  return attention_masked<S>(q, k, v, [&](Index) -> const BoolMask& { return mask; }, opts, weights);
+  return attention_masked<S>(q, k, v, [&](Index, Index) -> const BoolMask& { return mask; }, opts, weights);
 }
 
 template <class S>
 Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AdditiveMask& mask,
                     const AttentionOptions& opts, Tensor<S>* weights) {
   require_no_rule_options(opts);
-  return attention_masked<S>(q, k, v, [&](Index) -> const AdditiveMask& { return mask; }, opts, weights);
+  return attention_masked<S>(q, k, v, [&](Index, Index) -> const AdditiveMask& { return mask; }, opts, weights);
 }
 
 template <class S>
@@ -405,7 +471,7 @@ Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Te
                                 RowStats* stats) {
   constexpr const char* who = "streaming_oracle";
   check_batched(who, q.shape(), k.shape(), v.shape());
-  check_options(who, opts, q.shape().B, q.shape().H, k.shape().T);
+  check_options(who, opts, q.shape().B, q.shape().H, k.shape().T, q.shape().T);
   return detail::streamed_forward<double>(q.template cast<double>(), k.template cast<double>(),
                                           v.template cast<double>(), opts, resolve_scale(opts.scale, q.shape().D, who),
                                           stats ? &stats->values : nullptr, stats != nullptr);
@@ -413,7 +479,7 @@ Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Te
 
 double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const AttentionOptions& opts,
                        const RowStats& stats, Index b, Index h, Index i, Index j) {
-  if (!visibility(opts, b, q.shape().T, k.shape().T).visible(i, j) || stats.sum(b, h, i) == 0) return 0;
+  if (!visibility(opts, b, q.shape().T, k.shape().T, h).visible(i, j) || stats.sum(b, h, i) == 0) return 0;
   const double scale = resolve_scale(opts.scale, q.shape().D, "streamed_weight");
   const Index g = kv_head(h, q.shape().H, k.shape().H);
   const double s = modified_score<double>(q.head(b, h).row(i).dot(k.head(b, g).row(j)) * scale,

@@ -62,7 +62,7 @@ void check_shapes(const char* who, const Shape& q, const Shape& k, const Shape& 
   if (k.B != q.B || k.D != q.D || k.H < 1 || q.H % k.H != 0)
     fail("k is " + to_string(k) + " but q is " + to_string(q) + " (B and D must agree and H_kv divide H)");
   if (v != k) fail("v is " + to_string(v) + " but k is " + to_string(k) + " (V has K's shape)");
-  check_options(who, opts, q.B, q.H, k.T);  // padding, windows, documents, modifiers
+  check_options(who, opts, q.B, q.H, k.T, q.T);  // padding, windows, documents, modifiers
 }
 
 }  // namespace
@@ -78,9 +78,11 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   const A scale_a = static_cast<A>(scale);
   AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
   std::vector<A> d_sinks(opts.sinks.size(), A(0));
+  const bool per_head = visibility_per_head(opts);
   for (Index b = 0; b < qs.B; ++b) {
-    const Visibility vis = visibility(opts, b, qs.T, ks.T);
-    const BoolMask mask = BoolMask::of(vis);
+    Visibility vis = visibility(opts, b, qs.T, ks.T);
+    BoolMask mask = BoolMask::of(vis);
+    std::vector<Index> seen;
     for (Index kv = 0; kv < ks.H; ++kv) {
       // dK, dV [T_k,D] of kv head kv, summed in A over its group of query heads, rounded once.
       const Matrix<S> K = k.head(b, kv), V = v.head(b, kv);
@@ -88,6 +90,10 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
       Matrix<A> dK = Matrix<A>::Zero(ks.T, qs.D), dV = Matrix<A>::Zero(ks.T, qs.D);
       for (Index h = 0; h < qs.H; ++h) {
         if (kv_head(h, qs.H, ks.H) != kv) continue;
+        if (per_head) {
+          vis = visibility(opts, b, qs.T, ks.T, h);
+          mask = BoolMask::of(vis);
+        }
         const Matrix<S> Q = q.head(b, h);
         // P [T_q,T_k] in A: the core's own forward, so the backward differentiates exactly what it computes.
         const HeadModifiers mods = head_modifiers(opts, h, qs.T, ks.T);
@@ -98,6 +104,28 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
         for (Index i = 0; i < qs.T; ++i) {
           const KeyRange r = vis.keys(i);
           if (r.empty()) continue;  // sees no key: no gradient to or from this row
+          if (vis.has_cells()) {  // a block or dense mask: the visible keys may have gaps; read only those
+            seen.clear();
+            vis.for_each_run(i, 0, ks.T, [&](Index a, Index e) {
+              for (Index j = a; j < e; ++j) seen.push_back(j);
+            });
+            const Eigen::Matrix<A, 1, Eigen::Dynamic> Pi = P(i, seen);
+            const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va(seen, Eigen::all).transpose();
+            const A delta = Pi.cwiseProduct(dP).sum();
+            const Eigen::Matrix<A, 1, Eigen::Dynamic> dSi = Pi.cwiseProduct((dP.array() - delta).matrix());
+            for (std::size_t n = 0; n < seen.size(); ++n) dS(i, seen[n]) = dSi(Index(n));
+            if (mods.sink && *mods.sink != -std::numeric_limits<double>::infinity())
+              d_sinks[std::size_t(h)] -= std::exp(static_cast<A>(*mods.sink) - trace.lse(i, 0)) * delta;
+            if (mods.softcap) {
+              const A cap = static_cast<A>(*mods.softcap);
+              for (const Index j : seen) {
+                const A t = std::tanh(Qa.row(i).dot(Ka.row(j)) * scale_a / cap);
+                dS(i, j) *= A(1) - t * t;
+              }
+            }
+            dQ.row(i).noalias() = scale_a * (dS(i, seen) * Ka(seen, Eigen::all));
+            continue;
+          }
           // Only the visible run is read, so nothing from a hidden key (not even a -0 or a huge k) reaches dQ_i.
           const auto Pi = P.row(i).segment(r.begin, r.size());
           const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va.middleRows(r.begin, r.size()).transpose();
@@ -151,10 +179,15 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(ks)};
   r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   std::vector<double> sink_terms(opts.sinks.size(), 0.0);  // Σ P_s,i·Ā_i per head (step 11)
+  const bool per_head = visibility_per_head(opts);
   for (Index b = 0; b < qs.B; ++b) {
-    const Visibility vis = visibility(opts, b, qs.T, ks.T);
-    const BoolMask mask = BoolMask::of(vis);
+    Visibility vis = visibility(opts, b, qs.T, ks.T);
+    BoolMask mask = BoolMask::of(vis);
     for (Index h = 0; h < qs.H; ++h) {
+      if (per_head) {
+        vis = visibility(opts, b, qs.T, ks.T, h);
+        mask = BoolMask::of(vis);
+      }
       const Index kv = kv_head(h, qs.H, ks.H);
       const Matrix<double> Q = q.head(b, h), K = k.head(b, kv), V = v.head(b, kv), dO = d_output.head(b, h);
       const HeadModifiers mods = head_modifiers(opts, h, qs.T, ks.T);
@@ -167,13 +200,17 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
       auto tk = r.tolerance.dk.head(b, kv);
       auto tv = r.tolerance.dv.head(b, kv);
       for (Index i = 0; i < qs.T; ++i) {
+        // The span of the visible keys; with a block or dense mask, the hidden keys inside it are skipped.
         const KeyRange keys = vis.keys(i);
         if (keys.empty()) continue;
-        const double g_T = gamma(keys.size(), u_a);
+        const Index n_vis = vis.count(i);
+        const bool gaps = n_vis < keys.size();
+        const double g_T = gamma(n_vis, u_a);
         Eigen::RowVectorXd eps(ks.T);  // step 1
         eps.setZero();
         double A_bar = 0, d_delta = 0;
         for (Index j = keys.begin; j < keys.end; ++j) {
+          if (gaps && !vis.visible(i, j)) continue;
           eps(j) = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, P(i, j) * (rho(i) + u_s))) + tiny + nu;
           A_bar += P(i, j) * A(i, j);
           d_delta += eps(j) * A(i, j);
@@ -187,8 +224,9 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           sink_terms[std::size_t(h)] += p_s * A_bar;
         }
         for (Index j = keys.begin; j < keys.end; ++j) {
+          if (gaps && !vis.visible(i, j)) continue;
           const double G = A(i, j) + A_bar + d_delta;                                 // step 4
-          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(qs.D + keys.size()) * nu;
+          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(qs.D + n_vis) * nu;
           const double m = (P(i, j) + eps(j)) * G;
           const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu + f_err * m;  // steps 5, 11
           tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs();  // step 6

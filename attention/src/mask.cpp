@@ -28,7 +28,7 @@ Index Visibility::query_document(Index i) const {
   return key_document(std::clamp<Index>(position(i), 0, std::max<Index>(T_k - 1, 0)));
 }
 
-KeyRange Visibility::keys(Index i) const {
+KeyRange Visibility::run(Index i) const {
   const Index p = position(i);
   Index end = T_k;
   if (causal) end = std::min(end, std::max(p + 1, prefix));
@@ -50,6 +50,64 @@ KeyRange Visibility::keys(Index i) const {
   return {begin, std::max(begin, end)};
 }
 
+KeyRange Visibility::keys(Index i) const {
+  const KeyRange r = run(i);
+  if (!has_cells()) return r;
+  Index a = r.begin, e = r.end;
+  while (a < e && !cells_allow(i, a)) ++a;
+  while (e > a && !cells_allow(i, e - 1)) --e;
+  return {a, std::max(a, e)};
+}
+
+Index Visibility::count(Index i) const {
+  if (!has_cells()) return run(i).size();
+  Index n = 0;
+  for_each_run(i, 0, T_k, [&](Index a, Index e) { n += e - a; });
+  return n;
+}
+
+BlockMask block_encoding(const DenseMask& cells, Index block_q, Index block_k) {
+  BlockMask m;
+  m.block_q = block_q;
+  m.block_k = block_k;
+  m.B = cells.B;
+  m.H = cells.H;
+  m.q_blocks = (cells.T_q + block_q - 1) / block_q;
+  m.k_blocks = (cells.T_k + block_k - 1) / block_k;
+  m.kinds.assign(std::size_t(m.B * m.H * m.q_blocks * m.k_blocks), std::uint8_t(BlockKind::Empty));
+  bool any_partial = false;
+  for (Index b = 0; b < m.B; ++b)
+    for (Index h = 0; h < m.H; ++h)
+      for (Index bm = 0; bm < m.q_blocks; ++bm)
+        for (Index bn = 0; bn < m.k_blocks; ++bn) {
+          Index seen = 0, all = 0;
+          for (Index i = bm * block_q; i < std::min(cells.T_q, (bm + 1) * block_q); ++i)
+            for (Index j = bn * block_k; j < std::min(cells.T_k, (bn + 1) * block_k); ++j, ++all)
+              seen += cells.visible(b, h, i, j);
+          const BlockKind k = seen == 0 ? BlockKind::Empty : seen == all ? BlockKind::Full : BlockKind::Partial;
+          any_partial |= k == BlockKind::Partial;
+          m.kinds[std::size_t(((b * m.H + h) * m.q_blocks + bm) * m.k_blocks + bn)] = std::uint8_t(k);
+        }
+  if (any_partial) m.partial = cells;
+  return m;
+}
+
+DenseMask dense_of(const BlockMask& m, Index T_q, Index T_k) {
+  const Index B = std::max(m.B, m.partial.cells.empty() ? 1 : m.partial.B),
+              H = std::max(m.H, m.partial.cells.empty() ? 1 : m.partial.H);
+  DenseMask d;
+  d.B = B;
+  d.H = H;
+  d.T_q = T_q;
+  d.T_k = T_k;
+  d.cells.resize(std::size_t(B * H * T_q * T_k));
+  for (Index b = 0; b < B; ++b)
+    for (Index h = 0; h < H; ++h)
+      for (Index i = 0; i < T_q; ++i)
+        for (Index j = 0; j < T_k; ++j) d.cells[std::size_t(((b * H + h) * T_q + i) * T_k + j)] = m.visible(b, h, i, j);
+  return d;
+}
+
 std::string Visibility::hidden_by(Index i, Index j) const {
   if (visible(i, j)) return {};
   const Index p = position(i);
@@ -59,6 +117,8 @@ std::string Visibility::hidden_by(Index i, Index j) const {
   if (window_right && j > p + *window_right) return "right window";
   if (chunk > 0 && floor_div(j, chunk) != floor_div(p, chunk)) return "chunk";
   if (doc_bounds && key_document(j) != query_document(i)) return "document";
+  if (j >= 0 && j < T_k && block && !block->visible(batch, head, i, j)) return "block mask";
+  if (j >= 0 && j < T_k && dense && !dense->visible(batch, head, i, j)) return "dense mask";
   return "out of range";
 }
 
@@ -81,10 +141,8 @@ BoolMask BoolMask::of(const Visibility& v) {
   if (v.T_q < 1 || v.T_k < 1)
     throw ShapeError("BoolMask::of: T_q and T_k must be positive, got " + shape_string(v.T_q, v.T_k));
   Array m = Array::Constant(v.T_q, v.T_k, false);
-  for (Index i = 0; i < v.T_q; ++i) {
-    const KeyRange r = v.keys(i);
-    if (!r.empty()) m.row(i).segment(r.begin, r.size()).setConstant(true);
-  }
+  for (Index i = 0; i < v.T_q; ++i)
+    v.for_each_run(i, 0, v.T_k, [&](Index a, Index e) { m.row(i).segment(a, e - a).setConstant(true); });
   return BoolMask(std::move(m));
 }
 

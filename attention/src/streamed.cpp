@@ -74,11 +74,12 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
   // rows that see no key come only first (bottom-right, T_q > T_k) or last (a window that left every key
   // behind, past T_k or the padding): the block sees keys [begin(r0), end(r1-1)) of its rows [r0, r1) that
   // see one, and no tile outside it. (An empty row's range may start past T_k: never read from it.)
+  // (The runs, not the visible keys: a block or dense mask hides keys inside them, which the tiles skip.)
   Index r0 = i0, r1 = i1;
-  while (r0 < r1 && vis.keys(r0).empty()) ++r0;
-  while (r1 > r0 && vis.keys(r1 - 1).empty()) --r1;
-  const Index kb = r0 < r1 ? vis.keys(r0).begin : 0, ke = r0 < r1 ? vis.keys(r1 - 1).end : 0;
-  const KeyRange first = vis.keys(i0), last = vis.keys(i1 - 1);  // every row sees a tile only if both ends do
+  while (r0 < r1 && vis.run(r0).empty()) ++r0;
+  while (r1 > r0 && vis.run(r1 - 1).empty()) --r1;
+  const Index kb = r0 < r1 ? vis.run(r0).begin : 0, ke = r0 < r1 ? vis.run(r1 - 1).end : 0;
+  const KeyRange first = vis.run(i0), last = vis.run(i1 - 1);  // every row sees a tile only if both ends do
   for (Index t0 = kb / kTileK * kTileK; kb < ke && t0 < ke; t0 += kTileK) {  // kb >= ke: no row sees a key
     const Index j0 = std::max(t0, kb), j1 = std::min(t0 + kTileK, ke), w = j1 - j0;
     const auto qb = q.middleRows(i0, n);
@@ -95,8 +96,16 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
       st.sabs *= scale;
     }
     st.p.resize(n, w);
-    // Every row sees the whole tile: one product for the block.
-    if (first.end >= j1 && last.begin <= j0) {
+    // Every row sees the whole tile: one product for the block. (A block or dense mask may hide cells inside
+    // the rows' runs: then only a tile whose every cell it allows.)
+    const auto whole_tile = [&] {
+      if (!vis.has_cells()) return true;
+      for (Index i = i0; i < i1; ++i)
+        for (Index j = j0; j < j1; ++j)
+          if (!vis.cells_allow(i, j)) return false;
+      return true;
+    };
+    if (first.end >= j1 && last.begin <= j0 && whole_tile()) {
       const Column<A> m_new = st.m.max(st.s.rowwise().maxCoeff());
       Column<A> c(n);
       for (Index r = 0; r < n; ++r) c(r) = rescale(st.m(r), m_new(r));
@@ -115,11 +124,8 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
     }
     // A tile on the diagonal or a window's edge: each row reads only its visible keys, so a hidden score
     // (NaN or Inf included) is never read and a hidden value row is never multiplied.
-    for (Index r = 0; r < n; ++r) {
-      const KeyRange kr = vis.keys(i0 + r);
-      const Index a = std::max(kr.begin, j0), e = std::min(kr.end, j1);
-      if (a < e) update_row<A, kBounds>(st, r, a - j0, e - a, v, a);
-    }
+    for (Index r = 0; r < n; ++r)
+      vis.for_each_run(i0 + r, j0, j1, [&](Index a, Index e) { update_row<A, kBounds>(st, r, a - j0, e - a, v, a); });
   }
   // The sink: one more term of every row's softmax, with no value (it only adds to m and l).
   if (mods.sink && *mods.sink != -std::numeric_limits<double>::infinity()) {
@@ -176,8 +182,14 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   const Widened<S, A> qa(q), ka(k), va(v);
   Tensor<S> out(qs);
   if (stats) *stats = Tensor<double>(Shape{qs.B, qs.H, qs.T, 4});
+  // One visibility per batch entry, or per (batch entry, head) where a block or dense mask differs by head.
+  const Index vis_heads = visibility_per_head(opts) ? qs.H : 1;
   std::vector<Visibility> vis;
-  for (Index b = 0; b < qs.B; ++b) vis.push_back(visibility(opts, b, qs.T, T_k));
+  for (Index b = 0; b < qs.B; ++b)
+    for (Index h = 0; h < vis_heads; ++h) vis.push_back(visibility(opts, b, qs.T, T_k, h));
+  const auto vis_of = [&](Index b, Index h) -> const Visibility& {
+    return vis[std::size_t(b * vis_heads + (vis_heads == 1 ? 0 : h))];
+  };
   std::vector<HeadModifiers> mods;
   for (Index h = 0; h < qs.H; ++h) mods.push_back(head_modifiers(opts, h, qs.T, T_k));
 
@@ -186,7 +198,7 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   const Index blocks = (qs.T + kBlockQ - 1) / kBlockQ, items = qs.B * qs.H * blocks;
   double work = 0;
   for (Index b = 0; b < qs.B; ++b)
-    for (Index i = 0; i < qs.T; i += kBlockQ) work += double(vis[std::size_t(b)].keys(i).size()) * kBlockQ;
+    for (Index i = 0; i < qs.T; i += kBlockQ) work += double(vis_of(b, 0).run(i).size()) * kBlockQ;
   work *= double(qs.H * qs.D);
   const auto item = [&](Index n, BlockState<A>& st) {
     const Index blk = blocks - 1 - n % blocks, bh = n / blocks, b = bh / qs.H, h = bh % qs.H;
@@ -194,7 +206,7 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
     const Index i0 = blk * kBlockQ, i1 = std::min(qs.T, i0 + kBlockQ);
     S* o = out.data() + (b * qs.H + h) * qs.T * qs.D;
     double* sp = stats ? stats->data() + (b * qs.H + h) * qs.T * 4 : nullptr;
-    stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis[std::size_t(b)], A(scale),
+    stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis_of(b, h), A(scale),
                                 mods[std::size_t(h)], i0, i1, o, sp, st);
   };
   const unsigned hw = opts.threads > 0 ? unsigned(opts.threads) : std::max(1u, std::thread::hardware_concurrency());

@@ -237,6 +237,19 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
 VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis) {
   const Index T_q = vis.T_q, D = v.cols();
   VisibleRange r{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, D)};
+  if (vis.has_cells()) {  // a block or dense mask: the visible keys may have gaps, so each row reads its own
+    for (Index i = 0; i < T_q; ++i) {
+      bool any = false;
+      vis.for_each_run(i, 0, vis.T_k, [&](Index a, Index e) {
+        const auto seg = v.middleRows(a, e - a);
+        const Eigen::RowVectorXd mn = seg.colwise().minCoeff(), mx = seg.colwise().maxCoeff();
+        r.min.row(i) = any ? r.min.row(i).cwiseMin(mn) : mn;
+        r.max.row(i) = any ? r.max.row(i).cwiseMax(mx) : mx;
+        any = true;
+      });
+    }
+    return r;
+  }
   std::vector<Index> lo, hi;  // monotone queues of key indices: values increasing (lo) or decreasing (hi)
   for (Index c = 0; c < D; ++c) {
     lo.clear();
@@ -273,7 +286,7 @@ Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, c
   Matrix<double> tol = Matrix<double>::Zero(T_q, D);
   if (rho_w) rho_w->setZero(T_q);
   for (Index i = 0; i < T_q; ++i) {
-    const Index n_vis = vis.keys(i).size();
+    const Index n_vis = vis.count(i);
     if (n_vis == 0) continue;
     // Step 7 from the row statistics: |s_raw| ≤ abs_dot, the bias largest at the visible run's ends; abs_score
     // already holds the modified scores and the sink.

@@ -312,5 +312,68 @@ TEST(Options, masksBeyondCausalAreValidatedNamingWhatCame) {
   EXPECT_NE(message({.window_right = -1}).find("window_right must be >= 0"), std::string::npos);
 }
 
+// A block mask with a hole inside a row, per head: the materialised path, the streamed path and an explicit
+// boolean mask of the same cells agree; its block encoding and dense form round-trip; a hidden NaN value never
+// reaches an output; bad shapes are refused naming what came.
+TEST(Visibility, blockAndDenseMasksHideTheirCellsPerHeadAndEveryPathAgrees) {
+  const Index B = 1, H = 2, T = 5;
+  DenseMask cells{.B = 1, .H = H, .T_q = T, .T_k = T, .cells = {}};
+  for (Index h = 0; h < H; ++h)
+    for (Index i = 0; i < T; ++i)
+      for (Index j = 0; j < T; ++j) cells.cells.push_back((i + j + h) % 3 != 1);  // gaps in every row
+  const BlockMask blocks = block_encoding(cells, 2, 3);
+  EXPECT_EQ(blocks.q_blocks, 3);
+  EXPECT_EQ(blocks.k_blocks, 2);
+  EXPECT_EQ(dense_of(blocks, T, T), cells);
+  Tensor<double> q = filled({B, H, T, 2}, 0.3), k = filled({B, H, T, 2}, 1.1), v = filled({B, H, T, 2}, 2.7);
+  for (const bool as_blocks : {false, true}) {
+    AttentionOptions o;
+    o.causal = false;
+    if (as_blocks)
+      o.block_mask = blocks;
+    else
+      o.dense_mask = cells;
+    Tensor<double> w({1, 1, 1, 1});
+    const Tensor<double> full = attention(q, k, v, o, &w), streamed = attention(q, k, v, o);
+    for (Index h = 0; h < H; ++h) {
+      BoolMask::Array a(T, T);
+      for (Index i = 0; i < T; ++i)
+        for (Index j = 0; j < T; ++j) a(i, j) = cells.visible(0, h, i, j);
+      const HeadTrace<double> want = attend<double>(Matrix<double>(q.head(0, h)), Matrix<double>(k.head(0, h)),
+                                                    Matrix<double>(v.head(0, h)), BoolMask(a));
+      EXPECT_LE((Matrix<double>(full.head(0, h)) - want.output).cwiseAbs().maxCoeff(), 1e-14) << as_blocks;
+      EXPECT_LE((Matrix<double>(streamed.head(0, h)) - want.output).cwiseAbs().maxCoeff(), 1e-14) << as_blocks;
+      for (Index i = 0; i < T; ++i)
+        for (Index j = 0; j < T; ++j)
+          if (!a(i, j)) EXPECT_EQ(w(0, h, i, j), 0.0);
+    }
+    // Key 1 is hidden from query 0 in head 0 ((0 + 1 + 0) % 3 == 1): a NaN there changes nothing of row 0.
+    const Visibility vis = visibility(o, 0, T, T, 0);
+    EXPECT_FALSE(vis.visible(0, 1));
+    EXPECT_EQ(vis.hidden_by(0, 1), as_blocks ? "block mask" : "dense mask");
+    EXPECT_EQ(vis.count(0), 3);
+    Tensor<double> v_nan = v;
+    v_nan(0, 0, 1, 0) = std::numeric_limits<double>::quiet_NaN();
+    const Tensor<double> again = attention(q, k, v_nan, o);
+    EXPECT_EQ(again(0, 0, 0, 0), streamed(0, 0, 0, 0));
+  }
+  const auto message = [&](AttentionOptions o) {
+    try {
+      attention(q, k, v, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  AttentionOptions bad;
+  bad.dense_mask = cells;
+  bad.dense_mask->T_k = 4;
+  EXPECT_NE(message(bad).find("T_k differs"), std::string::npos);
+  bad = {};
+  bad.block_mask = blocks;
+  bad.block_mask->k_blocks = 1;
+  EXPECT_NE(message(bad).find("has 1 key blocks; T_k = 5 in blocks of 3 needs 2"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace attncheck

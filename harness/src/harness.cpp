@@ -57,7 +57,7 @@ void throw_first_nonfinite(const Problem& p, const Tensor<double>& t, const char
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h)
       for (Index i = 0; i < s.T; ++i) {
-        if (p.visibility(b).keys(i).empty()) continue;
+        if (p.visibility(b, h).keys(i).empty()) continue;
         for (Index c = 0; c < s.D; ++c)
           if (!std::isfinite(t(b, h, i, c)))
             throw ImplementationError(ImplementationError::Kind::nonfinite,

@@ -118,6 +118,7 @@ std::vector<Mutant> backward_nan_mutants() {
   // sink no row is empty in the softmax, so the nan convention does not reach it.
   full.sinks = full.softcap = full.alibi = false;
   full.paged = false;  // a dense kernel
+  full.block_mask = full.dense_mask = false;  // controls of the empty-row convention, on the contiguous families
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",
                              "correct; nan convention, the NaN of a row that sees no key stays in that row's dQ",

@@ -25,6 +25,8 @@ struct HeadCtx {
   std::optional<Index> window_right{};       ///< a right window; empty: none
   Index chunk = 0;                           ///< chunked local attention; 0: none
   const std::vector<Index>* doc_bounds = nullptr;  ///< this batch entry's document bounds; null: none
+  const BlockMask* block_mask = nullptr;           ///< the problem's block mask (read at b, h); null: none
+  const DenseMask* dense_mask = nullptr;           ///< the problem's dense mask (read at b, h); null: none
   /// This head's score modifiers (ABI 3), as the problem gives them; only kernels that declare them see any.
   std::optional<double> softcap{};  ///< s = cap·tanh(s/cap); empty: none
   double alibi_slope = 0;           ///< s += slope·(j - p); 0: none
@@ -44,7 +46,11 @@ struct HeadCtx {
                       .prefix = prefix,
                       .window_right = window_right,
                       .chunk = chunk,
-                      .doc_bounds = doc_bounds};
+                      .doc_bounds = doc_bounds,
+                      .block = block_mask,
+                      .dense = dense_mask,
+                      .batch = b,
+                      .head = h};
   }
   /// Query i may see key j.
   bool visible(Index i, Index j) const { return visibility().visible(i, j); }
@@ -163,6 +169,8 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
   c.prefix = p.prefix_length;
   c.window_right = p.window_right;
   c.chunk = p.chunk_size;
+  c.block_mask = p.block_mask ? &*p.block_mask : nullptr;
+  c.dense_mask = p.dense_mask ? &*p.dense_mask : nullptr;
   c.position_offset = p.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0;
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {

@@ -76,6 +76,7 @@ ImplementationPtr nan_for_empty_rows(std::string name, std::string description, 
   // the nan convention does not reach it; this control turns every row without a key into NaN.
   caps.sinks = false;
   caps.paged = false;  // a dense kernel
+  caps.block_mask = caps.dense_mask = false;  // a control of the empty-row convention, on the contiguous families
   caps.empty_rows = declared;
   caps.backward = false;  // a forward-only control
   return make_implementation(std::move(name), std::move(description), caps, [](const Problem& p) {
@@ -83,10 +84,9 @@ ImplementationPtr nan_for_empty_rows(std::string name, std::string description, 
     const double nan = std::numeric_limits<double>::quiet_NaN();
     const Shape& s = p.q.shape();
     for (Index b = 0; b < s.B; ++b) {
-      const Visibility vis = p.visibility(b);
       for (Index h = 0; h < s.H; ++h)
         for (Index i = 0; i < s.T; ++i)
-          if (vis.keys(i).empty()) {
+          if (p.visibility(b, h).keys(i).empty()) {
             o.output.head(b, h).row(i).setConstant(nan);
             if (o.weights) o.weights->head(b, h).row(i).setConstant(nan);
           }

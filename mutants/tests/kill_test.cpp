@@ -51,6 +51,11 @@ struct MinimalK {
   std::optional<Index> window_right{};
   bool bidirectional = false;
   std::optional<Shape> q{};  ///< q's shape when it is not Mutant::minimal_shape (an alternative minimal case)
+  /// A block or dense mask: 0 none, 1 a dense mask, 2 a block mask; and, where asserted, the block sizes
+  /// (block_q, block_k) and the mask's [B, H] (1 broadcast).
+  int cells = 0;
+  std::optional<std::pair<Index, Index>> blocks{};
+  std::optional<std::pair<Index, Index>> mask_bh{};
 };
 constexpr CausalAlignment kBR = CausalAlignment::BottomRight;
 // A mutant listed more than once has several minimal cases of the same size, each needing another family to show
@@ -164,6 +169,22 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:right-window-too-wide", {.T_k = 2, .window_right = 0, .bidirectional = true}},
     {"mutant:right-window-too-wide", {.T_k = 2, .prefix = 2, .window_right = 0}},
     {"mutant:documents-only-when-causal", {.T_k = 2, .doc_bounds = {{1}}, .bidirectional = true}},
+    {"mutant:partial-block-as-full", {.T_k = 1, .cells = 2}},
+    {"mutant:full-block-reads-cells", {.T_k = 2, .cells = 2}},
+    {"mutant:full-block-reads-cells", {.T_k = 2, .bidirectional = true, .cells = 2}},
+    {"mutant:empty-block-in-row-sum", {.T_k = 2, .alignment = kBR, .cells = 2}},
+    {"mutant:empty-block-in-row-sum", {.T_k = 2, .bidirectional = true, .cells = 2}},
+    {"mutant:block-mask-wrong-axis", {.T_k = 1, .cells = 2}},
+    {"mutant:block-mask-wrong-axis", {.T_k = 1, .q = Shape{1, 2, 1, 1}, .cells = 2}},
+    {"mutant:query-block-from-block-k", {.T_k = 2, .cells = 2}},
+    {"mutant:query-block-from-block-k", {.T_k = 2, .bidirectional = true, .cells = 2}},
+    {"mutant:partial-cells-block-local", {.T_k = 2, .cells = 2}},
+    {"mutant:partial-cells-block-local", {.T_k = 2, .bidirectional = true, .cells = 2}},
+    {"mutant:ragged-key-block-dropped", {.T_k = 1, .cells = 2}},
+    {"mutant:block-mask-replaces-causal", {.T_k = 2, .cells = 2}},
+    {"mutant:dense-mask-transposed", {.T_k = 2, .alignment = kBR, .cells = 1}},
+    {"mutant:dense-mask-transposed", {.T_k = 2, .bidirectional = true, .cells = 1}},
+    {"mutant:dense-mask-batch-ignored", {.T_k = 1, .cells = 1}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -217,6 +238,7 @@ std::string case_line(const LawResult& r) {
     extra += b ? ";" : ", document bounds";
     for (const Index x : p.doc_bounds[b]) extra += " " + std::to_string(x);
   }
+  if (p.has_cell_masks()) extra += ", " + mask_families_line(p).substr(mask_families_line(p).find(p.block_mask ? "block mask" : "dense mask"));
   if (p.paged) {
     const PagedKV pk = p.paged_kv();
     extra += ", pages of " + std::to_string(pk.page_size) + " (" + page_layout_name(pk.layout) + ", " +
@@ -274,6 +296,15 @@ std::string not_minimal_as(const MinimalK& want, const Mutant& m, const LawResul
   if (p.prefix_length != want.prefix) why += "a prefix of " + std::to_string(p.prefix_length) + "; ";
   if (p.window_right != want.window_right) why += "other right window; ";
   if (p.causal == want.bidirectional) why += p.causal ? "the causal rule; " : "no causal rule; ";
+  const int cells = p.block_mask ? 2 : p.dense_mask ? 1 : 0;
+  if (cells != want.cells || (p.block_mask && p.dense_mask)) why += "other block or dense masks; ";
+  if (want.blocks && p.block_mask && std::pair{p.block_mask->block_q, p.block_mask->block_k} != *want.blocks)
+    why += "blocks of " + std::to_string(p.block_mask->block_q) + " x " + std::to_string(p.block_mask->block_k) + "; ";
+  if (want.mask_bh && p.has_cell_masks()) {
+    const std::pair<Index, Index> bh = p.block_mask ? std::pair{p.block_mask->B, p.block_mask->H}
+                                                    : std::pair{p.dense_mask->B, p.dense_mask->H};
+    if (bh != *want.mask_bh) why += "a mask of [" + std::to_string(bh.first) + "," + std::to_string(bh.second) + "]; ";
+  }
   return why;
 }
 

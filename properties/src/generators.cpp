@@ -102,6 +102,83 @@ CaseShape fit_key_lengths(CaseShape c, Index old_T_k, bool keep_padding) {
   return c;
 }
 
+// ---- block and dense masks (CaseShape::Cells) ----
+
+std::uint64_t mix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+std::uint64_t cell_hash(std::uint64_t seed, Index a, Index b, Index c, Index d) {
+  std::uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
+  for (const Index x : {a, b, c, d}) h = mix64(h ^ (std::uint64_t(x) + 0x9e3779b97f4a7c15ull));
+  return h;
+}
+// The coordinates of the mask entry that (b, h) reads: 0 on a broadcast axis.
+Index cell_b(const CaseShape& s, Index b) { return s.cells.per_batch ? s.b_ids[std::size_t(b)] : 0; }
+Index cell_h(const CaseShape& s, Index h) { return s.cells.per_head ? s.h_ids[std::size_t(h)] : 0; }
+
+// Whether the cell of query i, key j (positions) of mask entry (b, h) is visible (before the blocks' kinds).
+bool cell_visible(const CaseShape& s, Index b, Index h, Index i, Index j) {
+  const CaseShape::Cells& m = s.cells;
+  const Index bc = cell_b(s, b), hc = cell_h(s, h), qc = s.q_ids[std::size_t(i)], kc = s.k_ids[std::size_t(j)];
+  const std::array<Index, 4> at{bc, hc, qc, kc};
+  if (std::find(m.shown_cells.begin(), m.shown_cells.end(), at) != m.shown_cells.end()) return true;
+  switch (m.pattern) {
+    case 0: return int(cell_hash(m.seed, bc, hc, qc, kc) % 100) < m.density;
+    case 1: return kc <= qc;
+    default: return true;
+  }
+}
+
+// The dense cells of s's mask, [B or 1, H or 1, T_q, T_k].
+DenseMask cells_of(const CaseShape& s) {
+  DenseMask d;
+  d.B = s.cells.per_batch ? s.B : 1;
+  d.H = s.cells.per_head ? s.H : 1;
+  d.T_q = s.T_q;
+  d.T_k = s.T_k;
+  d.cells.resize(std::size_t(d.B * d.H * d.T_q * d.T_k));
+  std::size_t n = 0;
+  for (Index b = 0; b < d.B; ++b)
+    for (Index h = 0; h < d.H; ++h)
+      for (Index i = 0; i < d.T_q; ++i)
+        for (Index j = 0; j < d.T_k; ++j) d.cells[n++] = cell_visible(s, b, h, i, j);
+  return d;
+}
+
+// What block (x, y)'s kind is keyed by: the tile of the drawn block grid (grid_q x grid_k, the block sizes as
+// first drawn) that holds the coordinates of its first query and first key. So deleting a position keeps every
+// block's kind that does not start elsewhere, and smaller blocks inherit the kind of the drawn block they lie in.
+std::array<Index, 2> block_coords(const CaseShape& s, Index x, Index y) {
+  return {s.q_ids[std::size_t(x * s.cells.block_q)] / s.cells.grid_q,
+          s.k_ids[std::size_t(y * s.cells.block_k)] / s.cells.grid_k};
+}
+
+// s's block mask: kinds at random (keyed by block_coords), all partial, or the cells' block encoding; then the
+// blocks shrinking made full.
+BlockMask block_mask_of(const CaseShape& s) {
+  const CaseShape::Cells& m = s.cells;
+  const DenseMask d = cells_of(s);
+  BlockMask bm = block_encoding(d, m.block_q, m.block_k);
+  bool partial = false;
+  for (Index b = 0; b < bm.B; ++b)
+    for (Index h = 0; h < bm.H; ++h)
+      for (Index x = 0; x < bm.q_blocks; ++x)
+        for (Index y = 0; y < bm.k_blocks; ++y) {
+          std::uint8_t& k = bm.kinds[std::size_t(((b * bm.H + h) * bm.q_blocks + x) * bm.k_blocks + y)];
+          const auto [qc, kc] = block_coords(s, x, y);
+          if (m.kinds == 0) k = std::uint8_t(cell_hash(m.seed ^ 0x5bd1e995u, cell_b(s, b), cell_h(s, h), qc, kc) % 3);
+          if (m.kinds == 1) k = std::uint8_t(BlockKind::Partial);
+          const std::array<Index, 4> at{cell_b(s, b), cell_h(s, h), qc, kc};
+          if (std::find(m.full_blocks.begin(), m.full_blocks.end(), at) != m.full_blocks.end())
+            k = std::uint8_t(BlockKind::Full);
+          partial |= k == std::uint8_t(BlockKind::Partial);
+        }
+  bm.partial = partial ? d : DenseMask{};
+  return bm;
+}
+
 // Key j deleted: every sequence that held it is one key shorter (its padding stays where it was).
 void delete_key(CaseShape& c, Index j) {
   c.k_ids = erased(c.k_ids, j);
@@ -352,6 +429,73 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
     c.bidirectional = false;
     add(c);
   }
+  // A block or dense mask: toward none, broadcast, every cell visible, blocks of 1; one block made full or one
+  // cell made visible at a time once the case is small (each is one thing fewer for a reader to take in).
+  if (s.cells.kind != 0) {
+    const bool required = (s.cells.kind == 2 && opts.require_block_mask) || (s.cells.kind == 1 && opts.require_dense_mask);
+    CaseShape c = s;
+    c.cells = {};
+    if (!required) add(c);
+    for (const auto field : {&CaseShape::Cells::per_batch, &CaseShape::Cells::per_head})
+      if (s.cells.*field) {
+        CaseShape l = s;
+        l.cells.*field = false;
+        add(l);
+      }
+    if (s.cells.pattern != 2) {
+      CaseShape l = s;
+      l.cells.pattern = 2;
+      add(l);
+      if (s.cells.pattern == 0 && s.cells.density < 90) {
+        l = s;
+        l.cells.density = 90;
+        add(l);
+      }
+    }
+    if (s.cells.kind == 2) {
+      if (s.cells.kinds == 0) {  // random kinds: every block partial (the cells alone say), or their encoding
+        for (const int k : {1, 2}) {
+          CaseShape l = s;
+          l.cells.kinds = k;
+          add(l);
+        }
+      }
+      for (const Index w : towards_one(s.cells.block_q)) {
+        CaseShape l = s;
+        l.cells.block_q = w;
+        add(l);
+      }
+      for (const Index w : towards_one(s.cells.block_k)) {
+        CaseShape l = s;
+        l.cells.block_k = w;
+        add(l);
+      }
+      const BlockMask bm = block_mask_of(s);
+      if (bm.kinds.size() <= 64)
+        for (Index b = 0; b < bm.B; ++b)
+          for (Index h = 0; h < bm.H; ++h)
+            for (Index x = 0; x < bm.q_blocks; ++x)
+              for (Index y = 0; y < bm.k_blocks; ++y)
+                if (bm.kind(b, h, x, y) != BlockKind::Full) {
+                  CaseShape l = s;
+                  const auto [qc, kc] = block_coords(s, x, y);
+                  l.cells.full_blocks.push_back({cell_b(s, b), cell_h(s, h), qc, kc});
+                  add(l);
+                }
+    }
+    if (s.cells.pattern != 2 && (s.cells.per_batch ? s.B : 1) * (s.cells.per_head ? s.H : 1) * s.T_q * s.T_k <= 64) {
+      const DenseMask d = cells_of(s);
+      for (Index b = 0; b < d.B; ++b)
+        for (Index h = 0; h < d.H; ++h)
+          for (Index i = 0; i < d.T_q; ++i)
+            for (Index j = 0; j < d.T_k; ++j)
+              if (!d.visible(b, h, i, j)) {
+                CaseShape l = s;
+                l.cells.shown_cells.push_back({cell_b(s, b), cell_h(s, h), s.q_ids[std::size_t(i)], s.k_ids[std::size_t(j)]});
+                add(l);
+              }
+    }
+  }
   if (s.alignment != kDefaultAlignment && caps.supports(kDefaultAlignment)) {
     CaseShape c = s;
     c.alignment = kDefaultAlignment;
@@ -404,6 +548,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   const bool docs = opts.allow_documents && cfg.caps.documents, chunks = opts.allow_chunks && cfg.caps.chunked_local,
              prefix = opts.allow_prefix && cfg.caps.prefix, right_window = opts.allow_right_window && cfg.caps.right_window,
              bidirectional = opts.allow_bidirectional && cfg.caps.bidirectional;
+  const bool block_masks = opts.allow_block_mask && cfg.caps.block_mask,
+             dense_masks = opts.allow_dense_mask && cfg.caps.dense_mask;
   const Capabilities caps = cfg.caps;
   const Index max_B = cfg.max_B, max_H_kv = cfg.max_H_kv;
   const auto pinned = cfg.shape;
@@ -589,6 +735,32 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       if (with || opts.require_right_window)
         s.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
+    }
+    if (block_masks || dense_masks) {
+      // A third of the cases with a block mask and a third with a dense mask (where declared): blocks of 1, 2, 3,
+      // 4, 16, 64, 128 (FlexAttention's default) or at or past T (one block), each axis on its own half the
+      // time; one mask for every batch entry and head, or one per entry, per head or both (a kernel that
+      // broadcasts over the wrong axis reads another's); cells at random (density 10-90%), k <= q (a causal
+      // block mask) or all visible; blocks at random, all partial, or the cells' block encoding.
+      CaseShape::Cells& m = s.cells;
+      const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}});
+      const Index sizes[] = {1, 2, 3, 4, 16, 64, 128, T, T + 1};
+      const Index bq = sizes[*rc::gen::inRange<std::size_t>(0, 9)], bk_pick = sizes[*rc::gen::inRange<std::size_t>(0, 9)];
+      const bool same = *rc::gen::arbitrary<bool>();
+      m.block_q = m.grid_q = std::max<Index>(bq, 1);
+      m.block_k = m.grid_k = std::max<Index>(same ? bq : bk_pick, 1);
+      m.per_batch = *weighted_choice<bool>({{1, false}, {1, true}});
+      m.per_head = *weighted_choice<bool>({{1, false}, {1, true}});
+      m.pattern = *weighted_choice<int>({{4, 0}, {2, 1}, {1, 2}});
+      m.density = 10 * *rc::gen::inRange(1, 10);
+      m.kinds = *weighted_choice<int>({{2, 0}, {1, 1}, {2, 2}});
+      m.seed = *rc::gen::arbitrary<std::uint64_t>();
+      const bool want_block = block_masks && (kind == 2 || opts.require_block_mask || (kind == 1 && !dense_masks));
+      const bool want_dense = dense_masks && (kind == 1 || opts.require_dense_mask || (kind == 2 && !block_masks));
+      // Only where [B,H,T_q,T_k] is small enough to hold per cell (2^18 cells, 256 KiB): a long context's mask
+      // would be gigabytes, and FlexAttention's long calls are block-sparse, which the small ones cover.
+      const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
+      m.kind = !small ? 0 : want_block ? 2 : want_dense ? 1 : 0;
     }
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);
@@ -811,6 +983,15 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (p.prefix_length > 0) tags.push_back(p.prefix_length >= T ? "prefix>=T" : "prefix");
   if (p.window_right) tags.push_back("window-right");
   if (p.chunk_size > 0) tags.push_back(p.chunk_size >= std::max(T, p.k.shape().T) ? "chunk>=T" : "chunked");
+  if (p.block_mask) {
+    const BlockMask& m = *p.block_mask;
+    bool kinds[3] = {false, false, false};
+    for (const std::uint8_t k : m.kinds) kinds[std::min<std::uint8_t>(k, 2)] = true;
+    tags.push_back(std::string("block-mask:") + (kinds[0] ? "E" : "") + (kinds[1] ? "P" : "") + (kinds[2] ? "F" : ""));
+    if (m.B > 1 || m.H > 1) tags.push_back("block-mask:per-" + std::string(m.B > 1 && m.H > 1 ? "batch-and-head" : m.B > 1 ? "batch" : "head"));
+    if (m.block_q != m.block_k) tags.push_back("block-mask:block_q!=block_k");
+  }
+  if (p.dense_mask) tags.push_back(p.dense_mask->B > 1 || p.dense_mask->H > 1 ? "dense-mask:per-entry" : "dense-mask");
   if (!p.doc_bounds.empty()) {
     tags.push_back("documents");
     for (const auto& bounds : p.doc_bounds)
@@ -837,7 +1018,8 @@ std::vector<std::string> shape_tags(const Problem& p) {
   // A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
   bool empty_row = false;
   for (Index b = 0; b < q.B && !empty_row; ++b)
-    for (Index i = 0; i < T && !empty_row; ++i) empty_row = p.visibility(b).keys(i).empty();
+    for (Index h = 0; h < (p.has_cell_masks() ? q.H : 1) && !empty_row; ++h)
+      for (Index i = 0; i < T && !empty_row; ++i) empty_row = p.visibility(b, h).keys(i).empty();
   if (empty_row) tags.push_back("a-query-sees-nothing");
   // Largest |score| = scale·max|q|·max|k|·D is an upper bound; use the real maximum per head instead.
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(D));
@@ -1137,6 +1319,8 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
           bounds.push_back(Index(std::lower_bound(s.k_ids.begin(), s.k_ids.end(), c) - s.k_ids.begin()));
         p.doc_bounds.push_back(std::move(bounds));
       }
+    if (s.cells.kind == 1) p.dense_mask = cells_of(s);
+    if (s.cells.kind == 2) p.block_mask = block_mask_of(s);
     if (cv.scale > 0) p.scale = cv.scale;
     if (s.q_ids != iota(s.T_q)) c.positions = s.q_ids;  // a position was deleted: the others keep their ids
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;

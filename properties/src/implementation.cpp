@@ -64,10 +64,10 @@ Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o)
   if (caps.empty_rows != EmptyRows::any) return o;
   const Shape& s = o.output.shape();
   for (Index b = 0; b < s.B && b < p.q.shape().B; ++b) {
-    const Visibility vis = p.visibility(b);
-    for (Index i = 0; i < s.T; ++i) {
-      if (!vis.keys(i).empty()) continue;
-      for (Index h = 0; h < s.H; ++h) {
+    for (Index h = 0; h < s.H; ++h) {
+      const Visibility vis = p.visibility(b, h);
+      for (Index i = 0; i < s.T; ++i) {
+        if (!vis.keys(i).empty()) continue;
         o.output.head(b, h).row(i).setZero();
         if (o.weights) o.weights->head(b, h).row(i).setZero();
         if (o.lse && o.lse->shape() == Shape{s.B, s.H, s.T, 1})  // the LSE of such a row: the sink alone, or -inf
@@ -113,6 +113,8 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (p.prefix_length != 0 && !caps.prefix)
     needs.push_back("a bidirectional prefix (" + std::to_string(p.prefix_length) + ")");
   if (p.window_right && !caps.right_window) needs.push_back("a right window (" + std::to_string(*p.window_right) + ")");
+  if (p.block_mask && !caps.block_mask) needs.push_back("a block mask");
+  if (p.dense_mask && !caps.dense_mask) needs.push_back("a dense mask");
   if (p.paged) {
     if (!caps.paged)
       needs.push_back("paged K and V");
@@ -152,7 +154,9 @@ std::string describe_capabilities(const Capabilities& caps) {
                                  std::pair{caps.documents, "packed documents"},
                                  std::pair{caps.chunked_local, "chunked local attention"},
                                  std::pair{caps.prefix, "a bidirectional prefix"},
-                                 std::pair{caps.right_window, "right windows"}})
+                                 std::pair{caps.right_window, "right windows"},
+                                 std::pair{caps.block_mask, "block masks"},
+                                 std::pair{caps.dense_mask, "dense masks"}})
     if (on) s += std::string("; ") + what;
   if (caps.paged) {
     s += "; paged K and V (pages of";
@@ -192,10 +196,12 @@ AttentionOptions Problem::options() const {
                           .prefix_length = prefix_length,
                           .window_right = window_right,
                           .chunk_size = chunk_size,
-                          .doc_bounds = doc_bounds};
+                          .doc_bounds = doc_bounds,
+                          .block_mask = block_mask,
+                          .dense_mask = dense_mask};
 }
 
-Visibility Problem::visibility(Index b) const {
+Visibility Problem::visibility(Index b, Index h) const {
   // Made here, not from options(): the visibility points at this problem's document bounds.
   Visibility v{.T_q = q.shape().T,
                .T_k = k.shape().T,
@@ -207,6 +213,10 @@ Visibility Problem::visibility(Index b) const {
                .chunk = chunk_size};
   if (!key_lengths.empty()) v.key_length = key_lengths.at(std::size_t(b));
   if (!doc_bounds.empty()) v.doc_bounds = &doc_bounds.at(std::size_t(b));
+  if (block_mask) v.block = &*block_mask;
+  if (dense_mask) v.dense = &*dense_mask;
+  v.batch = b;
+  v.head = h;
   return v;
 }
 
@@ -226,6 +236,19 @@ std::string mask_families_line(const Problem& p) {
     }
     add(d);
   }
+  const auto broadcast = [](Index B, Index H) {
+    return std::string(B == 1 ? "every batch entry" : "per batch entry") + ", " +
+           (H == 1 ? "every head" : "per head");
+  };
+  if (p.block_mask) {
+    const BlockMask& m = *p.block_mask;
+    Index n[3] = {0, 0, 0};
+    for (const std::uint8_t k : m.kinds) ++n[std::min<std::uint8_t>(k, 2)];
+    add("block mask of " + std::to_string(m.block_q) + " x " + std::to_string(m.block_k) + " blocks (" +
+        broadcast(m.B, m.H) + "; " + std::to_string(n[0]) + " empty, " + std::to_string(n[1]) + " partial, " +
+        std::to_string(n[2]) + " full)");
+  }
+  if (p.dense_mask) add("dense mask (" + broadcast(p.dense_mask->B, p.dense_mask->H) + ")");
   return s;
 }
 
@@ -389,6 +412,7 @@ ImplementationPtr reference_implementation() {
   caps.gqa = caps.key_padding = caps.window = true;
   caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
   caps.documents = caps.chunked_local = caps.prefix = caps.right_window = true;
+  caps.block_mask = caps.dense_mask = true;
   caps.paged = true;
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major

@@ -374,12 +374,27 @@ TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds)
                                   if (p.window_right) ++seen["right window"];
                                   if (!p.causal) ++seen["bidirectional"];
                                   if (!p.causal && p.prefix_length > 0) ++seen["prefix without causal"];
+                                  if (p.block_mask) {
+                                    const BlockMask& m = *p.block_mask;
+                                    ++seen["block mask"];
+                                    EXPECT_EQ(m.q_blocks, (p.q.shape().T + m.block_q - 1) / m.block_q);
+                                    EXPECT_EQ(m.k_blocks, (p.k.shape().T + m.block_k - 1) / m.block_k);
+                                    if (m.H > 1) ++seen["block mask per head"];
+                                    if (m.B > 1) ++seen["block mask per batch entry"];
+                                    if (m.block_q != m.block_k) ++seen["block_q != block_k"];
+                                    for (const auto k : {BlockKind::Empty, BlockKind::Partial, BlockKind::Full})
+                                      if (std::count(m.kinds.begin(), m.kinds.end(), std::uint8_t(k)) > 0)
+                                        ++seen["kind " + std::to_string(int(k))];
+                                  }
+                                  if (p.dense_mask) ++seen["dense mask"];
                                   return std::nullopt;
                                 }),
                                 *reference_implementation(), RunOptions{});
   EXPECT_EQ(all.status, LawStatus::held);
-  for (const char* m : {"documents", "empty document", "chunks", "prefix", "right window", "bidirectional"})
-    EXPECT_GE(seen[m], 5) << m;
+  for (const char* m : {"documents", "empty document", "chunks", "prefix", "right window", "bidirectional",
+                        "block mask", "block mask per head", "block mask per batch entry", "block_q != block_k",
+                        "kind 0", "kind 1", "kind 2", "dense mask"})
+    EXPECT_GE(seen[m], 3) << m;
   EXPECT_EQ(seen["prefix without causal"], 0);
   for (std::uint64_t seed = 1; seed <= 5; ++seed) {
     RunOptions o;
@@ -389,7 +404,8 @@ TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds)
                                   const Problem& p = c.problem;
                                   for (Index b = 0; b < p.q.shape().B; ++b)
                                     for (Index i = 0; i < p.q.shape().T; ++i)
-                                      if (p.visibility(b).keys(i).begin > 0 && !p.window && p.chunk_size == 0)
+                                      if (p.visibility(b).keys(i).begin > 0 && !p.window && p.chunk_size == 0 &&
+                                          !p.has_cell_masks())
                                         return violation("a second document");
                                   return std::nullopt;
                                 }),
@@ -406,6 +422,32 @@ TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds)
                                     }),
                                     *reference_implementation(), o);
     ASSERT_EQ(plain.status, LawStatus::falsified);
+    // A failure that needs a key the causal rule shows but a block mask hides: one query, a block mask whose
+    // one block hides it, broadcast over batch and heads, nothing else.
+    const LawResult cells = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      const Problem& p = c.problem;
+                                      if (!p.block_mask) return std::nullopt;
+                                      Problem plain_rule = p;
+                                      plain_rule.block_mask.reset();
+                                      plain_rule.dense_mask.reset();
+                                      for (Index b = 0; b < p.q.shape().B; ++b)
+                                        for (Index h = 0; h < p.q.shape().H; ++h)
+                                          for (Index i = 0; i < p.q.shape().T; ++i)
+                                            for (Index j = 0; j < p.k.shape().T; ++j)
+                                              if (plain_rule.visibility(b, h).visible(i, j) &&
+                                                  !p.visibility(b, h).visible(i, j))
+                                                return violation("a key the block mask hides");
+                                      return std::nullopt;
+                                    }),
+                                    *reference_implementation(), o);
+    ASSERT_EQ(cells.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& pc = cells.minimal_case->problem;
+    EXPECT_EQ(pc.q.shape().numel(), 1) << "seed " << seed;
+    EXPECT_EQ(pc.k.shape().T, 1) << "seed " << seed;
+    ASSERT_TRUE(pc.block_mask) << "seed " << seed;
+    EXPECT_FALSE(pc.dense_mask || pc.masked_beyond_causal() && !pc.block_mask) << "seed " << seed;
+    EXPECT_EQ(pc.block_mask->B * pc.block_mask->H, 1) << "seed " << seed;
+    EXPECT_EQ(pc.block_mask->kinds.size(), 1u) << "seed " << seed;
     EXPECT_FALSE(plain.minimal_case->problem.masked_beyond_causal() || !plain.minimal_case->problem.causal)
         << "seed " << seed;
   }

@@ -111,7 +111,7 @@ ImplementationPtr with_empty_rows(std::function<void(const Problem&, Outcome&, I
     for (Index b = 0; b < p.q.shape().B; ++b)
       for (Index h = 0; h < p.q.shape().H; ++h)
         for (Index i = 0; i < p.q.shape().T; ++i)
-          if (p.visibility(b).keys(i).empty()) fill(p, o, b, h, i);
+          if (p.visibility(b, h).keys(i).empty()) fill(p, o, b, h, i);
     return o;
   });
 }
@@ -159,6 +159,7 @@ TEST(Law, packedEqualsSeparate) { expectHoldsOnReference("packed-equals-separate
 TEST(Law, chunkedEqualsSeparate) { expectHoldsOnReference("chunked-equals-separate", kAllDtypes); }
 TEST(Law, neutralMasks) { expectHoldsOnReference("neutral-masks", kAllDtypes); }
 TEST(Law, bidirectionalPermutation) { expectHoldsOnReference("bidirectional-permutation", kAllDtypes); }
+TEST(Law, maskEncodings) { expectHoldsOnReference("mask-encodings", kAllDtypes); }
 
 // Each mask law can fail: the reference with one family mishandled the way kernels get it wrong (the zoo's mask
 // mutants are the full set), and it says why it does not apply to an implementation without the family.
@@ -181,6 +182,12 @@ TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
   const auto right_ignored = broken("right-window-0-ignored", [](Problem& p) {
     if (p.window_right == Index{0}) p.window_right.reset();
   });
+  // A partial block whose cells are ignored when it is the only block of its row (a single-tile fast path).
+  const auto partial_whole = broken("lone-partial-block-taken-whole", [](Problem& p) {
+    if (!p.block_mask || p.block_mask->k_blocks != 1) return;
+    for (std::uint8_t& k : p.block_mask->kinds)
+      if (k == std::uint8_t(BlockKind::Partial)) k = std::uint8_t(BlockKind::Full);
+  });
   // A bidirectional kernel that keeps the causal rule on its first key tile of 2.
   const auto diagonal = broken("bidirectional-keeps-causal", [](Problem& p) {
     if (!p.causal && p.k.shape().T <= 2) p.causal = true;
@@ -190,7 +197,8 @@ TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
       {"packed-equals-separate", docs_early.get()},
       {"chunked-equals-separate", chunks_ignored.get()},
       {"neutral-masks", right_ignored.get()},
-      {"bidirectional-permutation", diagonal.get()}};
+      {"bidirectional-permutation", diagonal.get()},
+      {"mask-encodings", partial_whole.get()}};
   for (const auto& [law, impl] : cases) {
     RunOptions o;
     o.cases = 200;
@@ -199,11 +207,12 @@ TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
   }
   Capabilities none = reference_implementation()->capabilities();
   none.documents = none.chunked_local = none.bidirectional = none.prefix = none.right_window = none.window = false;
+  none.block_mask = none.dense_mask = false;
   const auto plain = make_implementation("plain", "plain", none, [](const Problem& p) {
     return reference_implementation()->forward(p);
   });
   for (const char* law : {"packed-equals-separate", "chunked-equals-separate", "neutral-masks",
-                          "bidirectional-permutation"}) {
+                          "bidirectional-permutation", "mask-encodings"}) {
     const LawResult r = run_law(*find_law(law), *plain, RunOptions{});
     EXPECT_EQ(r.status, LawStatus::not_applicable) << law;
     EXPECT_FALSE(r.note.empty()) << law;
@@ -290,7 +299,8 @@ TEST(Law, everyLawHasATest) {
                                         "paged-capacity", "shared-pages",
                                         "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
                                         "grad-finite-difference", "hidden-keys", "packed-equals-separate",
-                                        "chunked-equals-separate", "neutral-masks", "bidirectional-permutation"};
+                                        "chunked-equals-separate", "neutral-masks", "bidirectional-permutation",
+                                        "mask-encodings"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

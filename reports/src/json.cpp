@@ -161,6 +161,100 @@ Tensor<double> tensor_from_json(const Json& j, std::string_view what) {
   return t;
 }
 
+namespace {
+// A dense mask as {"B", "H", "cells": one string of '0' and '1' per (b, h, query) row}: what a person reads.
+Json dense_to_json(const DenseMask& m) {
+  Json rows = Json::array();
+  for (Index b = 0; b < m.B; ++b)
+    for (Index h = 0; h < m.H; ++h)
+      for (Index i = 0; i < m.T_q; ++i) {
+        std::string r;
+        for (Index j = 0; j < m.T_k; ++j) r += m.visible(b, h, i, j) ? '1' : '0';
+        rows.push_back(r);
+      }
+  return Json{{"B", m.B}, {"H", m.H}, {"cells", rows}};
+}
+
+DenseMask dense_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
+  const std::string expected = "{\"B\": " + std::to_string(B) + " or 1, \"H\": " + std::to_string(H) +
+                               " or 1, \"cells\": B·H·T_q = " + "rows of T_k = " + std::to_string(T_k) +
+                               " characters '0' or '1'}";
+  if (!j.is_object()) fail(what, expected, j);
+  DenseMask m;
+  const auto dim = [&](const char* key, Index full) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer() || (it->get<std::int64_t>() != 1 && it->get<std::int64_t>() != full))
+      fail(what, expected, j);
+    return Index(it->get<std::int64_t>());
+  };
+  m.B = dim("B", B);
+  m.H = dim("H", H);
+  m.T_q = T_q;
+  m.T_k = T_k;
+  const auto it = j.find("cells");
+  if (it == j.end() || !it->is_array() || Index(it->size()) != m.B * m.H * T_q) fail(what, expected, j);
+  for (const Json& row : *it) {
+    if (!row.is_string() || Index(row.get<std::string>().size()) != T_k) fail(sub(what, "cells"), expected, row);
+    for (const char c : row.get<std::string>()) {
+      if (c != '0' && c != '1') fail(sub(what, "cells"), expected, row);
+      m.cells.push_back(c == '1');
+    }
+  }
+  return m;
+}
+
+// A block mask as {"block_q", "block_k", "B", "H", "kinds": one string of 'E' (empty), 'P' (partial) and 'F'
+// (full) per (b, h, query block) row, "partial": its dense cells, when a block is partial}.
+Json block_to_json(const BlockMask& m) {
+  Json rows = Json::array();
+  for (Index b = 0; b < m.B; ++b)
+    for (Index h = 0; h < m.H; ++h)
+      for (Index x = 0; x < m.q_blocks; ++x) {
+        std::string r;
+        for (Index y = 0; y < m.k_blocks; ++y) r += "EPF"[int(m.kind(b, h, x, y))];
+        rows.push_back(r);
+      }
+  Json j{{"block_q", m.block_q}, {"block_k", m.block_k}, {"B", m.B}, {"H", m.H}, {"kinds", rows}};
+  if (!m.partial.cells.empty()) j["partial"] = dense_to_json(m.partial);
+  return j;
+}
+
+BlockMask block_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
+  const std::string expected = "{\"block_q\", \"block_k\": integers >= 1, \"B\": " + std::to_string(B) +
+                               " or 1, \"H\": " + std::to_string(H) +
+                               " or 1, \"kinds\": B·H·ceil(T_q/block_q) rows of ceil(T_k/block_k) characters E, P or "
+                               "F, \"partial\": a dense mask when a block is P}";
+  if (!j.is_object()) fail(what, expected, j);
+  BlockMask m;
+  const auto integer = [&](const char* key, Index min) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer() || it->get<std::int64_t>() < min) fail(what, expected, j);
+    return Index(it->get<std::int64_t>());
+  };
+  m.block_q = integer("block_q", 1);
+  m.block_k = integer("block_k", 1);
+  m.B = integer("B", 1);
+  m.H = integer("H", 1);
+  if ((m.B != 1 && m.B != B) || (m.H != 1 && m.H != H)) fail(what, expected, j);
+  m.q_blocks = (T_q + m.block_q - 1) / m.block_q;
+  m.k_blocks = (T_k + m.block_k - 1) / m.block_k;
+  const auto it = j.find("kinds");
+  if (it == j.end() || !it->is_array() || Index(it->size()) != m.B * m.H * m.q_blocks) fail(what, expected, j);
+  bool partial = false;
+  for (const Json& row : *it) {
+    if (!row.is_string() || Index(row.get<std::string>().size()) != m.k_blocks) fail(sub(what, "kinds"), expected, row);
+    for (const char c : row.get<std::string>()) {
+      if (c != 'E' && c != 'P' && c != 'F') fail(sub(what, "kinds"), expected, row);
+      m.kinds.push_back(std::uint8_t(c == 'E' ? BlockKind::Empty : c == 'P' ? BlockKind::Partial : BlockKind::Full));
+      partial |= c == 'P';
+    }
+  }
+  if (const auto pt = j.find("partial"); pt != j.end()) m.partial = dense_from_json(*pt, sub(what, "partial"), B, H, T_q, T_k);
+  else if (partial) fail(what, expected + " (a block is P but there is no \"partial\")", j);
+  return m;
+}
+}  // namespace
+
 Json to_json(const Problem& p) {
   Json j{{"dtype", dtype_name(p.dtype)},
          {"alignment", alignment_name(p.alignment)},
@@ -185,6 +279,8 @@ Json to_json(const Problem& p) {
   if (p.window_right) j["window_right"] = *p.window_right;
   if (p.chunk_size != 0) j["chunk_size"] = p.chunk_size;
   if (!p.doc_bounds.empty()) j["doc_bounds"] = p.doc_bounds;
+  if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
+  if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
   if (p.want_lse) j["want_lse"] = true;
   if (p.paged) {
     const PagedPlan& pl = *p.paged;
@@ -292,6 +388,10 @@ Problem problem_from_json(const Json& j, std::string_view what) {
       p.doc_bounds.push_back(std::move(bounds));
     }
   }
+  if (const auto it = j.find("block_mask"); it != j.end())
+    p.block_mask = block_from_json(*it, sub(what, "block_mask"), q.B, q.H, q.T, k.T);
+  if (const auto it = j.find("dense_mask"); it != j.end())
+    p.dense_mask = dense_from_json(*it, sub(what, "dense_mask"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

@@ -141,6 +141,49 @@ std::string shape_table(const Problem& p) {
     }
     md += "\n";
   }
+  // A block or dense mask: each (b, h) entry's grid, when small enough to read.
+  const auto grid = [&](Index B, Index H, Index rows, Index cols, auto&& at, const std::string& what) {
+    if (B * H * rows * cols > 4096) {
+      md += " (" + std::to_string(B * H) + " entries of " + std::to_string(rows) + " x " + std::to_string(cols) +
+            ": in the JSON)\n";
+      return;
+    }
+    md += "\n";
+    for (Index b = 0; b < B; ++b)
+      for (Index h = 0; h < H; ++h) {
+        md += "\n" + what + (B > 1 ? " batch entry " + std::to_string(b) : std::string()) +
+              (H > 1 ? " head " + std::to_string(h) : std::string()) + ":\n\n```\n";
+        for (Index i = 0; i < rows; ++i) {
+          for (Index j = 0; j < cols; ++j) md += at(b, h, i, j);
+          md += "\n";
+        }
+        md += "```\n";
+      }
+  };
+  if (p.block_mask) {
+    const BlockMask& m = *p.block_mask;
+    md += "\nblock mask: blocks of " + std::to_string(m.block_q) + " queries x " + std::to_string(m.block_k) +
+          " keys, " + (m.B == 1 ? "one for every batch entry" : "one per batch entry") + ", " +
+          (m.H == 1 ? "every head" : "one per head") + "; E empty, P partial (its cells below), F full:";
+    grid(m.B, m.H, m.q_blocks, m.k_blocks, [&](Index b, Index h, Index x, Index y) {
+      return std::string(1, "EPF"[int(m.kind(b, h, x, y))]);
+    }, "kinds of");
+    if (!m.partial.cells.empty()) {
+      md += "\npartial blocks' cells (1 visible, . hidden; read only inside P blocks):";
+      grid(m.partial.B, m.partial.H, m.partial.T_q, m.partial.T_k, [&](Index b, Index h, Index i, Index j) {
+        return std::string(m.partial.visible(b, h, i, j) ? "1" : ".");
+      }, "cells of");
+    }
+  }
+  if (p.dense_mask) {
+    const DenseMask& m = *p.dense_mask;
+    md += std::string("\ndense mask (1 visible, . hidden), ") +
+          (m.B == 1 ? "one for every batch entry" : "one per batch entry") + ", " +
+          (m.H == 1 ? "every head" : "one per head") + ":";
+    grid(m.B, m.H, m.T_q, m.T_k, [&](Index b, Index h, Index i, Index j) {
+      return std::string(m.visible(b, h, i, j) ? "1" : ".");
+    }, "cells of");
+  }
   // The score modifiers, in the order they apply.
   const auto list = [](const std::vector<double>& x) {
     std::string s;

@@ -73,14 +73,14 @@ PictureSet pictures_of(const LawResult& res) {
   return p;
 }
 
-Visibility picture_visibility(const Problem& p, Index b, Index T_q, Index T_k) {
-  if (p.q.shape().T == T_q && p.k.shape().T == T_k && b < p.q.shape().B) return p.visibility(b);
+Visibility picture_visibility(const Problem& p, Index b, Index h, Index T_q, Index T_k) {
+  if (p.q.shape().T == T_q && p.k.shape().T == T_k && b < p.q.shape().B && h < p.q.shape().H) return p.visibility(b, h);
   return Visibility{T_q, T_k, p.alignment};
 }
 
 std::string hidden_key_label(const Visibility& vis) {
   const bool plain = vis.key_length < 0 && !vis.window && !vis.window_right && vis.prefix == 0 && vis.chunk == 0 &&
-                     !vis.doc_bounds && vis.causal;
+                     !vis.doc_bounds && vis.causal && !vis.has_cells();
   return plain ? "future key" : "key it may not see";
 }
 
@@ -358,13 +358,13 @@ std::vector<ReportFile> law_pictures(const RunInfo& run, const LawReport& r) {
   if (pics.error_map) {
     const auto [b, h] = worst_head(v, v.expected->shape());
     const Shape& s = v.expected->shape();
-    files.push_back({law_file(res.law, "-error.svg"), error_map_svg(v, b, h, picture_visibility(p, b, s.T, s.D), title)});
+    files.push_back({law_file(res.law, "-error.svg"), error_map_svg(v, b, h, picture_visibility(p, b, h, s.T, s.D), title)});
   }
   if (pics.weights) {
     const Tensor<double>& w = v.weights ? *v.weights : *v.actual;
     const auto [b, h] = worst_head(v, w.shape());
     files.push_back({law_file(res.law, "-weights.svg"),
-                     weights_svg(w, b, h, picture_visibility(p, b, w.shape().T, w.shape().D), v.quantity == "weights" ? v.worst_index : std::vector<Index>{}, title)});
+                     weights_svg(w, b, h, picture_visibility(p, b, h, w.shape().T, w.shape().D), v.quantity == "weights" ? v.worst_index : std::vector<Index>{}, title)});
   }
   if (pics.variance)
     files.push_back({law_file(res.law, "-variance.svg"), variance_svg(v.series, title + ": score variance against D")});

@@ -33,7 +33,7 @@ struct PictureSet {
 PictureSet pictures_of(const LawResult& res);
 /// Which keys batch entry b of `p` sees, for a picture of a [T_q,T_k] weights head: the problem's own rule when
 /// the shapes match, else (a law's derived problem, such as a prefix) plain causality under its alignment.
-Visibility picture_visibility(const Problem& p, Index b, Index T_q, Index T_k);
+Visibility picture_visibility(const Problem& p, Index b, Index h, Index T_q, Index T_k);
 /// The legend of the red outline: "future key" for plain causality, "key it may not see" with padding or a window.
 std::string hidden_key_label(const Visibility& vis);
 /// The head (b,h) of the worst entry, or (0,0) when the worst index does not lie in shape `s`.

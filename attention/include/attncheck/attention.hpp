@@ -63,17 +63,25 @@ struct AttentionOptions {
   /// (non-decreasing, >= 0; a repeated bound is an empty document); a query sees only keys of its own
   /// document. Empty: one document per entry; otherwise B lists.
   std::vector<std::vector<Index>> doc_bounds{};
+  /// A block mask (FlexAttention's BlockMask) and a dense boolean mask, each [B or 1, H or 1] over [T_q,T_k]
+  /// (1 broadcasts): a key is visible only where each given allows it. Empty: none.
+  std::optional<BlockMask> block_mask{};
+  std::optional<DenseMask> dense_mask{};
   /// Threads for the streamed forward (attention() without weights): 0 takes every core. The result's bits
   /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
   int threads = 0;
 };
 
 /// Throws ShapeError or ValueError, naming `who`, what was expected and what came, when opts do not fit a call
-/// with B batch entries, H query heads and T_k keys (key lengths, windows, prefix, chunks, documents, modifiers).
-void check_options(const char* who, const AttentionOptions& opts, Index B, Index H, Index T_k);
+/// with B batch entries, H query heads, T_q queries and T_k keys (key lengths, windows, prefix, chunks, documents,
+/// block and dense masks, modifiers). T_q < 0: not known (the block and dense masks' T_q is not checked).
+void check_options(const char* who, const AttentionOptions& opts, Index B, Index H, Index T_k, Index T_q = -1);
 
-/// The visibility rule of batch entry b under these options (causal alignment, padding, window).
-Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k);
+/// The visibility rule of batch entry b, query head h, under these options (causal alignment, padding, windows,
+/// documents, block and dense masks: only those two depend on the head).
+Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k, Index h = 0);
+/// Whether the visibility differs between the heads of a batch entry (a block or dense mask with H > 1).
+bool visibility_per_head(const AttentionOptions& opts);
 
 /// One head's score modifiers, as attend() takes them: a query i sits at aligned position p = i + offset.
 struct HeadModifiers {

@@ -3,6 +3,8 @@
 #pragma once
 
 #include <Eigen/Core>
+#include <algorithm>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -32,6 +34,48 @@ struct KeyRange {
   bool contains(Index j) const { return begin <= j && j < end; }
 };
 
+/// An explicit per-cell mask over [T_q,T_k] for every (batch entry, head), B and H each either the call's or 1
+/// (broadcast): key j visible to query i of (b,h) when the cell is not 0. A dense boolean mask, and the cells of
+/// a block mask's partial blocks (attncheck/plugin.h's attncheck_dense_mask; issue 24).
+struct DenseMask {
+  Index B = 1, H = 1, T_q = 0, T_k = 0;
+  std::vector<std::uint8_t> cells;  ///< [B,H,T_q,T_k] row-major
+  bool visible(Index b, Index h, Index i, Index j) const {
+    return cells[std::size_t((((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * T_q + i) * T_k + j)] != 0;
+  }
+  bool operator==(const DenseMask&) const = default;
+};
+
+/// The kinds of block of a BlockMask (the values of attncheck/plugin.h's ATTNCHECK_BLOCK_*).
+enum class BlockKind : std::uint8_t { Empty = 0, Partial = 1, Full = 2 };
+
+/// FlexAttention's BlockMask (attncheck/plugin.h's attncheck_block_mask): query block m holds queries
+/// [m·block_q, (m+1)·block_q), key block n keys [n·block_k, (n+1)·block_k) (the last of each may be short); each
+/// block of each (b,h) (B and H each the call's or 1: broadcast) is empty (every key hidden), full (every key
+/// visible) or partial (the cells of `partial` say).
+struct BlockMask {
+  Index block_q = 1, block_k = 1;
+  Index B = 1, H = 1, q_blocks = 0, k_blocks = 0;
+  std::vector<std::uint8_t> kinds;  ///< [B,H,q_blocks,k_blocks] BlockKind values
+  /// Read only inside partial blocks; may have no cells when no block is partial.
+  DenseMask partial{};
+  BlockKind kind(Index b, Index h, Index m, Index n) const {
+    return BlockKind(
+        kinds[std::size_t((((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * q_blocks + m) * k_blocks + n)]);
+  }
+  bool visible(Index b, Index h, Index i, Index j) const {
+    const BlockKind k = kind(b, h, i / block_q, j / block_k);
+    return k == BlockKind::Full || (k == BlockKind::Partial && partial.visible(b, h, i, j));
+  }
+  bool operator==(const BlockMask&) const = default;
+};
+
+/// The block encoding of `cells` with blocks of block_q x block_k: a block whose cells are all visible is full,
+/// one with none visible is empty, any other is partial (its cells kept).
+BlockMask block_encoding(const DenseMask& cells, Index block_q, Index block_k);
+/// The dense mask a block mask stands for, [B,H,T_q,T_k] with its B and H.
+DenseMask dense_of(const BlockMask& m, Index T_q, Index T_k);
+
 /// Which keys each query of one batch entry may see: every mask family present must allow a key (issue 24).
 /// Query i sits at the aligned position p = i (top-left) or i + T_k - T_q (bottom-right); key j is visible when
 ///  - the causal rule allows it: j <= p, or j < prefix (prefix-LM: the prefix is bidirectional); no rule when
@@ -43,8 +87,10 @@ struct KeyRange {
 ///    doc_bounds[d - 1] (0 for d = 0) and ending at doc_bounds[d] (T_k for the last), so a bound repeated is an
 ///    empty document; the query's document is the one holding key position clamp(p, 0, T_k - 1) (packed
 ///    sequences: causal inside a document through the causal rule).
-/// Each family cuts one contiguous range, so the visible keys are always one contiguous range, whose ends never
-/// move left as i grows.
+///  - the block mask and the dense mask, when given, allow it for this visibility's (batch, head).
+/// Each family but the last cuts one contiguous range, so without a block or dense mask the visible keys are one
+/// contiguous range, run(i), whose ends never move left as i grows; a block or dense mask may hide any key of the
+/// run (then keys(i) is the span from the first visible key to the last, and visible() tells each key).
 struct Visibility {
   Index T_q = 1, T_k = 1;
   CausalAlignment alignment = kDefaultAlignment;
@@ -59,17 +105,48 @@ struct Visibility {
   /// The documents' bounds (non-decreasing, >= 0; those >= T_k only add empty documents at the end); null: one
   /// document. Points into the options the visibility was made from.
   const std::vector<Index>* doc_bounds = nullptr;
+  /// A block mask and a dense mask, or null; point into the options. Read at (batch, head).
+  const BlockMask* block = nullptr;
+  const DenseMask* dense = nullptr;
+  Index batch = 0, head = 0;
 
   /// The aligned position p of query i.
   Index position(Index i) const;
-  /// The keys query i sees.
+  /// The run the contiguous families leave query i: every visible key lies in it, and every key of it is visible
+  /// unless a block or dense mask hides it.
+  KeyRange run(Index i) const;
+  /// Whether a block or dense mask applies (then the visible keys of a row may have gaps).
+  bool has_cells() const { return block != nullptr || dense != nullptr; }
+  /// Whether the block and dense masks allow key j to query i (true without them).
+  bool cells_allow(Index i, Index j) const {
+    return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j));
+  }
+  bool visible(Index i, Index j) const { return run(i).contains(j) && cells_allow(i, j); }
+  /// The span of the keys query i sees: from the first visible key to one past the last (empty when it sees
+  /// none); exactly the keys it sees without a block or dense mask.
   KeyRange keys(Index i) const;
-  bool visible(Index i, Index j) const { return keys(i).contains(j); }
+  /// How many keys query i sees.
+  Index count(Index i) const;
+  /// Calls f(begin, end) for each maximal run of visible keys of query i inside [j0, j1), in order.
+  template <class F> void for_each_run(Index i, Index j0, Index j1, F&& f) const {
+    const KeyRange r = run(i);
+    const Index a = std::max(r.begin, j0), e = std::min(r.end, j1);
+    if (!has_cells()) {
+      if (a < e) f(a, e);
+      return;
+    }
+    for (Index j = a; j < e;) {
+      while (j < e && !cells_allow(i, j)) ++j;
+      const Index s = j;
+      while (j < e && cells_allow(i, j)) ++j;
+      if (s < j) f(s, j);
+    }
+  }
   /// The document query i belongs to (0 without documents), and the one key j belongs to.
   Index query_document(Index i) const;
   Index key_document(Index j) const;
   /// Which family hides key j from query i, in the order above ("causal", "padding", "window", "right window",
-  /// "chunk", "document"); empty when j is visible.
+  /// "chunk", "document", "block mask", "dense mask"); empty when j is visible.
   std::string hidden_by(Index i, Index j) const;
 };
 

@@ -24,7 +24,8 @@
  * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix
  * and a right window to a plug-in that declares them; the other capabilities (block and dense masks, D_v != D,
  * the invariances) are declared here so that plug-ins can be written against one ABI, and attncheck sends calls
- * that use them once it checks their laws (the README lists which it checks). */
+ * that use them once the loader passes them (the laws of block and dense masks already run on in-process
+ * implementations; docs/laws.md says which are checked where). */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 

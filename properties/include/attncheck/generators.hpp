@@ -5,6 +5,8 @@
 
 #include <rapidcheck.h>
 
+#include <array>
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -30,6 +32,25 @@ struct CaseShape {
   /// begins, as key coordinates (k_ids): a bound c starts a new document at the first key whose coordinate is
   /// >= c, so deleting a key keeps every other key in its document. Empty: none.
   std::vector<std::vector<Index>> doc_coords{};
+  /// A block mask or a dense mask. Its cells are drawn at the coordinates of their batch entry, head, query and
+  /// key (a hash of the seed and those), so deleting an index keeps every other cell; a block's kind at the tile
+  /// of the drawn block grid that holds its first query and key.
+  struct Cells {
+    int kind = 0;  ///< 0 none, 1 a dense mask, 2 a block mask
+    Index block_q = 1, block_k = 1;
+    Index grid_q = 1, grid_k = 1;  ///< the block sizes as drawn: kinds are keyed by that grid's tiles
+    bool per_batch = false, per_head = false;  ///< false: one mask broadcast over that axis
+    int pattern = 0;   ///< cells: 0 each visible with `density` percent, 1 visible where k <= q, 2 all visible
+    int density = 50;  ///< percent, for pattern 0
+    /// blocks: 0 each empty, partial or full at random; 1 every block partial; 2 the block encoding of the
+    /// cells (full where all are visible, empty where none is)
+    int kinds = 0;
+    std::uint64_t seed = 0;
+    /// Blocks made full by shrinking: the b and h coordinates, and the drawn grid's tile of the block's first
+    /// query and key.
+    std::vector<std::array<Index, 4>> full_blocks{};
+    std::vector<std::array<Index, 4>> shown_cells{};  ///< (b, h, q, k coordinates) made visible by shrinking
+  } cells{};
   /// The coordinates each index was drawn at, per axis (batch entry, query head, kv head, query position, key
   /// position, D coordinate). Values are keyed by these, so deleting an index in the middle of an axis leaves
   /// every other entry's value as it was, and the case usually still fails. Empty: 0, 1, 2, ...
@@ -126,6 +147,18 @@ struct ProblemOptions {
   /// Every case has that family (when declared): for the laws about it. Shrinking then keeps it.
   bool require_documents = false, require_chunks = false, require_prefix = false, require_right_window = false,
        require_bidirectional = false;
+  /// A block mask or a dense mask (Capabilities::block_mask, dense_mask): a third of the cases each way, shrinking
+  /// toward none. Their cells are positional: a law whose derived calls slice, move or permute keys or queries
+  /// says false (no_cell_masks); one that keeps every position (and slices only whole batch entries and heads,
+  /// slice_problem) keeps them.
+  bool allow_block_mask = true, allow_dense_mask = true;
+  bool require_block_mask = false, require_dense_mask = false;
+  /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask.
+  ProblemOptions no_cell_masks() const {
+    ProblemOptions o = *this;
+    o.allow_block_mask = o.allow_dense_mask = false;
+    return o;
+  }
   /// The options of a law that needs the causal rule: no bidirectional prefix, no bidirectional case.
   ProblemOptions causal_rule() const {
     ProblemOptions o = *this;
@@ -135,7 +168,7 @@ struct ProblemOptions {
   /// The options of a law whose derived calls move keys or queries to other positions: no family beyond the
   /// causal rule, padding and the left window.
   ProblemOptions no_masks_beyond_causal() const {
-    ProblemOptions o = causal_rule();
+    ProblemOptions o = causal_rule().no_cell_masks();
     o.allow_documents = o.allow_chunks = o.allow_right_window = false;
     return o;
   }

@@ -74,6 +74,11 @@ struct Problem {
   /// Packed documents: per batch entry, the key positions where one document ends and the next begins
   /// (non-decreasing; repeated: an empty document). Empty: one document per entry.
   std::vector<std::vector<Index>> doc_bounds{};
+  /// A block mask (FlexAttention's BlockMask) and a dense boolean mask, each [B or 1, H or 1] over [T_q,T_k]
+  /// (1 broadcasts); a key is visible only where each allows it. Empty: none. A law that slices the problem or
+  /// moves keys draws neither (their cells are positional).
+  std::optional<BlockMask> block_mask{};
+  std::optional<DenseMask> dense_mask{};
   /// K and V passed as a page pool and a block table (ABI 3); empty: dense. Forward calls only.
   std::optional<PagedPlan> paged{};
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
@@ -87,12 +92,15 @@ struct Problem {
   /// Whether any mask family beyond causal, padding and the left window is set (documents, chunks, a prefix, a
   /// right window).
   bool masked_beyond_causal() const {
-    return !doc_bounds.empty() || chunk_size != 0 || prefix_length != 0 || window_right.has_value();
+    return !doc_bounds.empty() || chunk_size != 0 || prefix_length != 0 || window_right.has_value() ||
+           block_mask.has_value() || dense_mask.has_value();
   }
+  /// Whether a block or dense mask is set (then visibility may differ per head and have gaps in a row).
+  bool has_cell_masks() const { return block_mask.has_value() || dense_mask.has_value(); }
   /// The core's options for this problem (scale, alignment, key lengths, window, modifiers, causal).
   AttentionOptions options() const;
-  /// Which keys query i of batch entry b sees.
-  Visibility visibility(Index b) const;
+  /// Which keys the queries of batch entry b, query head h, see (only a block or dense mask depends on h).
+  Visibility visibility(Index b, Index h = 0) const;
   /// Each sequence's length: key_lengths, or T_k for every batch entry.
   std::vector<Index> sequence_lengths() const;
   /// The explicit layout of `paged` (which must be set) for this problem's B and sequence lengths.
@@ -176,6 +184,8 @@ struct Capabilities {
   /// ABI 3, masks beyond causal (ATTNCHECK_CAP3_DOCUMENTS, _CHUNKED_LOCAL, _PREFIX, _RIGHT_WINDOW): honours
   /// Problem::doc_bounds (packed documents), chunk_size, prefix_length and window_right.
   bool documents = false, chunked_local = false, prefix = false, right_window = false;
+  /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
+  bool block_mask = false, dense_mask = false;
   /// Calls may run concurrently from several threads and each call's result depends only on its problem (no
   /// state kept between calls): `--jobs` then checks several laws at once. Off by default: a plug-in, a
   /// subprocess or a stateful kernel is called one law after the other, in the serial order.
@@ -190,8 +200,7 @@ struct Capabilities {
   std::uint32_t page_layouts = 0;
   /// What an ABI-3 plug-in or a version-3 exec: client declares (attncheck/plugin.h): its ATTNCHECK_CAP3_* bits
   /// (those above are also set as the bools) and head dimensions whose D_v differs from D. Carried so that
-  /// reports say what was declared; this attncheck draws no call that uses documents, block masks or D_v != D
-  /// yet.
+  /// reports say what was declared; this attncheck draws no call that uses D_v != D yet.
   std::uint32_t abi3_flags = 0;
   std::vector<std::pair<Index, Index>> head_dim_pairs{};  ///< (D_k, D_v) with D_v != D_k, declared
 

@@ -39,7 +39,8 @@ Problem with_extra_group(const Problem& p, const Tensor<double>& q, const Tensor
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    LawCase c = *gen_problem(cfg, outputs_only());
+    // No block or dense mask: a second kv group and the rotations move heads and batch entries.
+    LawCase c = *gen_problem(cfg, outputs_only().no_cell_masks());
     Problem& p = c.problem;
     // Independence needs two slices: a case with one gets a second kv group when the bounds allow another
     // head. Drawn unconditionally, so that shrinking the shape does not shift the draws after it.

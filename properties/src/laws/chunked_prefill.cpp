@@ -56,7 +56,9 @@ rc::Seq<Split> split_shrinks(const Split& s) {
 }
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
-  ProblemOptions po = outputs_only().causal_rule();  // a later token must never reach an earlier row
+  // A later token must never reach an earlier row; the chunk calls cut the queries and keys (no block or dense
+  // mask: their cells are positional).
+  ProblemOptions po = outputs_only().causal_rule().no_cell_masks();
   po.allow_cross_lengths = false;  // the full forward is square; its chunk calls are the cross-length ones
   const rc::Gen<LawCase> problems = gen_problem(cfg, po);
   return [problems](const rc::Random& random, int size) {

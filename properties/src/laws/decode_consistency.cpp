@@ -21,7 +21,9 @@ const char* kWhy =
     "where the cache holds 2^k or 2^k + 1 keys (k >= 4).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
-  ProblemOptions po = outputs_only().causal_rule();  // a later token must never reach an earlier row
+  // A later token must never reach an earlier row; the decode calls cut the queries and keys (no block or dense
+  // mask: their cells are positional).
+  ProblemOptions po = outputs_only().causal_rule().no_cell_masks();
   po.allow_cross_lengths = false;  // the full forward is square; its decode calls are the cross-length ones
   return gen_problem(cfg, po);
 }

@@ -122,8 +122,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Shape& s = p.q.shape();
   for (Index b = 0; b < s.B; ++b)
     for (Index i = 0; i < s.T; ++i) {
-      if (!keys_of(p, b, i).empty()) continue;
       for (Index h = 0; h < s.H; ++h) {
+        if (!sees_none(p, b, h, i)) continue;
         const std::string where = " (query " + std::to_string(i) + " of batch entry " + std::to_string(b) + ")";
         RowConvention r = row_convention(o, b, h, i, where);
         if (r.bad) return r.bad;

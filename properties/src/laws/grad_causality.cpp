@@ -39,7 +39,7 @@ bool unreached(const Problem& p, Index b, Index g, Index j) {
   for (Index h = 0; h < s.H; ++h) {
     if (kv_of(p, h) != g) continue;
     for (Index i = 0; i < s.T; ++i)
-      if (visible(p, b, i, j) && !p.d_output->head(b, h).row(i).isZero(0)) return false;
+      if (visible(p, b, h, i, j) && !p.d_output->head(b, h).row(i).isZero(0)) return false;
   }
   return true;
 }

@@ -40,14 +40,14 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const double g_n = gamma(s.T * (s.H / p.kv_heads()), u_a);
   Tensor<double> want(p.v.shape()), tol(p.v.shape());
   for (Index b = 0; b < s.B; ++b) {
-    const BoolMask mask = BoolMask::of(p.visibility(b));
     for (Index h = 0; h < s.H; ++h) {
+      const BoolMask mask = BoolMask::of(p.visibility(b, h));
       const Index kv = kv_of(p, h);
       const Eigen::VectorXd rho = weight_relative_error(p.dtype, p.q.head(b, h), p.k.head(b, kv), mask, scale_of(p));
       for (Index i = 0; i < s.T; ++i) {
         // A row that sees no key adds nothing to dV (its weights are 0, or NaN under the nan convention, where
         // its dO is 0 and a correct backward leaves it out).
-        if (keys_of(p, b, i).empty()) continue;
+        if (sees_none(p, b, h, i)) continue;
         for (Index j = 0; j < p.k.shape().T; ++j) {
           const double w = W(b, h, i, j);
           const double dw = std::isinf(rho(i)) ? 1.0 : std::min(1.0, 2 * (rho(i) + u_s) * w);

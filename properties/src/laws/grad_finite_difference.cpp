@@ -48,7 +48,7 @@ double loss(const Implementation& impl, const Problem& p) {
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h)
       for (Index i = 0; i < s.T; ++i)
-        if (keys_of(p, b, i).empty()) out.head(b, h).row(i).setZero();
+        if (sees_none(p, b, h, i)) out.head(b, h).row(i).setZero();
   return out.values().dot(p.d_output->values());
 }
 
@@ -63,8 +63,10 @@ double score_rate(const Problem& p, const Tensor<double>& dq, const Tensor<doubl
                                 Matrix<double>(p.q.head(b, h)) * Matrix<double>(dk.head(b, kv)).transpose()) *
                                scale_of(p);
       for (Index i = 0; i < s.T; ++i) {
-        const KeyRange keys = keys_of(p, b, i);
-        for (Index j = keys.begin; j < keys.end; ++j) rate = std::max(rate, std::abs(r(i, j)));
+        const Visibility vis = p.visibility(b, h);
+        vis.for_each_run(i, 0, p.k.shape().T, [&](Index a, Index e) {
+          for (Index j = a; j < e; ++j) rate = std::max(rate, std::abs(r(i, j)));
+        });
       }
     }
   return rate;

@@ -56,7 +56,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Outcome a = call(impl, outputs_first(impl, p)), b = call(impl, outputs_first(impl, padding_changed));
   if (b.weights)
     if (auto v = nonzero_hidden_weight("key-padding-invariance", impl, padding_changed, *b.weights,
-                                       [&](Index bb, Index, Index j) { return padded_key(p, bb, j); }))
+                                       [&](Index bb, Index, Index, Index j) { return padded_key(p, bb, j); }))
       return v;
   auto v = compare("key-padding-invariance", "output", a.output, b.output, nullptr, {});
   if (v) {

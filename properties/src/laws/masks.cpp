@@ -14,9 +14,25 @@ namespace {
 
 // ---- hidden-keys ----------------------------------------------------------------------------------------
 
+// Key j of kv head g in batch entry b is hidden from query t of every query head reading g (a block or dense
+// mask may differ per head: a key value is changed only where no head of its group lets t see it).
+std::vector<char> hidden_from(const Problem& p, Index t) {
+  const Shape& ks = p.k.shape();
+  const Index H = p.q.shape().H;
+  std::vector<char> out(std::size_t(ks.B * ks.H * ks.T), 1);
+  for (Index b = 0; b < ks.B; ++b)
+    for (Index h = 0; h < H; ++h) {
+      const Visibility vis = p.visibility(b, h);
+      vis.for_each_run(t, 0, ks.T, [&](Index a, Index e) {
+        for (Index j = a; j < e; ++j) out[std::size_t((b * ks.H + kv_of(p, h)) * ks.T + j)] = 0;
+      });
+    }
+  return out;
+}
+
 const char* kWhyHidden =
     "Whatever mask families a call combines (the causal rule, a prefix, padding, left and right windows, chunks, "
-    "documents), a key a query may not see must never reach its output: replacing every key and value hidden "
+    "documents, block and dense masks), a key a query may not see must never reach its output: replacing every key and value hidden "
     "from query t (extreme magnitudes, and NaN or Inf for a kernel that claims select semantics) must leave the "
     "output of t, and of every row that sees only keys t sees, bit-identical. Masked terms add exact zeros and "
     "never raise the running max. A document boundary off by one, a chunk taken from the wrong index, a prefix "
@@ -32,17 +48,15 @@ rc::Gen<LawCase> gen_hidden(const GenConfig& cfg) {
     const HiddenValues hv = *gen_hidden_values(cfg, p);
     Problem v = p;
     Index changed = 0;
-    for (Index b = 0; b < ks.B; ++b) {
-      const KeyRange seen = keys_of(p, b, t);
-      for (Index j = 0; j < ks.T; ++j) {
-        if (seen.contains(j)) continue;
-        ++changed;
-        for (Index g = 0; g < ks.H; ++g) {
+    const std::vector<char> hidden = hidden_from(p, t);
+    for (Index b = 0; b < ks.B; ++b)
+      for (Index g = 0; g < ks.H; ++g)
+        for (Index j = 0; j < ks.T; ++j) {
+          if (!hidden[std::size_t((b * ks.H + g) * ks.T + j)]) continue;
+          ++changed;
           v.k.head(b, g).row(j) = hv.k.head(b, g).row(j);
           v.v.head(b, g).row(j) = hv.v.head(b, g).row(j);
         }
-      }
-    }
     c.variant = v;
     c.params["t"] = double(t);
     c.tags.push_back(changed > 0 ? hv.tag : "no-hidden-key");
@@ -55,23 +69,34 @@ std::optional<Violation> check_hidden(const Implementation& impl, const LawCase&
   const Problem& p = c.problem;
   const Index t = int_param(c, law, "t", 0, p.q.shape().T - 1);
   const Outcome a = call(impl, p), b = call(impl, variant_of(c, law));
-  // A row is compared when every key it sees is one query t sees too (those were not changed).
-  const auto unchanged = [&](Index bb, Index i) {
-    const KeyRange mine = keys_of(p, bb, i), seen = keys_of(p, bb, t);
-    return mine.empty() || (seen.begin <= mine.begin && mine.end <= seen.end);
+  // A row is compared when every key it sees was not changed (query t's rows, and every row that sees only
+  // keys t sees).
+  const std::vector<char> hidden = hidden_from(p, t);
+  const Shape& ks = p.k.shape();
+  const auto unchanged = [&](Index bb, Index h, Index i) {
+    bool ok = true;
+    p.visibility(bb, h).for_each_run(i, 0, ks.T, [&](Index s, Index e) {
+      for (Index j = s; j < e; ++j) ok = ok && !hidden[std::size_t((bb * ks.H + kv_of(p, h)) * ks.T + j)];
+    });
+    return ok;
   };
   auto v = compare(law, "output", a.output, b.output, nullptr,
-                   [&](Index bb, Index, Index i, Index) { return unchanged(bb, i); });
+                   [&](Index bb, Index h, Index i, Index) { return unchanged(bb, h, i); });
   if (v) {
-    const Index bb = v->worst_index[0], i = v->worst_index[2];
-    const KeyRange seen = keys_of(p, bb, t);
-    v->message += "; only keys hidden from query " + std::to_string(t) + " were changed (it sees keys " +
-                  std::to_string(seen.begin) + " .. " + std::to_string(seen.end - 1) + " of batch entry " +
-                  std::to_string(bb) + "; row " + std::to_string(i) + " sees only keys among them)";
+    const Index bb = v->worst_index[0], h = v->worst_index[1], i = v->worst_index[2];
+    const KeyRange seen = keys_of(p, bb, h, t);
+    const Index n_seen = p.visibility(bb, h).count(t);
+    v->message += "; only keys hidden from query " + std::to_string(t) + " were changed (it sees " +
+                  (seen.empty() ? std::string("no key") :
+                   n_seen == seen.size() ? "keys " + std::to_string(seen.begin) + " .. " + std::to_string(seen.end - 1)
+                                         : std::to_string(n_seen) + " keys in " + std::to_string(seen.begin) + " .. " +
+                                               std::to_string(seen.end - 1)) +
+                  " of batch entry " + std::to_string(bb) + ", head " + std::to_string(h) + "; row " +
+                  std::to_string(i) + " sees only keys among them)";
     // Name the family that hides the first changed key, so the reader knows which rule leaked.
-    for (Index j = 0; j < p.k.shape().T; ++j)
-      if (!seen.contains(j)) {
-        v->message += "; key " + std::to_string(j) + " is " + why_hidden(p, bb, t, j);
+    for (Index j = 0; j < ks.T; ++j)
+      if (hidden[std::size_t((bb * ks.H + kv_of(p, h)) * ks.T + j)]) {
+        v->message += "; key " + std::to_string(j) + " is " + why_hidden(p, bb, h, t, j);
         break;
       }
     v->weights = b.weights;
@@ -153,7 +178,7 @@ std::optional<Violation> check_segments(const char* law, bool chunks, const Impl
   Tensor<double> tol = run_oracle(p).tol_out;
   tol.values() *= 2;
   auto v = compare(law, "output", alone, whole.output, &tol,
-                   [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); });
+                   [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); });
   if (v) {
     const Index b = v->worst_index[0], i = v->worst_index[2];
     for (const Call& k : calls)
@@ -185,7 +210,7 @@ const char* kWhyPacked =
     "Square cases without chunks (a chunk boundary would move with the document).";
 
 rc::Gen<LawCase> gen_packed(const GenConfig& cfg) {
-  ProblemOptions po = outputs_only();
+  ProblemOptions po = outputs_only().no_cell_masks();  // each document is called alone, at other positions
   po.allow_cross_lengths = false;
   po.allow_chunks = false;
   po.require_documents = true;
@@ -201,7 +226,7 @@ const char* kWhyChunked =
     "four and the last four are called.";
 
 rc::Gen<LawCase> gen_chunked(const GenConfig& cfg) {
-  ProblemOptions po = outputs_only();
+  ProblemOptions po = outputs_only().no_cell_masks();  // each chunk is called alone, at other positions
   po.allow_cross_lengths = false;
   po.require_chunks = true;
   return gen_problem(cfg, po);
@@ -340,7 +365,7 @@ const char* kWhyPermutation =
 
 rc::Gen<LawCase> gen_permutation(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    ProblemOptions po = outputs_only();
+    ProblemOptions po = outputs_only().no_cell_masks();  // the keys move: positional cells would move with them
     po.require_bidirectional = true;
     po.allow_window = po.allow_chunks = po.allow_documents = po.allow_right_window = po.allow_prefix = false;
     po.allow_alibi = false;
@@ -378,7 +403,7 @@ std::optional<Violation> check_permutation(const Implementation& impl, const Law
   Tensor<double> tol = run_oracle(p).tol_out;
   tol.values() *= 2;
   auto viol = compare(law, "output", a.output, b.output, &tol,
-                      [&](Index bb, Index, Index i, Index) { return !keys_of(p, bb, i).empty(); });
+                      [&](Index bb, Index h, Index i, Index) { return !sees_none(p, bb, h, i); });
   if (viol) {
     const std::string what = "keys and values permuted together: each batch entry's real keys rotated by " +
                              std::to_string(r) + (rev ? " and reversed" : "");

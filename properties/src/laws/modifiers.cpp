@@ -120,13 +120,13 @@ std::optional<Violation> check_softcap(const Implementation& impl, const LawCase
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {
       const double slope = p.alibi_slopes.empty() ? 0.0 : std::abs(p.alibi_slopes[std::size_t(h)]);
+      const Visibility vis = p.visibility(b, h);
       for (Index i = 0; i < s.T; ++i) {
-        const KeyRange kr = keys_of(p, b, i);
         double lo = std::numeric_limits<double>::infinity(), hi = 0, rho = 0;
         Index j_lo = -1, j_hi = -1;
         for (std::size_t n = 0; n < keys.size(); ++n) {
           const Index j = keys[n];
-          if (!kr.contains(j)) continue;
+          if (!vis.visible(i, j)) continue;
           const double x = w(b, h, i, Index(n));
           // ρ from the oracle's weight bound: tol = 2(w ρ + u_s w) + floors, so ρ <= tol / (2 w).
           const double wo = r.weight(p, b, h, i, j);
@@ -135,6 +135,7 @@ std::optional<Violation> check_softcap(const Implementation& impl, const LawCase
           if (x > hi) hi = x, j_hi = j;
         }
         if (j_lo < 0 || hi == 0) continue;
+        const KeyRange kr = vis.keys(i);  // the ALiBi span: between the farthest visible keys
         const double span = slope * double(kr.size() - 1);
         // A weight too small for the dtype (flushed or subnormal) has no ratio to speak of: skip the row.
         if (lo < 64 * smallest_normal(p.dtype) / std::max(1e-300, unit_roundoff(p.dtype))) continue;
@@ -163,7 +164,7 @@ std::optional<Violation> check_softcap(const Implementation& impl, const LawCase
   const OracleRun rp = run_oracle(plain), rh = run_oracle(huge);
   Tensor<double> tol = rp.tol_out;
   tol.values() += rh.tol_out.values() + (rp.out.values() - rh.out.values()).cwiseAbs();
-  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
   if (auto v = compare(law, "output", rp.out, a.output, &tol, seen)) {
     v->message += "; a softcap of 2^40 must be plain attention";
     v->call = huge;

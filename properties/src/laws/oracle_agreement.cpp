@@ -30,12 +30,12 @@ std::optional<Violation> check_sampled_weights(const Implementation& impl, const
           const Index j = keys[std::size_t(n)];
           want(b, h, i, n) = r.weight(p, b, h, i, j);
           // Hidden weights stay exact (tolerance 0) whatever the rule.
-          tol(b, h, i, n) = visible(p, b, i, j) ? std::max(r.weight_tol(p, b, h, i, j),
+          tol(b, h, i, n) = visible(p, b, h, i, j) ? std::max(r.weight_tol(p, b, h, i, j),
                                                            2 * std::abs(mine.w(b, h, i, n) - want(b, h, i, n)) +
                                                                unit_roundoff(p.dtype))
                                                 : 0.0;
         }
-  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
   return on_sample(compare("oracle-agreement", "weights", want, got.w, &tol, seen), got, p);
 }
 
@@ -78,7 +78,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const double floor_out = unit_roundoff(p.dtype) * p.v.values().cwiseAbs().maxCoeff();
   r.tol_out.values() = r.tol_out.values().cwiseMax(2 * (mine.output.values() - r.out.values()).cwiseAbs() +
                                                    Eigen::VectorXd::Constant(r.out.size(), floor_out));
-  const auto seen = [&](Index b, Index, Index i, Index) { return !keys_of(p, b, i).empty(); };
+  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
   if (auto v = with_nonfinite_reason(compare("oracle-agreement", "output", r.out, o.output, &r.tol_out, seen), p)) {
     v->weights = o.weights;
     return v;
@@ -93,7 +93,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
       for (Index h = 0; h < r.tol_w.shape().H; ++h)
         for (Index i = 0; i < r.tol_w.shape().T; ++i)
           for (Index j = 0; j < r.tol_w.shape().D; ++j)
-            if (!visible(p, b, i, j)) r.tol_w(b, h, i, j) = 0;
+            if (!visible(p, b, h, i, j)) r.tol_w(b, h, i, j) = 0;
     if (auto v = with_nonfinite_reason(compare("oracle-agreement", "weights", r.w, *o.weights, &r.tol_w, seen), p)) {
       v->weights = o.weights;
       return v;

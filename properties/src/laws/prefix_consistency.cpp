@@ -15,7 +15,9 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    ProblemOptions po = outputs_only().causal_rule();  // a later token must never reach an earlier row
+    // A later token must never reach an earlier row; the prefix calls cut the sequence (no block or dense mask:
+    // their cells are positional).
+    ProblemOptions po = outputs_only().causal_rule().no_cell_masks();
     po.allow_cross_lengths = false;
     LawCase c = *gen_problem(cfg, po);
     const Index T = c.problem.q.shape().T;

@@ -53,5 +53,6 @@ Law packed_equals_separate();
 Law chunked_equals_separate();
 Law neutral_masks();
 Law bidirectional_permutation();
+Law mask_encodings();
 
 }  // namespace attncheck::law_kit

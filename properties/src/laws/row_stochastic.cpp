@@ -20,10 +20,10 @@ const char* kWhy =
 // λ_i per query row of head (b, h): the exponent error of a rounded log-sum-exp (tolerance.cpp, step 2b), from
 // the Cauchy-Schwarz bound on the row's largest visible |score|.
 Eigen::VectorXd lse_error(const Problem& p, Index b, Index h) {
-  const Visibility vis = p.visibility(b);
+  const Visibility vis = p.visibility(b, h);
   const Eigen::VectorXd s_max = row_abs_score_bound(p, b, h);
   Eigen::VectorXd lambda(s_max.size());
-  for (Index i = 0; i < s_max.size(); ++i) lambda(i) = lse_exponent_error(p.dtype, s_max(i), vis.keys(i).size());
+  for (Index i = 0; i < s_max.size(); ++i) lambda(i) = lse_exponent_error(p.dtype, s_max(i), vis.count(i));
   return lambda;
 }
 
@@ -72,7 +72,7 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
     for (Index h = 0; h < s.H; ++h) {
       const Eigen::VectorXd lambda = lse_error(p, b, h);
       for (Index i = 0; i < s.T; ++i) {
-        if (keys_of(p, b, i).empty()) continue;
+        if (sees_none(p, b, h, i)) continue;
         const double tol = kSafety * (base + std::expm1(lambda(i)));
         for (Index n = 0; n < Index(w.keys.size()); ++n)
           if (const double x = w.w(b, h, i, n); !std::isfinite(x) || x < 0) {
@@ -103,9 +103,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {
       const Eigen::VectorXd lambda = lse_error(p, b, h);
+      const Visibility vis = p.visibility(b, h);
       for (Index i = 0; i < s.T; ++i) {
-        const KeyRange r = keys_of(p, b, i);
-        if (r.empty()) continue;  // a row that sees no key: its convention, not this law
+        if (vis.keys(i).empty()) continue;  // a row that sees no key: its convention, not this law
         double sum = 0, flushed = 0;  // flushed: the weights an FTZ kernel may have returned as 0
         for (Index j = 0; j < s.D; ++j) {
           const double x = w(b, h, i, j);
@@ -116,7 +116,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
             return v;
           }
           sum += x;
-          if (x < n_s && r.contains(j)) flushed += n_s;
+          if (x < n_s && vis.visible(i, j)) flushed += n_s;
         }
         const double tol = kSafety * (base + std::expm1(lambda(i)) + flushed) + gamma(s.D, std::ldexp(1.0, -53));
         if (std::abs(sum - 1) > tol) {

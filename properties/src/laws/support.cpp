@@ -14,14 +14,15 @@ namespace attncheck::law_kit {
 
 double scale_of(const Problem& p) { return p.scale ? *p.scale : 1 / std::sqrt(double(p.q.shape().D)); }
 
-KeyRange keys_of(const Problem& p, Index b, Index i) { return p.visibility(b).keys(i); }
+KeyRange keys_of(const Problem& p, Index b, Index h, Index i) { return p.visibility(b, h).keys(i); }
+bool visible(const Problem& p, Index b, Index h, Index i, Index j) { return p.visibility(b, h).visible(i, j); }
 
 Index causal_last_key(const Problem& p, Index i) {
   return last_visible_key(i, p.q.shape().T, p.k.shape().T, p.alignment);
 }
 
-std::string why_hidden(const Problem& p, Index b, Index i, Index j) {
-  const Visibility v = p.visibility(b);
+std::string why_hidden(const Problem& p, Index b, Index h, Index i, Index j) {
+  const Visibility v = p.visibility(b, h);
   const std::string q = "query " + std::to_string(i), family = v.hidden_by(i, j);
   if (family == "causal") return "in the future of " + q;
   if (family == "padding")
@@ -35,6 +36,13 @@ std::string why_hidden(const Problem& p, Index b, Index i, Index j) {
   if (family == "document")
     return "in another document than " + q + " (key " + std::to_string(j) + " in document " +
            std::to_string(v.key_document(j)) + ", the query in document " + std::to_string(v.query_document(i)) + ")";
+  if (family == "block mask") {
+    const BlockKind k = v.block->kind(b, h, i / v.block->block_q, j / v.block->block_k);
+    return "hidden from " + q + " by the block mask (block (" + std::to_string(i / v.block->block_q) + "," +
+           std::to_string(j / v.block->block_k) + ") of head " + std::to_string(h) + " is " +
+           (k == BlockKind::Empty ? "empty" : "partial, its cell hidden") + ")";
+  }
+  if (family == "dense mask") return "hidden from " + q + " by the dense mask (head " + std::to_string(h) + ")";
   return "hidden from " + q;
 }
 
@@ -130,8 +138,8 @@ OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
   r.tol_lse = Tensor<double>({s.B, s.H, s.T, 1});
   Eigen::VectorXd abs_dot(s.T), abs_score(s.T), rho;
   for (Index b = 0; b < s.B; ++b) {
-    const Visibility vis = p.visibility(b);
     for (Index h = 0; h < s.H; ++h) {
+      const Visibility vis = p.visibility(b, h);
       for (Index i = 0; i < s.T; ++i) {
         abs_dot(i) = r.stats.abs_dot(b, h, i);
         abs_score(i) = r.stats.abs_score(b, h, i);
@@ -157,7 +165,7 @@ double OracleRun::weight(const Problem& p, Index b, Index h, Index i, Index j) c
 
 double OracleRun::weight_tol(const Problem& p, Index b, Index h, Index i, Index j) const {
   if (!streamed) return tol_w(b, h, i, j);
-  return visible(p, b, i, j) ? weight_tolerance(p.dtype, weight(p, b, h, i, j), rho_w(b, h, i, 0), kSafety) : 0.0;
+  return visible(p, b, h, i, j) ? weight_tolerance(p.dtype, weight(p, b, h, i, j), rho_w(b, h, i, 0), kSafety) : 0.0;
 }
 
 std::vector<Index> sample_keys(Index T_k, std::size_t max_keys) {
@@ -267,7 +275,7 @@ LawCase zero_empty_row_d_output(const GenConfig& cfg, LawCase c) {
   for (Index b = 0; b < p.q.shape().B; ++b)
     for (Index h = 0; h < p.q.shape().H; ++h)
       for (Index i = 0; i < p.q.shape().T; ++i)
-        if (keys_of(p, b, i).empty() && !p.d_output->head(b, h).row(i).isZero(0)) {
+        if (sees_none(p, b, h, i) && !p.d_output->head(b, h).row(i).isZero(0)) {
           p.d_output->head(b, h).row(i).setZero();
           zeroed = true;
         }
@@ -282,7 +290,7 @@ Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gr
       auto dq = g.dq.head(b, h);
       for (Index i = 0; i < g.dq.shape().T; ++i)
         // Under the any convention (unspecified output) the row's dQ is unspecified too.
-        if (keys_of(p, b, i).empty() &&
+        if (sees_none(p, b, h, i) &&
             (impl.capabilities().empty_rows == EmptyRows::any || dq.row(i).array().isNaN().all()))
           dq.row(i).setZero();
     }
@@ -314,7 +322,7 @@ std::optional<Violation> compare_gradients(const std::string& what, const Gradie
 }
 
 Eigen::VectorXd row_abs_score_bound(const Problem& p, Index b, Index h) {
-  const Visibility vis = p.visibility(b);
+  const Visibility vis = p.visibility(b, h);
   Eigen::VectorXd s = row_score_bound(p.q.head(b, h), p.k.head(b, kv_of(p, h)), vis, scale_of(p));
   const double slope = p.alibi_slopes.empty() ? 0.0 : std::abs(p.alibi_slopes[std::size_t(h)]);
   const double sink = p.sinks.empty() || !std::isfinite(p.sinks[std::size_t(h)]) ? 0.0 : std::abs(p.sinks[std::size_t(h)]);
@@ -339,8 +347,8 @@ OracleRun run_oracle(const Problem& p) {
   r.tol_lse = Tensor<double>(r.lse.shape());
   const Shape& s = p.q.shape();
   for (Index b = 0; b < s.B; ++b) {
-    const BoolMask mask = BoolMask::of(p.visibility(b));
     for (Index h = 0; h < s.H; ++h) {
+      const BoolMask mask = BoolMask::of(p.visibility(b, h));  // (per head: a block or dense mask may differ)
       const Index g = kv_of(p, h);
       const HeadModifiers mods = head_modifiers(opts, h, s.T, p.k.shape().T);
       const HeadTolerance t = head_tolerance(p.dtype, p.q.head(b, h), p.k.head(b, g), p.v.head(b, g), mask,
@@ -455,8 +463,28 @@ Tensor<double> slice(const Tensor<double>& t, Index b, Index h) {
   return r;
 }
 
+namespace {
+// The (b, h) entry of a mask broadcast or not over batch and heads, as a [1,1,T_q,T_k] mask.
+DenseMask dense_entry(const DenseMask& m, Index b, Index h) {
+  if (m.cells.empty()) return m;
+  DenseMask one{.B = 1, .H = 1, .T_q = m.T_q, .T_k = m.T_k, .cells = {}};
+  for (Index i = 0; i < m.T_q; ++i)
+    for (Index j = 0; j < m.T_k; ++j) one.cells.push_back(m.visible(b, h, i, j));
+  return one;
+}
+}  // namespace
+
 Problem slice_problem(const Problem& p, Index b, Index h) {
   Problem one = p;
+  if (p.dense_mask) one.dense_mask = dense_entry(*p.dense_mask, b, h);
+  if (p.block_mask) {
+    BlockMask& m = *one.block_mask;
+    m.B = m.H = 1;
+    m.kinds.clear();
+    for (Index x = 0; x < m.q_blocks; ++x)
+      for (Index y = 0; y < m.k_blocks; ++y) m.kinds.push_back(std::uint8_t(p.block_mask->kind(b, h, x, y)));
+    m.partial = dense_entry(p.block_mask->partial, b, h);
+  }
   one.q = slice(p.q, b, h);
   one.k = slice(p.k, b, kv_of(p, h));
   one.v = slice(p.v, b, kv_of(p, h));
@@ -517,20 +545,20 @@ rc::Gen<HiddenValues> gen_hidden_values(const GenConfig& cfg, const Problem& p) 
 
 std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Implementation& impl, const Problem& p,
                                                const Tensor<double>& w,
-                                               const std::function<bool(Index, Index, Index)>& hidden,
+                                               const std::function<bool(Index, Index, Index, Index)>& hidden,
                                                const std::vector<Index>* keys) {
   const auto key_of = [&](Index c) { return keys ? (*keys)[std::size_t(c)] : c; };
   const Tensor<double> zeros(w.shape());
   const bool nan_allowed = impl.capabilities().empty_rows != EmptyRows::zero;
   auto v = compare(law, "weights", zeros, w, nullptr, [&](Index b, Index h, Index i, Index c) {
-    if (!hidden(b, i, key_of(c))) return false;
-    return !(nan_allowed && keys_of(p, b, i).empty() && std::isnan(w(b, h, i, c)));
+    if (!hidden(b, h, i, key_of(c))) return false;
+    return !(nan_allowed && sees_none(p, b, h, i) && std::isnan(w(b, h, i, c)));
   });
   if (!v) return v;
   const auto& ix = v->worst_index;
   const Index j = key_of(ix[3]);
   v->message = law + ": weights" + idx({ix[0], ix[1], ix[2], j}) + " = " + num(w(ix[0], ix[1], ix[2], ix[3])) +
-               ", but key " + std::to_string(j) + " is " + why_hidden(p, ix[0], ix[2], j) +
+               ", but key " + std::to_string(j) + " is " + why_hidden(p, ix[0], ix[1], ix[2], j) +
                " and its weight must be exactly 0";
   if (!keys) v->weights = w;
   v->expected.reset();
@@ -538,7 +566,7 @@ std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Imp
 }
 
 std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
-                                                 const std::function<bool(Index, Index, Index)>& hidden) {
+                                                 const std::function<bool(Index, Index, Index, Index)>& hidden) {
   if (samples_weights(impl, p)) {  // every query row against the sampled keys, each hidden from many rows
     const WeightSample s = sample_weights(impl, p, sampled_keys(impl, p));
     return on_sample(nonzero_hidden_weight(law, impl, p, s.w, hidden, &s.keys), s, p);
@@ -569,6 +597,8 @@ std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const 
 }
 
 Problem cached_call(const Problem& p, Index begin, Index end) {
+  if (p.has_cell_masks())  // positional cells: the laws that call chunks draw none (ProblemOptions::no_cell_masks)
+    throw std::logic_error("cached_call: a problem with a block or dense mask cannot be cut into cached calls");
   Problem c = p;
   c.q = rows_of(p.q, begin, end);
   c.k = first_rows(p.k, end);
@@ -636,7 +666,7 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
     for (Index b = 0; b < p.q.shape().B && !chunk_off[n]; ++b)
       for (Index h = 0; h < p.q.shape().H && !chunk_off[n]; ++h)
         for (Index r = 0; r < end - begin && !chunk_off[n]; ++r) {
-          if (keys_of(one, b, r).empty()) continue;
+          if (sees_none(one, b, h, r)) continue;
           for (Index d = 0; d < p.q.shape().D; ++d) {
             const double got = o.output(b, h, r, d), want = oc.out(b, h, r, d);
             if (!(std::abs(got - want) <= oc.tol_out(b, h, r, d)) && !same_bits(got, want)) chunk_off[n] = 1;
@@ -652,7 +682,7 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
       }
   }
   // Rows that see no key follow the implementation's empty-row convention, checked by oracle-agreement.
-  const auto seen = [&](Index b, Index, Index i, Index) { return row_called[std::size_t(i)] && !keys_of(p, b, i).empty(); };
+  const auto seen = [&](Index b, Index h, Index i, Index) { return row_called[std::size_t(i)] && !sees_none(p, b, h, i); };
   auto v = compare(law, "output", full.output, chunked, &tol, seen);
   if (v) {
     const Index i = v->worst_index[2];

@@ -22,15 +22,18 @@ inline constexpr double kSafety = 2.0;
 
 /// The scale the problem asks for (1/√D unless overridden).
 double scale_of(const Problem& p);
-/// The keys query i of batch entry b sees (causal alignment, key padding, window): one run [begin, end).
-KeyRange keys_of(const Problem& p, Index b, Index i);
-inline bool visible(const Problem& p, Index b, Index i, Index j) { return keys_of(p, b, i).contains(j); }
+/// The span of the keys query i of batch entry b, query head h, sees (Visibility::keys): exactly the keys it
+/// sees unless a block or dense mask hides some inside it (visible() tells each key; count_of how many).
+KeyRange keys_of(const Problem& p, Index b, Index h, Index i);
+bool visible(const Problem& p, Index b, Index h, Index i, Index j);
+/// Whether query i of (b, h) sees no key.
+inline bool sees_none(const Problem& p, Index b, Index h, Index i) { return keys_of(p, b, h, i).empty(); }
 /// The last key query i may see under the causal rule alone (padding and windows only hide more keys), so
 /// keys after it are in i's future whatever else holds.
 Index causal_last_key(const Problem& p, Index i);
-/// Why key j is hidden from query i of batch entry b: "in the future of query i", "padding (...)", or
+/// Why key j is hidden from query i of batch entry b, head h: "in the future of query i", "padding (...)", or
 /// "outside query i's window (...)".
-std::string why_hidden(const Problem& p, Index b, Index i, Index j);
+std::string why_hidden(const Problem& p, Index b, Index h, Index i, Index j);
 /// Per query row of head (b, h), an upper bound on the largest |score| it meets after the modifiers, over the
 /// keys it sees and its sink: Cauchy-Schwarz on the raw score (a softcap only shrinks it), plus the largest ALiBi
 /// bias |slope|·|j - p| over its visible run, and at least |sink| (for the LSE rounding of tolerance.cpp step 2b).
@@ -207,18 +210,18 @@ struct HiddenValues {
 };
 rc::Gen<HiddenValues> gen_hidden_values(const GenConfig& cfg, const Problem& p);
 
-/// The first weight on a key for which hidden(b, i, j) holds that is not exactly 0, as a violation of `law`
+/// The first weight on a key for which hidden(b, h, i, j) holds that is not exactly 0, as a violation of `law`
 /// naming why the key is hidden. In a row that sees no key a NaN weight is the nan convention, allowed unless
 /// the implementation declares zero. With `keys`, w holds sampled columns (a WeightSample's): column c is
 /// key (*keys)[c]; the violation's index stays the column, for on_sample.
 std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Implementation& impl, const Problem& p,
                                                const Tensor<double>& w,
-                                               const std::function<bool(Index, Index, Index)>& hidden,
+                                               const std::function<bool(Index, Index, Index, Index)>& hidden,
                                                const std::vector<Index>* keys = nullptr);
-/// Calls impl on p and checks that every weight on a key for which hidden(b, i, j) holds is exactly 0
+/// Calls impl on p and checks that every weight on a key for which hidden(b, h, i, j) holds is exactly 0
 /// (nonzero_hidden_weight); for a long context, at the sampled keys of every query row (sample_weights).
 std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
-                                                 const std::function<bool(Index, Index, Index)>& hidden);
+                                                 const std::function<bool(Index, Index, Index, Index)>& hidden);
 
 /// Problem options for the laws that read only outputs.
 ProblemOptions outputs_only();

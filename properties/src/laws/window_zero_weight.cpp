@@ -25,7 +25,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (!p.window) return std::nullopt;
   const Visibility vis = p.visibility(0);  // positions do not depend on the batch entry
   return hidden_weights_are_zero("window-zero-weight", impl, p,
-                                 [&](Index, Index i, Index j) { return j < vis.position(i) - *p.window; });
+                                 [&](Index, Index, Index i, Index j) { return j < vis.position(i) - *p.window; });
 }
 
 std::string not_applicable(const GenConfig& g) {

@@ -16,7 +16,7 @@ const char* kWhy =
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   return hidden_weights_are_zero("zero-future-weight", impl, p,
-                                 [&](Index b, Index i, Index j) { return !visible(p, b, i, j); });
+                                 [&](Index b, Index h, Index i, Index j) { return !visible(p, b, h, i, j); });
 }
 
 }  // namespace

@@ -23,10 +23,10 @@ constexpr Index kStatisticalFromD = 8;
 // that could each ask for minutes of work, so they are capped at what a sample can use:
 //  - kSampleMaxT: a head of T positions holds T - 1 samples at a cost of T·D each (its T x T scores), so heads
 //    longer than this only cost more; the CLI never records more (its generators keep T <= 64).
-//  - the sweep is the report's plot, not the verdict: it stops at kSweepMaxD (11 points, 1 to 1024) and, above
-//    D = kSweepWork / 64 = 128 (the default --max-D), uses heads of kSweepWork / D positions, so each point costs at most
-//    15,360 x (kSweepWork + 2D) operations, whatever the entry says.
-constexpr Index kSampleMaxT = 64, kSweepMaxD = 1024, kSweepWork = 8192;
+//  - the sweep is the report's plot, not the verdict: it stops at kSweepMaxD (the default --max-D; 8 points,
+//    1 to 128, enough to tell the lines 1, D and 1/D apart), so it costs at most 15,360 x 64 x 255 operations
+//    whatever the entry says.
+constexpr Index kSampleMaxT = 64, kSweepMaxD = 128;
 
 // The kGroups group means of x, sorted.
 std::vector<double> sorted_group_means(const std::vector<double>& x) {
@@ -191,10 +191,8 @@ Index sample_param(const LawCase& c, const char* key) {
 Index sample_T(const LawCase& c) {
   return c.params.count("sample_T") ? std::min(int_param(c, kLaw, "sample_T", 2, kMaxSeqLen), kSampleMaxT) : Index{2};
 }
-ScoreSamples sample_of(const Implementation& impl, DType dtype, Index D, std::uint64_t seed, const LawCase& c,
-                       Index T_max = kSampleMaxT) {
-  return sample_scores(impl, dtype, D, seed, sample_param(c, "sample_B"), sample_param(c, "sample_H"),
-                       std::min(sample_T(c), T_max));
+ScoreSamples sample_of(const Implementation& impl, DType dtype, Index D, std::uint64_t seed, const LawCase& c) {
+  return sample_scores(impl, dtype, D, seed, sample_param(c, "sample_B"), sample_param(c, "sample_H"), sample_T(c));
 }
 
 // For the report's plot: the same statistic over D = 1, 2, 4, ... up to the run's --max-D (cases stored
@@ -208,7 +206,7 @@ std::vector<VariancePoint> variance_sweep(const Implementation& impl, DType dtyp
     if (impl.capabilities().supports_head_dim(d))  // only the head dimensions it declares
       out.push_back(variance_point(
           double(d),
-          sample_of(impl, dtype, d, sample_seed(c) + std::uint64_t(d), c, std::max<Index>(2, kSweepWork / d)).scaled_sq));
+          sample_of(impl, dtype, d, sample_seed(c) + std::uint64_t(d), c).scaled_sq));
   return out;
 }
 

@@ -604,7 +604,7 @@ def test_block_and_dense_mask_declarations_reach_the_client(pytester):
     result.assert_outcomes(passed=1, failed=1)
     text = result.stdout.str()
     assert "attncheck: 1 law falsified by no_dense" in text, text
-    wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_cell_masks-masked-*.py"))
+    wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_masked-masked-*.py"))
     assert len(wrappers) == 1, wrappers
     source = wrappers[0].read_text()
     for keyword in ("'block_mask': True", "'dense_mask': True"):

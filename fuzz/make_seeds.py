@@ -116,6 +116,18 @@ def main():
 
     write("protocol_child", "session_v3_masks_f64",
           hello3 + frame(4, masked(1 | 2)) + frame(7, masked(1) + tensor("<d", prod(q_shape), 4)) + frame(6, b""))
+    # Version 3: a block mask and a dense mask (PROTOCOL.md, "Block and dense masks") in a forward and a backward
+    # frame: blocks of 1 x 2 over T_q = 2, T_k = 3 (kinds {full, partial} and {empty, partial}, broadcast over batch
+    # and heads), partial cells [1, 1, 2, 3], and a dense mask per batch entry [2, 1, 2, 3]; then bye.
+    def cells(flags):
+        m = struct.pack("<IIIId", 2, 1, flags | 16384 | 32768, 0, 0.5) + shape(*q_shape) + shape(*k_shape)
+        m += struct.pack("<6q", 1, 2, 1, 1, 2, 2) + bytes([2, 1, 0, 1])
+        m += struct.pack("<2q", 1, 1) + bytes([1, 0, 1, 0, 1, 0])
+        m += struct.pack("<2q", 2, 1) + bytes([1, 1, 0, 1, 0, 1, 0, 1, 1, 1, 1, 1])
+        return m + tensor("<d", prod(q_shape), 1) + tensor("<d", prod(k_shape), 2) + tensor("<d", prod(k_shape), 3)
+
+    write("protocol_child", "session_v3_cell_masks_f64",
+          hello3 + frame(4, cells(1 | 2)) + frame(7, cells(1) + tensor("<d", prod(q_shape), 4)) + frame(6, b""))
     write("protocol_child", "hello_only", hello1)
     write("protocol_child", "hello_v2_only", hello2)
     write("protocol_child", "wrong_version", frame(1, struct.pack("<I", 0)))

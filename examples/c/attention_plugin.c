@@ -12,9 +12,11 @@
  * correct, forward only, and declaring paged K and V (ATTNCHECK_CAP3_PAGED: token-major and head-major pages of
  * 1, 8, 16, 64 or 256 keys), which it reads only through the block table, key by key; with -DMASKS, correct,
  * with a backward pass, and declaring the masks beyond causal (packed documents through q_doc_ids and
- * k_doc_ids, chunked local attention, a bidirectional prefix, a right window) and causal = 0. Every build honours
- * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS or -DPAGED attncheck
- * sends only their neutral values (no paged call). No build reads a key the query does not see (but the buggy one, which reads every key). */
+ * k_doc_ids, chunked local attention, a bidirectional prefix, a right window) and causal = 0; with -DBLOCK_MASKS,
+ * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
+ * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0. Every build honours
+ * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
+ * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +135,25 @@ static void visible(const attncheck_call* call, int64_t b, int64_t i, int64_t* l
   }
 }
 
+/* Whether the block mask and the dense mask, when given, let query i of (b,h) see key j: a block's kind first
+ * (EMPTY hides every key of it, FULL shows every one, PARTIAL defers to its cell), then the dense mask's cell. Unlike
+ * the families of visible(), these may hide any key of a row and differ per head. */
+static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const attncheck_block_mask* bm = call->block_mask;
+  const attncheck_dense_mask* dm = call->dense_mask;
+  if (bm) {
+    const int64_t* ks = bm->kind_strides;
+    const uint8_t kind = bm->kinds[b * ks[0] + h * ks[1] + (i / bm->block_q) * ks[2] + (j / bm->block_k) * ks[3]];
+    if (kind == ATTNCHECK_BLOCK_EMPTY) return 0;
+    if (kind == ATTNCHECK_BLOCK_PARTIAL) {
+      const int64_t* ps = bm->partial_strides;
+      if (!bm->partial[b * ps[0] + h * ps[1] + i * ps[2] + j * ps[3]]) return 0;
+    }
+  }
+  if (dm && !dm->data[b * dm->strides[0] + h * dm->strides[1] + i * dm->strides[2] + j * dm->strides[3]]) return 0;
+  return 1;
+}
+
 /* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): softcap, then
  * ALiBi (the order attncheck/plugin.h gives). *ds, when not NULL, gets its derivative with respect to s. */
 static double modified(const attncheck_call* call, int64_t h, int64_t i, int64_t j, double s, double* ds) {
@@ -163,7 +184,7 @@ static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_
   for (int64_t j = 0; j < Tk; ++j) {
     double s = 0;
 #ifndef BUG_MASK_FILL_ZERO
-    if (j < lo || j > hi) { /* a hidden key is never read, and exp(-inf) = 0 gives it exactly 0 */
+    if (j < lo || j > hi || !cells_allow(call, b, h, i, j)) { /* a hidden key is never read: exp(-inf) = 0 */
       w[j] = -INFINITY;
       continue;
     }
@@ -245,7 +266,8 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
 #endif
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
-          for (int64_t j = lo; j <= hi; ++j) o += w[j] * kv(call, 1, b, h / (H / Hkv), j, d);
+          for (int64_t j = lo; j <= hi; ++j)
+            if (cells_allow(call, b, h, i, j)) o += w[j] * kv(call, 1, b, h / (H / Hkv), j, d);
 #ifdef EMPTY_ROWS_NAN
           if (hi < lo) o = NAN;
 #endif
@@ -289,6 +311,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
           visible(call, b, i, &lo, &hi);
           for (int64_t j = lo; j <= hi; ++j) {
             double dp = 0;
+            if (!cells_allow(call, b, h, i, j)) continue; /* a hidden key is never read */
             for (int64_t d = 0; d < D; ++d)
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
             delta += w[j] * dp;
@@ -297,6 +320,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
           memset(dq, 0, sizeof(double) * (size_t)D);
           for (int64_t j = lo; j <= hi; ++j) {
             double dp = 0, s = 0, dz_ds;
+            if (!cells_allow(call, b, h, i, j)) continue;
             for (int64_t d = 0; d < D; ++d) {
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
               s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
@@ -372,6 +396,14 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .backward = backward,
       .flags3 = ATTNCHECK_CAP3_DOCUMENTS | ATTNCHECK_CAP3_CHUNKED_LOCAL | ATTNCHECK_CAP3_PREFIX |
                 ATTNCHECK_CAP3_BIDIRECTIONAL | ATTNCHECK_CAP3_RIGHT_WINDOW,
+#elif defined(BLOCK_MASKS)
+      .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
+               ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,
+      .name = "c-example-block-masks",
+      .description = "naive C attention under block masks and dense masks, causal or not",
+      .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
+      .backward = backward,
+      .flags3 = ATTNCHECK_CAP3_BLOCK_MASK | ATTNCHECK_CAP3_DENSE_MASK | ATTNCHECK_CAP3_BIDIRECTIONAL,
 #elif defined(PAGED)
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
                ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,

@@ -28,7 +28,11 @@ None and `paged` is a PagedKV: k_pages and v_pages (the pools, [num_pages, page_
 page_size, layout ("token-major" or "head-major"), num_pages, max_pages, T_k, and gather() -> dense (k, v).
 The masks beyond causal, each passed only when declared: documents=True gives `q_doc_ids` and `k_doc_ids` (None,
 or int32 arrays [B,T_q] and [B,T_k]: a query sees only keys of its own document), chunked_local=True `chunk_size`
-(0: none), prefix=True `prefix_length` (0: none) and right_window=True `window_right` (None: none).
+(0: none), prefix=True `prefix_length` (0: none) and right_window=True `window_right` (None: none);
+dense_mask=True gives `dense_mask` (None, or a bool array [B or 1, H or 1, T_q, T_k]: key j visible to query i of
+(b,h) where True; an extent of 1 broadcasts) and block_mask=True `block_mask` (None, or a BlockMask: block_q, block_k,
+kinds uint8 [B or 1, H or 1, ceil(T_q/block_q), ceil(T_k/block_k)] of EMPTY, PARTIAL, FULL, the partial cells, and
+to_dense() -> the bool array it stands for).
 Only numpy (Debian's python3-numpy) is needed.
 """
 
@@ -61,10 +65,12 @@ CROSS_LENGTHS_CODES = {True: 0, "T_q<=T_k": 1, "T_q>=T_k": 2}
 KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 # Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
 FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "documents": 0x20,
-          "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200}
+          "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
+          "dense_mask": 0x800}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
-                     "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",)}
+                     "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
+                     "block_mask": ("block_mask",), "dense_mask": ("dense_mask",)}
 # Version 3's page layouts (the caps frame's u32 after the head dims, and a paged forward frame's layout field).
 PAGE_LAYOUT_CODES = {"token-major": 1, "head-major": 2}
 PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
@@ -72,6 +78,8 @@ PAGED = 512  # a forward frame's flag: the paging follows, and K and V come as p
 # A forward (and backward) frame's flags for the masks beyond causal: an i64 prefix length, an i64 right window,
 # an i64 chunk size, then B*T_q and B*T_k int32 document ids, in this order (after the sinks).
 PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = 1024, 2048, 4096, 8192
+# Then a block mask (its blocks, kinds and partial cells) and a dense mask (its B and H, then its cells).
+BLOCK_MASK, DENSE_MASK = 16384, 32768
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
@@ -200,6 +208,27 @@ def _read_call(payload, backward):
         k_doc_ids = np.frombuffer(payload, dtype="<i4", count=ks[0] * ks[2], offset=off).astype(np.int32)
         off += 4 * ks[0] * ks[2]
         q_doc_ids, k_doc_ids = q_doc_ids.reshape(qs[0], qs[2]), k_doc_ids.reshape(ks[0], ks[2])
+    block_mask = dense_mask = None
+    T_q, T_k = qs[2], ks[2]
+    if fflags & BLOCK_MASK:  # i64 block_q, block_k, B_m, H_m, nq, nk; kinds; i64 B_p, H_p; partial cells
+        block_q, block_k, Bm, Hm, nq, nk = struct.unpack_from("<6q", payload, off)
+        off += 48
+        kinds = np.frombuffer(payload, dtype=np.uint8, count=Bm * Hm * nq * nk, offset=off).reshape(Bm, Hm, nq, nk)
+        off += kinds.size
+        Bp, Hp = struct.unpack_from("<2q", payload, off)
+        off += 16
+        partial = None
+        if Bp:
+            partial = np.frombuffer(payload, dtype=np.uint8, count=Bp * Hp * T_q * T_k, offset=off)
+            partial = partial.reshape(Bp, Hp, T_q, T_k) != 0
+            off += partial.size
+        block_mask = BlockMask(int(block_q), int(block_k), kinds.copy(), partial, T_q, T_k)
+    if fflags & DENSE_MASK:  # i64 B_d, H_d, then the cells
+        Bd, Hd = struct.unpack_from("<2q", payload, off)
+        off += 16
+        dense_mask = np.frombuffer(payload, dtype=np.uint8, count=Bd * Hd * T_q * T_k, offset=off)
+        dense_mask = dense_mask.reshape(Bd, Hd, T_q, T_k) != 0
+        off += dense_mask.size
     dtype = DTYPE_NAMES[dcode]
     size = np.dtype(WIRE[dtype]).itemsize
     paged = None
@@ -227,8 +256,42 @@ def _read_call(payload, backward):
     kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
               "sinks": sinks, "causal": not fflags & 256, "paged": paged, "prefix_length": prefix_length,
-              "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids}
+              "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
+              "block_mask": block_mask, "dense_mask": dense_mask}
     return arrays, kwargs, dtype, bool(fflags & 2), bool(fflags & 128)
+
+
+class BlockMask:
+    """A block mask (serve(..., block_mask=True); FlexAttention's BlockMask). Query block m holds queries
+    m*block_q .. (m+1)*block_q - 1 and key block n keys n*block_k .. (n+1)*block_k - 1 (the last of each may be
+    short). kinds, uint8 [B or 1, H or 1, num_q_blocks, num_k_blocks] (1 broadcasts over the batch or the heads),
+    says of each block EMPTY (every key hidden), FULL (every key visible) or PARTIAL (`partial` says, cell by cell:
+    a bool array [B or 1, H or 1, T_q, T_k], read only inside partial blocks; None when no block is partial).
+    to_dense() is the bool array [B or 1, H or 1, T_q, T_k] the mask stands for."""
+
+    EMPTY, PARTIAL, FULL = 0, 1, 2  # attncheck/plugin.h's ATTNCHECK_BLOCK_*
+
+    def __init__(self, block_q, block_k, kinds, partial, T_q, T_k):
+        self.block_q, self.block_k, self.kinds, self.partial = block_q, block_k, kinds, partial
+        self.T_q, self.T_k = T_q, T_k
+        self.num_q_blocks, self.num_k_blocks = kinds.shape[2], kinds.shape[3]
+
+    def to_dense(self):
+        """The bool array [B or 1, H or 1, T_q, T_k] of the keys the mask lets each query see (its batch and head
+        extents the larger of the kinds' and the partial cells')."""
+        return block_mask_to_dense(self)
+
+    def __repr__(self):
+        return "BlockMask(blocks %d x %d, kinds %s, partial %s)" % (
+            self.block_q, self.block_k, list(self.kinds.shape), None if self.partial is None else list(self.partial.shape))
+
+
+def block_mask_to_dense(mask):
+    """The bool array [B or 1, H or 1, T_q, T_k] a BlockMask stands for: key j visible to query i where its block is
+    FULL, or PARTIAL and the partial cell is True."""
+    kinds = np.repeat(np.repeat(mask.kinds, mask.block_q, axis=2), mask.block_k, axis=3)[:, :, :mask.T_q, :mask.T_k]
+    partial = mask.partial if mask.partial is not None else np.zeros((1, 1, mask.T_q, mask.T_k), dtype=bool)
+    return (kinds == BlockMask.FULL) | ((kinds == BlockMask.PARTIAL) & partial)
 
 
 class PagedKV:
@@ -276,7 +339,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
-          chunked_local=False, prefix=False, right_window=False):
+          chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -307,12 +370,15 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     position p clamped to [0, T_k - 1]), `chunked_local=True` (`chunk_size`, 0 for none: query p sees only keys j
     with j // chunk_size == p // chunk_size), `prefix=True` (`prefix_length`, 0 for none: keys j < prefix_length are
     visible to every query despite the causal rule) and `right_window=True` (`window_right`, None or wr >= 0: query
-    p sees keys j <= p + wr only). Every family present must allow a key.
+    p sees keys j <= p + wr only), `dense_mask=True` (`dense_mask`, None or a bool array [B or 1, H or 1, T_q, T_k]:
+    key j visible to query i of (b, h) where True, an extent of 1 broadcasting) and `block_mask=True` (`block_mask`,
+    None or a BlockMask: kinds per block, the partial cells, to_dense()). Every family present must allow a key.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
                                               ("documents", documents), ("chunked_local", chunked_local),
-                                              ("prefix", prefix), ("right_window", right_window))}
+                                              ("prefix", prefix), ("right_window", right_window),
+                                              ("block_mask", block_mask), ("dense_mask", dense_mask))}
     modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
     takes = _keywords(fn, "fn", modifiers)
     if custom_scale is None:

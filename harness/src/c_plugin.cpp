@@ -110,6 +110,53 @@ constexpr std::uint32_t kAbi2Flags = kAbi1Flags | ATTNCHECK_CAP_GQA | ATTNCHECK_
 constexpr std::pair<std::uint32_t, const char*> kAbi2FlagNames[] = {{ATTNCHECK_CAP_GQA, "ATTNCHECK_CAP_GQA"},
                                                                     {ATTNCHECK_CAP_KEY_LENGTHS, "ATTNCHECK_CAP_KEY_LENGTHS"},
                                                                     {ATTNCHECK_CAP_WINDOW, "ATTNCHECK_CAP_WINDOW"}};
+// The core's block kinds are the header's values, so kinds cross the ABI as they lie in memory.
+static_assert(std::uint8_t(BlockKind::Empty) == ATTNCHECK_BLOCK_EMPTY &&
+                  std::uint8_t(BlockKind::Partial) == ATTNCHECK_BLOCK_PARTIAL &&
+                  std::uint8_t(BlockKind::Full) == ATTNCHECK_BLOCK_FULL,
+              "BlockKind must have the values of attncheck/plugin.h's ATTNCHECK_BLOCK_*");
+
+// A problem's block and dense masks as the ABI passes them, pointing into the problem (which outlives the call):
+// row-major strides, 0 over a broadcast batch (B = 1) or head (H = 1) extent. Null when the problem has none.
+struct CellMasks {
+  attncheck_block_mask block{};
+  attncheck_dense_mask dense{};
+  const attncheck_block_mask* block_ptr = nullptr;
+  const attncheck_dense_mask* dense_ptr = nullptr;
+  CellMasks() = default;
+  CellMasks(const CellMasks&) = delete;  // the pointers point into this object
+};
+
+// Strides of [B, H, rows, cols] row-major bytes, a stride 0 for an extent of 1 that broadcasts.
+void cell_strides(Index B, Index H, Index rows, Index cols, std::int64_t (&s)[4]) {
+  s[0] = B == 1 ? 0 : H * rows * cols;
+  s[1] = H == 1 ? 0 : rows * cols;
+  s[2] = cols;
+  s[3] = 1;
+}
+
+void fill_cell_masks(const Problem& p, CellMasks& c) {
+  if (p.block_mask) {
+    const BlockMask& m = *p.block_mask;
+    c.block.block_q = m.block_q;
+    c.block.block_k = m.block_k;
+    c.block.num_q_blocks = m.q_blocks;
+    c.block.num_k_blocks = m.k_blocks;
+    c.block.kinds = m.kinds.data();
+    cell_strides(m.B, m.H, m.q_blocks, m.k_blocks, c.block.kind_strides);
+    // NULL when no block is partial (the cells are then never read, and a problem may carry none).
+    c.block.partial = m.partial.cells.empty() ? nullptr : m.partial.cells.data();
+    if (c.block.partial) cell_strides(m.partial.B, m.partial.H, m.partial.T_q, m.partial.T_k, c.block.partial_strides);
+    c.block_ptr = &c.block;
+  }
+  if (p.dense_mask) {
+    const DenseMask& d = *p.dense_mask;
+    c.dense.data = d.cells.data();
+    cell_strides(d.B, d.H, d.T_q, d.T_k, c.dense.strides);
+    c.dense_ptr = &c.dense;
+  }
+}
+
 // Every ATTNCHECK_CAP3_* bit.
 constexpr std::uint32_t kAbi3Flags = 0x1FFFFu;
 // The largest head dimension (the CLI's --max-D bound) and page size (the longest sequence) a table may declare.
@@ -185,7 +232,9 @@ class CPlugin final : public Implementation {
       const std::vector<Index> seq = p.paged ? p.sequence_lengths() : p.key_lengths;
       const std::vector<std::int64_t> lengths(seq.begin(), seq.end());
       const wire::DocIds docs = wire::doc_ids(p);
-      attncheck_call call = make_call(p, q, k, v, lengths, docs);
+      CellMasks cells;
+      fill_cell_masks(p, cells);
+      attncheck_call call = make_call(p, q, k, v, lengths, docs, cells);
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -230,7 +279,9 @@ class CPlugin final : public Implementation {
       OutBuffer<S> scratch(q.shape()), dq(q.shape()), dk(k.shape()), dv(k.shape());
       const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
       const wire::DocIds docs = wire::doc_ids(p);
-      attncheck_call call = make_call(p, q, k, v, lengths, docs);
+      CellMasks cells;
+      fill_cell_masks(p, cells);
+      attncheck_call call = make_call(p, q, k, v, lengths, docs, cells);
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).
@@ -253,10 +304,12 @@ class CPlugin final : public Implementation {
   }
 
  private:
-  // The call's inputs and options; `lengths` and `docs` (wire::doc_ids(p)) must outlive the call.
+  // The call's inputs and options; `lengths`, `docs` (wire::doc_ids(p)) and `cells` (fill_cell_masks) must outlive
+  // the call.
   template <class S>
   attncheck_call make_call(const Problem& p, const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
-                           const std::vector<std::int64_t>& lengths, const wire::DocIds& docs) const {
+                           const std::vector<std::int64_t>& lengths, const wire::DocIds& docs,
+                           const CellMasks& cells) const {
     attncheck_call call{};
     call.dtype = wire::dtype_code(p.dtype);
     call.alignment = wire::alignment_code(p.alignment);
@@ -278,6 +331,8 @@ class CPlugin final : public Implementation {
     call.chunk_size = p.chunk_size;
     call.q_doc_ids = docs.q.empty() ? nullptr : docs.q.data();
     call.k_doc_ids = docs.k.empty() ? nullptr : docs.k.data();
+    call.block_mask = cells.block_ptr;
+    call.dense_mask = cells.dense_ptr;
     call.softcap = p.softcap.value_or(0.0);
     call.alibi_slopes = p.alibi_slopes.empty() ? nullptr : p.alibi_slopes.data();
     call.sinks = p.sinks.empty() ? nullptr : p.sinks.data();
@@ -468,6 +523,18 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
   if (!p.doc_bounds.empty() && Index(p.doc_bounds.size()) != p.q.shape().B)
     throw std::logic_error(name + ": this call has " + std::to_string(p.doc_bounds.size()) +
                            " document bound lists for a batch of " + std::to_string(p.q.shape().B));
+  if (p.block_mask && !caps.block_mask) refuse("a block mask", "block masks (ATTNCHECK_CAP3_BLOCK_MASK)");
+  if (p.dense_mask && !caps.dense_mask) refuse("a dense mask", "dense masks (ATTNCHECK_CAP3_DENSE_MASK)");
+  if (p.has_cell_masks()) {  // the plug-in reads them through the strides we derive: their shapes must be the call's
+    AttentionOptions cells;
+    cells.block_mask = p.block_mask;
+    cells.dense_mask = p.dense_mask;
+    try {
+      check_options(name.c_str(), cells, p.q.shape().B, p.q.shape().H, p.k.shape().T, p.q.shape().T);
+    } catch (const std::exception& e) {
+      throw std::logic_error(std::string("this call's masks do not fit it: ") + e.what());
+    }
+  }
   if (p.paged && !caps.paged) refuse("paged K and V", "paged K and V (ATTNCHECK_CAP3_PAGED)");
   if (p.paged && !caps.supports_paging(p.paged->page_size, p.paged->layout))
     refuse("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")",

@@ -15,7 +15,7 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
 
 /// Throws std::logic_error (an internal error: a law's bug, not the implementation's) when `p` needs a
 /// capability `caps` lacks: kv heads fewer than query heads, key lengths, a window, sinks, a softcap, ALiBi slopes,
-/// causal = false, packed documents, chunks, a prefix, a right window, paged K and V or a page size or layout it
+/// causal = false, packed documents, chunks, a prefix, a right window, a block or dense mask, paged K and V or a page size or layout it
 /// does not declare (or has sinks or slopes whose count is not H, or document bounds for another batch size). A C plug-in or exec client
 /// that did not declare one cannot be sent it faithfully.
 void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <optional>
 
@@ -133,13 +134,16 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.chunked_local = flags3 & chunked_local_bit;
   caps.prefix = flags3 & prefix_bit;
   caps.right_window = flags3 & right_window_bit;
+  caps.block_mask = flags3 & block_mask_bit;
+  caps.dense_mask = flags3 & dense_mask_bit;
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
   return (caps.lse ? lse_bit : 0u) | (caps.sinks ? sinks_bit : 0u) | (caps.softcap ? softcap_bit : 0u) |
          (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u) | (caps.paged ? paged_bit : 0u) |
          (caps.documents ? documents_bit : 0u) | (caps.chunked_local ? chunked_local_bit : 0u) |
-         (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u);
+         (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u) |
+         (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u);
 }
 
 DocIds doc_ids(const Problem& p) {
@@ -236,7 +240,8 @@ std::string encode_caps(const Handshake& h) {
   if (h.version >= 3) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
     constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
-                                        documents_bit | chunked_local_bit | prefix_bit | right_window_bit;
+                                        documents_bit | chunked_local_bit | prefix_bit | right_window_bit |
+                                        block_mask_bit | dense_mask_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
@@ -440,8 +445,23 @@ WirePages wire_pages(const Problem& p) {
   });
 }
 
+// A dense mask as a frame carries it: i64 B, i64 H, then B·H·T_q·T_k bytes, 0 hidden and 1 visible (any cell
+// not 0 is visible in the core; the wire says it with one value so that a decoder can refuse every other).
+void put_cells(Writer& w, const DenseMask& m, Index T_q, Index T_k, const char* what) {
+  if (m.T_q != T_q || m.T_k != T_k || m.cells.size() != std::size_t(m.B * m.H * T_q * T_k))
+    throw std::logic_error(std::string("encode_forward: ") + what + " are [" + std::to_string(m.B) + "," +
+                           std::to_string(m.H) + "," + std::to_string(m.T_q) + "," + std::to_string(m.T_k) +
+                           "] with " + std::to_string(m.cells.size()) + " cells for T_q = " + std::to_string(T_q) +
+                           ", T_k = " + std::to_string(T_k));
+  w.i64(m.B);
+  w.i64(m.H);
+  std::string bytes(m.cells.size(), '\0');
+  for (std::size_t n = 0; n < bytes.size(); ++n) bytes[n] = m.cells[n] != 0 ? '\1' : '\0';
+  w.raw(bytes.data(), bytes.size());
+}
+
 // The fields a forward and a backward frame share: the call's options, shapes, key lengths, window, the
-// modifiers, the paging, then q, k, v (or q and the two pools).
+// modifiers, the masks beyond causal, the paging, then q, k, v (or q and the two pools).
 std::string call_payload(const Problem& p) {
   Writer w;
   const bool paged = p.paged.has_value();
@@ -453,7 +473,8 @@ std::string call_payload(const Problem& p) {
         (p.sinks.empty() ? 0u : call_sinks) | (p.want_lse ? call_lse : 0u) | (p.causal ? 0u : call_not_causal) |
         (paged ? call_paged : 0u) | (p.prefix_length != 0 ? call_prefix : 0u) |
         (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
-        (p.doc_bounds.empty() ? 0u : call_documents));
+        (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
+        (p.dense_mask ? call_dense_mask : 0u));
   w.u32(0);
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
@@ -479,6 +500,24 @@ std::string call_payload(const Problem& p) {
     w.raw(ids.q.data(), ids.q.size() * sizeof(std::int32_t));
     w.raw(ids.k.data(), ids.k.size() * sizeof(std::int32_t));
   }
+  // The block mask, then the dense mask (PROTOCOL.md, "Block and dense masks"): cells as bytes 0 or 1.
+  if (p.block_mask) {
+    const BlockMask& m = *p.block_mask;
+    for (const Index x : {m.block_q, m.block_k, m.B, m.H, m.q_blocks, m.k_blocks}) w.i64(x);
+    if (m.kinds.size() != std::size_t(m.B * m.H * m.q_blocks * m.k_blocks))
+      throw std::logic_error("encode_forward: a block mask with " + std::to_string(m.kinds.size()) + " kinds for " +
+                             std::to_string(m.B) + " x " + std::to_string(m.H) + " x " + std::to_string(m.q_blocks) +
+                             " x " + std::to_string(m.k_blocks) + " blocks");
+    w.raw(m.kinds.data(), m.kinds.size());
+    // No partial cells (no block is partial): B_p = H_p = 0 and no byte more.
+    if (m.partial.cells.empty()) {
+      w.i64(0);
+      w.i64(0);
+    } else {
+      put_cells(w, m.partial, p.q.shape().T, p.k.shape().T, "the block mask's partial cells");
+    }
+  }
+  if (p.dense_mask) put_cells(w, *p.dense_mask, p.q.shape().T, p.k.shape().T, "the dense mask");
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
     return std::move(w.bytes());
@@ -599,8 +638,118 @@ void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index
   p.paged = std::move(plan);
 }
 
-// The masks beyond causal of a frame (flags 1024, 2048, 4096, 8192), read into p: the prefix, the right window,
-// the chunk size, and the document ids turned back into doc_bounds (the query ids checked against them).
+// The product of `extents` (each >= 1) when it is at most `limit`, else nullopt: a count the frame announces,
+// checked against the bytes it has left before anything is allocated (four extents of 2^32 overflow 2^64).
+std::optional<std::uint64_t> count_within(std::initializer_list<std::int64_t> extents, std::uint64_t limit) {
+  std::uint64_t n = 1;
+  for (const std::int64_t x : extents) {
+    if (x < 1 || std::uint64_t(x) > limit / n) return std::nullopt;
+    n *= std::uint64_t(x);
+  }
+  return n;
+}
+
+// B_m or H_m of a block or dense mask: the call's extent or 1 (a broadcast); `zero_ok` also takes 0 (the partial
+// cells' "none").
+void check_broadcast(const std::function<void(const std::string&)>& fail, const std::string& name, std::int64_t got,
+                     Index call, const char* extent, bool zero_ok = false) {
+  if (got == 1 || got == call || (zero_ok && got == 0)) return;
+  fail(name + " is " + std::to_string(got) + " (expected " + (zero_ok ? "0 (no partial cells), " : "") +
+       "1 (broadcast) or " + std::to_string(call) + ", the call's " + extent + ")");
+}
+
+// The cells of a dense mask [Bm, Hm, T_q, T_k] (Bm and Hm already read and checked), each byte 0 or 1.
+DenseMask read_cells(Reader& r, const std::function<void(const std::string&)>& fail, const std::string& name,
+                     Index Bm, Index Hm, const Shape& qs, const Shape& ks) {
+  const auto n = count_within({Bm, Hm, qs.T, ks.T}, r.left());
+  if (!n)
+    fail(name + " of " + std::to_string(Bm) + " x " + std::to_string(Hm) + " x " + std::to_string(qs.T) + " x " +
+         std::to_string(ks.T) + " cells but " + std::to_string(r.left()) + " bytes are left");
+  DenseMask m;
+  m.B = Bm;
+  m.H = Hm;
+  m.T_q = qs.T;
+  m.T_k = ks.T;
+  const std::string_view bytes = r.raw(std::size_t(*n));
+  m.cells.assign(bytes.begin(), bytes.end());
+  for (std::size_t at = 0; at < m.cells.size(); ++at)
+    if (m.cells[at] > 1) {
+      const Index j = Index(at) % ks.T, i = Index(at) / ks.T % qs.T, h = Index(at) / (ks.T * qs.T) % Hm,
+                  b = Index(at) / (ks.T * qs.T * Hm);
+      fail(name + "[" + std::to_string(b) + "][" + std::to_string(h) + "][" + std::to_string(i) + "][" +
+           std::to_string(j) + "] is " + std::to_string(int(m.cells[at])) + " (expected 0 hidden or 1 visible)");
+    }
+  return m;
+}
+
+// The block mask (flag 16384) and the dense mask (flag 32768) of a frame, read into p and checked: block sizes in
+// [1, 2^32], the number of blocks ceil(T / block), B and H the call's or 1, kinds 0, 1 or 2, partial cells present
+// when a block is partial, every count within the bytes left.
+void read_cell_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, const Shape& qs, const Shape& ks) {
+  const std::function<void(const std::string&)> fail = [&](const std::string& m) {
+    throw ProtocolError(std::string(what) + ": " + m);
+  };
+  if (flags & call_block_mask) {
+    BlockMask m;
+    m.block_q = r.i64();
+    m.block_k = r.i64();
+    m.B = r.i64();
+    m.H = r.i64();
+    m.q_blocks = r.i64();
+    m.k_blocks = r.i64();
+    constexpr std::int64_t kMaxBlock = std::int64_t{1} << 32;
+    for (const auto& [x, name] : {std::pair{m.block_q, "block_q"}, std::pair{m.block_k, "block_k"}})
+      if (x < 1 || x > kMaxBlock)
+        fail(std::string("block mask ") + name + " is " + std::to_string(x) + " (expected in [1, 2^32] with flag 16384)");
+    check_broadcast(fail, "block mask B", m.B, qs.B, "B");
+    check_broadcast(fail, "block mask H", m.H, qs.H, "H (query heads)");
+    const Index nq = (qs.T + m.block_q - 1) / m.block_q, nk = (ks.T + m.block_k - 1) / m.block_k;
+    if (m.q_blocks != nq)
+      fail("block mask has " + std::to_string(m.q_blocks) + " query blocks (expected " + std::to_string(nq) +
+           " = ceil(T_q / block_q) = ceil(" + std::to_string(qs.T) + " / " + std::to_string(m.block_q) + "))");
+    if (m.k_blocks != nk)
+      fail("block mask has " + std::to_string(m.k_blocks) + " key blocks (expected " + std::to_string(nk) +
+           " = ceil(T_k / block_k) = ceil(" + std::to_string(ks.T) + " / " + std::to_string(m.block_k) + "))");
+    const auto n = count_within({m.B, m.H, nq, nk}, r.left());
+    if (!n)
+      fail("block mask kinds of " + std::to_string(m.B) + " x " + std::to_string(m.H) + " x " + std::to_string(nq) +
+           " x " + std::to_string(nk) + " blocks but " + std::to_string(r.left()) + " bytes are left");
+    const std::string_view kinds = r.raw(std::size_t(*n));
+    m.kinds.assign(kinds.begin(), kinds.end());
+    bool partial = false;
+    for (std::size_t at = 0; at < m.kinds.size(); ++at) {
+      if (m.kinds[at] > std::uint8_t(BlockKind::Full)) {
+        const Index y = Index(at) % nk, x = Index(at) / nk % nq, h = Index(at) / (nk * nq) % m.H,
+                    b = Index(at) / (nk * nq * m.H);
+        fail("block mask kind [" + std::to_string(b) + "][" + std::to_string(h) + "][" + std::to_string(x) + "][" +
+             std::to_string(y) + "] is " + std::to_string(int(m.kinds[at])) +
+             " (expected 0 empty, 1 partial or 2 full)");
+      }
+      partial |= m.kinds[at] == std::uint8_t(BlockKind::Partial);
+    }
+    const std::int64_t Bp = r.i64(), Hp = r.i64();
+    check_broadcast(fail, "block mask partial cells' B", Bp, qs.B, "B", true);
+    check_broadcast(fail, "block mask partial cells' H", Hp, qs.H, "H (query heads)", true);
+    if ((Bp == 0) != (Hp == 0))
+      fail("block mask partial cells are " + std::to_string(Bp) + " x " + std::to_string(Hp) +
+           " (expected both 0, no partial cells, or neither)");
+    if (Bp == 0 && partial) fail("block mask has partial blocks but no partial cells (B_p = H_p = 0)");
+    if (Bp != 0) m.partial = read_cells(r, fail, "block mask partial cells", Bp, Hp, qs, ks);
+    p.block_mask = std::move(m);
+  }
+  if (flags & call_dense_mask) {
+    const std::int64_t Bd = r.i64(), Hd = r.i64();
+    check_broadcast(fail, "dense mask B", Bd, qs.B, "B");
+    check_broadcast(fail, "dense mask H", Hd, qs.H, "H (query heads)");
+    p.dense_mask = read_cells(r, fail, "dense mask", Bd, Hd, qs, ks);
+  }
+}
+
+void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, const Shape& ks);
+
+// The masks beyond causal of a frame (flags 1024 to 32768), read into p: the prefix, the right window, the chunk
+// size, the document ids turned back into doc_bounds (the query ids checked against them), the block mask and the
+// dense mask.
 void read_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, const Shape& qs, const Shape& ks) {
   const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
   if (flags & call_prefix) {
@@ -618,7 +767,13 @@ void read_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, co
     if (chunk < 1) fail("chunk size " + std::to_string(chunk) + " (expected >= 1 with flag 4096)");
     p.chunk_size = chunk;
   }
-  if (!(flags & call_documents)) return;
+  if (flags & call_documents) read_documents(r, what, p, qs, ks);
+  read_cell_masks(r, what, flags, p, qs, ks);
+}
+
+// The document ids of a frame with flag 8192, turned back into doc_bounds (the query ids checked against them).
+void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, const Shape& ks) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
   // B·T_q and B·T_k ids, bounded by what is left before anything is allocated (each product may reach 2^64).
   const auto ids = [&](Index T, const char* name) {
     if (std::uint64_t(T) > r.left() / sizeof(std::int32_t) / std::uint64_t(qs.B))
@@ -650,11 +805,11 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
-  if (flags & ~0x3FFFu)
+  if (flags & ~0xFFFFu)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x3fff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0xffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
-                        "4096 chunk, 8192 documents)");
+                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))

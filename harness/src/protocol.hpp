@@ -52,7 +52,9 @@ enum Flags3 : std::uint32_t {
   chunked_local_bit = 0x40,
   prefix_bit = 0x80,
   bidirectional_bit = 0x100,
-  right_window_bit = 0x200
+  right_window_bit = 0x200,
+  block_mask_bit = 0x400,
+  dense_mask_bit = 0x800
 };
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
@@ -71,6 +73,8 @@ enum CallFlags : std::uint32_t {
   call_window_right = 2048,  ///< version 3: an i64 right window follows
   call_chunk = 4096,       ///< version 3: an i64 chunk size follows
   call_documents = 8192,   ///< version 3: B*T_q i32 query document ids, then B*T_k i32 key document ids follow
+  call_block_mask = 16384,  ///< version 3: a block mask follows (its blocks, kinds and partial cells)
+  call_dense_mask = 32768,  ///< version 3: a dense mask follows (its B and H, then its cells)
 };
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
@@ -87,7 +91,7 @@ std::vector<std::vector<Index>> doc_bounds_from_ids(const std::vector<std::int32
                                                     const std::string& what);
 
 /// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, paged, documents, chunked local,
-/// prefix, bidirectional, right window), and back.
+/// prefix, bidirectional, right window, block mask, dense mask), and back.
 void set_abi3_bools(Capabilities& caps, std::uint32_t flags3);
 std::uint32_t abi3_bits(const Capabilities& caps);
 
@@ -175,7 +179,7 @@ Handshake decode_caps(std::string_view payload);
 std::string encode_refuse(std::string_view message);
 
 /// A forward frame. Without key lengths and a window (version 2's fields) it is also a version-1 frame; without
-/// the modifiers, LSE, causal = false and paging (version 3's) a version-2 one. The caller sends each only to a
+/// the modifiers, LSE, causal = false, the masks beyond causal and paging (version 3's) a version-2 one. The caller sends each only to a
 /// child that declared it; the LSE-wanted flag follows p.want_lse. A paged problem (p.paged) travels as its
 /// block table and its K and V pools (paged_pools at p.dtype, bit for bit), with every sequence's length.
 std::string encode_forward(const Problem& p);

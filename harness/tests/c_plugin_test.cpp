@@ -459,6 +459,109 @@ TEST(CPlugin, anUndeclaredMaskFamilyIsNeverSent) {
   EXPECT_FALSE(plain.documents || plain.chunked_local || plain.prefix || plain.right_window);
 }
 
+// The extents of test::cell_masks_problem's masks that the loader's strides must get right: kinds, partial cells and
+// dense mask each broadcast (1) or not (2) over batch and heads.
+const std::array<Index, 6> kCellExtents[] = {{1, 2, 2, 1, 2, 1}, {2, 1, 1, 2, 1, 2}, {2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1}};
+
+// The -DBLOCK_MASKS example declares block and dense masks (flags3 0x400, 0x800, with causal = 0: 0xd00), reads
+// them through the strides the loader fills (stride 0 over a broadcast extent), in process and through the plug-in
+// host (where they cross the exec protocol first), and agrees with the reference forward and backward; its weights
+// are 0 exactly where the masks hide a key, per head.
+TEST(CPlugin, theBlockMasksExampleReadsBlockAndDenseMasksThroughTheirStrides) {
+  const auto isolated = load_implementation(spec("attention_plugin_block_masks"));
+  const auto in_process = load_implementation(spec("attention_plugin_block_masks"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  for (const auto* impl : {&isolated, &in_process}) {
+    const Capabilities& c = (*impl)->capabilities();
+    EXPECT_TRUE(c.block_mask && c.dense_mask && c.bidirectional && c.backward);
+    EXPECT_EQ(c.abi3_flags, 0xD00u);
+  }
+  const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
+    double m = 0;
+    for (Index n = 0; n < x.size(); ++n)
+      m = std::max(m, x.values()[n] == y.values()[n] ? 0.0 : std::abs(x.values()[n] - y.values()[n]));
+    return m;
+  };
+  for (const auto& extents : kCellExtents)
+    for (int which = 0; which < 3; ++which)  // the block mask, the dense mask, both
+      for (const bool causal : {true, false}) {
+        Problem p = test::cell_masks_problem(2, causal, extents);
+        if (which == 1) p.block_mask.reset();
+        if (which == 0) p.dense_mask.reset();
+        const std::string what = std::to_string(extents[0]) + std::to_string(extents[1]) + std::to_string(extents[2]) +
+                                 std::to_string(extents[3]) + std::to_string(extents[4]) + std::to_string(extents[5]) +
+                                 " " + std::to_string(which) + (causal ? " causal" : " bidirectional");
+        const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
+        ASSERT_TRUE(a.weights && b.weights && r.weights) << what;
+        EXPECT_EQ(a.output.values(), b.output.values()) << what;
+        EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+        // float64, T_k = 6, D = 2, |values| <= 1: as for the masks example, 1e-13 is ~500 ulps, and a key seen or
+        // hidden moves a weight by more than 0.01.
+        EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
+        EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << what;
+        for (Index bb = 0; bb < 2; ++bb)
+          for (Index h = 0; h < 2; ++h) {
+            const Visibility v = p.visibility(bb, h);
+            for (Index i = 0; i < 4; ++i)
+              for (Index j = 0; j < 6; ++j)
+                EXPECT_EQ((*a.weights)(bb, h, i, j) != 0.0, v.visible(i, j))
+                    << what << " " << bb << " " << h << " " << i << " " << j;
+          }
+        const Gradients ga = isolated->backward(p), gb = in_process->backward(p), gr = ref->backward(p);
+        EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
+        EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;
+        EXPECT_LT(worst(ga.dk, gr.dk), 1e-13) << what;
+        EXPECT_LT(worst(ga.dv, gr.dv), 1e-13) << what;
+      }
+}
+
+// A block or dense mask goes only to a plug-in that declares it: refused before the call, forward and backward,
+// naming the flag, in and out of process, for ABI-2 and ABI-3 plug-ins alike (the neutral value, NULL, is all they
+// ever get; the plain example reads call->block_mask and dense_mask, and passes every law).
+TEST(CPlugin, anUndeclaredBlockOrDenseMaskIsNeverSent) {
+  for (const bool isolate : {true, false})
+    for (const std::string& target :
+         {spec("attention_plugin"), spec("attention_plugin_masks"), std::string("plugin:" ATTNCHECK_ABI2_PLUGIN)}) {
+      const auto impl = load_implementation(target, HarnessOptions{.isolate = isolate});
+      EXPECT_FALSE(impl->capabilities().block_mask || impl->capabilities().dense_mask) << target;
+      for (const bool dense : {false, true}) {
+        Problem p = test::cell_masks_problem(2);
+        p.key_lengths.clear();  // only the mask outside the capabilities
+        if (dense)
+          p.block_mask.reset();
+        else
+          p.dense_mask.reset();
+        const char* flag = dense ? "ATTNCHECK_CAP3_DENSE_MASK" : "ATTNCHECK_CAP3_BLOCK_MASK";
+        for (const bool backward : {false, true}) {
+          if (backward && !impl->capabilities().backward) continue;
+          try {
+            backward ? (void)impl->backward(p) : (void)impl->forward(p);
+            ADD_FAILURE() << target << " got a " << flag;
+          } catch (const std::logic_error& e) {
+            EXPECT_NE(std::string(e.what()).find(flag), std::string::npos) << e.what();
+          }
+        }
+      }
+    }
+}
+
+// A mask whose shape does not fit the call would be read out of bounds through the strides: the loader refuses it
+// before the plug-in sees it.
+TEST(CPlugin, aCellMaskThatDoesNotFitTheCallIsRefusedBeforeThePluginReadsIt) {
+  const auto impl = load_implementation(spec("attention_plugin_block_masks"), HarnessOptions{.isolate = false});
+  Problem p = test::cell_masks_problem(2);
+  p.dense_mask->cells.pop_back();
+  try {
+    impl->forward(p);
+    ADD_FAILURE() << "sent a dense mask one cell short";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("this call's masks do not fit it"), std::string::npos) << e.what();
+  }
+  p = test::cell_masks_problem(2);
+  p.block_mask->k_blocks = 3;
+  EXPECT_THROW(impl->forward(p), std::logic_error);
+}
+
 TEST(CPlugin, thePagedExampleDeclaresPagingInAndOutOfProcess) {
   for (const bool isolate : {true, false}) {
     const Capabilities c =

@@ -139,7 +139,8 @@ TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
   EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
-  EXPECT_EQ(c.abi3_flags, 0x3FFu);  // paged K and V (0x10) and the masks beyond causal (0x20, 0x40, 0x80, 0x200) too
+  // Paged K and V (0x10) and the masks beyond causal (0x20, 0x40, 0x80, 0x200, block 0x400, dense 0x800) too.
+  EXPECT_EQ(c.abi3_flags, 0xFFFu);
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
       Problem p = modifiers_problem(causal);
@@ -270,6 +271,70 @@ TEST(Exec, maskCallsCrossTheWireBitExactly) {
     ASSERT_TRUE(a.weights && b.weights);
     EXPECT_EQ(a.weights->values(), b.weights->values()) << page_layout_name(layout);
   }
+}
+
+// The extents of test::cell_masks_problem's kinds, partial cells and dense mask: broadcast (1) or not (2).
+const std::array<Index, 6> kCellExtents[] = {{1, 2, 2, 1, 2, 1}, {2, 1, 1, 2, 1, 2}, {2, 2, 2, 2, 2, 2}, {1, 1, 1, 1, 1, 1}};
+
+// The reference served over the wire declares block and dense masks (flags3 0x400, 0x800), and a call with them
+// (every broadcast, causal or not, every dtype) crosses as flags 16384 and 32768 and is answered bit for bit as the
+// reference answers it in process, forward and backward.
+TEST(Exec, blockAndDenseMaskCallsCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_TRUE(served->capabilities().block_mask && served->capabilities().dense_mask);
+  EXPECT_EQ(served->capabilities().abi3_flags & 0xC00u, 0xC00u);
+  for (const auto& extents : kCellExtents)
+    for (const bool causal : {true, false})
+      for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
+        Problem p = test::cell_masks_problem(2, causal, extents);
+        p.dtype = t;
+        p.q = test::wave(p.q.shape(), t, 0.1);
+        p.k = test::wave(p.k.shape(), t, 0.2);
+        p.v = test::wave(p.v.shape(), t, 0.3);
+        p.d_output = test::wave(p.q.shape(), t, 0.4);
+        const std::string what = std::string(dtype_name(t)) + (causal ? " causal " : " bidirectional ") +
+                                 std::to_string(extents[0]) + std::to_string(extents[1]) + std::to_string(extents[4]);
+        const Outcome a = served->forward(p), b = local->forward(p);
+        EXPECT_EQ(a.output.values(), b.output.values()) << what;
+        ASSERT_TRUE(a.weights && b.weights) << what;
+        EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+        const Gradients ga = served->backward(p), gb = local->backward(p);
+        EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
+        EXPECT_EQ(ga.dk.values(), gb.dk.values()) << what;
+        EXPECT_EQ(ga.dv.values(), gb.dv.values()) << what;
+      }
+}
+
+// examples/python/numpy_block_masks.py (the BlockMask's to_dense() and the dense mask folded into one mask per head)
+// agrees with the reference on the block mask alone, the dense mask alone and both, for every broadcast: the Python
+// client decodes the kinds, the partial cells and the cells as PROTOCOL.md lays them out. A client that does not
+// declare them (numpy_packed.py) is never sent one.
+TEST(Exec, pythonClientPassesBlockAndDenseMasksAsDefined) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_block_masks.py"));
+  const Capabilities& c = impl->capabilities();
+  EXPECT_TRUE(c.block_mask && c.dense_mask && c.bidirectional && c.gqa && c.key_padding && c.window);
+  EXPECT_EQ(c.abi3_flags, 0xD00u);
+  const auto ref = reference_implementation();
+  for (const auto& extents : kCellExtents)
+    for (int which = 0; which < 3; ++which)
+      for (const bool causal : {true, false}) {
+        Problem p = test::cell_masks_problem(2, causal, extents);
+        p.d_output.reset();
+        if (which == 1) p.block_mask.reset();
+        if (which == 0) p.dense_mask.reset();
+        const Outcome a = impl->forward(p), r = ref->forward(p);
+        // As above: float64, T_k = 6, D = 2, a handful of rounded operations each side.
+        EXPECT_LT(worst(a.output, r.output), 1e-13) << which << causal;
+        ASSERT_TRUE(a.weights);
+        EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << which << causal;
+      }
+  const auto undeclared = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_packed.py"));
+  EXPECT_FALSE(undeclared->capabilities().block_mask || undeclared->capabilities().dense_mask);
+  Problem masked = test::cell_masks_problem(2);
+  masked.d_output.reset();
+  EXPECT_THROW(undeclared->forward(masked), std::logic_error);
 }
 
 // The Python client passes the masks' keywords as serve() documents them (int32 id arrays [B,T_q] and [B,T_k],
@@ -834,6 +899,113 @@ TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected
     EXPECT_NE(std::string(e.what()).find("backward frame: q_doc_ids[0][0] is 7 (expected 3"), std::string::npos)
         << e.what();
   }
+}
+
+// A forward frame with a block mask and a dense mask, as PROTOCOL.md lays it out ("Block and dense masks"): flags
+// 2 + 4 + 16384 + 32768; after the key lengths (88) the block mask at 104 (block_q, block_k, B_m, H_m, q_blocks,
+// k_blocks), its 1·2·2·2 kinds at 152, B_p and H_p at 160 and its 2·1·4·6 partial cells at 176; the dense mask's B_d
+// and H_d at 224 and its 2·1·4·6 cells at 240; q at 288. It decodes to the same masks, backward too; a frame that
+// breaks a rule is a protocol error naming what was expected and what came (and serve() exits 2), and no count it
+// announces is allocated before the bytes are there.
+TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasExpected) {
+  Problem p = test::cell_masks_problem(2);
+  p.d_output.reset();
+  const std::string good = wire::encode_forward(p).substr(wire::kHeaderSize);
+  const auto i64_at = [&](std::size_t off) {
+    std::int64_t x;
+    std::memcpy(&x, good.data() + off, 8);
+    return x;
+  };
+  std::uint32_t flags = 0;
+  std::memcpy(&flags, good.data() + 8, 4);
+  EXPECT_EQ(flags, 2u | 4u | 16384u | 32768u);
+  EXPECT_EQ((std::vector<std::int64_t>{i64_at(104), i64_at(112), i64_at(120), i64_at(128), i64_at(136), i64_at(144)}),
+            (std::vector<std::int64_t>{3, 4, 1, 2, 2, 2}));
+  EXPECT_EQ(good.substr(152, 8), std::string("\1\2\0\1\2\0\1\2", 8));  // (1 + h + 2m + n) % 3
+  EXPECT_EQ(i64_at(160), 2);  // B_p
+  EXPECT_EQ(i64_at(168), 1);  // H_p
+  EXPECT_EQ(i64_at(224), 2);  // B_d
+  EXPECT_EQ(i64_at(232), 1);  // H_d
+  for (std::size_t n = 0; n < 48; ++n) {
+    EXPECT_EQ(good[176 + n], char(p.block_mask->partial.cells[n])) << n;
+    EXPECT_EQ(good[240 + n], char(p.dense_mask->cells[n])) << n;
+  }
+  EXPECT_EQ(good.size(), 288 + 8 * (32 + 2 * 48));  // q [2,2,4,2], k and v [2,2,6,2]
+  const Problem d = wire::decode_forward(good);
+  EXPECT_EQ(d.block_mask, p.block_mask);
+  EXPECT_EQ(d.dense_mask, p.dense_mask);
+  for (const auto& extents : kCellExtents) {
+    const Problem e = test::cell_masks_problem(2, false, extents);
+    const Problem back = wire::decode_backward(wire::encode_backward(e).substr(wire::kHeaderSize));
+    EXPECT_EQ(back.block_mask, e.block_mask);
+    EXPECT_EQ(back.dense_mask, e.dense_mask);
+    EXPECT_FALSE(back.causal);
+  }
+  // No block partial: no partial cells (B_p = H_p = 0) and no byte more.
+  Problem no_partial = p;
+  no_partial.dense_mask.reset();
+  std::fill(no_partial.block_mask->kinds.begin(), no_partial.block_mask->kinds.end(), std::uint8_t(BlockKind::Full));
+  no_partial.block_mask->partial = DenseMask{};
+  const std::string np = wire::encode_forward(no_partial).substr(wire::kHeaderSize);
+  EXPECT_EQ(np.size(), 176 + 8 * (32 + 2 * 48));
+  EXPECT_EQ(wire::decode_forward(np).block_mask, no_partial.block_mask);
+  // Without them the frame is the one it always was.
+  Problem plain = p;
+  plain.block_mask.reset();
+  plain.dense_mask.reset();
+  EXPECT_EQ(wire::encode_forward(plain).size(), wire::kHeaderSize + 104 + 8 * (32 + 2 * 48));
+  EXPECT_EQ(serve_input(kHello + frame_bytes(4, good.size(), good)), 0);  // answered, then the input ends
+  const auto broken64 = [&](std::size_t off, std::int64_t value, const std::string& from = "") {
+    std::string b = from.empty() ? good : from;
+    std::memcpy(b.data() + off, &value, 8);
+    return b;
+  };
+  const auto broken8 = [&](std::size_t off, char value) {
+    std::string b = good;
+    b[off] = value;
+    return b;
+  };
+  const auto refused = [&](const std::string& payload, const std::string& expected) {
+    try {
+      wire::decode_forward(payload);
+      ADD_FAILURE() << "decoded a frame that should say: " << expected;
+    } catch (const wire::ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
+    }
+    EXPECT_EQ(serve_input(kHello + frame_bytes(4, payload.size(), payload)), 2) << expected;
+  };
+  refused(broken64(104, 0), "forward frame: block mask block_q is 0 (expected in [1, 2^32] with flag 16384)");
+  refused(broken64(112, std::int64_t{1} << 40), "forward frame: block mask block_k is 1099511627776 (expected in [1, 2^32]");
+  refused(broken64(120, 3), "forward frame: block mask B is 3 (expected 1 (broadcast) or 2, the call's B)");
+  refused(broken64(128, 0), "forward frame: block mask H is 0 (expected 1 (broadcast) or 2, the call's H (query heads))");
+  refused(broken64(136, 1), "forward frame: block mask has 1 query blocks (expected 2 = ceil(T_q / block_q) = ceil(4 / 3))");
+  refused(broken64(144, 3), "forward frame: block mask has 3 key blocks (expected 2 = ceil(T_k / block_k) = ceil(6 / 4))");
+  refused(broken8(152 + 5, 3), "forward frame: block mask kind [0][1][0][1] is 3 (expected 0 empty, 1 partial or 2 full)");
+  refused(broken64(160, 0), "forward frame: block mask partial cells are 0 x 1 (expected both 0, no partial cells, or "
+                            "neither)");
+  refused(broken64(168, 0, broken64(160, 0)), "forward frame: block mask has partial blocks but no partial cells");
+  refused(broken64(168, 4), "forward frame: block mask partial cells' H is 4 (expected 0 (no partial cells), 1 "
+                            "(broadcast) or 2, the call's H (query heads))");
+  refused(broken8(176 + 7, 2), "forward frame: block mask partial cells[0][0][1][1] is 2 (expected 0 hidden or 1 visible)");
+  refused(broken64(232, 3), "forward frame: dense mask H is 3 (expected 1 (broadcast) or 2, the call's H (query heads))");
+  refused(good.substr(0, 250), "forward frame: dense mask of 2 x 1 x 4 x 6 cells but 10 bytes are left");
+  refused(broken8(240 + 47, 9), "forward frame: dense mask[1][0][3][5] is 9 (expected 0 hidden or 1 visible)");
+  refused(good.substr(0, 155), "forward frame: block mask kinds of 1 x 2 x 2 x 2 blocks but 3 bytes are left");
+  // Extents of 2^32 (q's B, H and T_q, k's B and T_k, and the block mask's H: the call's, so that every check before
+  // the count passes) would need 2^32 · 1431655766 · 2^30 kinds: refused as more than what is left, not allocated.
+  Problem unpadded = p;
+  unpadded.key_lengths.clear();  // the block mask then starts at 88
+  std::string huge = wire::encode_forward(unpadded).substr(wire::kHeaderSize);
+  const auto put64 = [&](std::size_t off, std::int64_t x) { std::memcpy(huge.data() + off, &x, 8); };
+  for (const std::size_t off : {24u, 32u, 40u, 56u, 72u, 112u}) put64(off, std::int64_t{1} << 32);
+  put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
+  put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
+  refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
+  // A flag beyond 32768 is refused, naming the new bits.
+  std::string unknown = good;
+  const std::uint32_t high = flags | 65536u;
+  std::memcpy(unknown.data() + 8, &high, 4);
+  refused(unknown, "16384 block mask, 32768 dense mask)");
 }
 
 TEST(Exec, aCommandThatDoesNotStartIsASpecError) {

@@ -2,6 +2,7 @@
 // problems (closed-form values, no randomness) for calls outside RapidCheck.
 #pragma once
 
+#include <array>
 #include <cmath>
 #include <string>
 
@@ -80,6 +81,38 @@ inline Problem masks_problem(Index D, bool causal = true) {
   p.doc_bounds = {{0, 2, 2, 5, 9}, {}};
   p.want_weights = true;
   p.d_output = wave(p.q.shape(), DType::f64, 0.4);
+  return p;
+}
+
+/// A block mask and a dense mask with every way of broadcasting (B 2, H 2, T_q 4 bottom-right over T_k 6, head
+/// dimension D), with dO and key lengths {6, 5}: the block mask has blocks of 3 x 4 (2 x 2 of them, the last of each
+/// short), kinds [kinds_B, kinds_H] (kind (b,h,m,n) = (1 + b + h + 2m + n) % 3: every kind in every head) and partial
+/// cells [cells_B, cells_H] ((b + h + i + 2j) % 3 != 0); the dense mask is [dense_B, dense_H] ((3i + j + b + 2h) % 5
+/// != 0). An extent of 1 broadcasts, 2 is the call's. So each (b, h) sees its own keys, with gaps in its rows.
+inline Problem cell_masks_problem(Index D, bool causal = true, std::array<Index, 6> extents = {1, 2, 2, 1, 2, 1}) {
+  Problem p = wave_problem(DType::f64, 2, 2, 4, 6, D);
+  p.alignment = CausalAlignment::BottomRight;
+  p.key_lengths = {6, 5};
+  p.causal = causal;
+  p.want_weights = true;
+  p.d_output = wave(p.q.shape(), DType::f64, 0.4);
+  const auto cells = [](Index B, Index H, auto visible) {
+    DenseMask m{.B = B, .H = H, .T_q = 4, .T_k = 6, .cells = {}};
+    for (Index b = 0; b < B; ++b)
+      for (Index h = 0; h < H; ++h)
+        for (Index i = 0; i < 4; ++i)
+          for (Index j = 0; j < 6; ++j) m.cells.push_back(visible(b, h, i, j) ? 1 : 0);
+    return m;
+  };
+  BlockMask m{.block_q = 3, .block_k = 4, .B = extents[0], .H = extents[1], .q_blocks = 2, .k_blocks = 2, .kinds = {},
+              .partial = {}};
+  for (Index b = 0; b < m.B; ++b)
+    for (Index h = 0; h < m.H; ++h)
+      for (Index x = 0; x < 2; ++x)
+        for (Index y = 0; y < 2; ++y) m.kinds.push_back(std::uint8_t((1 + b + h + 2 * x + y) % 3));
+  m.partial = cells(extents[2], extents[3], [](Index b, Index h, Index i, Index j) { return (b + h + i + 2 * j) % 3 != 0; });
+  p.block_mask = m;
+  p.dense_mask = cells(extents[4], extents[5], [](Index b, Index h, Index i, Index j) { return (3 * i + j + b + 2 * h) % 5 != 0; });
   return p;
 }
 

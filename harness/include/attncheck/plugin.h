@@ -21,11 +21,10 @@
  * Every ABI-3 call field has a neutral value (noted at each) that attncheck sends to a plug-in that does not
  * declare the capability, so a plug-in reads only the fields of what it declares. This attncheck checks the
  * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi,
- * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix
- * and a right window to a plug-in that declares them; the other capabilities (block and dense masks, D_v != D,
+ * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix,
+ * a right window, block masks and dense masks to a plug-in that declares them; the other capabilities (D_v != D,
  * the invariances) are declared here so that plug-ins can be written against one ABI, and attncheck sends calls
- * that use them once the loader passes them (the laws of block and dense masks already run on in-process
- * implementations; docs/laws.md says which are checked where). */
+ * that use them once it has laws for them (docs/laws.md says which are checked where). */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
@@ -190,9 +189,9 @@ typedef struct attncheck_call {
    *  [0, T_k - 1]. Both NULL or both given, in forward and backward calls. Neutral: NULL. */
   const int32_t* q_doc_ids;
   const int32_t* k_doc_ids;
-  /** A block mask (FlexAttention's BlockMask), or NULL. Neutral: NULL. */
+  /** A block mask (FlexAttention's BlockMask), or NULL, in forward and backward calls. Neutral: NULL. */
   const struct attncheck_block_mask* block_mask;
-  /** A dense boolean mask, or NULL. Neutral: NULL. */
+  /** A dense boolean mask, or NULL, in forward and backward calls. Neutral: NULL. */
   const struct attncheck_dense_mask* dense_mask;
   /** > 0: logit softcapping, s = softcap·tanh(s/softcap) on the scaled score (Gemma 2); 0: none. Neutral: 0. */
   double softcap;

@@ -536,3 +536,114 @@ def test_serve_refuses_a_mask_declaration_without_its_keyword(tmp_path):
         attncheck_plugin.serve(no_ids, documents=True)
     with pytest.raises(TypeError, match="right_window=True but fn no_ids has no `window_right` parameter"):
         attncheck_plugin.serve(no_ids, right_window=True)
+
+
+CELL_MASKS = '''
+import numpy as np
+
+
+def attend(q, k, v, scale, seen):
+    """Attention in float64 over the boolean mask seen [B or 1, H or 1, T_q, T_k]."""
+    D = q.shape[3]
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    with np.errstate(all="ignore"):
+        s = np.where(seen, s, -np.inf)
+        top = s.max(axis=-1, keepdims=True)
+        e = np.where(seen, np.exp(s - np.where(np.isfinite(top), top, 0)), 0.0)
+    total = e.sum(axis=-1, keepdims=True)
+    return np.divide(e, total, out=np.zeros_like(e), where=total > 0) @ v
+
+
+def mask(q, k, block_mask, dense_mask, use_dense=True):
+    """Top-left causal, then the block mask and the dense mask."""
+    B, H, T_q, T_k = q.shape[0], q.shape[1], q.shape[2], k.shape[2]
+    if dense_mask is not None:
+        assert dense_mask.dtype == bool and dense_mask.ndim == 4 and dense_mask.shape[2:] == (T_q, T_k), dense_mask.shape
+        assert dense_mask.shape[0] in (1, B) and dense_mask.shape[1] in (1, H), dense_mask.shape
+    if block_mask is not None:
+        nq, nk = -(-T_q // block_mask.block_q), -(-T_k // block_mask.block_k)
+        assert block_mask.kinds.dtype == np.uint8 and block_mask.kinds.shape[2:] == (nq, nk), block_mask
+        assert block_mask.partial is None or block_mask.partial.dtype == bool, block_mask
+    seen = np.tril(np.ones((T_q, T_k), dtype=bool))[None, None]
+    if block_mask is not None:
+        seen = seen & block_mask.to_dense()
+    if use_dense and dense_mask is not None:
+        seen = seen & dense_mask
+    return seen
+
+
+def masked(q, k, v, scale=None, block_mask=None, dense_mask=None):
+    return attend(q, k, v, scale, mask(q, k, block_mask, dense_mask))
+
+
+def no_dense(q, k, v, scale=None, block_mask=None, dense_mask=None):
+    """The bug: the dense mask ignored."""
+    return attend(q, k, v, scale, mask(q, k, block_mask, dense_mask, use_dense=False))
+'''
+
+CELL_MASKS_TESTS = '''
+from cell_masks import masked, no_dense
+
+
+def test_masked(attncheck):
+    attncheck.check(masked, dtypes=("float64",), laws=("oracle-agreement", "mask-encodings"), block_mask=True,
+                    dense_mask=True)
+
+
+def test_no_dense(attncheck):
+    attncheck.check(no_dense, dtypes=("float64",), laws=("oracle-agreement",), block_mask=True, dense_mask=True)
+'''
+
+
+def test_block_and_dense_mask_declarations_reach_the_client(pytester):
+    # block_mask= and dense_mask= go through check() to serve(): the function gets a BlockMask (uint8 kinds, bool
+    # partial cells, to_dense()) and a bool array [B|1, H|1, T_q, T_k], and one that ignores the dense mask is
+    # falsified.
+    pytester.makepyfile(cell_masks=CELL_MASKS, test_cell_masks=CELL_MASKS_TESTS)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "40", "-rP")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "attncheck: 1 law falsified by no_dense" in text, text
+    wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_masked-masked-*.py"))
+    assert len(wrappers) == 1, wrappers
+    source = wrappers[0].read_text()
+    for keyword in ("'block_mask': True", "'dense_mask': True"):
+        assert keyword in source, source
+
+
+def test_block_mask_to_dense_follows_the_kinds_and_the_partial_cells():
+    # Blocks of 2 x 3 over T_q = 3, T_k = 4 (the last block of each short): kinds [1, 2, 2, 2] per head, partial
+    # cells [2, 1, 3, 4] per batch entry; the dense mask is [2, 2, 3, 4], True where FULL or PARTIAL and the cell.
+    import numpy as np
+    import attncheck_plugin
+
+    E, P, F = attncheck_plugin.BlockMask.EMPTY, attncheck_plugin.BlockMask.PARTIAL, attncheck_plugin.BlockMask.FULL
+    kinds = np.array([[[[F, P], [E, P]], [[P, E], [F, F]]]], dtype=np.uint8)
+    partial = np.arange(2 * 3 * 4).reshape(2, 1, 3, 4) % 3 == 0
+    dense = attncheck_plugin.BlockMask(2, 3, kinds, partial, 3, 4).to_dense()
+    assert dense.shape == (2, 2, 3, 4) and dense.dtype == bool
+    for b in range(2):
+        for h in range(2):
+            for i in range(3):
+                for j in range(4):
+                    kind = kinds[0, h, i // 2, j // 3]
+                    assert dense[b, h, i, j] == (kind == F or (kind == P and partial[b, 0, i, j])), (b, h, i, j)
+    # Without partial cells (no block partial) only the kinds say.
+    full = attncheck_plugin.block_mask_to_dense(attncheck_plugin.BlockMask(4, 4, np.full((1, 1, 1, 1), F, np.uint8),
+                                                                           None, 3, 4))
+    assert full.shape == (1, 1, 3, 4) and full.all()
+
+
+def test_serve_refuses_a_block_or_dense_mask_declaration_without_its_keyword():
+    import attncheck_plugin
+
+    def no_block_mask(q, k, v, dense_mask=None):
+        return q
+
+    def no_dense_mask(q, k, v, block_mask=None):
+        return q
+
+    with pytest.raises(TypeError, match="block_mask=True but fn no_block_mask has no `block_mask` parameter"):
+        attncheck_plugin.serve(no_block_mask, block_mask=True, dense_mask=True)
+    with pytest.raises(TypeError, match="dense_mask=True but fn no_dense_mask has no `dense_mask` parameter"):
+        attncheck_plugin.serve(no_dense_mask, block_mask=True, dense_mask=True)

@@ -11,9 +11,6 @@
 namespace attncheck::zoo {
 namespace {
 
-template <class M>
-using Scalar = typename std::decay_t<M>::Scalar;
-
 // What these kernels declare: block and dense masks and no causal rule (FlexAttention's masks usually carry
 // the causal rule themselves).
 // Square calls only (`square`) for the kernels whose bug needs a block away from the origin: FlexAttention's
@@ -25,20 +22,15 @@ Capabilities cell_mask_capabilities(bool square = false) {
   return c;
 }
 
-// A kernel whose rule is `rule(ctx, correct, i, j)`, `correct` the right Visibility (for the parts the author
-// got right). One kernel body for every rule (a std::function): instantiated once per dtype.
-using Rule = std::function<bool(const HeadCtx&, const Visibility&, Index, Index)>;
+// The same for kernels written for grouped-query heads (H_kv | H).
+Capabilities gqa_cell_mask_capabilities() {
+  Capabilities c = cell_mask_capabilities();
+  c.gqa = true;
+  return c;
+}
 
-ImplementationPtr rule_impl(const char* name, const char* description, Rule rule, bool square = false) {
-  return head_impl(
-      name, description,
-      [rule](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
-        using A = Scalar<decltype(Q)>;
-        const Visibility correct = c.visibility();
-        return attend_where<A>(scores(Q, K, c.resolved_scale()), V,
-                               [&](Index i, Index j) { return rule(c, correct, i, j); });
-      },
-      cell_mask_capabilities(square));
+ImplementationPtr cell_rule_impl(const char* name, const char* description, Rule rule, bool square = false) {
+  return rule_impl(name, description, std::move(rule), cell_mask_capabilities(square));
 }
 
 // The context's rule without its block and dense masks: the families a kernel applies before them.
@@ -87,7 +79,7 @@ std::vector<Mutant> block_mask_mutants() {
 
   // FlexAttention's full and partial blocks both on the fast path: `if kind != EMPTY: no mask_mod`.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:partial-block-as-full", "a partial block is taken whole, its cells never read",
+      .impl = cell_rule_impl("mutant:partial-block-as-full", "a partial block is taken whole, its cells never read",
                         block_rule(right_kind, [](const HeadCtx&, const BlockMask&, Index, Index) { return true; })),
       .bug = "a partial block is treated as full: the keys its dense cells hide are seen",
       .minimal_shape = {1, 1, 1, 1},
@@ -98,7 +90,7 @@ std::vector<Mutant> block_mask_mutants() {
   // The other way round: `if kind != EMPTY: apply mask_mod`, a full block's keys filtered by cells that are
   // only defined inside partial blocks.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:full-block-reads-cells", "a full block is filtered by the partial cells",
+      .impl = cell_rule_impl("mutant:full-block-reads-cells", "a full block is filtered by the partial cells",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           if (!c.block_mask) return v.visible(i, j);
                           const BlockMask& m = *c.block_mask;
@@ -159,7 +151,7 @@ std::vector<Mutant> block_mask_mutants() {
   // The kinds' batch and head strides swapped (a [H,B,...] buffer read as [B,H,...]): a mask per head is read
   // per batch entry, one per batch entry per head.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:block-mask-wrong-axis", "the block kinds' batch and head axes swapped",
+      .impl = cell_rule_impl("mutant:block-mask-wrong-axis", "the block kinds' batch and head axes swapped",
                         block_rule(
                             [](const HeadCtx& c, const BlockMask& m, Index i, Index j) {
                               return kind_at(m, c.h, c.b, i / m.block_q, j / m.block_k);
@@ -173,9 +165,29 @@ std::vector<Mutant> block_mask_mutants() {
       .killed_by = {"oracle-agreement", "hidden-keys", "zero-future-weight"},
   });
 
+  // Grouped-query heads: the kernel loops over kv heads and reads one block mask per group, at the kv head's
+  // index (`mask[b, h_kv]`), where the mask is per query head. Without grouping (H_kv = H) it is right.
+  z.push_back(Mutant{
+      .impl = rule_impl("mutant:block-mask-per-kv-head", "a per-head block mask read at the kv head's index",
+                        block_rule(
+                            [](const HeadCtx& c, const BlockMask& m, Index i, Index j) {
+                              return kind_at(m, c.b, c.h / (c.H / c.H_kv), i / m.block_q, j / m.block_k);
+                            },
+                            [](const HeadCtx& c, const BlockMask& m, Index i, Index j) {
+                              return m.partial.visible(c.b, c.h / (c.H / c.H_kv), i, j);
+                            }),
+                        gqa_cell_mask_capabilities()),
+      .bug = "with grouped-query heads the block mask is read at the kv head's index: query head h of a group "
+             "gets head h / group's blocks, not its own",
+      .minimal_shape = {1, 2, 1, 1},
+      .why_minimal = "two query heads sharing one kv head, each with its own block mask, one query, one key: "
+                     "head 1 reads head 0's blocks",
+      .killed_by = {"oracle-agreement", "hidden-keys", "zero-future-weight"},
+  });
+
   // The query block index from the key block size: `m = i / BLOCK_K` (the two are equal in most configs).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:query-block-from-block-k", "the query's block index computed with block_k",
+      .impl = cell_rule_impl("mutant:query-block-from-block-k", "the query's block index computed with block_k",
                         block_rule(
                             [](const HeadCtx& c, const BlockMask& m, Index i, Index j) {
                               return kind_at(m, c.b, c.h, i / m.block_k, j / m.block_k);
@@ -190,7 +202,7 @@ std::vector<Mutant> block_mask_mutants() {
 
   // The partial cells indexed inside the block (FlexAttention's mask_mod called with block-local indices).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:partial-cells-block-local", "the partial cells read at block-local coordinates",
+      .impl = cell_rule_impl("mutant:partial-cells-block-local", "the partial cells read at block-local coordinates",
                         block_rule(right_kind,
                                    [](const HeadCtx& c, const BlockMask& m, Index i, Index j) {
                                      return m.partial.visible(c.b, c.h, i % m.block_q, j % m.block_k);
@@ -206,7 +218,7 @@ std::vector<Mutant> block_mask_mutants() {
 
   // The key blocks counted as T_k / block_k: a ragged last block of keys is never visited.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:ragged-key-block-dropped", "the short last block of keys is never visited",
+      .impl = cell_rule_impl("mutant:ragged-key-block-dropped", "the short last block of keys is never visited",
                         block_rule(
                             [](const HeadCtx& c, const BlockMask& m, Index i, Index j) {
                               if (j / m.block_k >= c.T_k / m.block_k) return BlockKind::Empty;
@@ -221,7 +233,7 @@ std::vector<Mutant> block_mask_mutants() {
 
   // With a block mask the kernel drops the causal rule (the mask is assumed to carry it).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:block-mask-replaces-causal", "a block mask replaces the causal rule",
+      .impl = cell_rule_impl("mutant:block-mask-replaces-causal", "a block mask replaces the causal rule",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           if (!c.block_mask) return v.visible(i, j);
                           HeadCtx d = c;
@@ -236,7 +248,7 @@ std::vector<Mutant> block_mask_mutants() {
 
   // The dense mask read transposed ([T_k, T_q] for [T_q, T_k]); outside the square it reads nothing.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:dense-mask-transposed", "the dense mask read as [T_k,T_q]",
+      .impl = cell_rule_impl("mutant:dense-mask-transposed", "the dense mask read as [T_k,T_q]",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           if (!without_cells(c).visible(i, j)) return false;
                           if (c.block_mask && !c.block_mask->visible(c.b, c.h, i, j)) return false;
@@ -252,7 +264,7 @@ std::vector<Mutant> block_mask_mutants() {
 
   // The dense mask of batch entry 0 for every batch entry (a batch stride of 0 where it is not broadcast).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:dense-mask-batch-ignored", "every batch entry reads entry 0's dense mask",
+      .impl = cell_rule_impl("mutant:dense-mask-batch-ignored", "every batch entry reads entry 0's dense mask",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           if (!without_cells(c).visible(i, j)) return false;
                           if (c.block_mask && !c.block_mask->visible(c.b, c.h, i, j)) return false;
@@ -267,7 +279,7 @@ std::vector<Mutant> block_mask_mutants() {
   // Correct, as a tiled kernel walks a BlockMask: per query block, every key block, skip empty, take full
   // blocks whole (the other families still apply), read the cells of partial ones.
   z.push_back(Mutant{
-      .impl = rule_impl("control:block-mask-by-tiles", "walks the blocks: empty skipped, full whole, partial cells",
+      .impl = cell_rule_impl("control:block-mask-by-tiles", "walks the blocks: empty skipped, full whole, partial cells",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           if (!without_cells(c).visible(i, j) || !dense_allows(c, i, j)) return false;
                           if (!c.block_mask) return true;

@@ -10,9 +10,6 @@
 namespace attncheck::zoo {
 namespace {
 
-template <class M>
-using Scalar = typename std::decay_t<M>::Scalar;
-
 // Keys visited from the last visible one down to 0, for the max, the row sum and weights·V alike.
 struct ReverseOrder {
   template <class A>

@@ -8,9 +8,6 @@
 namespace attncheck::zoo {
 namespace {
 
-template <class M>
-using Scalar = typename std::decay_t<M>::Scalar;
-
 // The common tail of the mask mutants: softmax over keys, then the plain product.
 template <class A>
 HeadOut<A> softmax_then_product(const Matrix<A>& z, const Matrix<A>& V) {

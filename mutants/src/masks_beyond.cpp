@@ -11,9 +11,6 @@
 namespace attncheck::zoo {
 namespace {
 
-template <class M>
-using Scalar = typename std::decay_t<M>::Scalar;
-
 // What these kernels declare: key padding, the left window, and every family beyond causal.
 Capabilities mask_family_capabilities() {
   Capabilities c = zoo_capabilities();
@@ -22,21 +19,8 @@ Capabilities mask_family_capabilities() {
   return c;
 }
 
-// A kernel whose rule is `rule(ctx, correct, i, j)`: `correct` is the right Visibility, for the parts the author
-// got right. One kernel body for every rule (a std::function, not a template): the kernel is instantiated once per
-// dtype, not once per mutant and dtype, which kept this file among the slowest to compile.
-using Rule = std::function<bool(const HeadCtx&, const Visibility&, Index, Index)>;
-
-ImplementationPtr rule_impl(const char* name, const char* description, Rule rule) {
-  return head_impl(
-      name, description,
-      [rule](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
-        using A = Scalar<decltype(Q)>;
-        const Visibility correct = c.visibility();
-        return attend_where<A>(scores(Q, K, c.resolved_scale()), V,
-                               [&](Index i, Index j) { return rule(c, correct, i, j); });
-      },
-      mask_family_capabilities());
+ImplementationPtr family_rule_impl(const char* name, const char* description, Rule rule) {
+  return rule_impl(name, description, std::move(rule), mask_family_capabilities());
 }
 
 // The rule without one family: `drop` clears it from a copy of the context.
@@ -60,13 +44,25 @@ Index floor_div(Index a, Index b) { return Index(std::floor(double(a) / double(b
 
 }  // namespace
 
+ImplementationPtr rule_impl(const char* name, const char* description, Rule rule, Capabilities caps) {
+  return head_impl(
+      name, description,
+      [rule](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+        using A = Scalar<decltype(Q)>;
+        const Visibility correct = c.visibility();
+        return attend_where<A>(scores(Q, K, c.resolved_scale()), V,
+                               [&](Index i, Index j) { return rule(c, correct, i, j); });
+      },
+      std::move(caps));
+}
+
 std::vector<Mutant> mask_family_mutants() {
   std::vector<Mutant> z;
 
   // cu_seqlens read one entry early for a document's start: `start = cu[d] - 1`, so each query also sees the
   // last key of the document before its own.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:document-start-off-by-one", "each document starts one key early",
+      .impl = family_rule_impl("mutant:document-start-off-by-one", "each document starts one key early",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           if (!c.doc_bounds) return v.visible(i, j);
                           const Visibility nodoc = without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; });
@@ -83,7 +79,7 @@ std::vector<Mutant> mask_family_mutants() {
   // The document end read one past: `end = cu[d + 1] + 1`, the next document's first key visible (only
   // without the causal rule does a query ever reach it).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:document-end-off-by-one", "each document ends one key late",
+      .impl = family_rule_impl("mutant:document-end-off-by-one", "each document ends one key late",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           if (!c.doc_bounds) return v.visible(i, j);
                           const Visibility nodoc = without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; });
@@ -100,7 +96,7 @@ std::vector<Mutant> mask_family_mutants() {
   // The query's document looked up at its row index i in k_doc_ids, not at its aligned position: right for a
   // square call, wrong for a decode step or a prefill chunk against a cache (bottom-right).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:document-from-query-index", "the query's document read at its row index",
+      .impl = family_rule_impl("mutant:document-from-query-index", "the query's document read at its row index",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           if (!c.doc_bounds) return v.visible(i, j);
                           const Visibility nodoc = without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; });
@@ -117,7 +113,7 @@ std::vector<Mutant> mask_family_mutants() {
 
   // The chunk of a query from its row index, as in the document mistake above.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:chunk-from-query-index", "the query's chunk computed from its row index",
+      .impl = family_rule_impl("mutant:chunk-from-query-index", "the query's chunk computed from its row index",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           const Visibility nochunk = without(c, [](HeadCtx& d) { d.chunk = 0; });
                           return nochunk.visible(i, j) && (c.chunk <= 0 || j / c.chunk == i / c.chunk);  // i: p
@@ -133,7 +129,7 @@ std::vector<Mutant> mask_family_mutants() {
   // Chunked local attention implemented as a sliding window of chunk - 1 keys: right for the last query of each
   // chunk, too wide for every other.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:chunk-as-window", "chunked local attention computed as a sliding window",
+      .impl = family_rule_impl("mutant:chunk-as-window", "chunked local attention computed as a sliding window",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           if (c.chunk <= 0) return c.visibility().visible(i, j);
                           HeadCtx w = c;
@@ -153,7 +149,7 @@ std::vector<Mutant> mask_family_mutants() {
 
   // The prefix treated as plain causal: prefix-LM's bidirectional prefix never applied.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:prefix-ignored", "the bidirectional prefix treated as causal",
+      .impl = family_rule_impl("mutant:prefix-ignored", "the bidirectional prefix treated as causal",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           return without(c, [](HeadCtx& d) { d.prefix = 0; }).visible(i, j);
                         }),
@@ -168,7 +164,7 @@ std::vector<Mutant> mask_family_mutants() {
   // The prefix OR-ed into the whole mask instead of into the causal rule: prefix keys visible through padding,
   // windows, chunks and documents.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:prefix-overrides-mask", "prefix keys visible whatever the other families say",
+      .impl = family_rule_impl("mutant:prefix-overrides-mask", "prefix keys visible whatever the other families say",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           return v.visible(i, j) || (c.causal && j < c.prefix);  // should only relax causality
                         }),
@@ -184,7 +180,7 @@ std::vector<Mutant> mask_family_mutants() {
   // A bidirectional path built on a causal kernel: it skips the causal mask on every tile but the diagonal
   // one (tiles of 2 keys), which keeps it.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:bidirectional-diagonal-tile", "without the causal rule, the diagonal tile is still masked",
+      .impl = family_rule_impl("mutant:bidirectional-diagonal-tile", "without the causal rule, the diagonal tile is still masked",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           const Index p = i + (c.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0);
                           const bool diagonal_tile = floor_div(j, 2) == floor_div(p, 2);
@@ -201,7 +197,7 @@ std::vector<Mutant> mask_family_mutants() {
   // `j <= p + window_right + 1`: the right window one key too wide (what a right window of 0 should equal,
   // the causal rule, it does not).
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:right-window-too-wide", "the right window lets one key too many in",
+      .impl = family_rule_impl("mutant:right-window-too-wide", "the right window lets one key too many in",
                         [](const HeadCtx& c, const Visibility&, Index i, Index j) {
                           HeadCtx w = c;
                           if (w.window_right) ++*w.window_right;  // off by one
@@ -217,7 +213,7 @@ std::vector<Mutant> mask_family_mutants() {
 
   // Documents honoured only on the causal path: `if (causal) mask &= same_document`.
   z.push_back(Mutant{
-      .impl = rule_impl("mutant:documents-only-when-causal", "documents ignored without the causal rule",
+      .impl = family_rule_impl("mutant:documents-only-when-causal", "documents ignored without the causal rule",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           if (c.causal) return v.visible(i, j);
                           return without(c, [](HeadCtx& d) { d.doc_bounds = nullptr; }).visible(i, j);
@@ -233,7 +229,7 @@ std::vector<Mutant> mask_family_mutants() {
   // Correct, written from ids as numpy code is: per query and key, document ids compared, chunk ids compared,
   // the causal rule or the prefix, the windows and the padding, one test each.
   z.push_back(Mutant{
-      .impl = rule_impl("control:masks-from-ids", "every mask family from document and chunk ids, cell by cell",
+      .impl = family_rule_impl("control:masks-from-ids", "every mask family from document and chunk ids, cell by cell",
                         [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
                           const Index p = i + (c.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0);
                           bool ok = !c.causal || j <= p || j < c.prefix;

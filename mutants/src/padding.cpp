@@ -8,9 +8,6 @@
 namespace attncheck::zoo {
 namespace {
 
-template <class M>
-using Scalar = typename std::decay_t<M>::Scalar;
-
 // What these kernels declare: the zoo's contract plus key lengths, and the window when `window`.
 Capabilities padding_capabilities(bool window) {
   Capabilities c = zoo_capabilities();

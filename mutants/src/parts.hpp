@@ -1,7 +1,9 @@
 // The zoo's entries, grouped by where the mistake sits; each function builds its family's Mutant records.
 #pragma once
 
+#include <functional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attncheck/mutants.hpp"
@@ -50,6 +52,19 @@ ImplementationPtr head_impl(std::string name, std::string description, HeadFn fn
                             Tensor<double>* lse) { return per_head(q, k, v, pr, w, fn, kv_of, lse); });
   });
 }
+
+/// The scalar type of an Eigen expression (a head kernel's accumulation type A, from its Q).
+template <class M>
+using Scalar = typename std::decay_t<M>::Scalar;
+
+/// A visibility rule as a kernel gets it wrong: `rule(ctx, correct, i, j)` says whether query i sees key j,
+/// `correct` being the right Visibility (for the parts the author got right).
+using Rule = std::function<bool(const HeadCtx&, const Visibility&, Index, Index)>;
+
+/// A kernel that mixes values over the keys `rule` lets through (attend_where), so the rule is its only bug.
+/// One kernel body for every rule (a std::function, not a template): instantiated once per dtype for all the
+/// mask-family and block-mask mutants (src/masks_beyond.cpp defines it), not once per mutant and dtype.
+ImplementationPtr rule_impl(const char* name, const char* description, Rule rule, Capabilities caps);
 
 std::vector<Mutant> mask_mutants();     ///< where the mask is built or applied
 std::vector<Mutant> softmax_mutants();  ///< the softmax step

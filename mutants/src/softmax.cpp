@@ -5,10 +5,6 @@
 #include "parts.hpp"
 
 namespace attncheck::zoo {
-namespace {
-template <class M>
-using Scalar = typename std::decay_t<M>::Scalar;
-}  // namespace
 
 std::vector<Mutant> softmax_mutants() {
   std::vector<Mutant> z;

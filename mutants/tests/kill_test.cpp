@@ -176,6 +176,10 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:empty-block-in-row-sum", {.T_k = 2, .bidirectional = true, .cells = 2}},
     {"mutant:block-mask-wrong-axis", {.T_k = 1, .cells = 2}},
     {"mutant:block-mask-wrong-axis", {.T_k = 1, .q = Shape{1, 2, 1, 1}, .cells = 2}},
+    {"mutant:block-mask-per-kv-head", {.T_k = 1, .H_kv = 1, .cells = 2}},
+    // Or two queries over one key, top-left: the heads' masks differ only in the second row of blocks, and
+    // dropping query 0 moves query 1 into the first row, where they agree (a local minimum, as for wrong-axis).
+    {"mutant:block-mask-per-kv-head", {.T_k = 1, .H_kv = 1, .q = Shape{1, 2, 2, 1}, .cells = 2}},
     {"mutant:query-block-from-block-k", {.T_k = 2, .cells = 2}},
     {"mutant:query-block-from-block-k", {.T_k = 2, .bidirectional = true, .cells = 2}},
     {"mutant:partial-cells-block-local", {.T_k = 2, .cells = 2}},

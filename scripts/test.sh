@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Builds and runs every test: the whole suite in the default build; the whole suite again, every label, under
-# AddressSanitizer + UndefinedBehaviorSanitizer; then each libFuzzer target for a bounded time
-# (scripts/fuzz.sh). Prints how long each part took. CI (.ci/run) runs this on a clean clone of a 2-core
-# machine and must finish within 30 minutes.
+# Builds and runs every test: the whole suite in the default build (GCC); the whole suite again, every label,
+# under AddressSanitizer + UndefinedBehaviorSanitizer (clang-14); then each libFuzzer target, built in the same
+# sanitizer tree, for a bounded time (scripts/fuzz.sh). Prints how long each part took. CI (.ci/run) runs this on
+# a clean clone of a 2-core machine and must finish within 30 minutes.
 #
 # What the sanitizer pass cuts, to fit (ASan + UBSan at -O1 runs the laws about 7x slower than the default
 # build, which runs everything in full):
@@ -21,6 +21,9 @@
 #     the report writers run under the sanitizers in the cli and reports tests).
 # Every other test runs, every label included: each C and C++ code path the suite reaches runs under the
 # sanitizers too. The consumer example is built with the sanitizers as well.
+# One sanitizer tree for the suite and the fuzzers (clang-14, which libFuzzer needs): a separate fuzz tree
+# compiled the core, the laws, the harness and the reports a third time. libFuzzer's hooks go into the harness
+# and reports libraries alone (attncheck_fuzz_hooks in CMakeLists.txt), the code the fuzzers are for.
 # The default preset compiles with line tables only (-g1): full debug info made the builds half again slower.
 # What keeps the builds short: sources two targets need are compiled once (OBJECT libraries: the harness's
 # shared sources, the tests' main()); the libraries with many small sources (attncheck::properties,
@@ -72,7 +75,7 @@ part "default build"
 ctest --preset default -j"$((jobs + 1))"  # one more than the cores: some tests wait on timeouts and child processes
 part "default tests"
 
-echo "== asan build: the suite under ASan + UBSan"
+echo "== asan build: the suite and the fuzz targets under ASan + UBSan"
 cmake --preset asan >/dev/null
 cmake --build --preset asan -j"$jobs"
 part "asan build"
@@ -80,8 +83,6 @@ ctest --preset asan -j"$((jobs + 1))"
 part "asan tests"
 
 echo "== fuzz: each target for ${ATTNCHECK_FUZZ_SECONDS:-20}s"
-scripts/fuzz.sh --build-only
-part "fuzz build"
 scripts/fuzz.sh "${ATTNCHECK_FUZZ_SECONDS:-20}"
 part "fuzz runs"
 

@@ -88,7 +88,10 @@ Campaign read_campaign(const std::string& file) {
   CheckOptions& o = c.options;
   if (const auto it = j.find("options"); it != j.end()) {
     if (!it->is_object()) bad(file, "options", "an object", *it);
-    for (const auto& [key, v] : it->items()) {
+    for (const auto& item : it->items()) {
+      // Named, not a structured binding: clang 14 (the sanitizer tree's compiler) cannot capture those.
+      const std::string& key = item.key();
+      const nlohmann::json& v = item.value();
       const auto extent = [&](Index& x, Index lo, Index hi) {
         if (!v.is_number_integer() || v.get<std::int64_t>() < lo || v.get<std::int64_t>() > hi)
           bad(file, "options." + key, "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]", v);

@@ -66,7 +66,7 @@ KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 # Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
 FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "documents": 0x20,
           "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
-          "dense_mask": 0x800}
+          "dense_mask": 0x800, "batch_invariant": 0x8000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -339,7 +339,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
-          chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False):
+          chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
+          batch_invariant=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -373,12 +374,15 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     p sees keys j <= p + wr only), `dense_mask=True` (`dense_mask`, None or a bool array [B or 1, H or 1, T_q, T_k]:
     key j visible to query i of (b, h) where True, an extent of 1 broadcasting) and `block_mask=True` (`block_mask`,
     None or a BlockMask: kinds per block, the partial cells, to_dense()). Every family present must allow a key.
+    `batch_invariant=True` declares that a sequence's results are bit-identical whatever else is in the batch, the
+    batch size and the number of its queries in a call (the batch-invariance law; fn gets no keyword for it).
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
                                               ("documents", documents), ("chunked_local", chunked_local),
                                               ("prefix", prefix), ("right_window", right_window),
-                                              ("block_mask", block_mask), ("dense_mask", dense_mask))}
+                                              ("block_mask", block_mask), ("dense_mask", dense_mask),
+                                              ("batch_invariant", batch_invariant))}
     modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
     takes = _keywords(fn, "fn", modifiers)
     if custom_scale is None:

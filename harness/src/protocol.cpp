@@ -136,6 +136,7 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.right_window = flags3 & right_window_bit;
   caps.block_mask = flags3 & block_mask_bit;
   caps.dense_mask = flags3 & dense_mask_bit;
+  caps.batch_invariant = flags3 & batch_invariant_bit;
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
@@ -143,7 +144,8 @@ std::uint32_t abi3_bits(const Capabilities& caps) {
          (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u) | (caps.paged ? paged_bit : 0u) |
          (caps.documents ? documents_bit : 0u) | (caps.chunked_local ? chunked_local_bit : 0u) |
          (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u) |
-         (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u);
+         (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u) |
+         (caps.batch_invariant ? batch_invariant_bit : 0u);
 }
 
 DocIds doc_ids(const Problem& p) {
@@ -241,7 +243,7 @@ std::string encode_caps(const Handshake& h) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
     constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
                                         documents_bit | chunked_local_bit | prefix_bit | right_window_bit |
-                                        block_mask_bit | dense_mask_bit;
+                                        block_mask_bit | dense_mask_bit | batch_invariant_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |

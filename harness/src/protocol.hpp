@@ -54,7 +54,8 @@ enum Flags3 : std::uint32_t {
   bidirectional_bit = 0x100,
   right_window_bit = 0x200,
   block_mask_bit = 0x400,
-  dense_mask_bit = 0x800
+  dense_mask_bit = 0x800,
+  batch_invariant_bit = 0x8000
 };
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".

@@ -296,14 +296,65 @@ ImplementationPtr repeat_kv() {
       });
 }
 
+// A kernel that picks one of two correct paths by the call's shape, as real libraries do (split-KV when few
+// sequences fill the device, a small-query kernel for short prompts), while declaring batch invariance.
+template <class Pick>
+ImplementationPtr switching(const char* name, const char* description, ImplementationPtr a, ImplementationPtr b,
+                            Pick pick_a) {
+  return make_implementation(name, description, batch_invariant(zoo_capabilities()),
+                             [a, b, pick_a](const Problem& p) { return (pick_a(p) ? a : b)->forward(p); });
+}
+
+ImplementationPtr online_tiled_impl() {
+  return head_impl("online-tiled", "", [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+    return OnlineTiled{}(Q, K, V, c);
+  });
+}
+
 }  // namespace
+
+std::vector<Mutant> batch_mutants() {
+  std::vector<Mutant> z;
+  z.push_back(Mutant{
+      .impl = switching(
+          "mutant:batch-size-split-kv",
+          "declares batch invariance, but a call with one sequence takes a split-KV path (splits of 16 keys, merged "
+          "by their LSEs) and a larger batch the tiled one",
+          head_impl("split-kv", "", [](const auto& Q, const auto& K, const auto& V,
+                                       const HeadCtx& c) { return SplitKvLse{}(Q, K, V, c); }),
+          online_tiled_impl(), [](const Problem& p) { return p.q.shape().B == 1; }),
+      .bug = "batch-variant: the kernel is chosen by the batch size (split-KV for one sequence, as flash-decoding's "
+             "heuristic does), so a sequence's bits depend on what else is in the batch",
+      .minimal_shape = {1, 1, 4, 1},
+      .why_minimal = "one sequence (B = 1, where the split path runs) against the same sequence in a batch of two; "
+                     "the two paths round apart only once a row sums more keys than the tiled kernel's tile of 3: "
+                     "T = 4 (whether they do depends on the values: some cases end at T = 5, or D = 2)",
+      .killed_by = {"batch-invariance"},
+  });
+  z.push_back(Mutant{
+      .impl = switching(
+          "mutant:query-count-switch",
+          "declares batch invariance, but calls of at most 8 queries take another kernel (keys summed last to first)",
+          head_impl("reverse-order", "", [](const auto& Q, const auto& K, const auto& V,
+                                            const HeadCtx& c) { return ReverseOrder{}(Q, K, V, c); }),
+          online_tiled_impl(), [](const Problem& p) { return p.q.shape().T <= 8; }),
+      .bug = "query-count-variant: a kernel switch at T_q > 8 (MLX's small-query path) changes the bits of position "
+             "0's row when the prompt grows from 8 queries to 9",
+      .minimal_shape = {1, 1, 9, 1},
+      .why_minimal = "the call must cross the switch: 9 queries in the full call, at most 8 in a cut; the paths round "
+                     "apart once a row sums 3 keys",
+      .killed_by = {"batch-invariance"},
+  });
+  return z;
+}
 
 std::vector<Mutant> controls() {
   std::vector<Mutant> z;
   z.push_back(Mutant{
       .impl = head_impl(
           "control:reverse-order", "correct; keys visited last to first, scalar loops",
-          [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) { return ReverseOrder{}(Q, K, V, c); }),
+          [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) { return ReverseOrder{}(Q, K, V, c); },
+          batch_invariant(zoo_capabilities())),
       .bug = "control: keys (and the dot product's terms) summed in reverse order",
       .control = true,
       .minimal_shape = {},

@@ -19,6 +19,12 @@ inline Capabilities zoo_capabilities() {
   return c;
 }
 
+/// `c` with batch invariance declared (ATTNCHECK_CAP3_BATCH_INVARIANT).
+inline Capabilities batch_invariant(Capabilities c) {
+  c.batch_invariant = true;
+  return c;
+}
+
 /// The zoo's contract for kernels written for grouped-query attention (K and V with H_kv | H heads).
 inline Capabilities gqa_capabilities() {
   Capabilities c = zoo_capabilities();
@@ -82,6 +88,7 @@ std::vector<Mutant> modifier_backward_mutants();  ///< the backward of softcap a
 std::vector<Mutant> paged_mutants();    ///< paged K and V: the block table, pages, slots, strides (and a control)
 std::vector<Mutant> mask_family_mutants();  ///< documents, chunks, a prefix, a right window, no causal rule (a control)
 std::vector<Mutant> block_mask_mutants();   ///< block masks and dense masks: kinds, cells, broadcasting (a control)
+std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the call's shape under a batch-invariance claim
 std::vector<Mutant> controls();         ///< correct implementations written differently
 std::vector<Mutant> modifier_controls();  ///< a correct flash-decoding kernel with the LSE and every modifier
 

@@ -1,4 +1,4 @@
-// Mutants whose mistake is the scale: forgotten, 1/D, or √ of the wrong extent (each honours an explicit scale
+// Mutants whose mistake is the scale or the head dimension: forgotten, 1/D, or √ of the wrong extent (each honours an explicit scale
 // and gets only the default wrong); and two that get only an explicit scale wrong (ignored, or taken as a
 // temperature), whose minimal case is D = 1 with a scale other than 1 there.
 #include "parts.hpp"
@@ -85,6 +85,40 @@ std::vector<Mutant> scale_mutants() {
       .minimal_shape = {1, 1, 1, 1},
       .why_minimal = "1/scale = scale only at scale 1, and one query must weigh two keys: T_q = 1, T_k = 2 under "
                      "bottom-right, D = 1 with an explicit scale other than 1",
+      .killed_by = {"oracle-agreement"},
+  });
+  // Tiled kernels pad the head dimension to their tile (FlashAttention: 32, 64, ...) and some take the scale from
+  // the padded extent: right at every D that is a multiple of 8, wrong at every other.
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:scale-padded-head-dim", "default scale 1/√(D rounded up to a multiple of 8)",
+                        with_default_scale([](const HeadCtx& c, const auto&) {
+                          return 1.0 / std::sqrt(static_cast<double>((c.D + 7) / 8 * 8));
+                        })),
+      .bug = "scale from the padded head dimension: 1/√(⌈D/8⌉·8) instead of 1/√D (wrong unless 8 divides D)",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "D = 1 is padded to 8, so the scale is 1/√8 instead of 1; the scale matters only when one query "
+                     "weighs two keys: T_q = 1, T_k = 2 under bottom-right",
+      .killed_by = {"scale-variance", "oracle-agreement"},
+  });
+  // A dot product vectorised 8 channels at a time whose remainder loop was never written: heads of at most 8
+  // channels take a scalar path and are right; beyond, the last D mod 8 channels never reach the score.
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:head-dim-tail-dropped",
+                        "q·k over whole groups of 8 channels only once D > 8: the last D mod 8 are dropped",
+                        [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+                          using A = Scalar<decltype(Q)>;
+                          const Index n = c.D > 8 ? c.D / 8 * 8 : c.D;
+                          const Matrix<A> Qn = Q.leftCols(n), Kn = K.leftCols(n);
+                          HeadOut<A> r;
+                          r.weights = softmax_rows<A>(causal_select<A>(scores(Qn, Kn, c.resolved_scale()), c));
+                          r.output = mix_visible(r.weights, V, c);
+                          return r;
+                        }),
+      .bug = "head-dimension tail loop missing: with D > 8 and D mod 8 != 0, the scores leave out the last D mod 8 "
+             "channels",
+      .minimal_shape = {1, 1, 1, 9},
+      .why_minimal = "the first D with a tail past the scalar path is 9; the scores matter only when one query weighs "
+                     "two keys: T_q = 1, T_k = 2 under bottom-right",
       .killed_by = {"oracle-agreement"},
   });
   return z;

@@ -92,6 +92,54 @@ std::vector<Mutant> softmax_mutants() {
       .why_minimal = "query 0 exists at T = 1: its weights sum to 0 instead of 1 (and its output is 0 instead of v0)",
       .killed_by = {"first-position", "row-stochastic", "oracle-agreement"},
   });
+  // The running max kept in bfloat16 (to save registers or shared memory), the exponentials in float: at
+  // ordinary scores the rounding of m cancels between numerator and denominator, but once |m|·2^-9 passes exp's
+  // range (~88.7 in float) the row overflows (Inf/Inf = NaN) or underflows to l = 0 (a silent zero row).
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:row-max-in-bf16", "the row max is held in bfloat16 while the exponentials are float",
+                        [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+                          using A = Scalar<decltype(Q)>;
+                          const Matrix<A> zm = causal_select<A>(scores(Q, K, c.resolved_scale()), c);
+                          HeadOut<A> r;
+                          r.weights = Matrix<A>::Zero(zm.rows(), zm.cols());
+                          for (Index i = 0; i < zm.rows(); ++i) {
+                            A m = -std::numeric_limits<A>::infinity(), l = 0;
+                            for (Index j = 0; j < zm.cols(); ++j) m = std::max(m, zm(i, j));
+                            if (m == -std::numeric_limits<A>::infinity()) continue;  // nothing visible
+                            m = A(float(Eigen::bfloat16(float(m))));
+                            for (Index j = 0; j < zm.cols(); ++j) l += (r.weights(i, j) = std::exp(zm(i, j) - m));
+                            if (l != A(0)) r.weights.row(i) /= l;
+                          }
+                          r.output = mix_visible(r.weights, V, c);
+                          return r;
+                        }),
+      .bug = "running max stored in bfloat16: a row whose scores lie beyond ~4.5e4 in magnitude gets a max off by "
+             "more than exp's range, so its weights overflow (NaN) or underflow to a silent zero row",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query, one key, D = 1, with a score whose bfloat16 rounding is more than ~88.7 away (|s| "
+                     "above ~4.5e4)",
+      .killed_by = {"extreme-scores", "oracle-agreement"},
+  });
+
+  // Scores clamped from below "to keep exp finite in half precision": a row whose visible scores all lie below
+  // the clamp is flattened to equal weights, whatever their differences.
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:score-clamp-min", "scores clamped below at -1e4 before the softmax",
+                        [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+                          using A = Scalar<decltype(Q)>;
+                          const Matrix<A> s = scores(Q, K, c.resolved_scale()).cwiseMax(A(-1e4));
+                          HeadOut<A> r;
+                          r.weights = softmax_rows<A>(causal_select<A>(s, c));
+                          r.output = mix_visible(r.weights, V, c);
+                          return r;
+                        }),
+      .bug = "scores clamped from below at -1e4 (a guard against -inf in half precision): a row whose visible "
+             "scores all lie below -1e4 gets equal weights",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over two keys (T_q = 1, T_k = 2 under bottom-right) whose scores both lie below -1e4 "
+                     "and differ (D = 1: q times two different keys)",
+      .killed_by = {"extreme-scores", "oracle-agreement"},
+  });
   return z;
 }
 

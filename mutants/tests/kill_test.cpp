@@ -109,6 +109,20 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:tiled-split-tail", {33, CausalAlignment::BottomRight}},
     {"mutant:scale-explicit-ignored", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
     {"mutant:scale-explicit-inverted", {2, CausalAlignment::BottomRight, {}, std::vector<Index>{}, {}, true}},
+    {"mutant:scale-padded-head-dim", {.T_k = 2, .alignment = kBR}},
+    {"mutant:head-dim-tail-dropped", {.T_k = 2, .alignment = kBR}},
+    // Rows whose scores all lie far out (the extreme-scores law).
+    {"mutant:row-max-in-bf16", {.T_k = 1}},
+    {"mutant:score-clamp-min", {.T_k = 2, .alignment = kBR}},  // D = 1: q·k_j differ
+    // A local minimum: both channels carry the scores below -1e4 and dropping either lifts one above the clamp.
+    {"mutant:score-clamp-min", {.T_k = 2, .alignment = kBR, .q = Shape{1, 1, 1, 2}}},
+    // Correct kernels switched by the call's shape under a batch-invariance claim (src/controls.cpp).
+    {"mutant:batch-size-split-kv", {.T_k = 4}},
+    // Local minima: the two paths round apart only for some values, and dropping the fifth key or the second
+    // channel leaves them rounding alike.
+    {"mutant:batch-size-split-kv", {.T_k = 5, .q = Shape{1, 1, 5, 1}}},
+    {"mutant:batch-size-split-kv", {.T_k = 4, .q = Shape{1, 1, 4, 2}}},
+    {"mutant:query-count-switch", {.T_k = 9}},
     // Reported as the one decode call that computed wrongly (Violation::call), whichever law found it.
     {"mutant:split-kv-decode-averaged", {33, CausalAlignment::BottomRight}},
     // The log-sum-exp, split-KV merges and the row max's start (src/lse.cpp).
@@ -429,10 +443,25 @@ const std::map<std::pair<std::string, DType>, int> kDtypeCases = {
     {{"mutant:grad-softcap-no-dtanh", DType::bf16}, 200},
 };
 
+// Where a dtype cannot resolve a mutant's bug, so no law can see it there (asserted: tightening a bound turns the
+// entry into a failure, and the entry goes).
+const std::map<std::pair<std::string, DType>, const char*> kSurvivesAt = {
+    // Its bug needs a row whose visible scores all lie below -1e4 and differ by less than the softmax saturates
+    // (tens), and a kernel that keeps QKᵀ in bfloat16 rounds such scores by up to 2^-8 · 1e4 ≈ 39: the derived
+    // bound cannot tell its equal weights from the right ones (extreme-scores still checks that they sum to 1).
+    {{"mutant:score-clamp-min", DType::bf16}, "bfloat16 cannot resolve scores below -1e4 to within their spread"},
+};
+
 // The mutants are written for every dtype; at the fixed seed some law kills each one in float64, float16 and
-// bfloat16 too.
+// bfloat16 too (but for kSurvivesAt).
 TEST_P(Mutants, KilledAtEveryOtherDtype) {
   for (DType t : {DType::f64, DType::f16, DType::bf16}) {
+    if (const auto s = kSurvivesAt.find({mutant().impl->name(), t}); s != kSurvivesAt.end()) {
+      EXPECT_FALSE(first_kill(mutant(), kSeed, RunOptions{}.cases, t))
+          << mutant().impl->name() << " is killed at " << dtype_name(t) << ": remove its kSurvivesAt entry ("
+          << s->second << ")";
+      continue;
+    }
     const auto budget = kDtypeCases.find({mutant().impl->name(), t});
     EXPECT_TRUE(first_kill(mutant(), kSeed, budget == kDtypeCases.end() ? RunOptions{}.cases : budget->second, t))
         << mutant().impl->name() << " survived every law at " << dtype_name(t);
@@ -461,11 +490,20 @@ class Controls : public testing::TestWithParam<std::string> {};
 
 // A correct implementation written differently: every law holds, at every dtype, at the fixed seed with the
 // default budget (kControlDtypeCases).
+// The controls of the false-alarm sweep below are checked there, on seeds 1-20 with the full budget at float32
+// (seed 1 among them: this test's float32 run, which they skip).
+const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse", "control:ftz", "control:grad-nan-rows",
+                                                      "control:flash-exp2-split"};
+bool in_false_alarm_sweep(const std::string& name) {
+  return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
+}
+
 TEST_P(Controls, NoLawFailsAtAnyDtype) {
   const Mutant& m = *find_mutant(GetParam());
   ASSERT_FALSE(laws().empty());
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Law& l : laws()) {
+      if (t == DType::f32 && in_false_alarm_sweep(GetParam())) break;
       const LawResult r = run(l, m, kSeed, kControlDtypeCases, t);
       EXPECT_NE(r.status, LawStatus::falsified) << "false alarm at " << dtype_name(t) << ": " << case_line(r);
     }
@@ -473,13 +511,9 @@ TEST_P(Controls, NoLawFailsAtAnyDtype) {
 
 // And on kControlSeeds more seeds in float32 (kControlCases cases per law), so a control's pass is not one
 // seed's luck.
-// The controls of the false-alarm sweep below are checked there, on seeds 1-20 with the full budget.
-const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse", "control:ftz", "control:grad-nan-rows",
-                                                      "control:flash-exp2-split"};
-
 TEST_P(Controls, NoLawFailsOnOtherSeeds) {
   const Mutant& m = *find_mutant(GetParam());
-  if (std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), GetParam()) != kFalseAlarmControls.end())
+  if (in_false_alarm_sweep(GetParam()))
     GTEST_SKIP() << GetParam() << " is checked by FalseAlarmControls on seeds 1-20 at 100 cases per law, more than "
                  << "seeds 2-5 at 25 here";
   for (std::uint64_t seed = kSeed + 1; seed <= kSeed + kControlSeeds; ++seed)

@@ -809,10 +809,20 @@ rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
   }
   Index n_pow2 = 0;
   while ((Index{1} << n_pow2) <= max_D) ++n_pow2;
-  return rc::gen::join(weighted_choice<rc::Gen<Index>>(
-      {{3, rc::gen::inRange<Index>(1, std::min<Index>(max_D, 16) + 1)},
-       {3, rc::gen::inRange<Index>(1, max_D + 1)},
-       {2, rc::gen::map(rc::gen::inRange<Index>(0, n_pow2), [](Index e) { return Index{1} << e; })}}));
+  std::vector<std::pair<std::size_t, rc::Gen<Index>>> choices{
+      {3, rc::gen::inRange<Index>(1, std::min<Index>(max_D, 16) + 1)},
+      {3, rc::gen::inRange<Index>(1, max_D + 1)},
+      {2, rc::gen::map(rc::gen::inRange<Index>(0, n_pow2), [](Index e) { return Index{1} << e; })}};
+  // The head dimensions real models use and kernels get wrong (issue 25): tile-padding granularity (72, 104;
+  // 129 padded to 144), non-multiples of 8, 16 and 32 (59, 111 from FlashAttention's tests), MLA's 576, and the
+  // common 80 to 256; those within --max-D.
+  std::vector<Index> real;
+  for (const Index d : {40, 59, 72, 80, 96, 104, 111, 129, 136, 192, 256, 576})
+    if (d <= max_D) real.push_back(d);
+  if (!real.empty())
+    choices.push_back({1, rc::gen::map(rc::gen::inRange<std::size_t>(0, real.size()),
+                                       [real](std::size_t n) { return real[n]; })});
+  return rc::gen::join(weighted_choice(choices));
 }
 
 rc::Gen<double> gen_magnitude() {

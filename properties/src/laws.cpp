@@ -23,7 +23,8 @@ const std::vector<Law>& laws() {
                             grad_oracle(),             grad_causality(),     grad_key_sum_zero(),
                             grad_dv_weights(),         grad_finite_difference(),
                             hidden_keys(),             packed_equals_separate(), chunked_equals_separate(),
-                            neutral_masks(),           bidirectional_permutation(), mask_encodings()};
+                            neutral_masks(),           bidirectional_permutation(), mask_encodings(),
+                            extreme_scores(),          batch_invariance()};
   }();
   return all;
 }

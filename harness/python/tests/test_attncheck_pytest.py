@@ -647,3 +647,50 @@ def test_serve_refuses_a_block_or_dense_mask_declaration_without_its_keyword():
         attncheck_plugin.serve(no_block_mask, block_mask=True, dense_mask=True)
     with pytest.raises(TypeError, match="dense_mask=True but fn no_dense_mask has no `dense_mask` parameter"):
         attncheck_plugin.serve(no_dense_mask, block_mask=True, dense_mask=True)
+
+
+BATCH = '''
+import numpy as np
+
+
+def per_row(q, k, v, scale=None, alignment="top-left"):
+    """Each row on its own, in float64, keys in order: its bits cannot depend on the batch or the query count."""
+    B, H, T_q, D = q.shape
+    T_k = k.shape[2]
+    out = np.zeros(q.shape)
+    for b in range(B):
+        for h in range(H):
+            for i in range(T_q):
+                last = i if alignment == "top-left" else i + T_k - T_q
+                if last < 0:
+                    continue
+                s = np.array([float(np.dot(q[b, h, i], k[b, h, j])) for j in range(last + 1)]) * (scale or 1 / np.sqrt(D))
+                w = np.exp(s - s.max())
+                out[b, h, i] = sum(w[j] * v[b, h, j] for j in range(last + 1)) / w.sum()
+    return out
+
+
+def by_batch(q, k, v, scale=None, alignment="top-left"):
+    """The bug under the claim: one sequence is computed in float32 (a "latency" path), a batch in float64."""
+    out = per_row(q, k, v, scale, alignment)
+    return out.astype(np.float32).astype(np.float64) if q.shape[0] == 1 else out
+
+
+def test_per_row(attncheck):
+    attncheck.check(per_row, dtypes=("float64",), laws=("batch-invariance",), alignments=("top-left", "bottom-right"),
+                    batch_invariant=True)
+
+
+def test_by_batch(attncheck):
+    attncheck.check(by_batch, dtypes=("float64",), laws=("batch-invariance",),
+                    alignments=("top-left", "bottom-right"), batch_invariant=True)
+'''
+
+
+def test_a_batch_invariance_claim_reaches_attncheck_and_is_held_bit_for_bit(pytester):
+    # batch_invariant=True sets ATTNCHECK_CAP3_BATCH_INVARIANT: the law then applies; without it, it is n/a.
+    pytester.makepyfile(test_batch=BATCH)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "20", "-rA")
+    result.assert_outcomes(passed=1, failed=1)
+    out = result.stdout.str()
+    assert "batch-invariance" in out and "must be bit-identical" in out and "in a batch of 2" in out

@@ -78,7 +78,8 @@ template <class T> rc::Gen<T> weighted_choice(std::vector<std::pair<std::size_t,
 
 
 
-/// Head dimension D in [1, max_D]: small, uniform and power-of-two draws, shrinking toward 1.
+/// Head dimension D in [1, max_D]: small, uniform and power-of-two draws, and the head dims real models use and
+/// kernels get wrong (40, 59, 72, 80, 96, 104, 111, 129, 136, 192, 256, 576, within max_D), shrinking toward 1.
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg);
 
 /// A [B,H,T,D] tensor of values at `magnitude` in `regime`, each rounded to `dtype`. Each value shrinks to 0,

@@ -186,6 +186,9 @@ struct Capabilities {
   bool documents = false, chunked_local = false, prefix = false, right_window = false;
   /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
   bool block_mask = false, dense_mask = false;
+  /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,
+  /// whatever the batch size, and whatever number of its queries a call holds (the batch-invariance law).
+  bool batch_invariant = false;
   /// Calls may run concurrently from several threads and each call's result depends only on its problem (no
   /// state kept between calls): `--jobs` then checks several laws at once. Off by default: a plug-in, a
   /// subprocess or a stateful kernel is called one law after the other, in the serial order.

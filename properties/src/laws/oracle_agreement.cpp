@@ -71,13 +71,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   Outcome o = call(impl, outputs_first(impl, p));  // weights only once the outputs pass
   OracleRun r = run_oracle(p);
-  // FlashAttention's rule, merged into the derived bound by taking the larger of the two per element.
-  Problem with_w = p;
-  with_w.want_weights = !r.streamed;
-  const Outcome mine = reference_implementation()->forward(with_w);
-  const double floor_out = unit_roundoff(p.dtype) * p.v.values().cwiseAbs().maxCoeff();
-  r.tol_out.values() = r.tol_out.values().cwiseMax(2 * (mine.output.values() - r.out.values()).cwiseAbs() +
-                                                   Eigen::VectorXd::Constant(r.out.size(), floor_out));
+  const Outcome mine = widen_by_reference_error(p, r);
   const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
   if (auto v = with_nonfinite_reason(compare("oracle-agreement", "output", r.out, o.output, &r.tol_out, seen), p)) {
     v->weights = o.weights;

@@ -54,5 +54,8 @@ Law chunked_equals_separate();
 Law neutral_masks();
 Law bidirectional_permutation();
 Law mask_encodings();
+// Value regimes (issue 25).
+Law extreme_scores();
+Law batch_invariance();
 
 }  // namespace attncheck::law_kit

@@ -246,6 +246,16 @@ std::string needs_cached_calls(const GenConfig& g);
 std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
                                              const std::vector<Index>& starts, const std::vector<Index>& only = {});
 
+/// FlashAttention's rule for an implementation other than the reference: widens r.tol_out to at least twice the
+/// reference's own output error on p plus u_s·max|v| (a valid kernel summing in another order can be off by about
+/// as much as the plain one in the other direction). Returns the reference's outcome (with weights unless
+/// streamed).
+Outcome widen_by_reference_error(const Problem& p, OracleRun& r);
+
+/// The body of convex-hull: calls impl on p and checks that every output of a row that sees a key lies within
+/// the range of the visible value rows (and 0, with a sink), within convex-hull's derived slack; `law` names it.
+std::optional<Violation> hull_violation(const std::string& law, const Implementation& impl, const Problem& p);
+
 /// With T_q == T_k both alignments give the same mask: the one to ask in that the implementation accepts.
 CausalAlignment square_alignment(const Capabilities& caps);
 

@@ -157,6 +157,11 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "calls to the implementation allowed in the whole run (0: no limit); then the laws left check no "
                     "further case and say how many they did not check")
       ->check(CLI::Range(0L, 1'000'000'000'000L));
+  check->add_option("--stress", o.stress,
+                    "the determinism laws (determinism, grad-determinism) make each call N times instead of twice, "
+                    "at once on several threads for a reentrant implementation, and every result must be "
+                    "bit-identical")
+      ->check(CLI::Range(2, 100000));
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
   check->add_option("--shard", o.shard,
                     "check only shard I (from 0) of N: the run's laws at positions k with k % N == I, each with the "
@@ -184,7 +189,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       std::string ignored;
       for (const char* flag : {"--property", "--reproduce", "--shard", "--shape", "--cases", "--seed", "--max-B", "--max-H",
                                "--max-Hkv", "--max-T", "--min-T", "--max-D", "--dtype", "--jobs", "--report-dir",
-                               "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls"})
+                               "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls", "--stress"})
         if (check->count(flag) > 0) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
       if (!ignored.empty())
         throw UsageError("--replay re-checks exactly the case stored in " + o.replay +

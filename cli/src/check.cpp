@@ -447,6 +447,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
                      std::to_string(o.min_T));
   run.gen.min_T = o.min_T;
+  run.gen.stress = o.stress;
   if (!o.shape.empty()) run.gen.shape = parse_shape(o.shape);
   // Contradictions: a bound given on the command line that the pinned shape breaks, or more kv heads than heads.
   if (run.gen.shape) {
@@ -501,7 +502,8 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string()) << ", T <= "
       << run.gen.max_T << " (tail to " << run.gen.max_T_tail << "), D <= " << run.gen.max_D
       << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
-      << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string()) << "\n"
+      << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string())
+      << (run.gen.stress > 1 ? ", stress " + std::to_string(run.gen.stress) : std::string()) << "\n"
       << long_note
       << (shard.given ? "  shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " +
                             std::to_string(selected.size()) + " of the run's " + std::to_string(run_laws_names.size()) +

@@ -45,6 +45,7 @@ struct CheckOptions {
   double timeout = 0;      ///< seconds per plug-in call; 0: $ATTNCHECK_CALL_TIMEOUT, else 10
   double shrink_time = kDefaultShrinkSeconds;  ///< seconds of shrinking per law; 0: no limit
   long max_calls = 0;      ///< calls to the implementation in the whole run; 0: no limit
+  int stress = 1;          ///< the determinism laws' calls per case (at least 2 are made)
   int jobs = 0;            ///< laws checked at once; 0: one per core
   std::string shard;       ///< "I/N": check only shard I (from 0) of N; empty: $GTEST_SHARD_INDEX/$GTEST_TOTAL_SHARDS or all
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.

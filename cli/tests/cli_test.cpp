@@ -559,6 +559,12 @@ TEST(BadFlags, seedsThatDoNotFitInUint64AreRefusedNotWrapped) {
   EXPECT_TRUE(contains(r.out, "seed 18446744073709551615")) << r.out;
 }
 
+TEST(BadFlags, aStressBelowTwoRepeatsIsRefused) {
+  // One call is compared with nothing: --stress 1 would make both determinism laws hold vacuously.
+  for (const char* n : {"1", "0", "-2", "1.5", "many", "100001"})
+    expect_usage(toy_registry(), {"check", "--impl", "reference", "--stress", n}, {"--stress"});
+}
+
 TEST(BadFlags, contradictoryFlagsAreRefusedNamingBoth) {
   const Registry& reg = toy_registry();
   expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,100,100,8", "--max-T", "10"}, {"--shape", "--max-T 10", "T_q = 100"});
@@ -568,7 +574,8 @@ TEST(BadFlags, contradictoryFlagsAreRefusedNamingBoth) {
   expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,4,4,8", "--min-T", "16"}, {"--shape", "--min-T 16"});
   expect_usage(reg, {"check", "--impl", "reference", "--max-Hkv", "3", "--max-H", "2"}, {"--max-Hkv 3", "--max-H 2"});
   for (const std::vector<std::string>& extra : {std::vector<std::string>{"--property", "toy-below-90"}, {"--reproduce", "ABC"},
-                                               {"--shape", "1,1,1,1,1"}, {"--cases", "5"}, {"--max-T", "9"}, {"--seed", "3"}}) {
+                                               {"--shape", "1,1,1,1,1"}, {"--cases", "5"}, {"--max-T", "9"}, {"--seed", "3"},
+                                               {"--stress", "8"}}) {
     std::vector<std::string> args = {"check", "--replay", "/nonexistent/toy.json"};
     args.insert(args.end(), extra.begin(), extra.end());
     expect_usage(reg, args, {"--replay", extra.front()});

@@ -2,6 +2,7 @@
 // from scratch (weights recomputed from the saved log-sum-exp, Δ = rowsum(dO ∘ O), dS = P ∘ (dP - Δ)), each
 // with one realistic mistake; and two controls, the same kernel with plain and with Kahan (compensated) sums.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -21,6 +22,7 @@ enum class Bug {
   dk_from_p,        ///< dK accumulated from P instead of dS
   lse_wrong_row,    ///< the weights recomputed with the log-sum-exp of the next row (an off-by-one)
   kv_one_head,      ///< a shared kv head's dK, dV written by each query head in turn: the last one wins
+  dk_race,          ///< the rows reach dK and dV in an order that changes from call to call (atomics, no fixed order)
 };
 
 /// A running sum: plain, or Kahan-compensated (the float-Kahan control).
@@ -59,6 +61,10 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
     return acc.value();
   };
   AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
+  // The race: which row adds into dK and dV first depends on the call (a counter standing for thread timing):
+  // every other call takes the rows last to first.
+  static std::atomic<Index> calls{0};
+  const bool reversed = bug == Bug::dk_race && calls++ % 2 == 1;
   for (Index b = 0; b < qs.B; ++b) {
     const Visibility vis = p.visibility(b);
     for (Index kv = 0; kv < ks.H; ++kv) {
@@ -88,7 +94,8 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
           }
         }
         // The backward.
-        for (Index i = 0; i < T_q; ++i) {
+        for (Index n = 0; n < T_q; ++n) {
+          const Index i = reversed ? T_q - 1 - n : n;
           const KeyRange r = vis.keys(i);
           if (r.empty()) continue;  // sees no key: no gradient
           const A L = lse[std::size_t(bug == Bug::lse_wrong_row ? std::min(i + 1, T_q - 1) : i)];
@@ -191,6 +198,13 @@ std::vector<Mutant> backward_mutants() {
   z.push_back(mutant("grad-kv-one-head", "backward: a shared kv head's dK, dV from its last query head, not the group sum",
                      Bug::kv_one_head, {1, 2, 1, 1}, "two query heads sharing one kv head (H = 2, H_kv = 1), one key",
                      {"grad-oracle", "grad-dv-weights"}));
+  z.push_back(mutant("grad-dk-race",
+                     "backward: rows added into dK and dV in an order that changes from call to call (a race)",
+                     Bug::dk_race, {1, 1, 3, 1},
+                     "a key's dV (or dK) must sum three rows' terms for a reordering to round differently (a + b = b + "
+                     "a): three queries over one key (T_q = 3 > T_k = 1, top-left, all seeing it); some cases end on "
+                     "two or three keys, dropping any of which leaves the sums rounding alike",
+                     {"grad-determinism"}));
   const auto control = [](ImplementationPtr impl, const char* what) {
     return Mutant{.impl = std::move(impl),
                   .bug = what,

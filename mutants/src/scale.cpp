@@ -121,6 +121,26 @@ std::vector<Mutant> scale_mutants() {
                      "two keys: T_q = 1, T_k = 2 under bottom-right",
       .killed_by = {"oracle-agreement"},
   });
+  // The same missing remainder loop on the other side: weights·V written 8 channels at a time, so past D = 8 the
+  // last D mod 8 output channels keep the buffer's zeros.
+  z.push_back(Mutant{
+      .impl = head_impl("mutant:head-dim-tail-unwritten",
+                        "the output written in whole groups of 8 channels once D > 8: the last D mod 8 stay 0",
+                        [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) {
+                          using A = Scalar<decltype(Q)>;
+                          HeadOut<A> r;
+                          r.weights = softmax_rows<A>(causal_select<A>(scores(Q, K, c.resolved_scale()), c));
+                          r.output = mix_visible(r.weights, V, c);
+                          if (c.D > 8) r.output.rightCols(c.D % 8).setZero();
+                          return r;
+                        }),
+      .bug = "head-dimension tail loop missing in the output: with D > 8 and D mod 8 != 0, the last D mod 8 output "
+             "channels are never written (left 0)",
+      .minimal_shape = {1, 1, 1, 9},
+      .why_minimal = "the first D with a tail past the scalar path is 9; one query, one key, whose value's last channel "
+                     "is not 0",
+      .killed_by = {"oracle-agreement", "first-position"},
+  });
   return z;
 }
 

@@ -180,6 +180,19 @@ BlockMask block_mask_of(const CaseShape& s) {
 }
 
 // Key j deleted: every sequence that held it is one key shorter (its padding stays where it was).
+// The aligned blocks [start, start + n) of positions 0..T-1 that a shrinking step deletes whole: every n = 16·2^m
+// below T (the tile and split-K chunk sizes kernels use: 16 .. 128 keys per tile, 32 .. 2048 per split), largest
+// first, each at every multiple of n, so that the positions after the block keep their place within any tile of n
+// or less. 2·T/16 candidates at most.
+std::vector<std::pair<Index, Index>> aligned_blocks(Index T) {
+  std::vector<Index> sizes;
+  for (Index n = 16; n < T; n *= 2) sizes.push_back(n);
+  std::vector<std::pair<Index, Index>> out;
+  for (auto n = sizes.rbegin(); n != sizes.rend(); ++n)
+    for (Index start = 0; start + *n < T; start += *n) out.emplace_back(start, *n);
+  return out;
+}
+
 void delete_key(CaseShape& c, Index j) {
   c.k_ids = erased(c.k_ids, j);
   --c.T_k;
@@ -296,6 +309,15 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       delete_key(c, i);
       add_fitted(c);  // delete_key kept every length right
     }
+    for (const auto& [i, n] : aligned_blocks(s.T_q)) {  // a whole tile (see below)
+      CaseShape c = s;
+      for (Index r = 0; r < n; ++r) {
+        c.q_ids = erased(c.q_ids, i);
+        --c.T_q;
+        delete_key(c, i);
+      }
+      add_fitted(c);
+    }
   }
   if (cross) {
     for (const Index t : towards_one(s.T_q)) {
@@ -320,6 +342,14 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       CaseShape c = s;
       delete_key(c, j);
       add_fitted(c);  // delete_key kept every length right
+    }
+    // A whole tile of keys at once: a tiled kernel's bug may need keys to stay in their tiles (or split-K
+    // chunks), and deleting one key moves every later key into another tile, so a failure in the third tile or
+    // chunk may never shrink to the second one key at a time.
+    for (const auto& [j, n] : aligned_blocks(s.T_k)) {
+      CaseShape c = s;
+      for (Index r = 0; r < n; ++r) delete_key(c, j);
+      add_fitted(c);
     }
     for (const Index i : {Index{0}, s.T_q - 1}) {
       if (s.T_q < 2) break;

@@ -2,9 +2,11 @@
 // sets the seed and case count, and a failure prints the minimal case and the RC_PARAMS line that replays it.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <functional>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include "attncheck/law.hpp"
 
@@ -160,6 +162,69 @@ TEST(Law, chunkedEqualsSeparate) { expectHoldsOnReference("chunked-equals-separa
 TEST(Law, neutralMasks) { expectHoldsOnReference("neutral-masks", kAllDtypes); }
 TEST(Law, bidirectionalPermutation) { expectHoldsOnReference("bidirectional-permutation", kAllDtypes); }
 TEST(Law, maskEncodings) { expectHoldsOnReference("mask-encodings", kAllDtypes); }
+TEST(Law, extremeScores) { expectHoldsOnReference("extreme-scores", kAllDtypes); }
+TEST(Law, gradDeterminism) { expectHoldsOnReference("grad-determinism", {DType::f32, DType::bf16}); }
+
+// Each row on its own in double, keys in order, over the problem's visibility rule: its bits cannot depend on the
+// batch or on how many queries a call holds. (The reference's Eigen products can: it claims no batch invariance.)
+Outcome per_row_attention(const Problem& p) {
+  const Shape& s = p.q.shape();
+  const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
+  Outcome o{Tensor<double>(s)};
+  o.output.values().setZero();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      const Visibility vis = p.visibility(b, h);
+      const Index kv = kv_head(h, s.H, p.kv_heads());
+      for (Index i = 0; i < s.T; ++i) {
+        const KeyRange r = vis.keys(i);
+        if (r.empty()) continue;
+        std::vector<double> w;
+        double m = -std::numeric_limits<double>::infinity(), l = 0;
+        for (Index j = r.begin; j < r.end; ++j) {
+          double x = 0;
+          for (Index d = 0; d < s.D; ++d) x += p.q(b, h, i, d) * p.k(b, kv, j, d);
+          w.push_back(x * scale);
+          m = std::max(m, w.back());
+        }
+        for (double& x : w) l += (x = std::exp(x - m));
+        for (Index j = r.begin; j < r.end; ++j)
+          for (Index d = 0; d < s.D; ++d) o.output(b, h, i, d) += w[std::size_t(j - r.begin)] / l * p.v(b, kv, j, d);
+      }
+    }
+  return o;
+}
+
+// A per-row kernel claiming batch invariance holds batch-invariance; the same with its one-sequence path a
+// rounding apart fails it; without the claim the law does not apply, saying why.
+TEST(Law, batchInvariance) {
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.batch_invariant = true;
+  caps.returns_weights = caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.backward = false;
+  caps.block_mask = caps.dense_mask = caps.paged = false;
+  const auto claimed = make_implementation("per-row", "each row alone in double, claiming batch invariance", caps,
+                                           per_row_attention);
+  const auto one_sequence = make_implementation("one-sequence-path", "B = 1 rounds its outputs to bfloat16", caps,
+                                                [](const Problem& p) {
+                                                  Outcome o = per_row_attention(p);
+                                                  if (p.q.shape().B == 1)
+                                                    for (Index n = 0; n < o.output.size(); ++n)
+                                                      o.output.values()[n] =
+                                                          double(float(Eigen::bfloat16(float(o.output.values()[n]))));
+                                                  return o;
+                                                });
+  const Law& law = *find_law("batch-invariance");
+  for (const DType t : {DType::f32, DType::f16}) {
+    RunOptions o = options_from_rc_params("batch-invariance");
+    o.gen.dtype = t;
+    const LawResult held = run_law(law, *claimed, o);
+    EXPECT_EQ(held.status, LawStatus::held) << describe(held);
+  }
+  EXPECT_EQ(run_law(law, *one_sequence, RunOptions{}).status, LawStatus::falsified);
+  const LawResult na = run_law(law, *reference_implementation(), RunOptions{});
+  EXPECT_EQ(na.status, LawStatus::not_applicable);
+  EXPECT_NE(na.note.find("batch invariance"), std::string::npos) << na.note;
+}
 
 // Each mask law can fail: the reference with one family mishandled the way kernels get it wrong (the zoo's mask
 // mutants are the full set), and it says why it does not apply to an implementation without the family.
@@ -267,6 +332,7 @@ TEST(Law, theLseAndModifierLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
 TEST(Law, gradientLawsNeedABackward) {
   Capabilities caps = reference_implementation()->capabilities();  // every forward law applies
   caps.backward = false;
+  caps.batch_invariant = true;  // batch-invariance applies only under the claim (here only its applicability counts)
   const auto forward_only = make_implementation("forward-only", "the reference forward, no backward", caps,
                                                 [](const Problem& p) { return reference_implementation()->forward(p); });
   for (const Law& l : laws()) {
@@ -300,7 +366,8 @@ TEST(Law, everyLawHasATest) {
                                         "grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights",
                                         "grad-finite-difference", "hidden-keys", "packed-equals-separate",
                                         "chunked-equals-separate", "neutral-masks", "bidirectional-permutation",
-                                        "mask-encodings"};
+                                        "mask-encodings", "extreme-scores", "batch-invariance",
+                                        "grad-determinism"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -37,6 +37,9 @@ struct GenConfig {
   Index max_T = 64;        ///< usual upper bound on T
   Index max_T_tail = 256;  ///< a tail up to this, reached as RapidCheck's size grows
   Index max_D = 128;
+  /// `--stress N`: the determinism laws make each call N times (at least twice), concurrently for a reentrant
+  /// implementation, so that races and state between calls show. Recorded in each case (params "repeats").
+  int stress = 1;
   Capabilities caps;       ///< what the implementation under test accepts
   /// One pinned shape {B, H, T_q, T_k, D} (a long-context run): every generated problem has it and shrinking
   /// leaves it alone; only values vary and shrink.

@@ -57,5 +57,6 @@ Law mask_encodings();
 // Value regimes (issue 25).
 Law extreme_scores();
 Law batch_invariance();
+Law grad_determinism();  // (bwd)
 
 }  // namespace attncheck::law_kit

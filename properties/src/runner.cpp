@@ -132,9 +132,21 @@ const Problem& failing_problem(const LawResult& r) {
   return r.violation && r.violation->call ? *r.violation->call : r.minimal_case->problem;
 }
 
+// law.explain on the violation of the case a run reports; an implementation that fails meanwhile leaves it as
+// it was (the verdict is already made), and a call failure has nothing to explain.
+static void explain(const Law& law, const Implementation& impl, const LawCase& c, Violation& v) {
+  if (!law.explain || v.quantity == "call") return;
+  try {
+    law.explain(impl, c, v);
+  } catch (const ImplementationError&) {
+  }
+}
+
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
   bool timed_out = false;
-  return evaluate(law, impl, c, timed_out);
+  std::optional<Violation> v = evaluate(law, impl, c, timed_out);
+  if (v) explain(law, impl, c, *v);
+  return v;
 }
 
 namespace {
@@ -341,6 +353,8 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   t_last_failure.reset();
   law_kit::take_sampling_note();  // nothing left over from a corpus replay
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
+  if (result.is<rc::detail::FailureResult>() && t_last_failure && !stop_requested())
+    explain(law, counted, t_last_failure->lcase, t_last_failure->violation);  // once, on the case reported
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
   r.calls = known_calls + counted.calls();
@@ -463,7 +477,8 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
       const auto start = std::chrono::steady_clock::now();
       const CountingImplementation counted(impl);
       try {
-        c.failed = evaluate_case(*laws[job.law], counted, job.lcase).has_value();
+        bool timed_out = false;  // a failure is re-run alone, where its report is made: nothing to explain here
+        c.failed = evaluate(*laws[job.law], counted, job.lcase, timed_out).has_value();
       } catch (...) {
         c.failed = true;  // re-run alone, where the error surfaces as it would serially
       }

@@ -117,6 +117,11 @@ struct Law {
   /// Optional: what a run that held found out about the implementation, for the result's note (the
   /// empty-row convention an implementation follows when it declares none). Called once, after the run.
   std::function<std::string(const Implementation&, const GenConfig&)> finding = {};
+  /// Optional: what the report of a counterexample shows beyond the verdict and is too costly to compute on every
+  /// failing case shrinking tries (scale-variance's variance swept over D: a sample of scores at each D).
+  /// Called once, on the case a run reports (the minimal one, or a replayed one), with its violation to add to;
+  /// it never changes the verdict. An error from the implementation during it leaves the violation as it was.
+  std::function<void(const Implementation&, const LawCase&, Violation&)> explain = {};
 };
 
 /// Every law, in the order they are documented.

@@ -10,13 +10,16 @@
 namespace attncheck::law_kit {
 namespace {
 
-// The statistical test. x = q·k/√D for q, k with i.i.d. N(0,1) entries has E x² = 1 and
-// E x⁴ = 3 + 6/D ≤ 9, so Var(x²) ≤ 8. The estimate of Var(x) is the median of G group means of x², each over
-// n samples. Chebyshev: a group mean strays more than ε from 1 with probability p ≤ 8/(n ε²). The median
-// strays only if at least G/2 groups do, which by Hoeffding has probability ≤ exp(-2G(1/2 - p)²).
-// With n = 256, ε = 0.5: p ≤ 0.125, and G = 60 gives ≤ exp(-2·60·0.375²) = exp(-16.875) = 4.7e-8 per case; the
-// law runs at most 20 cases, so a correct kernel is falsely flagged with probability ≤ 9.4e-7 < 1e-6 per run.
-constexpr int kGroups = 60, kGroupSize = 256, kScaleCases = 20;
+// The statistical test. The sample's entries are Rademacher (±1 with probability 1/2 each): unit variance, exact in
+// every dtype, and the lightest tails there are. x = q·k/√D is then a sum of D independent ±1 over √D, so
+// E x² = 1 and E x⁴ = (D + 3D(D - 1))/D² = 3 - 2/D, hence Var(x²) = 2 - 2/D ≤ 2. The estimate of Var(x) is the
+// median of G group means of x², each over n samples. Chebyshev: a group mean strays more than ε from 1 with
+// probability p ≤ 2/(n ε²). The median strays only if at least G/2 groups do, which by Hoeffding has probability
+// ≤ exp(-2G(1/2 - p)²). With n = 64, ε = 0.5: p ≤ 0.125, and G = 60 gives ≤ exp(-2·60·0.375²) = exp(-16.875) =
+// 4.7e-8 per case; the law runs at most 20 cases, so a correct kernel is falsely flagged with probability
+// ≤ 9.4e-7 < 1e-6 per run. (Gaussian entries have E x⁴ = 3 + 6/D ≤ 9 and Var(x²) ≤ 8: the same bound needed
+// groups of 256, four times the calls and the draws.)
+constexpr int kGroups = 60, kGroupSize = 64, kScaleCases = 20;
 constexpr double kEps = 0.5;
 constexpr Index kStatisticalFromD = 8;
 // What a stored case may ask of a sample. Its numbers (sample_T, sweep_max_D) are a few bytes of a corpus entry
@@ -24,11 +27,11 @@ constexpr Index kStatisticalFromD = 8;
 //  - kSampleMaxT: a head of T positions holds T - 1 samples at a cost of T·D each (its T x T scores), so heads
 //    longer than this only cost more; the CLI never records more (its generators keep T <= 64).
 //  - the sweep is the report's plot, not the verdict: it stops at kSweepMaxD (the default --max-D; 8 points,
-//    1 to 128, enough to tell the lines 1, D and 1/D apart), so it costs at most 15,360 x 64 x 255 operations
+//    1 to 128, enough to tell the lines 1, D and 1/D apart), so it costs at most 3,840 x 64 x 255 operations
 //    whatever the entry says.
 constexpr Index kSampleMaxT = 64, kSweepMaxD = 128;
 // What a new case asks for: heads of 16 positions (15 samples each). A sample costs its 2D normal draws
-// whatever T is, plus T·D in the kernel (its row of scores); the calls a case makes are 15,360 / (B·H·(T - 1)).
+// whatever T is, plus T·D in the kernel (its row of scores); the calls a case makes are 3,840 / (B·H·(T - 1)).
 // At T = 64 the kernel's share made this law a quarter to two fifths of every all-laws run of the zoo's kernels
 // (2.0 of 4.9 s CPU for control:ftz); at 16 it is a quarter of that, for 64 calls a case at B = H = 4 instead of
 // 16 (a call's overhead is what a subprocess pays; issue 21 brought a case down from 961 calls).
@@ -69,7 +72,7 @@ VariancePoint variance_point(double D, const std::vector<double>& x) {
 // weights of query i give s_ii = log(w_ii / w_i0) whatever its other keys (1..i-1) score, so one head holds
 // T - 1 samples, each from its own query and its own key (independent, as the derivation above needs).
 //  - An implementation that returns its weights: T up to the run's --max-T (64 by default), so at the default
-//    4 x 4 heads a call one call holds 1,008 samples and the 15,360 take 16 calls (960 with one sample a head).
+//    4 x 4 heads a call one call holds 1,008 samples and the 3,840 take 4 calls (240 with one sample a head).
 //  - A black box (weights probed, or none): V's rows are the one-hot e_0..e_{T-1} with T <= D, so output[i,j]
 //    = w_ij exactly (one product by 1, the rest by exact zeros), and one call holds T - 1 samples a head with
 //    no probing. At D = 1 (T = 2 needs two columns) the weights are asked for, as before: only the report's
@@ -84,7 +87,19 @@ ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std
                            Index T_max) {
   ScoreSamples out;
   std::mt19937_64 rng(seed);
-  std::normal_distribution<double> normal;
+  // ±1 from the generator's bits, 64 entries a draw (the statistic's derivation above needs Rademacher entries).
+  std::uint64_t bits = 0;
+  int left = 0;
+  const auto sign = [&] {
+    if (left == 0) {
+      bits = rng();
+      left = 64;
+    }
+    --left;
+    const bool one = bits & 1;
+    bits >>= 1;
+    return one ? 1.0 : -1.0;
+  };
   const double tiny = std::numeric_limits<double>::min();  // a weight that underflowed to 0: clip, see below
   const Capabilities& caps = impl.capabilities();
   bool from_outputs = !caps.returns_weights || caps.weights_probed;
@@ -111,8 +126,8 @@ ScoreSamples sample_scores(const Implementation& impl, DType dtype, Index D, std
       for (Index h = 0; h < H; ++h)
         for (Index i = 1; i < T; ++i)
           for (Index c = 0; c < D; ++c) {
-            p.q(b, h, i, c) = round_to(dtype, normal(rng));
-            p.k(b, h, i, c) = round_to(dtype, normal(rng));
+            p.q(b, h, i, c) = sign();  // exact in every dtype
+            p.k(b, h, i, c) = sign();
           }
     if (from_outputs)
       for (Index b = 0; b < B; ++b)
@@ -140,8 +155,9 @@ const char* kWhy =
     "Scores are divided by sqrt(D) so that, for queries and keys with unit-variance entries, their variance "
     "stays 1 whatever the head dimension; without it softmax saturates as D grows. Deterministic form: a "
     "two-key probe with key 0 = 0 recovers the effective scale as log(w11/w10)/c and must equal 1/sqrt(D) within twice "
-    "the weights' derived relative error over c. Statistical form: the median of 60 means of 256 squared "
-    "scaled scores must lie within 0.5 of 1 (false alarm <= 9.4e-7 per run, derived from Var(x^2) <= 8, "
+    "the weights' derived relative error over c. Statistical form: for q and k with independent +-1 entries, the "
+    "median of 60 means of 64 squared scaled scores must lie within 0.5 of 1 (false alarm <= 9.4e-7 per run, "
+    "derived from Var(x^2) <= 2, "
     "Chebyshev per group and Hoeffding over groups), while the same statistic on unscaled scores grows with D. "
     "Each sample pairs its own query with its own key (query i with key i of a head whose key 0 is 0), so a call "
     "of T positions holds T - 1 samples a head; a black box is sampled from its outputs (one-hot values). The "
@@ -243,14 +259,13 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v.weights = w;
     v.expected = orc.w;
     v.actual = w;
-    v.series = variance_sweep(impl, p.dtype, c);
     return v;
   }
 
   // Statistical form, from D = kStatisticalFromD: it asks whether the scale keeps the score variance at 1
   // as D grows, and the deterministic form above has already checked the scale itself at this D exactly (at
   // D = 1, 1/sqrt(D) = 1/D = 1 and no such mistake could show at all). A black box's sample costs a call per
-  // B·H·(D - 1) samples, 960 calls at D = 2, so below kStatisticalFromD it would cost most of a run's calls
+  // B·H·(D - 1) samples, 240 calls at D = 2, so below kStatisticalFromD it would cost most of a run's calls
   // for no evidence the probe has not given.
   if (D < kStatisticalFromD) return std::nullopt;
   const ScoreSamples s = sample_of(impl, p.dtype, D, sample_seed(c), c);
@@ -268,17 +283,24 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v.tolerance = kEps;
     v.message = "scale-variance: the scaled scores' variance at D=" + std::to_string(D) + " is " + num(var) +
                 ", not 1 (allowed 1 ± " + num(kEps) + "; unscaled it is " + num(raw) + ")";
-    v.series = variance_sweep(impl, p.dtype, c);
     return v;
   }
   return std::nullopt;
 }
 
+// The report's plot, once for the case reported: during shrinking each failing try computed it too (eight samples
+// of 3,840 scores a try, 15,360 before the entries were ±1; 2,570 calls for one shrink step of mutant:scale-forgotten, most of its kill test's time).
+void explain(const Implementation& impl, const LawCase& c, Violation& v) {
+  v.series = variance_sweep(impl, c.problem.dtype, c);
+}
+
 }  // namespace
 
 Law scale_variance() {
-  return {"scale-variance", "scores are scaled by 1/sqrt(D): their variance stays 1 for every D", kWhy,
-          needs_weights, gen, check, kScaleCases};
+  Law l{"scale-variance", "scores are scaled by 1/sqrt(D): their variance stays 1 for every D", kWhy,
+        needs_weights, gen, check, kScaleCases};
+  l.explain = explain;
+  return l;
 }
 
 }  // namespace attncheck::law_kit

@@ -16,11 +16,17 @@
 #     law, shrinking, every zoo kernel) runs under the sanitizers in Zoo.everyEntryRunsOnDrawnCasesOfWhatItDeclares
 #     (each zoo entry on drawn cases of everything it declares, forward and backward, at every dtype), the law
 #     and generator tests and every implementation's law runs. They were most of this stage's test time;
-#   - no benchmarks are built (ATTNCHECK_BENCH=OFF in the asan preset);
+#   - no benchmarks are built (ATTNCHECK_BENCH=OFF in the asan preset), nor the kill-matrix command;
 #   - Examples.regeneratedReportsAreByteIdentical is skipped (byte identity is the default build's question;
-#     the report writers run under the sanitizers in the cli and reports tests).
+#     the report writers run under the sanitizers in the cli and reports tests);
+#   - what the sanitizers cannot find a defect of ours in is not run there: the pages in headless Chromium (the
+#     browser is not our code; the runs that made its pages took three minutes), the pytest plugin and two of the
+#     three PyTorch examples (Python; the exec: frames they send, the numpy examples send too), the installed
+#     package's consumer project (the same sources again, built a second time);
+#   - the tests of a whole run's plumbing (every law through the command, parallel jobs equal to serial) run 5
+#     cases a law (cli/tests/cli_test.cpp, run_cases).
 # Every other test runs, every label included: each C and C++ code path the suite reaches runs under the
-# sanitizers too. The consumer example is built with the sanitizers as well.
+# sanitizers too.
 # One sanitizer tree for the suite and the fuzzers (clang-14, which libFuzzer needs): a separate fuzz tree
 # compiled the core, the laws, the harness and the reports a third time. libFuzzer's hooks go into the harness
 # and reports libraries alone (attncheck_fuzz_hooks in CMakeLists.txt), the code the fuzzers are for.

@@ -34,7 +34,9 @@
 # What keeps the builds short: sources two targets need are compiled once (OBJECT libraries: the harness's
 # shared sources, the tests' main()); the libraries with many small sources (attncheck::properties,
 # attncheck::mutants) and the test executables with several compile against a precompiled header of Eigen,
-# RapidCheck or GoogleTest and the standard headers (cmake/attncheckTesting.cmake). On a clean clone ctest has
+# RapidCheck or GoogleTest and the standard headers (cmake/attncheckTesting.cmake); attncheck::mutants and
+# attncheck::reports compile as a few unity sources each (the same Eigen and JSON templates instantiated once per
+# unity source, not once per file: about half their CPU). On a clean clone ctest has
 # no timings of an earlier run, so the longest tests carry a COST (the kill tests, the hanging and pytest
 # examples, the consumer) and start first: on 2 cores, a long test started last would be the tail of the run.
 # Each stage's build and test times are printed, and all of them again at the end; docs/testing.md

@@ -15,7 +15,7 @@
 namespace attncheck::zoo {
 namespace {
 
-constexpr Index kSplit = 32, kTile = 8;
+constexpr Index kFlashSplit = 32, kFlashTile = 8;
 
 template <class S>
 Tensor<S> flash_exp2_split(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p,
@@ -39,13 +39,13 @@ Tensor<S> flash_exp2_split(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
         // Each split's (lse_c, O_c), merged at the end.
         std::vector<A> lses;
         std::vector<std::vector<A>> outs;
-        for (Index s0 = (r.begin / kSplit) * kSplit; s0 < r.end; s0 += kSplit) {
-          const Index j0 = std::max(s0, r.begin), j1 = std::min(s0 + kSplit, r.end);
+        for (Index s0 = (r.begin / kFlashSplit) * kFlashSplit; s0 < r.end; s0 += kFlashSplit) {
+          const Index j0 = std::max(s0, r.begin), j1 = std::min(s0 + kFlashSplit, r.end);
           if (j0 >= j1) continue;
           A m2 = neg_inf, l = 0;  // the running max in base-2 units, and the sum of exp2
           std::fill(acc.begin(), acc.end(), A(0));
-          for (Index t0 = j0; t0 < j1; t0 += kTile) {
-            const Index t1 = std::min(t0 + kTile, j1);
+          for (Index t0 = j0; t0 < j1; t0 += kFlashTile) {
+            const Index t1 = std::min(t0 + kFlashTile, j1);
             std::vector<A> s2;
             A tile_max = neg_inf;
             for (Index j = t0; j < t1; ++j) {

@@ -6,11 +6,11 @@
 namespace attncheck::zoo {
 namespace {
 
-constexpr Index kSplit = 32;  // keys per split of the decode kernel
+constexpr Index kDecodeSplit = 32;  // keys per split of the decode kernel
 
 // A decode step over more than one split: one query, bottom-right, more keys than a split holds.
 bool split_decode(const HeadCtx& c) {
-  return c.T_q == 1 && c.T_k > kSplit && c.alignment == CausalAlignment::BottomRight;
+  return c.T_q == 1 && c.T_k > kDecodeSplit && c.alignment == CausalAlignment::BottomRight;
 }
 
 // Each split's softmax over its own keys, its partial output; the partials averaged over the splits that see a
@@ -22,8 +22,8 @@ HeadOut<A> split_kv_decode(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<
   if (!split_decode(c)) return r;
   Matrix<A> sum = Matrix<A>::Zero(1, V.cols());
   int parts = 0;
-  for (Index s0 = 0; s0 < c.T_k; s0 += kSplit) {
-    const Index n = std::min(kSplit, c.T_k - s0);
+  for (Index s0 = 0; s0 < c.T_k; s0 += kDecodeSplit) {
+    const Index n = std::min(kDecodeSplit, c.T_k - s0);
     bool any = false;
     for (Index j = s0; j < s0 + n; ++j) any = any || vis(0, j);
     if (!any) continue;

@@ -43,7 +43,7 @@ HeadOut<A> lse_head(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, 
 
 // ---- split-KV decode merges --------------------------------------------------------------------------------
 
-constexpr Index kSplit = 16;  // keys per split of the decode kernel
+constexpr Index kMergeSplit = 16;  // keys per split of the decode kernel
 
 enum class MergeBug {
   no_max,         ///< O = Σ exp(lse_p) O_p / Σ exp(lse_p): no max subtracted, exp overflows past ~88.7 in float
@@ -57,13 +57,13 @@ enum class MergeBug {
 template <class A>
 HeadOut<A> split_decode(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, const HeadCtx& c, MergeBug bug) {
   HeadOut<A> r = attend_modified(Q, K, V, c);  // the weights, as a caller reads them
-  if (!(c.T_q == 1 && c.T_k > kSplit && c.alignment == CausalAlignment::BottomRight)) return r;
+  if (!(c.T_q == 1 && c.T_k > kMergeSplit && c.alignment == CausalAlignment::BottomRight)) return r;
   const A neg_inf = -std::numeric_limits<A>::infinity();
   const Matrix<A> z = causal_select(modified_scores(Q, K, c), c);
   std::vector<A> m, l;
   std::vector<Matrix<A>> O;
-  for (Index s0 = 0; s0 < c.T_k; s0 += kSplit) {
-    const Index n = std::min(kSplit, c.T_k - s0);
+  for (Index s0 = 0; s0 < c.T_k; s0 += kMergeSplit) {
+    const Index n = std::min(kMergeSplit, c.T_k - s0);
     const RowSoftmax<A> st =
         row_softmax<A>(z.row(0).segment(s0, n), bug == MergeBug::sink_per_split ? c.sink : std::nullopt);
     Matrix<A> o = Matrix<A>::Zero(1, V.cols());

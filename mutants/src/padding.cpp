@@ -39,7 +39,7 @@ ImplementationPtr length_from_next_entry() {
 
 // The window rule of a tiled kernel that masks only inside the diagonal tile (the key tile that holds the
 // query's own position) and treats every earlier tile as fully visible, as a causal-only kernel may.
-constexpr Index kTile = 2;  // small, so that short sequences already have a tile before the diagonal one
+constexpr Index kWindowTile = 2;  // small, so that short sequences already have a tile before the diagonal one
 
 // Varlen packing done right, written apart from the reference: each sequence's keys cut to its length, and
 // each query's key range [max(0, p - w), min(p, len - 1)] computed directly, with matrix products over it.
@@ -213,7 +213,7 @@ std::vector<Mutant> padding_mutants() {
             return attend_where<A>(scores(Q, K, c.resolved_scale()), V, [&](Index i, Index j) {
               const Index p = vis.position(i);
               // the diagonal tile is masked in full; tiles before it only for causality and padding
-              return p >= 0 && j / kTile == p / kTile ? vis.visible(i, j) : causal.visible(i, j);
+              return p >= 0 && j / kWindowTile == p / kWindowTile ? vis.visible(i, j) : causal.visible(i, j);
             });
           },
           padding_capabilities(true)),

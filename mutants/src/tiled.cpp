@@ -11,7 +11,7 @@ namespace {
 
 constexpr Index kQueryTile = 32;  // rows of q one block handles
 constexpr Index kKeyTile = 16;    // keys loaded per inner step (≠ the query tile, as in real kernels)
-constexpr Index kSplit = 32;      // keys per split-K chunk (two key tiles)
+constexpr Index kSplitK = 32;      // keys per split-K chunk (two key tiles)
 
 /// The one mistake a tiled kernel makes (none: the control).
 enum class TileBug { none, inverted_rescale, key_step_by_query_tile, tile_local_max, spill_last_query_tile, split_drops_tail };
@@ -98,9 +98,9 @@ Tensor<S> tiled(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, cons
   const HeadCtx c{.B = s.B, .H = H, .T_q = T_q, .T_k = T_k, .D = D, .dtype = p.dtype, .scale = p.scale,
                   .alignment = p.alignment};
   const A scale = static_cast<A>(c.resolved_scale());
-  // BUG split_drops_tail: the chunk count is T_k / kSplit rounded down, so when T_k > kSplit is not a
-  // multiple of it the last chunk ends early and the T_k mod kSplit keys after it are never read.
-  const Index chunks = bug == TileBug::split_drops_tail ? std::max<Index>(1, T_k / kSplit) : (T_k + kSplit - 1) / kSplit;
+  // BUG split_drops_tail: the chunk count is T_k / kSplitK rounded down, so when T_k > kSplitK is not a
+  // multiple of it the last chunk ends early and the T_k mod kSplitK keys after it are never read.
+  const Index chunks = bug == TileBug::split_drops_tail ? std::max<Index>(1, T_k / kSplitK) : (T_k + kSplitK - 1) / kSplitK;
   Tensor<S> out(s);
   if (w) *w = Tensor<S>(Shape{s.B, H, T_q, T_k});
   for (Index b = 0; b < s.B; ++b) {
@@ -123,7 +123,7 @@ Tensor<S> tiled(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, cons
             for (Index d = 0; d < D; ++d) qi(d) = static_cast<A>(qb[flat * D + d]);
           RowState<A> total;
           for (Index ch = 0; ch < chunks; ++ch)
-            merge(total, online_softmax(qi, K, V, i, ch * kSplit, std::min(T_k, (ch + 1) * kSplit), scale, c, bug));
+            merge(total, online_softmax(qi, K, V, i, ch * kSplitK, std::min(T_k, (ch + 1) * kSplitK), scale, c, bug));
           // A row that sees no key is a zero row, not 0/0.
           o.row(flat) = total.seen && total.l != A(0) ? Row<A>(total.acc / total.l) : Row<A>::Zero(D + W);
         }

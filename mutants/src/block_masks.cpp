@@ -163,6 +163,7 @@ std::vector<Mutant> block_mask_mutants() {
       .why_minimal = "two batch entries with their own block masks (or two heads), one query, one key: entry 1 "
                      "reads entry 0's kinds",
       .killed_by = {"oracle-agreement", "hidden-keys", "zero-future-weight"},
+      .also_minimal = {{1, 2, 1, 1}},
   });
 
   // Grouped-query heads: the kernel loops over kv heads and reads one block mask per group, at the kv head's
@@ -183,6 +184,7 @@ std::vector<Mutant> block_mask_mutants() {
       .why_minimal = "two query heads sharing one kv head, each with its own block mask, one query, one key: "
                      "head 1 reads head 0's blocks",
       .killed_by = {"oracle-agreement", "hidden-keys", "zero-future-weight"},
+      .also_minimal = {{1, 2, 2, 1}},
   });
 
   // The query block index from the key block size: `m = i / BLOCK_K` (the two are equal in most configs).

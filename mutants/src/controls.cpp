@@ -330,6 +330,7 @@ std::vector<Mutant> batch_mutants() {
                      "the two paths round apart only once a row sums more keys than the tiled kernel's tile of 3, "
                      "and then only for some values: T = 5, or T = 4 (or D = 2) where the values allow",
       .killed_by = {"batch-invariance"},
+      .also_minimal = {{1, 1, 4, 1}, {1, 1, 4, 2}},
   });
   z.push_back(Mutant{
       .impl = switching(

@@ -159,6 +159,7 @@ std::vector<Mutant> mask_family_mutants() {
                      "the prefix and must be seen (as small: two queries over one key bottom-right with a prefix of "
                      "1, where query 0 sits at position -1 and sees key 0 only through the prefix)",
       .killed_by = {"oracle-agreement"},
+      .also_minimal = {{1, 1, 2, 1}},
   });
 
   // The prefix OR-ed into the whole mask instead of into the causal rule: prefix keys visible through padding,

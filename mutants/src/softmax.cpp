@@ -139,6 +139,7 @@ std::vector<Mutant> softmax_mutants() {
       .why_minimal = "one query over two keys (T_q = 1, T_k = 2 under bottom-right) whose scores both lie below -1e4 "
                      "and differ (D = 1: q times two different keys)",
       .killed_by = {"extreme-scores", "oracle-agreement"},
+      .also_minimal = {{1, 1, 1, 2}},
   });
   return z;
 }

@@ -375,6 +375,12 @@ TEST_P(Mutants, EveryExpectedLawExistsAndTheMinimalKIsKnown) {
   ASSERT_NE(find_mutant(GetParam()), nullptr);
   for (const std::string& l : mutant().killed_by) EXPECT_NE(find_law(l), nullptr) << "no law named " << l;
   EXPECT_TRUE(kMinimalK.count(GetParam())) << "add the mutant's minimal T_k to kMinimalK";
+  // The kill matrix accepts the q shapes the zoo declares (Mutant::is_minimal); these accept the same ones.
+  const auto [first, last] = kMinimalK.equal_range(GetParam());
+  for (auto it = first; it != last; ++it)
+    if (it->second.q) {
+      EXPECT_TRUE(mutant().is_minimal(*it->second.q)) << "add the q shape to Mutant::also_minimal";
+    }
 }
 
 // At the fixed seed and the default budget (100 cases): each expected law falsifies the mutant, the smallest of

@@ -6,8 +6,10 @@
 #include "attncheck/backward.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -19,8 +21,16 @@ constexpr int kSteps = 1024;  // resolution of a unit-interval draw
 // A unit-variance bell-shaped value from a symmetric integer: the logistic quantile ln((1+u)/(1-u)) scaled by
 // √3/π, whose variance is 1. The integer 0 maps to 0.
 double logistic(int n) {
-  const double u = double(n) / (kSteps + 1);
-  return std::log((1 + u) / (1 - u)) * std::sqrt(3.0) / M_PI;
+  // Tabulated: every entry of a normal-regime tensor takes one (a log each was a tenth of a run's time).
+  static const std::array<double, 2 * kSteps + 1> table = [] {
+    std::array<double, 2 * kSteps + 1> t{};
+    for (int m = -kSteps; m <= kSteps; ++m) {
+      const double u = double(m) / (kSteps + 1);
+      t[std::size_t(m + kSteps)] = std::log((1 + u) / (1 - u)) * std::sqrt(3.0) / M_PI;
+    }
+    return t;
+  }();
+  return table[std::size_t(n + kSteps)];
 }
 
 }  // namespace
@@ -870,10 +880,18 @@ namespace {
 // A per-coordinate random integer in [-lim, lim]: the value at (b,h,i,d) depends only on the case's base seed
 // and those four numbers, never on the shape. So when shrinking makes T or D smaller, the entries that remain
 // keep their values and the case usually still fails, and shrinking can go on down to the smallest shape.
+// The key is mixed by splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable pseudorandom number
+// generators", OOPSLA 2014): a bijection of 64-bit words in which every output bit depends on every input bit, and
+// whose outputs pass BigCrush. It was rc::Random(key).next(), a Threefish block per entry: a quarter of the CPU
+// time of a run of every law, for one integer an entry. The randomness still comes from RapidCheck alone (`base`
+// is drawn from the case's rc::Random); this only spreads it over the coordinates.
 int coord_int(std::uint64_t base, Index b, Index h, Index i, Index d, int lim) {
   std::uint64_t key = base;
   for (const Index c : {b, h, i, d}) key = (key ^ std::uint64_t(c)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
-  return int(rc::Random(key).next() % std::uint64_t(2 * lim + 1)) - lim;
+  key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ull;
+  key = (key ^ (key >> 27)) * 0x94d049bb133111ebull;
+  key ^= key >> 31;
+  return int(key % std::uint64_t(2 * lim + 1)) - lim;
 }
 
 }  // namespace
@@ -1138,6 +1156,8 @@ void carry_values(const double* from, const Shape& fs, const std::array<std::vec
 // kGenericEntries entries in all, the end of shrinking: every value is then a small integer (<= 64), exact in
 // every dtype.
 constexpr std::size_t kGenericEntries = 64;
+// Other draws tried for each step that makes a case smaller, where nothing else shrinks it (fallback_tries).
+constexpr std::uint64_t kRedraws = 2;
 std::vector<double> generic_values(const CaseShape& s, DType dtype, bool d_output) {
   std::vector<double> v;
   for (const Index n : {q_shape(s).numel(), kv_shape(s).numel(), kv_shape(s).numel(),
@@ -1170,15 +1190,18 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
   return [=](const rc::Random& random, int size) {
     rc::Random r = random;
     const std::uint64_t bq = r.next(), bk = r.next(), bv = r.next(), bd = r.next();
-    const auto draw = [=](const CaseShape& s) {
+    // `salt` 0: the case's own draw; another: a different draw of the same shape (fallback_tries).
+    const auto draw = [=](const CaseShape& s, std::uint64_t salt = 0) {
+      const auto salted = [salt](std::uint64_t base) { return salt ? (base ^ salt) * 0x9e3779b97f4a7c15ull : base; };
       const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids};
-      CaseValues c{s, draw_values(q_shape(s), q_at, how.regime, how.m_qk, dtype, bq, size)};
+      CaseValues c{s, draw_values(q_shape(s), q_at, how.regime, how.m_qk, dtype, salted(bq), size)};
       for (const auto& [base, m] : {std::pair{bk, how.m_qk}, std::pair{bv, how.m_v}}) {
-        const auto t = draw_values(kv_shape(s), kv_at, how.regime, m, dtype, base, size);
+        const auto t = draw_values(kv_shape(s), kv_at, how.regime, m, dtype, salted(base), size);
         c.values.insert(c.values.end(), t.begin(), t.end());
       }
       if (how.d_output) {  // at q's coordinates: dO's entry (i, d) belongs to O's entry (i, d)
-        const auto t = draw_values(q_shape(s), q_at, how.d_output->first, how.d_output->second, dtype, bd, size);
+        const auto t =
+            draw_values(q_shape(s), q_at, how.d_output->first, how.d_output->second, dtype, salted(bd), size);
         c.values.insert(c.values.end(), t.begin(), t.end());
       }
       return c;
@@ -1215,6 +1238,10 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
     //    the default alignment) may need other values than the shrunk ones: two queries whose values shrank to
     //    the same row tell a window bug apart but not, once the window is gone, a bug that needs their rows to
     //    differ. In a large case such a step takes the values as first drawn for that shape.
+    //  - A step that makes a case smaller is also tried with another draw of the values for the smaller
+    //    shape (kRedraws of them): a bug that only some values show (two summation orders that round apart, a
+    //    tie) can need a smaller case other values than the ones each step kept, and shrinking would stop at a
+    //    size where they happened to show it.
     //  - In a small case (the end of shrinking) every step takes generic values (generic_values, at the scale
     //    each try has): the draw itself may have had those rows equal, or a bug's ingredients may sit in two D
     //    coordinates of which each step keeps one.
@@ -1249,14 +1276,16 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
     };
     // The candidates tried for the same step once nothing else shrinks c (so they cost calls only where shrinking
     // would stop): the old scale kept when D coordinates go, fresh values for a same-size step of a large case,
-    // generic values for any step of a small one.
+    // kRedraws other draws for a step to a smaller case, generic values for any step of a small one.
     const auto fallback_tries = [=](const CaseValues& c, const CaseShape& to) {
       std::vector<CaseValues> tries;
       const bool small = c.values.size() <= kGenericEntries;
       const bool keep_scale = to.D != c.s.D && how.custom_scale && c.scale == 0;
       const bool same_size = to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
                              kv_shape(to).numel() == kv_shape(c.s).numel();
-      if (!small && !keep_scale && !same_size) return tries;  // (no reshape for a step with nothing to try)
+      const bool smaller = !same_size && q_shape(to).numel() <= q_shape(c.s).numel() &&
+                           kv_shape(to).numel() <= kv_shape(c.s).numel();
+      if (!small && !keep_scale && !same_size && !smaller) return tries;  // (no reshape for a step with nothing to try)
       const CaseValues n = reshape(c, to);
       std::optional<double> kept_scale;
       if (keep_scale) {
@@ -1270,6 +1299,12 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
         fresh.scale = c.scale;
         if (fresh.values != n.values) tries.push_back(std::move(fresh));
       }
+      if (smaller)
+        for (std::uint64_t salt = 1; salt <= kRedraws; ++salt) {
+          CaseValues fresh = draw(to, salt);
+          fresh.scale = c.scale;
+          tries.push_back(std::move(fresh));
+        }
       if (small) {
         CaseValues generic = n;
         generic.values = generic_values(to, dtype, bool(how.d_output));
@@ -1311,6 +1346,29 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
                           [=](const CaseShape& to) { return rc::seq::fromContainer(fallback_tries(c, to)); }));
     });
   };
+}
+
+// The largest spread (largest minus smallest) of one row's visible scaled scores q_i . k_j, over the rows of every
+// head (query head h reads kv head h / (H / H_kv)) that spread no further than 30, before any modifier: what a
+// softcap is measured against. (A row that spreads further has weights below e^-30 of its largest: an uncapped
+// kernel's would then underflow where softcap-bound cannot measure a ratio.)
+double max_row_spread(const Problem& p) {
+  const Shape& s = p.q.shape();
+  const Index group = s.H / p.k.shape().H;
+  const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
+  double top = 0;
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      const Visibility vis = p.visibility(b, h);
+      const Eigen::MatrixXd scores = p.q.head(b, h) * p.k.head(b, h / group).transpose() * scale;
+      for (Index i = 0; i < scores.rows(); ++i) {
+        double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+        for (Index j = 0; j < scores.cols(); ++j)
+          if (vis.visible(i, j)) lo = std::min(lo, scores(i, j)), hi = std::max(hi, scores(i, j));
+        if (hi > lo && hi - lo <= 30) top = std::max(top, hi - lo);
+      }
+    }
+  return top;
 }
 
 // gen_problem, with an upstream gradient dO drawn and shrunk with the case when `d_output`.
@@ -1368,7 +1426,7 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     // Last: shrinking a modifier re-draws nothing else, and an implementation without any draws nothing more.
     const bool any_modifier = (opts.allow_softcap && cfg.caps.softcap) || (opts.allow_alibi && cfg.caps.alibi) ||
                               (opts.allow_sinks && cfg.caps.sinks);
-    if (any_modifier) (*gen_modifiers(cfg, opts)).apply(p, s.h_ids);
+    if (any_modifier) (*gen_modifiers(cfg, opts, cfg.caps.softcap ? max_row_spread(p) : 0.0)).apply(p, s.h_ids);
     if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) p.paged = *gen_paged_plan(cfg, opts);
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));
@@ -1381,7 +1439,7 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
 
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) { return gen_case(cfg, opts, false); }
 
-rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts) {
+rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread) {
   const bool softcap = opts.allow_softcap && cfg.caps.softcap, alibi = opts.allow_alibi && cfg.caps.alibi,
              sinks = opts.allow_sinks && cfg.caps.sinks;
   return rc::gen::exec([=] {
@@ -1396,8 +1454,13 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
       return *weighted_choice<T>(c);
     };
     if (softcap) {
-      const double cap = choose(opts.require_softcap, 0.0,
-                                std::vector<std::pair<std::size_t, double>>{{1, 5.0}, {1, 1.0}, {1, 50.0}});
+      std::vector<std::pair<std::size_t, double>> caps{{1, 5.0}, {1, 1.0}, {1, 50.0}};
+      // A cap that bites: with 2c <= spread / 2, the row of the largest spread of visible scores spreads further
+      // than the cap allows unless the kernel applies it (softcap-bound). A power of two, none below 2^-4; 1 for a
+      // case without a spread. Always a choice, so that a shrinking step keeps the same choice.
+      const double bite = max_spread > 0 ? std::max(0.0625, std::exp2(std::floor(std::log2(max_spread / 4)))) : 1.0;
+      caps.push_back({6, bite});
+      const double cap = choose(opts.require_softcap, 0.0, caps);
       if (cap > 0) m.softcap = cap;
     }
     if (alibi) m.alibi = choose(opts.require_alibi, 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});

@@ -46,7 +46,9 @@ TEST(Examples, regeneratedReportsAreByteIdentical) {
   for (const auto& f : got)
     if (!want.count(f)) ADD_FAILURE() << "reports/examples/" << f << " is new" << hint;
   for (const auto& f : want)
-    if (got.count(f)) EXPECT_EQ(slurp(source / f), slurp(fresh / f)) << "reports/examples/" << f << " differs" << hint;
+    if (got.count(f)) {
+      EXPECT_EQ(slurp(source / f), slurp(fresh / f)) << "reports/examples/" << f << " differs" << hint;
+    }
 }
 
 }  // namespace

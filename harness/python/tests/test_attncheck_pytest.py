@@ -348,7 +348,9 @@ def test_declared_without_its_parameter(attncheck):
 
 
 def test_ignores_its_softcap(attncheck):
-    attncheck.check(uncapped, dtypes=("float64",), laws=("softcap-bound",), softcap=True)
+    # softcap-bound sees an ignored cap only in a row that spreads further than the cap allows: it kills this in
+    # 3 to 14 cases (seeds 1-12 at the default 100); 40 cases leave room over the run's 10.
+    attncheck.check(uncapped, dtypes=("float64",), laws=("softcap-bound",), softcap=True, cases=40)
 '''
 
 

@@ -2,6 +2,7 @@
 // plus correct controls written differently. The suite must kill every mutant and pass every control.
 #pragma once
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -25,6 +26,13 @@ struct Mutant {
   std::string why_minimal;
   /// Laws expected to falsify it.
   std::vector<std::string> killed_by;
+  /// Other q shapes where shrinking may stop instead: as small (a bug only some values show may need a longer T
+  /// at D = 1 than at D = 2), or a local minimum no single step leaves. The kill test lists the k side of each.
+  std::vector<Shape> also_minimal{};
+  /// Whether `q` is minimal_shape or one of also_minimal.
+  bool is_minimal(const Shape& q) const {
+    return q == minimal_shape || std::find(also_minimal.begin(), also_minimal.end(), q) != also_minimal.end();
+  }
 };
 
 /// Every mutant and control, in a stable order.

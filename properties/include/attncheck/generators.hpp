@@ -183,7 +183,9 @@ struct ProblemOptions {
 rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const ProblemOptions& opts);
 
 /// The modifiers a case draws, keyed by query-head coordinate (CaseShape::h_ids) so that deleting a head keeps
-/// every other head's slope and sink: softcap 1, 5 or 50; ALiBi slopes 2^-(h+1) (the geometric slopes of 8
+/// every other head's slope and sink: softcap 1, 5 or 50, or, given the largest spread of one row's visible scores
+/// (`max_spread`, 0: unknown), the power of two in (max_spread / 8, max_spread / 4] (a cap that bites: a fixed one
+/// far above the scores changes nothing, and a kernel that ignores it passes softcap-bound); ALiBi slopes 2^-(h+1) (the geometric slopes of 8
 /// heads) or 1 for every head; sinks from {0, 1, -1, 2.5, -3, 6}, per head. Shrinks toward none.
 struct Modifiers {
   std::optional<double> softcap{};
@@ -192,7 +194,7 @@ struct Modifiers {
   /// Sets p's softcap, alibi_slopes and sinks for its H query heads at coordinates h_ids (empty: 0, 1, ...).
   void apply(Problem& p, const std::vector<Index>& h_ids) const;
 };
-rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts);
+rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread = 0);
 
 /// Shape generator: B, H in [1, max], T in [min_T, max_T] (a third of the draws at a tile edge, see
 /// tile_edge_lengths) with a tail up to max_T_tail as RapidCheck's size grows, D in [1, max_D] (small, uniform

@@ -36,7 +36,9 @@
 # attncheck::mutants) and the test executables with several compile against a precompiled header of Eigen,
 # RapidCheck or GoogleTest and the standard headers (cmake/attncheckTesting.cmake); attncheck::mutants and
 # attncheck::reports compile as a few unity sources each (the same Eigen and JSON templates instantiated once per
-# unity source, not once per file: about half their CPU). On a clean clone ctest has
+# unity source, not once per file: about half their CPU), and the laws of attncheck::properties as 4 (each law's
+# names in a namespace of its own). The presets use Ninja: a target's sources compile while the libraries it links
+# are still being built. On a clean clone ctest has
 # no timings of an earlier run, so the longest tests carry a COST (the kill tests, the hanging and pytest
 # examples, the consumer) and start first: on 2 cores, a long test started last would be the tail of the run.
 # Each stage's build and test times are printed, and all of them again at the end; docs/testing.md

@@ -345,7 +345,9 @@ TEST(Visibility, blockAndDenseMasksHideTheirCellsPerHeadAndEveryPathAgrees) {
       EXPECT_LE((Matrix<double>(streamed.head(0, h)) - want.output).cwiseAbs().maxCoeff(), 1e-14) << as_blocks;
       for (Index i = 0; i < T; ++i)
         for (Index j = 0; j < T; ++j)
-          if (!a(i, j)) EXPECT_EQ(w(0, h, i, j), 0.0);
+          if (!a(i, j)) {
+            EXPECT_EQ(w(0, h, i, j), 0.0);
+          }
     }
     // Key 1 is hidden from query 0 in head 0 ((0 + 1 + 0) % 3 == 1): a NaN there changes nothing of row 0.
     const Visibility vis = visibility(o, 0, T, T, 0);

@@ -196,7 +196,9 @@ TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {
       const double tol = lse_tolerance(DType::f16, rho(i), want(0, h, i, 0));
       EXPECT_LE(std::abs(lse(0, h, i, 0) - want(0, h, i, 0)), tol);
       // Not vacuous: a base-2 LSE (off by (1/ln 2 - 1)·|lse|) or one without its max would be caught.
-      if (std::abs(want(0, h, i, 0)) > 2) EXPECT_LT(tol, 0.44 * std::abs(want(0, h, i, 0)));
+      if (std::abs(want(0, h, i, 0)) > 2) {
+        EXPECT_LT(tol, 0.44 * std::abs(want(0, h, i, 0)));
+      }
     }
   }
 }

@@ -445,7 +445,7 @@ TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds)
     EXPECT_EQ(pc.q.shape().numel(), 1) << "seed " << seed;
     EXPECT_EQ(pc.k.shape().T, 1) << "seed " << seed;
     ASSERT_TRUE(pc.block_mask) << "seed " << seed;
-    EXPECT_FALSE(pc.dense_mask || pc.masked_beyond_causal() && !pc.block_mask) << "seed " << seed;
+    EXPECT_FALSE(pc.dense_mask || (pc.masked_beyond_causal() && !pc.block_mask)) << "seed " << seed;
     EXPECT_EQ(pc.block_mask->B * pc.block_mask->H, 1) << "seed " << seed;
     EXPECT_EQ(pc.block_mask->kinds.size(), 1u) << "seed " << seed;
     EXPECT_FALSE(plain.minimal_case->problem.masked_beyond_causal() || !plain.minimal_case->problem.causal)

@@ -170,7 +170,8 @@ TEST(Law, gradDeterminism) { expectHoldsOnReference("grad-determinism", {DType::
 Outcome per_row_attention(const Problem& p) {
   const Shape& s = p.q.shape();
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
-  Outcome o{Tensor<double>(s)};
+  Outcome o;
+  o.output = Tensor<double>(s);
   o.output.values().setZero();
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace batch_head_independence_law {
 
 const char* kWhy =
     "Each batch entry and each kv group (a kv head and the query heads that read it; one head without grouped "
@@ -134,9 +135,11 @@ std::string not_applicable(const GenConfig& g) {
   return g.max_B * g.max_H < 2 ? "needs two (batch, head) slices, but --max-B and --max-H are both 1" : "";
 }
 
+}  // namespace batch_head_independence_law
 }  // namespace
 
 Law batch_head_independence() {
+  using namespace batch_head_independence_law;
   return {"batch-head-independence",
           "changing one (b,h) slice changes no other; rotating batches or heads rotates the outputs",
           kWhy,

@@ -6,6 +6,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace batch_invariance_law {
 
 const char* kWhy =
     "An implementation that declares batch invariance (ATTNCHECK_CAP3_BATCH_INVARIANT, as vLLM's and SGLang's "
@@ -118,9 +119,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return std::nullopt;
 }
 
+}  // namespace batch_invariance_law
 }  // namespace
 
 Law batch_invariance() {
+  using namespace batch_invariance_law;
   return {"batch-invariance",
           "declared batch invariant: a sequence's outputs are bit-identical alone, in a larger batch, and with its "
           "queries split across calls",

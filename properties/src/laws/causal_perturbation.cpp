@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace causal_perturbation_law {
 
 const char* kWhy =
     "Changing tokens after position t (their queries, keys and values, extreme magnitudes included) must not "
@@ -34,9 +35,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return check_earlier_outputs_unchanged("causal-perturbation", "changed", impl, c);
 }
 
+}  // namespace causal_perturbation_law
 }  // namespace
 
 Law causal_perturbation() {
+  using namespace causal_perturbation_law;
   return {"causal-perturbation",
           "changing tokens after t (extreme values included) leaves outputs at <= t bit-identical",
           kWhy,

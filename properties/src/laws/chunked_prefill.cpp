@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace chunked_prefill_law {
 
 const char* kWhy =
     "Inference engines prefill a long prompt in chunks: the queries of positions s..e-1 are called over the "
@@ -87,9 +88,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return check_cached_chunks(law, impl, c.problem, starts);
 }
 
+}  // namespace chunked_prefill_law
 }  // namespace
 
 Law chunked_prefill() {
+  using namespace chunked_prefill_law;
   return {"chunked-prefill",
           "the queries called in random contiguous chunks over keys 0..(chunk end), bottom-right, give the full rows",
           kWhy,

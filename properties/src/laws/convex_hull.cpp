@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace convex_hull_law {
 
 const char* kWhy =
     "Each output row is a convex combination of the value rows its query can see, so every coordinate lies "
@@ -22,9 +23,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return hull_violation("convex-hull", impl, c.problem);
 }
 
+}  // namespace convex_hull_law
 }  // namespace
 
 Law convex_hull() {
+  using namespace convex_hull_law;
   return {"convex-hull", "every output lies within the range of the value rows its query can see", kWhy,
           always_applies, gen_outputs_only, check, 0};
 }

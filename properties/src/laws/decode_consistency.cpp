@@ -7,6 +7,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace decode_consistency_law {
 
 const char* kWhy =
     "KV-cache decoding calls attention once per new token: one query (position t) over the cached keys "
@@ -53,9 +54,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return check_cached_chunks("decode-consistency", impl, c.problem, every_t, decode_steps(c.problem.q.shape().T));
 }
 
+}  // namespace decode_consistency_law
 }  // namespace
 
 Law decode_consistency() {
+  using namespace decode_consistency_law;
   return {"decode-consistency",
           "decoding query t alone over cached keys 0..t (bottom-right) equals row t of the full forward, every t",
           kWhy,

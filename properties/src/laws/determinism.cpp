@@ -8,6 +8,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace determinism_law {
 
 const char* kWhy =
     "The same call twice gives bit-identical outputs and weights. A kernel that keeps state between calls, "
@@ -99,14 +100,17 @@ std::optional<Violation> check_gradients(const Implementation& impl, const LawCa
   return std::nullopt;
 }
 
+}  // namespace determinism_law
 }  // namespace
 
 Law determinism() {
+  using namespace determinism_law;
   return {"determinism", "the same call twice (N times under --stress) is bit-identical", kWhy, always_applies,
           [](const GenConfig& cfg) { return with_repeats(cfg, gen_plain); }, check, 0};
 }
 
 Law grad_determinism() {
+  using namespace determinism_law;
   Law l{"grad-determinism", "the same backward call twice (N times under --stress) gives bit-identical dQ, dK, dV (and d_sinks)",
         kGradWhy, needs_backward, [](const GenConfig& cfg) { return with_repeats(cfg, gen_gradients); },
         check_gradients, 0};

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace empty_row_convention_law {
 
 const char* kWhy =
     "A query that sees no key (all its keys padding, or in its future under bottom-right alignment with "
@@ -179,9 +180,11 @@ std::string finding(const Implementation& impl, const GenConfig& g) {
          (impl.capabilities().empty_rows ? "declared" : "not declared; observed") + ")";
 }
 
+}  // namespace empty_row_convention_law
 }  // namespace
 
 Law empty_row_convention() {
+  using namespace empty_row_convention_law;
   Law l{"empty-row-convention",
         "a row that sees no key returns all 0 or all NaN, the same in every call and dtype (the declared one, if any)",
         kWhy,

@@ -7,6 +7,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace extreme_scores_law {
 
 const char* kWhy =
     "Softmax is invariant to a constant added to a row, so a row whose visible scores all lie near -1e5 must be "
@@ -114,9 +115,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return std::nullopt;
 }
 
+}  // namespace extreme_scores_law
 }  // namespace
 
 Law extreme_scores() {
+  using namespace extreme_scores_law;
   return {"extreme-scores",
           "rows whose visible scores all lie far from 0 (-5e4 to -1e6, 1e5, a massive channel) still agree with the "
           "oracle and sum to 1",

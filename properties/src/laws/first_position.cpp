@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace first_position_law {
 
 const char* kWhy =
     "The first query sees only key 0, so its weight there is exp(0)/exp(0) = 1 exactly and its output is v0 "
@@ -37,9 +38,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return v;
 }
 
+}  // namespace first_position_law
 }  // namespace
 
 Law first_position() {
+  using namespace first_position_law;
   return {"first-position", "the first position's output equals v0, its only visible value", kWhy, needs_square_shapes,
           gen, check, 0};
 }

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace gqa_equivalence_law {
 
 const char* kWhy =
     "Grouped-query attention is defined as ordinary attention on K and V repeated to H heads "
@@ -45,9 +46,11 @@ std::string not_applicable(const GenConfig& g) {
                       "does not declare";
 }
 
+}  // namespace gqa_equivalence_law
 }  // namespace
 
 Law gqa_equivalence() {
+  using namespace gqa_equivalence_law;
   return {"gqa-equivalence", "a grouped call equals the same call on K and V repeated to H heads, within the bound",
           kWhy,          not_applicable,
           gen_outputs_only, check,

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace gqa_head_sharing_law {
 
 const char* kWhy =
     "With grouped-query attention (K and V with H_kv heads, H_kv dividing H) query head h reads kv head "
@@ -80,9 +81,11 @@ std::string not_applicable(const GenConfig& g) {
   return g.max_H < 2 ? "needs two query heads to share a kv head, but --max-H is 1" : "";
 }
 
+}  // namespace gqa_head_sharing_law
 }  // namespace
 
 Law gqa_head_sharing() {
+  using namespace gqa_head_sharing_law;
   return {"gqa-head-sharing",
           "changing kv head g changes only the query heads of group g; changing query head h changes only head h",
           kWhy,

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace grad_causality_law {
 
 const char* kWhy =
     "Gradient flows only along the edges the forward used. (a) dK_j and dV_j are sums over the queries that see "
@@ -82,9 +83,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return v;
 }
 
+}  // namespace grad_causality_law
 }  // namespace
 
 Law grad_causality() {
+  using namespace grad_causality_law;
   return {"grad-causality",
           "dK, dV of keys reached by no non-zero dO are exactly 0; future keys and values leave earlier dQ "
           "bit-identical",

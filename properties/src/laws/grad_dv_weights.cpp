@@ -7,6 +7,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace grad_dv_weights_law {
 
 const char* kWhy =
     "O = W V is linear in V, so dV = W^T dO with W the weights the forward applied: the backward must "
@@ -72,9 +73,11 @@ std::string applies(const GenConfig& g) {
   return needs_weights(g);
 }
 
+}  // namespace grad_dv_weights_law
 }  // namespace
 
 Law grad_dv_weights() {
+  using namespace grad_dv_weights_law;
   return {"grad-dv-weights", "dV = W^T dO with W the implementation's own forward weights, within the derived bound",
           kWhy,              applies,
           gen,               check,

@@ -9,6 +9,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace grad_finite_difference_law {
 
 const char* kWhy =
     "The backward must be the derivative of the forward it ships with: for L(x) = sum(dO o O(x)) and a random "
@@ -174,9 +175,11 @@ std::string applies(const GenConfig& g) {
                                      " the rounding error of a central difference exceeds the gradient it estimates";
 }
 
+}  // namespace grad_finite_difference_law
 }  // namespace
 
 Law grad_finite_difference() {
+  using namespace grad_finite_difference_law;
   return {"grad-finite-difference",
           "float64: the backward agrees with central differences of the same forward (derived step and bound)",
           kWhy,

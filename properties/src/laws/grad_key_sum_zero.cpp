@@ -6,6 +6,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace grad_key_sum_zero_law {
 
 const char* kWhy =
     "Softmax is invariant to adding one number to every score of a row, so the row's score gradient sums to 0: "
@@ -48,9 +49,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return v;
 }
 
+}  // namespace grad_key_sum_zero_law
 }  // namespace
 
 Law grad_key_sum_zero() {
+  using namespace grad_key_sum_zero_law;
   return {"grad-key-sum-zero", "the dK of every (b, kv head) sums to 0 over keys, within the derived bound",
           kWhy,                needs_backward,
           gen,                 check,

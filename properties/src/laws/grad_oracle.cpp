@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace grad_oracle_law {
 
 const char* kWhy =
     "The backward pass must return the gradient of sum(dO * O): dV = P^T dO, dS = P o (dO V^T - rowsum(dO o O)), "
@@ -22,9 +23,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return compare_gradients("grad-oracle", r.oracle, g, &r.tolerance);
 }
 
+}  // namespace grad_oracle_law
 }  // namespace
 
 Law grad_oracle() {
+  using namespace grad_oracle_law;
   return {"grad-oracle", "dQ, dK and dV agree with the float64 oracle backward within the derived bound",
           kWhy,          needs_backward,
           gen_gradients, check,

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace key_padding_invariance_law {
 
 const char* kWhy =
     "Keys j >= key_lengths[b] of batch entry b are padding (FlashAttention's varlen cu_seqlens, PyTorch's "
@@ -70,9 +71,11 @@ std::string not_applicable(const GenConfig& g) {
   return g.caps.key_padding ? "" : "the implementation does not honour key lengths (Capabilities::key_padding)";
 }
 
+}  // namespace key_padding_invariance_law
 }  // namespace
 
 Law key_padding_invariance() {
+  using namespace key_padding_invariance_law;
   return {"key-padding-invariance",
           "changing padded keys and values (NaN and Inf included) leaves every output bit-identical; padded "
           "keys get weight exactly 0",

@@ -11,6 +11,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace lse_law {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -308,19 +309,23 @@ std::optional<Violation> check_merge(const Implementation& impl, const LawCase& 
   return std::nullopt;
 }
 
+}  // namespace lse_law
 }  // namespace
 
 Law lse_oracle() {
+  using namespace lse_law;
   return {"lse-oracle", "the log-sum-exp of every row agrees with the float64 oracle; -inf on rows that see no key",
           kOracleWhy, needs_lse, gen_with_lse, check_oracle, 0};
 }
 
 Law output_lse_consistency() {
+  using namespace lse_law;
   return {"output-lse-consistency", "the output is sum_j exp(s_j - lse) v_j for the implementation's own LSE",
           kConsistencyWhy, needs_lse, gen_with_lse, check_consistency, 0};
 }
 
 Law split_kv_merge() {
+  using namespace lse_law;
   return {"split-kv-merge", "calls over 2-4 parts of the keys, merged by their LSEs, equal the call over all keys",
           kMergeWhy, merge_not_applicable, gen_merge, check_merge, 0};
 }

@@ -14,6 +14,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace mask_encodings_law {
 
 const char* kWhy =
     "A block mask (FlexAttention's BlockMask: empty, partial and full tiles, partial ones with dense cells) and a "
@@ -189,9 +190,11 @@ std::string not_applicable(const GenConfig& g) {
   return "";
 }
 
+}  // namespace mask_encodings_law
 }  // namespace
 
 Law mask_encodings() {
+  using namespace mask_encodings_law;
   return {"mask-encodings", "a block mask, a dense mask and the families they encode give the same result", kWhy,
           not_applicable, gen, check, 0};
 }

@@ -11,6 +11,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace masks_law {
 
 // ---- hidden-keys ----------------------------------------------------------------------------------------
 
@@ -415,14 +416,17 @@ std::optional<Violation> check_permutation(const Implementation& impl, const Law
   return viol;
 }
 
+}  // namespace masks_law
 }  // namespace
 
 Law hidden_keys() {
+  using namespace masks_law;
   return {"hidden-keys", "changing keys hidden from a query (by any mask family) leaves its output bit-identical",
           kWhyHidden, always_applies, gen_hidden, check_hidden, 0};
 }
 
 Law packed_equals_separate() {
+  using namespace masks_law;
   return {"packed-equals-separate", "each packed document equals that document called alone", kWhyPacked,
           [](const GenConfig& g) { return needs_square(g, g.caps.documents, "packed documents"); }, gen_packed,
           [](const Implementation& impl, const LawCase& c) {
@@ -432,6 +436,7 @@ Law packed_equals_separate() {
 }
 
 Law chunked_equals_separate() {
+  using namespace masks_law;
   return {"chunked-equals-separate", "chunked local attention equals one call per chunk", kWhyChunked,
           [](const GenConfig& g) { return needs_square(g, g.caps.chunked_local, "chunked local attention"); },
           gen_chunked,
@@ -442,11 +447,13 @@ Law chunked_equals_separate() {
 }
 
 Law neutral_masks() {
+  using namespace masks_law;
   return {"neutral-masks", "encodings of a mask that hide nothing more give the same result", kWhyNeutral,
           needs_mask_families, gen_neutral_masks, check_neutral_masks, 0};
 }
 
 Law bidirectional_permutation() {
+  using namespace masks_law;
   return {"bidirectional-permutation",
           "without the causal rule, permuting keys and values together leaves outputs unchanged", kWhyPermutation,
           [](const GenConfig& g) {

@@ -9,6 +9,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace modifiers_law {
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -226,19 +227,23 @@ rc::Gen<LawCase> gen_neutral(const GenConfig& cfg) {
   return gen_problem(cfg, po);
 }
 
+}  // namespace modifiers_law
 }  // namespace
 
 Law sink_mass() {
+  using namespace modifiers_law;
   return {"sink-mass", "with sinks, each row's visible weights sum to 1 - p_sink; sinks of -inf are no sinks",
           kSinkWhy, needs_sinks, gen_sinks, check_sinks, 0};
 }
 
 Law softcap_bound() {
+  using namespace modifiers_law;
   return {"softcap-bound", "a softcap c keeps a row's visible weights within e^(2c) of each other; c = 2^40 is none",
           kSoftcapWhy, needs_softcap, gen_softcap, check_softcap, 0};
 }
 
 Law neutral_modifiers() {
+  using namespace modifiers_law;
   return {"neutral-modifiers", "ALiBi slopes of 0 and sinks of -inf give the plain call, bit for bit", kNeutralWhy,
           needs_a_modifier, gen_neutral, check_neutral, 0};
 }

@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace oracle_agreement_law {
 
 const char* kWhy =
     "The implementation's outputs and weights agree with attncheck's float64 oracle run on the same (already "
@@ -96,9 +97,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return std::nullopt;
 }
 
+}  // namespace oracle_agreement_law
 }  // namespace
 
 Law oracle_agreement() {
+  using namespace oracle_agreement_law;
   return {"oracle-agreement", "outputs and weights agree with the float64 oracle within the derived bound", kWhy,
           always_applies, gen_plain, check, 0};
 }

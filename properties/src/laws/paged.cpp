@@ -10,6 +10,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace paged_law {
 
 ProblemOptions paged_options() {
   ProblemOptions po = outputs_only();
@@ -295,9 +296,11 @@ std::optional<Violation> check_shared(const Implementation& impl, const LawCase&
                             "whether the last sequence shares sequence 0's full prefix pages (or has copies)");
 }
 
+}  // namespace paged_law
 }  // namespace
 
 Law paged_dense() {
+  using namespace paged_law;
   return {"paged-dense",
           "a paged call equals the oracle and the same implementation's dense call, within the bound",
           kWhyDense,
@@ -308,28 +311,33 @@ Law paged_dense() {
 }
 
 Law page_permutation() {
+  using namespace paged_law;
   return {"page-permutation", "moving pages to other physical slots leaves every output bit-identical",
           kWhyPermutation, needs_paging, gen_permutation, check_permutation, 0};
 }
 
 Law page_size() {
+  using namespace paged_law;
   return {"page-size", "every declared page size and layout gives the same outputs, within the bound",
           kWhyPageSize, needs_two_page_sizes, gen_page_size, check_page_size, 0};
 }
 
 Law poisoned_slots() {
+  using namespace paged_law;
   return {"poisoned-slots",
           "NaN, Inf or 1e30 in every slot no key occupies leaves every output bit-identical",
           kWhyPoison, needs_paging, gen_poison, check_poison, 0};
 }
 
 Law paged_capacity() {
+  using namespace paged_law;
   return {"paged-capacity",
           "a larger pool and wider block table with junk entries leave every output bit-identical",
           kWhyCapacity, needs_paging, gen_capacity, check_capacity, 0};
 }
 
 Law shared_pages() {
+  using namespace paged_law;
   return {"shared-pages",
           "sequences sharing a prefix's pages get the outputs they get with private copies, bit-identical",
           kWhyShared, needs_paging, gen_shared, check_shared, 0};

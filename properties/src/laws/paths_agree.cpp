@@ -11,6 +11,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace paths_agree_law {
 
 const char* kWhy =
     "The batched call and one call per (batch, head) slice through the same implementation compute the same "
@@ -54,9 +55,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return v;
 }
 
+}  // namespace paths_agree_law
 }  // namespace
 
 Law paths_agree() {
+  using namespace paths_agree_law;
   return {"paths-agree", "the batched call agrees with one call per (b,h) slice", kWhy, always_applies,
           gen_outputs_only, check, 0};
 }

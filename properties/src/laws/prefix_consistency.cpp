@@ -5,6 +5,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace prefix_consistency_law {
 
 const char* kWhy =
     "Attention over the first t+1 positions equals the first t+1 rows of attention over all T: a causal "
@@ -46,9 +47,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return v;
 }
 
+}  // namespace prefix_consistency_law
 }  // namespace
 
 Law prefix_consistency() {
+  using namespace prefix_consistency_law;
   return {"prefix-consistency", "attention over the first t+1 positions equals the first t+1 rows of all", kWhy,
           needs_square_shapes, gen, check, 0};
 }

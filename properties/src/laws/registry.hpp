@@ -1,4 +1,7 @@
-// The laws, one factory per file; laws() in ../laws.cpp lists them in the order they are documented.
+// The laws, one factory per file; laws() in ../laws.cpp lists them in the order they are documented. A law file
+// keeps its own names (kWhy, gen, check, helpers) in `namespace { namespace <file>_law { ... } }` and its factories
+// begin with `using namespace <file>_law;`: the library compiles as unity sources of several law files
+// (properties/CMakeLists.txt), in which two files' names must not meet.
 #pragma once
 
 #include "attncheck/law.hpp"

@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace row_stochastic_law {
 
 const char* kWhy =
     "Softmax turns each query's scores into a probability distribution over the keys it can see: every weight "
@@ -130,9 +131,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return std::nullopt;
 }
 
+}  // namespace row_stochastic_law
 }  // namespace
 
 Law row_stochastic() {
+  using namespace row_stochastic_law;
   // Without sinks: with one, a row sums to 1 - p_sink (sink-mass).
   const auto gen = [](const GenConfig& cfg) {
     ProblemOptions po;

@@ -9,6 +9,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace scale_variance_law {
 
 // The statistical test. The sample's entries are Rademacher (±1 with probability 1/2 each): unit variance, exact in
 // every dtype, and the lightest tails there are. x = q·k/√D is then a sum of D independent ±1 over √D, so
@@ -294,9 +295,11 @@ void explain(const Implementation& impl, const LawCase& c, Violation& v) {
   v.series = variance_sweep(impl, c.problem.dtype, c);
 }
 
+}  // namespace scale_variance_law
 }  // namespace
 
 Law scale_variance() {
+  using namespace scale_variance_law;
   Law l{"scale-variance", "scores are scaled by 1/sqrt(D): their variance stays 1 for every D", kWhy,
         needs_weights, gen, check, kScaleCases};
   l.explain = explain;

@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace shift_invariance_law {
 
 const char* kWhy =
     "Adding the same vector c to every key adds q_i.c to every score of row i, a constant per row, and softmax "
@@ -67,9 +68,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   return v;
 }
 
+}  // namespace shift_invariance_law
 }  // namespace
 
 Law shift_invariance() {
+  using namespace shift_invariance_law;
   return {"shift-invariance", "adding the same vector to every key leaves the weights unchanged", kWhy,
           needs_weights, gen, check, 0};
 }

@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace strict_causality_nonfinite_law {
 
 const char* kWhy =
     "Under a boolean (select) mask, NaN or Inf placed in future queries, keys or values never reaches an "
@@ -44,9 +45,11 @@ std::string not_applicable(const GenConfig& g) {
                                              "(Capabilities::nonfinite_safe)");
 }
 
+}  // namespace strict_causality_nonfinite_law
 }  // namespace
 
 Law strict_causality_nonfinite() {
+  using namespace strict_causality_nonfinite_law;
   return {"strict-causality-nonfinite", "NaN or Inf in future inputs never reaches an earlier output", kWhy,
           not_applicable, gen, check, 0};
 }

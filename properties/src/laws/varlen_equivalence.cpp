@@ -8,6 +8,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace varlen_equivalence_law {
 
 const char* kWhy =
     "A padded batch entry b is the same attention problem as its sequence alone with only its key_lengths[b] "
@@ -86,9 +87,11 @@ std::string not_applicable(const GenConfig& g) {
   return "";
 }
 
+}  // namespace varlen_equivalence_law
 }  // namespace
 
 Law varlen_equivalence() {
+  using namespace varlen_equivalence_law;
   return {"varlen-equivalence", "a padded batch agrees with each sequence called alone at its true length", kWhy,
           not_applicable, gen, check, 0};
 }

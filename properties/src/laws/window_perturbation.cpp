@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace window_perturbation_law {
 
 const char* kWhy =
     "A query at aligned position p with left window w never reads a key j < p - w, and later queries sit at "
@@ -57,9 +58,11 @@ std::string not_applicable(const GenConfig& g) {
   return g.caps.window ? "" : "the implementation does not honour a sliding window (Capabilities::window)";
 }
 
+}  // namespace window_perturbation_law
 }  // namespace
 
 Law window_perturbation() {
+  using namespace window_perturbation_law;
   return {"window-perturbation", "changing keys older than the window leaves every later output bit-identical", kWhy,
           not_applicable, gen, check, 0};
 }

@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace window_zero_weight_law {
 
 const char* kWhy =
     "With a left window w (FlashAttention's window_size, Mistral's and Gemma's sliding windows) the query at "
@@ -33,9 +34,11 @@ std::string not_applicable(const GenConfig& g) {
   return needs_weights(g);
 }
 
+}  // namespace window_zero_weight_law
 }  // namespace
 
 Law window_zero_weight() {
+  using namespace window_zero_weight_law;
   return {"window-zero-weight", "every key older than a query's window gets weight exactly 0", kWhy, not_applicable,
           gen, check, 0};
 }

@@ -4,6 +4,7 @@
 
 namespace attncheck::law_kit {
 namespace {
+namespace zero_future_weight_law {
 
 const char* kWhy =
     "A query must give no weight at all to a key in its future (nor to a padded key, nor to one outside its "
@@ -19,9 +20,11 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
                                  [&](Index b, Index h, Index i, Index j) { return !visible(p, b, h, i, j); });
 }
 
+}  // namespace zero_future_weight_law
 }  // namespace
 
 Law zero_future_weight() {
+  using namespace zero_future_weight_law;
   return {"zero-future-weight", "every weight on a future key is exactly 0", kWhy, needs_weights, gen_plain, check,
           0};
 }

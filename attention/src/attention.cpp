@@ -202,7 +202,7 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
       HeadTrace<S> t;
       if constexpr (std::is_same_v<std::decay_t<decltype(mask)>, BoolMask>)
         t = attend_bool<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale,
-                           head_modifiers(opts, h, qs.T, T_k));
+                           head_modifiers(opts, b, h, qs.T, T_k));
       else
         t = attend_additive<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale);
       out.head(b, h) = t.output;
@@ -216,8 +216,9 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 // An explicit mask is the whole rule: padding and windows belong in it.
 void require_no_rule_options(const AttentionOptions& opts) {
   if (!opts.key_lengths.empty() || opts.window || opts.window_right || opts.prefix_length != 0 ||
-      opts.chunk_size != 0 || !opts.doc_bounds.empty() || opts.block_mask || opts.dense_mask)
-    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, block_mask and "
+      opts.chunk_size != 0 || !opts.doc_bounds.empty() || !opts.q_doc_bounds.empty() || opts.block_mask ||
+      opts.dense_mask)
+    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask and "
                      "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
@@ -311,6 +312,26 @@ void check_options(const char* who, const AttentionOptions& o, Index B, Index H,
                            (o.doc_bounds[b][d] < 0 ? " is negative" : " is below the bound before it") +
                            " (bounds are non-decreasing key positions)");
   }
+  if (!o.q_doc_bounds.empty()) {
+    if (o.doc_bounds.empty())
+      throw ValueError(std::string(who) + ": q_doc_bounds needs doc_bounds (the keys' documents), which is empty");
+    if (Index(o.q_doc_bounds.size()) != B)
+      throw ShapeError(std::string(who) + ": q_doc_bounds has " + std::to_string(o.q_doc_bounds.size()) +
+                       " lists but B = " + std::to_string(B) + " (one list of query document bounds per batch entry)");
+    for (std::size_t b = 0; b < o.q_doc_bounds.size(); ++b) {
+      const std::vector<Index>& qb = o.q_doc_bounds[b];
+      if (qb.size() != o.doc_bounds[b].size())
+        throw ShapeError(std::string(who) + ": q_doc_bounds[" + std::to_string(b) + "] has " +
+                         std::to_string(qb.size()) + " bounds but doc_bounds[" + std::to_string(b) + "] has " +
+                         std::to_string(o.doc_bounds[b].size()) + " (the same documents, for queries and for keys)");
+      for (std::size_t d = 0; d < qb.size(); ++d)
+        if (qb[d] < 0 || (d > 0 && qb[d] < qb[d - 1]))
+          throw ValueError(std::string(who) + ": q_doc_bounds[" + std::to_string(b) + "][" + std::to_string(d) +
+                           "] = " + std::to_string(qb[d]) +
+                           (qb[d] < 0 ? " is negative" : " is below the bound before it") +
+                           " (bounds are non-decreasing query indices)");
+    }
+  }
   check_modifiers(who, o, H);
 }
 
@@ -378,6 +399,7 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
                  .chunk = opts.chunk_size};
   if (!opts.key_lengths.empty()) vis.key_length = opts.key_lengths.at(std::size_t(b));
   if (!opts.doc_bounds.empty()) vis.doc_bounds = &opts.doc_bounds.at(std::size_t(b));
+  if (!opts.q_doc_bounds.empty()) vis.q_doc_bounds = &opts.q_doc_bounds.at(std::size_t(b));
   if (opts.block_mask) vis.block = &*opts.block_mask;
   if (opts.dense_mask) vis.dense = &*opts.dense_mask;
   vis.batch = b;
@@ -390,12 +412,16 @@ bool visibility_per_head(const AttentionOptions& opts) {
          (opts.dense_mask && opts.dense_mask->H > 1);
 }
 
-HeadModifiers head_modifiers(const AttentionOptions& opts, Index h, Index T_q, Index T_k) {
+HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k) {
   HeadModifiers m;
   m.softcap = opts.softcap;
   if (!opts.alibi_slopes.empty()) m.alibi_slope = opts.alibi_slopes.at(std::size_t(h));
   if (!opts.sinks.empty()) m.sink = opts.sinks.at(std::size_t(h));
-  m.position_offset = opts.alignment == CausalAlignment::TopLeft ? 0 : T_k - T_q;
+  m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
+  if (!opts.q_doc_bounds.empty()) {
+    m.rows.doc_bounds = &opts.doc_bounds.at(std::size_t(b));
+    m.rows.q_doc_bounds = &opts.q_doc_bounds.at(std::size_t(b));
+  }
   return m;
 }
 
@@ -483,7 +509,7 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
   const double scale = resolve_scale(opts.scale, q.shape().D, "streamed_weight");
   const Index g = kv_head(h, q.shape().H, k.shape().H);
   const double s = modified_score<double>(q.head(b, h).row(i).dot(k.head(b, g).row(j)) * scale,
-                                          head_modifiers(opts, h, q.shape().T, k.shape().T), i, j);
+                                          head_modifiers(opts, b, h, q.shape().T, k.shape().T), i, j);
   return std::exp(s - stats.max(b, h, i)) / stats.sum(b, h, i);
 }
 

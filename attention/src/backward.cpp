@@ -96,7 +96,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
         }
         const Matrix<S> Q = q.head(b, h);
         // P [T_q,T_k] in A: the core's own forward, so the backward differentiates exactly what it computes.
-        const HeadModifiers mods = head_modifiers(opts, h, qs.T, ks.T);
+        const HeadModifiers mods = head_modifiers(opts, b, h, qs.T, ks.T);
         const HeadTrace<S> trace = attend<S>(Q, K, V, mask, scale, mods);
         const Matrix<A>& P = trace.weights;
         const Matrix<A> Qa = Q.template cast<A>(), dO = Matrix<S>(d_output.head(b, h)).template cast<A>();
@@ -190,7 +190,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
       }
       const Index kv = kv_head(h, qs.H, ks.H);
       const Matrix<double> Q = q.head(b, h), K = k.head(b, kv), V = v.head(b, kv), dO = d_output.head(b, h);
-      const HeadModifiers mods = head_modifiers(opts, h, qs.T, ks.T);
+      const HeadModifiers mods = head_modifiers(opts, b, h, qs.T, ks.T);
       const HeadTrace<double> trace = attend<double>(Q, K, V, mask, scale, mods);
       const Matrix<double>& P = trace.weights;
       const Eigen::VectorXd rho = weight_relative_error(dtype, Q, K, mask, scale, mods);

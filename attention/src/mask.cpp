@@ -11,6 +11,19 @@ Index last_visible_key(Index i, Index T_q, Index T_k, CausalAlignment a) {
 }
 
 Index Visibility::position(Index i) const {
+  if (q_doc_bounds && doc_bounds) {
+    // Query i's document d and the ranges of queries and keys d holds; aligned on d's own lengths.
+    const std::vector<Index>&qb = *q_doc_bounds, &kb = *doc_bounds;
+    const Index d = document_of(qb, i);
+    const auto start = [d](const std::vector<Index>& bounds, Index T) {
+      return d == 0 ? Index{0} : std::min(bounds[std::size_t(d - 1)], T);
+    };
+    const auto end = [d](const std::vector<Index>& bounds, Index T) {
+      return d < Index(bounds.size()) ? std::min(bounds[std::size_t(d)], T) : T;
+    };
+    const Index qs = start(qb, T_q), qe = end(qb, T_q), ks = start(kb, T_k), ke = end(kb, T_k);
+    return ks + (i - qs) + (alignment == CausalAlignment::TopLeft ? 0 : (ke - ks) - (qe - qs));
+  }
   return alignment == CausalAlignment::TopLeft ? i : i + T_k - T_q;
 }
 
@@ -25,6 +38,7 @@ Index floor_div(Index a, Index b) { return a / b - ((a % b != 0) && ((a < 0) != 
 Index Visibility::key_document(Index j) const { return doc_bounds ? document_of(*doc_bounds, j) : 0; }
 
 Index Visibility::query_document(Index i) const {
+  if (q_doc_bounds && doc_bounds) return document_of(*q_doc_bounds, i);
   return key_document(std::clamp<Index>(position(i), 0, std::max<Index>(T_k - 1, 0)));
 }
 

@@ -190,8 +190,9 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   const auto vis_of = [&](Index b, Index h) -> const Visibility& {
     return vis[std::size_t(b * vis_heads + (vis_heads == 1 ? 0 : h))];
   };
-  std::vector<HeadModifiers> mods;
-  for (Index h = 0; h < qs.H; ++h) mods.push_back(head_modifiers(opts, h, qs.T, T_k));
+  std::vector<HeadModifiers> mods;  // per (batch entry, head): a query's position may depend on its document
+  for (Index b = 0; b < qs.B; ++b)
+    for (Index h = 0; h < qs.H; ++h) mods.push_back(head_modifiers(opts, b, h, qs.T, T_k));
 
   // Items (b, h, block), heaviest first under the causal rule (later blocks see more keys), so the last
   // items left are short ones. Each item writes only its own rows: the bits do not depend on the threads.
@@ -207,7 +208,7 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
     S* o = out.data() + (b * qs.H + h) * qs.T * qs.D;
     double* sp = stats ? stats->data() + (b * qs.H + h) * qs.T * 4 : nullptr;
     stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis_of(b, h), A(scale),
-                                mods[std::size_t(h)], i0, i1, o, sp, st);
+                                mods[std::size_t(b * qs.H + h)], i0, i1, o, sp, st);
   };
   const unsigned hw = opts.threads > 0 ? unsigned(opts.threads) : std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads = work < kThreadWork ? 1u : unsigned(std::min<Index>(hw, items));

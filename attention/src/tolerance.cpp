@@ -162,7 +162,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
       abs_dot = std::max(abs_dot, abs_qk(i, j));
       raw_max = std::max(raw_max, std::abs(s(i, j)));
       s_max = std::max({s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
-      bias_max = std::max(bias_max, std::abs(mods.alibi_slope * double(j - (i + mods.position_offset))));
+      bias_max = std::max(bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
     }
     const double mod_err = (mods.softcap ? 5 * u_a * raw_max : 0.0) + 2 * u_a * bias_max;  // step 7
     if (n_vis > 0) rho(i) = terms.rho_w(abs_dot, s_max, n_vis + (sink ? 1 : 0), mod_err);  // an empty row: zero
@@ -291,7 +291,7 @@ Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, c
     // Step 7 from the row statistics: |s_raw| ≤ abs_dot, the bias largest at the visible run's ends; abs_score
     // already holds the modified scores and the sink.
     const KeyRange kr = vis.keys(i);
-    const Index p = i + mods.position_offset;
+    const Index p = mods.position(i);
     const double bias_max = std::abs(mods.alibi_slope) * double(std::max(std::abs(kr.begin - p), std::abs(kr.end - 1 - p)));
     const double s_max = mods.softcap ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
     const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max;

@@ -61,7 +61,7 @@ TEST(Errors, keyLengthsAndWindowAreChecked) {
   EXPECT_THROW_MSG(attention(q, q, q, AttentionOptions{.window = -1}), ValueError,
                    "attention: window must be >= 0 (0: a query sees only its own position), got -1");
   EXPECT_THROW_MSG(attention(q, q, q, BoolMask::causal(3, 3), AttentionOptions{.window = 1}), ValueError,
-                   "attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, block_mask and "
+                   "attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask and "
                    "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
 }
 

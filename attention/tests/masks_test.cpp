@@ -292,6 +292,66 @@ TEST(Visibility, documentsOfAPackedRowAreCausalInsideEachDocument) {
   EXPECT_EQ(v.hidden_by(3, 4), "causal");
 }
 
+// Documents with query bounds of their own (varlen's cu_seqlens_q beside cu_seqlens_k): each document aligned on
+// its own query and key lengths, worked by hand.
+TEST(Visibility, queryDocumentsAlignEachDocumentOnItsOwnLengths) {
+  // Document 0: queries 0-1, keys 0-3; document 1: query 2, keys 4-5.
+  const std::vector<Index> keys{4}, queries{2};
+  Visibility v{.T_q = 3, .T_k = 6, .alignment = CausalAlignment::BottomRight, .doc_bounds = &keys,
+               .q_doc_bounds = &queries};
+  // Bottom-right inside each document: query 0 at 0 + 0 + (4 - 2) = 2, query 1 at 3, query 2 at 4 + 0 + (2 - 1).
+  EXPECT_EQ(v.position(0), 2);  // aligned on the whole call it would be 0 + 6 - 3 = 3
+  EXPECT_EQ(v.position(1), 3);
+  EXPECT_EQ(v.position(2), 5);
+  EXPECT_EQ(v.keys(0).begin, 0);
+  EXPECT_EQ(v.keys(0).end, 3);
+  EXPECT_EQ(v.keys(2).begin, 4);
+  EXPECT_EQ(v.keys(2).end, 6);
+  EXPECT_EQ(v.query_document(1), 0);
+  EXPECT_EQ(v.query_document(2), 1);
+  EXPECT_EQ(v.hidden_by(0, 3), "causal");
+  EXPECT_EQ(v.hidden_by(2, 3), "document");
+  // Top-left inside each document: query 2 at 4 + 0, so it sees key 4 only.
+  v.alignment = CausalAlignment::TopLeft;
+  EXPECT_EQ(v.position(0), 0);
+  EXPECT_EQ(v.position(2), 4);
+  EXPECT_EQ(v.keys(2).end, 5);
+  // A document without keys (its bound repeated) sees nothing; one without queries is skipped.
+  const std::vector<Index> empty_keys{0}, all_queries{3};
+  const Visibility w{.T_q = 3, .T_k = 6, .doc_bounds = &empty_keys, .q_doc_bounds = &all_queries};
+  for (Index i = 0; i < 3; ++i) EXPECT_TRUE(w.keys(i).empty()) << i;
+}
+
+// Query bounds that follow from the positions (the first query of each later document) give every query the
+// position, and the keys, it has without them: the derived case is the old one.
+TEST(Visibility, derivedQueryBoundsChangeNothing) {
+  int checked = 0;
+  const std::vector<std::vector<Index>> documents{{}, {2}, {0, 3}, {3, 3, 5}, {1, 2, 4, 9}, {6}};
+  for (const Index T_q : {1, 2, 3, 6, 8})
+    for (const Index T_k : {1, 2, 4, 6})
+      for (const auto a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight})
+        for (const bool causal : {true, false})
+          for (const auto& bounds : documents) {
+            const Visibility v{.T_q = T_q, .T_k = T_k, .alignment = a, .window = 1, .causal = causal, .chunk = 3,
+                               .doc_bounds = &bounds};
+            std::vector<Index> derived;
+            for (Index d = 0; d < Index(bounds.size()); ++d) {
+              Index i = 0;
+              while (i < T_q && v.query_document(i) <= d) ++i;
+              derived.push_back(i);
+            }
+            Visibility w = v;
+            w.q_doc_bounds = &derived;
+            for (Index i = 0; i < T_q; ++i, ++checked) {
+              ASSERT_EQ(w.position(i), v.position(i)) << "query " << i << " T_q " << T_q << " T_k " << T_k;
+              ASSERT_EQ(w.query_document(i), v.query_document(i));
+              ASSERT_EQ(w.run(i).begin, v.run(i).begin);
+              ASSERT_EQ(w.run(i).end, v.run(i).end);
+            }
+          }
+  EXPECT_GT(checked, 1000);
+}
+
 TEST(Options, masksBeyondCausalAreValidatedNamingWhatCame) {
   Tensor<float> q({2, 1, 3, 2}), k({2, 1, 3, 2});
   q.values().setOnes();
@@ -306,6 +366,13 @@ TEST(Options, masksBeyondCausalAreValidatedNamingWhatCame) {
   };
   EXPECT_NE(message({.doc_bounds = {{1}}}).find("doc_bounds has 1 lists but B = 2"), std::string::npos);
   EXPECT_NE(message({.doc_bounds = {{2, 1}, {}}}).find("doc_bounds[0][1] = 1 is below the bound before it"),
+            std::string::npos);
+  EXPECT_NE(message({.q_doc_bounds = {{1}, {}}}).find("q_doc_bounds needs doc_bounds"), std::string::npos);
+  EXPECT_NE(message({.doc_bounds = {{1}, {}}, .q_doc_bounds = {{1}, {2}}})
+                .find("q_doc_bounds[1] has 1 bounds but doc_bounds[1] has 0"),
+            std::string::npos);
+  EXPECT_NE(message({.doc_bounds = {{1, 2}, {}}, .q_doc_bounds = {{2, 1}, {}}})
+                .find("q_doc_bounds[0][1] = 1 is below the bound before it"),
             std::string::npos);
   EXPECT_NE(message({.chunk_size = -1}).find("chunk_size must be >= 0"), std::string::npos);
   EXPECT_NE(message({.prefix_length = -2}).find("prefix_length must be >= 0"), std::string::npos);

@@ -191,7 +191,7 @@ TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {
   oracle(q, k, v, o, nullptr, &want);
   for (Index h = 0; h < 2; ++h) {
     const Eigen::VectorXd rho = weight_relative_error(DType::f16, q.cast<double>().head(0, h), k.cast<double>().head(0, h),
-                                                      BoolMask::causal(40, 40), 0.25, head_modifiers(o, h, 40, 40));
+                                                      BoolMask::causal(40, 40), 0.25, head_modifiers(o, 0, h, 40, 40));
     for (Index i = 0; i < 40; ++i) {
       const double tol = lse_tolerance(DType::f16, rho(i), want(0, h, i, 0));
       EXPECT_LE(std::abs(lse(0, h, i, 0) - want(0, h, i, 0)), tol);

@@ -5,7 +5,10 @@ Python client:
 
 Packed sequences (several documents concatenated into one row of the batch, as varlen FlashAttention and
 FlexAttention's document masks train them) arrive as q_doc_ids [B, T_q] and k_doc_ids [B, T_k], int32: a query
-sees only the keys of its own document. The other families: chunked local attention (Llama 4: a query sees only
+sees only the keys of its own document. The queries' ids are their own (query_documents=True: FlashAttention
+varlen's cu_seqlens_q beside cu_seqlens_k), so a document may hold other numbers of queries and keys, and each
+document is aligned on its own lengths: its query i sits at p = k0 + (i - q0), plus (k1 - k0) - (q1 - q0)
+bottom-right, for its queries [q0, q1) and keys [k0, k1). The other families: chunked local attention (Llama 4: a query sees only
 the keys of its chunk of chunk_size positions), a bidirectional prefix (prefix-LM: keys j < prefix_length are
 visible to every query), a right window (j <= p + window_right), no causal rule at all (causal=False), key padding
 and the left window. The mask is written from those definitions, one boolean per (query, key), every family
@@ -19,8 +22,16 @@ import attncheck_plugin
 def visible(T_q, T_k, alignment="top-left", causal=True, key_length=None, window=None, prefix_length=0,
             window_right=None, chunk_size=0, q_doc=None, k_doc=None):
     """The [T_q, T_k] boolean mask of one batch entry: query i sits at aligned position p = i (top-left) or
-    i + T_k - T_q (bottom-right); q_doc [T_q] and k_doc [T_k] are its row of the document ids, or None."""
-    p = np.arange(T_q)[:, None] + (T_k - T_q if alignment == "bottom-right" else 0)
+    i + T_k - T_q (bottom-right), or, with documents, at that position inside its own document; q_doc [T_q] and
+    k_doc [T_k] are its row of the document ids (non-decreasing), or None."""
+    i = np.arange(T_q)
+    if q_doc is None:
+        p = i + (T_k - T_q if alignment == "bottom-right" else 0)
+    else:  # each document's ranges, as cu_seqlens give them
+        q0, q1 = np.searchsorted(q_doc, q_doc, "left"), np.searchsorted(q_doc, q_doc, "right")
+        k0, k1 = np.searchsorted(k_doc, q_doc, "left"), np.searchsorted(k_doc, q_doc, "right")
+        p = k0 + (i - q0) + ((k1 - k0) - (q1 - q0) if alignment == "bottom-right" else 0)
+    p = p[:, None]
     j = np.arange(T_k)[None, :]
     seen = np.ones((T_q, T_k), dtype=bool)
     if causal:
@@ -69,4 +80,5 @@ if __name__ == "__main__":
                            description="numpy attention over packed documents, chunks, a prefix, a right window",
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True, empty_rows="zero",
-                           documents=True, chunked_local=True, prefix=True, right_window=True, bidirectional=True)
+                           documents=True, query_documents=True, chunked_local=True, prefix=True,
+                           right_window=True, bidirectional=True)

@@ -66,7 +66,7 @@ KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 # Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
 FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "documents": 0x20,
           "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
-          "dense_mask": 0x800, "batch_invariant": 0x8000}
+          "dense_mask": 0x800, "batch_invariant": 0x8000, "query_documents": 0x20000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -340,7 +340,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
-          batch_invariant=False):
+          batch_invariant=False, query_documents=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -368,7 +368,10 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     Masks beyond causal, each only when declared (fn, and a backward, then need the keywords): `documents=True`
     (packed sequences: `q_doc_ids` and `k_doc_ids`, None or int32 arrays [B,T_q] and [B,T_k]: a query sees only
     keys of its own document; key ids are non-decreasing, and a query's id is the one of the key at its aligned
-    position p clamped to [0, T_k - 1]), `chunked_local=True` (`chunk_size`, 0 for none: query p sees only keys j
+    position p clamped to [0, T_k - 1]; with `query_documents=True` as well, the query ids are free instead:
+    non-decreasing, each at most the last key id, FlashAttention varlen's cu_seqlens_q beside cu_seqlens_k, and
+    each document's queries are aligned on its own lengths: document d's query i, with d's queries [qs, qe) and
+    keys [ks, ke), sits at p = ks + (i - qs), plus (ke - ks) - (qe - qs) bottom-right), `chunked_local=True` (`chunk_size`, 0 for none: query p sees only keys j
     with j // chunk_size == p // chunk_size), `prefix=True` (`prefix_length`, 0 for none: keys j < prefix_length are
     visible to every query despite the causal rule) and `right_window=True` (`window_right`, None or wr >= 0: query
     p sees keys j <= p + wr only), `dense_mask=True` (`dense_mask`, None or a bool array [B or 1, H or 1, T_q, T_k]:
@@ -382,7 +385,11 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                                               ("documents", documents), ("chunked_local", chunked_local),
                                               ("prefix", prefix), ("right_window", right_window),
                                               ("block_mask", block_mask), ("dense_mask", dense_mask),
-                                              ("batch_invariant", batch_invariant))}
+                                              ("batch_invariant", batch_invariant),
+                                              ("query_documents", query_documents))}
+    if query_documents and not documents:
+        raise ValueError("serve: query_documents=True needs documents=True (query ids of their own come with the "
+                         "key ids)")
     modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
     takes = _keywords(fn, "fn", modifiers)
     if custom_scale is None:

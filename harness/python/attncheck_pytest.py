@@ -253,8 +253,8 @@ class AttncheckFixture:
         """Runs the laws (all, or those named in `laws`) on `fn` at each of `dtypes`; fails the test with every
         falsified law. `serve_kwargs` go to attncheck_plugin.serve (returns_weights, alignments, max_T,
         nonfinite_safe, gqa, key_lengths, window, backward, empty_rows, lse, sinks, softcap, alibi, bidirectional,
-        paged, page_sizes, page_layouts, documents, chunked_local, prefix, right_window, block_mask,
-        dense_mask, ...); `cases`, `seed`, `timeout` override the --attncheck-* options."""
+        paged, page_sizes, page_layouts, documents, query_documents, chunked_local, prefix, right_window,
+        block_mask, dense_mask, ...); `cases`, `seed`, `timeout` override the --attncheck-* options."""
         try:
             numpy = importlib.util.find_spec("numpy")
         except ImportError:

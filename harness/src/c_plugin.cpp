@@ -158,7 +158,7 @@ void fill_cell_masks(const Problem& p, CellMasks& c) {
 }
 
 // Every ATTNCHECK_CAP3_* bit.
-constexpr std::uint32_t kAbi3Flags = 0x1FFFFu;
+constexpr std::uint32_t kAbi3Flags = 0x3FFFFu;
 // The largest head dimension (the CLI's --max-D bound) and page size (the longest sequence) a table may declare.
 constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16, kMaxSeqLen = std::int64_t{1} << 20;
 
@@ -417,6 +417,9 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
   if (v3->flags3 & ~kAbi3Flags)
     refuse("flags3 are " + hex(v3->flags3) + " (expected a combination of ATTNCHECK_CAP3_* bits, within " +
            hex(kAbi3Flags) + ")");
+  if ((v3->flags3 & ATTNCHECK_CAP3_QUERY_DOCUMENTS) && !(v3->flags3 & ATTNCHECK_CAP3_DOCUMENTS))
+    refuse("flags3 declare ATTNCHECK_CAP3_QUERY_DOCUMENTS without ATTNCHECK_CAP3_DOCUMENTS (query document ids "
+           "come only with key document ids)");
   if (v3->cross_lengths & ~(ATTNCHECK_CROSS_Q_LE_K | ATTNCHECK_CROSS_Q_GE_K))
     refuse("cross_lengths is " + hex(v3->cross_lengths) +
            " (expected 0 for both, or ATTNCHECK_CROSS_Q_LE_K and/or ATTNCHECK_CROSS_Q_GE_K)");
@@ -514,6 +517,8 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
   if (!p.alibi_slopes.empty() && !caps.alibi) refuse("ALiBi slopes", "ALiBi (ATTNCHECK_CAP3_ALIBI)");
   if (!p.causal && !caps.bidirectional) refuse("causal = false", "bidirectional (ATTNCHECK_CAP3_BIDIRECTIONAL)");
   if (!p.doc_bounds.empty() && !caps.documents) refuse("packed documents", "documents (ATTNCHECK_CAP3_DOCUMENTS)");
+  if (!p.q_doc_bounds.empty() && !caps.query_documents)
+    refuse("query document bounds of their own", "query documents (ATTNCHECK_CAP3_QUERY_DOCUMENTS)");
   if (p.chunk_size != 0 && !caps.chunked_local)
     refuse("chunks of " + std::to_string(p.chunk_size), "chunked local attention (ATTNCHECK_CAP3_CHUNKED_LOCAL)");
   if (p.prefix_length != 0 && !caps.prefix)

@@ -131,6 +131,7 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.bidirectional = flags3 & bidirectional_bit;
   caps.paged = flags3 & paged_bit;
   caps.documents = flags3 & documents_bit;
+  caps.query_documents = (flags3 & documents_bit) && (flags3 & query_documents_bit);
   caps.chunked_local = flags3 & chunked_local_bit;
   caps.prefix = flags3 & prefix_bit;
   caps.right_window = flags3 & right_window_bit;
@@ -145,7 +146,7 @@ std::uint32_t abi3_bits(const Capabilities& caps) {
          (caps.documents ? documents_bit : 0u) | (caps.chunked_local ? chunked_local_bit : 0u) |
          (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u) |
          (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u) |
-         (caps.batch_invariant ? batch_invariant_bit : 0u);
+         (caps.batch_invariant ? batch_invariant_bit : 0u) | (caps.query_documents ? query_documents_bit : 0u);
 }
 
 DocIds doc_ids(const Problem& p) {
@@ -243,7 +244,7 @@ std::string encode_caps(const Handshake& h) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
     constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
                                         documents_bit | chunked_local_bit | prefix_bit | right_window_bit |
-                                        block_mask_bit | dense_mask_bit | batch_invariant_bit;
+                                        block_mask_bit | dense_mask_bit | batch_invariant_bit | query_documents_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
@@ -315,9 +316,12 @@ Handshake decode_caps(std::string_view payload) {
     h.caps.abi3_flags = r.u32();
     const std::uint32_t regimes = r.u32();
     const std::int64_t multiple = r.i64(), max_D = r.i64();
-    if (h.caps.abi3_flags & ~0x1FFFFu)
+    if (h.caps.abi3_flags & ~0x3FFFFu)
       throw ProtocolError("caps frame: flags3 bits are " + std::to_string(h.caps.abi3_flags) +
-                          " (expected ATTNCHECK_CAP3_* bits, within 0x1ffff)");
+                          " (expected ATTNCHECK_CAP3_* bits, within 0x3ffff)");
+    if ((h.caps.abi3_flags & query_documents_bit) && !(h.caps.abi3_flags & documents_bit))
+      throw ProtocolError("caps frame: flags3 declare query documents (0x20000) without documents (0x20): query "
+                          "document ids come only with key document ids");
     set_abi3_bools(h.caps, h.caps.abi3_flags);
     if (regimes > 3)
       throw ProtocolError("caps frame: cross-length regimes are " + std::to_string(regimes) +
@@ -773,7 +777,9 @@ void read_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, co
   read_cell_masks(r, what, flags, p, qs, ks);
 }
 
-// The document ids of a frame with flag 8192, turned back into doc_bounds (the query ids checked against them).
+// The document ids of a frame with flag 8192, turned back into doc_bounds, and into q_doc_bounds where the query ids
+// are not the ones the keys' documents give each query's aligned position (documents with query lengths of their
+// own: non-decreasing, and naming documents the key ids make).
 void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, const Shape& ks) {
   const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
   // B·T_q and B·T_k ids, bounded by what is left before anything is allocated (each product may reach 2^64).
@@ -788,17 +794,29 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
   };
   const std::vector<std::int32_t> q_ids = ids(qs.T, "q_doc_ids"), k_ids = ids(ks.T, "k_doc_ids");
   p.doc_bounds = doc_bounds_from_ids(k_ids, qs.B, ks.T, what);
-  for (Index b = 0; b < qs.B; ++b) {
+  bool derived = true;
+  for (Index b = 0; b < qs.B && derived; ++b) {
     const Visibility v{.T_q = qs.T, .T_k = ks.T, .alignment = p.alignment, .doc_bounds = &p.doc_bounds[std::size_t(b)]};
+    for (Index i = 0; i < qs.T && derived; ++i) derived = q_ids[std::size_t(b * qs.T + i)] == v.query_document(i);
+  }
+  if (derived) return;
+  p.q_doc_bounds.assign(std::size_t(qs.B), {});
+  for (Index b = 0; b < qs.B; ++b) {
+    const std::vector<Index>& kb = p.doc_bounds[std::size_t(b)];
+    const Index last = Index(kb.size());  // the documents are 0 .. last
+    std::vector<Index>& qb = p.q_doc_bounds[std::size_t(b)];
+    Index before = 0;
     for (Index i = 0; i < qs.T; ++i) {
-      const std::int32_t got = q_ids[std::size_t(b * qs.T + i)];
-      const Index expected = v.query_document(i);
-      if (got != expected)
-        fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(got) +
-             " (expected " + std::to_string(expected) + ", the id of key " +
-             std::to_string(std::clamp<Index>(v.position(i), 0, ks.T - 1)) +
-             ": a query's document is the one of the key at its aligned position, clamped to [0, T_k - 1])");
+      const std::int32_t id = q_ids[std::size_t(b * qs.T + i)];
+      if (id < before || id > last)
+        fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(id) +
+             " (expected " +
+             (id < before ? ">= " + std::to_string(before) + ", the id of the query before it: query ids are non-decreasing"
+                          : "at most " + std::to_string(last) + ", the last document k_doc_ids make in this batch entry") +
+             ")");
+      for (; before < id; ++before) qb.push_back(i);  // documents before .. id - 1 end before query i
     }
+    for (; Index(qb.size()) < last;) qb.push_back(qs.T);  // the documents past the last query have none
   }
 }
 

@@ -55,7 +55,8 @@ enum Flags3 : std::uint32_t {
   right_window_bit = 0x200,
   block_mask_bit = 0x400,
   dense_mask_bit = 0x800,
-  batch_invariant_bit = 0x8000
+  batch_invariant_bit = 0x8000,
+  query_documents_bit = 0x20000
 };
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".

@@ -139,8 +139,9 @@ TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
   EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
-  // Paged K and V (0x10) and the masks beyond causal (0x20, 0x40, 0x80, 0x200, block 0x400, dense 0x800) too.
-  EXPECT_EQ(c.abi3_flags, 0xFFFu);
+  // Paged K and V (0x10) and the masks beyond causal (0x20, 0x40, 0x80, 0x200, block 0x400, dense 0x800, query
+  // documents 0x20000) too.
+  EXPECT_EQ(c.abi3_flags, 0x20FFFu);
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
       Problem p = modifiers_problem(causal);
@@ -876,9 +877,20 @@ TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected
   refused(broken(168 + 4 * 3, 2), "forward frame: k_doc_ids[0][3] is 2 (expected >= 3, the id of the key before it: "
                                   "key ids are non-decreasing)");
   refused(broken(168 + 4 * 6, -1), "forward frame: k_doc_ids[1][0] is -1 (expected an id >= 0)");
-  refused(broken(136 + 4 * 1, 2), "forward frame: q_doc_ids[0][1] is 2 (expected 3, the id of key 3: a query's "
-                                  "document is the one of the key at its aligned position");
-  refused(broken(136 + 4 * 4, 1), "forward frame: q_doc_ids[1][0] is 1 (expected 0, the id of key 2");
+  refused(broken(136 + 4 * 1, 2), "forward frame: q_doc_ids[0][1] is 2 (expected >= 3, the id of the query before "
+                                  "it: query ids are non-decreasing)");
+  refused(broken(136 + 4 * 4, 1), "forward frame: q_doc_ids[1][0] is 1 (expected at most 0, the last document "
+                                  "k_doc_ids make in this batch entry)");
+  {  // query ids of their own (query documents): bounds of their own, as many as the keys' ones
+    std::string own = good;
+    const std::int32_t ids[] = {0, 1, 3, 4};
+    std::memcpy(own.data() + 136, ids, sizeof ids);
+    const Problem o = wire::decode_forward(own);
+    EXPECT_EQ(o.doc_bounds, d.doc_bounds);
+    EXPECT_EQ(o.q_doc_bounds, (std::vector<std::vector<Index>>{{1, 2, 2, 3}, {}}));
+    EXPECT_TRUE(d.q_doc_bounds.empty()) << "ids that follow from the positions decode to no query bounds";
+    EXPECT_EQ(wire::encode_forward(o).substr(wire::kHeaderSize, 216), own.substr(0, 216)) << "and encode back";
+  }
   refused(broken(168 + 4 * 11, std::numeric_limits<std::int32_t>::max()),
           "forward frame: k_doc_ids[1][5] is 2147483647, which makes more than 1036 document bounds in all");
   refused(broken64(112, 0), "forward frame: prefix length 0 (expected >= 1 with flag 1024)");
@@ -896,7 +908,7 @@ TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected
     wire::decode_backward(bad_back);
     ADD_FAILURE() << "decoded a backward frame with a bad query id";
   } catch (const wire::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("backward frame: q_doc_ids[0][0] is 7 (expected 3"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("backward frame: q_doc_ids[0][0] is 7 (expected at most 4"), std::string::npos)
         << e.what();
   }
 }

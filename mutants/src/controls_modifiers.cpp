@@ -33,7 +33,7 @@ Tensor<S> flash_exp2_split(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
     const Visibility vis = p.visibility(b);
     for (Index h = 0; h < qs.H; ++h) {
       const Index g = kv_head(h, qs.H, H_kv);
-      const HeadModifiers mods = head_modifiers(opts, h, qs.T, T_k);
+      const HeadModifiers mods = head_modifiers(opts, b, h, qs.T, T_k);
       for (Index i = 0; i < qs.T; ++i) {
         const KeyRange r = vis.keys(i);
         // Each split's (lse_c, O_c), merged at the end.

@@ -25,6 +25,8 @@ struct HeadCtx {
   std::optional<Index> window_right{};       ///< a right window; empty: none
   Index chunk = 0;                           ///< chunked local attention; 0: none
   const std::vector<Index>* doc_bounds = nullptr;  ///< this batch entry's document bounds; null: none
+  /// This batch entry's query document bounds (documents with query lengths of their own); null: none (positions are aligned globally).
+  const std::vector<Index>* q_doc_bounds = nullptr;
   const BlockMask* block_mask = nullptr;           ///< the problem's block mask (read at b, h); null: none
   const DenseMask* dense_mask = nullptr;           ///< the problem's dense mask (read at b, h); null: none
   /// This head's score modifiers (ABI 3), as the problem gives them; only kernels that declare them see any.
@@ -47,6 +49,7 @@ struct HeadCtx {
                       .window_right = window_right,
                       .chunk = chunk,
                       .doc_bounds = doc_bounds,
+                      .q_doc_bounds = q_doc_bounds,
                       .block = block_mask,
                       .dense = dense_mask,
                       .batch = b,
@@ -55,7 +58,7 @@ struct HeadCtx {
   /// Query i may see key j.
   bool visible(Index i, Index j) const { return visibility().visible(i, j); }
   /// Query i's aligned position p (what ALiBi measures from).
-  Index position(Index i) const { return i + position_offset; }
+  Index position(Index i) const { return q_doc_bounds ? visibility().position(i) : i + position_offset; }
 };
 
 /// One head's result in the accumulation type A.
@@ -179,6 +182,7 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
       c.key_length = p.key_lengths.empty() ? -1 : p.key_lengths[std::size_t(b)];
       c.window = p.window;
       c.doc_bounds = p.doc_bounds.empty() ? nullptr : &p.doc_bounds[std::size_t(b)];
+      c.q_doc_bounds = p.q_doc_bounds.empty() ? nullptr : &p.q_doc_bounds[std::size_t(b)];
       c.alibi_slope = p.alibi_slopes.empty() ? 0.0 : p.alibi_slopes[std::size_t(h)];
       c.sink = p.sinks.empty() ? std::nullopt : std::optional<double>(p.sinks[std::size_t(h)]);
       const Index g = kv_of(h, c.H, c.H_kv);

@@ -42,6 +42,31 @@ Index document_end(const Visibility& v, Index i) {
 
 Index floor_div(Index a, Index b) { return Index(std::floor(double(a) / double(b))); }
 
+// What the query-document kernels declare: the families above and query bounds of their own.
+Capabilities query_document_capabilities() {
+  Capabilities c = mask_family_capabilities();
+  c.query_documents = true;
+  return c;
+}
+
+// Query i's document under the query bounds, and the ranges of queries and keys it holds, as a varlen kernel
+// reads them from cu_seqlens_q and cu_seqlens_k (each clamped to the call's lengths).
+struct DocumentRanges {
+  Index d, q0, q1, k0, k1;
+};
+DocumentRanges document_ranges(const HeadCtx& c, Index i) {
+  const std::vector<Index>&qb = *c.q_doc_bounds, &kb = *c.doc_bounds;
+  const Index d = document_of(qb, i);
+  const auto at = [d](const std::vector<Index>& b, Index n, Index T) {
+    return n < 0 ? Index{0} : n < Index(b.size()) ? std::min(b[std::size_t(n)], T) : T;
+  };
+  return {d, at(qb, d - 1, c.T_q), at(qb, d, c.T_q), at(kb, d - 1, c.T_k), at(kb, d, c.T_k)};
+}
+
+ImplementationPtr query_document_impl(const char* name, const char* description, Rule rule) {
+  return rule_impl(name, description, std::move(rule), query_document_capabilities());
+}
+
 }  // namespace
 
 ImplementationPtr rule_impl(const char* name, const char* description, Rule rule, Capabilities caps) {
@@ -225,6 +250,97 @@ std::vector<Mutant> mask_family_mutants() {
       .why_minimal = "one query in the first of two documents, causal = false: T_q = 1 over T_k = 2 keys, bounds "
                      "{1}, key 1 of the next document seen",
       .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
+  });
+
+  // Documents whose queries have bounds of their own (FlashAttention varlen, cu_seqlens_q != cu_seqlens_k): the
+  // query's document read from its own bounds, right, but its position aligned on the whole call's lengths,
+  // p = i + T_k - T_q, not on its document's. Right for the last document (its queries and keys end together) and
+  // wherever every document has as many queries as keys.
+  z.push_back(Mutant{
+      .impl = query_document_impl("mutant:query-documents-aligned-globally",
+                                  "each document's queries aligned on the whole call's lengths, not its own",
+                                  [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                                    if (!c.q_doc_bounds) return v.visible(i, j);
+                                    const Visibility global = without(c, [](HeadCtx& d) {
+                                      d.doc_bounds = d.q_doc_bounds = nullptr;
+                                    });
+                                    return global.visible(i, j) && v.key_document(j) == v.query_document(i);
+                                  }),
+      .bug = "a document's queries aligned bottom-right on the whole call (p = i + T_k - T_q) instead of on the "
+             "document's own query and key lengths: a document before the last one with fewer queries than keys "
+             "sees too few of its keys",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over two keys in two documents of one key each: top-left, the query in the second "
+                     "(query bounds {0}, key bounds {1}) sits at position 1 of the call's keys, its document's key, "
+                     "but at 0 aligned on the call, and sees nothing; bottom-right, in the first (query bounds {1}) "
+                     "it sits at 0 but at 1 aligned on the call, which only a window of 0 or chunks of 1 show. As "
+                     "small: two queries over one key, bottom-right with query 0 alone in the first document with the "
+                     "key (at 0 of it, at -1 of the call), or top-left with query 1 alone in the second one with the "
+                     "key (at 0 of it, at 1 of the call: a window of 0 or chunks of 1 show it)",
+      .killed_by = {"row-stochastic", "packed-equals-separate", "oracle-agreement"},
+      .also_minimal = {{1, 1, 2, 1}},
+  });
+
+  // The query bounds ignored: each query's document derived from its aligned position, as without them (a kernel
+  // written for packed sequences of equal query and key lengths that declares cu_seqlens_q).
+  z.push_back(Mutant{
+      .impl = query_document_impl("mutant:query-documents-ignored", "the queries' own document bounds ignored",
+                                  [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                                    if (!c.q_doc_bounds) return v.visible(i, j);
+                                    return without(c, [](HeadCtx& d) { d.q_doc_bounds = nullptr; }).visible(i, j);
+                                  }),
+      .bug = "cu_seqlens_q ignored: each query put in the document its aligned position lies in, as if queries and "
+             "keys had the same lengths, so a query sees another document's keys",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query and one key in different documents: the query's bounds put it in one, the key's "
+                     "in the other, and from its position it would be the key's",
+      .killed_by = {"hidden-keys", "zero-future-weight", "packed-equals-separate", "oracle-agreement"},
+  });
+
+  // Each document aligned top-left inside itself (FlashAttention before 2.1 aligned varlen's causal mask so):
+  // p = k0 + (i - q0), without the (k1 - k0) - (q1 - q0) a bottom-right call adds.
+  z.push_back(Mutant{
+      .impl = query_document_impl("mutant:query-documents-top-left",
+                                  "each document's queries aligned top-left inside it under bottom-right",
+                                  [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                                    if (!c.q_doc_bounds || c.alignment != CausalAlignment::BottomRight)
+                                      return v.visible(i, j);
+                                    HeadCtx top = c;
+                                    top.alignment = CausalAlignment::TopLeft;
+                                    return top.visibility().visible(i, j);
+                                  }),
+      .bug = "each document's causal mask aligned top-left inside the document (p = k0 + (i - q0)) under a "
+             "bottom-right call: a document with fewer queries than keys sees too few",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over two keys bottom-right in one document (query bounds {}, key bounds {}): it sits "
+                     "at position 1 and sees both keys, aligned top-left it sees key 0 only (with a window of 0 or "
+                     "chunks of 1: key 1 only, key 0 only)",
+      .killed_by = {"zero-future-weight", "packed-equals-separate", "oracle-agreement"},
+  });
+
+  // Correct, written from cu_seqlens as a varlen kernel is: each query's document and its ranges from the bounds,
+  // its position inside the document from the document's own lengths, then every family at that position.
+  z.push_back(Mutant{
+      .impl = query_document_impl("control:query-documents-from-cu-seqlens",
+                                  "documents with query bounds of their own, each aligned on its lengths",
+                                  [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                                    if (!c.q_doc_bounds) return v.visible(i, j);
+                                    const DocumentRanges r = document_ranges(c, i);
+                                    if (j < r.k0 || j >= r.k1) return false;
+                                    const Index p = r.k0 + (i - r.q0) +
+                                                    (c.alignment == CausalAlignment::BottomRight
+                                                         ? (r.k1 - r.k0) - (r.q1 - r.q0) : 0);
+                                    bool ok = !c.causal || j <= p || j < c.prefix;
+                                    ok = ok && (c.key_length < 0 || j < c.key_length);
+                                    ok = ok && (!c.window || j >= p - *c.window) &&
+                                         (!c.window_right || j <= p + *c.window_right);
+                                    return ok && (c.chunk <= 0 || floor_div(j, c.chunk) == floor_div(p, c.chunk));
+                                  }),
+      .bug = "none: a query's document, its ranges and its position from cu_seqlens_q and cu_seqlens_k",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
   });
 
   // Correct, written from ids as numpy code is: per query and key, document ids compared, chunk ids compared,

@@ -50,6 +50,7 @@ struct MinimalK {
   /// Masks beyond causal: the minimal case's document bounds (empty: none), chunk size, prefix, right window,
   /// and whether it drops the causal rule.
   std::vector<std::vector<Index>> doc_bounds{};
+  std::vector<std::vector<Index>> q_doc_bounds{};  ///< the queries' own document bounds (empty: none)
   Index chunk = 0, prefix = 0;
   std::optional<Index> window_right{};
   bool bidirectional = false;
@@ -175,6 +176,22 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:document-end-off-by-one", {.T_k = 2, .doc_bounds = {{1}}, .bidirectional = true}},
     {"mutant:document-end-off-by-one", {.T_k = 2, .doc_bounds = {{1}}, .prefix = 2}},
     {"mutant:document-from-query-index", {.T_k = 2, .alignment = kBR, .doc_bounds = {{1}}}},
+    // Top-left, or bottom-right where a window of 0 or a chunk of 1 shows the position.
+    {"mutant:query-documents-aligned-globally", {.T_k = 2, .doc_bounds = {{1}}, .q_doc_bounds = {{0}}}},
+    {"mutant:query-documents-aligned-globally", {.T_k = 2, .alignment = kBR, .window = 0, .doc_bounds = {{1}}, .q_doc_bounds = {{1}}}},
+    {"mutant:query-documents-aligned-globally", {.T_k = 2, .alignment = kBR, .doc_bounds = {{1}}, .q_doc_bounds = {{1}}, .chunk = 1}},
+    // Or two queries over one key: bottom-right, or top-left with a window of 0 or a chunk of 1.
+    {"mutant:query-documents-aligned-globally",
+     {.T_k = 1, .alignment = kBR, .doc_bounds = {{1}}, .q_doc_bounds = {{1}}, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:query-documents-aligned-globally",
+     {.T_k = 1, .window = 0, .doc_bounds = {{0}}, .q_doc_bounds = {{1}}, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:query-documents-aligned-globally",
+     {.T_k = 1, .doc_bounds = {{0}}, .q_doc_bounds = {{1}}, .chunk = 1, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:query-documents-ignored", {.T_k = 1, .doc_bounds = {{1}}, .q_doc_bounds = {{0}}}},
+    {"mutant:query-documents-ignored", {.T_k = 1, .doc_bounds = {{0}}, .q_doc_bounds = {{1}}}},
+    {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .doc_bounds = {{}}, .q_doc_bounds = {{}}}},
+    {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .window = 0, .doc_bounds = {{}}, .q_doc_bounds = {{}}}},
+    {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .doc_bounds = {{}}, .q_doc_bounds = {{}}, .chunk = 1}},
     {"mutant:chunk-from-query-index", {.T_k = 2, .alignment = kBR, .chunk = 1}},
     {"mutant:chunk-as-window", {.T_k = 2, .chunk = 1, .bidirectional = true}},
     {"mutant:chunk-as-window", {.T_k = 2, .chunk = 1, .prefix = 2}},
@@ -317,6 +334,7 @@ std::string not_minimal_as(const MinimalK& want, const Mutant& m, const LawResul
   if (want.layout && !shown([&](const PagedPlan& plan) { return plan.layout == *want.layout; }))
     why += "not " + page_layout_name(*want.layout) + "; ";
   if (p.doc_bounds != want.doc_bounds) why += "other documents; ";
+  if (p.q_doc_bounds != want.q_doc_bounds) why += "other query documents; ";
   if (p.chunk_size != want.chunk) why += "chunks of " + std::to_string(p.chunk_size) + "; ";
   if (p.prefix_length != want.prefix) why += "a prefix of " + std::to_string(p.prefix_length) + "; ";
   if (p.window_right != want.window_right) why += "other right window; ";

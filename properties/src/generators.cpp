@@ -413,12 +413,22 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   if (!s.doc_coords.empty()) {
     CaseShape c = s;
     c.doc_coords.clear();
+    c.q_doc_coords.clear();
     if (!opts.require_documents) add(c);
+    if (!s.q_doc_coords.empty()) {  // the queries' documents derived from their positions
+      CaseShape m = s;
+      m.q_doc_coords.clear();
+      add(m);
+    }
     for (const Index b : s.b_ids)
       for (std::size_t d = 0; d < s.doc_coords[std::size_t(b)].size(); ++d) {
         CaseShape m = s;
         auto& bounds = m.doc_coords[std::size_t(b)];
         bounds.erase(bounds.begin() + std::ptrdiff_t(d));
+        if (!m.q_doc_coords.empty()) {  // the same document merges for the queries
+          auto& q_bounds = m.q_doc_coords[std::size_t(b)];
+          q_bounds.erase(q_bounds.begin() + std::ptrdiff_t(d));
+        }
         add(m);
       }
   }
@@ -585,6 +595,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   const bool cross = opts.allow_cross_lengths && cfg.caps.cross_lengths;
   const bool gqa = opts.allow_gqa && cfg.caps.gqa, padding = opts.allow_padding && cfg.caps.key_padding,
              window = opts.allow_window && cfg.caps.window;
+  const bool query_docs = opts.allow_documents && opts.allow_query_documents && cfg.caps.documents &&
+                          cfg.caps.query_documents;
   const bool docs = opts.allow_documents && cfg.caps.documents, chunks = opts.allow_chunks && cfg.caps.chunked_local,
              prefix = opts.allow_prefix && cfg.caps.prefix, right_window = opts.allow_right_window && cfg.caps.right_window,
              bidirectional = opts.allow_bidirectional && cfg.caps.bidirectional;
@@ -736,6 +748,31 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
         }
         std::sort(bounds.begin(), bounds.end());
         coords.push_back(std::move(bounds));
+      }
+      if (query_docs) {
+        // Half of them with query bounds of their own (cu_seqlens_q beside cu_seqlens_k): each bound where the
+        // derived one would be (the query at the key bound's aligned position) moved by -2 .. 2, or anywhere in
+        // [0, T_q], or at 0 or T_q (a document without queries); as many as the entry's key bounds. Draws are
+        // unconditional (four per entry).
+        const bool own = *rc::gen::arbitrary<bool>();
+        const Index offset = s.alignment == CausalAlignment::BottomRight ? s.T_k - s.T_q : 0;
+        std::vector<std::vector<Index>> q_coords;
+        for (std::size_t b = 0; b < coords.size(); ++b) {
+          std::vector<Index> bounds;
+          for (std::size_t d = 0; d < 4; ++d) {
+            const int kind = *weighted_choice<int>({{3, 0}, {1, 1}, {1, 2}});
+            const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+            if (d >= coords[b].size()) continue;
+            const Index at = coords[b][d] - offset + pick % 5 - 2;
+            bounds.push_back(std::clamp<Index>(kind == 0   ? at
+                                               : kind == 1 ? pick % (s.T_q + 1)
+                                                           : (pick % 2 ? s.T_q : 0),
+                                               0, s.T_q));
+          }
+          std::sort(bounds.begin(), bounds.end());
+          q_coords.push_back(std::move(bounds));
+        }
+        if (own && (packed || opts.require_documents)) s.q_doc_coords = std::move(q_coords);
       }
       if (packed || opts.require_documents) s.doc_coords = std::move(coords);
     }
@@ -1058,6 +1095,7 @@ std::vector<std::string> shape_tags(const Problem& p) {
         tags.push_back("empty-document");
         break;
       }
+    if (!p.q_doc_bounds.empty()) tags.push_back("query-documents");
   }
   if (p.softcap) tags.push_back("softcap");
   if (!p.alibi_slopes.empty()) tags.push_back("alibi");
@@ -1416,6 +1454,13 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
         for (const Index c : s.doc_coords[std::size_t(b)])
           bounds.push_back(Index(std::lower_bound(s.k_ids.begin(), s.k_ids.end(), c) - s.k_ids.begin()));
         p.doc_bounds.push_back(std::move(bounds));
+      }
+    if (!s.q_doc_coords.empty())
+      for (const Index b : s.b_ids) {  // each at the first query at or past its coordinate
+        std::vector<Index> bounds;
+        for (const Index c : s.q_doc_coords[std::size_t(b)])
+          bounds.push_back(Index(std::lower_bound(s.q_ids.begin(), s.q_ids.end(), c) - s.q_ids.begin()));
+        p.q_doc_bounds.push_back(std::move(bounds));
       }
     if (s.cells.kind == 1) p.dense_mask = cells_of(s);
     if (s.cells.kind == 2) p.block_mask = block_mask_of(s);

@@ -108,6 +108,8 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (!p.alibi_slopes.empty() && !caps.alibi) needs.push_back("ALiBi slopes");
   if (!p.causal && !caps.bidirectional) needs.push_back("no causal rule (bidirectional)");
   if (!p.doc_bounds.empty() && !caps.documents) needs.push_back("packed documents");
+  if (!p.q_doc_bounds.empty() && !caps.query_documents)
+    needs.push_back("documents with query lengths of their own (query document bounds)");
   if (p.chunk_size != 0 && !caps.chunked_local)
     needs.push_back("chunked local attention (chunks of " + std::to_string(p.chunk_size) + ")");
   if (p.prefix_length != 0 && !caps.prefix)
@@ -152,6 +154,7 @@ std::string describe_capabilities(const Capabilities& caps) {
                                  std::pair{caps.softcap, "softcap"}, std::pair{caps.alibi, "ALiBi"},
                                  std::pair{caps.bidirectional, "bidirectional"},
                                  std::pair{caps.documents, "packed documents"},
+                                 std::pair{caps.query_documents, "documents with query lengths of their own"},
                                  std::pair{caps.chunked_local, "chunked local attention"},
                                  std::pair{caps.prefix, "a bidirectional prefix"},
                                  std::pair{caps.right_window, "right windows"},
@@ -197,6 +200,7 @@ AttentionOptions Problem::options() const {
                           .window_right = window_right,
                           .chunk_size = chunk_size,
                           .doc_bounds = doc_bounds,
+                          .q_doc_bounds = q_doc_bounds,
                           .block_mask = block_mask,
                           .dense_mask = dense_mask};
 }
@@ -213,6 +217,7 @@ Visibility Problem::visibility(Index b, Index h) const {
                .chunk = chunk_size};
   if (!key_lengths.empty()) v.key_length = key_lengths.at(std::size_t(b));
   if (!doc_bounds.empty()) v.doc_bounds = &doc_bounds.at(std::size_t(b));
+  if (!q_doc_bounds.empty()) v.q_doc_bounds = &q_doc_bounds.at(std::size_t(b));
   if (block_mask) v.block = &*block_mask;
   if (dense_mask) v.dense = &*dense_mask;
   v.batch = b;
@@ -230,6 +235,15 @@ std::string mask_families_line(const Problem& p) {
   if (!p.doc_bounds.empty()) {
     std::string d = "document bounds";
     for (const auto& bounds : p.doc_bounds) {
+      d += " {";
+      for (std::size_t n = 0; n < bounds.size(); ++n) d += (n ? ", " : "") + std::to_string(bounds[n]);
+      d += "}";
+    }
+    add(d);
+  }
+  if (!p.q_doc_bounds.empty()) {
+    std::string d = "query document bounds";
+    for (const auto& bounds : p.q_doc_bounds) {
       d += " {";
       for (std::size_t n = 0; n < bounds.size(); ++n) d += (n ? ", " : "") + std::to_string(bounds[n]);
       d += "}";
@@ -412,6 +426,7 @@ ImplementationPtr reference_implementation() {
   caps.gqa = caps.key_padding = caps.window = true;
   caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
   caps.documents = caps.chunked_local = caps.prefix = caps.right_window = true;
+  caps.query_documents = true;
   caps.block_mask = caps.dense_mask = true;
   caps.paged = true;
   caps.page_sizes = {1, 8, 16, 64, 256};

@@ -279,6 +279,7 @@ Json to_json(const Problem& p) {
   if (p.window_right) j["window_right"] = *p.window_right;
   if (p.chunk_size != 0) j["chunk_size"] = p.chunk_size;
   if (!p.doc_bounds.empty()) j["doc_bounds"] = p.doc_bounds;
+  if (!p.q_doc_bounds.empty()) j["q_doc_bounds"] = p.q_doc_bounds;
   if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
   if (p.want_lse) j["want_lse"] = true;
@@ -372,22 +373,31 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   p.prefix_length = count("prefix_length", 0).value_or(0);
   p.window_right = count("window_right", 0);
   p.chunk_size = count("chunk_size", 0).value_or(0);
-  if (const auto it = j.find("doc_bounds"); it != j.end()) {
-    const std::string expected = "an array of B = " + std::to_string(q.B) +
-                                 " arrays of non-decreasing key positions >= 0 (where each document ends)";
-    if (!it->is_array() || Index(it->size()) != q.B) fail(sub(what, "doc_bounds"), expected, *it);
+  // Per batch entry, non-decreasing positions >= 0; the queries' bounds as many as the keys' ones.
+  const auto bounds_of = [&](const char* key, const char* positions, const std::vector<std::vector<Index>>* like) {
+    std::vector<std::vector<Index>> all;
+    const auto it = j.find(key);
+    if (it == j.end()) return all;
+    const std::string expected = "an array of B = " + std::to_string(q.B) + " arrays of non-decreasing " + positions +
+                                 " >= 0 (where each document ends)" +
+                                 (like ? ", each as long as doc_bounds' array for its batch entry" : "");
+    if (!it->is_array() || Index(it->size()) != q.B) fail(sub(what, key), expected, *it);
     for (const Json& row : *it) {
-      if (!row.is_array()) fail(sub(what, "doc_bounds"), expected, row);
+      if (!row.is_array() || (like && (like->size() <= all.size() || row.size() != (*like)[all.size()].size())))
+        fail(sub(what, key), expected, row);
       std::vector<Index> bounds;
       for (const Json& x : row) {
         if (!x.is_number_integer() || x.get<std::int64_t>() < 0 ||
             (!bounds.empty() && x.get<std::int64_t>() < bounds.back()))
-          fail(sub(what, "doc_bounds"), expected, row);
+          fail(sub(what, key), expected, row);
         bounds.push_back(Index(x.get<std::int64_t>()));
       }
-      p.doc_bounds.push_back(std::move(bounds));
+      all.push_back(std::move(bounds));
     }
-  }
+    return all;
+  };
+  p.doc_bounds = bounds_of("doc_bounds", "key positions", nullptr);
+  p.q_doc_bounds = bounds_of("q_doc_bounds", "query indices", &p.doc_bounds);
   if (const auto it = j.find("block_mask"); it != j.end())
     p.block_mask = block_from_json(*it, sub(what, "block_mask"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("dense_mask"); it != j.end())

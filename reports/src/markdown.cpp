@@ -126,17 +126,21 @@ std::string shape_table(const Problem& p) {
     md += "\nchunked local attention: chunks of " + std::to_string(p.chunk_size) +
           " positions (a query sees only keys of its own chunk)\n";
   if (!p.doc_bounds.empty()) {
-    // Each batch entry's documents as key ranges: what a person checks a packed row against.
-    md += "\npacked documents (a query sees only keys of its own document):";
+    // Each batch entry's documents as key ranges (and query ranges, when the queries have bounds of their own):
+    // what a person checks a packed row against.
+    const auto range = [](const std::vector<Index>& bounds, std::size_t d, Index T) {
+      const Index start = d == 0 ? 0 : std::min(bounds[d - 1], T), end = d < bounds.size() ? std::min(bounds[d], T) : T;
+      return end > start ? "[" + std::to_string(start) + ", " + std::to_string(end) + ")" : std::string("(empty)");
+    };
+    md += "\npacked documents (a query sees only keys of its own document";
+    md += p.q_doc_bounds.empty() ? "):" : "; each document aligned on its own query and key lengths):";
     for (std::size_t b = 0; b < p.doc_bounds.size(); ++b) {
       md += std::string(b ? ";" : "") + " batch entry " + std::to_string(b) + ":";
-      Index start = 0;
-      const Index T_k = p.k.shape().T;
       for (std::size_t d = 0; d <= p.doc_bounds[b].size(); ++d) {
-        const Index end = d < p.doc_bounds[b].size() ? std::min(p.doc_bounds[b][d], T_k) : T_k;
-        md += (d ? ", " : " ") + (end > start ? "[" + std::to_string(start) + ", " + std::to_string(end) + ")"
-                                              : std::string("(empty)"));
-        start = std::max(start, end);
+        md += d ? ", " : " ";
+        if (!p.q_doc_bounds.empty())
+          md += "queries " + range(p.q_doc_bounds[b], d, p.q.shape().T) + " keys ";
+        md += range(p.doc_bounds[b], d, p.k.shape().T);
       }
     }
     md += "\n";

@@ -63,6 +63,11 @@ struct AttentionOptions {
   /// (non-decreasing, >= 0; a repeated bound is an empty document); a query sees only keys of its own
   /// document. Empty: one document per entry; otherwise B lists.
   std::vector<std::vector<Index>> doc_bounds{};
+  /// The queries' own document bounds (FlashAttention varlen's cu_seqlens_q beside cu_seqlens_k): for each batch
+  /// entry as many query indices as doc_bounds has key positions (non-decreasing, >= 0); each document's queries
+  /// are then aligned on its own lengths (Visibility says how). Empty: a query's document follows from its
+  /// aligned position. Only with doc_bounds.
+  std::vector<std::vector<Index>> q_doc_bounds{};
   /// A block mask (FlexAttention's BlockMask) and a dense boolean mask, each [B or 1, H or 1] over [T_q,T_k]
   /// (1 broadcasts): a key is visible only where each given allows it. Empty: none.
   std::optional<BlockMask> block_mask{};
@@ -83,16 +88,19 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
 /// Whether the visibility differs between the heads of a batch entry (a block or dense mask with H > 1).
 bool visibility_per_head(const AttentionOptions& opts);
 
-/// One head's score modifiers, as attend() takes them: a query i sits at aligned position p = i + offset.
+/// One head's score modifiers, as attend() takes them: query i sits at aligned position p = position(i).
 struct HeadModifiers {
   std::optional<double> softcap{};
   double alibi_slope = 0;        ///< 0: no bias
   std::optional<double> sink{};  ///< the sink logit (may be -inf); empty: none
-  Index position_offset = 0;     ///< 0 top-left, T_k - T_q bottom-right
+  /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
+  Visibility rows{};
+  Index position(Index i) const { return rows.position(i); }
   bool any() const { return softcap || alibi_slope != 0 || sink; }
 };
-/// The modifiers query head h gets under these options (T_q queries over T_k keys).
-HeadModifiers head_modifiers(const AttentionOptions& opts, Index h, Index T_q, Index T_k);
+/// The modifiers query head h of batch entry b gets under these options (T_q queries over T_k keys); points into
+/// opts.
+HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k);
 /// The modified score: softcap then ALiBi, as every path computes it (in the accumulation type A).
 template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index j) {
   using std::tanh;
@@ -100,7 +108,7 @@ template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index 
     const A cap = static_cast<A>(*m.softcap);
     s = cap * tanh(s / cap);
   }
-  if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(j - (i + m.position_offset));
+  if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(j - m.position(i));
   return s;
 }
 

@@ -86,7 +86,13 @@ DenseMask dense_of(const BlockMask& m, Index T_q, Index T_k);
 ///  - it is in the query's document: documents are contiguous runs of key positions, document d starting at
 ///    doc_bounds[d - 1] (0 for d = 0) and ending at doc_bounds[d] (T_k for the last), so a bound repeated is an
 ///    empty document; the query's document is the one holding key position clamp(p, 0, T_k - 1) (packed
-///    sequences: causal inside a document through the causal rule).
+///    sequences: causal inside a document through the causal rule). With query bounds of their own
+///    (q_doc_bounds: FlashAttention varlen's cu_seqlens_q beside cu_seqlens_k), query i belongs to the document
+///    d those bounds give it instead, and its aligned position is taken inside d: with d's queries [qs, qe) and
+///    keys [ks, ke), p = ks + (i - qs), plus (ke - ks) - (qe - qs) under bottom-right alignment (each document
+///    aligned on its own lengths, as FlashAttention aligns each sequence). Query bounds equal to the derived ones
+///    give the same positions as none.
+///    Every family (the causal rule, windows, chunks, ALiBi) then reads that p.
 ///  - the block mask and the dense mask, when given, allow it for this visibility's (batch, head).
 /// Each family but the last cuts one contiguous range, so without a block or dense mask the visible keys are one
 /// contiguous range, run(i), whose ends never move left as i grows; a block or dense mask may hide any key of the
@@ -105,6 +111,10 @@ struct Visibility {
   /// The documents' bounds (non-decreasing, >= 0; those >= T_k only add empty documents at the end); null: one
   /// document. Points into the options the visibility was made from.
   const std::vector<Index>* doc_bounds = nullptr;
+  /// The queries' document bounds (query indices, as many as doc_bounds; non-decreasing, those >= T_q only add
+  /// empty documents at the end); null: each query's document follows from its aligned position. Read only with
+  /// doc_bounds. Points into the options.
+  const std::vector<Index>* q_doc_bounds = nullptr;
   /// A block mask and a dense mask, or null; point into the options. Read at (batch, head).
   const BlockMask* block = nullptr;
   const DenseMask* dense = nullptr;

@@ -110,6 +110,10 @@ extern "C" {
 #define ATTNCHECK_CAP3_LAYOUT_INVARIANT 0x4000u /**< bit-identical results whatever the strides */
 #define ATTNCHECK_CAP3_BATCH_INVARIANT 0x8000u  /**< a sequence's results bit-identical whatever else is in the batch */
 #define ATTNCHECK_CAP3_DETERMINISTIC 0x10000u   /**< forward and backward bit-identical when repeated */
+/** With ATTNCHECK_CAP3_DOCUMENTS: q_doc_ids may give the queries documents of lengths of their own
+ *  (FlashAttention varlen's cu_seqlens_q != cu_seqlens_k), each document aligned on its own lengths
+ *  (attncheck_call.q_doc_ids says how). Without it, a query's id is always the one its aligned position gives. */
+#define ATTNCHECK_CAP3_QUERY_DOCUMENTS 0x20000u
 
 /* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
 #define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
@@ -186,7 +190,12 @@ typedef struct attncheck_call {
    *  its own document (packed sequences; causal inside a document through the causal rule). The key ids of a
    *  batch entry are non-decreasing and >= 0 (documents are contiguous runs of keys; an id that steps by n + 1
    *  means n empty documents between); a query's id is the id of the key at its aligned position p clamped to
-   *  [0, T_k - 1]. Both NULL or both given, in forward and backward calls. Neutral: NULL. */
+   *  [0, T_k - 1]. Both NULL or both given, in forward and backward calls. Neutral: NULL.
+   *  With ATTNCHECK_CAP3_QUERY_DOCUMENTS the query ids are free instead (non-decreasing, each at most the last
+   *  key id): document d then holds queries [qs, qe) and keys [ks, ke), and its query i sits at aligned position
+   *  p = ks + (i - qs), plus (ke - ks) - (qe - qs) under bottom-right alignment: each document aligned on its own
+   *  lengths, as FlashAttention's varlen aligns each sequence. Every rule that reads p (causal, windows, chunks,
+   *  ALiBi) reads that one. Query ids that follow from the positions give the same p as before. */
   const int32_t* q_doc_ids;
   const int32_t* k_doc_ids;
   /** A block mask (FlexAttention's BlockMask), or NULL, in forward and backward calls. Neutral: NULL. */

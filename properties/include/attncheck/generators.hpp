@@ -32,6 +32,10 @@ struct CaseShape {
   /// begins, as key coordinates (k_ids): a bound c starts a new document at the first key whose coordinate is
   /// >= c, so deleting a key keeps every other key in its document. Empty: none.
   std::vector<std::vector<Index>> doc_coords{};
+  /// The queries' own document bounds (Capabilities::query_documents), as query coordinates (q_ids), as many per
+  /// batch coordinate as doc_coords has: bound d starts document d + 1 at the first query whose coordinate is >=
+  /// it. Empty: each query's document follows from its aligned position.
+  std::vector<std::vector<Index>> q_doc_coords{};
   /// A block mask or a dense mask. Its cells are drawn at the coordinates of their batch entry, head, query and
   /// key (a hash of the seed and those), so deleting an index keeps every other cell; a block's kind at the tile
   /// of the drawn block grid that holds its first query and key.
@@ -148,6 +152,10 @@ struct ProblemOptions {
   /// Every case has that family (when declared): for the laws about it. Shrinking then keeps it.
   bool require_documents = false, require_chunks = false, require_prefix = false, require_right_window = false,
        require_bidirectional = false;
+  /// Documents whose queries have bounds of their own (Capabilities::query_documents), in half the packed cases,
+  /// shrinking toward none. A law whose derived calls cut a document's queries or keys short says false (under
+  /// bottom-right alignment a document's queries are aligned on its own lengths).
+  bool allow_query_documents = true;
   /// A block mask or a dense mask (Capabilities::block_mask, dense_mask): a third of the cases each way, shrinking
   /// toward none. Their cells are positional: a law whose derived calls slice, move or permute keys or queries
   /// says false (no_cell_masks); one that keeps every position (and slices only whole batch entries and heads,
@@ -160,17 +168,19 @@ struct ProblemOptions {
     o.allow_block_mask = o.allow_dense_mask = false;
     return o;
   }
-  /// The options of a law that needs the causal rule: no bidirectional prefix, no bidirectional case.
+  /// The options of a law that needs the causal rule in row order (a later token never reaches an earlier row):
+  /// no bidirectional prefix, no bidirectional case, and no query bounds of their own (a document aligned on its
+  /// own lengths may put a later row at an earlier position than the rows of the document before it).
   ProblemOptions causal_rule() const {
     ProblemOptions o = *this;
-    o.allow_prefix = o.allow_bidirectional = false;
+    o.allow_prefix = o.allow_bidirectional = o.allow_query_documents = false;
     return o;
   }
   /// The options of a law whose derived calls move keys or queries to other positions: no family beyond the
   /// causal rule, padding and the left window.
   ProblemOptions no_masks_beyond_causal() const {
     ProblemOptions o = causal_rule().no_cell_masks();
-    o.allow_documents = o.allow_chunks = o.allow_right_window = false;
+    o.allow_documents = o.allow_chunks = o.allow_right_window = o.allow_query_documents = false;
     return o;
   }
 };

@@ -74,6 +74,10 @@ struct Problem {
   /// Packed documents: per batch entry, the key positions where one document ends and the next begins
   /// (non-decreasing; repeated: an empty document). Empty: one document per entry.
   std::vector<std::vector<Index>> doc_bounds{};
+  /// The queries' own document bounds (varlen: cu_seqlens_q beside cu_seqlens_k), per batch entry as many query
+  /// indices as doc_bounds has positions; each document is aligned on its own lengths (Visibility). Empty: each
+  /// query's document follows from its aligned position. Only with doc_bounds, for Capabilities::query_documents.
+  std::vector<std::vector<Index>> q_doc_bounds{};
   /// A block mask (FlexAttention's BlockMask) and a dense boolean mask, each [B or 1, H or 1] over [T_q,T_k]
   /// (1 broadcasts); a key is visible only where each allows it. Empty: none. A law that slices the problem or
   /// moves keys draws neither (their cells are positional).
@@ -184,6 +188,10 @@ struct Capabilities {
   /// ABI 3, masks beyond causal (ATTNCHECK_CAP3_DOCUMENTS, _CHUNKED_LOCAL, _PREFIX, _RIGHT_WINDOW): honours
   /// Problem::doc_bounds (packed documents), chunk_size, prefix_length and window_right.
   bool documents = false, chunked_local = false, prefix = false, right_window = false;
+  /// ABI 3 (ATTNCHECK_CAP3_QUERY_DOCUMENTS, with documents): honours Problem::q_doc_bounds, documents whose
+  /// queries have lengths of their own (FlashAttention varlen's cu_seqlens_q != cu_seqlens_k), each aligned on its
+  /// own lengths.
+  bool query_documents = false;
   /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
   bool block_mask = false, dense_mask = false;
   /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,

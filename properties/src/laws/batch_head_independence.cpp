@@ -111,6 +111,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (!r.doc_bounds.empty())  // a batch entry's documents travel with it
     for (Index bb = 0; bb < p.q.shape().B; ++bb)
       r.doc_bounds[std::size_t((bb + rb) % p.q.shape().B)] = p.doc_bounds[std::size_t(bb)];
+  if (!r.q_doc_bounds.empty())
+    for (Index bb = 0; bb < p.q.shape().B; ++bb)
+      r.q_doc_bounds[std::size_t((bb + rb) % p.q.shape().B)] = p.q_doc_bounds[std::size_t(bb)];
   // A query head's ALiBi slope and sink travel with it.
   for (auto [from, to] : {std::pair{&p.alibi_slopes, &r.alibi_slopes}, std::pair{&p.sinks, &r.sinks}})
     if (!from->empty())

@@ -51,6 +51,10 @@ Problem batch_of(const Problem& p, const std::vector<Index>& entries) {
     r.doc_bounds.clear();
     for (const Index b : entries) r.doc_bounds.push_back(p.doc_bounds[std::size_t(b)]);
   }
+  if (!p.q_doc_bounds.empty()) {
+    r.q_doc_bounds.clear();
+    for (const Index b : entries) r.q_doc_bounds.push_back(p.q_doc_bounds[std::size_t(b)]);
+  }
   return r;
 }
 

@@ -118,13 +118,16 @@ Problem with_encoding(const Problem& p, Encoding e, Index pick, const Capabiliti
       const DenseMask cells = visible_cells(p);
       // Without the causal rule available, the cells are added to the case as it is (they hide nothing more);
       // with it, they replace every family but the padding (which the cells already honour).
-      if (caps.bidirectional) {
+      // Documents with query bounds of their own also move ALiBi's positions (a row's constant, but not the
+      // sink's): with ALiBi they stay, and the cells are added to them.
+      if (caps.bidirectional && (p.q_doc_bounds.empty() || p.alibi_slopes.empty())) {
         v.causal = false;
         v.prefix_length = 0;
         v.window.reset();
         v.window_right.reset();
         v.chunk_size = 0;
         v.doc_bounds.clear();
+        v.q_doc_bounds.clear();
         v.block_mask.reset();
         v.dense_mask.reset();
       }
@@ -173,7 +176,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (viol) {
     std::string what = "the same case with " + encoding_name(e);
     if (e == Encoding::families_as_blocks || e == Encoding::families_as_dense)
-      what += caps.bidirectional ? " and no other family (causal = false)" : " added";
+      what += !v.causal ? " and no other family (causal = false)" : " added";
     if (v.block_mask && (e == Encoding::dense_as_blocks || e == Encoding::families_as_blocks))
       what += " (blocks of " + std::to_string(v.block_mask->block_q) + " x " + std::to_string(v.block_mask->block_k) + ")";
     viol->message += " (the case as drawn vs. " + what + ", which shows exactly the same keys)";

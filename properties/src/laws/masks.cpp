@@ -107,53 +107,69 @@ std::optional<Violation> check_hidden(const Implementation& impl, const LawCase&
 
 // ---- packed-equals-separate and chunked-equals-separate ------------------------------------------------------
 
-// Positions [s, e) of batch entry b of a square problem alone: its queries, keys and values, every family moved
-// with it (a prefix and the padding shortened by s, document bounds shifted), without chunking when
-// `drop_chunks` (the segment is one chunk). Windows and ALiBi are relative and stay as they are.
-Problem segment_alone(const Problem& p, Index b, Index s, Index e, bool drop_chunks) {
+// A segment of batch entry b: queries [q0, q1) and keys [k0, k1) (one document's, or one chunk's).
+struct Segment {
+  Index q0, q1, k0, k1;
+};
+
+// Segment g of batch entry b alone: its queries, keys and values, every family moved with it (a prefix and the
+// padding shortened by k0, document bounds shifted), without chunking when `drop_chunks` (the segment is one
+// chunk). Windows and ALiBi are relative and stay as they are; a document alone is aligned on its own lengths,
+// as the packed call aligns it.
+Problem segment_alone(const Problem& p, Index b, const Segment& g, bool drop_chunks) {
   Problem one = p;
   const Shape qs = p.q.shape(), ks = p.k.shape();
-  const Index n = e - s;
-  one.q = Tensor<double>({1, qs.H, n, qs.D});
-  one.k = Tensor<double>({1, ks.H, n, ks.D});
-  one.v = Tensor<double>({1, ks.H, n, ks.D});
-  for (Index h = 0; h < qs.H; ++h) one.q.head(0, h) = p.q.head(b, h).middleRows(s, n);
-  for (Index g = 0; g < ks.H; ++g) {
-    one.k.head(0, g) = p.k.head(b, g).middleRows(s, n);
-    one.v.head(0, g) = p.v.head(b, g).middleRows(s, n);
+  const Index nq = g.q1 - g.q0, nk = g.k1 - g.k0;
+  one.q = Tensor<double>({1, qs.H, nq, qs.D});
+  one.k = Tensor<double>({1, ks.H, nk, ks.D});
+  one.v = Tensor<double>({1, ks.H, nk, ks.D});
+  for (Index h = 0; h < qs.H; ++h) one.q.head(0, h) = p.q.head(b, h).middleRows(g.q0, nq);
+  for (Index j = 0; j < ks.H; ++j) {
+    one.k.head(0, j) = p.k.head(b, j).middleRows(g.k0, nk);
+    one.v.head(0, j) = p.v.head(b, j).middleRows(g.k0, nk);
   }
-  if (!p.key_lengths.empty()) one.key_lengths = {std::clamp<Index>(p.key_lengths[std::size_t(b)] - s, 0, n)};
-  one.prefix_length = std::clamp<Index>(p.prefix_length - s, 0, n);
+  if (!p.key_lengths.empty()) one.key_lengths = {std::clamp<Index>(p.key_lengths[std::size_t(b)] - g.k0, 0, nk)};
+  one.prefix_length = std::clamp<Index>(p.prefix_length - g.k0, 0, nk);
   if (!p.doc_bounds.empty()) {
     std::vector<Index> bounds;
     for (const Index x : p.doc_bounds[std::size_t(b)])
-      if (x > s && x < e) bounds.push_back(x - s);  // bounds outside the segment cut nothing inside it
+      if (x > g.k0 && x < g.k1) bounds.push_back(x - g.k0);  // bounds outside the segment cut nothing inside it
     one.doc_bounds = {bounds};
   }
+  one.q_doc_bounds.clear();  // one document (a chunk is drawn without query bounds): aligned on its own lengths
   if (drop_chunks) one.chunk_size = 0;
   one.want_weights = false;
   return one;
 }
 
-// The segments of batch entry b: each document's positions, or each chunk's. Of many chunks, the first four and the
-// last four: a chunk boundary bug shows at the first boundaries or at the ragged last chunk, and a call per chunk
-// of 1 over 64 positions would be 64 calls per batch entry.
-std::vector<std::pair<Index, Index>> segments(const Problem& p, Index b, bool chunks) {
-  const Index T = p.q.shape().T;
-  std::vector<std::pair<Index, Index>> out;
+// The segments of batch entry b: each document's queries and keys (a document without queries is left out), or
+// each chunk's positions. Of many chunks, the first four and the last four: a chunk boundary bug shows at the
+// first boundaries or at the ragged last chunk, and a call per chunk of 1 over 64 positions would be 64 calls per
+// batch entry.
+std::vector<Segment> segments(const Problem& p, Index b, bool chunks) {
+  const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
+  std::vector<Segment> out;
   if (chunks) {
-    const Index n = (T + p.chunk_size - 1) / p.chunk_size;
+    const Index n = (T_q + p.chunk_size - 1) / p.chunk_size;
     for (Index k = 0; k < n; ++k)
-      if (k < 4 || k >= n - 4) out.emplace_back(k * p.chunk_size, std::min(T, (k + 1) * p.chunk_size));
+      if (k < 4 || k >= n - 4) {
+        const Index e = std::min(T_q, (k + 1) * p.chunk_size);
+        out.push_back({k * p.chunk_size, e, k * p.chunk_size, e});
+      }
     return out;
   }
-  Index s = 0;
-  for (const Index x : p.doc_bounds[std::size_t(b)]) {
-    const Index e = std::min(x, T);
-    if (e > s) out.emplace_back(s, e);
-    s = std::max(s, e);
+  // A document's queries are contiguous (their documents never decrease), its keys run between its bounds.
+  const Visibility vis = p.visibility(b);
+  const std::vector<Index>& bounds = p.doc_bounds[std::size_t(b)];
+  for (Index i = 0; i < T_q;) {
+    const Index d = vis.query_document(i);
+    Index e = i;
+    while (e < T_q && vis.query_document(e) == d) ++e;
+    const Index k0 = d == 0 ? 0 : std::min(bounds[std::size_t(d - 1)], T_k);
+    const Index k1 = d < Index(bounds.size()) ? std::min(bounds[std::size_t(d)], T_k) : T_k;
+    if (k1 > k0) out.push_back({i, e, k0, k1});  // without keys its rows see none, and are not compared
+    i = e;
   }
-  if (T > s) out.emplace_back(s, T);
   return out;
 }
 
@@ -164,15 +180,20 @@ std::optional<Violation> check_segments(const char* law, bool chunks, const Impl
   const Shape& s = p.q.shape();
   Tensor<double> alone = whole.output;
   struct Call {
-    Index b, s, e;
+    Index b;
+    Segment g;
     Outcome o;
   };
   std::vector<Call> calls;
+  const Capabilities& caps = impl.capabilities();
   for (Index b = 0; b < s.B; ++b)
-    for (const auto& [from, to] : segments(p, b, chunks)) {
-      Outcome o = call(impl, segment_alone(p, b, from, to, chunks));
-      for (Index h = 0; h < s.H; ++h) alone.head(b, h).middleRows(from, to - from) = o.output.head(0, h);
-      calls.push_back({b, from, to, std::move(o)});
+    for (const Segment& g : segments(p, b, chunks)) {
+      // A document of other query and key lengths alone is a cross-length call: where the implementation does
+      // not take one (it then sees its rows only packed), its rows keep the packed call's values.
+      if (g.q1 - g.q0 != g.k1 - g.k0 && !caps.supports_lengths(g.q1 - g.q0, g.k1 - g.k0)) continue;
+      Outcome o = call(impl, segment_alone(p, b, g, chunks));
+      for (Index h = 0; h < s.H; ++h) alone.head(b, h).middleRows(g.q0, g.q1 - g.q0) = o.output.head(0, h);
+      calls.push_back({b, g, std::move(o)});
     }
   // Both calls are within the derived oracle bound tol of the float64 oracle (the visible keys and their values
   // are the same in both), so they agree within 2 tol.
@@ -183,12 +204,17 @@ std::optional<Violation> check_segments(const char* law, bool chunks, const Impl
   if (v) {
     const Index b = v->worst_index[0], i = v->worst_index[2];
     for (const Call& k : calls)
-      if (k.b == b && k.s <= i && i < k.e) {
-        const std::string what = std::string(chunks ? "chunk" : "document") + " [" + std::to_string(k.s) + ", " +
-                                 std::to_string(k.e) + ") of batch entry " + std::to_string(b) + " alone";
+      if (k.b == b && k.g.q0 <= i && i < k.g.q1) {
+        const Segment& g = k.g;
+        const std::string range = g.q0 == g.k0 && g.q1 == g.k1
+                                      ? "[" + std::to_string(g.q0) + ", " + std::to_string(g.q1) + ")"
+                                      : "(queries [" + std::to_string(g.q0) + ", " + std::to_string(g.q1) +
+                                            "), keys [" + std::to_string(g.k0) + ", " + std::to_string(g.k1) + "))";
+        const std::string what = std::string(chunks ? "chunk " : "document ") + range + " of batch entry " +
+                                 std::to_string(b) + " alone";
         v->message += " (the " + std::string(chunks ? "chunked" : "packed") + " call vs. " + what + ")";
-        blame_derived_call(*v, p, whole, segment_alone(p, b, k.s, k.e, chunks), k.o,
-                           {0, v->worst_index[1], i - k.s, v->worst_index[3]}, what);
+        blame_derived_call(*v, p, whole, segment_alone(p, b, g, chunks), k.o,
+                           {0, v->worst_index[1], i - g.q0, v->worst_index[3]}, what);
         break;
       }
     v->weights = whole.weights;
@@ -202,17 +228,20 @@ std::string needs_square(const GenConfig& g, bool has, const char* what) {
 }
 
 const char* kWhyPacked =
-    "Packing sequences into one row with document boundaries (FlashAttention's varlen cu_seqlens, xformers' "
-    "BlockDiagonalCausalMask, splash attention's segment ids) must not change any sequence's result: each "
-    "document's rows equal that document called alone, its positions moved to start at 0 (windows and ALiBi are "
-    "relative; a prefix and the padding move with it). Both calls are within the derived oracle bound tol (per row, "
-    "over the visible keys, which are the same) of the float64 oracle, so they agree within 2 tol. A boundary off "
-    "by one, a query's document read from the wrong index, or an empty document that shifts the others breaks it. "
-    "Square cases without chunks (a chunk boundary would move with the document).";
+    "Packing sequences into one row with document boundaries (FlashAttention's varlen cu_seqlens_q and "
+    "cu_seqlens_k, xformers' BlockDiagonalCausalMask, splash attention's segment ids) must not change any "
+    "sequence's result: each document's rows equal that document called alone, its queries and keys moved to "
+    "start at 0 and aligned on its own lengths (windows and ALiBi are relative; a prefix and the padding move with "
+    "it). A document's queries are the rows its query bounds give it, or, without those, the rows whose aligned "
+    "position lies in it (then the per-document alignment is the call's, shifted). Both calls are within the "
+    "derived oracle bound tol (per row, over the visible keys, which are the same) of the float64 oracle, so they "
+    "agree within 2 tol. A boundary off by one, a query's document read from the wrong index, a document aligned "
+    "on the whole call's lengths instead of its own, or an empty document that shifts the others breaks it. Cases "
+    "without chunks (a chunk boundary would move with the document); a document of other query and key lengths is "
+    "called alone only where the implementation takes such a call.";
 
 rc::Gen<LawCase> gen_packed(const GenConfig& cfg) {
   ProblemOptions po = outputs_only().no_cell_masks();  // each document is called alone, at other positions
-  po.allow_cross_lengths = false;
   po.allow_chunks = false;
   po.require_documents = true;
   return gen_problem(cfg, po);
@@ -229,6 +258,7 @@ const char* kWhyChunked =
 rc::Gen<LawCase> gen_chunked(const GenConfig& cfg) {
   ProblemOptions po = outputs_only().no_cell_masks();  // each chunk is called alone, at other positions
   po.allow_cross_lengths = false;
+  po.allow_query_documents = false;  // a chunk's queries and keys must be the same positions
   po.require_chunks = true;
   return gen_problem(cfg, po);
 }
@@ -265,8 +295,12 @@ const char* neutral_name(Neutral n) {
 
 std::vector<Neutral> neutral_encodings(const Problem& p, const Capabilities& caps) {
   const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
-  const Index offset = p.alignment == CausalAlignment::BottomRight ? T_k - T_q : 0;
-  const bool no_negative = offset >= 0;  // no query sits before key 0
+  // No query sits before key 0 (a document aligned on its own lengths may put one there in any call).
+  bool no_negative = true;
+  for (Index b = 0; b < p.q.shape().B && no_negative; ++b) {
+    const Visibility vis = p.visibility(b);
+    for (Index i = 0; i < T_q && no_negative; ++i) no_negative = vis.position(i) >= 0;
+  }
   std::vector<Neutral> out;
   if (caps.chunked_local && p.chunk_size == 0 && no_negative) out.push_back(Neutral::long_chunk);
   if (caps.documents && p.doc_bounds.empty()) out.push_back(Neutral::one_document);
@@ -428,7 +462,10 @@ Law hidden_keys() {
 Law packed_equals_separate() {
   using namespace masks_law;
   return {"packed-equals-separate", "each packed document equals that document called alone", kWhyPacked,
-          [](const GenConfig& g) { return needs_square(g, g.caps.documents, "packed documents"); }, gen_packed,
+          [](const GenConfig& g) {
+            return g.caps.documents ? std::string() : std::string("the implementation does not declare packed documents");
+          },
+          gen_packed,
           [](const Implementation& impl, const LawCase& c) {
             return check_segments("packed-equals-separate", false, impl, c);
           },

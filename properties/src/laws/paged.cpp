@@ -283,6 +283,7 @@ rc::Gen<LawCase> gen_shared(const GenConfig& cfg) {
     p.v = grow(p.v, true);
     if (!p.key_lengths.empty()) p.key_lengths.push_back(lengths[0]);
     if (!p.doc_bounds.empty()) p.doc_bounds.push_back(p.doc_bounds.back());  // the last sequence's documents
+    if (!p.q_doc_bounds.empty()) p.q_doc_bounds.push_back(p.q_doc_bounds.back());
     Problem v = p;
     v.paged->shared_pages = full;
     c.variant = v;

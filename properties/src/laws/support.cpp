@@ -146,7 +146,7 @@ OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
       }
       r.tol_out.head(b, h) = streamed_output_tolerance(p.dtype, p.v.head(b, kv_of(p, h)), vis, abs_dot, abs_score,
                                                        r.out.head(b, h), &rho, kSafety,
-                                                       head_modifiers(opts, h, s.T, p.k.shape().T));
+                                                       head_modifiers(opts, b, h, s.T, p.k.shape().T));
       r.rho_w.head(b, h) = rho;
       for (Index i = 0; i < s.T; ++i) {
         r.lse(b, h, i, 0) = r.stats.lse(b, h, i);
@@ -350,7 +350,7 @@ OracleRun run_oracle(const Problem& p) {
     for (Index h = 0; h < s.H; ++h) {
       const BoolMask mask = BoolMask::of(p.visibility(b, h));  // (per head: a block or dense mask may differ)
       const Index g = kv_of(p, h);
-      const HeadModifiers mods = head_modifiers(opts, h, s.T, p.k.shape().T);
+      const HeadModifiers mods = head_modifiers(opts, b, h, s.T, p.k.shape().T);
       const HeadTolerance t = head_tolerance(p.dtype, p.q.head(b, h), p.k.head(b, g), p.v.head(b, g), mask,
                                              *opts.scale, r.out.head(b, h), r.w.head(b, h), kSafety, mods);
       r.tol_out.head(b, h) = t.output;
@@ -490,6 +490,7 @@ Problem slice_problem(const Problem& p, Index b, Index h) {
   one.v = slice(p.v, b, kv_of(p, h));
   if (!p.key_lengths.empty()) one.key_lengths = {p.key_lengths[std::size_t(b)]};
   if (!p.doc_bounds.empty()) one.doc_bounds = {p.doc_bounds[std::size_t(b)]};
+  if (!p.q_doc_bounds.empty()) one.q_doc_bounds = {p.q_doc_bounds[std::size_t(b)]};
   if (!p.alibi_slopes.empty()) one.alibi_slopes = {p.alibi_slopes[std::size_t(h)]};
   if (!p.sinks.empty()) one.sinks = {p.sinks[std::size_t(h)]};
   if (p.d_output) one.d_output = slice(*p.d_output, b, h);

@@ -43,6 +43,7 @@ Problem sequence_alone(const Problem& p, Index b, Index len) {
   }
   one.key_lengths.clear();
   if (!p.doc_bounds.empty()) one.doc_bounds = {p.doc_bounds[std::size_t(b)]};
+  if (!p.q_doc_bounds.empty()) one.q_doc_bounds = {p.q_doc_bounds[std::size_t(b)]};
   one.want_weights = false;
   return one;
 }

@@ -18,6 +18,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     ProblemOptions po = outputs_only();
     po.require_window = true;
+    po.allow_query_documents = false;  // every row after t must sit at a position >= t's: positions grow with rows
     LawCase c = *gen_problem(cfg, po);
     const Problem& p = c.problem;
     const Index T_q = p.q.shape().T;

@@ -24,9 +24,12 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   if (!p.window) return std::nullopt;
-  const Visibility vis = p.visibility(0);  // positions do not depend on the batch entry
-  return hidden_weights_are_zero("window-zero-weight", impl, p,
-                                 [&](Index, Index, Index i, Index j) { return j < vis.position(i) - *p.window; });
+  // Positions depend on the batch entry only through its documents' query bounds.
+  std::vector<Visibility> vis;
+  for (Index b = 0; b < p.q.shape().B; ++b) vis.push_back(p.visibility(b));
+  return hidden_weights_are_zero("window-zero-weight", impl, p, [&](Index b, Index, Index i, Index j) {
+    return j < vis[std::size_t(b)].position(i) - *p.window;
+  });
 }
 
 std::string not_applicable(const GenConfig& g) {

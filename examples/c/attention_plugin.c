@@ -12,7 +12,8 @@
  * correct, forward only, and declaring paged K and V (ATTNCHECK_CAP3_PAGED: token-major and head-major pages of
  * 1, 8, 16, 64 or 256 keys), which it reads only through the block table, key by key; with -DMASKS, correct,
  * with a backward pass, and declaring the masks beyond causal (packed documents through q_doc_ids and
- * k_doc_ids, chunked local attention, a bidirectional prefix, a right window) and causal = 0; with -DBLOCK_MASKS,
+ * k_doc_ids, the queries' ids their own, each document aligned on its own lengths; chunked local attention, a
+ * bidirectional prefix, a right window) and causal = 0; with -DBLOCK_MASKS,
  * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0. Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
@@ -91,9 +92,33 @@ static int32_t check_paged(const attncheck_call* call, char* message, size_t mes
   return ATTNCHECK_OK;
 }
 
-/* The aligned position p of query i: i, or i + T_k - T_q bottom-right. */
-static int64_t position(const attncheck_call* call, int64_t i) {
-  return i + (call->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT ? call->k.shape[2] - call->q.shape[2] : 0);
+/* [*first, *end): the run of n non-decreasing ids equal to id (empty, at where it would be, when none is). */
+static void id_run(const int32_t* ids, int64_t n, int32_t id, int64_t* first, int64_t* end) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) { /* the first id >= id */
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (ids[mid] < id) lo = mid + 1; else hi = mid;
+  }
+  *first = lo;
+  for (hi = n; lo < hi;) { /* the first id > id */
+    const int64_t mid = lo + (hi - lo) / 2;
+    if (ids[mid] <= id) lo = mid + 1; else hi = mid;
+  }
+  *end = lo;
+}
+
+/* The aligned position p of query i of batch entry b: i, or i + T_k - T_q bottom-right; with documents, the same
+ * inside the query's document, aligned on the document's own queries [q0, q1) and keys [k0, k1) (the query ids may
+ * be their own: ATTNCHECK_CAP3_QUERY_DOCUMENTS): k0 + (i - q0), plus (k1 - k0) - (q1 - q0) bottom-right. */
+static int64_t position(const attncheck_call* call, int64_t b, int64_t i) {
+  const int64_t Tq = call->q.shape[2], Tk = call->k.shape[2];
+  const int bottom_right = call->alignment == ATTNCHECK_ALIGN_BOTTOM_RIGHT;
+  if (!call->q_doc_ids || !call->k_doc_ids) return i + (bottom_right ? Tk - Tq : 0);
+  const int32_t doc = call->q_doc_ids[b * Tq + i];
+  int64_t q0, q1, k0, k1;
+  id_run(call->q_doc_ids + b * Tq, Tq, doc, &q0, &q1);
+  id_run(call->k_doc_ids + b * Tk, Tk, doc, &k0, &k1);
+  return k0 + (i - q0) + (bottom_right ? (k1 - k0) - (q1 - q0) : 0);
 }
 
 /* floor(a / n) for n > 0, also for a negative a (a position before the first key, bottom-right). */
@@ -106,7 +131,7 @@ static int64_t floor_div(int64_t a, int64_t n) { return a >= 0 ? a / n : -((-a +
  * one range (a document's keys are contiguous: key ids are non-decreasing), so their intersection is one too. */
 static void visible(const attncheck_call* call, int64_t b, int64_t i, int64_t* lo, int64_t* hi) {
   const int64_t Tk = call->k.shape[2], Tq = call->q.shape[2];
-  const int64_t p = position(call, i);
+  const int64_t p = position(call, b, i);
   int64_t last = p > call->prefix_length - 1 ? p : call->prefix_length - 1; /* the causal rule with a prefix */
   *hi = last < Tk - 1 && call->causal ? last : Tk - 1;
   if (call->key_lengths && *hi > call->key_lengths[b] - 1) *hi = call->key_lengths[b] - 1;
@@ -119,19 +144,14 @@ static void visible(const attncheck_call* call, int64_t b, int64_t i, int64_t* l
     if (c0 < Tk && call->chunk_size < Tk - c0 && *hi > c0 + call->chunk_size - 1) *hi = c0 + call->chunk_size - 1;
   }
   if (call->q_doc_ids && call->k_doc_ids) {
-    const int32_t doc = call->q_doc_ids[b * Tq + i];
-    int64_t first = -1, end = -1; /* the keys of the query's document: first .. end */
-    for (int64_t j = 0; j < Tk; ++j)
-      if (call->k_doc_ids[b * Tk + j] == doc) {
-        if (first < 0) first = j;
-        end = j;
-      }
-    if (first < 0) { /* no key in its document */
+    int64_t first, end; /* the keys of the query's document: [first, end) */
+    id_run(call->k_doc_ids + b * Tk, Tk, call->q_doc_ids[b * Tq + i], &first, &end);
+    if (first == end) { /* no key in its document */
       *hi = *lo - 1;
       return;
     }
     if (*lo < first) *lo = first;
-    if (*hi > end) *hi = end;
+    if (*hi > end - 1) *hi = end - 1;
   }
 }
 
@@ -156,8 +176,9 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
 
 /* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): softcap, then
  * ALiBi (the order attncheck/plugin.h gives). *ds, when not NULL, gets its derivative with respect to s. */
-static double modified(const attncheck_call* call, int64_t h, int64_t i, int64_t j, double s, double* ds) {
-  double slope_term = call->alibi_slopes ? call->alibi_slopes[h] * (double)(j - position(call, i)) : 0.0;
+static double modified(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j, double s,
+                       double* ds) {
+  double slope_term = call->alibi_slopes ? call->alibi_slopes[h] * (double)(j - position(call, b, i)) : 0.0;
   if (ds) *ds = 1.0;
   if (call->softcap > 0) {
     const double t = tanh(s / call->softcap);
@@ -190,7 +211,7 @@ static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_
     }
 #endif
     for (int64_t d = 0; d < D; ++d) s += load(&call->q, call->dtype, b, h, i, d) * kv(call, 0, b, g, j, d);
-    s = modified(call, h, i, j, s * scale, NULL);
+    s = modified(call, b, h, i, j, s * scale, NULL);
 #ifdef BUG_MASK_FILL_ZERO
     w[j] = lo <= j && j <= hi ? s : 0.0; /* BUG: a masked score of 0 still gets weight exp(0 - max) */
 #else
@@ -325,7 +346,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
               s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
             }
-            modified(call, h, i, j, s * scale, &dz_ds);
+            modified(call, b, h, i, j, s * scale, &dz_ds);
             const double ds = w[j] * (dp - delta) * dz_ds;
             for (int64_t d = 0; d < D; ++d) {
               dq[d] += scale * ds * load(&call->k, call->dtype, b, g, j, d);
@@ -394,8 +415,8 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .description = "naive C attention with packed documents, chunks, a prefix, a right window and causal = 0",
       .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
       .backward = backward,
-      .flags3 = ATTNCHECK_CAP3_DOCUMENTS | ATTNCHECK_CAP3_CHUNKED_LOCAL | ATTNCHECK_CAP3_PREFIX |
-                ATTNCHECK_CAP3_BIDIRECTIONAL | ATTNCHECK_CAP3_RIGHT_WINDOW,
+      .flags3 = ATTNCHECK_CAP3_DOCUMENTS | ATTNCHECK_CAP3_QUERY_DOCUMENTS | ATTNCHECK_CAP3_CHUNKED_LOCAL |
+                ATTNCHECK_CAP3_PREFIX | ATTNCHECK_CAP3_BIDIRECTIONAL | ATTNCHECK_CAP3_RIGHT_WINDOW,
 #elif defined(BLOCK_MASKS)
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CUSTOM_SCALE | ATTNCHECK_CAP_CROSS_LENGTHS |
                ATTNCHECK_CAP_NONFINITE_SAFE | ATTNCHECK_CAP_GQA | ATTNCHECK_CAP_KEY_LENGTHS | ATTNCHECK_CAP_WINDOW,

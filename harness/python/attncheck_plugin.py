@@ -369,7 +369,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     (packed sequences: `q_doc_ids` and `k_doc_ids`, None or int32 arrays [B,T_q] and [B,T_k]: a query sees only
     keys of its own document; key ids are non-decreasing, and a query's id is the one of the key at its aligned
     position p clamped to [0, T_k - 1]; with `query_documents=True` as well, the query ids are free instead:
-    non-decreasing, each at most the last key id, FlashAttention varlen's cu_seqlens_q beside cu_seqlens_k, and
+    non-decreasing (an id past the last key's is an empty document at the end), FlashAttention varlen's cu_seqlens_q beside cu_seqlens_k, and
     each document's queries are aligned on its own lengths: document d's query i, with d's queries [qs, qe) and
     keys [ks, ke), sits at p = ks + (i - qs), plus (ke - ks) - (qe - qs) bottom-right), `chunked_local=True` (`chunk_size`, 0 for none: query p sees only keys j
     with j // chunk_size == p // chunk_size), `prefix=True` (`prefix_length`, 0 for none: keys j < prefix_length are

@@ -802,21 +802,25 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
   if (derived) return;
   p.q_doc_bounds.assign(std::size_t(qs.B), {});
   for (Index b = 0; b < qs.B; ++b) {
-    const std::vector<Index>& kb = p.doc_bounds[std::size_t(b)];
-    const Index last = Index(kb.size());  // the documents are 0 .. last
+    std::vector<Index>& kb = p.doc_bounds[std::size_t(b)];
     std::vector<Index>& qb = p.q_doc_bounds[std::size_t(b)];
     Index before = 0;
     for (Index i = 0; i < qs.T; ++i) {
       const std::int32_t id = q_ids[std::size_t(b * qs.T + i)];
-      if (id < before || id > last)
+      if (id < before)
         fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(id) +
-             " (expected " +
-             (id < before ? ">= " + std::to_string(before) + ", the id of the query before it: query ids are non-decreasing"
-                          : "at most " + std::to_string(last) + ", the last document k_doc_ids make in this batch entry") +
-             ")");
+             (i == 0 ? std::string(" (expected an id >= 0)")
+                     : " (expected >= " + std::to_string(before) +
+                           ", the id of the query before it: query ids are non-decreasing)"));
+      // Documents past the last key's are empty ones at the end (key ids cannot name them): bounds at T_k.
+      if (id > Index(kb.size()) + kMaxExtraBounds)
+        fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(id) +
+             " (expected at most " + std::to_string(Index(kb.size()) + kMaxExtraBounds) + ": the last key's document " +
+             std::to_string(kb.size()) + " plus " + std::to_string(kMaxExtraBounds) + " empty ones)");
       for (; before < id; ++before) qb.push_back(i);  // documents before .. id - 1 end before query i
     }
-    for (; Index(qb.size()) < last;) qb.push_back(qs.T);  // the documents past the last query have none
+    if (Index(qb.size()) > Index(kb.size())) kb.resize(qb.size(), ks.T);
+    for (; qb.size() < kb.size();) qb.push_back(qs.T);  // the documents past the last query have none
   }
 }
 

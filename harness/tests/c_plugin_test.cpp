@@ -384,16 +384,18 @@ TEST(CPlugin, theMasksExampleHonoursEveryFamilyAndAgreesWithTheReference) {
   const auto in_process = load_implementation(spec("attention_plugin_masks"), HarnessOptions{.isolate = false});
   const auto ref = reference_implementation();
   const Capabilities& c = isolated->capabilities();
-  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional && c.backward);
-  EXPECT_EQ(c.abi3_flags, 0x3E0u);
+  EXPECT_TRUE(c.documents && c.query_documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional &&
+              c.backward);
+  EXPECT_EQ(c.abi3_flags, 0x203E0u);
   const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
     double m = 0;
     for (Index n = 0; n < x.size(); ++n)
       m = std::max(m, x.values()[n] == y.values()[n] ? 0.0 : std::abs(x.values()[n] - y.values()[n]));
     return m;
   };
-  // Each family alone and all together: each changes which keys some query sees.
-  for (int which = 0; which < 6; ++which)
+  // Each family alone and all together, and documents with query bounds of their own: each changes which keys
+  // some query sees.
+  for (int which = 0; which < 7; ++which)
     for (const bool causal : {true, false}) {
       const Problem all = test::masks_problem(2, causal);
       Problem p = test::wave_problem(DType::f64, 2, 2, 4, 6, 2);
@@ -406,6 +408,10 @@ TEST(CPlugin, theMasksExampleHonoursEveryFamilyAndAgreesWithTheReference) {
       if (which == 2) p.prefix_length = all.prefix_length;
       if (which == 3) p.window_right = all.window_right;
       if (which == 5) p = all;
+      if (which == 6) {  // query 0 in document 0 (no key), 1 in 1 (keys 0-1), 2 in 3 (keys 2-4), 3 in 4 (key 5)
+        p.doc_bounds = all.doc_bounds;
+        p.q_doc_bounds = {{1, 2, 2, 3, 4}, {}};
+      }
       const std::string what = std::to_string(which) + (causal ? " causal" : " bidirectional");
       const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
       ASSERT_TRUE(a.weights && b.weights && r.weights) << what;

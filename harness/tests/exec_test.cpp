@@ -879,8 +879,9 @@ TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected
   refused(broken(168 + 4 * 6, -1), "forward frame: k_doc_ids[1][0] is -1 (expected an id >= 0)");
   refused(broken(136 + 4 * 1, 2), "forward frame: q_doc_ids[0][1] is 2 (expected >= 3, the id of the query before "
                                   "it: query ids are non-decreasing)");
-  refused(broken(136 + 4 * 4, 1), "forward frame: q_doc_ids[1][0] is 1 (expected at most 0, the last document "
-                                  "k_doc_ids make in this batch entry)");
+  refused(broken(136 + 4 * 4, -1), "forward frame: q_doc_ids[1][0] is -1 (expected an id >= 0)");
+  refused(broken(136 + 4 * 7, 1 << 20), "forward frame: q_doc_ids[1][3] is 1048576 (expected at most 1024: the "
+                                        "last key's document 0 plus 1024 empty ones)");
   {  // query ids of their own (query documents): bounds of their own, as many as the keys' ones
     std::string own = good;
     const std::int32_t ids[] = {0, 1, 3, 4};
@@ -888,8 +889,14 @@ TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected
     const Problem o = wire::decode_forward(own);
     EXPECT_EQ(o.doc_bounds, d.doc_bounds);
     EXPECT_EQ(o.q_doc_bounds, (std::vector<std::vector<Index>>{{1, 2, 2, 3}, {}}));
-    EXPECT_TRUE(d.q_doc_bounds.empty()) << "ids that follow from the positions decode to no query bounds";
     EXPECT_EQ(wire::encode_forward(o).substr(wire::kHeaderSize, 216), own.substr(0, 216)) << "and encode back";
+    // A query in a document past the last key's (an empty one at the end, which key ids cannot name).
+    const std::int32_t past[] = {0, 0, 0, 1};
+    std::memcpy(own.data() + 136 + 16, past, sizeof past);
+    const Problem e = wire::decode_forward(own);
+    EXPECT_EQ(e.doc_bounds, (std::vector<std::vector<Index>>{{0, 2, 2, 5}, {6}}));
+    EXPECT_EQ(e.q_doc_bounds, (std::vector<std::vector<Index>>{{1, 2, 2, 3}, {3}}));
+    EXPECT_TRUE(d.q_doc_bounds.empty()) << "ids that follow from the positions decode to no query bounds";
   }
   refused(broken(168 + 4 * 11, std::numeric_limits<std::int32_t>::max()),
           "forward frame: k_doc_ids[1][5] is 2147483647, which makes more than 1036 document bounds in all");
@@ -902,13 +909,14 @@ TEST(Serve, documentIdsDecodeToDocBoundsAndBadIdsAreRefusedNamingWhatWasExpected
   const std::string back = wire::encode_backward(bwd).substr(wire::kHeaderSize);
   EXPECT_EQ(wire::decode_backward(back).doc_bounds, d.doc_bounds);
   std::string bad_back = back;
-  const std::int32_t seven = 7;
-  std::memcpy(bad_back.data() + 136, &seven, 4);
+  const std::int32_t minus_seven = -7;
+  std::memcpy(bad_back.data() + 136, &minus_seven, 4);
   try {
     wire::decode_backward(bad_back);
     ADD_FAILURE() << "decoded a backward frame with a bad query id";
   } catch (const wire::ProtocolError& e) {
-    EXPECT_NE(std::string(e.what()).find("backward frame: q_doc_ids[0][0] is 7 (expected at most 4"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("backward frame: q_doc_ids[0][0] is -7 (expected an id >= 0)"),
+              std::string::npos)
         << e.what();
   }
 }

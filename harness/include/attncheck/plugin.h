@@ -191,11 +191,12 @@ typedef struct attncheck_call {
    *  batch entry are non-decreasing and >= 0 (documents are contiguous runs of keys; an id that steps by n + 1
    *  means n empty documents between); a query's id is the id of the key at its aligned position p clamped to
    *  [0, T_k - 1]. Both NULL or both given, in forward and backward calls. Neutral: NULL.
-   *  With ATTNCHECK_CAP3_QUERY_DOCUMENTS the query ids are free instead (non-decreasing, each at most the last
-   *  key id): document d then holds queries [qs, qe) and keys [ks, ke), and its query i sits at aligned position
-   *  p = ks + (i - qs), plus (ke - ks) - (qe - qs) under bottom-right alignment: each document aligned on its own
-   *  lengths, as FlashAttention's varlen aligns each sequence. Every rule that reads p (causal, windows, chunks,
-   *  ALiBi) reads that one. Query ids that follow from the positions give the same p as before. */
+   *  With ATTNCHECK_CAP3_QUERY_DOCUMENTS the query ids are free instead (non-decreasing; an id past the last
+   *  key's is a document without keys at the end): document d then holds queries [qs, qe) and keys [ks, ke),
+   *  and its query i sits at aligned position p = ks + (i - qs), plus (ke - ks) - (qe - qs) under bottom-right
+   *  alignment: each document aligned on its own lengths, as FlashAttention's varlen aligns each sequence. Every
+   *  rule that reads p (causal, windows, chunks, ALiBi) reads that one. Query ids that follow from the positions
+   *  give the same p as before. */
   const int32_t* q_doc_ids;
   const int32_t* k_doc_ids;
   /** A block mask (FlexAttention's BlockMask), or NULL, in forward and backward calls. Neutral: NULL. */

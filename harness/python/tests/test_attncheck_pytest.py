@@ -508,6 +508,12 @@ def test_packed(attncheck):
 
 def test_one_document(attncheck):
     attncheck.check(one_document, dtypes=("float64",), laws=("oracle-agreement",), **MASKS)
+
+
+def test_aligned_on_the_call(attncheck):
+    # Right while a query's document follows from its position; with query bounds of its own a document is
+    # aligned on its own lengths, which packed() does not do.
+    attncheck.check(packed, dtypes=("float64",), laws=("oracle-agreement",), query_documents=True, **MASKS)
 '''
 
 
@@ -516,9 +522,10 @@ def test_mask_declarations_reach_the_client(pytester):
     # (int32 [B,T_q] and [B,T_k]) and the fields, and one that ignores the documents is falsified.
     pytester.makepyfile(packed_attention=PACKED, test_packed=PACKED_TESTS)
     result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "40", "-rP")
-    result.assert_outcomes(passed=1, failed=1)
+    result.assert_outcomes(passed=1, failed=2)
     text = result.stdout.str()
     assert "attncheck: 1 law falsified by one_document" in text, text
+    assert "attncheck: 1 law falsified by packed" in text, text  # query_documents=True reached it
     assert re.search(r"oracle-agreement \(float64\): oracle-agreement: ", text), text
     wrappers = list((pytester.path / ".attncheck" / "serve").glob("test_packed-packed-*.py"))
     assert len(wrappers) == 1, wrappers
@@ -538,6 +545,8 @@ def test_serve_refuses_a_mask_declaration_without_its_keyword(tmp_path):
         attncheck_plugin.serve(no_ids, documents=True)
     with pytest.raises(TypeError, match="right_window=True but fn no_ids has no `window_right` parameter"):
         attncheck_plugin.serve(no_ids, right_window=True)
+    with pytest.raises(ValueError, match="query_documents=True needs documents=True"):
+        attncheck_plugin.serve(no_ids, query_documents=True)
 
 
 CELL_MASKS = '''

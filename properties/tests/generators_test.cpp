@@ -92,6 +92,7 @@ TEST(Generators, coverageFloorsAreMetAndVisible) {
   EXPECT_GE(share({"window>=T"}), 0.05) << "a window at or beyond T (must equal no window)";
   EXPECT_GE(share({"decode (T_q=1<T_k, bottom-right)"}), 0.04) << "decode steps";
   EXPECT_GE(share({"chunk (1<T_q<T_k, bottom-right)"}), 0.03) << "prefill chunks";
+  EXPECT_GE(share({"query-documents"}), 0.08) << "documents with query bounds of their own (varlen cu_seqlens_q)";
   EXPECT_GE(share({"H_kv=1<H (MQA)"}), 0.10) << "multi-query attention";
   EXPECT_GE(share({"1<H_kv<H (GQA)"}), 0.03) << "grouped queries with more than one kv head";
   for (const char* regime : {"regime=small-int", "regime=normal", "regime=uniform", "regime=ties", "regime=one-hot",

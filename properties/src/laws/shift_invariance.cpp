@@ -1,4 +1,6 @@
 // Law 7, shift-invariance: adding the same vector to every key leaves the weights unchanged.
+#include <cmath>
+
 #include "registry.hpp"
 #include "support.hpp"
 
@@ -9,9 +11,15 @@ namespace shift_invariance_law {
 const char* kWhy =
     "Adding the same vector c to every key adds q_i.c to every score of row i, a constant per row, and softmax "
     "is invariant to a constant added to a row: the weights must not change. A mask filled with 0 or a finite "
-    "constant (the masked entries do not move with the row), or a softmax over the query axis, breaks it. "
-    "Tolerance: both results' derived oracle bounds, plus the oracles' own difference (rounding k + c to the "
-    "dtype makes the shift inexact).";
+    "constant (the masked entries do not move with the row), or a softmax over the query axis, breaks it. A "
+    "quarter of the cases (in float32 and float64, whose accumulators hold such scores) shift the scores by "
+    "1e4 to 1e6 (c scaled so that the largest |scale q_i.c| is that), up or down: a running max started at a "
+    "finite floor, a mask detected by a threshold or a softmax without its max subtraction breaks there. "
+    "Tolerance: both results' derived oracle bounds (they grow with the scores' magnitude), plus the oracles' own "
+    "difference (rounding k + c to the dtype makes the shift inexact); a hidden key's weight stays exactly 0.";
+
+// The score shifts of the large regime: the largest |scale q_i.c| of a case.
+constexpr double kLargeShifts[] = {1e4, 1e5, 1e6};
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
@@ -21,7 +29,33 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     LawCase c = *gen_problem(cfg, po);
     const Shape& ks = c.problem.k.shape();
     const double m = *gen_magnitude();
-    const auto shift = *gen_tensor({ks.B, ks.H, 1, ks.D}, Regime::normal, m, cfg.dtype);
+    // Large shifts (shrinking toward ordinary ones): which, and whether the largest score moves up or down.
+    const bool wide = cfg.dtype == DType::f32 || cfg.dtype == DType::f64;
+    const bool large = *weighted_choice<bool>({{3, false}, {1, true}}) && wide;
+    const double L = kLargeShifts[*rc::gen::inRange<std::size_t>(0, 3)] * (*rc::gen::arbitrary<bool>() ? -1 : 1);
+    auto shift = *gen_tensor({ks.B, ks.H, 1, ks.D}, Regime::normal, large ? 1.0 : m, cfg.dtype);
+    if (large) {
+      // Per kv head g: c = d·t with t = L / (scale · the largest q_i.d over the query heads reading g), so the
+      // scores of the row that moves most move by |L|, in L's direction for the largest.
+      const Problem& p = c.problem;
+      const Shape& qs = p.q.shape();
+      const double scale = scale_of(p);
+      for (Index b = 0; b < ks.B; ++b)
+        for (Index g = 0; g < ks.H; ++g) {
+          double top = 0;
+          for (Index h = 0; h < qs.H; ++h) {
+            if (kv_of(p, h) != g) continue;
+            for (Index i = 0; i < qs.T; ++i) {
+              double dot = 0;
+              for (Index d = 0; d < ks.D; ++d) dot += p.q(b, h, i, d) * shift(b, g, 0, d);
+              if (std::abs(dot) > std::abs(top)) top = dot;
+            }
+          }
+          const double t = top == 0 ? 0.0 : L / (scale * top);
+          for (Index d = 0; d < ks.D; ++d) shift(b, g, 0, d) = round_to(cfg.dtype, shift(b, g, 0, d) * t);
+        }
+    }
+    c.tags.push_back(large ? "shift=" + format_number(L, 1) : "shift=ordinary");
     Problem v = c.problem;
     for (Index b = 0; b < ks.B; ++b)
       for (Index h = 0; h < ks.H; ++h)

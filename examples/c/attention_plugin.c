@@ -7,7 +7,8 @@
  * only (cache positions are never negative), and rows that see no key unspecified (they get uniform weights
  * over every key, as Hugging Face's fully padded rows do), answering UNSUPPORTED outside that; with
  * -DBUG_DECLARED_TOO_MUCH, the same but declaring every multiple of 8 while it handles only multiples of 16:
- * an UNSUPPORTED answer to a declared shape is a finding; with -DMODIFIERS, correct and declaring ABI 3's
+ * an UNSUPPORTED answer to a declared shape is a finding; with -DBUG_CONTIGUOUS_READS, declaring strided inputs
+ * (ATTNCHECK_CAP3_STRIDED, as the plain build does) but reading every input as contiguous [B,H,T,D]; with -DMODIFIERS, correct and declaring ABI 3's
  * score modifiers (softcap, ALiBi, sinks, with d_sinks in the backward), causal = 0 and the LSE; with -DPAGED,
  * correct, forward only, and declaring paged K and V (ATTNCHECK_CAP3_PAGED: token-major and head-major pages of
  * 1, 8, 16, 64 or 256 keys), which it reads only through the block table, key by key; with -DMASKS, correct,
@@ -26,7 +27,11 @@
 
 /* Element (b,h,i,d) of a tensor, widened to double. bfloat16 is the top half of a float32's bits. */
 static double load(const attncheck_tensor_in* t, uint32_t dtype, int64_t b, int64_t h, int64_t i, int64_t d) {
+#ifdef BUG_CONTIGUOUS_READS /* the strides unread: right for contiguous [B,H,T,D] inputs only */
+  const int64_t at = ((b * t->shape[1] + h) * t->shape[2] + i) * t->shape[3] + d;
+#else
   const int64_t at = b * t->strides[0] + h * t->strides[1] + i * t->strides[2] + d * t->strides[3];
+#endif
   if (dtype == ATTNCHECK_DTYPE_F64) return ((const double*)t->data)[at];
   if (dtype == ATTNCHECK_DTYPE_F32) return ((const float*)t->data)[at];
   uint32_t bits = (uint32_t)((const uint16_t*)t->data)[at] << 16;
@@ -448,6 +453,8 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .description = "naive C attention, double accumulation, with a backward pass",
       .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
       .backward = backward,
+      /* It reads every input through its strides and computes the same sums in the same order whatever they are. */
+      .flags3 = ATTNCHECK_CAP3_STRIDED | ATTNCHECK_CAP3_LAYOUT_INVARIANT,
 #endif
       .max_T = 4096,
       .forward = forward,

@@ -12,6 +12,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "attncheck/layouts.hpp"
 #include "attncheck/plugin.h"
 #include "attncheck/spec_error.hpp"
 #include "protocol.hpp"
@@ -234,7 +235,10 @@ class CPlugin final : public Implementation {
       const wire::DocIds docs = wire::doc_ids(p);
       CellMasks cells;
       fill_cell_masks(p, cells);
-      attncheck_call call = make_call(p, q, k, v, lengths, docs, cells);
+      // Laid out as the problem says (a plug-in that declares strides); `laid` outlives the call.
+      std::optional<LaidOutInputs<S>> laid;
+      if (p.layout != InputLayout::contiguous) laid = lay_out(q, k, v, p.layout);
+      attncheck_call call = make_call(p, q, k, v, lengths, docs, cells, laid ? &*laid : nullptr);
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -281,7 +285,9 @@ class CPlugin final : public Implementation {
       const wire::DocIds docs = wire::doc_ids(p);
       CellMasks cells;
       fill_cell_masks(p, cells);
-      attncheck_call call = make_call(p, q, k, v, lengths, docs, cells);
+      std::optional<LaidOutInputs<S>> laid;
+      if (p.layout != InputLayout::contiguous) laid = lay_out(q, k, v, p.layout);
+      attncheck_call call = make_call(p, q, k, v, lengths, docs, cells, laid ? &*laid : nullptr);
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).
@@ -309,7 +315,7 @@ class CPlugin final : public Implementation {
   template <class S>
   attncheck_call make_call(const Problem& p, const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
                            const std::vector<std::int64_t>& lengths, const wire::DocIds& docs,
-                           const CellMasks& cells) const {
+                           const CellMasks& cells, const LaidOutInputs<S>* laid = nullptr) const {
     attncheck_call call{};
     call.dtype = wire::dtype_code(p.dtype);
     call.alignment = wire::alignment_code(p.alignment);
@@ -318,6 +324,19 @@ class CPlugin final : public Implementation {
     call.q = in_tensor(q);
     call.k = in_tensor(k);
     call.v = in_tensor(v);
+    if (laid) {  // another layout (Problem::layout): the same values through other strides and buffers
+      const auto view = [](const StridedView<S>& x) {
+        attncheck_tensor_in t{x.data, {}, {}};
+        for (int n = 0; n < 4; ++n) {
+          t.shape[n] = x.shape[std::size_t(n)];
+          t.strides[n] = x.strides[std::size_t(n)];
+        }
+        return t;
+      };
+      call.q = view(laid->q);
+      call.k = view(laid->k);
+      call.v = view(laid->v);
+    }
     call.key_lengths = lengths.empty() ? nullptr : lengths.data();
     call.window = p.window ? std::int64_t(*p.window) : -1;
     // ABI 3's neutral values (the rest are 0 or NULL from the value-initialisation above), and the modifiers
@@ -530,6 +549,10 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
                            " document bound lists for a batch of " + std::to_string(p.q.shape().B));
   if (p.block_mask && !caps.block_mask) refuse("a block mask", "block masks (ATTNCHECK_CAP3_BLOCK_MASK)");
   if (p.dense_mask && !caps.dense_mask) refuse("a dense mask", "dense masks (ATTNCHECK_CAP3_DENSE_MASK)");
+  if (p.layout != InputLayout::contiguous && !caps.strided)
+    refuse("inputs laid out " + input_layout_name(p.layout), "strided inputs (ATTNCHECK_CAP3_STRIDED)");
+  if (p.layout != InputLayout::contiguous && p.paged)
+    throw std::logic_error(name + ": a paged call with a layout (paged K and V come as pools)");
   if (p.has_cell_masks()) {  // the plug-in reads them through the strides we derive: their shapes must be the call's
     AttentionOptions cells;
     cells.block_mask = p.block_mask;

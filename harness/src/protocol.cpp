@@ -138,6 +138,8 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.block_mask = flags3 & block_mask_bit;
   caps.dense_mask = flags3 & dense_mask_bit;
   caps.batch_invariant = flags3 & batch_invariant_bit;
+  caps.strided = flags3 & strided_bit;
+  caps.layout_invariant = (flags3 & strided_bit) && (flags3 & layout_invariant_bit);
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
@@ -146,7 +148,8 @@ std::uint32_t abi3_bits(const Capabilities& caps) {
          (caps.documents ? documents_bit : 0u) | (caps.chunked_local ? chunked_local_bit : 0u) |
          (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u) |
          (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u) |
-         (caps.batch_invariant ? batch_invariant_bit : 0u) | (caps.query_documents ? query_documents_bit : 0u);
+         (caps.batch_invariant ? batch_invariant_bit : 0u) | (caps.query_documents ? query_documents_bit : 0u) |
+         (caps.strided ? strided_bit : 0u) | (caps.layout_invariant ? layout_invariant_bit : 0u);
 }
 
 DocIds doc_ids(const Problem& p) {
@@ -244,7 +247,8 @@ std::string encode_caps(const Handshake& h) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
     constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
                                         documents_bit | chunked_local_bit | prefix_bit | right_window_bit |
-                                        block_mask_bit | dense_mask_bit | batch_invariant_bit | query_documents_bit;
+                                        block_mask_bit | dense_mask_bit | batch_invariant_bit | query_documents_bit |
+                                        strided_bit | layout_invariant_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
@@ -480,8 +484,10 @@ std::string call_payload(const Problem& p) {
         (paged ? call_paged : 0u) | (p.prefix_length != 0 ? call_prefix : 0u) |
         (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
-        (p.dense_mask ? call_dense_mask : 0u));
-  w.u32(0);
+        (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u));
+  if (paged && p.layout != InputLayout::contiguous)
+    throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
+  w.u32(std::uint32_t(p.layout));  // 0 (reserved) for contiguous inputs
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
   put_shape(w, p.k.shape());
@@ -829,17 +835,26 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
-  if (flags & ~0xFFFFu)
+  if (flags & ~0x1FFFFu)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0xffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0x1ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
-                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask)");
+                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
     throw ProtocolError(std::string(what) + ": flags have 512 (paged) without 4 (key lengths): a paged call "
                         "carries every sequence's length");
-  r.u32();
+  const std::uint32_t layout = r.u32();  // reserved (0) without flag 65536
+  if (flags & call_layout) {
+    if (layout < 1 || layout > std::uint32_t(InputLayout::v_is_k))
+      throw ProtocolError(std::string(what) + ": layout " + std::to_string(layout) +
+                          " (expected 1 token-major, 2 padded, 3 kv-broadcast, 4 kv-interleaved or 5 v-is-k with flag "
+                          "65536)");
+    if (flags & call_paged)
+      throw ProtocolError(std::string(what) + ": flags have 65536 (layout) and 512 (paged): paged K and V come as pools");
+    p.layout = InputLayout(layout);
+  }
   const double scale = r.f64();
   if (flags & call_scale) p.scale = scale;
   p.want_weights = flags & call_weights;

@@ -377,6 +377,25 @@ TEST(CPlugin, theMaskFieldsReachThePluginAsDefined) {
     }
 }
 
+// The plain example declares strided inputs and layout invariance, and holds layout-invariance bit for bit, isolated
+// (the layout crosses the worker's protocol, flag 65536) and in process; the same kernel reading every input as
+// contiguous is falsified, on a layout that shows it at the smallest shape.
+TEST(CPlugin, stridedInputsReachThePluginAndAKernelThatIgnoresThemIsCaught) {
+  for (const bool isolate : {true, false}) {
+    const auto right = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate});
+    EXPECT_TRUE(right->capabilities().strided && right->capabilities().layout_invariant);
+    const LawResult held = run("layout-invariance", *right);
+    EXPECT_EQ(held.status, LawStatus::held) << message_of(held);
+    const auto wrong = load_implementation(spec("attention_plugin_contiguous_reads"), HarnessOptions{.isolate = isolate});
+    const LawResult r = run("layout-invariance", *wrong);
+    ASSERT_EQ(r.status, LawStatus::falsified) << (isolate ? "isolated" : "in process");
+    ASSERT_TRUE(r.minimal_case);
+    EXPECT_NE(r.minimal_case->variant->layout, InputLayout::contiguous);
+    EXPECT_LE(r.minimal_case->problem.q.shape().numel() + r.minimal_case->problem.k.shape().numel(), 3)
+        << message_of(r);
+  }
+}
+
 // The -DMASKS example declares the masks beyond causal and causal = 0, honours them (it agrees with the reference,
 // which honours them all, forward and backward), and the worker changes no bit of its answers.
 TEST(CPlugin, theMasksExampleHonoursEveryFamilyAndAgreesWithTheReference) {

@@ -1021,11 +1021,19 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 32768 is refused, naming the new bits.
+  // A flag beyond 65536 is refused, naming the new bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 65536u;
+  const std::uint32_t high = flags | 131072u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "16384 block mask, 32768 dense mask)");
+  refused(unknown, "16384 block mask, 32768 dense mask, 65536 layout)");
+  std::string laid = good;
+  const std::uint32_t with_layout = flags | 65536u;
+  std::memcpy(laid.data() + 8, &with_layout, 4);
+  refused(laid, "forward frame: layout 0 (expected 1 token-major, 2 padded, 3 kv-broadcast, 4 kv-interleaved or 5 "
+                "v-is-k with flag 65536)");
+  const std::uint32_t padded = 2;
+  std::memcpy(laid.data() + 12, &padded, 4);
+  EXPECT_EQ(wire::decode_forward(laid).layout, InputLayout::padded);
 }
 
 TEST(Exec, aCommandThatDoesNotStartIsASpecError) {

@@ -88,6 +88,7 @@ std::vector<Mutant> modifier_backward_mutants();  ///< the backward of softcap a
 std::vector<Mutant> paged_mutants();    ///< paged K and V: the block table, pages, slots, strides (and a control)
 std::vector<Mutant> mask_family_mutants();  ///< documents, chunks, a prefix, a right window, no causal rule (a control)
 std::vector<Mutant> block_mask_mutants();   ///< block masks and dense masks: kinds, cells, broadcasting (a control)
+std::vector<Mutant> stride_mutants();   ///< inputs read through strides: the address arithmetic (a control)
 std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the call's shape under a batch-invariance claim
 std::vector<Mutant> controls();         ///< correct implementations written differently
 std::vector<Mutant> modifier_controls();  ///< a correct flash-decoding kernel with the LSE and every modifier

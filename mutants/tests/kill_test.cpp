@@ -190,6 +190,17 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:query-documents-ignored", {.T_k = 1, .doc_bounds = {{1}}, .q_doc_bounds = {{0}}}},
     {"mutant:query-documents-ignored", {.T_k = 1, .doc_bounds = {{0}}, .q_doc_bounds = {{1}}}},
     {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .doc_bounds = {{}}, .q_doc_bounds = {{}}}},
+    // Either alignment (the bug is in the addresses): a second key, a second query, or (GQA) a second query head
+    // a padded head away.
+    {"mutant:strides-assumed-contiguous", {.T_k = 2}},
+    {"mutant:strides-assumed-contiguous", {.T_k = 2, .alignment = kBR}},
+    {"mutant:strides-assumed-contiguous", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:strides-assumed-contiguous", {.T_k = 1, .alignment = kBR, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:strides-assumed-contiguous", {.T_k = 1, .H_kv = 1, .q = Shape{1, 2, 1, 1}}},
+    {"mutant:row-stride-from-d", {.T_k = 2}},
+    {"mutant:row-stride-from-d", {.T_k = 2, .alignment = kBR}},
+    {"mutant:row-stride-from-d", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:row-stride-from-d", {.T_k = 1, .alignment = kBR, .q = Shape{1, 1, 2, 1}}},
     {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .window = 0, .doc_bounds = {{}}, .q_doc_bounds = {{}}}},
     {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .doc_bounds = {{}}, .q_doc_bounds = {{}}, .chunk = 1}},
     {"mutant:chunk-from-query-index", {.T_k = 2, .alignment = kBR, .chunk = 1}},

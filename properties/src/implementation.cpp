@@ -117,6 +117,8 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   if (p.window_right && !caps.right_window) needs.push_back("a right window (" + std::to_string(*p.window_right) + ")");
   if (p.block_mask && !caps.block_mask) needs.push_back("a block mask");
   if (p.dense_mask && !caps.dense_mask) needs.push_back("a dense mask");
+  if (p.layout != InputLayout::contiguous && !caps.strided)
+    needs.push_back("strided inputs (" + input_layout_name(p.layout) + ")");
   if (p.paged) {
     if (!caps.paged)
       needs.push_back("paged K and V");
@@ -159,7 +161,9 @@ std::string describe_capabilities(const Capabilities& caps) {
                                  std::pair{caps.prefix, "a bidirectional prefix"},
                                  std::pair{caps.right_window, "right windows"},
                                  std::pair{caps.block_mask, "block masks"},
-                                 std::pair{caps.dense_mask, "dense masks"}})
+                                 std::pair{caps.dense_mask, "dense masks"},
+                                 std::pair{caps.strided, "strided inputs"},
+                                 std::pair{caps.layout_invariant, "bit-identical whatever the strides"}})
     if (on) s += std::string("; ") + what;
   if (caps.paged) {
     s += "; paged K and V (pages of";
@@ -263,11 +267,24 @@ std::string mask_families_line(const Problem& p) {
         std::to_string(n[2]) + " full)");
   }
   if (p.dense_mask) add("dense mask (" + broadcast(p.dense_mask->B, p.dense_mask->H) + ")");
+  if (p.layout != InputLayout::contiguous) add("inputs laid out " + input_layout_name(p.layout));
   return s;
 }
 
 std::vector<Index> Problem::sequence_lengths() const {
   return key_lengths.empty() ? std::vector<Index>(std::size_t(k.shape().B), k.shape().T) : key_lengths;
+}
+
+std::string input_layout_name(InputLayout l) {
+  switch (l) {
+    case InputLayout::contiguous: return "contiguous";
+    case InputLayout::token_major: return "token-major";
+    case InputLayout::padded: return "padded";
+    case InputLayout::kv_broadcast: return "kv-broadcast";
+    case InputLayout::kv_interleaved: return "kv-interleaved";
+    case InputLayout::v_is_k: return "v-is-k";
+  }
+  return "?";
 }
 
 std::string page_order_name(PagedPlan::Order o) {

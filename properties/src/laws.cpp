@@ -24,7 +24,8 @@ const std::vector<Law>& laws() {
                             grad_dv_weights(),         grad_finite_difference(),
                             hidden_keys(),             packed_equals_separate(), chunked_equals_separate(),
                             neutral_masks(),           bidirectional_permutation(), mask_encodings(),
-                            extreme_scores(),          batch_invariance(),   grad_determinism()};
+                            extreme_scores(),          batch_invariance(),   grad_determinism(),
+                            layout_invariance()};
   }();
   return all;
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attncheck/law.hpp"
+#include "attncheck/layouts.hpp"
 
 namespace attncheck {
 namespace {
@@ -239,6 +240,44 @@ TEST(Law, batchInvariance) {
   EXPECT_NE(na.note.find("batch invariance"), std::string::npos) << na.note;
 }
 
+// layout-invariance: an implementation that reads its inputs through the strides holds it bit for bit (and declares
+// so); one that reads every buffer as contiguous [B,H,T,D] is falsified; one without strided inputs is n/a.
+TEST(Law, layoutInvariance) {
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.paged = caps.backward = false;
+  caps.strided = caps.layout_invariant = true;
+  const auto reading = [](bool strides) {
+    return [strides](const Problem& p) {
+      const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
+      Problem read = p;
+      read.layout = InputLayout::contiguous;
+      for (auto [t, view] : {std::pair{&read.q, &in.q}, std::pair{&read.k, &in.k}, std::pair{&read.v, &in.v}}) {
+        const Shape s = t->shape();
+        for (Index b = 0; b < s.B; ++b)
+          for (Index h = 0; h < s.H; ++h)
+            for (Index i = 0; i < s.T; ++i)
+              for (Index d = 0; d < s.D; ++d)
+                (*t)(b, h, i, d) = strides ? view->at(b, h, i, d) : view->data[((b * s.H + h) * s.T + i) * s.D + d];
+      }
+      return reference_implementation()->forward(read);
+    };
+  };
+  const Law& law = *find_law("layout-invariance");
+  const auto right = make_implementation("strided", "reads q, k, v through their strides", caps, reading(true));
+  for (const DType t : {DType::f32, DType::bf16}) {
+    RunOptions o = options_from_rc_params("layout-invariance");
+    o.gen.dtype = t;
+    const LawResult held = run_law(law, *right, o);
+    EXPECT_EQ(held.status, LawStatus::held) << describe(held);
+  }
+  const auto contiguous = make_implementation("contiguous", "reads every buffer as [B,H,T,D]", caps, reading(false));
+  const LawResult r = run_law(law, *contiguous, RunOptions{});
+  EXPECT_EQ(r.status, LawStatus::falsified) << describe(r);
+  const LawResult na = run_law(law, *reference_implementation(), RunOptions{});
+  EXPECT_EQ(na.status, LawStatus::not_applicable);
+  EXPECT_NE(na.note.find("ATTNCHECK_CAP3_STRIDED"), std::string::npos) << na.note;
+}
+
 // Each mask law can fail: the reference with one family mishandled the way kernels get it wrong (the zoo's mask
 // mutants are the full set), and it says why it does not apply to an implementation without the family.
 TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
@@ -346,6 +385,7 @@ TEST(Law, gradientLawsNeedABackward) {
   Capabilities caps = reference_implementation()->capabilities();  // every forward law applies
   caps.backward = false;
   caps.batch_invariant = true;  // batch-invariance applies only under the claim (here only its applicability counts)
+  caps.strided = true;          // and layout-invariance only to strided inputs
   const auto forward_only = make_implementation("forward-only", "the reference forward, no backward", caps,
                                                 [](const Problem& p) { return reference_implementation()->forward(p); });
   for (const Law& l : laws()) {
@@ -380,7 +420,7 @@ TEST(Law, everyLawHasATest) {
                                         "grad-finite-difference", "hidden-keys", "packed-equals-separate",
                                         "chunked-equals-separate", "neutral-masks", "bidirectional-permutation",
                                         "mask-encodings", "extreme-scores", "batch-invariance",
-                                        "grad-determinism"};
+                                        "grad-determinism", "layout-invariance"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -283,6 +283,7 @@ Json to_json(const Problem& p) {
   if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
   if (p.want_lse) j["want_lse"] = true;
+  if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
     const PagedPlan& pl = *p.paged;
     const PagedKV pk = p.paged_kv();
@@ -405,6 +406,18 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();
+  }
+  if (const auto it = j.find("layout"); it != j.end()) {
+    const char* expected = "\"token-major\", \"padded\", \"kv-broadcast\", \"kv-interleaved\" or \"v-is-k\"";
+    if (!it->is_string()) fail(sub(what, "layout"), expected, *it);
+    bool known = false;
+    for (const InputLayout l : {InputLayout::contiguous, InputLayout::token_major, InputLayout::padded,
+                                InputLayout::kv_broadcast, InputLayout::kv_interleaved, InputLayout::v_is_k})
+      if (input_layout_name(l) == it->get<std::string>()) {
+        p.layout = l;
+        known = true;
+      }
+    if (!known) fail(sub(what, "layout"), expected, *it);
   }
   if (const auto it = j.find("paged"); it != j.end()) {
     const std::string pw = sub(what, "paged");

@@ -125,6 +125,14 @@ std::string shape_table(const Problem& p) {
   if (p.chunk_size != 0)
     md += "\nchunked local attention: chunks of " + std::to_string(p.chunk_size) +
           " positions (a query sees only keys of its own chunk)\n";
+  if (p.layout != InputLayout::contiguous)
+    md += "\ninputs laid out " + input_layout_name(p.layout) + " (q, k and v passed through other strides: " +
+          (p.layout == InputLayout::token_major      ? "[B,T,H,D] in memory"
+           : p.layout == InputLayout::padded         ? "gaps between rows, heads and batch entries, holding NaN"
+           : p.layout == InputLayout::kv_broadcast   ? "K and V stride 0 over their heads"
+           : p.layout == InputLayout::kv_interleaved ? "K and V interleaved in one buffer [B,T,H_kv,2,D]"
+                                                     : "V the very view K is") +
+          ")\n";
   if (!p.doc_bounds.empty()) {
     // Each batch entry's documents as key ranges (and query ranges, when the queries have bounds of their own):
     // what a person checks a packed row against.

@@ -49,6 +49,19 @@ struct PagedPlan {
 /// "contiguous", "reversed", "shuffled".
 std::string page_order_name(PagedPlan::Order o);
 
+/// How q, k and v lie in memory when a call crosses the C ABI (issue 25): the values are the problem's, only the
+/// strides and the buffers differ (attncheck/layouts.hpp lays them out). Outputs stay contiguous.
+enum class InputLayout : std::uint8_t {
+  contiguous,     ///< [B,H,T,D] row-major, each tensor its own buffer
+  token_major,    ///< [B,T,H,D] in memory (FlashAttention's and Hugging Face's layout), read through the strides
+  padded,         ///< gaps between rows, heads and batch entries (row stride D + 3, ...), filled with NaN
+  kv_broadcast,   ///< K and V stride 0 over their heads: one head in memory (every kv head of the problem equal)
+  kv_interleaved, ///< K and V in one buffer [B,T,H_kv,2,D] (a fused KV projection): V a view at offset D
+  v_is_k,         ///< V the very view K is (the problem's v equal to k: MLA reads V from K's buffer)
+};
+/// "contiguous", "token-major", "padded", "kv-broadcast", "kv-interleaved", "v-is-k".
+std::string input_layout_name(InputLayout l);
+
 /// One call: inputs at `dtype`, held as double but exactly representable in `dtype` (so converting to the
 /// native type and back is exact).
 struct Problem {
@@ -85,6 +98,9 @@ struct Problem {
   std::optional<DenseMask> dense_mask{};
   /// K and V passed as a page pool and a block table (ABI 3); empty: dense. Forward calls only.
   std::optional<PagedPlan> paged{};
+  /// How q, k and v lie in memory in the call (Capabilities::strided; never with paged K and V). kv_broadcast
+  /// needs every kv head equal, v_is_k needs v equal to k (the layout-invariance law draws them so).
+  InputLayout layout = InputLayout::contiguous;
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
   bool want_lse = false;     ///< the law reads the LSE; ignored by implementations that cannot return it
   /// The gradient of the loss with respect to the output, dO [B,H,T_q,D]: set for backward calls only.
@@ -194,6 +210,9 @@ struct Capabilities {
   bool query_documents = false;
   /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
   bool block_mask = false, dense_mask = false;
+  /// ABI 3 (ATTNCHECK_CAP3_STRIDED, _LAYOUT_INVARIANT): reads q, k and v through any strides (Problem::layout:
+  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are.
+  bool strided = false, layout_invariant = false;
   /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,
   /// whatever the batch size, and whatever number of its queries a call holds (the batch-invariance law).
   bool batch_invariant = false;

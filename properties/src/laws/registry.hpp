@@ -61,5 +61,6 @@ Law mask_encodings();
 Law extreme_scores();
 Law batch_invariance();
 Law grad_determinism();  // (bwd)
+Law layout_invariance();
 
 }  // namespace attncheck::law_kit

@@ -1,0 +1,79 @@
+// Kernels that read q, k and v through strides (ATTNCHECK_CAP3_STRIDED, issue 25), with the address arithmetic
+// strided kernels get wrong, and one control. Each reads every element of its inputs through its own address rule
+// from the buffers Problem::layout lays out (attncheck/layouts.hpp: gaps and the rest of a broadcast buffer hold
+// NaN), then attends as the reference does: the address rule is its only bug.
+#include <functional>
+
+#include "attncheck/layouts.hpp"
+#include "parts.hpp"
+
+namespace attncheck::zoo {
+namespace {
+
+// The address of element (b,h,t,d) of a view as a kernel computes it.
+using Address = std::function<Index(const StridedView<double>&, Index, Index, Index, Index)>;
+
+ImplementationPtr strided_impl(const char* name, const char* description, Address address) {
+  Capabilities caps = gqa_capabilities();
+  caps.strided = caps.layout_invariant = true;  // each reads values exactly, whatever the strides
+  return make_implementation(name, description, caps, [address](const Problem& p) {
+    const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
+    Problem read = p;
+    read.layout = InputLayout::contiguous;
+    for (auto [t, view] : {std::pair{&read.q, &in.q}, std::pair{&read.k, &in.k}, std::pair{&read.v, &in.v}}) {
+      const Shape s = t->shape();
+      for (Index b = 0; b < s.B; ++b)
+        for (Index h = 0; h < s.H; ++h)
+          for (Index i = 0; i < s.T; ++i)
+            for (Index d = 0; d < s.D; ++d) (*t)(b, h, i, d) = view->data[address(*view, b, h, i, d)];
+    }
+    return reference_implementation()->forward(read);
+  });
+}
+
+Index by_strides(const StridedView<double>& v, Index b, Index h, Index t, Index d) {
+  return b * v.strides[0] + h * v.strides[1] + t * v.strides[2] + d * v.strides[3];
+}
+
+}  // namespace
+
+std::vector<Mutant> stride_mutants() {
+  std::vector<Mutant> z;
+  z.push_back(Mutant{
+      .impl = strided_impl("mutant:strides-assumed-contiguous", "every input read as contiguous [B,H,T,D]",
+                           [](const StridedView<double>& v, Index b, Index h, Index t, Index d) {
+                             return ((b * v.shape[1] + h) * v.shape[2] + t) * v.shape[3] + d;  // the strides unread
+                           }),
+      .bug = "the strides ignored: every tensor read as contiguous [B,H,T,D], right for a contiguous call only",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over two keys: key 1 lies a padded row (D + 3) or an interleaved K,V row (2 D) "
+                     "further than D; as small, two queries over one key with the padded layout's gap, or two "
+                     "query heads over one kv head, the second a padded head away",
+      .killed_by = {"layout-invariance"},
+      .also_minimal = {{1, 1, 2, 1}, {1, 2, 1, 1}},
+  });
+  z.push_back(Mutant{
+      .impl = strided_impl("mutant:row-stride-from-d", "the row stride taken as D",
+                           [](const StridedView<double>& v, Index b, Index h, Index t, Index d) {
+                             return b * v.strides[0] + h * v.strides[1] + t * v.shape[3] + d;  // strides[2]
+                           }),
+      .bug = "the row (token) stride taken as D instead of strides[2]: right while rows are packed, wrong for "
+             "padded rows, interleaved K and V, or [B,T,H,D] with several heads",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over two keys, the second key a padded or interleaved row away; as small, two "
+                     "queries over one key with padded rows (either alignment)",
+      .killed_by = {"layout-invariance"},
+      .also_minimal = {{1, 1, 2, 1}},
+  });
+  z.push_back(Mutant{
+      .impl = strided_impl("control:strided-reads", "every input read through its strides", by_strides),
+      .bug = "none: every element read at b·s0 + h·s1 + t·s2 + d·s3",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
+  });
+  return z;
+}
+
+}  // namespace attncheck::zoo

@@ -1,7 +1,8 @@
 """Causal attention in numpy, with grouped-query heads, key padding, a sliding window and a backward pass,
 checked by attncheck through the Python client:
     attncheck check --impl exec:'/usr/bin/python3 examples/python/numpy_attention.py'
-(with harness/python on PYTHONPATH)."""
+(with harness/python on PYTHONPATH). It declares strided inputs (strided=True): numpy reads any strides, so it also
+gets q, k and v as views padded, [B,T,H,D], broadcast over kv heads, interleaved or as one array (layout-invariance)."""
 import numpy as np
 
 import attncheck_plugin
@@ -81,4 +82,4 @@ if __name__ == "__main__":
                            description="numpy causal attention in float64, GQA, padding, window, backward",
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True,
-                           backward=backward, empty_rows="zero")
+                           backward=backward, empty_rows="zero", strided=True)

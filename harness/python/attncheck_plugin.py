@@ -66,7 +66,8 @@ KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 # Version 3: the flags3 bits (ATTNCHECK_CAP3_*) of each serve() declaration, and the keyword fn gets for it.
 FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "documents": 0x20,
           "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
-          "dense_mask": 0x800, "batch_invariant": 0x8000, "query_documents": 0x20000}
+          "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
+          "query_documents": 0x20000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -78,6 +79,54 @@ PAGED = 512  # a forward frame's flag: the paging follows, and K and V come as p
 # A forward (and backward) frame's flags for the masks beyond causal: an i64 prefix length, an i64 right window,
 # an i64 chunk size, then B*T_q and B*T_k int32 document ids, in this order (after the sinks).
 PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = 1024, 2048, 4096, 8192
+# A forward frame's flag for laid-out inputs (declared strided=True): the u32 after the flags names the layout.
+LAYOUT = 65536
+LAYOUT_NAMES = {1: "token-major", 2: "padded", 3: "kv-broadcast", 4: "kv-interleaved", 5: "v-is-k"}
+
+
+def _laid_out(arrays, layout):
+    """q, k, v as views in `layout`, with the strides attncheck's own server gives (attncheck/layouts.hpp): each over
+    a NaN-filled buffer at least as long as a contiguous tensor, so a kernel that misreads stays inside it."""
+    from numpy.lib.stride_tricks import as_strided
+
+    def strides_of(shape, kv):
+        B, H, T, D = shape
+        if layout == "token-major":
+            return (T * H * D, D, H * D, 1)
+        if layout == "padded":
+            row = D + 3
+            head = T * row + 5
+            return (H * head + 7, head, row, 1)
+        if layout == "kv-broadcast" and kv:
+            return (T * D, 0, D, 1)
+        if layout == "kv-interleaved" and kv:
+            return (T * H * 2 * D, 2 * D, H * 2 * D, 1)
+        return (H * T * D, T * D, D, 1)
+
+    def place(x, kv, buf=None, at=0):
+        st = strides_of(x.shape, kv)
+        extent = sum((n - 1) * s for n, s in zip(x.shape, st)) + 1
+        if buf is None:
+            buf = np.full(max(extent, x.size) + x.size, np.nan, dtype=x.dtype)
+        byte_strides = tuple(s * x.itemsize for s in st)
+        if st[1] == 0:  # one head in memory: head 0's values, read by every head
+            as_strided(buf[at:], (x.shape[0], x.shape[2], x.shape[3]), (byte_strides[0], byte_strides[2],
+                                                                         byte_strides[3]))[...] = x[:, 0]
+            return as_strided(buf[at:], x.shape, byte_strides, writeable=False), buf
+        view = as_strided(buf[at:], x.shape, byte_strides)
+        view[...] = x
+        return view, buf
+
+    q, k, v = arrays[:3]
+    q2, _ = place(q, False)
+    if layout == "kv-interleaved":
+        buf = np.full(2 * k.size + k.shape[3], np.nan, dtype=k.dtype)
+        k2, _ = place(k, True, buf, 0)
+        v2, _ = place(v, True, buf, k.shape[3])
+    else:
+        k2, _ = place(k, True)
+        v2 = k2 if layout == "v-is-k" else place(v, True)[0]
+    return [q2, k2, v2] + list(arrays[3:])
 # Then a block mask (its blocks, kinds and partial cells) and a dense mask (its B and H, then its cells).
 BLOCK_MASK, DENSE_MASK = 16384, 32768
 
@@ -171,7 +220,7 @@ def _keywords(fn, role, modifiers=()):
 
 def _read_call(payload, backward):
     """The arrays and keywords of a forward or backward frame (PROTOCOL.md, "forward")."""
-    dcode, acode, fflags, _, scale = struct.unpack_from("<IIIId", payload)
+    dcode, acode, fflags, lcode, scale = struct.unpack_from("<IIIId", payload)
     qs = struct.unpack_from("<4q", payload, 24)
     ks = struct.unpack_from("<4q", payload, 56)
     off = 88
@@ -253,6 +302,8 @@ def _read_call(payload, backward):
     if backward:
         off += nq + 2 * nk
         arrays.append(_decode(payload[off:off + nq], dtype, qs))
+    if fflags & LAYOUT:  # version 3, declared strided=True: q, k, v as views with the layout's strides
+        arrays = _laid_out(arrays, LAYOUT_NAMES[lcode])
     kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
               "sinks": sinks, "causal": not fflags & 256, "paged": paged, "prefix_length": prefix_length,
@@ -340,7 +391,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
-          batch_invariant=False, query_documents=False):
+          batch_invariant=False, query_documents=False, strided=False, layout_invariant=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -377,6 +428,10 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     p sees keys j <= p + wr only), `dense_mask=True` (`dense_mask`, None or a bool array [B or 1, H or 1, T_q, T_k]:
     key j visible to query i of (b, h) where True, an extent of 1 broadcasting) and `block_mask=True` (`block_mask`,
     None or a BlockMask: kinds per block, the partial cells, to_dense()). Every family present must allow a key.
+    `strided=True` declares that fn reads q, k and v through any strides: it then also gets them as numpy views in
+    other layouts (padded with NaN gaps, [B,T,H,D], K and V broadcast over heads with stride 0, interleaved in one
+    buffer, or V the very array K is; the layout-invariance law), and `layout_invariant=True` that its results are
+    then bit-identical to the contiguous call's. fn gets no keyword for them.
     `batch_invariant=True` declares that a sequence's results are bit-identical whatever else is in the batch, the
     batch size and the number of its queries in a call (the batch-invariance law; fn gets no keyword for it).
     """
@@ -386,7 +441,11 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                                               ("prefix", prefix), ("right_window", right_window),
                                               ("block_mask", block_mask), ("dense_mask", dense_mask),
                                               ("batch_invariant", batch_invariant),
-                                              ("query_documents", query_documents))}
+                                              ("query_documents", query_documents), ("strided", strided),
+                                              ("layout_invariant", layout_invariant))}
+    if layout_invariant and not strided:
+        raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
+                         "that declares it reads strided inputs)")
     if query_documents and not documents:
         raise ValueError("serve: query_documents=True needs documents=True (query ids of their own come with the "
                          "key ids)")

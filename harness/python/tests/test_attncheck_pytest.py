@@ -549,6 +549,41 @@ def test_serve_refuses_a_mask_declaration_without_its_keyword(tmp_path):
         attncheck_plugin.serve(no_ids, query_documents=True)
 
 
+STRIDED = '''
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from kernels import correct
+
+
+def contiguous_reads(q, k, v, scale=None):
+    """The bug: each input's memory read as contiguous [B,H,T,D], whatever its strides (a C kernel handed .ctypes)."""
+    def as_contiguous(x):
+        B, H, T, D = x.shape
+        return as_strided(x, x.shape, tuple(n * x.itemsize for n in (H * T * D, T * D, D, 1)))
+    return correct(as_contiguous(q), as_contiguous(k), as_contiguous(v), scale)
+
+
+def test_strided(attncheck):
+    attncheck.check(correct, dtypes=("float64",), laws=("layout-invariance",), strided=True)
+
+
+def test_contiguous_reads(attncheck):
+    attncheck.check(contiguous_reads, dtypes=("float64",), laws=("layout-invariance",), strided=True)
+'''
+
+
+def test_strided_declarations_give_the_function_numpy_views_in_other_layouts(pytester):
+    # strided=True goes through check() to serve(): the function gets q, k, v as views (padded with NaN gaps,
+    # [B,T,H,D], broadcast, interleaved, one array), and one that reads their memory as contiguous is falsified.
+    pytester.makepyfile(kernels=FUNCTIONS, test_strided=STRIDED)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "40", "-rP")
+    result.assert_outcomes(passed=1, failed=1)
+    text = result.stdout.str()
+    assert "attncheck: 1 law falsified by contiguous_reads" in text, text
+    assert re.search(r"layout-invariance \(float64\): layout-invariance: ", text), text
+
+
 CELL_MASKS = '''
 import numpy as np
 

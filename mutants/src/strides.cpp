@@ -20,13 +20,9 @@ ImplementationPtr strided_impl(const char* name, const char* description, Addres
     const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
     Problem read = p;
     read.layout = InputLayout::contiguous;
-    for (auto [t, view] : {std::pair{&read.q, &in.q}, std::pair{&read.k, &in.k}, std::pair{&read.v, &in.v}}) {
-      const Shape s = t->shape();
-      for (Index b = 0; b < s.B; ++b)
-        for (Index h = 0; h < s.H; ++h)
-          for (Index i = 0; i < s.T; ++i)
-            for (Index d = 0; d < s.D; ++d) (*t)(b, h, i, d) = view->data[address(*view, b, h, i, d)];
-    }
+    read.q = read_through(in.q, address);
+    read.k = read_through(in.k, address);
+    read.v = read_through(in.v, address);
     return reference_implementation()->forward(read);
   });
 }

@@ -249,16 +249,15 @@ TEST(Law, layoutInvariance) {
   const auto reading = [](bool strides) {
     return [strides](const Problem& p) {
       const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
+      const auto address = [strides](const StridedView<double>& v, Index b, Index h, Index i, Index d) {
+        return strides ? b * v.strides[0] + h * v.strides[1] + i * v.strides[2] + d * v.strides[3]
+                       : ((b * v.shape[1] + h) * v.shape[2] + i) * v.shape[3] + d;
+      };
       Problem read = p;
       read.layout = InputLayout::contiguous;
-      for (auto [t, view] : {std::pair{&read.q, &in.q}, std::pair{&read.k, &in.k}, std::pair{&read.v, &in.v}}) {
-        const Shape s = t->shape();
-        for (Index b = 0; b < s.B; ++b)
-          for (Index h = 0; h < s.H; ++h)
-            for (Index i = 0; i < s.T; ++i)
-              for (Index d = 0; d < s.D; ++d)
-                (*t)(b, h, i, d) = strides ? view->at(b, h, i, d) : view->data[((b * s.H + h) * s.T + i) * s.D + d];
-      }
+      read.q = read_through(in.q, address);
+      read.k = read_through(in.k, address);
+      read.v = read_through(in.v, address);
       return reference_implementation()->forward(read);
     };
   };

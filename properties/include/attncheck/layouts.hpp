@@ -30,6 +30,17 @@ template <class S> struct LaidOutInputs {
   StridedView<S> q, k, v;
 };
 
+/// The [B,H,T,D] tensor a kernel reads from v when it takes element (b,h,t,d) at v.data[address(v, b, h, t, d)]
+/// (v.at's strides, for a kernel that reads them right).
+template <class S, class Address> Tensor<S> read_through(const StridedView<S>& v, Address address) {
+  Tensor<S> t(Shape{v.shape[0], v.shape[1], v.shape[2], v.shape[3]});
+  for (Index b = 0; b < v.shape[0]; ++b)
+    for (Index h = 0; h < v.shape[1]; ++h)
+      for (Index i = 0; i < v.shape[2]; ++i)
+        for (Index d = 0; d < v.shape[3]; ++d) t(b, h, i, d) = v.data[address(v, b, h, i, d)];
+  return t;
+}
+
 namespace layout_detail {
 
 template <class S> S poison() {

@@ -71,8 +71,6 @@ void check_head(const char* who, const ConstRef<S>& q, const ConstRef<S>& k, con
   if (v.rows() != k.rows())
     mismatch(who, "v", shape_string(v.rows(), v.cols()), "k", shape_string(k.rows(), k.cols()),
              "T differs: V needs one row per key");
-  if (v.cols() != q.cols())
-    mismatch(who, "v", shape_string(v.rows(), v.cols()), "q", shape_string(q.rows(), q.cols()), "D differs");
   if (mask_rows != q.rows() || mask_cols != k.rows())
     mismatch(who, "mask", shape_string(mask_rows, mask_cols), "QKᵀ", shape_string(q.rows(), k.rows()),
              "the mask must be T_q x T_k");
@@ -155,8 +153,8 @@ void check_batched(const char* who, const Shape& q, const Shape& k, const Shape&
     if (a.B != b.B) return "B differs";
     if (a.H != b.H) return "H differs: V needs one head per K head";
     if (a.T != b.T) return "T differs: V needs one row per key";
-    if (a.D != b.D) return "D differs";
-    return nullptr;
+    return nullptr;  // V may have a head dimension D_v of its own (MLA): the output is [B,H,T_q,D_v]
+
   };
   if (const char* why = differs(v, k)) mismatch(who, "v", to_string(v), "k", to_string(k), why);
 }
@@ -188,8 +186,8 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
   const Index T_k = k.shape().T, H_kv = k.shape().H;
   const double scale = resolve_scale(opts.scale, qs.D, who);
 
-  // output [B,H,T_q,D]; weights [B,H,T_q,T_k]; query head h reads kv head h / (H / H_kv)
-  Tensor<S> out(qs);
+  // output [B,H,T_q,D_v]; weights [B,H,T_q,T_k]; query head h reads kv head h / (H / H_kv)
+  Tensor<S> out(Shape{qs.B, qs.H, qs.T, v.shape().D});
   if (weights) *weights = Tensor<S>(Shape{qs.B, qs.H, qs.T, T_k});
   if (lse) *lse = Tensor<double>(Shape{qs.B, qs.H, qs.T, 1});
   for (Index b = 0; b < qs.B; ++b) {

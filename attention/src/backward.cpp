@@ -10,8 +10,9 @@
 //     log-sum-exp) are off by ε_ij = P_ij·(ρ_i + u_s) + 2^-126 (u_s: stored in the dtype; 2^-126: Eigen's
 //     vectorised exp floor); capped at 1 (both lie in [0,1]), and 1 where ρ_i overflows (the dtype cannot
 //     resolve the softmax: the bound is then the trivial one).
-//  2. dP_ij = dO_i·v_j over D terms: |dP_ij| ≤ A_ij := Σ_c |dO_ic||v_jc|, error γ_D·A_ij (+ u_s·A_ij when a
-//     kernel stores dP in the dtype).
+//  2. dP_ij = dO_i·v_j over D_v terms (V's head dimension, which may differ from Q's and K's D: MLA):
+//     |dP_ij| ≤ A_ij := Σ_c |dO_ic||v_jc|, error γ_D·A_ij with D = D_v (+ u_s·A_ij when a kernel stores dP in the
+//     dtype).
 //  3. Δ_i = Σ_j P_ij dP_ij (or dO_i·O_i, O rounded to the dtype: the same terms, Σ_c |dO_ic|·|δO_ic| ≤
 //     Σ_j ε_ij A_ij + u_s·Ā_i). With Ā_i := Σ_j P_ij A_ij ≥ |Δ_i|:
 //     |δΔ_i| ≤ Σ_j ε_ij A_ij + (γ_D + γ_T + 2u_s)·Ā_i.
@@ -30,7 +31,7 @@
 //     2^-1022 float64); every product or sum in the accumulation type whose result lies below its smallest normal
 //     ν = N_a (2^-126 in float, 2^-1022 in double) is off by up to ν absolutely (float64 gradients of 1e-315
 //     happen: tiny weights times tiny dS; float ones of 6e-38, which FTZ returns as 0), so ν is added to each
-//     weight (step 1), to dP and Δ (D + T_vis of them, step 4) and to each dS (step 5), and these flushed
+//     weight (step 1), to dP and Δ (D_v + T_vis of them, step 4) and to each dS (step 5), and these flushed
 //     intermediates propagate through steps 5-8 as every other error does (ν on dS_ij becomes scale·ν·|k_jc| on
 //     dQ_ic), with n·ν more for the final sums' own partial sums. With gradual underflow ν would be the smallest
 //     subnormal and N_s half the subnormal spacing: smaller, and a correct FTZ kernel would fail them.
@@ -58,10 +59,14 @@ namespace {
 void check_shapes(const char* who, const Shape& q, const Shape& k, const Shape& v, const Shape& d_output,
                   const AttentionOptions& opts) {
   const auto fail = [&](const std::string& what) { throw ShapeError(std::string(who) + ": " + what); };
-  if (d_output != q) fail("d_output is " + to_string(d_output) + " but q is " + to_string(q) + " (dO has the output's shape)");
   if (k.B != q.B || k.D != q.D || k.H < 1 || q.H % k.H != 0)
     fail("k is " + to_string(k) + " but q is " + to_string(q) + " (B and D must agree and H_kv divide H)");
-  if (v != k) fail("v is " + to_string(v) + " but k is " + to_string(k) + " (V has K's shape)");
+  if (v.B != k.B || v.H != k.H || v.T != k.T)
+    fail("v is " + to_string(v) + " but k is " + to_string(k) + " (V has K's B, H_kv and T; its D_v may differ)");
+  const Shape out{q.B, q.H, q.T, v.D};
+  if (d_output != out)
+    fail("d_output is " + to_string(d_output) + " but the output is " + to_string(out) +
+         " (dO has the output's shape [B,H,T_q,D_v])");
   check_options(who, opts, q.B, q.H, k.T, q.T);  // padding, windows, documents, modifiers
 }
 
@@ -76,7 +81,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
   const double scale = resolve_scale(opts.scale, qs.D, who);
   const A scale_a = static_cast<A>(scale);
-  AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
+  AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(v.shape())};
   std::vector<A> d_sinks(opts.sinks.size(), A(0));
   const bool per_head = visibility_per_head(opts);
   for (Index b = 0; b < qs.B; ++b) {
@@ -87,7 +92,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
       // dK, dV [T_k,D] of kv head kv, summed in A over its group of query heads, rounded once.
       const Matrix<S> K = k.head(b, kv), V = v.head(b, kv);
       const Matrix<A> Ka = K.template cast<A>(), Va = V.template cast<A>();
-      Matrix<A> dK = Matrix<A>::Zero(ks.T, qs.D), dV = Matrix<A>::Zero(ks.T, qs.D);
+      Matrix<A> dK = Matrix<A>::Zero(ks.T, qs.D), dV = Matrix<A>::Zero(ks.T, v.shape().D);
       for (Index h = 0; h < qs.H; ++h) {
         if (kv_head(h, qs.H, ks.H) != kv) continue;
         if (per_head) {
@@ -175,8 +180,9 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   const double floor = storage_floor(dtype);
   // ν: the accumulation type's smallest normal, below which an FTZ kernel flushes (step 9).
   const double nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
-  const double g_D = gamma(qs.D, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
-  r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(ks)};
+  const Index D_v = v.shape().D;  // dP_ij = dO_i·v_j sums over V's head dimension (step 2)
+  const double g_D = gamma(D_v, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
+  r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(v.shape())};
   r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   std::vector<double> sink_terms(opts.sinks.size(), 0.0);  // Σ P_s,i·Ā_i per head (step 11)
   const bool per_head = visibility_per_head(opts);
@@ -226,7 +232,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
         for (Index j = keys.begin; j < keys.end; ++j) {
           if (gaps && !vis.visible(i, j)) continue;
           const double G = A(i, j) + A_bar + d_delta;                                 // step 4
-          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(qs.D + n_vis) * nu;
+          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(D_v + n_vis) * nu;
           const double m = (P(i, j) + eps(j)) * G;
           const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu + f_err * m;  // steps 5, 11
           tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs();  // step 6

@@ -62,7 +62,7 @@ void update_row(BlockState<A>& st, Index r, Index c0, Index w, const HeadRef<A>&
 template <class S, class A, bool kBounds>
 void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v, const Visibility& vis, A scale,
                   const HeadModifiers& mods, Index i0, Index i1, S* out, double* stats, BlockState<A>& st) {
-  const Index n = i1 - i0, D = q.cols();
+  const Index n = i1 - i0, D = v.cols();  // the output's head dimension D_v (q and k have D_k)
   st.acc.setZero(n, D);
   st.m.setConstant(n, -std::numeric_limits<A>::infinity());
   st.l.setZero(n);
@@ -180,7 +180,7 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   const Shape& qs = q.shape();
   const Index T_k = k.shape().T, H_kv = k.shape().H;
   const Widened<S, A> qa(q), ka(k), va(v);
-  Tensor<S> out(qs);
+  Tensor<S> out(Shape{qs.B, qs.H, qs.T, v.shape().D});  // [B,H,T_q,D_v]
   if (stats) *stats = Tensor<double>(Shape{qs.B, qs.H, qs.T, 4});
   // One visibility per batch entry, or per (batch entry, head) where a block or dense mask differs by head.
   const Index vis_heads = visibility_per_head(opts) ? qs.H : 1;
@@ -200,12 +200,12 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   double work = 0;
   for (Index b = 0; b < qs.B; ++b)
     for (Index i = 0; i < qs.T; i += kBlockQ) work += double(vis_of(b, 0).run(i).size()) * kBlockQ;
-  work *= double(qs.H * qs.D);
+  work *= double(qs.H * (qs.D + v.shape().D));
   const auto item = [&](Index n, BlockState<A>& st) {
     const Index blk = blocks - 1 - n % blocks, bh = n / blocks, b = bh / qs.H, h = bh % qs.H;
     const Index g = kv_head(h, qs.H, H_kv);
     const Index i0 = blk * kBlockQ, i1 = std::min(qs.T, i0 + kBlockQ);
-    S* o = out.data() + (b * qs.H + h) * qs.T * qs.D;
+    S* o = out.data() + (b * qs.H + h) * qs.T * v.shape().D;
     double* sp = stats ? stats->data() + (b * qs.H + h) * qs.T * 4 : nullptr;
     stream_block<S, A, kBounds>(qa.head(b, h), ka.head(b, g), va.head(b, g), vis_of(b, h), A(scale),
                                 mods[std::size_t(b * qs.H + h)], i0, i1, o, sp, st);

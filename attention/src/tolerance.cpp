@@ -183,14 +183,15 @@ HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matr
                                 const Matrix<double>& v, const BoolMask& mask, double scale,
                                 const Matrix<double>& oracle_output, const Matrix<double>& oracle_weights,
                                 double safety, const HeadModifiers& mods) {
-  const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
+  // D: the scores' dot products (Q's and K's head dimension); D_v: the output's columns (V's, which may differ).
+  const Index T_q = q.rows(), T_k = k.rows(), D = q.cols(), D_v = v.cols();
   const RowTerms terms(dtype, D, safety);
   const Eigen::VectorXd rho_rows = weight_relative_error(dtype, q, k, mask, scale, mods);
 
-  HeadTolerance tol{Matrix<double>::Zero(T_q, D), Matrix<double>::Zero(T_q, T_k)};
+  HeadTolerance tol{Matrix<double>::Zero(T_q, D_v), Matrix<double>::Zero(T_q, T_k)};
   for (Index i = 0; i < T_q; ++i) {
     Index n_vis = 0;
-    Eigen::RowVectorXd v_col_max = Eigen::RowVectorXd::Zero(D);
+    Eigen::RowVectorXd v_col_max = Eigen::RowVectorXd::Zero(D_v);
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
       ++n_vis;
@@ -274,12 +275,12 @@ VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis)
   return r;
 }
 
-Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, const Visibility& vis,
+Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<double>& v, const Visibility& vis,
                                          const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety,
                                          const HeadModifiers& mods) {
-  const Index T_q = vis.T_q, D = v.cols();
-  const RowTerms terms(dtype, D, safety);
+  const Index T_q = vis.T_q, D = v.cols();  // D_k: the scores' dot products; D = D_v: the output's columns
+  const RowTerms terms(dtype, D_k, safety);
   const double u_a = accumulation_roundoff(dtype);
   const bool sink = mods.sink && std::isfinite(*mods.sink);
   const VisibleRange range = visible_value_range(v, vis);

@@ -23,10 +23,12 @@ double loss(const Tensor<double>& q, const Tensor<double>& k, const Tensor<doubl
 }
 
 // Central differences with step 1e-5 on values of size ~1: truncation ~1e-10·|L'''|, rounding ~1e-16/1e-5.
-void expect_matches_central_differences(const AttentionOptions& o, Index H, Index H_kv, Index T_q, Index T_k) {
+// D_v: V's head dimension (the output's), which may differ from Q's and K's D = 3 (MLA).
+void expect_matches_central_differences(const AttentionOptions& o, Index H, Index H_kv, Index T_q, Index T_k,
+                                        Index D_v = 3) {
   const Index B = Index(std::max<std::size_t>(1, o.key_lengths.size())), D = 3;
-  Tensor<double> q = filled({B, H, T_q, D}, 0.1), k = filled({B, H_kv, T_k, D}, 0.7), v = filled({B, H_kv, T_k, D}, 1.3);
-  const Tensor<double> dO = filled({B, H, T_q, D}, 2.9);
+  Tensor<double> q = filled({B, H, T_q, D}, 0.1), k = filled({B, H_kv, T_k, D}, 0.7), v = filled({B, H_kv, T_k, D_v}, 1.3);
+  const Tensor<double> dO = filled({B, H, T_q, D_v}, 2.9);
   const AttentionGradients<double> g = attention_backward<double>(q, k, v, dO, o);
   const double h = 1e-5;
   for (auto [x, grad] : {std::pair{&q, &g.dq}, {&k, &g.dk}, {&v, &g.dv}})
@@ -87,8 +89,67 @@ TEST(Backward, badShapesAreNamed) {
     attention_backward<double>(q, k, k, filled({1, 1, 3, 2}, 0));
     FAIL() << "no ShapeError";
   } catch (const ShapeError& e) {
-    EXPECT_STREQ(e.what(), "attention_backward: d_output is [1,1,3,2] but q is [1,1,2,2] (dO has the output's shape)");
+    EXPECT_STREQ(e.what(), "attention_backward: d_output is [1,1,3,2] but the output is [1,1,2,2] (dO has the output's "
+                           "shape [B,H,T_q,D_v])");
   }
+  // V with its own head dimension: dO must have it too.
+  try {
+    attention_backward<double>(q, k, filled({1, 1, 2, 5}, 0), filled({1, 1, 2, 2}, 0));
+    FAIL() << "no ShapeError";
+  } catch (const ShapeError& e) {
+    EXPECT_STREQ(e.what(), "attention_backward: d_output is [1,1,2,2] but the output is [1,1,2,5] (dO has the output's "
+                           "shape [B,H,T_q,D_v])");
+  }
+}
+
+// V's head dimension D_v may differ from D (MLA: 576 and 512): the gradients are still those of the forward, and
+// shorter or longer than D both ways, with grouped heads, cross lengths and the modifiers that touch dS.
+TEST(Backward, valueHeadDimOfItsOwnMatchesCentralDifferences) {
+  expect_matches_central_differences({}, 2, 1, 4, 4, 5);
+  expect_matches_central_differences({.alignment = CausalAlignment::BottomRight}, 2, 2, 2, 5, 1);
+  expect_matches_central_differences({.softcap = 2.0, .sinks = {0.3, -0.4}}, 2, 1, 3, 3, 4);
+}
+
+// The output and every gradient are linear in V's columns: splitting V (and dO) into two column blocks gives
+// the full output's columns and gradients that add up (dP = Σ_c dO_ic v_jc splits over c). In float64 the two
+// sides differ only by the reassociation of those sums: a few ulp of |terms|, far under 1e-12 at these sizes.
+TEST(Backward, valueColumnsSplitLinearly) {
+  const Tensor<double> q = filled({1, 2, 5, 4}, 0.2), k = filled({1, 1, 6, 4}, 0.9), v = filled({1, 1, 6, 7}, 1.4),
+                       dO = filled({1, 2, 5, 7}, 3.1);
+  const AttentionOptions o{.alignment = CausalAlignment::BottomRight};
+  const auto cols = [](const Tensor<double>& t, Index c0, Index n) {
+    const Shape& s = t.shape();
+    Tensor<double> r({s.B, s.H, s.T, n});
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h) r.head(b, h) = t.head(b, h).middleCols(c0, n);
+    return r;
+  };
+  Tensor<double> w{Shape{}};
+  const Tensor<double> out = attention<double>(q, k, v, o), out_m = attention<double>(q, k, v, o, &w);
+  ASSERT_EQ(out.shape(), (Shape{1, 2, 5, 7}));
+  ASSERT_EQ(out_m.shape(), (Shape{1, 2, 5, 7}));
+  const auto g = attention_backward<double>(q, k, v, dO, o);
+  const auto g1 = attention_backward<double>(q, k, cols(v, 0, 3), cols(dO, 0, 3), o);
+  const auto g2 = attention_backward<double>(q, k, cols(v, 3, 4), cols(dO, 3, 4), o);
+  ASSERT_EQ(g.dv.shape(), (Shape{1, 1, 6, 7}));
+  const auto near = [](const Tensor<double>& a, const Tensor<double>& b) {
+    ASSERT_EQ(a.shape(), b.shape());
+    for (Index n = 0; n < a.size(); ++n) EXPECT_NEAR(a.values()[n], b.values()[n], 1e-12) << "entry " << n;
+  };
+  near(cols(out, 0, 3), attention<double>(q, k, cols(v, 0, 3), o));
+  near(cols(out, 3, 4), attention<double>(q, k, cols(v, 3, 4), o));
+  near(out, out_m);
+  near(cols(g.dv, 0, 3), g1.dv);
+  near(cols(g.dv, 3, 4), g2.dv);
+  Tensor<double> dq = g1.dq, dk = g1.dk;
+  dq.values() += g2.dq.values();
+  dk.values() += g2.dk.values();
+  near(g.dq, dq);
+  near(g.dk, dk);
+  // The bound is shaped like the gradients.
+  const GradientCheck c = gradient_check(DType::f32, q, k, v, dO, o);
+  EXPECT_EQ(c.tolerance.dv.shape(), g.dv.shape());
+  EXPECT_EQ(c.tolerance.dq.shape(), g.dq.shape());
 }
 
 TEST(Backward, theOracleBoundHoldsForTheReferenceInLowPrecision) {

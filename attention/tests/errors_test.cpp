@@ -48,8 +48,10 @@ TEST(Errors, batchHeadAndDimensionMismatches) {
                    "be a multiple of H_kv)");
   EXPECT_THROW_MSG(attention(Tensor<float>({1, 4, 5, 16}), Tensor<float>({1, 2, 5, 16}), Tensor<float>({1, 1, 5, 16})),
                    ShapeError, "attention: v is [1,1,5,16] but k is [1,2,5,16] (H differs: V needs one head per K head)");
-  EXPECT_THROW_MSG(attention(q, q, Tensor<float>({1, 2, 5, 8})), ShapeError,
-                   "attention: v is [1,2,5,8] but k is [1,2,5,16] (D differs)");
+  EXPECT_THROW_MSG(attention(q, q, Tensor<float>({1, 2, 4, 8})), ShapeError,
+                   "attention: v is [1,2,4,8] but k is [1,2,5,16] (T differs: V needs one row per key)");
+  // V may have a head dimension of its own (MLA): the output has it.
+  EXPECT_EQ(attention(q, q, Tensor<float>({1, 2, 5, 8})).shape(), (Shape{1, 2, 5, 8}));
 }
 
 TEST(Errors, keyLengthsAndWindowAreChecked) {

@@ -158,7 +158,7 @@ TEST(StreamingOracle, agreesWithTheMaterialisingOracleRowStatsAndTolerance) {
                                            w.head(b, h));
           Eigen::VectorXd rho;
           const Matrix<double> tol =
-              streamed_output_tolerance(t, v.head(b, kh), vis, abs_dot, abs_score, ref.head(b, h), &rho);
+              streamed_output_tolerance(t, q.shape().D, v.head(b, kh), vis, abs_dot, abs_score, ref.head(b, h), &rho);
           ASSERT_LE(((tol - full.output).array().abs() / full.output.array().max(1e-300)).maxCoeff(), 1e-9);
           for (Index i = 0; i < g.T_q; ++i)
             for (Index j = 0; j < g.T_k; ++j)

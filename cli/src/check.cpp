@@ -184,10 +184,11 @@ std::string replay_refusal(const Law& law, const Implementation& impl, const rep
 std::string shape_line(const Problem& p) {
   const Shape& q = p.q.shape();
   std::string s = "B=" + std::to_string(q.B) + " H=" + std::to_string(q.H);
+  const std::string dims = " D=" + std::to_string(q.D) + (p.v_dim() != q.D ? " D_v=" + std::to_string(p.v_dim()) : "");
   if (p.k.shape().T == q.T)
-    s += " T=" + std::to_string(q.T) + " D=" + std::to_string(q.D);
+    s += " T=" + std::to_string(q.T) + dims;
   else
-    s += " T_q=" + std::to_string(q.T) + " T_k=" + std::to_string(p.k.shape().T) + " D=" + std::to_string(q.D) +
+    s += " T_q=" + std::to_string(q.T) + " T_k=" + std::to_string(p.k.shape().T) + dims +
          (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)");
   if (const std::string masks = mask_families_line(p); !masks.empty()) s += "; " + masks;
   return s;

@@ -246,9 +246,10 @@ static double scale_of(const attncheck_call* call) {
   return call->has_scale ? call->scale : 1.0 / sqrt((double)call->q.shape[3]);
 }
 
-/* q [B,H,T_q,D], k and v [B,H_kv,T_k,D] -> output [B,H,T_q,D], weights [B,H,T_q,T_k]. */
+/* q [B,H,T_q,D], k [B,H_kv,T_k,D], v [B,H_kv,T_k,D_v] -> output [B,H,T_q,D_v], weights [B,H,T_q,T_k]. D_v is v's own
+ * (ATTNCHECK_CAP3_V_HEAD_DIM, declared by the default build): D for the scores, D_v for P·V. */
 static int32_t forward(const attncheck_call* call, char* message, size_t message_size) {
-  const int64_t B = call->q.shape[0], H = call->q.shape[1], Tq = call->q.shape[2], D = call->q.shape[3];
+  const int64_t B = call->q.shape[0], H = call->q.shape[1], Tq = call->q.shape[2], Dv = call->v.shape[3];
   const int64_t Hkv = call->k.shape[1], Tk = call->k.shape[2];
   double w[4096];
   if (Tk > 4096) {
@@ -257,6 +258,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
   }
   if (check_paged(call, message, message_size) != ATTNCHECK_OK) return ATTNCHECK_ERROR;
 #if defined(DECLARED) || defined(BUG_DECLARED_TOO_MUCH)
+  const int64_t D = call->q.shape[3];
 #ifdef BUG_DECLARED_TOO_MUCH
   const int64_t step = 16; /* BUG: the table says 8 */
 #else
@@ -290,7 +292,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
           hi = Tk - 1;
         }
 #endif
-        for (int64_t d = 0; d < D; ++d) {
+        for (int64_t d = 0; d < Dv; ++d) {
           double o = 0;
           for (int64_t j = lo; j <= hi; ++j)
             if (cells_allow(call, b, h, i, j)) o += w[j] * kv(call, 1, b, h / (H / Hkv), j, d);
@@ -313,11 +315,11 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
 static int32_t backward(const attncheck_backward_call* bc, char* message, size_t message_size) {
   const attncheck_call* call = bc->forward;
   const int64_t B = call->q.shape[0], H = call->q.shape[1], Tq = call->q.shape[2], D = call->q.shape[3];
-  const int64_t Hkv = call->k.shape[1], Tk = call->k.shape[2], group = H / Hkv;
+  const int64_t Hkv = call->k.shape[1], Tk = call->k.shape[2], group = H / Hkv, Dv = call->v.shape[3];
   const double scale = scale_of(call);
   double w[4096];
   double* dk = malloc(sizeof(double) * (size_t)(Tk * D));
-  double* dv = malloc(sizeof(double) * (size_t)(Tk * D));
+  double* dv = malloc(sizeof(double) * (size_t)(Tk * Dv));
   double* dq = malloc(sizeof(double) * (size_t)D);
   double* dsinks = calloc((size_t)H, sizeof(double));
   int32_t status = ATTNCHECK_OK;
@@ -328,7 +330,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
   for (int64_t b = 0; b < B && status == ATTNCHECK_OK; ++b)
     for (int64_t g = 0; g < Hkv; ++g) {
       memset(dk, 0, sizeof(double) * (size_t)(Tk * D));
-      memset(dv, 0, sizeof(double) * (size_t)(Tk * D));
+      memset(dv, 0, sizeof(double) * (size_t)(Tk * Dv));
       for (int64_t h = g * group; h < (g + 1) * group; ++h)
         for (int64_t i = 0; i < Tq; ++i) {
           int64_t lo, hi;
@@ -338,7 +340,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
           for (int64_t j = lo; j <= hi; ++j) {
             double dp = 0;
             if (!cells_allow(call, b, h, i, j)) continue; /* a hidden key is never read */
-            for (int64_t d = 0; d < D; ++d)
+            for (int64_t d = 0; d < Dv; ++d)
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
             delta += w[j] * dp;
           }
@@ -347,25 +349,24 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
           for (int64_t j = lo; j <= hi; ++j) {
             double dp = 0, s = 0, dz_ds;
             if (!cells_allow(call, b, h, i, j)) continue;
-            for (int64_t d = 0; d < D; ++d) {
+            for (int64_t d = 0; d < Dv; ++d)
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
+            for (int64_t d = 0; d < D; ++d)
               s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
-            }
             modified(call, b, h, i, j, s * scale, &dz_ds);
             const double ds = w[j] * (dp - delta) * dz_ds;
             for (int64_t d = 0; d < D; ++d) {
               dq[d] += scale * ds * load(&call->k, call->dtype, b, g, j, d);
               dk[j * D + d] += scale * ds * load(&call->q, call->dtype, b, h, i, d);
-              dv[j * D + d] += w[j] * load(&bc->d_output, call->dtype, b, h, i, d);
             }
+            for (int64_t d = 0; d < Dv; ++d) dv[j * Dv + d] += w[j] * load(&bc->d_output, call->dtype, b, h, i, d);
           }
           for (int64_t d = 0; d < D; ++d) store(&bc->dq, call->dtype, b, h, i, d, dq[d]);
         }
-      for (int64_t j = 0; j < Tk; ++j)
-        for (int64_t d = 0; d < D; ++d) {
-          store(&bc->dk, call->dtype, b, g, j, d, dk[j * D + d]);
-          store(&bc->dv, call->dtype, b, g, j, d, dv[j * D + d]);
-        }
+      for (int64_t j = 0; j < Tk; ++j) {
+        for (int64_t d = 0; d < D; ++d) store(&bc->dk, call->dtype, b, g, j, d, dk[j * D + d]);
+        for (int64_t d = 0; d < Dv; ++d) store(&bc->dv, call->dtype, b, g, j, d, dv[j * Dv + d]);
+      }
     }
   if (status == ATTNCHECK_OK && bc->d_sinks)
     for (int64_t h = 0; h < H; ++h) bc->d_sinks[h] = dsinks[h];
@@ -453,8 +454,9 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .description = "naive C attention, double accumulation, with a backward pass",
       .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
       .backward = backward,
-      /* It reads every input through its strides and computes the same sums in the same order whatever they are. */
-      .flags3 = ATTNCHECK_CAP3_STRIDED | ATTNCHECK_CAP3_LAYOUT_INVARIANT,
+      /* It reads every input through its strides and computes the same sums in the same order whatever they are;
+       * V may have a head dimension of its own (P·V and dP run over v's D_v). */
+      .flags3 = ATTNCHECK_CAP3_STRIDED | ATTNCHECK_CAP3_LAYOUT_INVARIANT | ATTNCHECK_CAP3_V_HEAD_DIM,
 #endif
       .max_T = 4096,
       .forward = forward,

@@ -50,7 +50,8 @@ def rows_times(a, seen, x):
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, window=None):
-    """q [B,H,T_q,D], k and v [B,H_kv,T_k,D] -> output [B,H,T_q,D], weights [B,H,T_q,T_k], in float64."""
+    """q [B,H,T_q,D], k [B,H_kv,T_k,D], v [B,H_kv,T_k,D_v] -> output [B,H,T_q,D_v], weights [B,H,T_q,T_k], in
+    float64 (D_v may differ from D: v_head_dim=True)."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     k, v = grouped(q, k, v)
     seen = visible(q, k, alignment, key_lengths, window)
@@ -74,7 +75,7 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
     d_k = scale * d_s.swapaxes(-1, -2) @ q
     d_v = p.swapaxes(-1, -2) @ d_o
     # Query heads h*group .. h*group+group-1 share kv head h: their gradients add up.
-    return d_q, d_k.reshape(B, H_kv, -1, T_k, D).sum(axis=2), d_v.reshape(B, H_kv, -1, T_k, D).sum(axis=2)
+    return d_q, d_k.reshape(B, H_kv, -1, T_k, D).sum(axis=2), d_v.reshape(B, H_kv, -1, T_k, d_v.shape[3]).sum(axis=2)
 
 
 if __name__ == "__main__":
@@ -82,4 +83,4 @@ if __name__ == "__main__":
                            description="numpy causal attention in float64, GQA, padding, window, backward",
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True,
-                           backward=backward, empty_rows="zero", strided=True)
+                           backward=backward, empty_rows="zero", strided=True, v_head_dim=True)

@@ -67,7 +67,7 @@ KEYWORDS = ("scale", "alignment", "dtype", "key_lengths", "window")
 FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10, "documents": 0x20,
           "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
-          "query_documents": 0x20000}
+          "query_documents": 0x20000, "v_head_dim": 0x1000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -81,6 +81,9 @@ PAGED = 512  # a forward frame's flag: the paging follows, and K and V come as p
 PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = 1024, 2048, 4096, 8192
 # A forward frame's flag for laid-out inputs (declared strided=True): the u32 after the flags names the layout.
 LAYOUT = 65536
+# A forward frame's flag for V with a head dimension of its own (declared v_head_dim=True): an i64 D_v follows k's
+# shape, and v (and, in a backward frame, dO) have it.
+V_HEAD_DIM = 131072
 LAYOUT_NAMES = {1: "token-major", 2: "padded", 3: "kv-broadcast", 4: "kv-interleaved", 5: "v-is-k"}
 
 
@@ -119,13 +122,19 @@ def _laid_out(arrays, layout):
 
     q, k, v = arrays[:3]
     q2, _ = place(q, False)
-    if layout == "kv-interleaved":
-        buf = np.full(2 * k.size + k.shape[3], np.nan, dtype=k.dtype)
-        k2, _ = place(k, True, buf, 0)
-        v2, _ = place(v, True, buf, k.shape[3])
+    if layout == "kv-interleaved":  # each token's k and v of a head side by side: rows of D + D_v elements
+        B, H, T, D = k.shape
+        row = D + v.shape[3]
+        buf = np.full(B * H * T * row + row, np.nan, dtype=k.dtype)
+        st = tuple(s * k.itemsize for s in (T * H * row, row, H * row, 1))
+        k2 = as_strided(buf, k.shape, st)
+        k2[...] = k
+        v2 = as_strided(buf[D:], v.shape, st)
+        v2[...] = v
     else:
         k2, _ = place(k, True)
-        v2 = k2 if layout == "v-is-k" else place(v, True)[0]
+        # v-is-k: V the view K is, or K's first D_v columns (MLA's V inside its latent K)
+        v2 = k2[..., :v.shape[3]] if layout == "v-is-k" else place(v, True)[0]
     return [q2, k2, v2] + list(arrays[3:])
 # Then a block mask (its blocks, kinds and partial cells) and a dense mask (its B and H, then its cells).
 BLOCK_MASK, DENSE_MASK = 16384, 32768
@@ -224,6 +233,12 @@ def _read_call(payload, backward):
     qs = struct.unpack_from("<4q", payload, 24)
     ks = struct.unpack_from("<4q", payload, 56)
     off = 88
+    vs = ks
+    if fflags & V_HEAD_DIM:  # version 3: V's own head dimension follows k's shape
+        (d_v,) = struct.unpack_from("<q", payload, off)
+        off += 8
+        vs = (ks[0], ks[1], ks[2], d_v)
+    os_ = (qs[0], qs[1], qs[2], vs[3])  # the output's shape (and dO's)
     key_lengths = window = None
     if fflags & 4:
         key_lengths = np.frombuffer(payload, dtype="<i8", count=qs[0], offset=off).astype(np.int64)
@@ -296,12 +311,12 @@ def _read_call(payload, backward):
                         int(page_size), layout, ks[2])
         arrays = [q, None, None]
     else:
-        nq, nk = int(np.prod(qs)) * size, int(np.prod(ks)) * size
+        nq, nk, nv = int(np.prod(qs)) * size, int(np.prod(ks)) * size, int(np.prod(vs)) * size
         arrays = [_decode(payload[off:off + nq], dtype, qs), _decode(payload[off + nq:off + nq + nk], dtype, ks),
-                  _decode(payload[off + nq + nk:off + nq + 2 * nk], dtype, ks)]
+                  _decode(payload[off + nq + nk:off + nq + nk + nv], dtype, vs)]
     if backward:
-        off += nq + 2 * nk
-        arrays.append(_decode(payload[off:off + nq], dtype, qs))
+        off += nq + nk + nv
+        arrays.append(_decode(payload[off:off + int(np.prod(os_)) * size], dtype, os_))
     if fflags & LAYOUT:  # version 3, declared strided=True: q, k, v as views with the layout's strides
         arrays = _laid_out(arrays, LAYOUT_NAMES[lcode])
     kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
@@ -391,7 +406,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
-          batch_invariant=False, query_documents=False, strided=False, layout_invariant=False):
+          batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
@@ -434,6 +449,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     then bit-identical to the contiguous call's. fn gets no keyword for them.
     `batch_invariant=True` declares that a sequence's results are bit-identical whatever else is in the batch, the
     batch size and the number of its queries in a call (the batch-invariance law; fn gets no keyword for it).
+    `v_head_dim=True` declares that v may have a head dimension D_v of its own (MLA's 576 and 512): v is then
+    [B,H_kv,T_k,D_v] and the output (and dO) [B,H,T_q,D_v]; fn reads it from v's shape (no keyword).
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -442,7 +459,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                                               ("block_mask", block_mask), ("dense_mask", dense_mask),
                                               ("batch_invariant", batch_invariant),
                                               ("query_documents", query_documents), ("strided", strided),
-                                              ("layout_invariant", layout_invariant))}
+                                              ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

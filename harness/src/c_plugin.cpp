@@ -222,7 +222,7 @@ class CPlugin final : public Implementation {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>();
       const Shape qs = q.shape();
-      OutBuffer<S> out(qs), w(Shape{qs.B, qs.H, qs.T, k.shape().T});
+      OutBuffer<S> out(p.output_shape()), w(Shape{qs.B, qs.H, qs.T, k.shape().T});  // output [B,H,T_q,D_v]
       const bool want_w = p.want_weights && caps_.returns_weights;
       attncheck_tensor_out w_view = w.view();
       // The LSE, [B,H,T_q] doubles (held as [B,H,T_q,1]), only from a plug-in that declares it.
@@ -280,7 +280,7 @@ class CPlugin final : public Implementation {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>(),
                       d_out = p.d_output->template cast<S>();
-      OutBuffer<S> scratch(q.shape()), dq(q.shape()), dk(k.shape()), dv(k.shape());
+      OutBuffer<S> scratch(p.output_shape()), dq(q.shape()), dk(k.shape()), dv(v.shape());
       const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
       const wire::DocIds docs = wire::doc_ids(p);
       CellMasks cells;
@@ -298,12 +298,12 @@ class CPlugin final : public Implementation {
       char message[1024] = {};
       check_status(v2_->backward(&bcall, message, sizeof message), message);
       // dK and dV have k's shape: a plug-in that writes one per query head writes past them.
-      const std::string kv_hint = " (dk and dv have k's shape [B,H_kv,T_k,D]; a kv head's gradient sums over the " +
-                                  std::to_string(q.shape().H / k.shape().H) + " query heads of its group)";
+      const std::string group = "; a kv head's gradient sums over the " + std::to_string(q.shape().H / k.shape().H) +
+                                " query heads of its group)";
       Gradients g;
       g.dq = dq.take(name_, "dq");
-      g.dk = dk.take(name_, "dk", kv_hint);
-      g.dv = dv.take(name_, "dv", kv_hint);
+      g.dk = dk.take(name_, "dk", " (dk has k's shape [B,H_kv,T_k,D]" + group);
+      g.dv = dv.take(name_, "dv", " (dv has v's shape [B,H_kv,T_k,D_v]" + group);
       if (!p.sinks.empty()) g.dsinks = take_d_sinks(d_sinks, H);
       return g;
     });
@@ -526,6 +526,10 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
   };
   if (p.kv_heads() != p.q.shape().H && !caps.gqa)
     refuse(std::to_string(p.kv_heads()) + " kv heads for " + std::to_string(p.q.shape().H) + " query heads", "GQA");
+  if (p.v_dim() != p.q.shape().D && !caps.v_head_dim)
+    refuse("V's head dimension " + std::to_string(p.v_dim()) + " for D = " + std::to_string(p.q.shape().D),
+           "a V head dimension of its own (ATTNCHECK_CAP3_V_HEAD_DIM)");
+  if (p.v_dim() != p.q.shape().D && p.paged) throw std::logic_error(name + ": a paged call with a V head dimension of its own");
   if (!p.key_lengths.empty() && !caps.key_padding) refuse("key lengths", "key padding");
   if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != p.q.shape().B)
     throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +

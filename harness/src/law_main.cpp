@@ -174,7 +174,7 @@ int law_main_impl(int argc, char** argv, ImplementationPtr builtin) {
             const Problem& p = r.minimal_case->problem;
             const Shape q = p.q.shape();
             details << "  minimal case: B=" << q.B << " H=" << q.H << " T_q=" << q.T << " T_k=" << p.k.shape().T
-                    << " D=" << q.D << ", scale " << (p.scale ? format_number(*p.scale) : "default (1/sqrt(D))") << ", "
+                    << " D=" << q.D << (p.v_dim() != q.D ? " D_v=" + std::to_string(p.v_dim()) : std::string()) << ", scale " << (p.scale ? format_number(*p.scale) : "default (1/sqrt(D))") << ", "
                     << (p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right") << "\n";
             // The masks beyond causal, when the case has them (the document bounds: where each document ends).
             if (const std::string masks = mask_families_line(p); !masks.empty()) details << "    masks: " << masks << "\n";

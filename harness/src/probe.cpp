@@ -26,7 +26,7 @@ class RecoveredWeights final : public Implementation {
     Outcome o = inner_->forward(plain);
     if (p.want_weights) {
       o.weights = recover_weights(*inner_, p);
-      o.calls += int((p.k.shape().T + p.k.shape().D - 1) / p.k.shape().D);  // recover_weights: one per D keys
+      o.calls += int((p.k.shape().T + p.v_dim() - 1) / p.v_dim());  // recover_weights: one per D_v keys
     }
     return o;
   }
@@ -105,11 +105,11 @@ std::string keys_string(const std::vector<std::vector<Index>>& seen) {
 }  // namespace
 
 Tensor<double> recover_weights(const Implementation& impl, const Problem& p) {
-  const Shape qs = p.q.shape(), ks = p.k.shape();
+  const Shape qs = p.q.shape(), ks = p.v.shape();  // V's shape: [B,H_kv,T_k,D_v]
   Tensor<double> w(Shape{qs.B, qs.H, qs.T, ks.T});
   Problem probe = p;
   probe.want_weights = false;
-  // One call per block of D keys: V = [0; I_D; 0] over keys [start, start+D) puts weight (i, start+c) in
+  // One call per block of D_v keys: V = [0; I_D_v; 0] over keys [start, start+D_v) puts weight (i, start+c) in
   // output column c.
   for (Index start = 0; start < ks.T; start += ks.D) {
     probe.v = Tensor<double>(ks);

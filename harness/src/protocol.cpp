@@ -140,6 +140,7 @@ void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   caps.batch_invariant = flags3 & batch_invariant_bit;
   caps.strided = flags3 & strided_bit;
   caps.layout_invariant = (flags3 & strided_bit) && (flags3 & layout_invariant_bit);
+  caps.v_head_dim = flags3 & v_head_dim_bit;
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
@@ -149,6 +150,7 @@ std::uint32_t abi3_bits(const Capabilities& caps) {
          (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u) |
          (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u) |
          (caps.batch_invariant ? batch_invariant_bit : 0u) | (caps.query_documents ? query_documents_bit : 0u) |
+         (caps.v_head_dim ? v_head_dim_bit : 0u) |
          (caps.strided ? strided_bit : 0u) | (caps.layout_invariant ? layout_invariant_bit : 0u);
 }
 
@@ -248,7 +250,7 @@ std::string encode_caps(const Handshake& h) {
     constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
                                         documents_bit | chunked_local_bit | prefix_bit | right_window_bit |
                                         block_mask_bit | dense_mask_bit | batch_invariant_bit | query_documents_bit |
-                                        strided_bit | layout_invariant_bit;
+                                        strided_bit | layout_invariant_bit | v_head_dim_bit;
     w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
@@ -484,13 +486,19 @@ std::string call_payload(const Problem& p) {
         (paged ? call_paged : 0u) | (p.prefix_length != 0 ? call_prefix : 0u) |
         (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
-        (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u));
+        (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
+        (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
+  if (paged && p.v_dim() != p.k.shape().D)
+    throw std::logic_error("encode_forward: a paged call with a V head dimension of its own");
+  if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
+    throw std::logic_error("encode_forward: v is " + to_string(p.v.shape()) + " for k " + to_string(p.k.shape()));
   w.u32(std::uint32_t(p.layout));  // 0 (reserved) for contiguous inputs
   w.f64(p.scale.value_or(0.0));
   put_shape(w, p.q.shape());
   put_shape(w, p.k.shape());
+  if (p.v_dim() != p.k.shape().D) w.i64(p.v_dim());
   // A paged call always carries every sequence's length (T_k each without key padding).
   for (const Index len : paged ? p.sequence_lengths() : p.key_lengths) w.i64(len);
   if (p.window) w.i64(*p.window);
@@ -835,11 +843,12 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
-  if (flags & ~0x1FFFFu)
+  if (flags & ~0x3FFFFu)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x1ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0x3ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
-                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout)");
+                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
+                        "dimension)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -865,6 +874,18 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (ks.B != qs.B || ks.D != qs.D || qs.H % ks.H != 0)
     throw ProtocolError(std::string(what) + ": q is " + to_string(qs) + " and k is " + to_string(ks) +
                         " (expected the same B and D, and k's heads dividing q's)");
+  Shape vs = ks;  // v [B,H_kv,T_k,D_v]: D_v follows k's shape with flag 131072
+  if (flags & call_v_head_dim) {
+    constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16;  // as the caps frame's head dims
+    const std::int64_t d_v = r.i64();
+    if (d_v < 1 || d_v > kMaxExtent || d_v == ks.D)
+      throw ProtocolError(std::string(what) + ": V head dimension " + std::to_string(d_v) + " (expected in [1, " +
+                          std::to_string(kMaxExtent) + "] and other than D = " + std::to_string(ks.D) + " with flag 131072)");
+    if (flags & call_paged)
+      throw ProtocolError(std::string(what) + ": flags have 131072 (V head dimension) and 512 (paged): paged calls "
+                          "have one head dimension");
+    vs.D = d_v;
+  }
   if (flags & 4u)
     for (Index b = 0; b < qs.B; ++b) {
       const std::int64_t len = r.i64();
@@ -909,7 +930,8 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_k, p.dtype, what);
   p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
   p.k = from_bytes(r.raw(k_bytes), ks, p.dtype);
-  p.v = from_bytes(r.raw(k_bytes), ks, p.dtype);
+  const std::size_t v_bytes = nbytes({vs.B, vs.H, vs.T, vs.D}, p.dtype, what);
+  p.v = from_bytes(r.raw(v_bytes), vs, p.dtype);
   return p;
 }
 
@@ -948,9 +970,9 @@ std::string encode_backward(const Problem& p) {
 Problem decode_backward(std::string_view payload) {
   Reader r(payload, "backward frame");
   Problem p = read_call(r, "backward frame", true);
-  const Shape qs = p.q.shape();
-  // q's own byte count, already read once, so it cannot overflow.
-  p.d_output = from_bytes(r.raw(std::size_t(qs.numel()) * element_size(p.dtype)), qs, p.dtype);
+  const Shape os = p.output_shape();  // dO [B,H,T_q,D_v]
+  // Extents already read and checked once (q's and v's), so the count cannot overflow.
+  p.d_output = from_bytes(r.raw(std::size_t(os.numel()) * element_size(p.dtype)), os, p.dtype);
   expect_end(r, "backward frame");
   return p;
 }

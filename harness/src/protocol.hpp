@@ -55,6 +55,7 @@ enum Flags3 : std::uint32_t {
   right_window_bit = 0x200,
   block_mask_bit = 0x400,
   dense_mask_bit = 0x800,
+  v_head_dim_bit = 0x1000,
   strided_bit = 0x2000,
   layout_invariant_bit = 0x4000,
   batch_invariant_bit = 0x8000,
@@ -80,6 +81,7 @@ enum CallFlags : std::uint32_t {
   call_block_mask = 16384,  ///< version 3: a block mask follows (its blocks, kinds and partial cells)
   call_dense_mask = 32768,  ///< version 3: a dense mask follows (its B and H, then its cells)
   call_layout = 65536,      ///< version 3: the u32 after the flags is the inputs' layout (InputLayout, 1-5)
+  call_v_head_dim = 131072,  ///< version 3: an i64 D_v follows k's shape; v is [B,H_kv,T_k,D_v] (never with paging)
 };
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and

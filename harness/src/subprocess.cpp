@@ -133,7 +133,7 @@ class ExecImplementation final : public Implementation {
     const std::size_t es = wire::element_size(p.dtype);
     // A wrong-size answer up to twice the expected size is decoded and reported as such; beyond that the
     // frame is refused unread.
-    const std::size_t expected = std::size_t(qs.numel() + want_w.numel()) * es + std::size_t(lse_shape.numel()) * 8;
+    const std::size_t expected = std::size_t(p.output_shape().numel() + want_w.numel()) * es + std::size_t(lse_shape.numel()) * 8;
     const std::string payload =
         timed_exchange(wire::encode_forward(call), wire::FrameType::result, 2 * expected + (1u << 20));
     wire::Result r;
@@ -144,13 +144,14 @@ class ExecImplementation final : public Implementation {
       throw ImplementationError(Kind::protocol, name_ + ": " + e.what());
     }
     throw_on_failure(r.status, r.message);
-    const std::array<std::int64_t, 4> want_out{qs.B, qs.H, qs.T, qs.D};
+    const Shape os = p.output_shape();  // [B,H,T_q,D_v]
+    const std::array<std::int64_t, 4> want_out{os.B, os.H, os.T, os.D};
     if (r.out_shape != want_out)
       throw ImplementationError(Kind::wrong_size, name_ + ": output is " + wire::shape_string(r.out_shape) +
-                                                      " but q is " + to_string(qs) +
-                                                      " (the output must have q's shape)");
+                                                      (os == qs ? " but q is " + to_string(qs) + " (the output must have q's shape)"
+                                                                : " but must be " + to_string(os) + " ([B,H,T_q,D_v])"));
     Outcome o;
-    o.output = wire::from_bytes(r.out_bytes, qs, p.dtype);
+    o.output = wire::from_bytes(r.out_bytes, os, p.dtype);
     if (r.has_weights) {
       const std::array<std::int64_t, 4> want{want_w.B, want_w.H, want_w.T, want_w.D};
       if (r.w_shape != want)
@@ -185,7 +186,7 @@ class ExecImplementation final : public Implementation {
     const Shape qs = p.q.shape(), ks = p.k.shape();
     // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
     const std::size_t expected =
-        std::size_t(qs.numel() + 2 * ks.numel()) * wire::element_size(p.dtype) + std::size_t(qs.H) * 8;
+        std::size_t(qs.numel() + ks.numel() + p.v.shape().numel()) * wire::element_size(p.dtype) + std::size_t(qs.H) * 8;
     const std::string payload =
         timed_exchange(wire::encode_backward(p), wire::FrameType::gradients, 2 * expected + (1u << 20));
     wire::GradientsResult r;
@@ -197,7 +198,7 @@ class ExecImplementation final : public Implementation {
     }
     throw_on_failure(r.status, r.message);
     const char* names[] = {"dq", "dk", "dv"};
-    const Shape want[] = {qs, ks, ks};
+    const Shape want[] = {qs, ks, p.v.shape()};
     Gradients g;
     Tensor<double>* parts[] = {&g.dq, &g.dk, &g.dv};
     for (std::size_t i = 0; i < 3; ++i) {
@@ -207,8 +208,9 @@ class ExecImplementation final : public Implementation {
             Kind::wrong_size,
             name_ + ": " + names[i] + " is " + wire::shape_string(r.shapes[i]) + " but must be " + to_string(w) +
                 (i == 0 ? std::string(" (the shape of q)")
-                        : " (the shape of k, [B,H_kv,T_k,D]: a kv head's gradient sums over the " +
-                              std::to_string(qs.H / ks.H) + " query heads of its group)"));
+                        : " (the shape of " + std::string(i == 1 ? "k, [B,H_kv,T_k,D]" : "v, [B,H_kv,T_k,D_v]") +
+                              ": a kv head's gradient sums over the " + std::to_string(qs.H / ks.H) +
+                              " query heads of its group)"));
       *parts[i] = wire::from_bytes(r.bytes[i], w, p.dtype);
     }
     // d_sinks: as many as came (check_gradients_shape names a count other than H); none asked, none kept.

@@ -139,9 +139,10 @@ TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
   EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
-  // Paged K and V (0x10) and the masks beyond causal (0x20, 0x40, 0x80, 0x200, block 0x400, dense 0x800, query
-  // documents 0x20000) too.
-  EXPECT_EQ(c.abi3_flags, 0x20FFFu);
+  // Paged K and V (0x10), the masks beyond causal (0x20, 0x40, 0x80, 0x200, block 0x400, dense 0x800, query
+  // documents 0x20000) and V's own head dimension (0x1000) too.
+  EXPECT_EQ(c.abi3_flags, 0x21FFFu);
+  EXPECT_TRUE(c.v_head_dim);
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
       Problem p = modifiers_problem(causal);
@@ -812,6 +813,45 @@ TEST(Serve, aPagedForwardFrameAsProtocolMdLaysItOutIsAnswered) {
   EXPECT_EQ(serve_input(kHello + paged_frame(0, 0x200u)), 2);  // no lengths
 }
 
+// V with a head dimension of its own (PROTOCOL.md, "forward"): flag 131072, an i64 D_v right after k's shape (at
+// 88), then v [B,H_kv,T_k,D_v]; a backward frame's dO has the output's shape [B,H,T_q,D_v]. Both decode to the
+// same tensors; a D_v of 0 or equal to D with the flag is refused, naming what was expected.
+TEST(Serve, aValueHeadDimOfItsOwnCrossesTheProtocol) {
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 4, 2);
+  p.v = test::wave({1, 2, 4, 5}, DType::f64, 0.3);
+  p.d_output = test::wave({1, 2, 3, 5}, DType::f64, 0.7);
+  const std::string fwd = wire::encode_forward(p).substr(wire::kHeaderSize);
+  std::uint32_t flags = 0;
+  std::memcpy(&flags, fwd.data() + 8, 4);
+  EXPECT_EQ(flags & 131072u, 131072u);
+  std::int64_t d_v = 0;
+  std::memcpy(&d_v, fwd.data() + 88, 8);
+  EXPECT_EQ(d_v, 5);
+  EXPECT_EQ(fwd.size(), 96 + 8 * std::size_t(12 + 16 + 40));  // q [1,2,3,2], k [1,2,4,2], v [1,2,4,5]
+  const Problem d = wire::decode_forward(fwd);
+  EXPECT_EQ(d.v.shape(), (Shape{1, 2, 4, 5}));
+  EXPECT_EQ(d.v.values(), p.v.values());
+  const Problem b = wire::decode_backward(wire::encode_backward(p).substr(wire::kHeaderSize));
+  ASSERT_TRUE(b.d_output);
+  EXPECT_EQ(b.d_output->shape(), (Shape{1, 2, 3, 5}));
+  EXPECT_EQ(b.d_output->values(), p.d_output->values());
+  for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{2}}) {
+    std::string f = fwd;
+    std::memcpy(f.data() + 88, &bad, 8);
+    try {
+      wire::decode_forward(f);
+      ADD_FAILURE() << "accepted D_v = " << bad;
+    } catch (const wire::ProtocolError& e) {
+      EXPECT_NE(std::string(e.what()).find("V head dimension " + std::to_string(bad)), std::string::npos) << e.what();
+    }
+  }
+  // Without a D_v of its own the frame is the one it always was: no flag, no field.
+  Problem plain = p;
+  plain.v = test::wave({1, 2, 4, 2}, DType::f64, 0.3);
+  std::memcpy(&flags, wire::encode_forward(plain).data() + wire::kHeaderSize + 8, 4);
+  EXPECT_EQ(flags & 131072u, 0u);
+}
+
 // A forward frame with every mask family, as PROTOCOL.md lays it out ("Masks beyond causal"): after the window
 // (i64 at 104, flags 4 and 8 being set) come the prefix at 112, the right window at 120, the chunk size at 128, then
 // B·T_q = 8 query ids at 136 and B·T_k = 12 key ids at 168. It decodes to the problem's fields and doc_bounds
@@ -1021,11 +1061,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 65536 is refused, naming the new bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 131072 is refused, naming the new bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 131072u;
+  const std::uint32_t high = flags | 262144u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "16384 block mask, 32768 dense mask, 65536 layout)");
+  refused(unknown, "16384 block mask, 32768 dense mask, 65536 layout, 131072 V head dimension)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

@@ -23,6 +23,7 @@ enum class Bug {
   lse_wrong_row,    ///< the weights recomputed with the log-sum-exp of the next row (an off-by-one)
   kv_one_head,      ///< a shared kv head's dK, dV written by each query head in turn: the last one wins
   dk_race,          ///< the rows reach dK and dV in an order that changes from call to call (atomics, no fixed order)
+  dp_over_dk,       ///< dP = dO·v and Δ = dO·O summed over Q's and K's head dimension, not V's (one head_dim for both)
 };
 
 /// A running sum: plain, or Kahan-compensated (the float-Kahan control).
@@ -43,7 +44,8 @@ template <class A> struct KahanSum {
 };
 
 // The backward of one problem at dtype S, accumulating in A = Acc<S> through Sum<A>.
-//   q, dO [B,H,T_q,D]; k, v [B,H_kv,T_k,D]; per row i: scores s_i·, max m_i, log-sum-exp L_i, output O_i
+//   q [B,H,T_q,D], dO [B,H,T_q,D_v]; k [B,H_kv,T_k,D], v [B,H_kv,T_k,D_v]; per row i: scores s_i·, max m_i,
+//   log-sum-exp L_i, output O_i
 //   (recomputed and rounded to S, as a forward would have saved it); then per visible key j:
 //   P_ij = exp(s_ij - L_i), dV_j += P_ij dO_i, dS_ij = P_ij (dO_i·v_j - Δ_i), dQ_i += scale dS_ij k_j,
 //   dK_j += scale dS_ij q_i. A shared kv head's dK and dV sum over its group.
@@ -52,15 +54,18 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
                                      const Tensor<S>& d_output, const Problem& p, Bug bug) {
   using A = Acc<S>;
   const Shape qs = q.shape(), ks = k.shape();
-  const Index T_q = qs.T, T_k = ks.T, D = qs.D, group = qs.H / ks.H;
+  const Index T_q = qs.T, T_k = ks.T, D = qs.D, D_v = v.shape().D, group = qs.H / ks.H;
   const A scale = static_cast<A>(p.scale ? *p.scale : 1.0 / std::sqrt(double(D)));
   const A neg_inf = -std::numeric_limits<A>::infinity();
-  const auto dot = [&](const auto& x, const auto& y) {
+  const auto dot_n = [&](const auto& x, const auto& y, Index n) {
     Sum<A> acc;
-    for (Index c = 0; c < D; ++c) acc.add(x(c) * y(c));
+    for (Index c = 0; c < n; ++c) acc.add(x(c) * y(c));
     return acc.value();
   };
-  AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};
+  const auto dot = [&](const auto& x, const auto& y) { return dot_n(x, y, D); };  // over Q's and K's D
+  // Over V's D_v (dP, Δ); the bug: over D, as far as both have columns.
+  const auto dot_v = [&](const auto& x, const auto& y) { return dot_n(x, y, bug == Bug::dp_over_dk ? std::min(D, D_v) : D_v); };
+  AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(v.shape())};
   // The race: which row adds into dK and dV first depends on the call (a counter standing for thread timing):
   // every other call takes the rows last to first.
   static std::atomic<Index> calls{0};
@@ -69,7 +74,7 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
     const Visibility vis = p.visibility(b);
     for (Index kv = 0; kv < ks.H; ++kv) {
       const Matrix<A> K = k.head(b, kv).template cast<A>(), V = v.head(b, kv).template cast<A>();
-      std::vector<Sum<A>> dK(std::size_t(T_k * D)), dV(std::size_t(T_k * D));
+      std::vector<Sum<A>> dK(std::size_t(T_k * D)), dV(std::size_t(T_k * D_v));
       for (Index h = kv * group; h < (kv + 1) * group; ++h) {
         if (bug == Bug::kv_one_head) {  // each head overwrites the group's sums instead of adding to them
           std::fill(dK.begin(), dK.end(), Sum<A>{});
@@ -77,7 +82,7 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
         }
         const Matrix<A> Q = q.head(b, h).template cast<A>(), dO = d_output.head(b, h).template cast<A>();
         // The forward's statistics, per row.
-        Matrix<A> s(T_q, T_k), O = Matrix<A>::Zero(T_q, D);
+        Matrix<A> s(T_q, T_k), O = Matrix<A>::Zero(T_q, D_v);
         std::vector<A> m(std::size_t(T_q), neg_inf), lse(std::size_t(T_q), neg_inf);
         for (Index i = 0; i < T_q; ++i) {
           for (Index j = 0; j < T_k; ++j) s(i, j) = scale * dot(Q.row(i), K.row(j));
@@ -87,7 +92,7 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
           Sum<A> l;
           for (Index j = r.begin; j < r.end; ++j) l.add(std::exp(s(i, j) - m[i]));
           lse[i] = m[i] + std::log(l.value());
-          for (Index c = 0; c < D; ++c) {
+          for (Index c = 0; c < D_v; ++c) {
             Sum<A> o;
             for (Index j = r.begin; j < r.end; ++j) o.add(std::exp(s(i, j) - lse[i]) * V(j, c));
             O(i, c) = static_cast<A>(static_cast<S>(o.value()));  // saved in the dtype
@@ -102,20 +107,21 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
           A delta;
           if (bug == Bug::delta_rowsum_do) {
             Sum<A> d;
-            for (Index c = 0; c < D; ++c) d.add(dO(i, c));
+            for (Index c = 0; c < D_v; ++c) d.add(dO(i, c));
             delta = d.value();
           } else {
-            delta = dot(dO.row(i), O.row(i));
+            delta = dot_v(dO.row(i), O.row(i));
           }
           std::vector<Sum<A>> dQ(static_cast<std::size_t>(D));
           const Index from = bug == Bug::ds_unmasked ? 0 : r.begin, to = bug == Bug::ds_unmasked ? T_k : r.end;
           for (Index j = from; j < to; ++j) {
             const A P = std::exp(s(i, j) - L);
             const A P_dv = bug == Bug::dv_unnormalised ? std::exp(s(i, j) - m[std::size_t(i)]) : P;
-            const A dS = P * (dot(dO.row(i), V.row(j)) - delta);
+            const A dS = P * (dot_v(dO.row(i), V.row(j)) - delta);
             const A to_dk = bug == Bug::dk_from_p ? P : dS;
+            if (r.contains(j))
+              for (Index c = 0; c < D_v; ++c) dV[std::size_t(j * D_v + c)].add(P_dv * dO(i, c));
             for (Index c = 0; c < D; ++c) {
-              if (r.contains(j)) dV[std::size_t(j * D + c)].add(P_dv * dO(i, c));
               dQ[std::size_t(c)].add(dS * K(j, c));
               dK[std::size_t(j * D + c)].add((bug == Bug::dk_unscaled ? to_dk : scale * to_dk) * Q(i, c));
             }
@@ -125,28 +131,29 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
                                                                        : scale * dQ[std::size_t(c)].value());
         }
       }
-      for (Index j = 0; j < T_k; ++j)
-        for (Index c = 0; c < D; ++c) {
-          g.dk(b, kv, j, c) = static_cast<S>(dK[std::size_t(j * D + c)].value());
-          g.dv(b, kv, j, c) = static_cast<S>(dV[std::size_t(j * D + c)].value());
-        }
+      for (Index j = 0; j < T_k; ++j) {
+        for (Index c = 0; c < D; ++c) g.dk(b, kv, j, c) = static_cast<S>(dK[std::size_t(j * D + c)].value());
+        for (Index c = 0; c < D_v; ++c) g.dv(b, kv, j, c) = static_cast<S>(dV[std::size_t(j * D_v + c)].value());
+      }
     }
   }
   return g;
 }
 
 // What every backward entry declares: the zoo's contract, plus grouped heads, padding and windows (its
-// forward is the reference core, and its backward follows the problem's visibility rule).
-Capabilities backward_capabilities() {
+// forward is the reference core, and its backward follows the problem's visibility rule); with `v_dims`, V's own
+// head dimension too (Capabilities::v_head_dim).
+Capabilities backward_capabilities(bool v_dims) {
   Capabilities c = zoo_capabilities();
   c.gqa = c.key_padding = c.window = true;
+  c.v_head_dim = v_dims;
   return c;
 }
 
 template <template <class> class Sum>
-ImplementationPtr backward_impl(std::string name, std::string description, Bug bug) {
+ImplementationPtr backward_impl(std::string name, std::string description, Bug bug, bool v_dims = false) {
   return make_implementation(
-      std::move(name), std::move(description), backward_capabilities(),
+      std::move(name), std::move(description), backward_capabilities(v_dims),
       [](const Problem& p) { return reference_implementation()->forward(p); },
       [bug](const Problem& p) {
         return run_backward_typed(p, [bug](const auto& q, const auto& k, const auto& v, const auto& d_output,
@@ -155,8 +162,8 @@ ImplementationPtr backward_impl(std::string name, std::string description, Bug b
 }
 
 Mutant mutant(const char* name, const char* bug_line, Bug bug, Shape minimal, const char* why,
-              std::vector<std::string> killed_by) {
-  return Mutant{.impl = backward_impl<PlainSum>(std::string("mutant:") + name, bug_line, bug),
+              std::vector<std::string> killed_by, bool v_dims = false) {
+  return Mutant{.impl = backward_impl<PlainSum>(std::string("mutant:") + name, bug_line, bug, v_dims),
                 .bug = bug_line,
                 .control = false,
                 .minimal_shape = minimal,
@@ -205,6 +212,12 @@ std::vector<Mutant> backward_mutants() {
                      "a): three queries over one key (T_q = 3 > T_k = 1, top-left, all seeing it); some cases end on "
                      "two or three keys, dropping any of which leaves the sums rounding alike",
                      {"grad-determinism"}));
+  z.push_back(mutant("grad-dp-over-dk",
+                     "backward: dP = dO.v and Delta summed over K's head dimension, not V's (one head_dim for both)",
+                     Bug::dp_over_dk, {1, 1, 1, 1},
+                     "dP and Delta lose V's columns past D: D = 1 with D_v = 2 (D_v < D drops none), and dS needs two "
+                     "visible keys (with one it is 0 whatever dP is): one query over two keys, bottom-right",
+                     {"grad-oracle"}, true));
   const auto control = [](ImplementationPtr impl, const char* what) {
     return Mutant{.impl = std::move(impl),
                   .bug = what,
@@ -215,9 +228,9 @@ std::vector<Mutant> backward_mutants() {
   };
   z.push_back(control(backward_impl<PlainSum>("control:grad-lse-recompute",
                                               "correct; backward recomputes the weights from the saved log-sum-exp",
-                                              Bug::none),
+                                              Bug::none, true),
                       "control: FlashAttention-style backward, weights recomputed as exp(s - L) from the log-sum-exp, "
-                      "Delta from the output saved in the dtype"));
+                      "Delta from the output saved in the dtype; V with a head dimension of its own"));
   z.push_back(control(backward_impl<KahanSum>("control:grad-kahan", "correct; backward with Kahan-compensated float sums",
                                               Bug::none),
                       "control: the same backward with every sum Kahan-compensated (in float for low precision)"));

@@ -119,6 +119,7 @@ std::vector<Mutant> backward_nan_mutants() {
   full.sinks = full.softcap = full.alibi = false;
   full.paged = false;  // a dense kernel
   full.block_mask = full.dense_mask = false;  // controls of the empty-row convention, on the contiguous families
+  full.v_head_dim = false;  // its backward is written for one head dimension
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",
                              "correct; nan convention, the NaN of a row that sees no key stays in that row's dQ",

@@ -65,7 +65,7 @@ struct HeadCtx {
 template <class A>
 struct HeadOut {
   Matrix<A> weights;  ///< [T_q,T_k]
-  Matrix<A> output;   ///< [T_q,D]
+  Matrix<A> output;   ///< [T_q,D_v]
   Matrix<A> lse{};    ///< [T_q,1] each row's log-sum-exp, for kernels that return it; empty: none computed
 };
 
@@ -165,7 +165,7 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
             .dtype = p.dtype,
             .scale = p.scale,
             .alignment = p.alignment};
-  Tensor<S> out(s);
+  Tensor<S> out(Shape{s.B, s.H, s.T, v.shape().D});  // [B,H,T_q,D_v]
   if (w) *w = Tensor<S>(Shape{s.B, s.H, s.T, c.T_k});
   c.softcap = p.softcap;
   c.causal = p.causal;

@@ -74,6 +74,7 @@ ImplementationPtr nan_for_empty_rows(std::string name, std::string description, 
   caps.sinks = false;
   caps.paged = false;  // a dense kernel
   caps.block_mask = caps.dense_mask = false;  // a control of the empty-row convention, on the contiguous families
+  caps.v_head_dim = false;  // as the zoo's other controls: one head dimension
   caps.empty_rows = declared;
   caps.backward = false;  // a forward-only control
   return make_implementation(std::move(name), std::move(description), caps, [](const Problem& p) {

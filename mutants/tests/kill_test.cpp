@@ -60,6 +60,7 @@ struct MinimalK {
   int cells = 0;
   std::optional<std::pair<Index, Index>> blocks{};
   std::optional<std::pair<Index, Index>> mask_bh{};
+  std::optional<Index> D_v{};  ///< V's head dimension in the minimal case (empty: q's D)
 };
 constexpr CausalAlignment kBR = CausalAlignment::BottomRight;
 // A mutant listed more than once has several minimal cases of the same size, each needing another family to show
@@ -238,6 +239,14 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:dense-mask-transposed", {.T_k = 2, .alignment = kBR, .cells = 1}},
     {"mutant:dense-mask-transposed", {.T_k = 2, .bidirectional = true, .cells = 1}},
     {"mutant:dense-mask-batch-ignored", {.T_k = 1, .cells = 1}},
+    // D_v != D either way: D = 1 with D_v = 2, or D = 2 with D_v = 1 (from a case drawn with D_v < D; dropping a D
+    // coordinate there makes D_v = D, and D_v never grows).
+    {"mutant:v-rows-of-k-length", {.T_k = 2, .alignment = kBR, .D_v = 2}},
+    {"mutant:v-rows-of-k-length", {.T_k = 2, .alignment = kBR, .q = Shape{1, 1, 1, 2}, .D_v = 1}},
+    {"mutant:output-columns-of-d", {.T_k = 1, .D_v = 2}},
+    {"mutant:scale-from-v-head-dim", {.T_k = 2, .alignment = kBR, .D_v = 2}},
+    {"mutant:scale-from-v-head-dim", {.T_k = 2, .alignment = kBR, .q = Shape{1, 1, 1, 2}, .D_v = 1}},
+    {"mutant:grad-dp-over-dk", {.T_k = 2, .alignment = kBR, .D_v = 2}},
 };
 
 // Laws that must hold on a mutant at the fixed seed: the decode and chunk kernels are right on square calls
@@ -352,6 +361,7 @@ std::string not_minimal_as(const MinimalK& want, const Mutant& m, const LawResul
   if (p.causal == want.bidirectional) why += p.causal ? "the causal rule; " : "no causal rule; ";
   const int cells = p.block_mask ? 2 : p.dense_mask ? 1 : 0;
   if (cells != want.cells || (p.block_mask && p.dense_mask)) why += "other block or dense masks; ";
+  if (p.v_dim() != want.D_v.value_or(p.q.shape().D)) why += "D_v is " + std::to_string(p.v_dim()) + "; ";
   if (want.blocks && p.block_mask && std::pair{p.block_mask->block_q, p.block_mask->block_k} != *want.blocks)
     why += "blocks of " + std::to_string(p.block_mask->block_q) + " x " + std::to_string(p.block_mask->block_k) + "; ";
   if (want.mask_bh && p.has_cell_masks()) {

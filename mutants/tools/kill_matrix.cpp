@@ -147,6 +147,7 @@ std::string render(const std::vector<Row>& rows, const Options& o, bool full_rep
       md << " " << shape_str(got);
       if (p.k.shape().T != got.T) md << " T_k=" << p.k.shape().T;
       if (p.kv_heads() != got.H) md << " H_kv=" << p.kv_heads();
+      if (p.v_dim() != got.D) md << " D_v=" << p.v_dim();
       md << (r.m->is_minimal(got) ? " ✓" : " ✗ expected " + shape_str(r.m->minimal_shape)) << " |\n";
     }
   }

@@ -257,7 +257,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   const auto add_fitted = [&](CaseShape c) {
     if (c.T_q < min_T || c.T_k < min_T) return;
     // Never a shape the implementation does not declare (a cross-length regime, a head dimension).
-    if (!caps.supports_lengths(c.T_q, c.T_k) || !caps.supports_head_dim(c.D)) return;
+    if (!caps.supports_lengths(c.T_q, c.T_k) || !caps.supports_head_dims(c.D, c.value_dim())) return;
     if (c.T_q == c.T_k && caps.supports(kDefaultAlignment)) c.alignment = kDefaultAlignment;
     out.push_back(c);
     if (c.T_q != c.T_k && bottom_right && c.alignment == CausalAlignment::TopLeft) {  // same step, other alignment
@@ -384,6 +384,24 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
     --c.D;
     c.d_ids = erased(s.d_ids, d);
     add(c);
+  }
+  if (s.D_v > 0) {  // V's own head dimension: toward D (V keyed by d_ids again), then fewer V coordinates
+    CaseShape c = s;
+    c.D_v = 0;
+    c.dv_ids.clear();
+    add(c);
+    for (const Index d : towards_one(s.D_v)) {
+      CaseShape l = s;
+      l.D_v = d;
+      l.dv_ids = prefix(s.dv_ids, d);
+      add(l);
+    }
+    for (Index d = 0; d + 1 < s.D_v; ++d) {
+      CaseShape l = s;
+      --l.D_v;
+      l.dv_ids = erased(s.dv_ids, d);
+      add(l);
+    }
   }
   if (!s.key_lengths.empty()) {
     CaseShape c = s;
@@ -597,6 +615,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
              window = opts.allow_window && cfg.caps.window;
   const bool query_docs = opts.allow_documents && opts.allow_query_documents && cfg.caps.documents &&
                           cfg.caps.query_documents;
+  const bool v_dims = opts.allow_v_head_dim && !opts.require_paged && cfg.caps.v_head_dim;
   const bool docs = opts.allow_documents && cfg.caps.documents, chunks = opts.allow_chunks && cfg.caps.chunked_local,
              prefix = opts.allow_prefix && cfg.caps.prefix, right_window = opts.allow_right_window && cfg.caps.right_window,
              bidirectional = opts.allow_bidirectional && cfg.caps.bidirectional;
@@ -839,6 +858,24 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
       m.kind = !small ? 0 : want_block ? 2 : want_dense ? 1 : 0;
     }
+    if (v_dims) {
+      // A quarter of the cases (every one whose D the implementation accepts only with a D_v of its own) give V a
+      // head dimension of its own: any other it accepts with D, up to --max-D (MLA's 576 and 512 where declared).
+      // Drawn last, so every earlier draw stays as it was; never paged (gen_case).
+      // Smaller than D (MLA's V inside its latent K) or larger, half each where both are accepted.
+      const bool own = *weighted_choice<bool>({{3, false}, {1, true}});
+      const bool smaller = *rc::gen::arbitrary<bool>();
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      const std::vector<Index> with = caps.v_head_dims_with(s.D, std::max(cfg.max_D, s.D));
+      std::vector<Index> side;
+      for (const Index d : with)
+        if ((d < s.D) == smaller) side.push_back(d);
+      const std::vector<Index>& from = side.empty() ? with : side;
+      if (!from.empty() && (own || !caps.supports_head_dim(s.D))) {
+        s.D_v = from[std::size_t(pick) % from.size()];
+        s.dv_ids = iota(s.D_v);
+      }
+    }
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);
     s.kv_ids = iota(s.H_kv);
@@ -866,7 +903,7 @@ rc::Gen<CaseShape> gen_shape(const GenConfig& cfg, const ProblemOptions& opts) {
 rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
   const Index max_D = cfg.max_D;
   const Capabilities& caps = cfg.caps;
-  if (caps.head_dim_multiple > 1 || caps.max_head_dim > 0 || !caps.head_dims.empty()) {
+  if (caps.head_dim_multiple > 1 || caps.max_head_dim > 0 || caps.lists_head_dims()) {
     // Only the head dimensions it declares (the CLI refuses a run where none is within --max-D): as below,
     // small ones, any, and powers of two, each as an index into the declared list, so shrinking goes to the
     // smallest declared D.
@@ -1058,6 +1095,7 @@ std::vector<std::string> shape_tags(const Problem& p) {
   tags.push_back(pow2(D) ? "D=pow2" : "D=non-pow2");
   if (D % 2) tags.push_back("D=odd");
   if (r * r != D) tags.push_back("D=non-square");
+  if (p.v_dim() != D) tags.push_back(p.v_dim() < D ? "D_v<D" : "D_v>D");  // V's own head dimension (MLA)
   if (p.k.shape().T != T) tags.push_back("T_q!=T_k");
   if (p.kv_heads() != q.H) tags.push_back(p.kv_heads() == 1 ? "H_kv=1<H (MQA)" : "1<H_kv<H (GQA)");
   if (!p.key_lengths.empty()) {
@@ -1161,6 +1199,8 @@ struct CaseValues {
 
 Shape q_shape(const CaseShape& s) { return {s.B, s.H, s.T_q, s.D}; }
 Shape kv_shape(const CaseShape& s) { return {s.B, s.H_kv, s.T_k, s.D}; }
+Shape v_shape(const CaseShape& s) { return {s.B, s.H_kv, s.T_k, s.value_dim()}; }
+Shape o_shape(const CaseShape& s) { return {s.B, s.H, s.T_q, s.value_dim()}; }  // the output's, and dO's
 
 // id -> index along one axis.
 std::map<Index, Index> positions(const std::vector<Index>& ids) {
@@ -1198,14 +1238,14 @@ constexpr std::size_t kGenericEntries = 64;
 constexpr std::uint64_t kRedraws = 2;
 std::vector<double> generic_values(const CaseShape& s, DType dtype, bool d_output) {
   std::vector<double> v;
-  for (const Index n : {q_shape(s).numel(), kv_shape(s).numel(), kv_shape(s).numel(),
-                        d_output ? q_shape(s).numel() : Index{0}})
+  for (const Index n : {q_shape(s).numel(), kv_shape(s).numel(), v_shape(s).numel(),
+                        d_output ? o_shape(s).numel() : Index{0}})
     for (Index x = 1; x <= n; ++x) v.push_back(round_to(dtype, double(x)));
   return v;
 }
 
 // How a case's values are drawn: q, k and v in one regime (q and k at one magnitude, v at another), and, for a
-// gradient law, dO of q's shape in its own regime and magnitude.
+// gradient law, dO of the output's shape in its own regime and magnitude.
 struct ValueDraw {
   Regime regime = Regime::small_int;
   double m_qk = 1, m_v = 1;
@@ -1231,15 +1271,17 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
     // `salt` 0: the case's own draw; another: a different draw of the same shape (fallback_tries).
     const auto draw = [=](const CaseShape& s, std::uint64_t salt = 0) {
       const auto salted = [salt](std::uint64_t base) { return salt ? (base ^ salt) * 0x9e3779b97f4a7c15ull : base; };
-      const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids};
+      const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids},
+          v_at{s.b_ids, s.kv_ids, s.k_ids, s.value_ids()}, o_at{s.b_ids, s.h_ids, s.q_ids, s.value_ids()};
       CaseValues c{s, draw_values(q_shape(s), q_at, how.regime, how.m_qk, dtype, salted(bq), size)};
-      for (const auto& [base, m] : {std::pair{bk, how.m_qk}, std::pair{bv, how.m_v}}) {
-        const auto t = draw_values(kv_shape(s), kv_at, how.regime, m, dtype, salted(base), size);
+      for (const auto& [base, m, shape, at] :
+           {std::tuple{bk, how.m_qk, kv_shape(s), kv_at}, std::tuple{bv, how.m_v, v_shape(s), v_at}}) {
+        const auto t = draw_values(shape, at, how.regime, m, dtype, salted(base), size);
         c.values.insert(c.values.end(), t.begin(), t.end());
       }
-      if (how.d_output) {  // at q's coordinates: dO's entry (i, d) belongs to O's entry (i, d)
+      if (how.d_output) {  // at the output's coordinates: dO's entry (i, d) belongs to O's entry (i, d)
         const auto t =
-            draw_values(q_shape(s), q_at, how.d_output->first, how.d_output->second, dtype, salted(bd), size);
+            draw_values(o_shape(s), o_at, how.d_output->first, how.d_output->second, dtype, salted(bd), size);
         c.values.insert(c.values.end(), t.begin(), t.end());
       }
       return c;
@@ -1249,16 +1291,21 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
     const auto reshape = [=](const CaseValues& c, const CaseShape& to) {
       CaseValues n = draw(to);
       n.scale = c.scale;
-      const Shape fq = q_shape(c.s), fk = kv_shape(c.s), tq = q_shape(to), tk = kv_shape(to);
-      const std::array<std::vector<Index>, 4> fq_at{c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids},
-          tq_at{to.b_ids, to.h_ids, to.q_ids, to.d_ids};
-      carry_values(c.values.data(), fq, fq_at, n.values.data(), tq, tq_at);
-      for (const Index t : {0, 1})
-        carry_values(c.values.data() + fq.numel() + t * fk.numel(), fk, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.d_ids},
-                     n.values.data() + tq.numel() + t * tk.numel(), tk, {to.b_ids, to.kv_ids, to.k_ids, to.d_ids});
+      const Shape fq = q_shape(c.s), fk = kv_shape(c.s), fv = v_shape(c.s), fo = o_shape(c.s);
+      const Shape tq = q_shape(to), tk = kv_shape(to), tv = v_shape(to), to_ = o_shape(to);
+      carry_values(c.values.data(), fq, {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids}, n.values.data(), tq,
+                   {to.b_ids, to.h_ids, to.q_ids, to.d_ids});
+      carry_values(c.values.data() + fq.numel(), fk, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.d_ids},
+                   n.values.data() + tq.numel(), tk, {to.b_ids, to.kv_ids, to.k_ids, to.d_ids});
+      // V (and dO) at V's coordinates: d_ids or dv_ids. A step between the two (D_v to none) keeps the entries
+      // whose coordinates both have.
+      carry_values(c.values.data() + fq.numel() + fk.numel(), fv, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.value_ids()},
+                   n.values.data() + tq.numel() + tk.numel(), tv, {to.b_ids, to.kv_ids, to.k_ids, to.value_ids()});
       if (how.d_output)
-        carry_values(c.values.data() + fq.numel() + 2 * fk.numel(), fq, fq_at,
-                     n.values.data() + tq.numel() + 2 * tk.numel(), tq, tq_at);
+        carry_values(c.values.data() + fq.numel() + fk.numel() + fv.numel(), fo,
+                     {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.value_ids()},
+                     n.values.data() + tq.numel() + tk.numel() + tv.numel(), to_,
+                     {to.b_ids, to.h_ids, to.q_ids, to.value_ids()});
       return n;
     };
     // Fewer D coordinates change every score in two ways: fewer terms, and (at the default scale) a larger
@@ -1320,9 +1367,9 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
       const bool small = c.values.size() <= kGenericEntries;
       const bool keep_scale = to.D != c.s.D && how.custom_scale && c.scale == 0;
       const bool same_size = to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
-                             kv_shape(to).numel() == kv_shape(c.s).numel();
+                             kv_shape(to).numel() == kv_shape(c.s).numel() && v_shape(to).numel() == v_shape(c.s).numel();
       const bool smaller = !same_size && q_shape(to).numel() <= q_shape(c.s).numel() &&
-                           kv_shape(to).numel() <= kv_shape(c.s).numel();
+                           kv_shape(to).numel() <= kv_shape(c.s).numel() && v_shape(to).numel() <= v_shape(c.s).numel();
       if (!small && !keep_scale && !same_size && !smaller) return tries;  // (no reshape for a step with nothing to try)
       const CaseValues n = reshape(c, to);
       std::optional<double> kept_scale;
@@ -1436,11 +1483,11 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     LawCase c;
     Problem& p = c.problem;
     p.dtype = cfg.dtype;
-    const Shape qs = q_shape(s), ks = kv_shape(s);
+    const Shape qs = q_shape(s), ks = kv_shape(s), vs = v_shape(s);
     p.q = as_tensor(qs, cv.values.data());
     p.k = as_tensor(ks, cv.values.data() + qs.numel());
-    p.v = as_tensor(ks, cv.values.data() + qs.numel() + ks.numel());
-    if (d_output) p.d_output = as_tensor(qs, cv.values.data() + qs.numel() + 2 * ks.numel());
+    p.v = as_tensor(vs, cv.values.data() + qs.numel() + ks.numel());
+    if (d_output) p.d_output = as_tensor(o_shape(s), cv.values.data() + qs.numel() + ks.numel() + vs.numel());
     p.alignment = s.alignment;  // drawn and shrunk with the shape
     p.key_lengths = s.key_lengths;
     p.window = s.window;
@@ -1472,7 +1519,11 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     const bool any_modifier = (opts.allow_softcap && cfg.caps.softcap) || (opts.allow_alibi && cfg.caps.alibi) ||
                               (opts.allow_sinks && cfg.caps.sinks);
     if (any_modifier) (*gen_modifiers(cfg, opts, cfg.caps.softcap ? max_row_spread(p) : 0.0)).apply(p, s.h_ids);
-    if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) p.paged = *gen_paged_plan(cfg, opts);
+    // (Drawn whatever D_v is, so that shrinking D_v away keeps the draw; a case with a D_v of its own is not paged.)
+    if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) {
+      p.paged = *gen_paged_plan(cfg, opts);
+      if (s.D_v > 0) p.paged.reset();
+    }
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));

@@ -26,7 +26,34 @@ bool Capabilities::supports_paging(Index page_size, PageLayout layout) const {
 bool Capabilities::supports_head_dim(Index D) const {
   if (D < 1 || (max_head_dim > 0 && D > max_head_dim) || (head_dim_multiple > 1 && D % head_dim_multiple != 0))
     return false;
-  return head_dims.empty() || std::find(head_dims.begin(), head_dims.end(), D) != head_dims.end();
+  return !lists_head_dims() || std::find(head_dims.begin(), head_dims.end(), D) != head_dims.end();
+}
+
+bool Capabilities::supports_head_dims(Index D_k, Index D_v) const {
+  if (D_v == D_k) return supports_head_dim(D_k);
+  if (!v_head_dim) return false;
+  if (lists_head_dims())
+    return std::find(head_dim_pairs.begin(), head_dim_pairs.end(), std::pair{D_k, D_v}) != head_dim_pairs.end();
+  const auto fits = [&](Index D) {
+    return D >= 1 && (max_head_dim <= 0 || D <= max_head_dim) && (head_dim_multiple <= 1 || D % head_dim_multiple == 0);
+  };
+  return fits(D_k) && fits(D_v);
+}
+
+std::vector<Index> Capabilities::v_head_dims_with(Index D_k, Index max_D) const {
+  std::vector<Index> out;
+  if (!v_head_dim) return out;
+  if (lists_head_dims()) {
+    for (const auto& [k, v] : head_dim_pairs)
+      if (k == D_k && v != D_k && v <= max_D) out.push_back(v);
+  } else {
+    const Index step = std::max<Index>(head_dim_multiple, 1);
+    for (Index d = step; d <= max_D && (max_head_dim <= 0 || d <= max_head_dim); d += step)
+      if (d != D_k) out.push_back(d);
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
 }
 
 bool Capabilities::supports_lengths(Index T_q, Index T_k) const {
@@ -37,9 +64,12 @@ bool Capabilities::supports_lengths(Index T_q, Index T_k) const {
 
 std::vector<Index> Capabilities::head_dims_up_to(Index max_D) const {
   std::vector<Index> out;
-  if (!head_dims.empty()) {
+  if (lists_head_dims()) {  // D_k of the pairs too: such a D is drawn with its D_v
     for (const Index d : head_dims)
       if (d <= max_D && supports_head_dim(d)) out.push_back(d);
+    if (v_head_dim)
+      for (const auto& [k, v] : head_dim_pairs)
+        if (k <= max_D && v <= max_D) out.push_back(k);
     std::sort(out.begin(), out.end());
     out.erase(std::unique(out.begin(), out.end()), out.end());
     return out;
@@ -50,10 +80,13 @@ std::vector<Index> Capabilities::head_dims_up_to(Index max_D) const {
 }
 
 Index Capabilities::smallest_head_dim() const {
-  if (!head_dims.empty()) {
+  if (lists_head_dims()) {
     Index best = 0;
     for (const Index d : head_dims)
       if (supports_head_dim(d) && (best == 0 || d < best)) best = d;
+    if (v_head_dim)
+      for (const auto& [k, v] : head_dim_pairs)
+        if (best == 0 || k < best) best = k;
     return best;
   }
   const Index d = std::max<Index>(head_dim_multiple, 1);
@@ -89,7 +122,11 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
     needs.push_back("T_q < T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
   else if (q.T > T_k && !caps.q_longer)
     needs.push_back("T_q > T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
-  if (!caps.supports_head_dim(q.D)) needs.push_back("head dimension D = " + std::to_string(q.D));
+  if (p.v_dim() != q.D && !caps.v_head_dim)
+    needs.push_back("a V head dimension of its own (D_v = " + std::to_string(p.v_dim()) + ", D = " + std::to_string(q.D) + ")");
+  else if (!caps.supports_head_dims(q.D, p.v_dim()))
+    needs.push_back(p.v_dim() == q.D ? "head dimension D = " + std::to_string(q.D)
+                                     : "head dimensions D = " + std::to_string(q.D) + ", D_v = " + std::to_string(p.v_dim()));
   if (!caps.supports(p.alignment)) needs.push_back(alignment_words(p.alignment));
   if (p.scale && !caps.custom_scale) needs.push_back("an explicit scale");
   if (caps.max_T > 0 && std::max(q.T, T_k) > caps.max_T)
@@ -139,9 +176,13 @@ std::string describe_capabilities(const Capabilities& caps) {
        : caps.q_shorter                          ? "; T_q <= T_k only"
        : caps.q_longer                           ? "; T_q >= T_k only"
                                                  : "; T_q == T_k only";
-  if (!caps.head_dims.empty()) {
+  if (caps.lists_head_dims()) {
     s += "; head dimensions";
-    for (std::size_t n = 0; n < caps.head_dims.size(); ++n) s += (n ? ", " : " ") + std::to_string(caps.head_dims[n]);
+    std::string list;
+    for (const Index d : caps.head_dims) list += (list.empty() ? " " : ", ") + std::to_string(d);
+    for (const auto& [k, v] : caps.head_dim_pairs)
+      list += (list.empty() ? " " : ", ") + std::to_string(k) + "/" + std::to_string(v);
+    s += list;
   } else {
     if (caps.head_dim_multiple > 1) s += "; D a multiple of " + std::to_string(caps.head_dim_multiple);
     if (caps.max_head_dim > 0) s += "; D up to " + std::to_string(caps.max_head_dim);
@@ -162,6 +203,7 @@ std::string describe_capabilities(const Capabilities& caps) {
                                  std::pair{caps.right_window, "right windows"},
                                  std::pair{caps.block_mask, "block masks"},
                                  std::pair{caps.dense_mask, "dense masks"},
+                                 std::pair{caps.v_head_dim, "a V head dimension of its own"},
                                  std::pair{caps.strided, "strided inputs"},
                                  std::pair{caps.layout_invariant, "bit-identical whatever the strides"}})
     if (on) s += std::string("; ") + what;
@@ -420,11 +462,12 @@ void check_gradients_shape(const Problem& p, const Gradients& g, const std::stri
 
 void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& impl_name) {
   const Shape& q = p.q.shape();
-  const Shape want_out = q;
+  const Shape want_out = p.output_shape();
   if (o.output.shape() != want_out)
     throw ImplementationError(ImplementationError::Kind::wrong_size,
-                              impl_name + ": output is " + to_string(o.output.shape()) + " but q is " + to_string(q) +
-                                  " (the output must have q's shape)");
+                              impl_name + ": output is " + to_string(o.output.shape()) + " but must be " +
+                                  to_string(want_out) +
+                                  (want_out == q ? std::string(" (q's shape)") : std::string(" ([B,H,T_q,D_v])")));
   const Shape want_lse{q.B, q.H, q.T, 1};
   if (o.lse && o.lse->shape() != want_lse)
     throw ImplementationError(ImplementationError::Kind::wrong_size,
@@ -444,6 +487,7 @@ ImplementationPtr reference_implementation() {
   caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
   caps.documents = caps.chunked_local = caps.prefix = caps.right_window = true;
   caps.query_documents = true;
+  caps.v_head_dim = true;
   caps.block_mask = caps.dense_mask = true;
   caps.paged = true;
   caps.page_sizes = {1, 8, 16, 64, 256};
@@ -461,7 +505,8 @@ ImplementationPtr reference_implementation() {
           const Shape& ks = k.shape();
           const std::vector<Index> lengths = pr.sequence_lengths();
           return attention(q, gather_pages(pools.k, pools.layout, ks.B, ks.H, ks.T, ks.D, lengths),
-                           gather_pages(pools.v, pools.layout, ks.B, ks.H, ks.T, ks.D, lengths), pr.options(), w, lse);
+                           gather_pages(pools.v, pools.layout, ks.B, ks.H, ks.T, v.shape().D, lengths), pr.options(), w,
+                           lse);
         });
       },
       [](const Problem& p) {

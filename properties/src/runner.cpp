@@ -668,7 +668,7 @@ std::string describe(const LawResult& r) {
     const Shape& q = p.q.shape();
     std::string s = "B=" + std::to_string(q.B) + " H=" + std::to_string(q.H) + " T=" + std::to_string(q.T) +
          (p.k.shape().T != q.T ? " T_k=" + std::to_string(p.k.shape().T) : std::string()) +
-         " D=" + std::to_string(q.D) +
+         " D=" + std::to_string(q.D) + (p.v_dim() != q.D ? " D_v=" + std::to_string(p.v_dim()) : std::string()) +
          (p.k.shape().T != q.T
               ? (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)")
               : "");

@@ -354,6 +354,81 @@ TEST(Generators, modifiersAreDrawnWhenDeclaredAndShrinkAwayUnlessNeeded) {
   EXPECT_EQ(none.status, LawStatus::held);
 }
 
+// V with a head dimension of its own (MLA) is drawn in about a quarter of the cases when declared, smaller and
+// larger than D, never paged, its dO shaped like the output; a declared list of pairs gives only those pairs; a
+// failure that needs D_v != D shrinks to D = 1 with D_v = 2 or D = 2 with D_v = 1, one that does not sheds it; an
+// implementation that does not declare it is never sent one.
+TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds) {
+  std::map<std::string, int> seen;
+  const auto count = [&](const LawCase& c) -> std::optional<Violation> {
+    const Problem& p = c.problem;
+    const Index D = p.q.shape().D, D_v = p.v_dim();
+    if (D_v != D) {
+      ++seen[D_v < D ? "smaller" : "larger"];
+      EXPECT_FALSE(p.paged.has_value());
+      EXPECT_EQ(p.v.shape(), (Shape{p.k.shape().B, p.k.shape().H, p.k.shape().T, D_v}));
+      if (p.d_output) EXPECT_EQ(p.d_output->shape(), p.output_shape());
+    }
+    ++seen["cases"];
+    return std::nullopt;
+  };
+  EXPECT_EQ(run_law(probeLaw(count), *reference_implementation(), RunOptions{}).status, LawStatus::held);
+  EXPECT_GE(seen["smaller"] + seen["larger"], 12) << seen["cases"] << " cases";
+  EXPECT_LE(seen["smaller"] + seen["larger"], 45);
+  EXPECT_GE(seen["smaller"], 3);
+  EXPECT_GE(seen["larger"], 3);
+  // Gradient cases too: dO [B,H,T_q,D_v].
+  Law grad = probeLaw(count);
+  grad.gen = [](const GenConfig& cfg) { return gen_gradient_case(cfg, {}); };
+  seen.clear();
+  EXPECT_EQ(run_law(grad, *reference_implementation(), RunOptions{}).status, LawStatus::held);
+  EXPECT_GE(seen["smaller"] + seen["larger"], 12);
+  // A declared list: (16, 8) and (8, 16) only, besides D = 4 alone.
+  Capabilities listed = reference_implementation()->capabilities();
+  listed.head_dims = {4};
+  listed.head_dim_pairs = {{16, 8}, {8, 16}};
+  const ImplementationPtr mla = make_implementation("listed", "the reference, declaring a list", listed,
+                                                    [](const Problem& p) { return reference_implementation()->forward(p); });
+  const LawResult in_list = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      const Index D = c.problem.q.shape().D, D_v = c.problem.v_dim();
+                                      const bool ok = (D == 4 && D_v == 4) || (D == 16 && D_v == 8) || (D == 8 && D_v == 16);
+                                      return ok ? std::nullopt : std::optional(violation("D " + std::to_string(D) +
+                                                                                         ", D_v " + std::to_string(D_v)));
+                                    }),
+                                    *mla, RunOptions{});
+  EXPECT_EQ(in_list.status, LawStatus::held) << (in_list.violation ? in_list.violation->message : "");
+  for (std::uint64_t seed = 1; seed <= 5; ++seed) {
+    RunOptions o;
+    o.seed = seed;
+    const LawResult needs = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      if (c.problem.v_dim() != c.problem.q.shape().D) return violation("D_v != D");
+                                      return std::nullopt;
+                                    }),
+                                    *reference_implementation(), o);
+    ASSERT_EQ(needs.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& p = needs.minimal_case->problem;
+    EXPECT_EQ(p.q.shape().numel() + p.k.shape().numel(), p.q.shape().D == 1 ? 2 : 4) << "seed " << seed;
+    EXPECT_EQ(p.v_dim(), p.q.shape().D == 1 ? 2 : 1) << "seed " << seed;
+    EXPECT_LE(p.q.shape().D, 2) << "seed " << seed;
+    const LawResult other = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                      if (c.problem.q.shape().T >= 2) return violation("two positions");
+                                      return std::nullopt;
+                                    }),
+                                    *reference_implementation(), o);
+    ASSERT_EQ(other.status, LawStatus::falsified);
+    EXPECT_EQ(other.minimal_case->problem.v_dim(), other.minimal_case->problem.q.shape().D) << "seed " << seed;
+  }
+  const ImplementationPtr plain = make_implementation(
+      "plain", "the reference, declaring one head dimension", Capabilities{},
+      [](const Problem& p) { return reference_implementation()->forward(p); });
+  const LawResult none = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                   if (c.problem.v_dim() != c.problem.q.shape().D) return violation("D_v != D");
+                                   return std::nullopt;
+                                 }),
+                                 *plain, RunOptions{});
+  EXPECT_EQ(none.status, LawStatus::held);
+}
+
 // The mask families beyond causal are drawn when declared (documents, empty ones among them, chunks, a prefix, a
 // right window, no causal rule), every document bound a valid key position list; a failure that needs two
 // documents shrinks to exactly one bound with nothing else left, and a failure that needs none sheds them all.
@@ -454,7 +529,7 @@ TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds)
   }
 }
 
-// Paging is drawn in about half the cases when declared, in declared page sizes and layouts only, with every
+// Paging is drawn in about half the cases when declared (less those with a V head dimension of its own: never paged), in declared page sizes and layouts only, with every
 // derived table valid for its sequences; a failure that needs a paged call keeps it while the rest shrinks (to
 // the plainest plan: contiguous, no spare pages or columns), one that does not shrinks to dense; an
 // implementation that does not declare paging is never sent a paged call.

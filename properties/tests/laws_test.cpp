@@ -216,6 +216,7 @@ TEST(Law, batchInvariance) {
   caps.batch_invariant = true;
   caps.returns_weights = caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.backward = false;
   caps.block_mask = caps.dense_mask = caps.paged = false;
+  caps.v_head_dim = false;  // per_row_attention has one head dimension
   const auto claimed = make_implementation("per-row", "each row alone in double, claiming batch invariance", caps,
                                            per_row_attention);
   const auto one_sequence = make_implementation("one-sequence-path", "B = 1 rounds its outputs to bfloat16", caps,

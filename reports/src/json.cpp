@@ -324,9 +324,10 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   p.k = tensor_from_json(field(j, "k", what), sub(what, "k"));
   p.v = tensor_from_json(field(j, "v", what), sub(what, "v"));
   const Shape q = p.q.shape(), k = p.k.shape();
-  if (k.B != q.B || k.D != q.D || q.H % k.H != 0 || p.v.shape() != k)
+  const Shape v = p.v.shape();
+  if (k.B != q.B || k.D != q.D || q.H % k.H != 0 || v.B != k.B || v.H != k.H || v.T != k.T)
     throw FormatError(std::string(what) + ": q is " + to_string(q) + ", k " + to_string(k) + " and v " +
-                      to_string(p.v.shape()) + "; expected k and v [B,H_kv,T_k,D] with H_kv dividing q's H");
+                      to_string(v) + "; expected k [B,H_kv,T_k,D] and v [B,H_kv,T_k,D_v] with H_kv dividing q's H");
   if (const auto it = j.find("key_lengths"); it != j.end()) {
     if (!it->is_array() || Index(it->size()) != q.B)
       fail(sub(what, "key_lengths"), "an array of B = " + std::to_string(q.B) + " lengths", *it);
@@ -455,9 +456,11 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   }
   if (const auto it = j.find("d_output"); it != j.end() && !it->is_null()) {
     p.d_output = tensor_from_json(*it, sub(what, "d_output"));
-    if (p.d_output->shape() != q)
+    if (p.d_output->shape() != p.output_shape())
       throw FormatError(std::string(what) + ".d_output: is " + to_string(p.d_output->shape()) +
-                        " but must have q's shape " + to_string(q));
+                        (p.v_dim() == q.D ? " but must have q's shape " + to_string(q)
+                                          : " but must have the output's shape " + to_string(p.output_shape()) +
+                                                " ([B,H,T_q,D_v])"));
   }
   return p;
 }

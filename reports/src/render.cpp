@@ -110,6 +110,7 @@ Json shape_json(const Problem& p) {
   Json s{{"B", q.B}, {"H", q.H}, {"T", q.T}, {"D", q.D}};
   if (p.k.shape().T != q.T) s["T_k"] = p.k.shape().T;
   if (p.kv_heads() != q.H) s["H_kv"] = p.kv_heads();
+  if (p.v_dim() != q.D) s["D_v"] = p.v_dim();
   return s;
 }
 

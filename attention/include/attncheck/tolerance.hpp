@@ -72,8 +72,9 @@ VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis)
 /// The output part of head_tolerance without any [T_q,T_k] matrix, for long contexts: the same bound from each
 /// row's largest scale·Σ|q·k| (`abs_dot`) and |s| (`abs_score`) over its visible keys, which the streaming
 /// oracle's RowStats carry. `rho_w` receives each row's relative weight error ρ_w (+inf where the dtype
-/// cannot resolve the row's softmax), for weight_tolerance on sampled weights.
-Matrix<double> streamed_output_tolerance(DType dtype, const Matrix<double>& v, const Visibility& vis,
+/// cannot resolve the row's softmax), for weight_tolerance on sampled weights. D_k is Q's and K's head dimension
+/// (the scores'), v [T_k,D_v] the head's values.
+Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<double>& v, const Visibility& vis,
                                          const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w,
                                          double safety = 2.0, const HeadModifiers& mods = {});

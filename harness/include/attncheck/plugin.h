@@ -22,9 +22,9 @@
  * declare the capability, so a plug-in reads only the fields of what it declares. This attncheck checks the
  * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi,
  * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix,
- * a right window, block masks and dense masks to a plug-in that declares them; the other capabilities (D_v != D,
- * the invariances) are declared here so that plug-ins can be written against one ABI, and attncheck sends calls
- * that use them once it has laws for them (docs/laws.md says which are checked where). */
+ * a right window, block masks, dense masks, strided inputs and V with a head dimension of its own (D_v != D) to a
+ * plug-in that declares them; the invariances (layout, batch, determinism) are declared here and checked by the
+ * laws docs/laws.md names. */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
@@ -154,9 +154,10 @@ typedef struct attncheck_call {
   uint32_t alignment; /**< one ATTNCHECK_ALIGN_* bit; only matters when T_q != T_k */
   int32_t has_scale;  /**< 0: use the default scale 1/sqrt(D); otherwise multiply QKᵀ by `scale` */
   double scale;       /**< finite and > 0 when has_scale != 0 */
-  /** [B,H,T_q,D], [B,H_kv,T_k,D], [B,H_kv,T_k,D]; H_kv = H unless the plug-in declares ATTNCHECK_CAP_GQA */
+  /** [B,H,T_q,D], [B,H_kv,T_k,D], [B,H_kv,T_k,D_v]; H_kv = H unless the plug-in declares ATTNCHECK_CAP_GQA, and
+   *  D_v = D unless it declares ATTNCHECK_CAP3_V_HEAD_DIM (then v.shape[3] says D_v) */
   attncheck_tensor_in q, k, v;
-  attncheck_tensor_out output;   /**< [B,H,T_q,D] */
+  attncheck_tensor_out output;   /**< [B,H,T_q,D_v] */
   attncheck_tensor_out* weights; /**< [B,H,T_q,T_k], or NULL when not wanted (or not offered) */
   /* ABI 2: an ABI-1 plug-in never reads the fields below, and attncheck never sends it a call that needs
    * them (its flags cannot declare them). */
@@ -280,9 +281,9 @@ typedef int32_t (*attncheck_forward_fn)(const attncheck_call* call, char* messag
  *  forward->weights is NULL. Every tensor has the call's dtype. */
 typedef struct attncheck_backward_call {
   const attncheck_call* forward;
-  attncheck_tensor_in d_output; /**< dO [B,H,T_q,D] */
-  /** dQ [B,H,T_q,D]; dK, dV [B,H_kv,T_k,D]: the gradient of a kv head shared by a group of query heads sums
-   *  over the group. Write every element and nothing outside them. */
+  attncheck_tensor_in d_output; /**< dO [B,H,T_q,D_v], the output's shape */
+  /** dQ [B,H,T_q,D]; dK [B,H_kv,T_k,D], dV [B,H_kv,T_k,D_v]: the gradient of a kv head shared by a group of
+   *  query heads sums over the group. Write every element and nothing outside them. */
   attncheck_tensor_out dq, dk, dv;
   /* ABI 3 */
   /** H entries when forward->sinks is given: the gradient of L with respect to each head's sink logit (summed

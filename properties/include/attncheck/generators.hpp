@@ -19,6 +19,8 @@ namespace attncheck {
 /// the law and the implementation allow it.
 struct CaseShape {
   Index B = 1, H = 1, T_q = 1, T_k = 1, D = 1;
+  /// V's own head dimension (Capabilities::v_head_dim; MLA), its values keyed by dv_ids; 0: V has D, keyed by d_ids.
+  Index D_v = 0;
   Index H_kv = 1;                                 ///< kv heads, dividing H (== H without grouped queries)
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
   std::vector<Index> key_lengths{};               ///< per batch entry, in [0, T_k]; empty: no padding
@@ -59,6 +61,9 @@ struct CaseShape {
   /// position, D coordinate). Values are keyed by these, so deleting an index in the middle of an axis leaves
   /// every other entry's value as it was, and the case usually still fails. Empty: 0, 1, 2, ...
   std::vector<Index> b_ids{}, h_ids{}, kv_ids{}, q_ids{}, k_ids{}, d_ids{};
+  std::vector<Index> dv_ids{};  ///< V's D_v coordinates (and the output's, and dO's); empty without D_v
+  Index value_dim() const { return D_v > 0 ? D_v : D; }
+  const std::vector<Index>& value_ids() const { return D_v > 0 ? dv_ids : d_ids; }
 };
 
 /// How the values of a case are drawn. Small integers come first: that is where shrinking ends.
@@ -156,6 +161,9 @@ struct ProblemOptions {
   /// shrinking toward none. A law whose derived calls cut a document's queries or keys short says false (under
   /// bottom-right alignment a document's queries are aligned on its own lengths).
   bool allow_query_documents = true;
+  /// V with a head dimension D_v of its own (Capabilities::v_head_dim): a quarter of the cases, shrinking toward
+  /// D_v = D. Never with paged K and V.
+  bool allow_v_head_dim = true;
   /// A block mask or a dense mask (Capabilities::block_mask, dense_mask): a third of the cases each way, shrinking
   /// toward none. Their cells are positional: a law whose derived calls slice, move or permute keys or queries
   /// says false (no_cell_masks); one that keeps every position (and slices only whole batch entries and heads,

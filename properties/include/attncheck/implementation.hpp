@@ -66,7 +66,8 @@ std::string input_layout_name(InputLayout l);
 /// native type and back is exact).
 struct Problem {
   DType dtype = DType::f32;
-  /// q [B,H,T_q,D]; k and v [B,H_kv,T_k,D] with H_kv dividing H (grouped-query attention when H_kv < H).
+  /// q [B,H,T_q,D]; k [B,H_kv,T_k,D] with H_kv dividing H (grouped-query attention when H_kv < H); v
+  /// [B,H_kv,T_k,D_v], D_v = D unless the implementation declares Capabilities::v_head_dim (MLA: 576 and 512).
   Tensor<double> q{Shape{}}, k{Shape{}}, v{Shape{}};
   std::optional<double> scale;                        ///< empty: the implementation's default, 1/√D
   CausalAlignment alignment = kDefaultAlignment;
@@ -103,10 +104,14 @@ struct Problem {
   InputLayout layout = InputLayout::contiguous;
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
   bool want_lse = false;     ///< the law reads the LSE; ignored by implementations that cannot return it
-  /// The gradient of the loss with respect to the output, dO [B,H,T_q,D]: set for backward calls only.
+  /// The gradient of the loss with respect to the output, dO [B,H,T_q,D_v]: set for backward calls only.
   std::optional<Tensor<double>> d_output{};
 
   Index kv_heads() const { return k.shape().H; }
+  /// V's head dimension D_v, the output's (D, Q's and K's, unless the implementation declares v_head_dim).
+  Index v_dim() const { return v.shape().D; }
+  /// The output's shape [B,H,T_q,D_v] (and dO's).
+  Shape output_shape() const { return {q.shape().B, q.shape().H, q.shape().T, v.shape().D}; }
   /// Whether any score modifier is set (softcap, ALiBi, sinks).
   bool modified() const { return softcap || !alibi_slopes.empty() || !sinks.empty(); }
   /// Whether any mask family beyond causal, padding and the left window is set (documents, chunks, a prefix, a
@@ -159,7 +164,7 @@ enum class EmptyRows {
 
 /// What one call returned, widened to double (exact for every supported dtype).
 struct Outcome {
-  Tensor<double> output{Shape{}};         ///< [B,H,T_q,D]
+  Tensor<double> output{Shape{}};         ///< [B,H,T_q,D_v]
   std::optional<Tensor<double>> weights;  ///< [B,H,T_q,T_k], when the implementation returns them
   /// [B,H,T_q,1]: each row's log-sum-exp (natural log, over the modified scores and the sink; -inf for a row that
   /// sees no key and has no sink), when the problem asks for it and the implementation returns it (Capabilities::lse).
@@ -192,6 +197,9 @@ struct Capabilities {
   /// Accepts K and V with fewer heads than Q (H_kv dividing H). Off by default: the generators never draw
   /// H_kv < H for an implementation that does not declare it.
   bool gqa = false;
+  /// ABI 3 (ATTNCHECK_CAP3_V_HEAD_DIM): V may have a head dimension D_v of its own (the output's; MLA's 576 and
+  /// 512, 192 and 128), every pair (D_k, D_v) that supports_head_dims accepts.
+  bool v_head_dim = false;
   /// Honours Problem::key_lengths (key padding).
   bool key_padding = false;
   /// Honours Problem::window (a sliding window).
@@ -229,17 +237,26 @@ struct Capabilities {
   std::vector<Index> page_sizes{};
   std::uint32_t page_layouts = 0;
   /// What an ABI-3 plug-in or a version-3 exec: client declares (attncheck/plugin.h): its ATTNCHECK_CAP3_* bits
-  /// (those above are also set as the bools) and head dimensions whose D_v differs from D. Carried so that
-  /// reports say what was declared; this attncheck draws no call that uses D_v != D yet.
+  /// (those above are also set as the bools), carried so that reports say what was declared.
   std::uint32_t abi3_flags = 0;
-  std::vector<std::pair<Index, Index>> head_dim_pairs{};  ///< (D_k, D_v) with D_v != D_k, declared
+  /// Head dimension pairs (D_k, D_v) with D_v != D_k in the declared list (with v_head_dim). A list given
+  /// (head_dims or these) is the whole of what is accepted: D alone means D_v = D.
+  std::vector<std::pair<Index, Index>> head_dim_pairs{};
 
   bool supports(DType t) const;
   bool supports(CausalAlignment a) const;
   /// Whether it accepts a paged call with this page size and layout.
   bool supports_paging(Index page_size, PageLayout layout) const;
-  /// Whether it accepts head dimension D (head_dim_multiple, max_head_dim, head_dims).
+  /// Whether it accepts head dimension D for Q, K and V (head_dim_multiple, max_head_dim, the list).
   bool supports_head_dim(Index D) const;
+  /// Whether it accepts D_k for Q and K with D_v for V: D_v = D_k as supports_head_dim; otherwise only with
+  /// v_head_dim, and then the pair is in head_dim_pairs when a list is given, else both within the multiple and
+  /// the maximum.
+  bool supports_head_dims(Index D_k, Index D_v) const;
+  /// The D_v other than D_k it accepts with D_k, up to max_D, ascending (empty without v_head_dim).
+  std::vector<Index> v_head_dims_with(Index D_k, Index max_D) const;
+  /// Whether a list of head dimensions is declared (head_dims or head_dim_pairs).
+  bool lists_head_dims() const { return !head_dims.empty() || !head_dim_pairs.empty(); }
   /// Whether it accepts T_q queries over T_k keys (cross_lengths and its regimes; max_T).
   bool supports_lengths(Index T_q, Index T_k) const;
   /// The head dimensions in [1, max_D] it accepts, ascending (empty when none).

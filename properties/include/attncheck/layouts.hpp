@@ -59,9 +59,7 @@ inline std::array<Index, 4> strides_of(InputLayout l, const Shape& s, bool kv) {
     case InputLayout::kv_broadcast:
       if (kv) return {s.T * s.D, 0, s.D, 1};
       break;
-    case InputLayout::kv_interleaved:
-      if (kv) return {s.T * s.H * 2 * s.D, 2 * s.D, s.H * 2 * s.D, 1};
-      break;
+    case InputLayout::kv_interleaved:  // lay_out: K and V share rows of D + D_v elements
     case InputLayout::contiguous:
     case InputLayout::v_is_k: break;
   }
@@ -87,7 +85,9 @@ void scatter(const Tensor<S>& t, std::vector<S>& buf, Index at, const std::array
 
 /// q, k and v in layout l. Each buffer holds at least as many elements as its tensor has, so a kernel that reads it
 /// as contiguous stays inside it (and reads NaN where the layout left gaps). kv_broadcast keeps head 0 of each
-/// batch entry of k and v (the caller's kv heads must be equal); v_is_k makes v the view k is (v must equal k).
+/// batch entry of k and v (the caller's kv heads must be equal); v_is_k makes v the view k is (v must equal k), or,
+/// with a V head dimension D_v < D, the view of K's first D_v columns (MLA's V inside its latent K; v must equal
+/// them); kv_interleaved puts each token's k and v of a head side by side in one row of D + D_v elements.
 template <class S>
 LaidOutInputs<S> lay_out(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, InputLayout l) {
   using namespace layout_detail;
@@ -100,18 +100,25 @@ LaidOutInputs<S> lay_out(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>
     return StridedView<S>{buf.data(), {s.B, s.H, s.T, s.D}, st};
   };
   r.q = place(q, r.q_buffer, false);
+  const Shape& s = k.shape();
+  const Index D_v = v.shape().D;
   if (l == InputLayout::kv_interleaved) {
-    const std::array<Index, 4> st = strides_of(l, k.shape(), true);
-    const Shape& s = k.shape();
-    r.k_buffer.assign(std::size_t(2 * s.numel() + s.D), poison<S>());
+    const Index row = s.D + D_v;
+    const std::array<Index, 4> st{s.T * s.H * row, row, s.H * row, 1};
+    r.k_buffer.assign(std::size_t(s.B * s.H * s.T * row + row), poison<S>());
     scatter(k, r.k_buffer, 0, st);
     scatter(v, r.k_buffer, s.D, st);
     r.k = StridedView<S>{r.k_buffer.data(), {s.B, s.H, s.T, s.D}, st};
-    r.v = StridedView<S>{r.k_buffer.data() + s.D, {s.B, s.H, s.T, s.D}, st};
+    r.v = StridedView<S>{r.k_buffer.data() + s.D, {s.B, s.H, s.T, D_v}, st};
     return r;
   }
   r.k = place(k, r.k_buffer, true);
-  r.v = l == InputLayout::v_is_k ? r.k : place(v, r.v_buffer, true);
+  if (l == InputLayout::v_is_k) {
+    r.v = r.k;
+    r.v.shape[3] = std::min(D_v, s.D);
+  } else {
+    r.v = place(v, r.v_buffer, true);
+  }
   return r;
 }
 

@@ -23,7 +23,7 @@ Problem with_extra_group(const Problem& p, const Tensor<double>& q, const Tensor
   Problem r = p;
   r.q = Tensor<double>({qs.B, qs.H + group, qs.T, qs.D});
   r.k = Tensor<double>({ks.B, ks.H + 1, ks.T, ks.D});
-  r.v = Tensor<double>({ks.B, ks.H + 1, ks.T, ks.D});
+  r.v = Tensor<double>({ks.B, ks.H + 1, ks.T, p.v_dim()});
   for (Index b = 0; b < qs.B; ++b) {
     for (Index h = 0; h < qs.H + group; ++h) r.q.head(b, h) = h < qs.H ? p.q.head(b, h) : q.head(0, 0);
     for (Index g = 0; g < ks.H + 1; ++g) {
@@ -48,7 +48,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     const Index T_q = p.q.shape().T, T_k = p.k.shape().T, D = p.q.shape().D;
     const Tensor<double> extra_q = *gen_tensor({1, 1, T_q, D}, Regime::normal, 1.0, cfg.dtype);
     const Tensor<double> extra_k = *gen_tensor({1, 1, T_k, D}, Regime::normal, 1.0, cfg.dtype);
-    const Tensor<double> extra_v = *gen_tensor({1, 1, T_k, D}, Regime::normal, 1.0, cfg.dtype);
+    const Tensor<double> extra_v = *gen_tensor({1, 1, T_k, p.v_dim()}, Regime::normal, 1.0, cfg.dtype);
     if (p.q.shape().B * p.kv_heads() < 2 && cfg.max_H >= 2 * p.q.shape().H)
       p = with_extra_group(p, extra_q, extra_k, extra_v);
     const Shape s = p.q.shape();
@@ -59,7 +59,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     for (Index h = g * group; h < (g + 1) * group; ++h)
       v.q.head(b, h) = (*gen_tensor({1, 1, s.T, s.D}, Regime::normal, m, cfg.dtype)).head(0, 0);
     v.k.head(b, g) = (*gen_tensor({1, 1, T_k, s.D}, Regime::normal, m, cfg.dtype)).head(0, 0);
-    v.v.head(b, g) = (*gen_tensor({1, 1, T_k, s.D}, Regime::normal, m, cfg.dtype)).head(0, 0);
+    v.v.head(b, g) = (*gen_tensor({1, 1, T_k, p.v_dim()}, Regime::normal, m, cfg.dtype)).head(0, 0);
     c.variant = v;
     c.params["b"] = double(b);
     c.params["g"] = double(g);

@@ -29,7 +29,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     Problem v = p;
     v.q.head(b, h) = (*gen_tensor({1, 1, s.T, s.D}, Regime::normal, m, cfg.dtype)).head(0, 0);
     v.k.head(b, g) = (*gen_tensor({1, 1, T_k, s.D}, Regime::normal, m, cfg.dtype)).head(0, 0);
-    v.v.head(b, g) = (*gen_tensor({1, 1, T_k, s.D}, Regime::normal, m, cfg.dtype)).head(0, 0);
+    v.v.head(b, g) = (*gen_tensor({1, 1, T_k, p.v_dim()}, Regime::normal, m, cfg.dtype)).head(0, 0);
     c.variant = v;  // holds both changes; the check makes them one at a time
     c.params["b"] = double(b);
     c.params["g"] = double(g);

@@ -22,7 +22,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     Problem& p = c.problem;
     const Shape& s = p.q.shape();
     const Index t = *rc::gen::inRange<Index>(0, std::max<Index>(s.T - 1, 1));
-    Tensor<double> zero(s);
+    const Tensor<double> zero(p.output_shape());
     replace_rows(*p.d_output, zero, t + 1);  // dO = 0 on every query after t
     const double m = *gen_magnitude();
     const auto q2 = *gen_tensor(s, Regime::normal, m, cfg.dtype);

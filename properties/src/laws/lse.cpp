@@ -87,7 +87,7 @@ std::optional<Violation> check_consistency(const Implementation& impl, const Law
   const Tensor<double>& lse = lse_of(impl, o);
   const OracleRun r = run_oracle(p);
   const Tensor<double> tl = lse_bound(p, r);
-  const Shape& s = p.q.shape();
+  const Shape s = p.output_shape();  // [B,H,T_q,D_v]
   Tensor<double> want(s), tol(s);
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h)
@@ -190,7 +190,7 @@ struct Merged {
 // The parts' outputs and LSEs merged (and the sink added once), with each part's LSE corrected for ALiBi.
 Merged merge(const Problem& p, const std::vector<Problem>& calls, const std::vector<Index>& ends,
              const std::vector<const Tensor<double>*>& outs, const std::vector<const Tensor<double>*>& lses) {
-  const Shape s = calls[0].q.shape();
+  const Shape s = calls[0].output_shape();  // [B,H,T_q,D_v]
   const Index T = p.q.shape().T;
   Merged m{Tensor<double>(s), Tensor<double>({s.B, s.H, s.T, 1})};
   for (Index b = 0; b < s.B; ++b)
@@ -260,7 +260,7 @@ std::optional<Violation> check_merge(const Implementation& impl, const LawCase& 
   }
   const Merged mine = merge(p, calls, ends, outs, lses), exact = merge(p, calls, ends, o_outs, o_lses);
   const OracleRun whole = run_oracle(p);
-  const Shape s = calls[0].q.shape();
+  const Shape s = calls[0].output_shape();
   Tensor<double> want = rows_of(full.output, c0, T), tol(s), want_lse({s.B, s.H, s.T, 1}), tol_lse({s.B, s.H, s.T, 1});
   const Tensor<double> whole_out = rows_of(whole.out, c0, T), whole_tol = rows_of(whole.tol_out, c0, T);
   for (Index b = 0; b < s.B; ++b)

@@ -122,7 +122,7 @@ Problem segment_alone(const Problem& p, Index b, const Segment& g, bool drop_chu
   const Index nq = g.q1 - g.q0, nk = g.k1 - g.k0;
   one.q = Tensor<double>({1, qs.H, nq, qs.D});
   one.k = Tensor<double>({1, ks.H, nk, ks.D});
-  one.v = Tensor<double>({1, ks.H, nk, ks.D});
+  one.v = Tensor<double>({1, ks.H, nk, p.v_dim()});
   for (Index h = 0; h < qs.H; ++h) one.q.head(0, h) = p.q.head(b, h).middleRows(g.q0, nq);
   for (Index j = 0; j < ks.H; ++j) {
     one.k.head(0, j) = p.k.head(b, j).middleRows(g.k0, nk);

@@ -144,7 +144,7 @@ OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
         abs_dot(i) = r.stats.abs_dot(b, h, i);
         abs_score(i) = r.stats.abs_score(b, h, i);
       }
-      r.tol_out.head(b, h) = streamed_output_tolerance(p.dtype, p.v.head(b, kv_of(p, h)), vis, abs_dot, abs_score,
+      r.tol_out.head(b, h) = streamed_output_tolerance(p.dtype, p.q.shape().D, p.v.head(b, kv_of(p, h)), vis, abs_dot, abs_score,
                                                        r.out.head(b, h), &rho, kSafety,
                                                        head_modifiers(opts, b, h, s.T, p.k.shape().T));
       r.rho_w.head(b, h) = rho;
@@ -192,11 +192,11 @@ bool samples_weights(const Implementation& impl, const Problem& p) {
 
 std::vector<Index> sampled_keys(const Implementation&, const Problem& p) {
   if (long_context(p)) return sampled_keys(p);
-  return sample_keys(p.k.shape().T, std::min(kSampledKeys, kProbedCalls * std::size_t(p.k.shape().D)));
+  return sample_keys(p.k.shape().T, std::min(kSampledKeys, kProbedCalls * std::size_t(p.v_dim())));
 }
 
 WeightSample sample_weights(const Implementation& impl, const Problem& p, const std::vector<Index>& keys) {
-  const Shape qs = p.q.shape(), ks = p.k.shape();
+  const Shape qs = p.q.shape(), ks = p.v.shape();  // one-hot V columns: D_v keys a call
   WeightSample s;
   s.keys = keys;
   s.w = Tensor<double>({qs.B, qs.H, qs.T, Index(keys.size())});
@@ -366,6 +366,9 @@ std::optional<Violation> compare(const std::string& what, const std::string& qua
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include) {
   constexpr double kExactTolerance = std::numeric_limits<float>::denorm_min();
   const Shape& s = expected.shape();
+  if (actual.shape() != s || (tol && tol->shape() != s))
+    throw std::logic_error("compare (" + what + ", " + quantity + "): expected " + to_string(s) + ", actual " +
+                           to_string(actual.shape()) + (tol ? ", tolerance " + to_string(tol->shape()) : std::string()));
   std::optional<std::array<Index, 4>> worst;
   double worst_ratio = 0, worst_diff = 0, worst_tol = 0;
   bool nonfinite = false;
@@ -668,7 +671,7 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
       for (Index h = 0; h < p.q.shape().H && !chunk_off[n]; ++h)
         for (Index r = 0; r < end - begin && !chunk_off[n]; ++r) {
           if (sees_none(one, b, h, r)) continue;
-          for (Index d = 0; d < p.q.shape().D; ++d) {
+          for (Index d = 0; d < p.v_dim(); ++d) {
             const double got = o.output(b, h, r, d), want = oc.out(b, h, r, d);
             if (!(std::abs(got - want) <= oc.tol_out(b, h, r, d)) && !same_bits(got, want)) chunk_off[n] = 1;
           }
@@ -735,7 +738,7 @@ CausalAlignment square_alignment(const Capabilities& caps) {
 
 std::optional<Violation> hull_violation(const std::string& law, const Implementation& impl, const Problem& p) {
   const Outcome o = call(impl, p);
-  const Shape& s = p.q.shape();
+  const Shape s = p.output_shape();  // [B,H,T_q,D_v]
   const double u_a = accumulation_roundoff(p.dtype), u_s = unit_roundoff(p.dtype);
   const double n_a = smallest_normal(p.dtype == DType::f64 ? DType::f64 : DType::f32);
   Tensor<double> hi(s), tol(s);

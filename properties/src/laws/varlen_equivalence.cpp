@@ -35,7 +35,7 @@ Problem sequence_alone(const Problem& p, Index b, Index len) {
   const Shape qs = p.q.shape(), ks = p.k.shape();
   one.q = Tensor<double>({1, qs.H, qs.T, qs.D});
   one.k = Tensor<double>({1, ks.H, len, ks.D});
-  one.v = Tensor<double>({1, ks.H, len, ks.D});
+  one.v = Tensor<double>({1, ks.H, len, p.v_dim()});
   for (Index h = 0; h < qs.H; ++h) one.q.head(0, h) = p.q.head(b, h);
   for (Index g = 0; g < ks.H; ++g) {
     one.k.head(0, g) = p.k.head(b, g).topRows(len);

@@ -74,6 +74,8 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   constexpr const char* who = "attention_backward";
   const Shape qs = q.shape(), ks = k.shape();
   check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
+  if (double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
+    return detail::streamed_backward<S>(q, k, v, d_output, opts);  // backward_streamed.cpp
   const double scale = resolve_scale(opts.scale, qs.D, who);
   const A scale_a = static_cast<A>(scale);
   AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(ks)};

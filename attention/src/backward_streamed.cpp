@@ -167,6 +167,14 @@ template <class S, bool kBound> class Streamed {
 
   const std::vector<double>& sink_terms() const { return sink_terms_; }
 
+  // Pass 1 alone: each row's ρ_i, [B,H,T_q,1].
+  Tensor<double> weight_errors() {
+    parallel(qs_.B * qs_.H * blocks_, [&](Index n, Scratch<A>& sc) { row_stats(n, sc); });
+    Tensor<double> rho(Shape{qs_.B, qs_.H, qs_.T, 1});
+    for (Index n = 0; n < rho.size(); ++n) rho.values()[n] = rho_[std::size_t(n)];
+    return rho;
+  }
+
  private:
   std::size_t row(Index b, Index h, Index i) const { return std::size_t((b * qs_.H + h) * qs_.T + i); }
   std::size_t vis_index(Index b, Index h) const { return std::size_t(b * vis_heads_ + (vis_heads_ == 1 ? 0 : h)); }
@@ -620,6 +628,16 @@ GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, cons
     r.tolerance.dsinks[h] = std::max(r.tolerance.dsinks[h],
                                      f.tolerance.dsinks[h] + std::abs(r.oracle.dsinks[h] - f.oracle.dsinks[h]));
   return r;
+}
+
+Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
+                                              const AttentionOptions& opts) {
+  constexpr const char* who = "streamed_weight_relative_error";
+  check_streamed_shapes(who, q.shape(), k.shape(), k.shape(), q.shape(), opts);
+  BoundTerms bt;
+  bt.dtype = dtype;
+  // Pass 1 reads neither V nor dO: k and q stand in for them.
+  return Streamed<double, true>(q, k, k, q, opts, resolve_scale(opts.scale, q.shape().D, who), bt).weight_errors();
 }
 
 #define ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(S)                                                              \

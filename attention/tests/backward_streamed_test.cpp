@@ -143,6 +143,26 @@ TEST(StreamedBackward, oracleAndToleranceAgreeWithTheMaterialisedOnes) {
   }
 }
 
+TEST(StreamedBackward, weightRelativeErrorEqualsTheMaterialisedOne) {
+  for (const Case& c : cases()) {
+    const Inputs in = inputs<float>(c);
+    const double scale = resolve_scale(c.opts.scale, c.D, "test");
+    for (const DType dtype : {DType::f32, DType::f16}) {
+      const Tensor<double> rho = streamed_weight_relative_error(dtype, in.q, in.k, c.opts);
+      for (Index b = 0; b < c.B; ++b)
+        for (Index h = 0; h < c.H; ++h) {
+          const Index g = kv_head(h, c.H, c.H_kv);
+          const Eigen::VectorXd want = weight_relative_error(
+              dtype, in.q.head(b, h), in.k.head(b, g), BoolMask::of(visibility(c.opts, b, c.T_q, c.T_k, h)), scale,
+              head_modifiers(c.opts, b, h, c.T_q, c.T_k));
+          for (Index i = 0; i < c.T_q; ++i)  // max and sums of non-negative terms in another order (above)
+            ASSERT_TRUE(rho(b, h, i, 0) == want(i) || std::abs(rho(b, h, i, 0) - want(i)) <= kTolRelative * want(i))
+                << c.name << " row " << i << ": " << rho(b, h, i, 0) << " vs " << want(i);
+        }
+    }
+  }
+}
+
 TEST(StreamedBackward, subnormalInputsWidenTheBoundAsTheMaterialisedOneDoes) {
   Case c{"subnormal", 1, 1, 1, 70, 70, 4, {}};
   Inputs in = inputs<float>(c);

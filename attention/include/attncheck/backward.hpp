@@ -78,6 +78,11 @@ GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, cons
                                       const Tensor<double>& v, const Tensor<double>& d_output,
                                       const AttentionOptions& opts, double safety = 2.0);
 
+/// weight_relative_error's ρ_i for every row of every head, [B,H,T_q,1], with each head's modifiers and mask
+/// (the same formula on the same row statistics), streamed: no [T_q,T_k] matrix.
+Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
+                                              const AttentionOptions& opts);
+
 namespace detail {
 /// attention_backward's streamed path (inputs already checked).
 template <class S>

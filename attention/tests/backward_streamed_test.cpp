@@ -26,7 +26,7 @@ struct Case {
 };
 
 DenseMask checkerboard(Index B, Index H, Index T_q, Index T_k) {
-  DenseMask m{.B = B, .H = H, .T_q = T_q, .T_k = T_k};
+  DenseMask m{.B = B, .H = H, .T_q = T_q, .T_k = T_k, .cells = {}};
   m.cells.resize(std::size_t(B * H * T_q * T_k));
   for (std::size_t n = 0; n < m.cells.size(); ++n) m.cells[n] = std::sin(0.77 * double(n) + 0.3) > -0.4 ? 1 : 0;
   return m;

@@ -20,7 +20,9 @@ const char* kWhy =
     "attention/src/tolerance.cpp), so they differ by at most 2(rho + u_s) W_ij (and by at most 1), plus the "
     "n-term sum (gamma_n, n = group size x T_q), the final rounding u_s|dV|, and the exp and flush-to-zero floors "
     "(every product and partial sum below the smallest normal may be 0); doubled. Rows that see no key add "
-    "nothing (under the nan convention their dO is 0).";
+    "nothing (under the nan convention their dO is 0). At a long context (B*H*T_q*T_k > 2^22) W is not held: dV "
+    "is compared at sampled keys (both ends, the middle, both sides of every power of two), from every query's "
+    "weight on them, probed by one-hot values, with rho streamed with the head's modifiers.";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po;

@@ -66,7 +66,7 @@ struct GradientCheck {
 };
 
 /// The oracle and the derived bound (backward.cpp derives it), `safety` multiplying the first-order bound as
-/// in head_tolerance.
+/// in head_tolerance. Above kStreamedBackwardWeights it is streamed_gradient_check's (the same bound streamed).
 GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
                              const Tensor<double>& d_output, const AttentionOptions& opts, double safety = 2.0);
 

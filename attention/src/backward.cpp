@@ -79,6 +79,8 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   constexpr const char* who = "attention_backward";
   const Shape qs = q.shape(), ks = k.shape();
   check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
+  if (double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
+    return detail::streamed_backward<S>(q, k, v, d_output, opts);  // backward_streamed.cpp
   const double scale = resolve_scale(opts.scale, qs.D, who);
   const A scale_a = static_cast<A>(scale);
   AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(v.shape())};
@@ -268,6 +270,9 @@ bool daz(DType dtype, Tensor<double>& t) {
 
 GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
                              const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
+  const Shape qs = q.shape();
+  if (double(qs.B) * double(qs.H) * double(qs.T) * double(k.shape().T) > kStreamedBackwardWeights)
+    return streamed_gradient_check(dtype, q, k, v, d_output, opts, safety);  // the same bound, O(T·D) memory
   GradientCheck r = gradient_check_at(dtype, q, k, v, d_output, opts, safety);
   Tensor<double> q0 = q, k0 = k, v0 = v, d0 = d_output;
   const bool flushed[] = {daz(dtype, q0), daz(dtype, k0), daz(dtype, v0), daz(dtype, d0)};

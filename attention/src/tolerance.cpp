@@ -144,28 +144,32 @@ struct RowTerms {
 
 }  // namespace
 
+double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, bool sink, bool softcap) {
+  if (r.n_vis <= 0) return 0.0;  // an empty row: zero
+  const double u_a = accumulation_roundoff(dtype);
+  const double mod_err = (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max;  // step 7
+  return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
+}
+
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
                                       const BoolMask& mask, double scale, const HeadModifiers& mods) {
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
-  const RowTerms terms(dtype, D, 1.0);
-  const double u_a = accumulation_roundoff(dtype);
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
   const bool sink = mods.sink && std::isfinite(*mods.sink);
   Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
   for (Index i = 0; i < T_q; ++i) {
-    double abs_dot = 0, s_max = sink ? std::abs(*mods.sink) : 0.0, raw_max = 0, bias_max = 0;
-    Index n_vis = 0;
+    RowScoreStats r;
+    r.s_max = sink ? std::abs(*mods.sink) : 0.0;
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
-      ++n_vis;
-      abs_dot = std::max(abs_dot, abs_qk(i, j));
-      raw_max = std::max(raw_max, std::abs(s(i, j)));
-      s_max = std::max({s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
-      bias_max = std::max(bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
+      ++r.n_vis;
+      r.abs_dot = std::max(r.abs_dot, abs_qk(i, j));
+      r.raw_max = std::max(r.raw_max, std::abs(s(i, j)));
+      r.s_max = std::max({r.s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
+      r.bias_max = std::max(r.bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
     }
-    const double mod_err = (mods.softcap ? 5 * u_a * raw_max : 0.0) + 2 * u_a * bias_max;  // step 7
-    if (n_vis > 0) rho(i) = terms.rho_w(abs_dot, s_max, n_vis + (sink ? 1 : 0), mod_err);  // an empty row: zero
+    rho(i) = row_weight_relative_error(dtype, D, r, sink, mods.softcap.has_value());
   }
   return rho;
 }

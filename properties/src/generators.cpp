@@ -1442,6 +1442,32 @@ double max_row_spread(const Problem& p) {
   const Index group = s.H / p.k.shape().H;
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
   double top = 0;
+  if (double(s.B) * double(s.H) * double(s.T) * double(p.k.shape().T) > kMaterialisedWeights) {
+    // A long context: the same spread, 64 query rows at a time (a [T_q,T_k] matrix is 2 GiB at T = 16384), each
+    // row's visible runs scanned whole.
+    constexpr Index kRows = 64;
+    Matrix<double> scores;
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h) {
+        const Visibility vis = p.visibility(b, h);
+        const auto k = p.k.head(b, h / group);
+        for (Index i0 = 0; i0 < s.T; i0 += kRows) {
+          const Index n = std::min(kRows, s.T - i0);
+          scores.noalias() = p.q.head(b, h).middleRows(i0, n) * k.transpose();
+          scores *= scale;
+          for (Index i = i0; i < i0 + n; ++i) {
+            double lo = std::numeric_limits<double>::infinity(), hi = -lo;
+            vis.for_each_run(i, 0, k.rows(), [&](Index a, Index e) {
+              const auto run = scores.row(i - i0).segment(a, e - a);
+              lo = std::min(lo, run.minCoeff());
+              hi = std::max(hi, run.maxCoeff());
+            });
+            if (hi > lo && hi - lo <= 30) top = std::max(top, hi - lo);
+          }
+        }
+      }
+    return top;
+  }
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {
       const Visibility vis = p.visibility(b, h);
@@ -1619,10 +1645,23 @@ rc::Gen<LawCase> gen_gradient_case(const GenConfig& config, const ProblemOptions
   return rc::gen::map(gen_case(cfg, opts, true), [dtype = cfg.dtype](LawCase c) {
     Problem& p = c.problem;
     // Room: an eighth of the dtype's largest value, so the kernel's own rounding cannot push a gradient over it.
+    const double room = max_finite(dtype) / 8;
+    // A bound on every gradient first, in O(T·D): with c = D_v·max|dO|·max|v| ≥ |dP_ij| ≥ |Δ_i|, |dS_ij| ≤
+    // 2c·P_ij (softcap's derivative is at most 1) and each row's weights sum to at most 1, so |dQ| ≤ 2c·scale·
+    // max|k|, |dK| ≤ 2c·scale·max|q|·n and |dV| ≤ n·max|dO| over n = group·T_q rows. Where it fits (every case
+    // but float16's large ones) the oracle's exact maximum would not scale dO either, and is not computed: the
+    // case is the same, and a long context is spared a float64 backward per case.
+    const auto max_abs = [](const Tensor<double>& t) { return t.values().cwiseAbs().maxCoeff(); };
+    const double n_rows = double(p.q.shape().T) * double(p.q.shape().H / p.kv_heads());
+    const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(p.q.shape().D));
+    const double c_dp = double(p.v.shape().D) * max_abs(*p.d_output) * max_abs(p.v);
+    const double bound = std::max({2 * c_dp * scale * max_abs(p.k), 2 * c_dp * scale * max_abs(p.q) * n_rows,
+                                   n_rows * max_abs(*p.d_output)}) *
+                         (1 + 1e-9);  // the bound's own rounding, a few ulp
+    if (std::isfinite(bound) && bound <= room) return c;
     const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, *p.d_output, p.options());
     const double g_max = std::max({g.dq.values().cwiseAbs().maxCoeff(), g.dk.values().cwiseAbs().maxCoeff(),
                                    g.dv.values().cwiseAbs().maxCoeff()});
-    const double room = max_finite(dtype) / 8;
     if (g_max > room) {
       const int e = int(std::ceil(std::log2(g_max / room)));
       for (double& x : p.d_output->values()) x = round_to(dtype, std::ldexp(x, -e));

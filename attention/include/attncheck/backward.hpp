@@ -29,11 +29,19 @@ template <class S> struct AttentionGradients {
   std::vector<double> dsinks{};
 };
 
+/// Above this many weights (B·H·T_q·T_k, 2^22: 32 MiB of doubles) attention_backward streams (below, it
+/// materialises each head's [T_q,T_k] weights, bit for bit as it always has). The properties' long-context
+/// threshold (kMaterialisedWeights) is the same number.
+inline constexpr double kStreamedBackwardWeights = double(1 << 22);
+
 /// The reference backward of attention(q, k, v, opts) for the upstream gradient `d_output` [B,H,T_q,D]: the
 /// forward's weights are recomputed by the core's own forward (so forward and backward agree), every product
 /// and sum runs in Acc<S>, and each gradient is rounded to S once. A row that sees no key contributes nothing:
 /// its dQ is 0 and it adds nothing to any dK or dV. Throws ShapeError/ValueError as attention() does, and when
 /// d_output's shape is not q's.
+/// Above kStreamedBackwardWeights it streams (backward_streamed.cpp, FlashAttention-2's backward): the forward's
+/// m and l per row, then P = exp(s - m)/l recomputed tile by tile, O(T·D) extra memory, (b, h, query block)
+/// and (b, kv head, key tile) items on opts.threads threads with bits that do not depend on them.
 template <class S>
 AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
                                          const Tensor<S>& d_output, const AttentionOptions& opts = {});
@@ -43,6 +51,13 @@ template <class S>
 AttentionGradients<double> oracle_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
                                            const Tensor<S>& d_output, const AttentionOptions& opts = {});
 
+/// The float64 oracle backward streamed (backward_streamed.cpp): the same gradients as oracle_backward within
+/// float64 reassociation, at any T in O(T·D) extra memory. V may have its own head dimension D_v (read from v's
+/// shape; dO is then [B,H,T_q,D_v], dV [B,H_kv,T_k,D_v]).
+template <class S>
+AttentionGradients<double> streaming_oracle_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                                     const Tensor<S>& d_output, const AttentionOptions& opts = {});
+
 /// The float64 oracle's gradients and, per element, the allowed |actual - oracle| of a kernel at `dtype` that
 /// accumulates in float (double for float64) and received the same (already rounded) inputs and dO.
 struct GradientCheck {
@@ -51,8 +66,28 @@ struct GradientCheck {
 };
 
 /// The oracle and the derived bound (backward.cpp derives it), `safety` multiplying the first-order bound as
-/// in head_tolerance.
+/// in head_tolerance. Above kStreamedBackwardWeights it is streamed_gradient_check's (the same bound streamed).
 GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
                              const Tensor<double>& d_output, const AttentionOptions& opts, double safety = 2.0);
+
+/// gradient_check streamed, for long contexts: the streamed oracle and the same bound (backward.cpp's
+/// derivation, the same formula term by term), whose sums of |P|, |dS|, |dO|·|V| are accumulated tile by tile
+/// in the oracle's own passes: O(T·D) extra memory at any T. Agrees with gradient_check within float64
+/// reassociation (backward_test checks it).
+GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
+                                      const Tensor<double>& v, const Tensor<double>& d_output,
+                                      const AttentionOptions& opts, double safety = 2.0);
+
+/// weight_relative_error's ρ_i for every row of every head, [B,H,T_q,1], with each head's modifiers and mask
+/// (the same formula on the same row statistics), streamed: no [T_q,T_k] matrix.
+Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
+                                              const AttentionOptions& opts);
+
+namespace detail {
+/// attention_backward's streamed path (inputs already checked).
+template <class S>
+AttentionGradients<S> streamed_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                        const Tensor<S>& d_output, const AttentionOptions& opts);
+}  // namespace detail
 
 }  // namespace attncheck

@@ -40,6 +40,17 @@ double accumulation_roundoff(DType dtype);
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
                                       const BoolMask& mask, double scale, const HeadModifiers& mods = {});
 
+/// What weight_relative_error reads of one query row, over the keys it sees: max scale·Σ_c|q_c k_c| (abs_dot),
+/// max |s_raw| (raw_max), max of |s_raw|, |modified s| and |sink| (s_max; a finite sink counts even with no key),
+/// max |ALiBi bias| (bias_max), and how many keys it sees (n_vis).
+struct RowScoreStats {
+  double abs_dot = 0, raw_max = 0, s_max = 0, bias_max = 0;
+  Index n_vis = 0;
+};
+/// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a
+/// softcap applies), for callers that stream the scores instead of materialising them: 0 when n_vis is 0.
+double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& row, bool sink, bool softcap);
+
 /// Flushes, in place, every entry of x that is subnormal in the type `dtype` accumulates in (what DAZ reads
 /// as 0): |x| < 2^-126 for float32/float16/bfloat16, 2^-1022 for float64. True when one was flushed.
 bool daz_inputs(DType dtype, Matrix<double>& x);

@@ -238,9 +238,10 @@ rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts = 
 /// at chosen key columns for every query row by one-hot probing (sample_weights). 2^22 weights are 32 MiB
 /// of doubles; every case at the default bounds (B, H <= 4, T <= 256) stays below it.
 inline constexpr double kMaterialisedWeights = double(1 << 22);
-/// The longest sequence a gradient case has under cfg's bounds: gradient cases stay materialised (B·H·T_q·T_k
-/// <= kMaterialisedWeights at the largest B and H), because the backward's float64 oracle holds [T_q,T_k] per
-/// head (2 GiB at T = 16384). 512 at the default B, H <= 4.
+/// The longest sequence a drawn gradient case has under cfg's bounds, unless --min-T asks for more (then T is
+/// min_T) or the shape is pinned: B·H·T_q·T_k <= kMaterialisedWeights at the largest B and H, so that an
+/// ordinary run's gradient cases stay cheap. Longer ones are checked too (a pinned --shape, --min-T): their
+/// oracle backward and its bound are streamed (streamed_gradient_check). 512 at the default B, H <= 4.
 Index gradient_max_T(const GenConfig& cfg);
 /// A case for a gradient law: gen_problem's case with an upstream gradient dO (p.d_output, q's shape) in its own
 /// regime and magnitude, rounded to the dtype, drawn at q's coordinates and shrunk with the case like q (a shape

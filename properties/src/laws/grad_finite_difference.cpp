@@ -53,8 +53,45 @@ double loss(const Implementation& impl, const Problem& p) {
   return out.values().dot(p.d_output->values());
 }
 
+// score_rate for a long context: the same maximum, query rows 256 at a time against keys 1024 at a time, so no
+// [T_q,T_k] matrix is held (the key chunks a row's run does not reach are skipped).
+double score_rate_streamed(const Problem& p, const Tensor<double>& dq, const Tensor<double>& dk) {
+  constexpr Index kRows = 256, kKeys = 1024;
+  const Shape& s = p.q.shape();
+  const Index T_k = p.k.shape().T;
+  double rate = 0;
+  Matrix<double> r;
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      const Index kv = kv_of(p, h);
+      const Visibility vis = p.visibility(b, h);
+      const auto q = p.q.head(b, h), k = p.k.head(b, kv), dqh = dq.head(b, h), dkh = dk.head(b, kv);
+      for (Index i0 = 0; i0 < s.T; i0 += kRows) {
+        const Index n = std::min(kRows, s.T - i0);
+        Index lo = T_k, hi = 0;  // the keys the rows' runs span
+        for (Index i = i0; i < i0 + n; ++i)
+          if (const KeyRange run = vis.run(i); !run.empty()) {
+            lo = std::min(lo, run.begin);
+            hi = std::max(hi, run.end);
+          }
+        for (Index j0 = lo / kKeys * kKeys; j0 < hi; j0 += kKeys) {
+          const Index w = std::min(kKeys, T_k - j0);
+          r.noalias() = dqh.middleRows(i0, n) * k.middleRows(j0, w).transpose();
+          r.noalias() += q.middleRows(i0, n) * dkh.middleRows(j0, w).transpose();
+          r *= scale_of(p);
+          for (Index i = i0; i < i0 + n; ++i)
+            vis.for_each_run(i, j0, j0 + w, [&](Index a, Index e) {
+              rate = std::max(rate, r.row(i - i0).segment(a - j0, e - a).cwiseAbs().maxCoeff());
+            });
+        }
+      }
+    }
+  return rate;
+}
+
 // The largest |d s_ij / dt| along the direction (visible pairs only).
 double score_rate(const Problem& p, const Tensor<double>& dq, const Tensor<double>& dk) {
+  if (long_context(p)) return score_rate_streamed(p, dq, dk);
   const Shape& s = p.q.shape();
   double rate = 0;
   for (Index b = 0; b < s.B; ++b)

@@ -243,16 +243,12 @@ std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSampl
 
 std::string take_sampling_note() { return std::exchange(t_sampling_note, std::string()); }
 
+// The core streams its backward exactly where the laws call a case a long context.
+static_assert(kStreamedBackwardWeights == kMaterialisedWeights);
+
 std::string needs_backward(const GenConfig& g) {
   if (!g.caps.backward) return "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
-  // Gradient cases stay materialised: the backward's float64 oracle holds [T_q,T_k] per head.
-  const bool too_long = g.shape ? double((*g.shape)[0]) * double((*g.shape)[1]) * double((*g.shape)[2]) *
-                                          double((*g.shape)[3]) > kMaterialisedWeights
-                                : g.min_T > gradient_max_T(g);
-  if (too_long)
-    return "the gradient laws need B*H*T_q*T_k <= 2^22 (T <= " + std::to_string(gradient_max_T(g)) + " at B <= " +
-           std::to_string(g.max_B) + ", H <= " + std::to_string(g.max_H) +
-           "): their float64 oracle materialises [T_q,T_k] per head";
+  // Any length: a long context's float64 oracle backward and its bound are streamed (streamed_gradient_check).
   return "";
 }
 
@@ -298,6 +294,8 @@ Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gr
 }
 
 GradientCheck run_gradient_oracle(const Problem& p) {
+  // A long context: the same oracle and bound streamed, in O(T·D) memory (attention/src/backward_streamed.cpp).
+  if (long_context(p)) return streamed_gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);
   return gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);
 }
 

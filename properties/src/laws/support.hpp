@@ -138,7 +138,8 @@ LawCase zero_empty_row_d_output(const GenConfig& cfg, LawCase c);
 /// the implementation may follow the nan convention: the gradient of a NaN output is that convention's, and
 /// every other NaN (in dK, dV, or a row that sees keys) is still the laws' to flag.
 Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gradients g);
-/// The float64 oracle's gradients and their derived tolerances (attention/src/backward.cpp) for p's dO.
+/// The float64 oracle's gradients and their derived tolerances (attention/src/backward.cpp) for p's dO; for a
+/// long context streamed (streamed_gradient_check: the same bound, O(T·D) memory), every element still derived.
 GradientCheck run_gradient_oracle(const Problem& p);
 /// compare() on dQ, dK and dV in turn (quantities "dq", "dk", "dv"); `tol` null means exact. The first
 /// gradient that breaks the law is the violation. include(b, h, i, c) sees kv heads for dK and dV.

@@ -162,6 +162,10 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "at once on several threads for a reentrant implementation, and every result must be "
                     "bit-identical")
       ->check(CLI::Range(2, 100000));
+  check->add_flag("--long", o.long_mode,
+                  "long contexts: every case's keys are 2^15 - 1, 2^15 + 1, 2^16 - 1 or 2^16 + 1 long (decode steps, "
+                  "prefill chunks and square calls; laws sample rows and keys there), 4 cases per law at B = 1, "
+                  "H <= 2, D <= 64 unless given; opt-in, minutes per law");
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
   check->add_option("--shard", o.shard,
                     "check only shard I (from 0) of N: the run's laws at positions k with k % N == I, each with the "
@@ -189,7 +193,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       std::string ignored;
       for (const char* flag : {"--property", "--reproduce", "--shard", "--shape", "--cases", "--seed", "--max-B", "--max-H",
                                "--max-Hkv", "--max-T", "--min-T", "--max-D", "--dtype", "--jobs", "--report-dir",
-                               "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls", "--stress"})
+                               "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls", "--stress",
+                               "--long"})
         if (check->count(flag) > 0) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
       if (!ignored.empty())
         throw UsageError("--replay re-checks exactly the case stored in " + o.replay +

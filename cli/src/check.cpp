@@ -140,7 +140,8 @@ void check_fits_in_memory(const GenConfig& g, const Capabilities& caps, const st
     B = double((*g.shape)[0]), H = double((*g.shape)[1]), T_q = double((*g.shape)[2]), T_k = double((*g.shape)[3]),
     D = double((*g.shape)[4]);
   } else {
-    const double T = double(std::min<Index>(std::max(g.max_T, g.max_T_tail), caps.max_T > 0 ? caps.max_T : kMaxSeqLen));
+    const double T = double(std::min<Index>(std::max({g.max_T, g.max_T_tail, g.long_lengths.empty() ? Index{0} : g.long_lengths.back()}),
+                                            caps.max_T > 0 ? caps.max_T : kMaxSeqLen));
     B = double(g.max_B), H = double(g.max_H), T_q = T, T_k = T, D = double(g.max_D);
   }
   const double need = 8.0 * (2 * B * H * T_q * D + 2 * B * H * T_k * D);
@@ -197,7 +198,7 @@ std::string shape_line(const Problem& p) {
 bool same_bounds(const GenConfig& a, const GenConfig& b) {
   return a.dtype == b.dtype && a.max_B == b.max_B && a.max_H == b.max_H && a.max_H_kv == b.max_H_kv &&
          a.min_T == b.min_T && a.max_T == b.max_T && a.max_T_tail == b.max_T_tail && a.max_D == b.max_D &&
-         a.shape == b.shape;
+         a.shape == b.shape && a.long_lengths == b.long_lengths && a.long_max_T_q == b.long_max_T_q;
 }
 
 // Replays the stored counterexamples of this law first, as Hypothesis's example database does: a fixed bug
@@ -418,7 +419,18 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   {
     const std::optional<std::array<Index, 5>> pinned =
         o.shape.empty() ? std::nullopt : std::optional(parse_shape(o.shape));
-    if ((pinned ? std::min((*pinned)[2], (*pinned)[3]) : o.min_T) > kLongContextT) {
+    if (o.long_mode) {
+      if (pinned) throw UsageError("--long and --shape: --long draws its own shapes; give one of them");
+      if (o.given.max_T || o.given.min_T)
+        throw UsageError("--long draws T from 2^15 - 1, 2^15 + 1, 2^16 - 1 and 2^16 + 1; it takes no --max-T or --min-T");
+      if (!o.given.cases) bounds.cases = kLongCases;
+      if (!o.given.max_B) bounds.max_B = kLongContextMaxB;
+      if (!o.given.max_H) bounds.max_H = kLongContextMaxH;
+      if (!o.given.max_D) bounds.max_D = kLongContextMaxD;
+      long_note = "  --long: keys of 32767, 32769, 65535 or 65537 (decode steps, chunks, square); unless given, --cases " +
+                  std::to_string(kLongCases) + " --max-B " + std::to_string(kLongContextMaxB) + " --max-H " +
+                  std::to_string(kLongContextMaxH) + " --max-D " + std::to_string(kLongContextMaxD) + "\n";
+    } else if ((pinned ? std::min((*pinned)[2], (*pinned)[3]) : o.min_T) > kLongContextT) {
       if (!o.given.cases) bounds.cases = kLongContextCases;
       if (!o.given.max_B) bounds.max_B = kLongContextMaxB;
       if (!o.given.max_H) bounds.max_H = kLongContextMaxH;
@@ -443,6 +455,13 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   // --max-T bounds every T; the generators keep most cases at T <= 64 and reach up to --max-T in a tail.
   run.gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
   run.gen.max_T_tail = o.max_T;
+  if (o.long_mode) {
+    for (const Index len : kLongLengths)
+      if (impl->capabilities().max_T <= 0 || len <= impl->capabilities().max_T) run.gen.long_lengths.push_back(len);
+    if (run.gen.long_lengths.empty())
+      throw UsageError("--long: " + impl->name() + " declares max_T " + std::to_string(impl->capabilities().max_T) +
+                       " but --long needs sequences of at least 32767");
+  }
   run.gen.max_D = bounds.max_D;
   if (o.min_T > o.max_T)
     throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
@@ -500,8 +519,15 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
       << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
       << run.gen.max_B << ", H <= " << run.gen.max_H
-      << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string()) << ", T <= "
-      << run.gen.max_T << " (tail to " << run.gen.max_T_tail << "), D <= " << run.gen.max_D
+      << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string())
+      << (run.gen.long_lengths.empty() ? ", T <= " + std::to_string(run.gen.max_T) + " (tail to " +
+                                             std::to_string(run.gen.max_T_tail) + ")"
+                                       : std::string(", T_k in {") + [&] {
+                                           std::string l;
+                                           for (const Index x : run.gen.long_lengths) l += (l.empty() ? "" : ", ") + std::to_string(x);
+                                           return l;
+                                         }() + "}")
+      << ", D <= " << run.gen.max_D
       << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string())
       << (run.gen.stress > 1 ? ", stress " + std::to_string(run.gen.stress) : std::string()) << "\n"

@@ -46,6 +46,7 @@ struct CheckOptions {
   double shrink_time = kDefaultShrinkSeconds;  ///< seconds of shrinking per law; 0: no limit
   long max_calls = 0;      ///< calls to the implementation in the whole run; 0: no limit
   int stress = 1;          ///< the determinism laws' calls per case (at least 2 are made)
+  bool long_mode = false;  ///< --long: keys of 2^15 ± 1 and 2^16 ± 1 (kLongLengths), decode steps, chunks, square
   int jobs = 0;            ///< laws checked at once; 0: one per core
   std::string shard;       ///< "I/N": check only shard I (from 0) of N; empty: $GTEST_SHARD_INDEX/$GTEST_TOTAL_SHARDS or all
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
@@ -95,6 +96,11 @@ inline constexpr Index kLongContextT = 2048;
 /// at B = 1, H <= 2, D <= 64 unless told otherwise: every law still sees several heads and a full-size D.
 inline constexpr int kLongContextCases = 2;
 inline constexpr Index kLongContextMaxB = 1, kLongContextMaxH = 2, kLongContextMaxD = 64;
+/// `--long`: the key lengths (where an int16 position or index wraps, 2^15, and a 64K context's last tile ends
+/// ragged), and the cases per law unless --cases (half of them decode steps, O(T·D) each; a square one costs
+/// minutes at 2^16).
+inline const std::vector<Index> kLongLengths{32767, 32769, 65535, 65537};
+inline constexpr int kLongCases = 4;
 
 /// Runs the laws against --impl (or replays --replay); returns an ExitCode. Throws UsageError and the
 /// reports' FileError / FormatError / ReportExists for exit code 2.

@@ -49,6 +49,7 @@ std::string run_difference(const reports::ShardDocument& a, const reports::Shard
         differ("--max-D", n(x.gen.max_D), n(y.gen.max_D)),
         differ("--shape", x.gen.shape ? reports::shape_option(*x.gen.shape) : "none",
                y.gen.shape ? reports::shape_option(*y.gen.shape) : "none"),
+        differ("--long", x.gen.long_lengths.empty() ? "off" : "on", y.gen.long_lengths.empty() ? "off" : "on"),
         differ("shards", n(a.count), n(b.count))})
     if (!d.empty()) return d;
   if (a.laws != b.laws) return "the laws of the run (another --property list)";

@@ -586,9 +586,13 @@ TEST(BadFlags, contradictoryFlagsAreRefusedNamingBoth) {
   expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,8,4,4,8", "--max-H", "2"}, {"--shape", "--max-H 2"});
   expect_usage(reg, {"check", "--impl", "reference", "--shape", "1,1,4,4,8", "--min-T", "16"}, {"--shape", "--min-T 16"});
   expect_usage(reg, {"check", "--impl", "reference", "--max-Hkv", "3", "--max-H", "2"}, {"--max-Hkv 3", "--max-H 2"});
+  // --long draws its own lengths: a pinned shape or T bounds contradict it.
+  expect_usage(reg, {"check", "--impl", "reference", "--long", "--shape", "1,1,4,4,8"}, {"--long", "--shape"});
+  expect_usage(reg, {"check", "--impl", "reference", "--long", "--max-T", "100"}, {"--long", "--max-T"});
+  expect_usage(reg, {"check", "--impl", "reference", "--long", "--min-T", "100"}, {"--long", "--min-T"});
   for (const std::vector<std::string>& extra : {std::vector<std::string>{"--property", "toy-below-90"}, {"--reproduce", "ABC"},
                                                {"--shape", "1,1,1,1,1"}, {"--cases", "5"}, {"--max-T", "9"}, {"--seed", "3"},
-                                               {"--stress", "8"}}) {
+                                               {"--stress", "8"}, {"--long"}}) {
     std::vector<std::string> args = {"check", "--replay", "/nonexistent/toy.json"};
     args.insert(args.end(), extra.begin(), extra.end());
     expect_usage(reg, args, {"--replay", extra.front()});

@@ -90,6 +90,7 @@ std::vector<Mutant> mask_family_mutants();  ///< documents, chunks, a prefix, a 
 std::vector<Mutant> block_mask_mutants();   ///< block masks and dense masks: kinds, cells, broadcasting (a control)
 std::vector<Mutant> stride_mutants();   ///< inputs read through strides: the address arithmetic (a control)
 std::vector<Mutant> head_dim_mutants();  ///< V with a head dimension of its own: D read for D_v (a control)
+std::vector<Mutant> position_mutants();  ///< bugs only long contexts show: an int16 position
 std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the call's shape under a batch-invariance claim
 std::vector<Mutant> controls();         ///< correct implementations written differently
 std::vector<Mutant> modifier_controls();  ///< a correct flash-decoding kernel with the LSE and every modifier

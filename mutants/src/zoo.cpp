@@ -12,11 +12,21 @@ const std::vector<Mutant>& mutant_zoo() {
     for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants,
                       zoo::gqa_mutants, zoo::padding_mutants, zoo::tiled_mutants, zoo::decode_mutants,
                       zoo::backward_mutants, zoo::backward_nan_mutants, zoo::lse_mutants, zoo::modifier_mutants,
-                      zoo::modifier_backward_mutants, zoo::paged_mutants, zoo::mask_family_mutants, zoo::block_mask_mutants, zoo::stride_mutants, zoo::head_dim_mutants, zoo::batch_mutants, zoo::controls, zoo::modifier_controls})
+                      zoo::modifier_backward_mutants, zoo::paged_mutants, zoo::mask_family_mutants, zoo::block_mask_mutants, zoo::stride_mutants, zoo::head_dim_mutants, zoo::position_mutants, zoo::batch_mutants, zoo::controls, zoo::modifier_controls})
       for (Mutant& m : part()) z.push_back(std::move(m));
     return z;
   }();
   return all;
+}
+
+RunOptions mutant_options(const Mutant& m, RunOptions base) {
+  if (!m.long_context) return base;
+  base.gen.long_lengths = {32767, 32769, 65535, 65537};  // as --long (cli/src/check.hpp, kLongLengths)
+  base.gen.long_max_T_q = 64;  // decode steps and chunks: a square call of 2^16 costs minutes
+  base.gen.max_B = 1;
+  base.gen.max_H = std::min<Index>(base.gen.max_H, 2);
+  base.gen.max_D = std::min<Index>(base.gen.max_D, 8);
+  return base;
 }
 
 const Mutant* find_mutant(std::string_view name) {

@@ -241,6 +241,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:dense-mask-batch-ignored", {.T_k = 1, .cells = 1}},
     // D_v != D either way: D = 1 with D_v = 2, or D = 2 with D_v = 1 (from a case drawn with D_v < D; dropping a D
     // coordinate there makes D_v = D, and D_v never grows).
+    {"mutant:position-int16", {.T_k = 32769, .alignment = kBR}},
     {"mutant:v-rows-of-k-length", {.T_k = 2, .alignment = kBR, .D_v = 2}},
     {"mutant:v-rows-of-k-length", {.T_k = 2, .alignment = kBR, .q = Shape{1, 1, 1, 2}, .D_v = 1}},
     {"mutant:output-columns-of-d", {.T_k = 1, .D_v = 2}},
@@ -271,7 +272,7 @@ LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DT
   o.seed = seed;
   o.cases = cases;
   o.gen.dtype = dtype;
-  return run_law(law, *m.impl, o);
+  return run_law(law, *m.impl, mutant_options(m, o));
 }
 
 std::string case_line(const LawResult& r) {

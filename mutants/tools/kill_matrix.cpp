@@ -270,7 +270,7 @@ int run(const Options& o) {
       ro.cases = o.cases;
       ro.seed = o.seed;
       ro.gen.dtype = *dtype;
-      r.results.push_back(run_law(law, *m.impl, ro));
+      r.results.push_back(run_law(law, *m.impl, mutant_options(m, ro)));
       r.seconds += r.results.back().seconds;
     }
     r.minimal = smallest_counterexample(r.results);

@@ -233,6 +233,7 @@ struct ShrinkRules {
   Index min_T = 1;
   bool pinned = false;
   ProblemOptions opts;  ///< require_padding / require_window: never shrink those away
+  std::vector<Index> long_lengths{};  ///< GenConfig::long_lengths: T moves only between these
 };
 
 // Every shape one step simpler than s, bigger steps first. The whole geometry is one shrinkable, so after any
@@ -304,7 +305,33 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       c.kv_ids = prefix(s.kv_ids, kv);
       add(c);
     }
-  if (s.T_q == s.T_k) {
+  if (!rules.long_lengths.empty()) {
+    // --long: the keys only to a shorter long length (a wrap at 2^15 shows at 2^15 + 1 and never below), the queries
+    // of a square case to as many or to one (a decode step), those of a chunk toward one.
+    for (const Index len : rules.long_lengths) {
+      if (len >= s.T_k) continue;
+      CaseShape c = s;
+      c.T_k = len;
+      c.k_ids = prefix(s.k_ids, len);
+      if (s.T_q == s.T_k) {
+        c.T_q = len;
+        c.q_ids = prefix(s.q_ids, len);
+      } else if (c.T_q > len) {
+        c.T_q = len;
+        c.q_ids = prefix(s.q_ids, len);
+      }
+      add(c);
+    }
+    if (cross && bottom_right)
+      for (const Index t : towards_one(s.T_q)) {
+        if (t >= s.T_q) continue;
+        CaseShape c = s;
+        c.T_q = t;
+        c.q_ids = prefix(s.q_ids, t);
+        c.alignment = CausalAlignment::BottomRight;
+        add_fitted(fit_key_lengths(c, s.T_k, false));
+      }
+  } else if (s.T_q == s.T_k) {
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
       c.T_q = c.T_k = t;
@@ -329,7 +356,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       add_fitted(c);
     }
   }
-  if (cross) {
+  if (cross && rules.long_lengths.empty()) {
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
       c.T_q = t;
@@ -626,8 +653,14 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   const auto pinned = cfg.shape;
   // KV-cache shapes (a decode step, a prefill chunk) are bottom-right cross-length calls, of any length: not
   // under --min-T above 1 or a pinned shape.
+  // --long; with the queries bounded (long_max_T_q), only where a case may be a cache call (a law that draws square
+  // cases only then gets the ordinary lengths).
+  const bool cache_possible = cross && cfg.caps.q_shorter && cfg.caps.supports(CausalAlignment::BottomRight);
+  const std::vector<Index> long_lengths =
+      pinned || (cfg.long_max_T_q > 0 && !cache_possible) ? std::vector<Index>{} : cfg.long_lengths;
+  const Index long_max_T_q = cfg.long_max_T_q;
   const bool cache_shapes = cross && caps.q_shorter && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2 &&
-                            min_T <= 1 && !pinned;
+                            min_T <= 1 && !pinned && long_lengths.empty();
   const bool empty_rows =
       opts.require_empty_row && cross && caps.q_longer && caps.supports(CausalAlignment::BottomRight);
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
@@ -650,6 +683,23 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       s.T_k = (*pinned)[3];
       s.D = (*pinned)[4];
     }
+    if (!long_lengths.empty()) {
+      // --long: keys of a long length; a decode step (half the cases), a prefill chunk of up to 64 queries (or
+      // long_max_T_q), or square (unless long_max_T_q bounds the queries), both cross ones bottom-right where
+      // declared (square otherwise).
+      const Index len_pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
+      const Index q_pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      s.T_k = long_lengths[std::size_t(len_pick) % long_lengths.size()];
+      const bool cache = cross && caps.q_shorter && caps.supports(CausalAlignment::BottomRight);
+      const Index chunk_max = std::min<Index>(long_max_T_q > 0 ? long_max_T_q : 64, s.T_k - 1);
+      if (!cache || (kind == 2 && long_max_T_q == 0)) {
+        s.T_q = s.T_k;
+      } else {
+        s.T_q = kind == 1 && chunk_max >= 2 ? 2 + q_pick % (chunk_max - 1) : 1;
+        s.alignment = CausalAlignment::BottomRight;
+      }
+    }
     if (!caps.alignments.empty()) {
       std::vector<std::pair<std::size_t, CausalAlignment>> choices;
       for (const auto a : caps.alignments) choices.emplace_back(1, a);
@@ -657,6 +707,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
       s.alignment = s.T_q != s.T_k || !caps.supports(s.alignment) ? drawn : s.alignment;
     }
+    if (!long_lengths.empty() && s.T_q != s.T_k) s.alignment = CausalAlignment::BottomRight;  // a cache
     s.H_kv = s.H;
     if (gqa) {
       // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or, a third each, a divisor
@@ -885,7 +936,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
     s = fit_key_lengths(s, s.T_k, false);  // one length per batch entry, each within [0, T_k]
     return s;
   });
-  return {initial, ShrinkRules{.cross = cross, .gqa = gqa, .caps = caps, .min_T = min_T, .pinned = bool(pinned), .opts = opts}};
+  return {initial, ShrinkRules{.cross = cross, .gqa = gqa, .caps = caps, .min_T = min_T, .pinned = bool(pinned),
+                               .opts = opts, .long_lengths = long_lengths}};
 }
 
 }  // namespace
@@ -1424,9 +1476,10 @@ rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rul
                           [=](const CaseShape& to) { return rc::seq::fromContainer(step_tries(c, to)); }),
           rc::seq::mapcat(rc::seq::fromContainer(scale_shrinks(c.scale, dtype)),
                           [=](double x) { return rc::seq::fromContainer(scale_tries(c, x)); }),
-          rc::seq::map(value_shrinks(c.values, dtype), [s = c.s, scale = c.scale](std::vector<double> v) {
-            return CaseValues{s, std::move(v), scale};
-          }),
+          // (--long: no value steps. A case of 2^15 keys has millions of values, each step a call over them all;
+          // the shape steps still shrink its geometry.)
+          rc::seq::map(rules.long_lengths.empty() ? value_shrinks(c.values, dtype) : rc::Seq<std::vector<double>>(),
+                       [s = c.s, scale = c.scale](std::vector<double> v) { return CaseValues{s, std::move(v), scale}; }),
           rc::seq::mapcat(rc::seq::fromContainer(shape_shrinks(c.s, rules)),
                           [=](const CaseShape& to) { return rc::seq::fromContainer(fallback_tries(c, to)); }));
     });

@@ -267,6 +267,9 @@ TEST(Generators, theUpstreamGradientShrinksWithTheCase) {
     opts.cases = 400;
     Law l = probeLaw([](const LawCase& c) -> std::optional<Violation> {
       const Problem& p = c.problem;
+      // Entry by entry, so only where q and dO have the same shape (D_v = D): a case with a V head dim of its
+      // own has a dO of another size.
+      if (p.v_dim() != p.q.shape().D) return std::nullopt;
       if ((p.q.values().cwiseAbs().array() > 10 && p.d_output->values().cwiseAbs().array() > 10).any())
         return violation("q and dO both above 10 at one entry");
       return std::nullopt;
@@ -427,6 +430,55 @@ TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds
                                  }),
                                  *plain, RunOptions{});
   EXPECT_EQ(none.status, LawStatus::held);
+}
+
+// --long (GenConfig::long_lengths): every case's keys have one of the long lengths, its queries are a decode step
+// or a chunk (bottom-right) within long_max_T_q; a failure that needs a position past 2^15 shrinks to one query
+// over 2^15 + 1 keys, the shortest long length that shows it; a law that draws square cases only gets ordinary
+// lengths when the queries are bounded.
+TEST(Generators, longLengthsAreTheOnlyKeyLengthsAndShrinkingMovesBetweenThem) {
+  RunOptions o;
+  o.cases = 12;
+  o.gen.long_lengths = {32767, 32769, 65535, 65537};
+  o.gen.long_max_T_q = 64;
+  o.gen.max_B = 1;
+  o.gen.max_H = 2;
+  o.gen.max_D = 4;
+  std::map<std::string, int> seen;
+  const LawResult all = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
+                                  EXPECT_TRUE(T_k == 32767 || T_k == 32769 || T_k == 65535 || T_k == 65537) << T_k;
+                                  EXPECT_LE(T_q, 64);
+                                  EXPECT_EQ(p.alignment, CausalAlignment::BottomRight);
+                                  ++seen[T_q == 1 ? "decode" : "chunk"];
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), o);
+  EXPECT_EQ(all.status, LawStatus::held);
+  EXPECT_GE(seen["decode"], 1);
+  EXPECT_GE(seen["chunk"], 1);
+  for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+    RunOptions r = o;
+    r.seed = seed;
+    const LawResult past = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {
+                                     const Problem& p = c.problem;
+                                     const Index last = p.k.shape().T - p.q.shape().T;  // the first query's position
+                                     if (last + p.q.shape().T - 1 >= 32768) return violation("a position past 2^15");
+                                     return std::nullopt;
+                                   }),
+                                   *reference_implementation(), r);
+    ASSERT_EQ(past.status, LawStatus::falsified) << "seed " << seed;
+    const Problem& p = past.minimal_case->problem;
+    EXPECT_EQ(p.q.shape(), (Shape{1, 1, 1, 1})) << "seed " << seed;
+    EXPECT_EQ(p.k.shape().T, 32769) << "seed " << seed;
+  }
+  Law square = probeLaw([](const LawCase& c) -> std::optional<Violation> {
+    if (c.problem.k.shape().T > 1024) return violation("a long square case");
+    return std::nullopt;
+  });
+  square.gen = [](const GenConfig& cfg) { return gen_problem(cfg, ProblemOptions{.allow_cross_lengths = false}); };
+  EXPECT_EQ(run_law(square, *reference_implementation(), o).status, LawStatus::held);
 }
 
 // The mask families beyond causal are drawn when declared (documents, empty ones among them, chunks, a prefix, a

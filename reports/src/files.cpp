@@ -486,6 +486,17 @@ StoredCounterexample counterexample_from_json(const Json& doc, const std::string
         throw FormatError(what + ": \"generator." + a + "\" is " + std::to_string(x) + " but \"generator." + b +
                           "\" is " + std::to_string(y) + "; expected " + a + " <= " + b);
     };
+    if (const Json* ll = find(*g, "long_lengths")) {  // --long
+      if (!ll->is_array() || ll->empty() || ll->size() > 16)
+        throw FormatError(what + ": \"generator.long_lengths\" is not an array of 1 to 16 lengths (--long)");
+      for (const Json& x : *ll) {
+        if (!x.is_number_integer() || x.get<std::int64_t>() < 1 || x.get<std::int64_t>() > kMaxSeqLen ||
+            (!s.gen.long_lengths.empty() && x.get<std::int64_t>() <= s.gen.long_lengths.back()))
+          throw FormatError(what + ": \"generator.long_lengths\" holds " + x.dump() +
+                            "; expected ascending lengths in [1, " + std::to_string(kMaxSeqLen) + "]");
+        s.gen.long_lengths.push_back(Index(x.get<std::int64_t>()));
+      }
+    }
     bounds("max_T", s.gen.max_T, "max_T_tail", s.gen.max_T_tail);
     bounds("min_T", s.gen.min_T, "max_T_tail", s.gen.max_T_tail);
     if (const Json* sh = find(*g, "shape")) {

@@ -96,7 +96,8 @@ std::string shape_table(const Problem& p) {
       "| B | H | H_kv | T_q | T_k | D | scale | causal alignment | dtype |\n|---:|---:|---:|---:|---:|---:|---|---|---|\n";
   md += "| " + std::to_string(q.B) + " | " + std::to_string(q.H) + " | " + std::to_string(p.kv_heads()) + " | " +
         std::to_string(q.T) + " | " +
-        std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) + " | " +
+        std::to_string(p.k.shape().T) + " | " + std::to_string(q.D) +
+        (p.v_dim() != q.D ? " (D_v = " + std::to_string(p.v_dim()) + ")" : std::string()) + " | " +
         (p.scale ? num(*p.scale, true) : std::string("1/√D (default)")) + " | " + std::string(alignment_name(p.alignment)) +
         " | " + std::string(dtype_name(p.dtype)) + " |\n";
   const Index H_kv = p.kv_heads(), group = q.H / H_kv;

@@ -102,6 +102,7 @@ Json generator_json(const RunInfo& run) {
          {"max_T_tail", run.gen.max_T_tail}, {"max_D", run.gen.max_D}};
   if (run.gen.shape) g["shape"] = *run.gen.shape;
   if (run.gen.max_H_kv > 0) g["max_H_kv"] = run.gen.max_H_kv;  // only when bounded (--max-Hkv)
+  if (!run.gen.long_lengths.empty()) g["long_lengths"] = run.gen.long_lengths;  // --long
   return g;
 }
 
@@ -172,9 +173,11 @@ std::string reproduce_command(const RunInfo& run, const LawReport& r) {
          shell_quote(r.result.law) + " --dtype " + std::string(dtype_name(run.dtype)) +
          " --max-B " + std::to_string(run.gen.max_B) + " --max-H " + std::to_string(run.gen.max_H) +
          (run.gen.max_H_kv > 0 ? " --max-Hkv " + std::to_string(run.gen.max_H_kv) : std::string()) +
-         " --max-T " + std::to_string(run.gen.max_T_tail) + " --max-D " + std::to_string(run.gen.max_D) +
-         (run.gen.min_T > 1 ? " --min-T " + std::to_string(run.gen.min_T) : std::string()) +
-         (run.gen.shape ? " --shape " + shape_option(*run.gen.shape) : std::string()) + " --reproduce " + shell_quote(r.result.reproduce);
+         (run.gen.long_lengths.empty() ? " --max-T " + std::to_string(run.gen.max_T_tail) : std::string(" --long")) +
+         " --max-D " + std::to_string(run.gen.max_D) +
+         (run.gen.min_T > 1 && run.gen.long_lengths.empty() ? " --min-T " + std::to_string(run.gen.min_T) : std::string()) +
+         (run.gen.shape ? " --shape " + shape_option(*run.gen.shape) : std::string()) + " --reproduce " +
+         shell_quote(r.result.reproduce);
 }
 
 Json law_document(const RunInfo& run, const LawReport& r) {
@@ -254,9 +257,12 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
   md += "dtype " + std::string(dtype_name(run.dtype)) + ", seed " + std::to_string(run.seed) + ", " +
         std::to_string(run.cases) + " cases per law, B ≤ " + std::to_string(run.gen.max_B) + ", H ≤ " +
         std::to_string(run.gen.max_H) +
-        (run.gen.max_H_kv > 0 ? ", H_kv ≤ " + std::to_string(run.gen.max_H_kv) : std::string()) + ", T ≤ " +
-        std::to_string(run.gen.max_T) + " (tail to " +
-        std::to_string(run.gen.max_T_tail) + "), D ≤ " + std::to_string(run.gen.max_D) +
+        (run.gen.max_H_kv > 0 ? ", H_kv ≤ " + std::to_string(run.gen.max_H_kv) : std::string()) +
+        (run.gen.long_lengths.empty()
+             ? ", T ≤ " + std::to_string(run.gen.max_T) + " (tail to " + std::to_string(run.gen.max_T_tail) + ")"
+             : ", --long: T_k = " + std::to_string(run.gen.long_lengths.front()) + " to " +
+                   std::to_string(run.gen.long_lengths.back())) +
+        ", D ≤ " + std::to_string(run.gen.max_D) +
         (run.gen.min_T > 1 ? ", T ≥ " + std::to_string(run.gen.min_T) : std::string()) +
         (run.gen.shape ? ", shape pinned to " + shape_option(*run.gen.shape) : std::string()) + "\n\n";
   // Margin: how far past its tolerance the worst entry is (margin_text: "non-finite" and the like where no

@@ -48,6 +48,7 @@ Json run_json(const RunInfo& r) {
   Json g{{"max_B", r.gen.max_B},   {"max_H", r.gen.max_H},           {"max_H_kv", r.gen.max_H_kv},
          {"min_T", r.gen.min_T},   {"max_T", r.gen.max_T},           {"max_T_tail", r.gen.max_T_tail},
          {"max_D", r.gen.max_D},   {"shape", r.gen.shape ? Json(*r.gen.shape) : Json(nullptr)}};
+  if (!r.gen.long_lengths.empty()) g["long_lengths"] = r.gen.long_lengths;  // --long
   return Json{{"implementation", r.implementation}, {"description", r.implementation_description},
               {"dtype", dtype_name(r.dtype)},       {"seed", std::to_string(r.seed)},
               {"cases", r.cases},                   {"max_size", r.max_size},
@@ -79,6 +80,13 @@ RunInfo run_from_json(const Json& j, const std::string& what) {
   r.gen.max_T = integer(g, "max_T", gw, 1, kBig);
   r.gen.max_T_tail = integer(g, "max_T_tail", gw, 1, kBig);
   r.gen.max_D = integer(g, "max_D", gw, 1, kBig);
+  if (const auto ll = g.find("long_lengths"); ll != g.end()) {
+    if (!ll->is_array()) fail(gw + ".long_lengths", "an array of lengths (--long)", *ll);
+    for (const Json& x : *ll) {
+      if (!x.is_number_integer() || x.get<std::int64_t>() < 1) fail(gw + ".long_lengths", "positive lengths", *ll);
+      r.gen.long_lengths.push_back(Index(x.get<std::int64_t>()));
+    }
+  }
   const Json& shape = field(g, "shape", gw);
   if (!shape.is_null()) {
     if (!shape.is_array() || shape.size() != 5) fail(gw + ".shape", "null or [B,H,T_q,T_k,D]", shape);

@@ -29,11 +29,18 @@ struct Mutant {
   /// Other q shapes where shrinking may stop instead: as small (a bug only some values show may need a longer T
   /// at D = 1 than at D = 2), or a local minimum no single step leaves. The kill test lists the k side of each.
   std::vector<Shape> also_minimal{};
+  /// Its bug shows only past 2^15 positions (an int16 index): the kill tests and the kill matrix check it as
+  /// `--long` does, over keys of 2^15 ± 1 and 2^16 ± 1 (mutant_options), decode steps and chunks only.
+  bool long_context = false;
   /// Whether `q` is minimal_shape or one of also_minimal.
   bool is_minimal(const Shape& q) const {
     return q == minimal_shape || std::find(also_minimal.begin(), also_minimal.end(), q) != also_minimal.end();
   }
 };
+
+/// `base` as the kill tests and the kill matrix run `m`: under --long's lengths (decode steps and chunks of up to 64
+/// queries, B = 1, H <= 2, D <= 8) for a long-context mutant, unchanged otherwise.
+RunOptions mutant_options(const Mutant& m, RunOptions base);
 
 /// Every mutant and control, in a stable order.
 const std::vector<Mutant>& mutant_zoo();

@@ -44,6 +44,14 @@ struct GenConfig {
   /// One pinned shape {B, H, T_q, T_k, D} (a long-context run): every generated problem has it and shrinking
   /// leaves it alone; only values vary and shrink.
   std::optional<std::array<Index, 5>> shape;
+  /// `--long`: every case's keys are one of these lengths (2^15 ± 1 and 2^16 ± 1: where an int16 position or
+  /// index wraps, and the tiles of a 64K context end ragged), its queries a decode step (T_q = 1), a prefill chunk
+  /// (T_q <= long_max_T_q) or, when long_max_T_q is 0, as many as its keys too; shrinking moves only between these
+  /// lengths (and toward fewer queries). Empty: off.
+  std::vector<Index> long_lengths{};
+  /// The most queries of a long case; 0: square long cases too. When set, a law that draws square cases only (no
+  /// cache calls) gets the ordinary lengths instead.
+  Index long_max_T_q = 0;
 };
 
 /// One generated case of one law: the problem the implementation is called with, and whatever else the law

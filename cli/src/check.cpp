@@ -13,6 +13,7 @@
 
 #include <unistd.h>
 
+#include "attncheck/mutants.hpp"
 #include "attncheck/reports.hpp"
 #include "progress.hpp"
 
@@ -461,6 +462,12 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     if (run.gen.long_lengths.empty())
       throw UsageError("--long: " + impl->name() + " declares max_T " + std::to_string(impl->capabilities().max_T) +
                        " but --long needs sequences of at least 32767");
+    // A zoo kernel holds each head's [T_q,T_k] weights: no square call of 2^16 (32 GiB), as in the kill tests.
+    if (find_mutant(impl->name())) {
+      run.gen.long_max_T_q = kZooLongMaxQueries;
+      long_note += "  --long on a zoo kernel (it holds [T_q,T_k] weights): at most " +
+                   std::to_string(run.gen.long_max_T_q) + " queries a call (decode steps and chunks, no square calls)\n";
+    }
   }
   run.gen.max_D = bounds.max_D;
   if (o.min_T > o.max_T)

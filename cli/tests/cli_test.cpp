@@ -12,6 +12,7 @@
 
 #include "temp_dir.hpp"
 #include "attncheck/cli.hpp"
+#include "attncheck/mutants.hpp"
 #include "attncheck/reports.hpp"
 
 namespace attncheck::cli {
@@ -332,6 +333,24 @@ TEST(RealLaws, mutantIsFalsifiedAndItsReportReplays) {
   const Result edited = attncheck(real_registry(), {"check", "--replay", (tmp.path() / "edited.json").string()});
   EXPECT_EQ(edited.code, kUsage) << edited.out << edited.err;
   EXPECT_TRUE(contains(edited.err, "parameter \"t\" is 1e+300, expected an integer in [0, ")) << edited.err;
+}
+
+// --long on a zoo kernel (it holds each head's [T_q,T_k] weights): no square call of 2^16 keys (32 GiB), at most
+// kZooLongMaxQueries queries a call, said in the header; the report carries the bound and its case replays.
+TEST(RealLaws, longOnAZooKernelMakesNoSquareCallsAndItsReportReplays) {
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "int16";
+  const Result r = attncheck(real_registry(), {"check", "--impl", "mutant:position-int16", "--long", "--property",
+                                               "convex-hull", "--report-dir", dir.string(), "--no-corpus"});
+  ASSERT_EQ(r.code, kFalsified) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "at most " + std::to_string(kZooLongMaxQueries) + " queries a call")) << r.out;
+  const auto doc = reports::Json::parse(slurp(dir / "convex-hull.json"));
+  EXPECT_EQ(doc["generator"]["long_max_T_q"], kZooLongMaxQueries);
+  const auto& q = doc["case"]["problem"]["q"]["shape"];
+  EXPECT_LE(q[2].get<Index>(), kZooLongMaxQueries) << q.dump();
+  EXPECT_EQ(doc["case"]["problem"]["k"]["shape"][2], 32769) << "a wrap at 2^15 needs 2^15 + 1 keys";
+  const Result replay = attncheck(real_registry(), {"check", "--replay", (dir / "convex-hull.json").string()});
+  EXPECT_EQ(replay.code, kFalsified) << replay.out << replay.err;
 }
 
 // Every file of a report folder, by name.

@@ -3,6 +3,7 @@
 // from the buffers Problem::layout lays out (attncheck/layouts.hpp: gaps and the rest of a broadcast buffer hold
 // NaN), then attends as the reference does: the address rule is its only bug.
 #include <functional>
+#include <optional>
 
 #include "attncheck/layouts.hpp"
 #include "parts.hpp"
@@ -13,22 +14,37 @@ namespace {
 // The address of element (b,h,t,d) of a view as a kernel computes it.
 using Address = std::function<Index(const StridedView<double>&, Index, Index, Index, Index)>;
 
-ImplementationPtr strided_impl(const char* name, const char* description, Address address) {
+// The problem as a kernel reading p's laid-out inputs through `address` sees it (contiguous again).
+Problem read_as(const Problem& p, const Address& address) {
+  const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
+  Problem read = p;
+  read.layout = InputLayout::contiguous;
+  read.q = read_through(in.q, address);
+  read.k = read_through(in.k, address);
+  read.v = read_through(in.v, address);
+  return read;
+}
+
+// A forward that reads through `address`; with a `backward` address, a backward too, reading through that one
+// (a backward kernel has address arithmetic of its own).
+ImplementationPtr strided_impl(const char* name, const char* description, Address address,
+                               std::optional<Address> backward = std::nullopt) {
   Capabilities caps = gqa_capabilities();
   caps.strided = caps.layout_invariant = true;  // each reads values exactly, whatever the strides
-  return make_implementation(name, description, caps, [address](const Problem& p) {
-    const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
-    Problem read = p;
-    read.layout = InputLayout::contiguous;
-    read.q = read_through(in.q, address);
-    read.k = read_through(in.k, address);
-    read.v = read_through(in.v, address);
-    return reference_implementation()->forward(read);
-  });
+  BackwardFn bwd;
+  if (backward)
+    bwd = [b = *backward](const Problem& p) { return reference_implementation()->backward(read_as(p, b)); };
+  return make_implementation(
+      name, description, caps,
+      [address](const Problem& p) { return reference_implementation()->forward(read_as(p, address)); }, bwd);
 }
 
 Index by_strides(const StridedView<double>& v, Index b, Index h, Index t, Index d) {
   return b * v.strides[0] + h * v.strides[1] + t * v.strides[2] + d * v.strides[3];
+}
+
+Index as_contiguous(const StridedView<double>& v, Index b, Index h, Index t, Index d) {
+  return ((b * v.shape[1] + h) * v.shape[2] + t) * v.shape[3] + d;  // the strides unread
 }
 
 }  // namespace
@@ -37,9 +53,7 @@ std::vector<Mutant> stride_mutants() {
   std::vector<Mutant> z;
   z.push_back(Mutant{
       .impl = strided_impl("mutant:strides-assumed-contiguous", "every input read as contiguous [B,H,T,D]",
-                           [](const StridedView<double>& v, Index b, Index h, Index t, Index d) {
-                             return ((b * v.shape[1] + h) * v.shape[2] + t) * v.shape[3] + d;  // the strides unread
-                           }),
+                           as_contiguous),
       .bug = "the strides ignored: every tensor read as contiguous [B,H,T,D], right for a contiguous call only",
       .minimal_shape = {1, 1, 1, 1},
       .why_minimal = "one query over two keys: key 1 lies a padded row (D + 3) or an interleaved K,V row (2 D) "
@@ -62,8 +76,23 @@ std::vector<Mutant> stride_mutants() {
       .also_minimal = {{1, 1, 2, 1}},
   });
   z.push_back(Mutant{
-      .impl = strided_impl("control:strided-reads", "every input read through its strides", by_strides),
-      .bug = "none: every element read at b·s0 + h·s1 + t·s2 + d·s3",
+      .impl = strided_impl("mutant:backward-strides-ignored",
+                           "forward through the strides; the backward reads every input as contiguous [B,H,T,D]",
+                           by_strides, as_contiguous),
+      .bug = "the backward kernel's own address arithmetic ignores the strides the forward honours: the outputs "
+             "are right in every layout, dQ, dK and dV only for contiguous inputs",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over two keys: key 1 lies a padded row (D + 3) or an interleaved K,V row further "
+                     "than D, so the backward reads a gap (NaN) or another key; as small, two queries over one key "
+                     "with the padded layout's gap, or two query heads over one kv head, the second a padded head "
+                     "away",
+      .killed_by = {"layout-invariance"},
+      .also_minimal = {{1, 1, 2, 1}, {1, 2, 1, 1}},
+  });
+  z.push_back(Mutant{
+      .impl = strided_impl("control:strided-reads", "every input read through its strides, forward and backward",
+                           by_strides, by_strides),
+      .bug = "none: every element read at b·s0 + h·s1 + t·s2 + d·s3, in the forward and in the backward",
       .control = true,
       .minimal_shape = {},
       .why_minimal = "a control: no case should fail",

@@ -22,7 +22,7 @@ const std::vector<Mutant>& mutant_zoo() {
 RunOptions mutant_options(const Mutant& m, RunOptions base) {
   if (!m.long_context) return base;
   base.gen.long_lengths = {32767, 32769, 65535, 65537};  // as --long (cli/src/check.hpp, kLongLengths)
-  base.gen.long_max_T_q = 64;  // decode steps and chunks: a square call of 2^16 costs minutes
+  base.gen.long_max_T_q = kZooLongMaxQueries;  // decode steps and chunks (a square call of 2^16: 32 GiB, minutes)
   base.gen.max_B = 1;
   base.gen.max_H = std::min<Index>(base.gen.max_H, 2);
   base.gen.max_D = std::min<Index>(base.gen.max_D, 8);

@@ -8,6 +8,7 @@
 #include <map>
 #include <optional>
 
+#include "attncheck/generators.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
 
@@ -198,6 +199,12 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:strides-assumed-contiguous", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
     {"mutant:strides-assumed-contiguous", {.T_k = 1, .alignment = kBR, .q = Shape{1, 1, 2, 1}}},
     {"mutant:strides-assumed-contiguous", {.T_k = 1, .H_kv = 1, .q = Shape{1, 2, 1, 1}}},
+    {"mutant:backward-strides-ignored", {.T_k = 2}},
+    {"mutant:backward-strides-ignored", {.T_k = 2, .alignment = kBR}},
+    {"mutant:backward-strides-ignored", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:backward-strides-ignored", {.T_k = 1, .alignment = kBR, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:backward-strides-ignored", {.T_k = 1, .H_kv = 1, .q = Shape{1, 2, 1, 1}}},
+    {"mutant:backward-strides-ignored", {.T_k = 1, .q = Shape{1, 2, 1, 1}}},
     {"mutant:row-stride-from-d", {.T_k = 2}},
     {"mutant:row-stride-from-d", {.T_k = 2, .alignment = kBR}},
     {"mutant:row-stride-from-d", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
@@ -631,6 +638,35 @@ TEST(GradientMutants, NanRowLeakIsReportedOnTheKeysAnotherRowSees) {
   EXPECT_TRUE(r.violation->quantity == "dk" || r.violation->quantity == "dv") << case_line(r);
   EXPECT_NE(r.violation->message.find("nan"), std::string::npos) << case_line(r);
   EXPECT_EQ((*p.d_output)(0, 0, 0, 0), 0) << "the row that sees no key has dO = 0: " << case_line(r);
+}
+
+// The gradient mutants at a long context (B·H·T_q·T_k past 2^22, where the oracle backward and its bound are
+// streamed and grad-dv-weights samples keys): each is still falsified by every law of its killed_by there, at
+// a pinned shape just past the threshold (B = 1, H = 2 for the group bugs, D = 4: cheap), shrinking cut short
+// (the shape is pinned; a value shrink costs a long backward). grad-determinism's race needs no oracle. A kill
+// test, so not built under the sanitizers (the streamed oracle and bound it relies on run there in LongContext.*).
+TEST(Zoo, gradientMutantsAreCaughtAtALongContext) {
+  const Index T = 1500, H = 2;  // 2·1500² = 4.5e6 > 2^22
+  ASSERT_GT(double(H) * double(T) * double(T), kMaterialisedWeights);
+  int checked = 0;
+  for (const char* name : {"mutant:grad-ds-unmasked", "mutant:grad-delta-rowsum-do", "mutant:grad-dq-unscaled",
+                           "mutant:grad-dk-unscaled", "mutant:grad-dv-unnormalised", "mutant:grad-dk-from-p",
+                           "mutant:grad-lse-wrong-row", "mutant:grad-kv-one-head"}) {
+    const Mutant* m = find_mutant(name);
+    ASSERT_NE(m, nullptr) << name;
+    for (const std::string& law : m->killed_by) {
+      RunOptions o;
+      o.cases = 2;
+      o.seed = 1;
+      o.gen.shape = std::array<Index, 5>{1, H, T, T, 4};
+      o.gen.max_H_kv = 1;  // the group bugs need a shared kv head
+      o.shrink_seconds = 1e-3;
+      const LawResult r = run_law(*find_law(law), *m->impl, o);
+      EXPECT_EQ(r.status, LawStatus::falsified) << name << " under " << law << ": " << r.note;
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 15);
 }
 
 }  // namespace

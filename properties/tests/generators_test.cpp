@@ -370,7 +370,9 @@ TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds
       ++seen[D_v < D ? "smaller" : "larger"];
       EXPECT_FALSE(p.paged.has_value());
       EXPECT_EQ(p.v.shape(), (Shape{p.k.shape().B, p.k.shape().H, p.k.shape().T, D_v}));
-      if (p.d_output) EXPECT_EQ(p.d_output->shape(), p.output_shape());
+      if (p.d_output) {
+        EXPECT_EQ(p.d_output->shape(), p.output_shape());
+      }
     }
     ++seen["cases"];
     return std::nullopt;

@@ -497,6 +497,13 @@ StoredCounterexample counterexample_from_json(const Json& doc, const std::string
         s.gen.long_lengths.push_back(Index(x.get<std::int64_t>()));
       }
     }
+    if (const Json* lq = find(*g, "long_max_T_q")) {  // --long on a zoo kernel: the queries of a call bounded
+      if (!lq->is_number_integer() || lq->get<std::int64_t>() < 1 || lq->get<std::int64_t>() > kMaxSeqLen ||
+          s.gen.long_lengths.empty())
+        throw FormatError(what + ": \"generator.long_max_T_q\" is " + lq->dump() + "; expected a length in [1, " +
+                          std::to_string(kMaxSeqLen) + "] beside \"generator.long_lengths\" (--long)");
+      s.gen.long_max_T_q = Index(lq->get<std::int64_t>());
+    }
     bounds("max_T", s.gen.max_T, "max_T_tail", s.gen.max_T_tail);
     bounds("min_T", s.gen.min_T, "max_T_tail", s.gen.max_T_tail);
     if (const Json* sh = find(*g, "shape")) {

@@ -103,6 +103,7 @@ Json generator_json(const RunInfo& run) {
   if (run.gen.shape) g["shape"] = *run.gen.shape;
   if (run.gen.max_H_kv > 0) g["max_H_kv"] = run.gen.max_H_kv;  // only when bounded (--max-Hkv)
   if (!run.gen.long_lengths.empty()) g["long_lengths"] = run.gen.long_lengths;  // --long
+  if (run.gen.long_max_T_q > 0) g["long_max_T_q"] = run.gen.long_max_T_q;     // --long on a zoo kernel
   return g;
 }
 

@@ -49,6 +49,7 @@ Json run_json(const RunInfo& r) {
          {"min_T", r.gen.min_T},   {"max_T", r.gen.max_T},           {"max_T_tail", r.gen.max_T_tail},
          {"max_D", r.gen.max_D},   {"shape", r.gen.shape ? Json(*r.gen.shape) : Json(nullptr)}};
   if (!r.gen.long_lengths.empty()) g["long_lengths"] = r.gen.long_lengths;  // --long
+  if (r.gen.long_max_T_q > 0) g["long_max_T_q"] = r.gen.long_max_T_q;     // --long on a zoo kernel
   return Json{{"implementation", r.implementation}, {"description", r.implementation_description},
               {"dtype", dtype_name(r.dtype)},       {"seed", std::to_string(r.seed)},
               {"cases", r.cases},                   {"max_size", r.max_size},
@@ -87,6 +88,7 @@ RunInfo run_from_json(const Json& j, const std::string& what) {
       r.gen.long_lengths.push_back(Index(x.get<std::int64_t>()));
     }
   }
+  if (g.contains("long_max_T_q")) r.gen.long_max_T_q = integer(g, "long_max_T_q", gw, 1, kBig);
   const Json& shape = field(g, "shape", gw);
   if (!shape.is_null()) {
     if (!shape.is_array() || shape.size() != 5) fail(gw + ".shape", "null or [B,H,T_q,T_k,D]", shape);

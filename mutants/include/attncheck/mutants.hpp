@@ -38,6 +38,10 @@ struct Mutant {
   }
 };
 
+/// The most queries a zoo kernel gets in a call over --long's keys: the zoo's kernels hold each head's [T_q,T_k]
+/// weights, so a square call of 2^16 would need 32 GiB; decode steps and chunks need 64 · 2^16 · 8 bytes = 32 MiB.
+inline constexpr Index kZooLongMaxQueries = 64;
+
 /// `base` as the kill tests and the kill matrix run `m`: under --long's lengths (decode steps and chunks of up to 64
 /// queries, B = 1, H <= 2, D <= 8) for a long-context mutant, unchanged otherwise.
 RunOptions mutant_options(const Mutant& m, RunOptions base);

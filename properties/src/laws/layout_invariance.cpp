@@ -1,4 +1,5 @@
 // layout-invariance (issue 25): the same problem passed through other memory layouts gives the same result.
+#include <algorithm>
 #include <string>
 
 #include "registry.hpp"
@@ -7,6 +8,15 @@
 namespace attncheck::law_kit {
 namespace {
 namespace layout_invariance_law {
+
+// The first n columns of every row of t ([B,H,T,D] to [B,H,T,n], n <= D).
+Tensor<double> first_columns(const Tensor<double>& t, Index n) {
+  const Shape& s = t.shape();
+  Tensor<double> r(Shape{s.B, s.H, s.T, n});
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) r.head(b, h) = t.head(b, h).leftCols(n);
+  return r;
+}
 
 const char* kWhy =
     "A kernel reads q, k and v through strides, and callers pass them in many layouts: [B,T,H,D] (FlashAttention, "
@@ -17,7 +27,12 @@ const char* kWhy =
     "layout invariance (ATTNCHECK_CAP3_LAYOUT_INVARIANT). A kernel that assumes contiguous inputs, takes the row "
     "stride from D, reads a stride-0 tensor as if it had every head, or reads V with K's strides breaks it; the "
     "gaps hold NaN, so a read between rows shows. Cases for the broadcast layout have every kv head equal, those "
-    "for V-is-K have v = k. Applies to implementations that read strided inputs (ATTNCHECK_CAP3_STRIDED).";
+    "for V-is-K have v = k (or K's first D_v columns, MLA's V inside its latent K). For an implementation with a "
+    "backward, half the cases carry an upstream gradient dO and the backward is called in both layouts too: its "
+    "dQ, dK and dV (and d_sinks) within 2 tol of the contiguous call's (tol: grad-oracle's derived bound), "
+    "bit-identical where declared, so a backward kernel that reads its inputs with other strides than its forward "
+    "does (FlashAttention's backward takes strides of its own) breaks it too. Applies to implementations that "
+    "read strided inputs (ATTNCHECK_CAP3_STRIDED).";
 
 // Padded first: shrinking moves toward it, and every one of its strides differs from the contiguous ones (rows,
 // heads and batch entries each have a gap), so a case there shows an address bug at its smallest shape.
@@ -28,9 +43,15 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     ProblemOptions po;
     po.allow_paged = false;  // paged K and V come as pools, not as strided tensors
-    LawCase c = *gen_problem(cfg, po);
-    // The layout (shrinking toward padded); the problem made to fit it.
+    // The layout (shrinking toward padded) and, with a backward, whether the case carries dO (half of them;
+    // shrinking toward none: a forward case, unless the backward is what fails), both drawn before the case:
+    // RapidCheck shrinks the picks of a generator in order and fixes every earlier pick once it shrinks a later
+    // one, so a case drawn first would stay at its smallest shape for the layout it was found in (two heads,
+    // two queries for an interleaved buffer) once the layout moved on to padded.
     const InputLayout l = kLayouts[*rc::gen::inRange<std::size_t>(0, std::size(kLayouts))];
+    const bool grads = cfg.caps.backward && *rc::gen::inRange(0, 2) == 1;
+    LawCase c = grads ? *gen_gradients_with(cfg, po) : *gen_problem(cfg, po);
+    // The problem made to fit the layout.
     Problem& p = c.problem;
     const Shape& ks = p.k.shape();
     if (l == InputLayout::kv_broadcast)  // one head in memory: every kv head is head 0
@@ -39,11 +60,16 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
           p.k.head(b, g) = p.k.head(b, 0);
           p.v.head(b, g) = p.v.head(b, 0);
         }
-    if (l == InputLayout::v_is_k) p.v = p.k;
+    if (l == InputLayout::v_is_k) {  // V the view K is, or its first D_v columns (lay_out's view for D_v < D)
+      const Index dv = std::min(p.v_dim(), ks.D);
+      p.v = first_columns(p.k, dv);
+      if (p.d_output && p.d_output->shape().D != dv) *p.d_output = first_columns(*p.d_output, dv);
+    }
     Problem v = p;
     v.layout = l;
     c.variant = v;
     c.tags.push_back("layout=" + input_layout_name(l));
+    if (grads) c.tags.push_back("layout-backward");
     return c;
   });
 }
@@ -67,8 +93,21 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     const auto& w = v->worst_index;
     if (v->quantity == "output") blame_derived_call(*v, p, a, laid, b, {w[0], w[1], w[2], w[3]}, what);
     v->weights = b.weights;
+    return v;
   }
-  return v;
+  if (!p.d_output) return std::nullopt;
+  // The backward in both layouts (dO is the same contiguous tensor in both calls).
+  const Gradients ga = accept_nan_empty_rows(impl, p, call_backward(impl, p));
+  const Gradients gb = accept_nan_empty_rows(impl, laid, call_backward(impl, laid));
+  std::optional<Gradients> gtol;
+  if (!exact) {  // each within tol of the float64 oracle's gradients, so within 2 tol of each other
+    gtol = run_gradient_oracle(p).tolerance;
+    for (Tensor<double>* t : {&gtol->dq, &gtol->dk, &gtol->dv}) t->values() *= 2;
+    for (double& t : gtol->dsinks) t *= 2;
+  }
+  auto g = compare_gradients(law, ga, gb, gtol ? &*gtol : nullptr);
+  if (g) g->message += " (the contiguous backward vs. the backward of " + what + (exact ? ", declared bit-identical)" : ")");
+  return g;
 }
 
 std::string not_applicable(const GenConfig& g) {

@@ -294,7 +294,7 @@ const char* neutral_name(Neutral n) {
 }
 
 std::vector<Neutral> neutral_encodings(const Problem& p, const Capabilities& caps) {
-  const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
+  const Index T_q = p.q.shape().T;
   // No query sits before key 0 (a document aligned on its own lengths may put one there in any call).
   bool no_negative = true;
   for (Index b = 0; b < p.q.shape().B && no_negative; ++b) {

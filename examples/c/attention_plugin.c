@@ -437,7 +437,8 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .name = "c-example-paged",
       .description = "naive C attention reading K and V through a block table (paged, both layouts)",
       .empty_rows = ATTNCHECK_EMPTY_ROWS_ZERO,
-      .flags3 = ATTNCHECK_CAP3_PAGED,
+      /* The V pool's rows may be D_v wide (a V head dimension of its own: FlashMLA's paged latent cache). */
+      .flags3 = ATTNCHECK_CAP3_PAGED | ATTNCHECK_CAP3_V_HEAD_DIM,
       .page_sizes = page_sizes,
       .num_page_sizes = sizeof page_sizes / sizeof page_sizes[0],
       .page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR | ATTNCHECK_PAGED_HEAD_MAJOR,

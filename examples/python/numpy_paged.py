@@ -41,7 +41,7 @@ def attend(q, keys, values, T_k, scale, alignment, window):
     j = np.arange(n)[None, :]
     seen = (j <= p) & ((j >= p - window) if window is not None else True)  # [T_q, seq_len]
     weights = np.zeros((H, T_q, T_k))
-    out = np.zeros((H, T_q, D))
+    out = np.zeros((H, T_q, values.shape[2]))  # V's own head dimension D_v (v_head_dim=True)
     if n == 0:
         return out, weights
     with np.errstate(all="ignore"):  # NaN/Inf in hidden keys are masked by the select, not warned about
@@ -63,7 +63,8 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, windo
     B, H, T_q, D = q.shape
     T_k = paged.T_k if paged is not None else k.shape[2]
     scale = scale or 1 / np.sqrt(D)
-    out, weights = np.zeros((B, H, T_q, D)), np.zeros((B, H, T_q, T_k))
+    D_v = paged.v_pages.shape[-1] if paged is not None else v.shape[3]  # the value cache's rows may differ (MLA)
+    out, weights = np.zeros((B, H, T_q, D_v)), np.zeros((B, H, T_q, T_k))
     for b in range(B):
         if paged is not None:
             seq_len = int(paged.seq_lens[b])
@@ -81,4 +82,4 @@ if __name__ == "__main__":
                            description="numpy paged attention in vLLM's token-major layout, GQA, padding, window",
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True, empty_rows="zero",
-                           paged=True, page_sizes=(1, 8, 16, 32), page_layouts=("token-major",))
+                           paged=True, page_sizes=(1, 8, 16, 32), page_layouts=("token-major",), v_head_dim=True)

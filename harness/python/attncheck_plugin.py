@@ -302,11 +302,13 @@ def _read_call(payload, backward):
         table = np.frombuffer(payload, dtype="<i4", count=qs[0] * max_pages, offset=off)
         off += 4 * qs[0] * max_pages
         layout = PAGE_LAYOUT_NAMES[lcode]
-        pool_shape = ((num_pages, page_size, ks[1], ks[3]) if layout == "token-major"
-                      else (num_pages, ks[1], page_size, ks[3]))
-        nq, npool = int(np.prod(qs)) * size, int(np.prod(pool_shape)) * size
+        # k's pool rows D wide, v's D_v (a V head dimension of its own: vs[3])
+        shapes = [(num_pages, page_size, ks[1], x[3]) if layout == "token-major" else (num_pages, ks[1], page_size, x[3])
+                  for x in (ks, vs)]
+        nq, nk, nv = (int(np.prod(qs)) * size, int(np.prod(shapes[0])) * size, int(np.prod(shapes[1])) * size)
         q = _decode(payload[off:off + nq], dtype, qs)
-        pools = [_decode(payload[off + nq + n * npool:off + nq + (n + 1) * npool], dtype, pool_shape) for n in (0, 1)]
+        pools = [_decode(payload[off + nq:off + nq + nk], dtype, shapes[0]),
+                 _decode(payload[off + nq + nk:off + nq + nk + nv], dtype, shapes[1])]
         paged = PagedKV(pools[0], pools[1], table.astype(np.int32).reshape(qs[0], max_pages), key_lengths,
                         int(page_size), layout, ks[2])
         arrays = [q, None, None]

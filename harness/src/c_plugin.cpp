@@ -529,7 +529,6 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
   if (p.v_dim() != p.q.shape().D && !caps.v_head_dim)
     refuse("V's head dimension " + std::to_string(p.v_dim()) + " for D = " + std::to_string(p.q.shape().D),
            "a V head dimension of its own (ATTNCHECK_CAP3_V_HEAD_DIM)");
-  if (p.v_dim() != p.q.shape().D && p.paged) throw std::logic_error(name + ": a paged call with a V head dimension of its own");
   if (!p.key_lengths.empty() && !caps.key_padding) refuse("key lengths", "key padding");
   if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != p.q.shape().B)
     throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +

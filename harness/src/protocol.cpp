@@ -490,8 +490,6 @@ std::string call_payload(const Problem& p) {
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
-  if (paged && p.v_dim() != p.k.shape().D)
-    throw std::logic_error("encode_forward: a paged call with a V head dimension of its own");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
     throw std::logic_error("encode_forward: v is " + to_string(p.v.shape()) + " for k " + to_string(p.k.shape()));
   w.u32(std::uint32_t(p.layout));  // 0 (reserved) for contiguous inputs
@@ -571,7 +569,7 @@ bool same_bits(S a, S b) {
 // else zero (a pool from elsewhere may hold anything there: it is never read).
 template <class S>
 PageFill infer_fill(const Tensor<S>& k_pool, const Tensor<S>& v_pool, const PagedKV& pk,
-                    const std::vector<Index>& lengths, Index H_kv, Index D) {
+                    const std::vector<Index>& lengths, Index H_kv, Index D, Index D_v) {
   std::vector<char> live(std::size_t(pk.num_pages * pk.page_size), 0);
   for (std::size_t b = 0; b < lengths.size(); ++b)
     for (Index t = 0; t < lengths[b]; ++t)
@@ -582,13 +580,12 @@ PageFill infer_fill(const Tensor<S>& k_pool, const Tensor<S>& v_pool, const Page
     for (Index slot = 0; slot < pk.page_size; ++slot) {
       if (live[std::size_t(page * pk.page_size + slot)]) continue;
       for (Index g = 0; g < H_kv; ++g)
-        for (Index d = 0; d < D; ++d) {
-          const Index at = pk.pool_offset(page, slot, g, d, H_kv, D);
-          for (const S x : {k_pool.data()[at], v_pool.data()[at]}) {
+        for (const auto& [pool, width] : {std::pair{&k_pool, D}, std::pair{&v_pool, D_v}})  // v's rows D_v wide
+          for (Index d = 0; d < width; ++d) {
+            const S x = pool->data()[pk.pool_offset(page, slot, g, d, H_kv, width)];
             if (!seen) seen = x;
             if (!same_bits(*seen, x)) return PageFill::zero;
           }
-        }
     }
   if (!seen) return PageFill::zero;
   const std::pair<PageFill, double> fills[] = {{PageFill::zero, 0.0},
@@ -604,7 +601,7 @@ PageFill infer_fill(const Tensor<S>& k_pool, const Tensor<S>& v_pool, const Page
 // A paged frame's paging and pools (after the modifiers), read into p: the plan holding the table as it came,
 // q, and dense k and v read back through the table. `lengths` are the frame's key lengths, `raw_q` q's shape.
 void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index>& lengths,
-                const std::array<std::int64_t, 4>& raw_q, const Shape& ks) {
+                const std::array<std::int64_t, 4>& raw_q, const Shape& ks, const Shape& vs) {
   const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
   const std::uint32_t layout = r.u32(), reserved = r.u32();
   const std::int64_t page_size = r.i64(), num_pages = r.i64(), max_pages = r.i64();
@@ -639,21 +636,23 @@ void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index
     fail("T_k = " + std::to_string(ks.T) + " but the pool holds " + std::to_string(num_pages * page_size) +
          " keys (attncheck's server takes a paged T_k of at most the pool's keys or " +
          std::to_string(kMaxPagedFreeT) + ", whichever is larger)");
-  const std::array<std::int64_t, 4> raw_pool =
-      layout == 1 ? std::array<std::int64_t, 4>{num_pages, page_size, ks.H, ks.D}
-                  : std::array<std::int64_t, 4>{num_pages, ks.H, page_size, ks.D};
-  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), pool_bytes = nbytes(raw_pool, p.dtype, what);
+  // The pools, k's rows D wide and v's D_v (a V head dimension of its own, flag 131072).
+  const auto raw_pool = [&](Index width) {
+    return layout == 1 ? std::array<std::int64_t, 4>{num_pages, page_size, ks.H, width}
+                       : std::array<std::int64_t, 4>{num_pages, ks.H, page_size, width};
+  };
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_pool(ks.D), p.dtype, what),
+                    v_bytes = nbytes(raw_pool(vs.D), p.dtype, what);
   p.q = from_bytes(r.raw(q_bytes), Shape{raw_q[0], raw_q[1], raw_q[2], raw_q[3]}, p.dtype);
-  const std::string_view k_raw = r.raw(pool_bytes), v_raw = r.raw(pool_bytes);
+  const std::string_view k_raw = r.raw(k_bytes), v_raw = r.raw(v_bytes);
   visit_dtype(p.dtype, [&](auto tag) {
     using S = decltype(tag);
-    const Shape pool_shape = pk.pool_shape(ks.H, ks.D);
-    Tensor<S> k_pool(pool_shape), v_pool(pool_shape);
+    Tensor<S> k_pool(pk.pool_shape(ks.H, ks.D)), v_pool(pk.pool_shape(ks.H, vs.D));
     std::memcpy(k_pool.data(), k_raw.data(), k_raw.size());
     std::memcpy(v_pool.data(), v_raw.data(), v_raw.size());
-    plan.fill = infer_fill(k_pool, v_pool, pk, lengths, ks.H, ks.D);
+    plan.fill = infer_fill(k_pool, v_pool, pk, lengths, ks.H, ks.D, vs.D);
     p.k = gather_pages(k_pool, pk, B, ks.H, ks.T, ks.D, lengths).template cast<double>();
-    p.v = gather_pages(v_pool, pk, B, ks.H, ks.T, ks.D, lengths).template cast<double>();
+    p.v = gather_pages(v_pool, pk, B, ks.H, ks.T, vs.D, lengths).template cast<double>();
   });
   p.paged = std::move(plan);
 }
@@ -881,9 +880,6 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     if (d_v < 1 || d_v > kMaxExtent || d_v == ks.D)
       throw ProtocolError(std::string(what) + ": V head dimension " + std::to_string(d_v) + " (expected in [1, " +
                           std::to_string(kMaxExtent) + "] and other than D = " + std::to_string(ks.D) + " with flag 131072)");
-    if (flags & call_paged)
-      throw ProtocolError(std::string(what) + ": flags have 131072 (V head dimension) and 512 (paged): paged calls "
-                          "have one head dimension");
     vs.D = d_v;
   }
   if (flags & 4u)
@@ -920,7 +916,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (flags & call_sinks) p.sinks = heads("sink", true);
   read_masks(r, what, flags, p, qs, ks);
   if (flags & call_paged) {
-    read_pages(r, what, p, p.key_lengths, raw_q, ks);
+    read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.
     if (std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
       p.key_lengths.clear();

@@ -320,6 +320,7 @@ TEST(CPlugin, anUndeclaredModifierIsNeverSent) {
 }
 
 using test::paged_problem;
+using test::with_v_head_dim;
 
 // The masks' call fields arrive as plugin.h defines them, forward and backward, in process and through the
 // plug-in host (where the problem crosses the exec protocol first): the echo plug-in writes back q_doc_ids,
@@ -617,10 +618,10 @@ TEST(CPlugin, thePagedExampleDeclaresPagingInAndOutOfProcess) {
   for (const bool isolate : {true, false}) {
     const Capabilities c =
         load_implementation(spec("attention_plugin_paged"), HarnessOptions{.isolate = isolate})->capabilities();
-    EXPECT_TRUE(c.paged && c.gqa && c.key_padding) << isolate;
+    EXPECT_TRUE(c.paged && c.gqa && c.key_padding && c.v_head_dim) << isolate;  // V's pool may be D_v wide
     EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 8, 16, 64, 256})) << isolate;
     EXPECT_EQ(c.page_layouts, 3u) << isolate;
-    EXPECT_EQ(c.abi3_flags, 0x10u) << isolate;
+    EXPECT_EQ(c.abi3_flags, 0x10u | 0x1000u) << isolate;  // ATTNCHECK_CAP3_PAGED | ATTNCHECK_CAP3_V_HEAD_DIM
     EXPECT_TRUE(c.supports_paging(16, PageLayout::head_major) && !c.supports_paging(4, PageLayout::token_major));
     EXPECT_FALSE(load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate})->capabilities().paged);
   }
@@ -654,6 +655,13 @@ TEST(CPlugin, aPagedCallReachesThePluginThroughTheTableAlone) {
         const Outcome r = ref->forward(p);
         EXPECT_LT((a.output.values() - r.output.values()).cwiseAbs().maxCoeff(), 1e-13) << what;
         EXPECT_LT((a.weights->values() - r.weights->values()).cwiseAbs().maxCoeff(), 1e-13) << what;
+        // V's pool D_v = D + 1 wide: through the worker as in process, and as the reference.
+        const Problem pv = with_v_head_dim(p);
+        Problem dense_v = pv;
+        dense_v.paged.reset();
+        const Outcome av = isolated->forward(pv);
+        EXPECT_EQ(av.output.values(), in_process->forward(dense_v).output.values()) << what << " D_v";
+        EXPECT_LT((av.output.values() - ref->forward(pv).output.values()).cwiseAbs().maxCoeff(), 1e-13) << what;
       }
   // Without key padding the plug-in still gets key_lengths (T_k each), else it would refuse.
   Problem p = paged_problem(DType::f64, PageLayout::token_major, 8);

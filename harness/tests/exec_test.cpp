@@ -435,6 +435,9 @@ TEST(Exec, pagedCallsCrossTheWireBitExactly) {
           ASSERT_TRUE(a.weights && b.weights) << what;
           EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
         }
+        // V's pool with rows of its own width (D_v = D + 1: FlashMLA's paged latent cache).
+        const Problem pv = test::with_v_head_dim(p);
+        EXPECT_EQ(served->forward(pv).output.values(), local->forward(pv).output.values()) << what << " D_v";
         p.key_lengths.clear();  // no padding: the frame says T_k for each sequence
         EXPECT_EQ(served->forward(p).output.values(), local->forward(p).output.values()) << what;
       }
@@ -480,7 +483,7 @@ TEST(Exec, numpyPagedExampleAgreesWithTheReference) {
   REQUIRE_NUMPY();
   const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_paged.py"));
   const Capabilities& c = impl->capabilities();
-  EXPECT_TRUE(c.paged && c.gqa && c.key_padding && c.window);
+  EXPECT_TRUE(c.paged && c.gqa && c.key_padding && c.window && c.v_head_dim);
   EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 8, 16, 32}));
   EXPECT_EQ(c.page_layouts, 1u);
   const auto ref = reference_implementation();
@@ -490,6 +493,8 @@ TEST(Exec, numpyPagedExampleAgreesWithTheReference) {
     EXPECT_LT(worst(a.output, r.output), 1e-13) << page_size;
     ASSERT_TRUE(a.weights);
     EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << page_size;
+    const Problem pv = test::with_v_head_dim(p);  // a value cache of its own width
+    EXPECT_LT(worst(impl->forward(pv).output, ref->forward(pv).output), 1e-13) << page_size << " D_v";
   }
   EXPECT_THROW(impl->forward(test::paged_problem(DType::f64, PageLayout::head_major, 8)), std::logic_error);
 }

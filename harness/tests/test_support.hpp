@@ -64,6 +64,20 @@ inline Problem paged_problem(DType dtype, PageLayout layout, Index page_size) {
   return p;
 }
 
+/// p with V given a head dimension of its own, D_v = D + 1: its extra column is column 0 negated (exact at every
+/// dtype). A paged p's V pool then has rows D + 1 wide (FlashMLA's paged latent cache).
+inline Problem with_v_head_dim(Problem p) {
+  const Shape s = p.v.shape();
+  Tensor<double> v(Shape{s.B, s.H, s.T, s.D + 1});
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      v.head(b, h).leftCols(s.D) = p.v.head(b, h);
+      v.head(b, h).col(s.D) = -p.v.head(b, h).col(0);
+    }
+  p.v = std::move(v);
+  return p;
+}
+
 /// Every mask family beyond causal at once (B 2, H 2, T_q 4 bottom-right over T_k 6, head dimension D), with dO:
 /// key lengths {6, 5}, a window of 3, a prefix of 2, a right window of 1, chunks of 3 and `causal` as given.
 /// Batch entry 0 holds documents with bounds {0, 2, 2, 5, 9} (an empty first document, an empty one at 2 and one

@@ -642,7 +642,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
              window = opts.allow_window && cfg.caps.window;
   const bool query_docs = opts.allow_documents && opts.allow_query_documents && cfg.caps.documents &&
                           cfg.caps.query_documents;
-  const bool v_dims = opts.allow_v_head_dim && !opts.require_paged && cfg.caps.v_head_dim;
+  const bool v_dims = opts.allow_v_head_dim && cfg.caps.v_head_dim;
   const bool docs = opts.allow_documents && cfg.caps.documents, chunks = opts.allow_chunks && cfg.caps.chunked_local,
              prefix = opts.allow_prefix && cfg.caps.prefix, right_window = opts.allow_right_window && cfg.caps.right_window,
              bidirectional = opts.allow_bidirectional && cfg.caps.bidirectional;
@@ -912,7 +912,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
     if (v_dims) {
       // A quarter of the cases (every one whose D the implementation accepts only with a D_v of its own) give V a
       // head dimension of its own: any other it accepts with D, up to --max-D (MLA's 576 and 512 where declared).
-      // Drawn last, so every earlier draw stays as it was; never paged (gen_case).
+      // Drawn last, so every earlier draw stays as it was; paged too (V's pool then has rows D_v wide: FlashMLA's
+      // paged latent cache).
       // Smaller than D (MLA's V inside its latent K) or larger, half each where both are accepted.
       const bool own = *weighted_choice<bool>({{3, false}, {1, true}});
       const bool smaller = *rc::gen::arbitrary<bool>();
@@ -1598,11 +1599,8 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     const bool any_modifier = (opts.allow_softcap && cfg.caps.softcap) || (opts.allow_alibi && cfg.caps.alibi) ||
                               (opts.allow_sinks && cfg.caps.sinks);
     if (any_modifier) (*gen_modifiers(cfg, opts, cfg.caps.softcap ? max_row_spread(p) : 0.0)).apply(p, s.h_ids);
-    // (Drawn whatever D_v is, so that shrinking D_v away keeps the draw; a case with a D_v of its own is not paged.)
-    if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) {
-      p.paged = *gen_paged_plan(cfg, opts);
-      if (s.D_v > 0) p.paged.reset();
-    }
+    // (V's pool has rows D_v wide where V has a head dimension of its own.)
+    if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) p.paged = *gen_paged_plan(cfg, opts);
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));

@@ -358,7 +358,7 @@ TEST(Generators, modifiersAreDrawnWhenDeclaredAndShrinkAwayUnlessNeeded) {
 }
 
 // V with a head dimension of its own (MLA) is drawn in about a quarter of the cases when declared, smaller and
-// larger than D, never paged, its dO shaped like the output; a declared list of pairs gives only those pairs; a
+// larger than D, paged too (V's pool then has rows D_v wide), its dO shaped like the output; a declared list of pairs gives only those pairs; a
 // failure that needs D_v != D shrinks to D = 1 with D_v = 2 or D = 2 with D_v = 1, one that does not sheds it; an
 // implementation that does not declare it is never sent one.
 TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds) {
@@ -368,7 +368,11 @@ TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds
     const Index D = p.q.shape().D, D_v = p.v_dim();
     if (D_v != D) {
       ++seen[D_v < D ? "smaller" : "larger"];
-      EXPECT_FALSE(p.paged.has_value());
+      if (p.paged) {
+        ++seen["paged"];
+        const Shape pool = p.paged_kv().pool_shape(p.k.shape().H, D_v);
+        EXPECT_EQ(paged_pools(p, p.k, p.v).v.shape(), pool);
+      }
       EXPECT_EQ(p.v.shape(), (Shape{p.k.shape().B, p.k.shape().H, p.k.shape().T, D_v}));
       if (p.d_output) {
         EXPECT_EQ(p.d_output->shape(), p.output_shape());
@@ -382,6 +386,7 @@ TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds
   EXPECT_LE(seen["smaller"] + seen["larger"], 45);
   EXPECT_GE(seen["smaller"], 3);
   EXPECT_GE(seen["larger"], 3);
+  EXPECT_GE(seen["paged"], 2) << "the reference declares paging: about half the D_v cases are paged";
   // Gradient cases too: dO [B,H,T_q,D_v].
   Law grad = probeLaw(count);
   grad.gen = [](const GenConfig& cfg) { return gen_gradient_case(cfg, {}); };
@@ -583,7 +588,7 @@ TEST(Generators, maskFamiliesAreDrawnWhenDeclaredAndShrinkToWhatTheFailureNeeds)
   }
 }
 
-// Paging is drawn in about half the cases when declared (less those with a V head dimension of its own: never paged), in declared page sizes and layouts only, with every
+// Paging is drawn in about half the cases when declared, in declared page sizes and layouts only, with every
 // derived table valid for its sequences; a failure that needs a paged call keeps it while the rest shrinks (to
 // the plainest plan: contiguous, no spare pages or columns), one that does not shrinks to dense; an
 // implementation that does not declare paging is never sent a paged call.

@@ -162,7 +162,7 @@ struct ProblemOptions {
   /// bottom-right alignment a document's queries are aligned on its own lengths).
   bool allow_query_documents = true;
   /// V with a head dimension D_v of its own (Capabilities::v_head_dim): a quarter of the cases, shrinking toward
-  /// D_v = D. Never with paged K and V.
+  /// D_v = D. Paged too (V's pool then has rows D_v wide).
   bool allow_v_head_dim = true;
   /// A block mask or a dense mask (Capabilities::block_mask, dense_mask): a third of the cases each way, shrinking
   /// toward none. Their cells are positional: a law whose derived calls slice, move or permute keys or queries

@@ -452,7 +452,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     `batch_invariant=True` declares that a sequence's results are bit-identical whatever else is in the batch, the
     batch size and the number of its queries in a call (the batch-invariance law; fn gets no keyword for it).
     `v_head_dim=True` declares that v may have a head dimension D_v of its own (MLA's 576 and 512): v is then
-    [B,H_kv,T_k,D_v] and the output (and dO) [B,H,T_q,D_v]; fn reads it from v's shape (no keyword).
+    [B,H_kv,T_k,D_v] and the output (and dO) [B,H,T_q,D_v]; fn reads it from v's shape (no keyword), or, in a
+    paged call, from the last extent of paged.v_pages (its rows D_v wide).
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),

@@ -712,10 +712,11 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
     if (gqa) {
       // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or, a third each, a divisor
       // strictly between 1 and H (true grouping: several kv heads, several query heads each). That needs an H
-      // such as 4 or 6, rare among small draws, so such a case takes the largest one within --max-H.
+      // such as 4 or 6, rare among small draws, so such a case takes the largest one within --max-H (never with a
+      // pinned shape: its H is the user's).
       const int kind = *rc::gen::inRange(0, 3);
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      if (kind == 2 && inner_divisors(s.H).empty())
+      if (kind == 2 && inner_divisors(s.H).empty() && !pinned)
         for (Index h = cfg.max_H; h > s.H; --h)
           if (!inner_divisors(h).empty()) {
             s.H = h;
@@ -914,8 +915,10 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       // head dimension of its own: any other it accepts with D, up to --max-D (MLA's 576 and 512 where declared).
       // Drawn last, so every earlier draw stays as it was; paged too (V's pool then has rows D_v wide: FlashMLA's
       // paged latent cache).
-      // Smaller than D (MLA's V inside its latent K) or larger, half each where both are accepted.
-      const bool own = *weighted_choice<bool>({{3, false}, {1, true}});
+      // Smaller than D (MLA's V inside its latent K) or larger, half each where both are accepted. A pinned shape
+      // (--shape B,H,T_q,T_k,D) keeps D_v = D, unless D is accepted only with a D_v of its own (the draw is still
+      // made, so that pinning changes no other draw).
+      const bool own = *weighted_choice<bool>({{3, false}, {1, true}}) && !pinned;
       const bool smaller = *rc::gen::arbitrary<bool>();
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       const std::vector<Index> with = caps.v_head_dims_with(s.D, std::max(cfg.max_D, s.D));

@@ -740,6 +740,19 @@ TEST(Generators, minTAndAPinnedShapeHoldWhileShrinking) {
                                    *reference_implementation(), opts);
   ASSERT_EQ(pinned.status, LawStatus::falsified);
   EXPECT_EQ(bad, "");
+  // Every case keeps the pinned shape: q's H (true grouping once raised a pinned H = 3 to 4, for a divisor strictly
+  // between 1 and H), and V's D, though the reference declares a V head dimension of its own (a quarter of its
+  // unpinned cases have one).
+  const LawResult all = run_law(probeLaw([&](const LawCase& c) -> std::optional<Violation> {
+                                  const Problem& p = c.problem;
+                                  if (p.q.shape() != Shape{2, 3, 40, 8} || p.v.shape() != p.k.shape() ||
+                                      p.k.shape().T != 33 || p.k.shape().D != 8 || 3 % p.k.shape().H != 0)
+                                    bad = to_string(p.q.shape()) + " " + to_string(p.k.shape()) + " " + to_string(p.v.shape());
+                                  return std::nullopt;
+                                }),
+                                *reference_implementation(), opts);
+  EXPECT_EQ(all.status, LawStatus::held);
+  EXPECT_EQ(bad, "") << "V of a pinned shape";
 }
 
 // The T generator puts weight where tiled kernels break: 2^k, 2^k ± 1 and 16m, 16m ± 1, up to max_T.

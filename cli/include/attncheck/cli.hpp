@@ -18,6 +18,9 @@ enum ExitCode : int {
   kFalsified = 1,   ///< at least one law was falsified; reports were written
   kUsage = 2,       ///< bad flag, value, law, implementation or file; the message says what was expected
   kInternal = 3,    ///< a bug in attncheck itself
+  /// Nothing was falsified, but an applicable law was not checked in full (a call budget ran out, a campaign
+  /// cell or a shard is missing): a run never passes what it did not check. `--accept-incomplete` makes it 0.
+  kIncomplete = 4,
   kInterrupted = 130,  ///< stopped by SIGINT or SIGTERM; the reports of the laws that finished were written
 };
 

@@ -63,17 +63,17 @@ std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) 
 
 }  // namespace
 
-Shard shard_option(const std::string& flag) {
+Shard shard_option(const std::string& flag, bool environment) {
   Shard sh;
   std::string text = flag, source = "--shard";
-  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
-  const char* index = std::getenv("GTEST_SHARD_INDEX");
+  const char* total = environment ? std::getenv("GTEST_TOTAL_SHARDS") : nullptr;
+  const char* index = environment ? std::getenv("GTEST_SHARD_INDEX") : nullptr;
   if (text.empty() && total && index && *total && *index) {
     text = std::string(index) + "/" + total;
     source = "GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS";
   }
   // GoogleTest's protocol: a runner that understands sharding touches the status file whenever it is named.
-  if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE"); status && *status) {
+  if (const char* status = environment ? std::getenv("GTEST_SHARD_STATUS_FILE") : nullptr; status && *status) {
     if (std::FILE* f = std::fopen(status, "a")) std::fclose(f);
   }
   if (text.empty()) return sh;
@@ -387,8 +387,9 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
   std::vector<const Law*> selected = select_laws(o, reg);
   // A shard checks every N-th law of the run from its index on: N shards check together exactly the laws (and,
-  // each law with the same seed, the cases) one run would.
-  const Shard shard = shard_option(o.shard);
+  // each law with the same seed, the cases) one run would. GoogleTest's variables shard a run of the laws, not
+  // the re-check of one law's case (--reproduce).
+  const Shard shard = shard_option(o.shard, o.shard_from_environment && o.reproduce.empty());
   std::vector<std::string> run_laws_names;
   for (const Law* l : selected) run_laws_names.push_back(l->name);
   if (shard.given) {
@@ -449,6 +450,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   run.dtype = dtype;
   run.seed = o.seed;
   run.cases = bounds.cases;
+  if (shard.given) run.shard = std::array<int, 2>{shard.index, shard.count};
   run.gen.dtype = dtype;
   run.gen.max_B = bounds.max_B;
   run.gen.max_H = bounds.max_H;
@@ -581,8 +583,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     for (; printed < selected.size() && (replayed[printed] || done[printed]); ++printed) {
       const LawResult& r = replayed[printed] ? replayed[printed]->result : *done[printed];
       const double t = times[printed] + (replayed[printed] ? 0.0 : r.seconds);
-      const std::string status =
-          r.status == LawStatus::falsified ? "FALSIFIED" : r.status == LawStatus::held ? "held" : "n/a";
+      const std::string status = r.status == LawStatus::falsified ? "FALSIFIED" : std::string(status_name(r.status));
       out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
           << lpad(std::to_string(r.shrink_steps), 9) << lpad(std::to_string(r.calls), 9) << lpad(seconds(t), 9);
       if (replayed[printed]) out << "  (corpus)";
@@ -614,6 +615,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   std::vector<reports::LawReport> results;
   std::vector<std::pair<fs::path, reports::Json>> corpus_entries;
   int falsified = 0, na = 0;
+  std::vector<std::string> unchecked;  // applicable laws not checked in full
   for (std::size_t n = 0, next = 0; n < selected.size(); ++n) {
     const Law* law = selected[n];
     std::optional<reports::LawReport> rep = std::move(replayed[n]);
@@ -626,6 +628,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     rep->why = law->why;
     falsified += rep->result.status == LawStatus::falsified;
     na += rep->result.status == LawStatus::not_applicable;
+    if (rep->result.status == LawStatus::not_checked) unchecked.push_back(law->name);
     if (rep->result.status == LawStatus::falsified && rep->result.minimal_case) {
       const fs::path entry = corpus ? corpus->path_for(law->name, *rep->result.minimal_case) : fs::path();
       if (corpus && rep->found_by.empty()) {
@@ -641,7 +644,18 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   reports::PublishResult published;
   try {
+    // A law this run did not check keeps the report an earlier run of this implementation wrote for it (the
+    // folder holds no other implementation's: ReportFolder refused it), so an interrupted rerun loses nothing.
+    std::vector<reports::ReportFile> kept;
+    for (reports::LawReport& r : results) {
+      if (r.result.status != LawStatus::not_checked) continue;
+      std::vector<reports::ReportFile> earlier = reports::law_files_in(report_dir, r.result.law);
+      if (earlier.empty()) continue;
+      r.result.note += "; the report an earlier run wrote for this law is kept (" + earlier.front().name + ")";
+      for (reports::ReportFile& f : earlier) kept.push_back(std::move(f));
+    }
     std::vector<reports::ReportFile> files = reports::render_run(run, results, formats);
+    for (reports::ReportFile& f : kept) files.push_back(std::move(f));
     if (shard.given)
       files.push_back({"shard.json", reports::dump_pretty(reports::to_json(reports::ShardDocument{
                                          run, formats, shard.index, shard.count, run_laws_names, results}))});
@@ -654,12 +668,19 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   for (const auto& [entry, doc] : corpus_entries) corpus->save(entry, doc);
 
   const int applicable = static_cast<int>(results.size()) - na;
+  const int not_checked = static_cast<int>(unchecked.size());
   const bool interrupted = stop_requested();
   if (interrupted) out << "interrupted: the reports hold the laws that finished (the others say \"not checked\")\n";
+  out << run.implementation << ": "
+      << (shard.given ? "shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " : "");
   if (falsified) {
-    out << run.implementation << ": " << falsified << " of " << applicable << " laws falsified";
+    out << falsified << " of " << applicable << " laws falsified";
+    if (not_checked) out << ", " << not_checked << " not checked";
+  } else if (not_checked) {
+    out << "INCOMPLETE: " << not_checked << " of " << applicable << " laws not checked, "
+        << applicable - not_checked << " held";
   } else {
-    out << run.implementation << ": all " << applicable << " laws held";
+    out << "all " << applicable << " laws held";
   }
   if (na) out << " (" << na << " not applicable)";
   out << "; seed " << run.seed << ". Reports in " << report_dir.string() << "/"
@@ -681,8 +702,17 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     if (o.program != "attncheck") typed.program = reports::shell_quote(o.program);
     if (const auto cmd = reports::replay_command(typed, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
   }
+  if (not_checked) {
+    std::string names;
+    for (const std::string& n : unchecked) names += (names.empty() ? "" : ", ") + n;
+    out << "  not checked: " << names << "\n";
+    if (!falsified && !interrupted)
+      out << "  a run passes only what it checked: raise --max-calls (or drop it)"
+          << (o.accept_incomplete ? "; --accept-incomplete: exit 0" : ", or pass --accept-incomplete to exit 0") << "\n";
+  }
   if (interrupted) return kInterrupted;
-  return falsified ? kFalsified : kAllHeld;
+  if (falsified) return kFalsified;
+  return not_checked && !o.accept_incomplete ? kIncomplete : kAllHeld;
 }
 
 }  // namespace attncheck::cli

@@ -61,6 +61,33 @@ std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) 
   return out;
 }
 
+// The largest head dimension (D or D_v) an implementation declares by value: its list, or a maximum (0: it
+// declares none, any D is accepted). A maximum above kMaxDeclaredDraw is drawn up to that.
+constexpr Index kMaxDeclaredDraw = 1024;
+Index declared_top_head_dim(const Capabilities& caps) {
+  Index top = 0;
+  if (caps.lists_head_dims()) {
+    for (const Index d : caps.head_dims) top = std::max(top, d);
+    if (caps.v_head_dim)
+      for (const auto& [k, v] : caps.head_dim_pairs) top = std::max({top, k, v});
+  } else if (caps.max_head_dim > 0) {
+    top = std::min(caps.max_head_dim, kMaxDeclaredDraw);
+  }
+  return top;
+}
+
+// "64, 128, 192/128": the declared head dimensions (and D_k/D_v pairs) at most max_D, or above it with `above`.
+std::string declared_head_dims(const Capabilities& caps, Index max_D, bool above) {
+  std::string s;
+  const auto add = [&](const std::string& d) { s += (s.empty() ? "" : ", ") + d; };
+  for (const Index d : caps.head_dims)
+    if ((d > max_D) == above && caps.supports_head_dim(d)) add(std::to_string(d));
+  if (caps.v_head_dim)
+    for (const auto& [k, v] : caps.head_dim_pairs)
+      if ((std::max(k, v) > max_D) == above) add(std::to_string(k) + "/" + std::to_string(v));
+  return s;
+}
+
 }  // namespace
 
 Shard shard_option(const std::string& flag, bool environment) {
@@ -472,6 +499,22 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     }
   }
   run.gen.max_D = bounds.max_D;
+  // Declared means drawn: an implementation that names its head dimensions (a list, D_k/D_v pairs, or a maximum)
+  // is called at every one of them, whatever --max-D's default; an explicit --max-D that cuts some says so below.
+  std::string head_dim_note;
+  if (const Capabilities& caps = impl->capabilities(); !o.long_mode && !o.given.max_D && o.shape.empty()) {
+    run.gen.max_D = std::max(run.gen.max_D, declared_top_head_dim(caps));
+  }
+  if (const Capabilities& caps = impl->capabilities(); caps.lists_head_dims()) {
+    const std::string drawn = declared_head_dims(caps, run.gen.max_D, false);
+    const std::string cut = declared_head_dims(caps, run.gen.max_D, true);
+    head_dim_note = "  head dimensions drawn: " + (drawn.empty() ? std::string("none") : drawn) + " (declared)" +
+                    (cut.empty() ? std::string() : "; not drawn, above --max-D " + std::to_string(run.gen.max_D) +
+                                                       ": " + cut) + "\n";
+  } else if (caps.max_head_dim > 0 && run.gen.max_D < std::min(caps.max_head_dim, kMaxDeclaredDraw)) {
+    head_dim_note = "  head dimensions drawn up to " + std::to_string(run.gen.max_D) + " of the declared " +
+                    std::to_string(caps.max_head_dim) + " (--max-D)\n";
+  }
   if (o.min_T > o.max_T)
     throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
                      std::to_string(o.min_T));
@@ -540,7 +583,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string())
       << (run.gen.stress > 1 ? ", stress " + std::to_string(run.gen.stress) : std::string()) << "\n"
-      << long_note
+      << long_note << head_dim_note
       << (shard.given ? "  shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " +
                             std::to_string(selected.size()) + " of the run's " + std::to_string(run_laws_names.size()) +
                             " laws (merge the shards' folders with `attncheck merge`)\n"

@@ -537,6 +537,65 @@ TEST(Incomplete, aCallBudgetTooSmallForEveryLawExitsIncompleteListingEachLawNotC
   EXPECT_TRUE(contains(accepted.out, "INCOMPLETE")) << accepted.out;
 }
 
+// A campaign's overview written before every shard is done is incomplete (exit 4), not a pass; so is a cell that
+// left a law not checked, which the overview marks "?".
+TEST(Incomplete, aCampaignWithARunMissingOrIncompleteExitsIncomplete) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const fs::path file = tmp.path() / "two.json";
+  std::ofstream(file) << R"({"name": "two", "implementations": ["reference"], "dtypes": ["float32", "float64"],
+                             "seeds": [1], "options": {"cases": 3, "properties": ["row-stochastic", "first-position"]}})";
+  const std::string root = (tmp.path() / "c").string();
+  ASSERT_EQ(attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--shard", "0/2"}).code, kAllHeld);
+  const Result early = attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--overview-only"});
+  EXPECT_EQ(early.code, kIncomplete) << early.out << early.err;
+  EXPECT_TRUE(contains(early.out, "1 of 2 runs not there yet")) << early.out;
+  const Result accepted =
+      attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--overview-only", "--accept-incomplete"});
+  EXPECT_EQ(accepted.code, kAllHeld) << accepted.out << accepted.err;
+  ASSERT_EQ(attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--shard", "1/2"}).code, kAllHeld);
+  EXPECT_EQ(attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--overview-only"}).code, kAllHeld);
+  // A budget too small for the cells' laws: every cell is incomplete, and so is the campaign.
+  std::ofstream(file) << R"({"name": "two", "implementations": ["reference"], "dtypes": ["float32"], "seeds": [1],
+                             "options": {"cases": 3, "max_calls": 1, "properties": ["row-stochastic", "first-position"]}})";
+  const Result starved = attncheck(reg, {"campaign", file.string(), "--report-dir", (tmp.path() / "s").string()});
+  EXPECT_EQ(starved.code, kIncomplete) << starved.out << starved.err;
+  EXPECT_TRUE(contains(slurp(tmp.path() / "s" / "overview.md"), " ? |"));
+}
+
+// Declared means drawn: a kernel that declares head dimensions 64, 128 and the MLA pairs 192/128 and 576/512 is
+// called at 192 and 576 under the default --max-D (128), so a bug of its MLA path is found; the header lists what
+// is drawn, and an explicit --max-D that cuts the pairs says which.
+TEST(DeclaredDrawn, declaredHeadDimensionsAboveTheDefaultMaxDAreDrawn) {
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.head_dims = {64, 128};
+  caps.v_head_dim = true;
+  caps.head_dim_pairs = {{192, 128}, {576, 512}};
+  const ImplementationPtr ref = reference_implementation();
+  Registry reg;
+  reg.laws = real_registry().laws;
+  reg.builtins = {make_implementation("mla-path-bug", "doubles its output on the MLA path (D > 128)", caps,
+                                      [ref](const Problem& p) {
+                                        Outcome o = ref->forward(p);
+                                        if (p.q.shape().D > 128)
+                                          for (Index n = 0; n < o.output.size(); ++n) o.output.data()[n] *= 2;
+                                        return o;
+                                      })};
+  TempDir tmp;
+  const std::vector<std::string> args{"check", "--impl", "mla-path-bug", "--property", "oracle-agreement", "--cases",
+                                      "40", "--no-corpus", "--report-dir", (tmp.path() / "r").string()};
+  const Result found = attncheck(reg, args);
+  EXPECT_EQ(found.code, kFalsified) << found.out << found.err;
+  EXPECT_TRUE(contains(found.out, "head dimensions drawn: 64, 128, 192/128, 576/512 (declared)\n")) << found.out;
+  std::vector<std::string> cut = args;
+  cut.insert(cut.end(), {"--max-D", "128", "--force"});
+  const Result missed = attncheck(reg, cut);
+  EXPECT_EQ(missed.code, kAllHeld) << missed.out << missed.err;
+  EXPECT_TRUE(contains(missed.out, "head dimensions drawn: 64, 128 (declared); not drawn, above --max-D 128: 192/128, "
+                                   "576/512\n"))
+      << missed.out;
+}
+
 // A rerun that leaves a law unchecked (a budget, an interrupt) keeps the report an earlier run wrote for it.
 TEST(Incomplete, aRerunThatDoesNotCheckALawKeepsItsEarlierReport) {
   const Registry reg = real_registry();

@@ -151,6 +151,46 @@ std::vector<Mutant> mask_family_mutants() {
       .killed_by = {"hidden-keys", "zero-future-weight", "oracle-agreement"},
   });
 
+  // Combinations. Each bug below needs three features of a call at once, so it is met only where the generators
+  // combine them (one case in several hundred on the features' own shares).
+  //
+  // An encoder path (no causal rule) written for square calls: it takes the query's chunk from its row index, as
+  // an encoder may (row and position agree when T_q == T_k); the causal path aligns it. Wrong only with chunks,
+  // no causal rule and T_q != T_k bottom-right, all three.
+  z.push_back(Mutant{
+      .impl = family_rule_impl("mutant:encoder-chunk-from-row",
+                               "no causal rule: the query's chunk computed from its row (right when square)",
+                               [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                                 if (c.chunk <= 0 || c.causal || c.position_offset == 0) return v.visible(i, j);
+                                 const Visibility nochunk = without(c, [](HeadCtx& d) { d.chunk = 0; });
+                                 return nochunk.visible(i, j) && floor_div(j, c.chunk) == floor_div(i, c.chunk);
+                               }),
+      .bug = "the non-causal (encoder) path computes a query's chunk as i / chunk from its row, not its aligned "
+             "position i + T_k - T_q: wrong only for chunked, non-causal, bottom-right calls with T_q != T_k",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "chunks, no causal rule and a bottom-right offset together: one query at position 1 over T_k = "
+                     "2 keys, chunks of 1, reads key 0's chunk instead of key 1's",
+      .killed_by = {"hidden-keys", "oracle-agreement"},
+  });
+
+  // A decode path that applies one local rule: `if (window) ... else if (chunk) ...`, so with both, the chunk is
+  // lost; the prefill path applies both. Wrong only with a window, chunks and T_q < T_k bottom-right.
+  z.push_back(Mutant{
+      .impl = family_rule_impl("mutant:cache-window-drops-chunk",
+                               "against a cache, a sliding window replaces the chunks instead of joining them",
+                               [](const HeadCtx& c, const Visibility& v, Index i, Index j) {
+                                 if (c.chunk <= 0 || !c.window || c.T_q >= c.T_k || c.position_offset == 0)
+                                   return v.visible(i, j);
+                                 return without(c, [](HeadCtx& d) { d.chunk = 0; }).visible(i, j);
+                               }),
+      .bug = "a cache call (T_q < T_k, bottom-right) with both a sliding window and chunks applies only the window "
+             "(`if (window) ... else if (chunk) ...`): keys of the previous chunk inside the window are seen",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "a window, chunks and a cache call together: one query at position 1 over T_k = 2 keys, "
+                     "chunks of 1 and a window of 1 or more, sees key 0 of the previous chunk",
+      .killed_by = {"hidden-keys", "oracle-agreement"},
+  });
+
   // Chunked local attention implemented as a sliding window of chunk - 1 keys: right for the last query of each
   // chunk, too wide for every other.
   z.push_back(Mutant{

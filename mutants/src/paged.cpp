@@ -384,6 +384,7 @@ std::vector<Mutant> paged_mutants() {
       "a second sequence): one sequence in contiguous token-major pages is the dense sequence whatever the page "
       "size, so pages of 16 read the right rows there",
       {"paged-dense", "page-size"}));
+  z.back().also_minimal = {{2, 1, 1, 1}};  // the second sequence, where the pages were drawn in order
   z.push_back(paged_mutant(
       "paged-layout-ignored", "a head-major pool read as token-major", PageBug::layout_ignored,
       "the pool always addressed as token-major [pages, page_size, H_kv, D], a head-major [pages, H_kv, page_size, D] "

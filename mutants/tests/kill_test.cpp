@@ -164,6 +164,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:paged-table-stride-pages-used", {.T_k = 1}},
     {"mutant:paged-table-transposed", {.T_k = 1}},
     {"mutant:paged-assumes-page-16", {.T_k = 17, .alignment = kBR}},
+    {"mutant:paged-assumes-page-16", {.T_k = 17, .alignment = kBR, .q = Shape{2, 1, 1, 1}}},
     {"mutant:paged-layout-ignored", {.T_k = 1, .layout = PageLayout::head_major}},
     {"mutant:paged-boundary-previous-page", {.T_k = 1, .page_size = 1}},
     {"mutant:paged-ignores-table", {.T_k = 1}},
@@ -212,6 +213,9 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .window = 0, .doc_bounds = {{}}, .q_doc_bounds = {{}}}},
     {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .doc_bounds = {{}}, .q_doc_bounds = {{}}, .chunk = 1}},
     {"mutant:chunk-from-query-index", {.T_k = 2, .alignment = kBR, .chunk = 1}},
+    // Three features at once: chunks, no causal rule and a bottom-right offset; a window, chunks and a cache call.
+    {"mutant:encoder-chunk-from-row", {.T_k = 2, .alignment = kBR, .chunk = 1, .bidirectional = true}},
+    {"mutant:cache-window-drops-chunk", {.T_k = 2, .alignment = kBR, .window = 1, .chunk = 1}},
     {"mutant:chunk-as-window", {.T_k = 2, .chunk = 1, .bidirectional = true}},
     {"mutant:chunk-as-window", {.T_k = 2, .chunk = 1, .prefix = 2}},
     {"mutant:chunk-as-window", {.T_k = 3, .alignment = kBR, .chunk = 2}},  // the causal rule alone
@@ -239,6 +243,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:block-mask-per-kv-head", {.T_k = 1, .H_kv = 1, .q = Shape{1, 2, 2, 1}, .cells = 2}},
     {"mutant:query-block-from-block-k", {.T_k = 2, .cells = 2}},
     {"mutant:query-block-from-block-k", {.T_k = 2, .bidirectional = true, .cells = 2}},
+    {"mutant:query-block-from-block-k", {.T_k = 3, .cells = 2, .q = Shape{1, 1, 3, 1}}},  // blocks of 2 x 1
     {"mutant:partial-cells-block-local", {.T_k = 2, .cells = 2}},
     {"mutant:partial-cells-block-local", {.T_k = 2, .bidirectional = true, .cells = 2}},
     {"mutant:ragged-key-block-dropped", {.T_k = 1, .cells = 2}},

@@ -616,6 +616,72 @@ std::vector<Index> tile_edge_lengths(Index min_T, Index max_T) {
 namespace {
 
 // The shape a case starts from (shrinking is shape_shrinks', under these rules).
+// What each feature of a case drew, whether it was turned on or not (Drawn), and which features a law and the
+// implementation allow (Allowed): a combination turns features on with the values they drew.
+struct Drawn {
+  std::vector<Index> key_lengths{};
+  std::optional<Index> window{}, window_right{};
+  std::vector<std::vector<Index>> doc_coords{}, q_doc_coords{};
+  Index chunk = 0, prefix = 0, D_v = 0;
+  int cells_kind = 0;  // 2 a block mask, 1 a dense mask
+};
+struct Allowed {
+  bool cross = false, gqa = false, padding = false, window = false, docs = false, query_docs = false, chunks = false,
+       prefix = false, right_window = false, bidirectional = false, block_masks = false, dense_masks = false,
+       v_dims = false;
+};
+
+// Turns on, in `s`, each allowed feature whose bit is set (one bit each, in a fixed order: which bit is which never
+// depends on what else is allowed), with the value it drew; the regime bits make T_q < T_k, T_q > T_k or T_q == T_k
+// (where declared) and the alignment bit bottom-right. Draws nothing: the lengths are reordered, not redrawn.
+void apply_combination(CaseShape& s, const Drawn& d, std::uint64_t bits, const Allowed& a, const Capabilities& caps,
+                       Index min_T, Index max_H_kv) {
+  const auto bit = [bits](int n) { return (bits >> n) & 1u; };
+  if (a.cross && bit(0)) {  // the cross-length regime: fewer queries than keys (bit 1) or more
+    const Index lo = std::min(s.T_q, s.T_k), hi = std::max(s.T_q, s.T_k);
+    const Index shorter = lo < hi ? lo : std::max(min_T, lo - 1), longer = lo < hi ? hi : lo + 1;
+    const bool fewer = bit(1);
+    const Index T_q = fewer ? shorter : longer, T_k = fewer ? longer : shorter;
+    if (T_q != T_k && T_q >= min_T && T_k >= min_T && caps.supports_lengths(T_q, T_k)) {
+      s.T_q = T_q;
+      s.T_k = T_k;
+    }
+  }
+  if (bit(2) && s.T_q != s.T_k && caps.supports(CausalAlignment::BottomRight)) s.alignment = CausalAlignment::BottomRight;
+  if (a.gqa && bit(3) && s.H_kv == s.H && s.H > 1) {  // grouped: the largest kv-head count below H it allows
+    const std::vector<Index> ds = divisors(s.H);
+    for (auto it = ds.rbegin(); it != ds.rend(); ++it)
+      if (*it < s.H && (max_H_kv <= 0 || *it <= max_H_kv)) {
+        s.H_kv = *it;
+        break;
+      }
+  }
+  if (a.padding && bit(4) && s.key_lengths.empty() && !d.key_lengths.empty())
+    s.key_lengths.assign(d.key_lengths.begin(), d.key_lengths.begin() + std::min<Index>(s.B, Index(d.key_lengths.size())));
+  if (a.window && bit(5) && !s.window) s.window = d.window;
+  if (a.docs && bit(6) && s.doc_coords.empty()) s.doc_coords = d.doc_coords;
+  if (a.query_docs && bit(7) && !s.doc_coords.empty() && s.q_doc_coords.empty()) s.q_doc_coords = d.q_doc_coords;
+  if (a.chunks && bit(8) && s.chunk == 0) s.chunk = d.chunk;
+  if (a.bidirectional && bit(9)) {
+    s.bidirectional = true;
+    s.prefix = 0;  // meaningless without the causal rule
+  }
+  if (a.prefix && bit(10) && !s.bidirectional && s.prefix == 0) s.prefix = d.prefix;
+  if (a.right_window && bit(11) && !s.window_right) s.window_right = d.window_right;
+  const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
+  if ((a.block_masks || a.dense_masks) && bit(12) && s.cells.kind == 0 && small) s.cells.kind = d.cells_kind;
+  if (!small) s.cells.kind = 0;
+  if (a.v_dims && bit(13) && s.D_v == 0 && d.D_v > 0) {
+    s.D_v = d.D_v;
+    s.dv_ids = iota(s.D_v);
+  }
+  // The lengths may have changed: every bound within them (fit_key_lengths clamps the key lengths later).
+  for (auto& bounds : s.doc_coords)
+    for (Index& b : bounds) b = std::min(b, s.T_k);
+  for (auto& bounds : s.q_doc_coords)
+    for (Index& b : bounds) b = std::min(b, s.T_q);
+}
+
 std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, const ProblemOptions& opts) {
   const Index min_T = std::max<Index>(cfg.min_T, 1);
   const Index max_T = std::max(min_T, std::min<Index>(cfg.max_T, cfg.caps.max_T));
@@ -663,9 +729,14 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
                             min_T <= 1 && !pinned && long_lengths.empty();
   const bool empty_rows =
       opts.require_empty_row && cross && caps.q_longer && caps.supports(CausalAlignment::BottomRight);
+  // Combinations: the features of a call this law and this implementation allow, each on its own share of the
+  // cases (below); with two or more, half the cases also turn each on at random (see apply_combination).
+  const int combinable = int(cross) + gqa + padding + window + docs + chunks + prefix + right_window + bidirectional +
+                         (block_masks || dense_masks) + v_dims;
   // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
   const auto initial = rc::gen::exec([=] {
     CaseShape s;
+    Drawn drawn;  // what each feature drew, used or not: a combination turns it on
     s.B = *rc::gen::inRange<Index>(1, cfg.max_B + 1);
     s.H = *rc::gen::inRange<Index>(1, cfg.max_H + 1);
     s.T_q = *gen_T();
@@ -738,6 +809,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
         const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
         lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
       }
+      drawn.key_lengths = lengths;
       if (padded || opts.require_padding)
         s.key_lengths.assign(lengths.begin(), lengths.begin() + std::min<Index>(s.B, max_B));
     }
@@ -748,8 +820,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}, {1, 3}});  // whatever the size
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       const Index T = std::max(s.T_q, s.T_k);
-      if (windowed || opts.require_window)
-        s.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
+      drawn.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
+      if (windowed || opts.require_window) s.window = drawn.window;
     }
     if (cache_shapes) {
       // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
@@ -843,8 +915,10 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
           std::sort(bounds.begin(), bounds.end());
           q_coords.push_back(std::move(bounds));
         }
+        drawn.q_doc_coords = q_coords;
         if (own && (packed || opts.require_documents)) s.q_doc_coords = std::move(q_coords);
       }
+      drawn.doc_coords = coords;
       if (packed || opts.require_documents) s.doc_coords = std::move(coords);
     }
     if (chunks) {
@@ -857,6 +931,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const Index size = kind == 0 ? 1 : kind == 1 ? 2 : kind == 2 ? tiles[pick % 3]
                          : kind == 3 ? tiles[pick % 3] + (pick / 3 % 2 ? 1 : -1)
                          : kind == 4 ? T + Index(pick % 3) : 1 + Index(pick % std::max<Index>(T, 1));
+      drawn.chunk = size;
       if (chunked || opts.require_chunks) s.chunk = size;
     }
     if (bidirectional) {
@@ -873,6 +948,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const std::vector<Index> edges_t = tile_edge_lengths(1, std::max<Index>(T, 1));
       const Index size = kind == 0 ? 1 : kind == 1 ? edges_t[std::size_t(pick) % edges_t.size()]
                          : kind == 2 ? T : 1 + Index(pick % std::max<Index>(T, 1));
+      drawn.prefix = size;
       if ((with || opts.require_prefix) && !s.bidirectional) s.prefix = size;
     }
     if (right_window) {
@@ -881,8 +957,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
       const int kind = *rc::gen::inRange(0, 4);
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      if (with || opts.require_right_window)
-        s.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
+      drawn.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
+      if (with || opts.require_right_window) s.window_right = drawn.window_right;
     }
     if (block_masks || dense_masks) {
       // A third of the cases with a block mask and a third with a dense mask (where declared): blocks of 1, 2, 3,
@@ -909,6 +985,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       // would be gigabytes, and FlexAttention's long calls are block-sparse, which the small ones cover.
       const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
       m.kind = !small ? 0 : want_block ? 2 : want_dense ? 1 : 0;
+      drawn.cells_kind = block_masks ? 2 : 1;
     }
     if (v_dims) {
       // A quarter of the cases (every one whose D the implementation accepts only with a D_v of its own) give V a
@@ -926,10 +1003,29 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       for (const Index d : with)
         if ((d < s.D) == smaller) side.push_back(d);
       const std::vector<Index>& from = side.empty() ? with : side;
+      if (!from.empty()) drawn.D_v = from[std::size_t(pick) % from.size()];
       if (!from.empty() && (own || !caps.supports_head_dim(s.D))) {
         s.D_v = from[std::size_t(pick) % from.size()];
         s.dv_ids = iota(s.D_v);
       }
+    }
+    if (combinable >= 2) {
+      // Drawn last, so every draw above stays as it was: half the cases turn on each allowed feature with
+      // probability 1/2 (bits of one draw), with the values the feature drew above, and pick a cross-length
+      // regime and an alignment. Every pair of features then comes in at least 1/8 of the cases, every triple in
+      // 1/16, two features with one regime bottom-right (a chunk and no causal rule, more queries than keys) in
+      // 1/64, where on their own shares such a combination came in well under one case in 100.
+      const bool combine = *rc::gen::arbitrary<bool>();
+      const std::uint64_t bits = *rc::Gen<std::uint64_t>([](const rc::Random& random, int) {
+        return rc::shrinkable::just(rc::Random(random).next());  // not scaled by the size
+      });
+      if (combine && !pinned && long_lengths.empty())
+        apply_combination(s, drawn, bits,
+                          Allowed{.cross = cross && !empty_rows, .gqa = gqa, .padding = padding, .window = window,
+                                  .docs = docs, .query_docs = query_docs, .chunks = chunks, .prefix = prefix,
+                                  .right_window = right_window, .bidirectional = bidirectional,
+                                  .block_masks = block_masks, .dense_masks = dense_masks, .v_dims = v_dims},
+                          caps, min_T, max_H_kv);
     }
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);
@@ -1191,6 +1287,25 @@ std::vector<std::string> shape_tags(const Problem& p) {
       }
     if (!p.q_doc_bounds.empty()) tags.push_back("query-documents");
   }
+  // Which features of the call came together: each pair of those on (a bug that needs two, or three, shows
+  // only where they meet), so a run's coverage says which combinations it reached.
+  std::vector<std::string> on;
+  if (T < T_k) on.push_back(p.alignment == CausalAlignment::BottomRight ? "T_q<T_k,bottom-right" : "T_q<T_k,top-left");
+  if (T > T_k) on.push_back(p.alignment == CausalAlignment::BottomRight ? "T_q>T_k,bottom-right" : "T_q>T_k,top-left");
+  if (p.kv_heads() != q.H) on.push_back("grouped");
+  if (!p.key_lengths.empty()) on.push_back("padded");
+  if (p.window) on.push_back("window");
+  if (!p.doc_bounds.empty()) on.push_back(p.q_doc_bounds.empty() ? "documents" : "query-documents");
+  if (p.chunk_size > 0) on.push_back("chunked");
+  if (!p.causal) on.push_back("no-causal");
+  if (p.prefix_length > 0) on.push_back("prefix");
+  if (p.window_right) on.push_back("window-right");
+  if (p.block_mask) on.push_back("block-mask");
+  if (p.dense_mask) on.push_back("dense-mask");
+  if (p.v_dim() != D) on.push_back("D_v");
+  if (on.size() >= 2) tags.push_back("features-at-once=" + std::string(on.size() >= 3 ? "3+" : "2"));
+  for (std::size_t a = 0; a < on.size(); ++a)
+    for (std::size_t b = a + 1; b < on.size(); ++b) tags.push_back("with:" + on[a] + "+" + on[b]);
   if (p.softcap) tags.push_back("softcap");
   if (!p.alibi_slopes.empty()) tags.push_back("alibi");
   if (!p.sinks.empty()) tags.push_back("sinks");

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <map>
 #include <memory>
+#include <set>
 #include <thread>
 
 #include "attncheck/generators.hpp"
@@ -812,6 +813,32 @@ TEST(Generators, shrinkingStopsAtItsTimeBudgetWithTheSmallestCaseSoFar) {
   EXPECT_EQ(std::max(p.q.shape().T, p.k.shape().T), 2) << "shrunk to the smallest failing T";
   EXPECT_GT(unlimited.shrink_steps, capped.shrink_steps);
   EXPECT_EQ(unlimited.note.find("cut short"), std::string::npos) << unlimited.note;
+}
+
+// Combinations: every pair of the features a call can carry that the reference declares (it declares them all)
+// comes together in a share of the cases, and the coverage tags say which pairs a run reached. Features that
+// exclude each other (a prefix needs the causal rule; one mask kind a case; one cross-length regime) are not pairs.
+TEST(Generators, everyPairOfDeclaredFeaturesComesTogether) {
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 400;
+  const LawResult r = run_law(probeLaw(), *reference_implementation(), opts);
+  ASSERT_EQ(r.status, LawStatus::held);
+  const std::vector<std::string> features{"T_q<T_k,bottom-right", "T_q>T_k,bottom-right", "grouped", "padded",
+                                          "window", "documents", "chunked", "no-causal", "prefix", "window-right",
+                                          "block-mask", "dense-mask", "D_v"};
+  const std::set<std::pair<std::string, std::string>> exclusive{
+      {"T_q<T_k,bottom-right", "T_q>T_k,bottom-right"}, {"no-causal", "prefix"}, {"block-mask", "dense-mask"}};
+  std::string thin;
+  for (std::size_t a = 0; a < features.size(); ++a)
+    for (std::size_t b = a + 1; b < features.size(); ++b) {
+      if (exclusive.count({features[a], features[b]})) continue;
+      const std::string tag = "with:" + features[a] + "+" + features[b];
+      const int n = r.coverage.count(tag) ? r.coverage.at(tag) : 0;
+      if (n < 4) thin += "\n  " + tag + ": " + std::to_string(n) + " of " + std::to_string(r.cases_run);  // 1%
+    }
+  EXPECT_EQ(thin, "") << "pairs of declared features met in under 1% of the cases";
+  int three = r.coverage.count("features-at-once=3+") ? r.coverage.at("features-at-once=3+") : 0;
+  EXPECT_GE(three, r.cases_run / 10) << "three or more features at once in at least 10% of the cases";
 }
 
 // A call budget shared by the laws of a run: once spent, a law checks no further case and is not checked (never

@@ -260,6 +260,14 @@ def test_an_unknown_status_or_flag_from_an_exec_client_is_a_protocol_error(tmp_p
         assert "protocol error: " in r.out and said in r.out, r
 
 
+def test_a_reply_with_more_values_than_its_shapes_is_a_protocol_error(tmp_path, marker):
+    # The exec side of a write past a buffer: values beyond the shapes a reply announces are never read as data.
+    r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} extravalues", "--property", "row-stochastic", "--cases", "5",
+             "--dtype", "float64", "--no-corpus", "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 1, r
+    assert "protocol error: " in r.out and "result frame: 8 bytes left over" in r.out, r
+
+
 def test_a_call_answered_twice_is_a_protocol_error_not_a_counterexample(tmp_path, marker):
     r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} twice", "--property", "row-stochastic,zero-future-weight",
              "--cases", "20", "--dtype", "float64", "--no-corpus", "--report-dir", tmp_path / "r"], tmp_path)

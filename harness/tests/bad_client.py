@@ -57,7 +57,8 @@ def hanging_backward(q, k, v, d_output, scale=None):
 
 def misanswer():
     """The answers go out wrong on the wire, whatever the kernel computed: "twice" sends every result frame two
-    times (the second 5 ms after the first, and the next read 50 ms after that), "badstatus" with a status no version defines, "badflags" with a flag bit no version defines."""
+    times (the second 5 ms after the first, and the next read 50 ms after that), "badstatus" with a status no version defines, "badflags" with a flag bit no version defines, "extravalues" with one
+    value more than its shapes announce."""
     write = attncheck_plugin._Channel.write
 
     def patched(self, ftype, payload):
@@ -65,6 +66,8 @@ def misanswer():
             payload = struct.pack("<i", 9) + payload[4:]
         if ftype == attncheck_plugin.RESULT and MODE == "badflags":
             payload = payload[:4] + struct.pack("<I", struct.unpack_from("<I", payload, 4)[0] | 4) + payload[8:]
+        if ftype == attncheck_plugin.RESULT and MODE == "extravalues":
+            payload += struct.pack("<d", 1.0)  # one value more than the shapes it sent announce
         write(self, ftype, payload)
         if ftype == attncheck_plugin.RESULT and MODE == "twice":
             time.sleep(0.005)  # apart from the first, so that a reader may take it for the next call's answer...
@@ -75,7 +78,7 @@ def misanswer():
 
 
 if __name__ == "__main__":
-    if MODE in ("twice", "badstatus", "badflags"):
+    if MODE in ("twice", "badstatus", "badflags", "extravalues"):
         misanswer()
     if MODE == "slowstart":
         time.sleep(1000)  # a start-up that takes its time (loading weights, warming a device)

@@ -170,7 +170,7 @@ void check_fits_in_memory(const GenConfig& g, const Capabilities& caps, const st
                      " keys (its largest page size), and at B <= " + std::to_string(Index(B)) + ", H_kv <= " +
                      std::to_string(Index(g.max_H_kv > 0 && !g.shape ? std::min(H, double(g.max_H_kv)) : H)) +
                      ", T_k <= " + std::to_string(Index(T_k)) + ", D <= " + std::to_string(Index(D)) +
-                     " a case's K and V page pools need at least " + gib(pool_need) +
+                     ", a case's K and V page pools need at least " + gib(pool_need) +
                      " (whole pages however few keys a case has, as doubles, in the frame, the child and the "
                      "call), but this machine allows " + gib(have) +
                      "; declare smaller page sizes (expected pools that fit in memory), or choose a smaller " +

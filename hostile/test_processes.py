@@ -4,11 +4,13 @@ hanging or garbling implementation is reported, never costs the run; one that ca
 given up on after a few tries instead of stalling the run. The `marker` fixture fails a test that leaves any
 process behind."""
 import json
+import os
+import resource
 import signal
 import subprocess
 import time
 
-from conftest import ATTNCHECK, PYTHON, HERE, bad_plugin, processes_with, run
+from conftest import ATTNCHECK, PYTHON, HERE, Run, bad_plugin, processes_with, run
 
 CLIENT = HERE.parent / "harness" / "tests" / "bad_client.py"
 
@@ -170,4 +172,167 @@ def test_garbage_instead_of_a_handshake_is_refused(tmp_path, marker):
              "--report-dir", tmp_path / "r"], tmp_path)
     assert r.rc == 2, r
     assert "exec protocol" in r.err, r
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def sanitized():
+    """True for a sanitizer build, which reserves terabytes of address space: no RLIMIT_AS there."""
+    return b"__asan_init" in open(ATTNCHECK, "rb").read()
+
+
+def address_space_limit(gib):
+    """A preexec_fn limiting the run's address space to `gib` GiB (ulimit -v), or None under a sanitizer."""
+    if sanitized():
+        return None
+    return lambda: resource.setrlimit(resource.RLIMIT_AS, (gib << 30, gib << 30))
+
+
+def run_limited(args, cwd, gib, timeout=120):
+    p = subprocess.run([ATTNCHECK, *map(str, args)], cwd=cwd, capture_output=True, timeout=timeout,
+                       preexec_fn=address_space_limit(gib))
+    return Run(p.returncode, p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace"))
+
+
+# Its own limits are its own failures: what a declaration or a flag asks for that attncheck cannot hold is
+# refused (or capped) before a law runs, never an exit 3 halfway through.
+def test_pages_too_large_to_hold_are_refused_before_a_law_runs(tmp_path, marker):
+    # Pages of 2^20 keys (within the ABI's range): at the default bounds a pool needs far more than any machine.
+    r = run_limited(["check", "--impl", f"plugin:{bad_plugin('huge_pages')}", "--no-corpus",
+                     "--report-dir", tmp_path / "r"], tmp_path, gib=4, timeout=60)
+    assert r.rc == 2, r
+    assert "the implementation declares pages of 1048576 keys" in r.err, r
+    assert "declare smaller page sizes" in r.err and "--max-B, --max-Hkv or --max-D" in r.err, r
+    assert "FALSIFIED" not in r.out and "held" not in r.out, r
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_jobs_beyond_the_cores_are_capped_not_an_internal_error(tmp_path, marker):
+    # 1024 workers' stacks alone are 8 GiB of address space; under a 2 GiB limit they cannot all start.
+    r = run_limited(["check", "--impl", "reference", "--jobs", "1024", "--cases", "5", "--no-corpus",
+                     "--property", "row-stochastic,zero-future-weight", "--report-dir", tmp_path / "r"],
+                    tmp_path, gib=2)
+    assert r.rc == 0, r
+    assert f"--jobs 1024 capped at {os.cpu_count()}, this machine's cores" in r.out, r
+    assert "all 2 laws held" in r.out, r
+    assert (tmp_path / "r" / "summary.json").exists()
+
+
+def test_sigint_inside_a_long_case_ends_the_run_within_two_seconds(tmp_path, marker):
+    # --long's gradient cases take many seconds each (T_k up to 65537): the interrupt must not wait for the
+    # case to end (it took 15 s once, inside the core's streamed backward and the oracle's).
+    p = subprocess.Popen([ATTNCHECK, "check", "--impl", "reference", "--long", "--no-corpus",
+                          "--property", "grad-oracle", "--report-dir", str(tmp_path / "r")],
+                         cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        lock = tmp_path / "r" / ".attncheck-lock"
+        deadline = time.monotonic() + 30
+        while not lock.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(5)  # well inside the law's long cases (the first takes about 4 s)
+        assert p.poll() is None, "the run ended before the interrupt"
+        p.send_signal(signal.SIGINT)
+        sent = time.monotonic()
+        out, err = p.communicate(timeout=60)
+        took = time.monotonic() - sent
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, (out, err)
+    assert took < 2, f"the run took {took:.1f} s to end after SIGINT"
+    assert "interrupted" in out, out
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert [law["law"] for law in summary["laws"]] == ["grad-oracle"], summary
+    assert summary["laws"][0]["status"] != "falsified", summary
+
+
+# Output buffers are guarded far past their ends: a write there is a failed call that names the buffer.
+def test_a_write_far_past_the_lse_buffer_is_a_crash_naming_it(tmp_path, marker):
+    r = run(["check", "--impl", f"plugin:{bad_plugin('lse_far')}", "--property", "lse-oracle", "--cases", "10",
+             "--no-corpus", "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 1, r
+    assert "crash: " in r.out and "wrote far past the end of its lse [" in r.out, r
+    assert (tmp_path / "r" / "summary.json").exists()
+
+
+# What a declaration or an answer says must be a value the ABI or the protocol defines.
+def test_a_negative_max_t_is_refused_from_a_plugin(tmp_path, marker):
+    r = run(["check", "--impl", f"plugin:{bad_plugin('negative_max_t')}", "--no-corpus",
+             "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 2, r
+    assert "max_T is -1 (expected 0 for no limit" in r.err, r
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_a_negative_max_t_is_refused_by_the_python_client(tmp_path, marker):
+    r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} negmaxt", "--no-corpus", "--report-dir", tmp_path / "r"],
+            tmp_path)
+    assert r.rc == 2, r
+    assert "serve: max_T is -1 (expected 0 for no limit" in r.err, r
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_an_unknown_status_from_a_plugin_is_an_abi_error(tmp_path, marker):
+    r = run(["check", "--impl", f"plugin:{bad_plugin('unknown_status')}", "--property", "row-stochastic",
+             "--cases", "5", "--no-corpus", "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 1, r
+    assert "ABI error: its forward returned status 7 (expected ATTNCHECK_OK 0, ATTNCHECK_ERROR 1 or" in r.out, r
+
+
+def test_an_unknown_status_or_flag_from_an_exec_client_is_a_protocol_error(tmp_path, marker):
+    for mode, said in (("badstatus", "result frame: status 9 (expected 0 ok, 1 error, 2 unsupported or 3 wrong size)"),
+                       ("badflags", "result frame: flags 0x4 (expected a combination of 1 weights and 2 LSE)")):
+        r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} {mode}", "--property", "row-stochastic", "--cases", "5",
+                 "--dtype", "float64", "--no-corpus", "--report-dir", tmp_path / mode], tmp_path)
+        assert r.rc == 1, r
+        assert "protocol error: " in r.out and said in r.out, r
+
+
+def test_a_reply_with_more_values_than_its_shapes_is_a_protocol_error(tmp_path, marker):
+    # The exec side of a write past a buffer: values beyond the shapes a reply announces are never read as data.
+    r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} extravalues", "--property", "row-stochastic", "--cases", "5",
+             "--dtype", "float64", "--no-corpus", "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 1, r
+    assert "protocol error: " in r.out and "result frame: 8 bytes left over" in r.out, r
+
+
+def test_a_call_answered_twice_is_a_protocol_error_not_a_counterexample(tmp_path, marker):
+    r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} twice", "--property", "row-stochastic,zero-future-weight",
+             "--cases", "20", "--dtype", "float64", "--no-corpus", "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 1, r
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    for law in summary["laws"]:
+        assert law["status"] == "falsified", summary
+    # Every falsification is the protocol error, never a law's own comparison of a stale answer.
+    assert r.out.count("protocol error: ") >= 2, r
+    assert "wrong size" not in r.out and "should be" not in r.out and "but was" not in r.out, r
+    assert "answer nobody asked for" in r.out or "sent more than one frame" in r.out, r
+
+
+def test_sigint_while_an_exec_client_starts_exits_130(tmp_path, marker):
+    p = subprocess.Popen([ATTNCHECK, "check", "--impl", f"exec:{PYTHON} {CLIENT} slowstart", "--no-corpus",
+                          "--report-dir", str(tmp_path / "r")], cwd=tmp_path, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while len(processes_with(marker)) < 3 and time.monotonic() < deadline:  # attncheck, guard, client
+            time.sleep(0.05)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=20)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130, (out, err)
+    assert "interrupted while starting the implementation" in err, err
+    assert not (tmp_path / "r" / "summary.json").exists()
+
+
+def test_a_handshake_timeout_promises_no_later_call(tmp_path, marker):
+    r = run(["check", "--impl", f"exec:{PYTHON} {CLIENT} slowstart", "--timeout", "1", "--no-corpus",
+             "--report-dir", tmp_path / "r"], tmp_path)
+    assert r.rc == 2, r
+    assert "no answer within 1 s before finishing the handshake; the process was killed" in r.err, r
+    assert "later call" not in r.err, r
     assert not (tmp_path / "r" / "summary.json").exists()

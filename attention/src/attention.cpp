@@ -1,5 +1,6 @@
 // The reference scaled causal attention: shape checks, masked softmax over the key axis, weights·V.
 #include "attncheck/attention.hpp"
+#include "attncheck/cancel.hpp"
 
 #include "attncheck/format.hpp"
 #include "streamed.hpp"
@@ -192,6 +193,7 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
   if (lse) *lse = Tensor<double>(Shape{qs.B, qs.H, qs.T, 1});
   for (Index b = 0; b < qs.B; ++b) {
     for (Index h = 0; h < qs.H; ++h) {
+      throw_if_cancelled(who);  // a head at a time: the materialised path holds up to 2^22 weights per head
       const auto& mask = mask_of(b, h);
       if (mask.rows() != qs.T || mask.cols() != T_k)
         mismatch(who, "mask", shape_string(mask.rows(), mask.cols()), "QKᵀ", shape_string(qs.T, T_k),

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "attncheck/backward.hpp"
+#include "attncheck/cancel.hpp"
 
 namespace attncheck {
 namespace {
@@ -187,14 +188,16 @@ template <class S, bool kBound> class Streamed {
   template <class F> void parallel(Index items, F&& f) const {
     const unsigned threads = unsigned(std::min<Index>(Index(threads_), std::max<Index>(items, 1)));
     std::atomic<Index> next{0};
+    // A cancelled run stops each worker at its next item (a block of rows against the keys).
     const auto worker = [&] {
       Scratch<A> sc;
-      for (Index n = next++; n < items; n = next++) f(n, sc);
+      for (Index n = next++; n < items && !cancellation_requested(); n = next++) f(n, sc);
     };
     std::vector<std::thread> pool;
     for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
     worker();
     for (auto& t : pool) t.join();
+    throw_if_cancelled("streamed attention backward");
   }
 
   // sc.vis for rows [i0, i0+n) and keys [j0, j0+w) of head (b, h); false when no cell is visible.

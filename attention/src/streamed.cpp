@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "attncheck/attention.hpp"
+#include "attncheck/cancel.hpp"
 #include "streamed.hpp"
 
 namespace attncheck::detail {
@@ -213,14 +214,16 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   const unsigned hw = opts.threads > 0 ? unsigned(opts.threads) : std::max(1u, std::thread::hardware_concurrency());
   const unsigned threads = work < kThreadWork ? 1u : unsigned(std::min<Index>(hw, items));
   std::atomic<Index> next{0};
+  // A cancelled run stops each worker at its next item (a block of rows: milliseconds even at long T).
   const auto worker = [&] {
     BlockState<A> st;
-    for (Index n = next++; n < items; n = next++) item(n, st);
+    for (Index n = next++; n < items && !cancellation_requested(); n = next++) item(n, st);
   };
   std::vector<std::thread> pool;
   for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
   worker();
   for (auto& t : pool) t.join();
+  throw_if_cancelled("streamed attention");
   return out;
 }
 

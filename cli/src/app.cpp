@@ -9,6 +9,7 @@
 #include <ostream>
 #include <string_view>
 
+#include "attncheck/cancel.hpp"
 #include "attncheck/cli.hpp"
 #include "attncheck/reports.hpp"
 #include "check.hpp"
@@ -138,7 +139,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--jobs", o.jobs,
                     "cases of different laws checked at once (default: one per core); the reports are the same as "
                     "with --jobs 1. Only for an implementation that declares itself reentrant (the reference); "
-                    "others run one law after the other")
+                    "others run one law after the other. At most the machine's cores (more are capped, and the "
+                    "header says so)")
       ->check(CLI::Range(1, 1024));
   check->add_option("--timeout", o.timeout,
                     "seconds a plugin: or exec: call may take before it counts as a hang (default: "
@@ -224,6 +226,9 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   } catch (const reports::FileError& e) {
     err << "attncheck: " << e.what() << "\n";
     return kUsage;
+  } catch (const Cancelled& e) {  // SIGINT or SIGTERM before a law began (starting an exec: client, say)
+    err << "attncheck: " << e.what() << "\n";
+    return kInterrupted;
   } catch (const std::exception& e) {
     err << "attncheck: internal error: " << e.what() << "\n";
     return kInternal;

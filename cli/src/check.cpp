@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include <string_view>
 #include <thread>
 
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include "attncheck/mutants.hpp"
@@ -173,10 +175,33 @@ void check_fits_in_memory(const GenConfig& g, const Capabilities& caps, const st
     B = double(g.max_B), H = double(g.max_H), T_q = T, T_k = T, D = double(g.max_D);
   }
   const double need = 8.0 * (2 * B * H * T_q * D + 2 * B * H * T_k * D);
+  // Paged K and V: a pool holds whole pages of the declared size however few keys a case has, so the largest
+  // declared page size sets it: B·ceil(T_k / page) pages and up to 3 spare ones of [page, H_kv, D], for K and
+  // for V, held in the frame, by the child and at the call's dtype (as doubles, 4 copies: a floor).
+  double pool_need = 0;
+  Index page_size = 0;
+  if (caps.paged && !caps.page_sizes.empty()) {
+    page_size = *std::max_element(caps.page_sizes.begin(), caps.page_sizes.end());
+    const double H_kv = g.max_H_kv > 0 && !g.shape ? std::min(H, double(g.max_H_kv)) : H;
+    const double pool_pages = B * std::ceil(T_k / double(page_size)) + 3;
+    pool_need = 4 * 2 * 8.0 * pool_pages * double(page_size) * H_kv * D;
+  }
   const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
   if (pages <= 0 || page <= 0) return;  // unknown: let the run try
-  const double have = double(pages) * double(page);
-  if (need <= have) return;
+  double have = double(pages) * double(page);
+  if (rlimit lim{}; ::getrlimit(RLIMIT_AS, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY)
+    have = std::min(have, double(lim.rlim_cur));  // ulimit -v: the address space this process may have
+  if (need + pool_need <= have) return;
+  if (need <= have)  // the case fits; its pages do not
+    throw UsageError(what + ": the implementation declares pages of " + std::to_string(page_size) +
+                     " keys (its largest page size), and at B <= " + std::to_string(Index(B)) + ", H_kv <= " +
+                     std::to_string(Index(g.max_H_kv > 0 && !g.shape ? std::min(H, double(g.max_H_kv)) : H)) +
+                     ", T_k <= " + std::to_string(Index(T_k)) + ", D <= " + std::to_string(Index(D)) +
+                     ", a case's K and V page pools need at least " + gib(pool_need) +
+                     " (whole pages however few keys a case has, as doubles, in the frame, the child and the "
+                     "call), but this machine allows " + gib(have) +
+                     "; declare smaller page sizes (expected pools that fit in memory), or choose a smaller " +
+                     (g.shape ? "--shape" : "--max-B, --max-Hkv or --max-D"));
   char shape[160];
   std::snprintf(shape, sizeof shape, "B=%.0f H=%.0f T_q=%.0f T_k=%.0f D=%.0f", B, H, T_q, T_k, D);
   throw UsageError(what + ": " + (g.shape ? "every case has the shape " : "the largest case these bounds allow has ") +
@@ -568,6 +593,13 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   // in use by another run, or holds another implementation's report fails now, not after every law ran.
   reports::ReportFolder folder(report_dir, run.implementation, o.force);
 
+  // Workers beyond the cores would only wait for one (the reports are the same with any number), and each costs a
+  // thread and two queued cases: --jobs is capped at the cores, and the header says so.
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  const int jobs = o.jobs > 0 ? std::min(o.jobs, cores) : cores;
+  const std::string jobs_note = o.jobs > cores ? "  --jobs " + std::to_string(o.jobs) + " capped at " +
+                                                     std::to_string(cores) + ", this machine's cores\n"
+                                               : std::string();
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
       << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
       << run.gen.max_B << ", H <= " << run.gen.max_H
@@ -588,7 +620,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
                             std::to_string(selected.size()) + " of the run's " + std::to_string(run_laws_names.size()) +
                             " laws (merge the shards' folders with `attncheck merge`)\n"
                       : std::string())
-      << std::flush;
+      << jobs_note << std::flush;
 
   // First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time.
   ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
@@ -651,7 +683,6 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     print_ready();
   };
   print_ready();  // the rows of the corpus replays at the top, before any law runs
-  const int jobs = o.jobs > 0 ? o.jobs : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   std::vector<LawResult> ran = run_laws(pending, *impl, ro, jobs, on_done);
   if (!current.empty()) progress.end();
 

@@ -1,7 +1,8 @@
 /* Deliberately broken attncheck plug-ins, one per way an implementation can misbehave. Compiled once per
  * BAD_* definition; each is correct naive attention (float32, float64) except for its one misbehaviour, so the
  * harness must report it as a falsified law with a minimal case, and keep going; or, for a table that
- * declares what it cannot (BAD_ABI_VERSION, BAD_NO_ENTRY, BAD_V1_KEY_LENGTHS, BAD_EMPTY_ROWS), refuse it. */
+ * declares what it cannot (BAD_ABI_VERSION, BAD_NO_ENTRY, BAD_V1_KEY_LENGTHS, BAD_EMPTY_ROWS, BAD_NEGATIVE_MAX_T),
+ * refuse it; or, for one declaring what attncheck cannot hold (BAD_HUGE_PAGES), refuse the run up front. */
 #include <attncheck/plugin.h>
 #include <math.h>
 #include <signal.h>
@@ -79,6 +80,10 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
     for (;;) pause(); /* ...and hangs once T reaches 4 */
 #elif defined(BAD_CRASH_THEN_HANG_STARTUP)
   if (Tq >= 2) raise(SIGSEGV);
+#elif defined(BAD_UNKNOWN_STATUS)
+  /* A status plugin.h does not define (an ABI of its own, or a missing return): its outputs mean nothing. */
+  snprintf(message, message_size, "status 7 means 'ok, mostly' here");
+  return 7;
 #endif
   (void)message;
   (void)message_size;
@@ -99,6 +104,11 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
         max = 0; /* softmax without subtracting the row max: exp overflows to inf, inf/inf = NaN */
 #endif
         for (int64_t j = 0; j <= qi && j < Tk; ++j) sum += (w[j] = exp(w[j] - max));
+#if defined(BAD_LSE_FAR)
+        if (call->lse) /* the LSE right, then one more value 100,000 doubles past the end of its buffer */
+          call->lse->data[b * call->lse->strides[0] + h * call->lse->strides[1] + i * call->lse->strides[2]] =
+              max + log(sum);
+#endif
         for (int64_t d = 0; d < D; ++d) {
           double o = 0;
           for (int64_t j = 0; j <= qi && j < Tk; ++j) o += w[j] / sum * at(&call->v, b, h / group, j, d);
@@ -110,8 +120,38 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
             ((float*)call->output.data)[n] = (float)o;
         }
       }
+#if defined(BAD_LSE_FAR)
+  if (call->lse) call->lse->data[B * H * Tq + 100000] = 0;
+#endif
   return ATTNCHECK_OK;
 }
+
+#ifdef BAD_D_SINKS_FAR
+/* Zero gradients, written where they belong, and one d_sinks value 100,000 doubles past its H entries. */
+static int32_t backward(const attncheck_backward_call* bc, char* message, size_t message_size) {
+  const attncheck_tensor_out* parts[3] = {&bc->dq, &bc->dk, &bc->dv};
+  (void)message;
+  (void)message_size;
+  for (int p = 0; p < 3; ++p) {
+    const attncheck_tensor_out* t = parts[p];
+    for (int64_t b = 0; b < t->shape[0]; ++b)
+      for (int64_t h = 0; h < t->shape[1]; ++h)
+        for (int64_t i = 0; i < t->shape[2]; ++i)
+          for (int64_t d = 0; d < t->shape[3]; ++d) {
+            const int64_t n = b * t->strides[0] + h * t->strides[1] + i * t->strides[2] + d * t->strides[3];
+            if (bc->forward->dtype == ATTNCHECK_DTYPE_F64)
+              ((double*)t->data)[n] = 0;
+            else
+              ((float*)t->data)[n] = 0;
+          }
+  }
+  if (bc->d_sinks) {
+    for (int64_t h = 0; h < bc->dq.shape[1]; ++h) bc->d_sinks[h] = 0;
+    bc->d_sinks[bc->dq.shape[1] + 100000] = 0;
+  }
+  return ATTNCHECK_OK;
+}
+#endif
 
 #ifdef BAD_DK_SHAPE
 /* Zero gradients, but dK and dV written with one head per query head (H) instead of per kv head (H_kv):
@@ -146,9 +186,14 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin_table(void);
 #define ENTRY attncheck_plugin
 #endif
 
-#if defined(BAD_V3_HEAD_DIMS) || defined(BAD_V3_PAGED_NO_SIZES)
+#if defined(BAD_V3_HEAD_DIMS) || defined(BAD_V3_PAGED_NO_SIZES) || defined(BAD_HUGE_PAGES) || defined(BAD_LSE_FAR) || \
+    defined(BAD_D_SINKS_FAR)
 /* An ABI-3 table declaring a head-dimension multiple of -8, or paged K and V (both layouts) without a page size:
- * the loader must say what it expected. */
+ * the loader must say what it expected. Or pages of 2^20 keys (the largest the ABI allows), whose pools attncheck
+ * cannot hold at its default bounds; or the LSE, or sinks with a backward, whose buffers it writes far past. */
+#ifdef BAD_HUGE_PAGES
+static const int64_t huge_page[] = {(int64_t)1 << 20};
+#endif
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
   static const attncheck_plugin_v3 table = {
       .abi_version = ATTNCHECK_PLUGIN_ABI_V3,
@@ -157,8 +202,18 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
       .name = "bad-plugin",
       .description = "deliberately broken",
       .forward = forward,
-#ifdef BAD_V3_HEAD_DIMS
+#if defined(BAD_V3_HEAD_DIMS)
       .head_dim_multiple = -8,
+#elif defined(BAD_HUGE_PAGES)
+      .flags3 = ATTNCHECK_CAP3_PAGED,
+      .page_sizes = huge_page,
+      .num_page_sizes = 1,
+      .page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR,
+#elif defined(BAD_LSE_FAR)
+      .flags3 = ATTNCHECK_CAP3_LSE,
+#elif defined(BAD_D_SINKS_FAR)
+      .flags3 = ATTNCHECK_CAP3_SINKS,
+      .backward = backward,
 #else
       .flags3 = ATTNCHECK_CAP3_PAGED,
       .page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR | ATTNCHECK_PAGED_HEAD_MAJOR,
@@ -189,7 +244,11 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
 #ifdef BAD_EMPTY_ROWS
       .empty_rows = 7, /* none of ATTNCHECK_EMPTY_ROWS_* */
 #endif
+#if defined(BAD_NEGATIVE_MAX_T)
+      .max_T = -1, /* "no limit", as some believe */
+#else
       .max_T = 0,
+#endif
 #if defined(BAD_NON_UTF8)
       .name = "bad-\xff-plugin",
       .description = "deliberately broken \xfe\x80",

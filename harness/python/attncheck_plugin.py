@@ -500,6 +500,9 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     if cross_lengths is not False and cross_lengths not in CROSS_LENGTHS_CODES:
         raise ValueError("serve: cross_lengths is %r (expected True, False, 'T_q<=T_k' or 'T_q>=T_k')"
                          % (cross_lengths,))
+    if not isinstance(max_T, int) or isinstance(max_T, bool) or max_T < 0:
+        raise ValueError("serve: max_T is %r (expected 0 for no limit, or the largest T_q and T_k fn accepts)"
+                         % (max_T,))
     page_sizes = [int(size) for size in page_sizes] if paged else []
     page_layouts = tuple(page_layouts) if paged else ()
     if paged and (not page_sizes or not page_layouts or any(size < 1 or size > 1 << 20 for size in page_sizes)

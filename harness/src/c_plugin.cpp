@@ -3,11 +3,18 @@
 #include "c_plugin.hpp"
 
 #include <dlfcn.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <vector>
@@ -37,8 +44,111 @@ bool is_sentinel(const S& x) {
 }
 
 // Bytes behind each output buffer that must still hold the sentinel after the call: a plug-in that writes
-// a row or a head too many lands here instead of in someone else's memory (up to this much).
+// a row or a head too many lands here instead of in someone else's memory (at least this much; the rest of
+// the last page too).
 constexpr std::size_t kGuardBytes = 4096;
+// Past the sentinels, this much address space that cannot be touched: a write farther past the end (an index
+// off by a stride, an LSE written with the weights' strides) faults there, and the fault names the buffer,
+// where it would have landed silently in another allocation. Address space only: nothing is committed.
+constexpr std::size_t kFarGuardBytes = std::size_t{16} << 20;
+
+// The far guards of the buffers live now, for the fault handler: a fixed table read with atomics, since a
+// handler may neither lock nor allocate. A plug-in call is made from one thread at a time (a plug-in is not
+// declared reentrant), so a handful of slots is plenty; a buffer that finds none keeps its sentinels only.
+struct FarGuard {
+  std::atomic<std::uintptr_t> begin{0}, end{0};
+  char message[320] = {};  // written before `end` is published, read by the handler only after it
+};
+FarGuard g_far_guards[32];
+struct sigaction g_previous_segv {};
+std::once_flag g_segv_once;
+
+// Writes the integer `x` in decimal to fd 2 (async-signal-safe).
+void write_number(std::uintptr_t x) {
+  char b[24];
+  int n = sizeof b;
+  do {
+    b[--n] = char('0' + x % 10);
+    x /= 10;
+  } while (x && n > 0);
+  [[maybe_unused]] const auto w = ::write(2, b + n, sizeof b - std::size_t(n));
+}
+
+// A fault in a far guard is a plug-in writing (or reading) far past one of its output buffers: say which on
+// stderr, where attncheck quotes it with the crash. Either way the fault then takes its course: the previous
+// handler (or the default action, death by SIGSEGV) runs when the instruction faults again.
+void on_segv(int, siginfo_t* info, void*) {
+  const auto addr = reinterpret_cast<std::uintptr_t>(info->si_addr);
+  for (FarGuard& g : g_far_guards) {
+    const std::uintptr_t end = g.end.load(std::memory_order_acquire), begin = g.begin.load(std::memory_order_acquire);
+    if (end == 0 || addr < begin || addr >= end) continue;
+    static constexpr char kAt[] = " (at byte ", kRest[] = " of the inaccessible pages after its sentinel guard)\n";
+    [[maybe_unused]] auto w = ::write(2, g.message, std::strlen(g.message));
+    w = ::write(2, kAt, sizeof kAt - 1);
+    write_number(addr - begin);
+    w = ::write(2, kRest, sizeof kRest - 1);
+    break;
+  }
+  ::sigaction(SIGSEGV, &g_previous_segv, nullptr);
+}
+
+// Memory for one output buffer of n elements: n elements, then sentinels to the end of the page (at least
+// kGuardBytes of them), then kFarGuardBytes no one may touch. `what` ends the fault message ("plugin:x.so:
+// wrote far past the end of its lse [1,2,3,1]").
+template <class S>
+class GuardedArray {
+ public:
+  GuardedArray(std::size_t n, const std::string& what) {
+    const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+    rw_bytes_ = (n * sizeof(S) + kGuardBytes + page - 1) / page * page;
+    map_bytes_ = rw_bytes_ + kFarGuardBytes;
+    void* m = ::mmap(nullptr, map_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (m == MAP_FAILED) throw std::bad_alloc();
+    if (::mprotect(m, rw_bytes_, PROT_READ | PROT_WRITE) != 0) {
+      ::munmap(m, map_bytes_);
+      throw std::bad_alloc();
+    }
+    data_ = static_cast<S*>(m);
+    size_ = rw_bytes_ / sizeof(S);
+    std::fill(data_, data_ + size_, sentinel<S>());
+    std::call_once(g_segv_once, [] {
+      struct sigaction sa {};
+      sa.sa_sigaction = on_segv;
+      sa.sa_flags = SA_SIGINFO;
+      sigemptyset(&sa.sa_mask);
+      ::sigaction(SIGSEGV, &sa, &g_previous_segv);
+    });
+    for (FarGuard& g : g_far_guards) {
+      std::uintptr_t free_slot = 0;
+      if (!g.end.compare_exchange_strong(free_slot, 1)) continue;  // claimed: 1 marks it busy until published
+      std::snprintf(g.message, sizeof g.message, "%s", what.c_str());
+      g.begin.store(reinterpret_cast<std::uintptr_t>(m) + rw_bytes_, std::memory_order_release);
+      g.end.store(reinterpret_cast<std::uintptr_t>(m) + map_bytes_, std::memory_order_release);
+      slot_ = &g;
+      break;
+    }
+  }
+  GuardedArray(const GuardedArray&) = delete;
+  GuardedArray& operator=(const GuardedArray&) = delete;
+  ~GuardedArray() {
+    if (slot_) {
+      slot_->begin.store(0, std::memory_order_release);
+      slot_->end.store(0, std::memory_order_release);
+    }
+    ::munmap(data_, map_bytes_);
+  }
+  S* data() { return data_; }
+  const S* data() const { return data_; }
+  /// The elements and the sentinels after them.
+  std::size_t size() const { return size_; }
+  const S& operator[](std::size_t i) const { return data_[i]; }
+  const S* begin() const { return data_; }
+
+ private:
+  S* data_ = nullptr;
+  std::size_t size_ = 0, rw_bytes_ = 0, map_bytes_ = 0;
+  FarGuard* slot_ = nullptr;
+};
 
 template <class S>
 attncheck_tensor_in in_tensor(const Tensor<S>& t) {
@@ -46,11 +156,13 @@ attncheck_tensor_in in_tensor(const Tensor<S>& t) {
   return {t.data(), {s.B, s.H, s.T, s.D}, {s.H * s.T * s.D, s.T * s.D, s.D, 1}};
 }
 
-// A sentinel-filled buffer for a tensor of `shape`, with the guard zone behind it.
+// A sentinel-filled buffer for a tensor of `shape`, with the guard zones behind it; `who` and `what` name the
+// plug-in and the buffer for a fault in the far guard.
 template <class S>
 struct OutBuffer {
-  explicit OutBuffer(const Shape& s)
-      : shape(s), data(std::size_t(s.numel()) + kGuardBytes / sizeof(S), sentinel<S>()) {}
+  OutBuffer(const Shape& s, const std::string& who, const char* what)
+      : shape(s),
+        data(std::size_t(s.numel()), who + ": wrote far past the end of its " + what + " " + to_string(s)) {}
   attncheck_tensor_out view() {
     return {data.data(),
             {shape.B, shape.H, shape.T, shape.D},
@@ -85,18 +197,10 @@ struct OutBuffer {
     return t.template cast<double>();
   }
   Shape shape;
-  std::vector<S> data;
+  GuardedArray<S> data;
 };
 
-std::string status_name(std::int32_t st) {
-  switch (st) {
-    case ATTNCHECK_ERROR:
-      return "ATTNCHECK_ERROR";
-    case ATTNCHECK_UNSUPPORTED:
-      return "ATTNCHECK_UNSUPPORTED";
-  }
-  return "an unknown status";
-}
+std::string status_name(std::int32_t st) { return st == ATTNCHECK_ERROR ? "ATTNCHECK_ERROR" : "ATTNCHECK_UNSUPPORTED"; }
 
 std::string hex(std::uint32_t x) {
   char b[16];
@@ -222,12 +326,13 @@ class CPlugin final : public Implementation {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>();
       const Shape qs = q.shape();
-      OutBuffer<S> out(p.output_shape()), w(Shape{qs.B, qs.H, qs.T, k.shape().T});  // output [B,H,T_q,D_v]
+      OutBuffer<S> out(p.output_shape(), name_, "output"),
+          w(Shape{qs.B, qs.H, qs.T, k.shape().T}, name_, "weights");  // output [B,H,T_q,D_v]
       const bool want_w = p.want_weights && caps_.returns_weights;
       attncheck_tensor_out w_view = w.view();
       // The LSE, [B,H,T_q] doubles (held as [B,H,T_q,1]), only from a plug-in that declares it.
       const bool want_lse = p.want_lse && caps_.lse;
-      OutBuffer<double> lse(Shape{qs.B, qs.H, qs.T, 1});
+      OutBuffer<double> lse(Shape{qs.B, qs.H, qs.T, 1}, name_, "lse");
       attncheck_lse_out lse_view{lse.data.data(), {qs.B, qs.H, qs.T}, {qs.H * qs.T, qs.T, 1}};
       // A paged call always carries every sequence's length (T_k each without key padding).
       const std::vector<Index> seq = p.paged ? p.sequence_lengths() : p.key_lengths;
@@ -262,7 +367,7 @@ class CPlugin final : public Implementation {
         call.paged = &paged;
       }
       char message[1024] = {};
-      check_status(table_->forward(&call, message, sizeof message), message);
+      check_status(table_->forward(&call, message, sizeof message), message, "forward");
       Outcome o;
       o.output = out.take(name_, "output");
       if (want_w) o.weights = w.take(name_, "weights");
@@ -280,7 +385,8 @@ class CPlugin final : public Implementation {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>(),
                       d_out = p.d_output->template cast<S>();
-      OutBuffer<S> scratch(p.output_shape()), dq(q.shape()), dk(k.shape()), dv(v.shape());
+      OutBuffer<S> scratch(p.output_shape(), name_, "forward call's output (a scratch buffer in a backward call)"),
+          dq(q.shape(), name_, "dq"), dk(k.shape(), name_, "dk"), dv(v.shape(), name_, "dv");
       const std::vector<std::int64_t> lengths(p.key_lengths.begin(), p.key_lengths.end());
       const wire::DocIds docs = wire::doc_ids(p);
       CellMasks cells;
@@ -292,11 +398,12 @@ class CPlugin final : public Implementation {
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).
       const std::size_t H = std::size_t(q.shape().H);
-      std::vector<double> d_sinks(p.sinks.empty() ? 0 : H + kGuardBytes / sizeof(double), sentinel<double>());
+      GuardedArray<double> d_sinks(p.sinks.empty() ? 0 : H, name_ + ": wrote far past the end of its d_sinks (" +
+                                                               std::to_string(H) + " doubles, one per query head)");
       const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view(),
                                           p.sinks.empty() ? nullptr : d_sinks.data()};
       char message[1024] = {};
-      check_status(v2_->backward(&bcall, message, sizeof message), message);
+      check_status(v2_->backward(&bcall, message, sizeof message), message, "backward");
       // dK and dV have k's shape: a plug-in that writes one per query head writes past them.
       const std::string group = "; a kv head's gradient sums over the " + std::to_string(q.shape().H / k.shape().H) +
                                 " query heads of its group)";
@@ -360,7 +467,7 @@ class CPlugin final : public Implementation {
 
   // The H gradients the backward wrote into `buf` (H entries, then the guard zone); throws
   // ImplementationError(wrong_size) for one left unwritten or a write past them.
-  std::vector<double> take_d_sinks(const std::vector<double>& buf, std::size_t H) const {
+  std::vector<double> take_d_sinks(const GuardedArray<double>& buf, std::size_t H) const {
     for (std::size_t i = H; i < buf.size(); ++i)
       if (!is_sentinel(buf[i]))
         throw ImplementationError(ImplementationError::Kind::wrong_size,
@@ -372,11 +479,18 @@ class CPlugin final : public Implementation {
                                   name_ + ": returned OK but left d_sinks[" + std::to_string(h) + "] of " +
                                       std::to_string(H) + " unwritten (backward_call->d_sinks has one entry per "
                                       "query head when the call has sinks)");
-    return {buf.begin(), buf.begin() + std::ptrdiff_t(H)};
+    return {buf.begin(), buf.begin() + H};
   }
 
-  void check_status(std::int32_t st, char (&message)[1024]) const {
+  // `fn` is "forward" or "backward". A status outside plugin.h's is no answer at all: whatever the plug-in
+  // meant (a value of another ABI, garbage from a missing return), its outputs cannot be trusted.
+  void check_status(std::int32_t st, char (&message)[1024], const char* fn) const {
     message[sizeof message - 1] = '\0';
+    if (st != ATTNCHECK_OK && st != ATTNCHECK_ERROR && st != ATTNCHECK_UNSUPPORTED)
+      throw ImplementationError(ImplementationError::Kind::protocol,
+                                name_ + ": ABI error: its " + fn + " returned status " + std::to_string(st) +
+                                    " (expected ATTNCHECK_OK 0, ATTNCHECK_ERROR 1 or ATTNCHECK_UNSUPPORTED 2)" +
+                                    (message[0] ? std::string("; its message: ") + message : std::string()));
     if (st != ATTNCHECK_OK)
       throw ImplementationError(ImplementationError::Kind::error_status,
                                 name_ + " returned status " + std::to_string(st) + " (" + status_name(st) +
@@ -512,6 +626,9 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
     throw SpecError(name + ": the plug-in's alignments are " + std::to_string(table->alignments) +
                     " (expected a combination of ATTNCHECK_ALIGN_* bits)");
   if (!table->name) throw SpecError(name + ": the plug-in's table has no name");
+  if (table->max_T < 0)
+    throw SpecError(name + ": the plug-in's max_T is " + std::to_string(table->max_T) +
+                    " (expected 0 for no limit, or the largest T_q and T_k it accepts)");
   validate_table(name, version, table);
   return std::make_shared<CPlugin>(
       name, table, version >= ATTNCHECK_PLUGIN_ABI_V2 ? reinterpret_cast<const attncheck_plugin_v2*>(table) : nullptr,

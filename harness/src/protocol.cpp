@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -992,11 +993,28 @@ std::string encode_failure(std::int32_t status, std::string_view message, FrameT
   return frame(type, w.bytes());
 }
 
+namespace {
+// A status or flag bit this protocol does not define is no answer: the child speaks another dialect (or sent
+// garbage), so nothing after it can be read with confidence.
+void check_status_and_flags(const char* frame, std::int32_t status, std::uint32_t flags, std::uint32_t known,
+                            const char* known_names) {
+  if (status < ok || status > wrong_size)
+    throw ProtocolError(std::string(frame) + ": status " + std::to_string(status) +
+                        " (expected 0 ok, 1 error, 2 unsupported or 3 wrong size)");
+  if (flags & ~known) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "0x%x", flags);
+    throw ProtocolError(std::string(frame) + ": flags " + hex + " (expected " + known_names + ")");
+  }
+}
+}  // namespace
+
 Result decode_result(std::string_view payload, DType dtype) {
   Reader r(payload, "result frame");
   Result res;
   res.status = r.i32();
   const std::uint32_t flags = r.u32();
+  check_status_and_flags("result frame", res.status, flags, 3u, "a combination of 1 weights and 2 LSE");
   res.has_weights = flags & 1u;
   res.has_lse = flags & 2u;
   res.message = r.str();
@@ -1033,6 +1051,7 @@ GradientsResult decode_gradients(std::string_view payload, DType dtype) {
   GradientsResult res;
   res.status = r.i32();
   const std::uint32_t flags = r.u32();
+  check_status_and_flags("gradients frame", res.status, flags, 1u, "0, or 1 d_sinks");
   res.message = r.str();
   if (res.status != ok) return res;
   for (std::size_t i = 0; i < 3; ++i) {

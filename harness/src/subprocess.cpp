@@ -3,7 +3,9 @@
 #include "subprocess.hpp"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -17,7 +19,9 @@
 #include <mutex>
 #include <thread>
 
+#include "attncheck/cancel.hpp"
 #include "attncheck/format.hpp"
+#include "attncheck/law.hpp"
 #include "c_plugin.hpp"
 #include "descendants.hpp"
 #include "protocol.hpp"
@@ -36,6 +40,8 @@ constexpr std::size_t kStderrTail = 2000;
 // is given up: every later call fails at once with what the last start printed, instead of waiting for a
 // start-up timeout each.
 constexpr int kMaxFailedStarts = 3;
+// The phase of a child that finished its handshake (for messages: "... during the call").
+constexpr const char* kInCall = "during the call";
 // After the first timeout of a run, a call may take this many times the slowest answer seen so far, and at
 // least kMinDerivedTimeout: a hang then costs about a second instead of the configured timeout, so shrinking
 // a hanging case (one timeout per candidate) stays short, while a call as slow as the slowest one that
@@ -109,6 +115,9 @@ class ExecImplementation final : public Implementation {
       description_ = printable_text(
           h.name == name_ ? h.description : h.name + (h.description.empty() ? "" : ": " + h.description));
     } catch (const ImplementationError& e) {
+      // An interrupt ends the child it is starting (the signal handler ends every descendant), which is no
+      // fault of the implementation's: the run stops as interrupted, not as a bad --impl.
+      if (stop_requested()) throw Cancelled(name_ + ": interrupted while starting the implementation");
       throw SpecError(e.what());
     }
   }
@@ -124,6 +133,7 @@ class ExecImplementation final : public Implementation {
     // and causal = false for a child of version 2.
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
+    check_in_step();
     ensure_started();
     const Shape qs = p.q.shape();
     const Shape want_w{qs.B, qs.H, qs.T, p.k.shape().T}, lse_shape{qs.B, qs.H, qs.T, 1};
@@ -182,6 +192,7 @@ class ExecImplementation final : public Implementation {
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     check_within_capabilities(p, caps_, name_);
     std::lock_guard lock(mu_);
+    check_in_step();
     ensure_started();
     const Shape qs = p.q.shape(), ks = p.k.shape();
     // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
@@ -402,7 +413,7 @@ class ExecImplementation final : public Implementation {
                                                       std::to_string(wire::kOldestProtocolVersion) + " to " +
                                                       std::to_string(wire::kProtocolVersion));
       }
-      phase_ = "during the call";
+      phase_ = kInCall;
       return h;
     } catch (const wire::ProtocolError& e) {
       stop(false);
@@ -504,6 +515,53 @@ class ExecImplementation final : public Implementation {
     throw ImplementationError(Kind::crash, name_ + ": the process " + how + " " + phase_ + note);
   }
 
+  // Between calls the child owes nothing, and it answers a call only once it has read the whole request: bytes
+  // waiting before a request is sent, or coming while part of it is still unread, are an answer nobody asked for
+  // (most often a second answer to an earlier call). Read as this call's answer, they would pass an earlier
+  // call's result off as this one's, a false counterexample. So they are a protocol error, and since an answer
+  // that slipped through before (the two checks sample a race) cannot be told from a real one afterwards, every
+  // later call of the run fails with it too (check_in_step): the implementation is out of step, not a law.
+  void check_nothing_unasked() const {
+    if (sock_ < 0 || phase_ != kInCall) return;
+    char head[wire::kHeaderSize];
+    const ssize_t n = ::recv(sock_, head, sizeof head, MSG_PEEK | MSG_DONTWAIT);
+    if (n <= 0) return;  // nothing waiting; or the end of the stream, which the exchange reports as a death
+    std::string what = std::to_string(n) + (n == 1 ? " byte" : " bytes");
+    try {
+      if (std::size_t(n) == wire::kHeaderSize)
+        what = "a " + std::string(wire::frame_type_name(wire::parse_header(std::string_view(head, sizeof head)).first)) +
+               " frame";
+    } catch (const wire::ProtocolError&) {
+    }
+    out_of_step("sent " + what + " before this call was made");
+  }
+
+  // After bytes came in during a call: the child has not read all of the request yet (its bytes are still in
+  // the socket), so whatever it sent was written before it could know the request.
+  void check_request_read(std::size_t written, std::size_t size, std::size_t received) const {
+    if (phase_ != kInCall) return;
+    int unread = 0;
+    if (written == size && (::ioctl(sock_, SIOCOUTQ, &unread) != 0 || unread == 0)) return;
+    out_of_step("sent " + std::to_string(received) + " bytes while " +
+                (written < size ? std::to_string(size - written) + " bytes of the request were still to be sent"
+                                : std::to_string(unread) + " bytes of the request were still unread"));
+  }
+
+  [[noreturn]] void out_of_step(const std::string& what) const {
+    out_of_step_ = name_ + ": " + what + ", an answer nobody asked for (expected exactly one result frame per "
+                   "forward and one gradients frame per backward, each after the whole request was read: an earlier "
+                   "call answered twice?)";
+    const std::string note = stderr_note();
+    stop(false);
+    throw ImplementationError(Kind::protocol, out_of_step_ + "; the process was killed" + note);
+  }
+
+  void check_in_step() const {
+    if (!out_of_step_.empty())
+      throw ImplementationError(Kind::protocol, out_of_step_ + " (so no call of this run is made any more: none "
+                                                               "of its answers can be matched to its call)");
+  }
+
   // Sends `request` and reads one whole frame back within `timeout_s`, draining stderr meanwhile. Returns its
   // payload; `expect` (when set) is the only frame type accepted. Throws ImplementationError and leaves no
   // child behind on a timeout, a death or garbage.
@@ -511,6 +569,7 @@ class ExecImplementation final : public Implementation {
                        std::size_t max_payload, wire::FrameType* got_type = nullptr) const {
     const auto deadline =
         Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+    check_nothing_unasked();
     std::size_t written = 0;
     bool send_failed = false, eof = false;
     std::string in;
@@ -522,10 +581,13 @@ class ExecImplementation final : public Implementation {
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
       if (left <= 0) {
         const std::string note = stderr_note();
+        // Only a call that timed out is followed by another one that starts a new process; a timed-out start is
+        // retried by the caller (ensure_started says how many tries are left) or, the first, ends the run.
+        const bool in_call = phase_ == kInCall;
         stop(false);
         throw ImplementationError(Kind::timeout, name_ + ": no answer within " + format_number(timeout_s, 3) + " s " +
-                                                     phase_ + "; the process was killed (a later call starts a new one)" +
-                                                     note);
+                                                     phase_ + "; the process was killed" +
+                                                     (in_call ? " (a later call starts a new one)" : "") + note);
       }
       const int n = ::poll(fds, err_ >= 0 ? 2 : 1, int(std::min<long long>(left, 1000)));
       if (n < 0 && errno != EINTR)
@@ -536,7 +598,10 @@ class ExecImplementation final : public Implementation {
       // text and exited is a protocol error (with its text quoted), not only a dead child.
       if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
         const ssize_t r = ::recv(sock_, buf, sizeof buf, 0);
-        if (r > 0) in.append(buf, std::size_t(r));
+        if (r > 0) {
+          in.append(buf, std::size_t(r));
+          check_request_read(written, request.size(), in.size());
+        }
         else if (r == 0 || (errno != EAGAIN && errno != EINTR)) eof = true;
       }
       if (sending && (fds[0].revents & POLLOUT)) {
@@ -581,6 +646,7 @@ class ExecImplementation final : public Implementation {
   mutable std::string phase_;  ///< "during the call", or the handshake: for crash messages
   mutable int failed_starts_ = 0;        ///< starts in a row that failed (crash or hang before the handshake)
   mutable std::string given_up_;         ///< non-empty once kMaxFailedStarts starts in a row failed
+  mutable std::string out_of_step_;      ///< non-empty once the child sent an answer nobody asked for
   mutable bool timed_out_ = false;       ///< a call of this run has timed out: call_timeout() derives
   mutable double slowest_answer_s_ = 0;  ///< the longest a call took to be answered, in seconds
 };

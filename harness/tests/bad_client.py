@@ -2,6 +2,7 @@
 enough (so shrinking has something to do), and is plain float64 causal attention otherwise."""
 import os
 import signal
+import struct
 import sys
 import time
 
@@ -54,7 +55,33 @@ def hanging_backward(q, k, v, d_output, scale=None):
     return np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
 
 
+def misanswer():
+    """The answers go out wrong on the wire, whatever the kernel computed: "twice" sends every result frame two
+    times (the second 5 ms after the first, and the next read 50 ms after that), "badstatus" with a status no version defines, "badflags" with a flag bit no version defines, "extravalues" with one
+    value more than its shapes announce."""
+    write = attncheck_plugin._Channel.write
+
+    def patched(self, ftype, payload):
+        if ftype == attncheck_plugin.RESULT and MODE == "badstatus":
+            payload = struct.pack("<i", 9) + payload[4:]
+        if ftype == attncheck_plugin.RESULT and MODE == "badflags":
+            payload = payload[:4] + struct.pack("<I", struct.unpack_from("<I", payload, 4)[0] | 4) + payload[8:]
+        if ftype == attncheck_plugin.RESULT and MODE == "extravalues":
+            payload += struct.pack("<d", 1.0)  # one value more than the shapes it sent announce
+        write(self, ftype, payload)
+        if ftype == attncheck_plugin.RESULT and MODE == "twice":
+            time.sleep(0.005)  # apart from the first, so that a reader may take it for the next call's answer...
+            write(self, ftype, payload)
+            time.sleep(0.05)  # ...and that call's own answer comes so much later that it cannot be taken for one frame
+
+    attncheck_plugin._Channel.write = patched
+
+
 if __name__ == "__main__":
+    if MODE in ("twice", "badstatus", "badflags", "extravalues"):
+        misanswer()
+    if MODE == "slowstart":
+        time.sleep(1000)  # a start-up that takes its time (loading weights, warming a device)
     if MODE == "crashthenhang":
         # The first process leaves a mark in the file argv[2] names; every one started after it hangs before
         # its handshake, as a client whose start-up waits on a device the crash left locked.
@@ -67,5 +94,7 @@ if __name__ == "__main__":
         extra = {"empty_rows": "nans"}
     if MODE == "hangbackward":
         extra = {"backward": hanging_backward}
+    if MODE == "negmaxt":
+        extra = {"max_T": -1}  # "no limit", as some believe
     attncheck_plugin.serve(attention, name="bad-client-" + MODE, dtypes=("float64",),
                            returns_weights=MODE in ("weights", "print", "noweights"), **extra)

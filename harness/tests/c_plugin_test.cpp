@@ -781,6 +781,34 @@ TEST(CPlugin, writingPastTheOutputIsAWrongSize) {
   EXPECT_NE(message_of(r).find("wrote past the end of its output [1,1,1,1]"), std::string::npos) << message_of(r);
 }
 
+// Far past the sentinels: the inaccessible pages after them fault, and the worker says which buffer it was.
+TEST(CPlugin, writingFarPastTheDSinksIsACrashThatNamesThem) {
+  const auto impl = load_implementation(spec("bad_plugin_d_sinks_far"));
+  Problem p = test::wave_problem(DType::f32, 1, 2, 3, 3, 4);
+  p.sinks = {0.5, -1.0};
+  p.d_output = p.q;  // dO has the output's shape [B,H,T_q,D]
+  try {
+    impl->backward(p);
+    ADD_FAILURE() << "a backward that wrote 800 KB past its d_sinks returned";
+  } catch (const ImplementationError& e) {
+    EXPECT_EQ(e.kind(), ImplementationError::Kind::crash) << e.what();
+    EXPECT_NE(std::string(e.what()).find("wrote far past the end of its d_sinks (2 doubles, one per query head)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(CPlugin, aStatusPluginHDoesNotDefineIsAnAbiError) {
+  const auto impl = load_implementation(spec("bad_plugin_unknown_status"), HarnessOptions{.isolate = false});
+  try {
+    impl->forward(test::wave_problem(DType::f32, 1, 1, 2, 2, 2));
+    ADD_FAILURE() << "a forward that returned status 7 was taken for an answer";
+  } catch (const ImplementationError& e) {
+    EXPECT_EQ(e.kind(), ImplementationError::Kind::protocol) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ABI error: its forward returned status 7"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CPlugin, nanFromFiniteInputsIsAFalsifiedLaw) {
   const auto impl = load_implementation(spec("bad_plugin_nan"));
   const LawResult r = run("oracle-agreement", *impl, 100);

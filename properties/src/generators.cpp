@@ -4,6 +4,7 @@
 #include "attncheck/generators.hpp"
 
 #include "attncheck/backward.hpp"
+#include "attncheck/cancel.hpp"
 
 #include <algorithm>
 #include <array>
@@ -1624,6 +1625,7 @@ double max_row_spread(const Problem& p) {
         const Visibility vis = p.visibility(b, h);
         const auto k = p.k.head(b, h / group);
         for (Index i0 = 0; i0 < s.T; i0 += kRows) {
+          throw_if_cancelled("drawing a long case");  // seconds at long T: an interrupt must not wait for it
           const Index n = std::min(kRows, s.T - i0);
           scores.noalias() = p.q.head(b, h).middleRows(i0, n) * k.transpose();
           scores *= scale;

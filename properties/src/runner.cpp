@@ -10,8 +10,10 @@
 #include <mutex>
 #include <new>
 #include <stdexcept>
+#include <system_error>
 #include <thread>
 
+#include "attncheck/cancel.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
 #include "laws/support.hpp"
@@ -103,6 +105,8 @@ std::optional<Violation> evaluate(const Law& law, const Implementation& impl, co
   if (not_started) *not_started = false;
   try {
     return law.check(impl, c);
+  } catch (const Cancelled&) {
+    return std::nullopt;  // the run is stopping (stop_requested()): the caller does not judge this case
   } catch (const ImplementationError& e) {
     timed_out = e.kind() == ImplementationError::Kind::timeout;
     if (not_started) *not_started = e.kind() == ImplementationError::Kind::unavailable;
@@ -112,7 +116,10 @@ std::optional<Violation> evaluate(const Law& law, const Implementation& impl, co
 
 }  // namespace
 
-void request_stop() { g_stop_requested.store(true); }
+void request_stop() {
+  g_stop_requested.store(true);
+  request_cancellation();  // the core's long loops give up too: a long case ends within a block of rows
+}
 bool stop_requested() { return g_stop_requested.load(); }
 
 double margin(const Violation& v) {
@@ -297,6 +304,10 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       throw;
     } catch (const rc::GenerationFailure&) {
       throw;
+    } catch (const Cancelled&) {  // the run was asked to stop while a long case was drawn
+      if (shrinking) interrupted_shrinking = true;
+      else ++interrupted;
+      return;
     } catch (const std::exception& e) {
       if (!internal)
         internal = std::make_exception_ptr(std::runtime_error(
@@ -531,7 +542,14 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     const decltype(close_and_join)& f;
     ~Joiner() { f(); }
   } joiner{close_and_join};
-  for (int t = 0; t < jobs; ++t) pool.emplace_back(worker);
+  for (int t = 0; t < jobs; ++t) {
+    try {
+      pool.emplace_back(worker);
+    } catch (const std::system_error&) {  // the system's limit on threads (or their stacks): fewer workers, same reports
+      if (pool.empty()) throw;
+      break;
+    }
+  }
 
   std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size());
   std::vector<Progress> progress(laws.size());

@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/cancel.hpp"
+
 namespace attncheck::law_kit {
 namespace {
 namespace grad_finite_difference_law {
@@ -67,6 +69,7 @@ double score_rate_streamed(const Problem& p, const Tensor<double>& dq, const Ten
       const Visibility vis = p.visibility(b, h);
       const auto q = p.q.head(b, h), k = p.k.head(b, kv), dqh = dq.head(b, h), dkh = dk.head(b, kv);
       for (Index i0 = 0; i0 < s.T; i0 += kRows) {
+        throw_if_cancelled("grad-finite-difference");  // seconds per head at long T: an interrupt must not wait
         const Index n = std::min(kRows, s.T - i0);
         Index lo = T_k, hi = 0;  // the keys the rows' runs span
         for (Index i = i0; i < i0 + n; ++i)

@@ -10,6 +10,8 @@
 #include <utility>
 #include <tuple>
 
+#include "attncheck/cancel.hpp"
+
 namespace attncheck::law_kit {
 
 double scale_of(const Problem& p) { return p.scale ? *p.scale : 1 / std::sqrt(double(p.q.shape().D)); }
@@ -91,6 +93,7 @@ Outcome call(const Implementation& impl, const Problem& p) {
     plain.want_weights = false;
     return call(impl, plain);
   }
+  throw_if_cancelled("a law's call");  // a law that makes T calls per case stops between them when asked
   Outcome o = impl.forward(p);
   check_outcome_shape(p, o, impl.name());
   if (p.want_weights && !o.weights)
@@ -253,6 +256,7 @@ std::string needs_backward(const GenConfig& g) {
 }
 
 Gradients call_backward(const Implementation& impl, const Problem& p) {
+  throw_if_cancelled("a law's backward call");
   Gradients g = impl.backward(p);
   check_gradients_shape(p, g, impl.name());
   return g;

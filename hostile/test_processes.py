@@ -83,7 +83,35 @@ def test_sigint_ends_the_run_with_the_reports_of_what_finished(tmp_path, marker)
     assert "interrupted: held in the" in out and "cases checked before the run was stopped" in out, out
     assert "not checked: the run was interrupted" in out, out  # zero-future-weight never started
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert [law["status"] for law in summary["laws"]] == ["held", "n/a"], summary
+    # Neither law was checked in full: neither is held (nor "not applicable"), and the run did not pass.
+    assert [law["status"] for law in summary["laws"]] == ["not checked", "not checked"], summary
+    assert summary["status"] == "incomplete", summary
+
+
+def test_an_interrupted_rerun_keeps_the_reports_of_the_laws_it_did_not_finish(tmp_path):
+    # A complete run of a mutant writes a report per falsified law; a rerun interrupted early must not lose them.
+    laws = "zero-future-weight,first-position,convex-hull,row-stochastic,oracle-agreement"
+    common = ["check", "--impl", "mutant:mask-zero", "--property", laws, "--no-corpus", "--report-dir", str(tmp_path / "r")]
+    first = run(common + ["--cases", "30"], cwd=tmp_path)
+    assert first.rc == 1, first
+    before = {p.name: p.read_bytes() for p in (tmp_path / "r").glob("*.json") if p.name != "summary.json"}
+    assert len(before) >= 3, before.keys()
+    # The rerun starts with a law that runs long (row-stochastic holds on this mutant), then is interrupted.
+    p = subprocess.Popen([ATTNCHECK, *common[:3], "--property", "row-stochastic," + laws, "--cases", "100000",
+                          *common[5:]], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not (tmp_path / "r" / ".attncheck-lock").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=60)
+    assert p.returncode == 130, (out, err)
+    after = {p.name: p.read_bytes() for p in (tmp_path / "r").glob("*.json") if p.name != "summary.json"}
+    assert after == before, (sorted(before), sorted(after), out)
+    summary = json.loads((tmp_path / "r" / "summary.json").read_text())
+    kept = [law for law in summary["laws"] if "is kept" in law.get("note", "")]
+    assert {law["law"] + ".json" for law in kept} == set(before), summary
+    assert all(law["status"] == "not checked" for law in kept), summary
 
 
 def test_a_host_deaf_to_sigterm_that_hangs_is_timed_out_and_ended(tmp_path, marker):

@@ -58,7 +58,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   app.require_subcommand(1);
   app.footer(
       "Exit codes: 0 every law held; 1 at least one law was falsified (reports written); 2 usage or configuration "
-      "error; 3 internal error; 130 interrupted by SIGINT or SIGTERM (the reports of the laws that finished "
+      "error; 3 internal error; 4 incomplete: nothing falsified, but an applicable law was not checked in full "
+      "(a call budget ran out, a campaign run or a shard is missing; --accept-incomplete makes it 0); 130 interrupted by SIGINT or SIGTERM (the reports of the laws that finished "
       "written).");
   auto* demo = app.add_subcommand("demo", "walk through the source card's T=3, d=2 example and its invariants");
   auto* list = app.add_subcommand("list", "print the laws and the built-in implementations, one per line, name first");
@@ -76,6 +77,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   campaign->add_flag("--overview-only", co.overview_only, "run nothing; write the overview from the runs on disk");
   campaign->add_flag("--no-corpus", co.no_corpus, "neither replay nor extend the campaign's corpus");
   campaign->add_flag("--force", co.force, "replace reports another implementation left in a run's folder");
+  campaign->add_flag("--accept-incomplete", co.accept_incomplete,
+                     "exit 0, not 4, when nothing was falsified but a run is missing or left a law not checked");
   campaign->add_flag("--allow-programs", co.allow_programs,
                      "run the plugin: and exec: implementations the campaign file names (without it such a file is "
                      "refused before anything runs: pass it only for a file you trust, as you would run a Makefile)");
@@ -83,6 +86,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   merge->add_option("--out", mo.out, "the report folder to write")->required();
   merge->add_option("shards", mo.shards, "the shards' report folders (each holds a shard.json)")->required();
   merge->add_flag("--force", mo.force, "replace a report another implementation left in --out");
+  merge->add_flag("--accept-incomplete", mo.accept_incomplete,
+                  "exit 0, not 4, when nothing was falsified but a shard left a law not checked");
 
   CheckOptions o;
   check->add_option("--impl", o.impl,
@@ -157,8 +162,9 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
           "SECONDS"))
       ->capture_default_str();
   check->add_option("--max-calls", o.max_calls,
-                    "calls to the implementation allowed in the whole run (0: no limit); then the laws left check no "
-                    "further case and say how many they did not check")
+                    "calls to the implementation allowed in the whole run (0: no limit), shared out among the laws "
+                    "(what one leaves passes on); a law whose share runs out is not checked, and the run exits 4 "
+                    "unless --accept-incomplete")
       ->check(CLI::Range(0L, 1'000'000'000'000L));
   check->add_option("--stress", o.stress,
                     "the determinism laws (determinism, grad-determinism) make each call N times instead of twice, "
@@ -170,6 +176,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                   "prefill chunks and square calls; laws sample rows and keys there), 4 cases per law at B = 1, "
                   "H <= 2, D <= 64 unless given; opt-in, minutes per law");
   check->add_flag("--progress", o.progress, "show progress on stderr even when it is not a terminal");
+  check->add_flag("--accept-incomplete", o.accept_incomplete,
+                  "exit 0, not 4, when nothing was falsified but a law was not checked in full (--max-calls)");
   check->add_option("--shard", o.shard,
                     "check only shard I (from 0) of N: the run's laws at positions k with k % N == I, each with the "
                     "run's seed, and write shard.json beside the reports for `attncheck merge` (default: "

@@ -277,7 +277,7 @@ std::string overview_markdown(const Campaign& c, const fs::path& root, const Reg
   std::string md = "# Campaign `" + c.name + "`\n\n";
   md += std::to_string(c.cells.size()) + " runs (implementation, dtype, seed); each column links to its report, each "
         "falsified cell to the law's report and shows the minimal case. ✗ falsified, ✓ held, n/a not applicable, "
-        "· not run yet.\n\n";
+        "? not checked (the run left it unchecked), · not run yet.\n\n";
   md += "| law |";
   for (const Cell& cell : c.cells)
     md += " [`" + cell.impl + "` " + cell.dtype + (c.cells.size() > 1 ? " s" + std::to_string(cell.seed) : "") +
@@ -298,7 +298,7 @@ std::string overview_markdown(const Campaign& c, const fs::path& root, const Reg
         md += " [✗](" + c.cells[n].dir + "/" + reports::law_file(law, ".html") + ")" +
               (shape.empty() ? "" : " " + shape) + " |";
       } else {
-        md += it->second.first == "held" ? " ✓ |" : " n/a |";
+        md += it->second.first == "held" ? " ✓ |" : it->second.first == "not checked" ? " ? |" : " n/a |";
       }
     }
     md += "\n";
@@ -319,6 +319,7 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
                                               : fs::path(co.report_dir);
   validate_cells(c, co, reg, root);
   int worst = kAllHeld, ran = 0;
+  bool incomplete = false;  // a cell left a law not checked, or is not there at all
   if (!co.overview_only) {
     out << "attncheck campaign " << c.name << ": " << c.cells.size() << " runs"
         << (shard.given ? ", shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) : std::string())
@@ -336,6 +337,7 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
       o.no_corpus = co.no_corpus;
       o.force = co.force;
       o.shard.clear();
+      o.shard_from_environment = false;  // the campaign shards its cells; a cell checks all its laws
       std::ostringstream run_out;
       const int code = run_check(o, reg, run_out, err, false);
       // The run's verdict line: "<impl>: all N laws held ..." or "<impl>: X of Y laws falsified ...".
@@ -349,6 +351,7 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
       ++ran;
       if (code == kInterrupted) return kInterrupted;
       if (code == kFalsified) worst = kFalsified;
+      if (code == kIncomplete) incomplete = true;
     }
   }
   if (!shard.given || co.overview_only) {
@@ -363,19 +366,27 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
         << (missing ? " (" + std::to_string(missing) + " of " + std::to_string(c.cells.size()) + " runs not there yet)"
                     : std::string())
         << "\n";
+    incomplete = incomplete || missing > 0;
     if (co.overview_only) {
       // The verdict of the whole campaign, from the cells on disk.
       for (const Cell& cell : c.cells) {
         try {
           if (const std::optional<Json> summary = cell_summary(root / cell.dir / "summary.json", reg))
-            for (const Json& e : summary->at("laws"))
+            for (const Json& e : summary->at("laws")) {
               if (e.at("status") == "falsified") worst = kFalsified;
+              if (e.at("status") == "not checked") incomplete = true;
+            }
         } catch (const Json::exception&) {
         }
       }
     }
   }
   (void)ran;
+  if (worst == kAllHeld && incomplete) {
+    out << "incomplete: a run is missing or left a law not checked; a campaign passes only what it checked"
+        << (co.accept_incomplete ? " (--accept-incomplete: exit 0)" : " (--accept-incomplete to exit 0)") << "\n";
+    if (!co.accept_incomplete) return kIncomplete;
+  }
   return worst;
 }
 

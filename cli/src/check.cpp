@@ -67,6 +67,33 @@ std::string shown(const std::string& name) {
   return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
+// The largest head dimension (D or D_v) an implementation declares by value: its list, or a maximum (0: it
+// declares none, any D is accepted). A maximum above kMaxDeclaredDraw is drawn up to that.
+constexpr Index kMaxDeclaredDraw = 1024;
+Index declared_top_head_dim(const Capabilities& caps) {
+  Index top = 0;
+  if (caps.lists_head_dims()) {
+    for (const Index d : caps.head_dims) top = std::max(top, d);
+    if (caps.v_head_dim)
+      for (const auto& [k, v] : caps.head_dim_pairs) top = std::max({top, k, v});
+  } else if (caps.max_head_dim > 0) {
+    top = std::min(caps.max_head_dim, kMaxDeclaredDraw);
+  }
+  return top;
+}
+
+// "64, 128, 192/128": the declared head dimensions (and D_k/D_v pairs) at most max_D, or above it with `above`.
+std::string declared_head_dims(const Capabilities& caps, Index max_D, bool above) {
+  std::string s;
+  const auto add = [&](const std::string& d) { s += (s.empty() ? "" : ", ") + d; };
+  for (const Index d : caps.head_dims)
+    if ((d > max_D) == above && caps.supports_head_dim(d)) add(std::to_string(d));
+  if (caps.v_head_dim)
+    for (const auto& [k, v] : caps.head_dim_pairs)
+      if ((std::max(k, v) > max_D) == above) add(std::to_string(k) + "/" + std::to_string(v));
+  return s;
+}
+
 }  // namespace
 
 const Law* find_law(const Registry& reg, std::string_view name) {
@@ -89,17 +116,17 @@ void check_name_in_file(const std::string& name, const std::string& where) {
                      "; expected a name of 1 to 4096 bytes on one line, without control characters");
 }
 
-Shard shard_option(const std::string& flag) {
+Shard shard_option(const std::string& flag, bool environment) {
   Shard sh;
   std::string text = flag, source = "--shard";
-  const char* total = std::getenv("GTEST_TOTAL_SHARDS");
-  const char* index = std::getenv("GTEST_SHARD_INDEX");
+  const char* total = environment ? std::getenv("GTEST_TOTAL_SHARDS") : nullptr;
+  const char* index = environment ? std::getenv("GTEST_SHARD_INDEX") : nullptr;
   if (text.empty() && total && index && *total && *index) {
     text = std::string(index) + "/" + total;
     source = "GTEST_SHARD_INDEX/GTEST_TOTAL_SHARDS";
   }
   // GoogleTest's protocol: a runner that understands sharding touches the status file whenever it is named.
-  if (const char* status = std::getenv("GTEST_SHARD_STATUS_FILE"); status && *status) {
+  if (const char* status = environment ? std::getenv("GTEST_SHARD_STATUS_FILE") : nullptr; status && *status) {
     try {
       reports::touch_file(status, "the file a GoogleTest runner names for a sharded test to create");
     } catch (const reports::FileError& e) {
@@ -417,8 +444,9 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
   std::vector<const Law*> selected = select_laws(o, reg);
   // A shard checks every N-th law of the run from its index on: N shards check together exactly the laws (and,
-  // each law with the same seed, the cases) one run would.
-  const Shard shard = shard_option(o.shard);
+  // each law with the same seed, the cases) one run would. GoogleTest's variables shard a run of the laws, not
+  // the re-check of one law's case (--reproduce).
+  const Shard shard = shard_option(o.shard, o.shard_from_environment && o.reproduce.empty());
   std::vector<std::string> run_laws_names;
   for (const Law* l : selected) run_laws_names.push_back(l->name);
   if (shard.given) {
@@ -479,6 +507,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   run.dtype = dtype;
   run.seed = o.seed;
   run.cases = bounds.cases;
+  if (shard.given) run.shard = std::array<int, 2>{shard.index, shard.count};
   run.gen.dtype = dtype;
   run.gen.max_B = bounds.max_B;
   run.gen.max_H = bounds.max_H;
@@ -500,6 +529,22 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     }
   }
   run.gen.max_D = bounds.max_D;
+  // Declared means drawn: an implementation that names its head dimensions (a list, D_k/D_v pairs, or a maximum)
+  // is called at every one of them, whatever --max-D's default; an explicit --max-D that cuts some says so below.
+  std::string head_dim_note;
+  if (const Capabilities& caps = impl->capabilities(); !o.long_mode && !o.given.max_D && o.shape.empty()) {
+    run.gen.max_D = std::max(run.gen.max_D, declared_top_head_dim(caps));
+  }
+  if (const Capabilities& caps = impl->capabilities(); caps.lists_head_dims()) {
+    const std::string drawn = declared_head_dims(caps, run.gen.max_D, false);
+    const std::string cut = declared_head_dims(caps, run.gen.max_D, true);
+    head_dim_note = "  head dimensions drawn: " + (drawn.empty() ? std::string("none") : drawn) + " (declared)" +
+                    (cut.empty() ? std::string() : "; not drawn, above --max-D " + std::to_string(run.gen.max_D) +
+                                                       ": " + cut) + "\n";
+  } else if (caps.max_head_dim > 0 && run.gen.max_D < std::min(caps.max_head_dim, kMaxDeclaredDraw)) {
+    head_dim_note = "  head dimensions drawn up to " + std::to_string(run.gen.max_D) + " of the declared " +
+                    std::to_string(caps.max_head_dim) + " (--max-D)\n";
+  }
   if (o.min_T > o.max_T)
     throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
                      std::to_string(o.min_T));
@@ -568,7 +613,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string())
       << (run.gen.stress > 1 ? ", stress " + std::to_string(run.gen.stress) : std::string()) << "\n"
-      << long_note
+      << long_note << head_dim_note
       << (shard.given ? "  shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " +
                             std::to_string(selected.size()) + " of the run's " + std::to_string(run_laws_names.size()) +
                             " laws (merge the shards' folders with `attncheck merge`)\n"
@@ -611,8 +656,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     for (; printed < selected.size() && (replayed[printed] || done[printed]); ++printed) {
       const LawResult& r = replayed[printed] ? replayed[printed]->result : *done[printed];
       const double t = times[printed] + (replayed[printed] ? 0.0 : r.seconds);
-      const std::string status =
-          r.status == LawStatus::falsified ? "FALSIFIED" : r.status == LawStatus::held ? "held" : "n/a";
+      const std::string status = r.status == LawStatus::falsified ? "FALSIFIED" : std::string(status_name(r.status));
       out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
           << lpad(std::to_string(r.shrink_steps), 9) << lpad(std::to_string(r.calls), 9) << lpad(seconds(t), 9);
       if (replayed[printed]) out << "  (corpus)";
@@ -644,6 +688,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   std::vector<reports::LawReport> results;
   std::vector<std::pair<fs::path, reports::Json>> corpus_entries;
   int falsified = 0, na = 0;
+  std::vector<std::string> unchecked;  // applicable laws not checked in full
   for (std::size_t n = 0, next = 0; n < selected.size(); ++n) {
     const Law* law = selected[n];
     std::optional<reports::LawReport> rep = std::move(replayed[n]);
@@ -656,6 +701,7 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     rep->why = law->why;
     falsified += rep->result.status == LawStatus::falsified;
     na += rep->result.status == LawStatus::not_applicable;
+    if (rep->result.status == LawStatus::not_checked) unchecked.push_back(law->name);
     if (rep->result.status == LawStatus::falsified && rep->result.minimal_case) {
       const fs::path entry = corpus ? corpus->path_for(law->name, *rep->result.minimal_case) : fs::path();
       if (corpus && rep->found_by.empty()) {
@@ -671,7 +717,18 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
 
   reports::PublishResult published;
   try {
+    // A law this run did not check keeps the report an earlier run of this implementation wrote for it (the
+    // folder holds no other implementation's: ReportFolder refused it), so an interrupted rerun loses nothing.
+    std::vector<reports::ReportFile> kept;
+    for (reports::LawReport& r : results) {
+      if (r.result.status != LawStatus::not_checked) continue;
+      std::vector<reports::ReportFile> earlier = reports::law_files_in(report_dir, r.result.law);
+      if (earlier.empty()) continue;
+      r.result.note += "; the report an earlier run wrote for this law is kept (" + earlier.front().name + ")";
+      for (reports::ReportFile& f : earlier) kept.push_back(std::move(f));
+    }
     std::vector<reports::ReportFile> files = reports::render_run(run, results, formats);
+    for (reports::ReportFile& f : kept) files.push_back(std::move(f));
     if (shard.given)
       files.push_back({"shard.json", reports::dump_pretty(reports::to_json(reports::ShardDocument{
                                          run, formats, shard.index, shard.count, run_laws_names, results}))});
@@ -692,12 +749,19 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   }
 
   const int applicable = static_cast<int>(results.size()) - na;
+  const int not_checked = static_cast<int>(unchecked.size());
   const bool interrupted = stop_requested();
   if (interrupted) out << "interrupted: the reports hold the laws that finished (the others say \"not checked\")\n";
+  out << run.implementation << ": "
+      << (shard.given ? "shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " : "");
   if (falsified) {
-    out << run.implementation << ": " << falsified << " of " << applicable << " laws falsified";
+    out << falsified << " of " << applicable << " laws falsified";
+    if (not_checked) out << ", " << not_checked << " not checked";
+  } else if (not_checked) {
+    out << "INCOMPLETE: " << not_checked << " of " << applicable << " laws not checked, "
+        << applicable - not_checked << " held";
   } else {
-    out << run.implementation << ": all " << applicable << " laws held";
+    out << "all " << applicable << " laws held";
   }
   if (na) out << " (" << na << " not applicable)";
   out << "; seed " << run.seed << ". Reports in " << report_dir.string() << "/"
@@ -719,8 +783,17 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     if (o.program != "attncheck") typed.program = reports::shell_quote(o.program);
     if (const auto cmd = reports::replay_command(typed, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
   }
+  if (not_checked) {
+    std::string names;
+    for (const std::string& n : unchecked) names += (names.empty() ? "" : ", ") + n;
+    out << "  not checked: " << names << "\n";
+    if (!falsified && !interrupted)
+      out << "  a run passes only what it checked: raise --max-calls (or drop it)"
+          << (o.accept_incomplete ? "; --accept-incomplete: exit 0" : ", or pass --accept-incomplete to exit 0") << "\n";
+  }
   if (interrupted) return kInterrupted;
-  return falsified ? kFalsified : kAllHeld;
+  if (falsified) return kFalsified;
+  return not_checked && !o.accept_incomplete ? kIncomplete : kAllHeld;
 }
 
 }  // namespace attncheck::cli

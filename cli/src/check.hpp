@@ -50,6 +50,11 @@ struct CheckOptions {
   bool long_mode = false;  ///< --long: keys of 2^15 ± 1 and 2^16 ± 1 (kLongLengths), decode steps, chunks, square
   int jobs = 0;            ///< laws checked at once; 0: one per core
   std::string shard;       ///< "I/N": check only shard I (from 0) of N; empty: $GTEST_SHARD_INDEX/$GTEST_TOTAL_SHARDS or all
+  /// Whether an empty `shard` reads GoogleTest's variables (the command line's check does; a campaign's cells,
+  /// which the campaign shards itself, do not).
+  bool shard_from_environment = true;
+  /// Exit 0 instead of kIncomplete when nothing was falsified but an applicable law was not checked in full.
+  bool accept_incomplete = false;
   /// Which bounds were given on the command line; a long-context run picks its own defaults for the others.
   struct Given {
     bool cases = false, max_B = false, max_H = false, max_D = false, max_T = false, min_T = false, max_H_kv = false;
@@ -62,9 +67,9 @@ struct Shard {
   bool given = false;
   int index = 0, count = 1;
 };
-/// Parses --shard (or, when it is empty, the GoogleTest variables) and touches $GTEST_SHARD_STATUS_FILE when it
-/// is set, as GoogleTest does; throws UsageError naming what was expected.
-Shard shard_option(const std::string& flag);
+/// Parses --shard (or, when it is empty and `environment`, the GoogleTest variables, touching
+/// $GTEST_SHARD_STATUS_FILE when it is set, as GoogleTest does); throws UsageError naming what was expected.
+Shard shard_option(const std::string& flag, bool environment = true);
 
 /// The law of this build named `name`, or nullptr.
 const Law* find_law(const Registry& registry, std::string_view name);
@@ -81,6 +86,7 @@ struct MergeOptions {
   std::string out;
   std::vector<std::string> shards;
   bool force = false;
+  bool accept_incomplete = false;  ///< exit 0 instead of kIncomplete when a shard left a law not checked
 };
 /// Combines the shard folders of one sharded run into `out`, whose reports equal the single run's; returns an
 /// ExitCode (0 every law held, 1 one was falsified). Throws UsageError for a folder that is no shard, shards of
@@ -94,6 +100,7 @@ struct CampaignOptions {
   std::string shard;       ///< "I/N": only every N-th run; empty: the GoogleTest variables, or all
   bool overview_only = false;
   bool no_corpus = false, force = false;
+  bool accept_incomplete = false;  ///< exit 0 instead of kIncomplete when a cell is missing or incomplete
   bool allow_programs = false;  ///< --allow-programs: run the plugin: and exec: implementations the file names
 };
 /// Runs a campaign's cells (each a `check` into its own folder, one shared corpus) and writes the overview page

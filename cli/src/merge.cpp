@@ -170,7 +170,7 @@ int run_merge(const MergeOptions& m, const Registry& registry, std::ostream& out
     }
   const fs::path out_dir(m.out);
   std::vector<reports::LawReport> results;
-  int falsified = 0, na = 0;
+  int falsified = 0, na = 0, not_checked = 0;
   for (const std::string& law : first.laws) {
     const auto it = by_law.find(law);
     if (it == by_law.end())
@@ -181,6 +181,7 @@ int run_merge(const MergeOptions& m, const Registry& registry, std::ostream& out
       r.replay_file = (out_dir / reports::law_file(law, ".json")).string();
     falsified += r.result.status == LawStatus::falsified;
     na += r.result.status == LawStatus::not_applicable;
+    not_checked += r.result.status == LawStatus::not_checked;
     results.push_back(std::move(r));
   }
   if (by_law.size() != first.laws.size())
@@ -192,8 +193,11 @@ int run_merge(const MergeOptions& m, const Registry& registry, std::ostream& out
   out << "attncheck merge: " << docs.size() << " shard" << (docs.size() == 1 ? "" : "s") << " of "
       << first.run.implementation << " (" << dtype_name(first.run.dtype) << ", seed " << first.run.seed << ")\n";
   out << first.run.implementation << ": "
-      << (falsified ? std::to_string(falsified) + " of " + std::to_string(applicable) + " laws falsified"
-                    : "all " + std::to_string(applicable) + " laws held")
+      << (falsified     ? std::to_string(falsified) + " of " + std::to_string(applicable) + " laws falsified" +
+                              (not_checked ? ", " + std::to_string(not_checked) + " not checked" : std::string())
+          : not_checked ? "INCOMPLETE: " + std::to_string(not_checked) + " of " + std::to_string(applicable) +
+                              " laws not checked"
+                        : "all " + std::to_string(applicable) + " laws held")
       << (na ? " (" + std::to_string(na) + " not applicable)" : std::string()) << "; seed " << first.run.seed
       << ". Reports in " << out_dir.string() << "/" << (published.written.empty() ? " (unchanged)" : "") << "\n";
   for (const auto& r : results) {
@@ -202,7 +206,8 @@ int run_merge(const MergeOptions& m, const Registry& registry, std::ostream& out
     if (message.starts_with(r.result.law + ": ")) message.erase(0, r.result.law.size() + 2);  // said once is enough
     out << "  " << r.result.law << ": " << message << "\n";
   }
-  return falsified ? kFalsified : kAllHeld;
+  if (falsified) return kFalsified;
+  return not_checked && !m.accept_incomplete ? kIncomplete : kAllHeld;
 }
 
 }  // namespace attncheck::cli

@@ -445,6 +445,181 @@ TEST(Shards, mergedShardsEqualTheSingleRunByteForByte) {
   }
 }
 
+// GoogleTest's sharding variables, set for this scope (Bazel sets them for a sharded test target).
+struct GoogleTestShard {
+  GoogleTestShard(const char* index, const char* total) {
+    ::setenv("GTEST_SHARD_INDEX", index, 1);
+    ::setenv("GTEST_TOTAL_SHARDS", total, 1);
+  }
+  ~GoogleTestShard() {
+    ::unsetenv("GTEST_SHARD_INDEX");
+    ::unsetenv("GTEST_TOTAL_SHARDS");
+  }
+};
+
+// The variables shard the command line's check, which then says so in its header, its summary and its verdict;
+// a campaign's cells (the campaign shards its cells) and --reproduce (one law's case) are never sharded by them.
+TEST(Shards, googleTestVariablesShardOnlyTheCommandLinesCheckAndItSaysSo) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const GoogleTestShard env("1", "2");
+  const Result r = attncheck(reg, {"check", "--impl", "reference", "--cases", "3", "--no-corpus", "--property",
+                                   "row-stochastic,first-position", "--report-dir", (tmp.path() / "r").string()});
+  ASSERT_EQ(r.code, kAllHeld) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "shard 1/2: 1 of the run's 2 laws")) << r.out;
+  EXPECT_TRUE(contains(r.out, "reference: shard 1/2: all 1 laws held")) << r.out;
+  const reports::Json summary = reports::Json::parse(slurp(tmp.path() / "r" / "summary.json"));
+  EXPECT_EQ(summary.at("shard"), (reports::Json{{"index", 1}, {"count", 2}})) << summary.dump();
+  EXPECT_TRUE(contains(slurp(tmp.path() / "r" / "summary.md"), "**Shard 1 of 2**"));
+
+  // A campaign of one cell: the campaign is shard 0 of 2 (it runs cell 0), and the cell checks both its laws.
+  const fs::path file = tmp.path() / "one.json";
+  std::ofstream(file) << R"({"name": "one", "implementations": ["reference"], "dtypes": ["float32"], "seeds": [1],
+                             "options": {"cases": 3, "properties": ["row-stochastic", "first-position"]}})";
+  {
+    const GoogleTestShard first("0", "2");
+    const Result c = attncheck(reg, {"campaign", file.string(), "--report-dir", (tmp.path() / "c").string()});
+    ASSERT_EQ(c.code, kAllHeld) << c.out << c.err;
+    const reports::Json cell = reports::Json::parse(slurp(tmp.path() / "c" / "reference-float32-seed1" / "summary.json"));
+    EXPECT_EQ(cell.at("laws").size(), 2u) << "the cell was sharded a second time: " << cell.dump();
+    EXPECT_FALSE(cell.contains("shard"));
+  }
+
+  // --reproduce re-checks one law's case: the variables do not refuse it.
+  const Registry& toy = toy_registry();
+  const fs::path first = tmp.path() / "toy";
+  ::unsetenv("GTEST_SHARD_INDEX");
+  const Result found = attncheck(toy, {"check", "--impl", "reference", "--cases", "1000", "--no-corpus", "--report-dir",
+                                       first.string()});
+  ASSERT_EQ(found.code, kFalsified) << found.out << found.err;
+  const std::string reproduce =
+      reports::Json::parse(slurp(first / "toy-below-90.json")).at("reproduce").get<std::string>();
+  ::setenv("GTEST_SHARD_INDEX", "1", 1);
+  const Result again = attncheck(toy, {"check", "--impl", "reference", "--cases", "1000", "--no-corpus", "--property",
+                                       "toy-below-90", "--reproduce", reproduce, "--report-dir", (tmp.path() / "again").string()});
+  EXPECT_EQ(again.code, kFalsified) << again.out << again.err;
+}
+
+// A run never passes what it did not check: a call budget too small for every law leaves laws not checked, and the
+// run exits 4 (kIncomplete) listing each of them, in every report, unless --accept-incomplete.
+TEST(Incomplete, aCallBudgetTooSmallForEveryLawExitsIncompleteListingEachLawNotChecked) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "r";
+  const Result r = attncheck(reg, {"check", "--impl", "reference", "--max-calls", "100", "--no-corpus",
+                                   "--report-dir", dir.string()});
+  ASSERT_EQ(r.code, kIncomplete) << r.out << r.err;
+  EXPECT_TRUE(contains(r.out, "reference: INCOMPLETE: ")) << r.out;
+  const reports::Json summary = reports::Json::parse(slurp(dir / "summary.json"));
+  EXPECT_EQ(summary.at("status"), "incomplete");
+  std::vector<std::string> unchecked;
+  long calls = 0;
+  for (const reports::Json& law : summary.at("laws")) {
+    const std::string status = law.at("status").get<std::string>();
+    EXPECT_TRUE(status == "held" || status == "n/a" || status == "not checked") << law.dump();
+    if (status == "not checked") unchecked.push_back(law.at("law").get<std::string>());
+    calls += law.at("calls").get<long>();
+  }
+  ASSERT_FALSE(unchecked.empty());
+  EXPECT_LE(calls, 100 + 30) << "the budget, and at most a case more per law";
+  std::string line = "  not checked: ";
+  for (std::size_t n = 0; n < unchecked.size(); ++n) line += (n ? ", " : "") + unchecked[n];
+  EXPECT_TRUE(contains(r.out, line + "\n")) << r.out;
+  EXPECT_EQ(summary.at("counts").at("not_checked").get<std::size_t>(), unchecked.size());
+  const std::string junit = slurp(dir / "junit.xml");
+  EXPECT_TRUE(contains(junit, "errors=\"" + std::to_string(unchecked.size()) + "\"")) << junit;
+  EXPECT_TRUE(contains(junit, "<error type=\"not checked\"")) << junit;
+  EXPECT_TRUE(contains(slurp(dir / "summary.md"), "incomplete: " + std::to_string(unchecked.size()) + " of "));
+  // Accepted on request, with the same reports.
+  const Result accepted = attncheck(reg, {"check", "--impl", "reference", "--max-calls", "100", "--no-corpus",
+                                          "--accept-incomplete", "--report-dir", dir.string()});
+  EXPECT_EQ(accepted.code, kAllHeld) << accepted.out << accepted.err;
+  EXPECT_TRUE(contains(accepted.out, "INCOMPLETE")) << accepted.out;
+}
+
+// A campaign's overview written before every shard is done is incomplete (exit 4), not a pass; so is a cell that
+// left a law not checked, which the overview marks "?".
+TEST(Incomplete, aCampaignWithARunMissingOrIncompleteExitsIncomplete) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const fs::path file = tmp.path() / "two.json";
+  std::ofstream(file) << R"({"name": "two", "implementations": ["reference"], "dtypes": ["float32", "float64"],
+                             "seeds": [1], "options": {"cases": 3, "properties": ["row-stochastic", "first-position"]}})";
+  const std::string root = (tmp.path() / "c").string();
+  ASSERT_EQ(attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--shard", "0/2"}).code, kAllHeld);
+  const Result early = attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--overview-only"});
+  EXPECT_EQ(early.code, kIncomplete) << early.out << early.err;
+  EXPECT_TRUE(contains(early.out, "1 of 2 runs not there yet")) << early.out;
+  const Result accepted =
+      attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--overview-only", "--accept-incomplete"});
+  EXPECT_EQ(accepted.code, kAllHeld) << accepted.out << accepted.err;
+  ASSERT_EQ(attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--shard", "1/2"}).code, kAllHeld);
+  EXPECT_EQ(attncheck(reg, {"campaign", file.string(), "--report-dir", root, "--overview-only"}).code, kAllHeld);
+  // A budget too small for the cells' laws: every cell is incomplete, and so is the campaign.
+  std::ofstream(file) << R"({"name": "two", "implementations": ["reference"], "dtypes": ["float32"], "seeds": [1],
+                             "options": {"cases": 3, "max_calls": 1, "properties": ["row-stochastic", "first-position"]}})";
+  const Result starved = attncheck(reg, {"campaign", file.string(), "--report-dir", (tmp.path() / "s").string()});
+  EXPECT_EQ(starved.code, kIncomplete) << starved.out << starved.err;
+  EXPECT_TRUE(contains(slurp(tmp.path() / "s" / "overview.md"), " ? |"));
+}
+
+// Declared means drawn: a kernel that declares head dimensions 64, 128 and the MLA pairs 192/128 and 576/512 is
+// called at 192 and 576 under the default --max-D (128), so a bug of its MLA path is found; the header lists what
+// is drawn, and an explicit --max-D that cuts the pairs says which.
+TEST(DeclaredDrawn, declaredHeadDimensionsAboveTheDefaultMaxDAreDrawn) {
+  Capabilities caps = reference_implementation()->capabilities();
+  caps.head_dims = {64, 128};
+  caps.v_head_dim = true;
+  caps.head_dim_pairs = {{192, 128}, {576, 512}};
+  const ImplementationPtr ref = reference_implementation();
+  Registry reg;
+  reg.laws = real_registry().laws;
+  reg.builtins = {make_implementation("mla-path-bug", "doubles its output on the MLA path (D > 128)", caps,
+                                      [ref](const Problem& p) {
+                                        Outcome o = ref->forward(p);
+                                        if (p.q.shape().D > 128)
+                                          for (Index n = 0; n < o.output.size(); ++n) o.output.data()[n] *= 2;
+                                        return o;
+                                      })};
+  TempDir tmp;
+  const std::vector<std::string> args{"check", "--impl", "mla-path-bug", "--property", "oracle-agreement", "--cases",
+                                      "40", "--no-corpus", "--report-dir", (tmp.path() / "r").string()};
+  const Result found = attncheck(reg, args);
+  EXPECT_EQ(found.code, kFalsified) << found.out << found.err;
+  EXPECT_TRUE(contains(found.out, "head dimensions drawn: 64, 128, 192/128, 576/512 (declared)\n")) << found.out;
+  std::vector<std::string> cut = args;
+  cut.insert(cut.end(), {"--max-D", "128", "--force"});
+  const Result missed = attncheck(reg, cut);
+  EXPECT_EQ(missed.code, kAllHeld) << missed.out << missed.err;
+  EXPECT_TRUE(contains(missed.out, "head dimensions drawn: 64, 128 (declared); not drawn, above --max-D 128: 192/128, "
+                                   "576/512\n"))
+      << missed.out;
+}
+
+// A rerun that leaves a law unchecked (a budget, an interrupt) keeps the report an earlier run wrote for it.
+TEST(Incomplete, aRerunThatDoesNotCheckALawKeepsItsEarlierReport) {
+  const Registry reg = real_registry();
+  TempDir tmp;
+  const fs::path dir = tmp.path() / "r";
+  const std::vector<std::string> common{"check", "--impl", "mutant:mask-zero", "--property",
+                                        "zero-future-weight,first-position", "--cases", "20", "--no-corpus",
+                                        "--report-dir", dir.string()};
+  const Result first = attncheck(reg, common);
+  ASSERT_EQ(first.code, kFalsified) << first.out << first.err;
+  const std::string report = slurp(dir / "zero-future-weight.json");
+  ASSERT_FALSE(report.empty());
+  std::vector<std::string> rerun = common;
+  rerun.insert(rerun.end(), {"--max-calls", "1"});  // a share of 0 calls for the first law, 1 for the second
+  const Result second = attncheck(reg, rerun);
+  ASSERT_NE(second.code, kUsage) << second.out << second.err;
+  const reports::Json summary = reports::Json::parse(slurp(dir / "summary.json"));
+  const reports::Json& law = summary.at("laws").at(0);
+  EXPECT_EQ(law.at("status"), "not checked") << law.dump();
+  EXPECT_TRUE(contains(law.at("note").get<std::string>(), "is kept (zero-future-weight.json)")) << law.dump();
+  EXPECT_EQ(slurp(dir / "zero-future-weight.json"), report) << "the earlier report was lost";
+  EXPECT_TRUE(fs::exists(dir / "zero-future-weight.md"));
+}
+
 // What merge refuses, naming it: a folder that is no shard, a shard missing or given twice, shards of two runs,
 // and a --shard that is not I/N with 0 <= I < N.
 TEST(Shards, badShardsAndMergesAreUsageErrorsNamingWhatCame) {

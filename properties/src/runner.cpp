@@ -151,6 +151,9 @@ std::optional<Violation> evaluate_case(const Law& law, const Implementation& imp
 
 namespace {
 
+// "1 case", "3 cases".
+std::string cases_text(int n) { return std::to_string(n) + (n == 1 ? " case" : " cases"); }
+
 // Why a law cannot be checked against impl under these bounds ("" when it can).
 std::string why_not_applicable(const Law& law, const Implementation& impl, const GenConfig& g) {
   std::string why_not = law.not_applicable ? law.not_applicable(g) : std::string();
@@ -214,15 +217,23 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   }
 
   if (stop_requested()) {
-    r.status = LawStatus::not_applicable;
+    r.status = LawStatus::not_checked;
     r.note = "not checked: the run was interrupted";
     return r;
   }
+  // The calls this law may spend: its share of the run's budget (run_laws), or all that is left of it.
+  const long spent_before = opts.calls_spent ? opts.calls_spent->load() : 0;
+  const long budget_left = opts.max_calls > 0 ? std::max(0L, opts.max_calls - spent_before) : 0;
+  const long law_budget = opts.law_share != 0 ? std::clamp(opts.law_share, 0L, budget_left) : budget_left;
+  const std::string budget_words =
+      opts.max_calls <= 0 ? std::string()
+      : opts.law_share != 0 ? "its share of the call budget (" + std::to_string(law_budget) + " of --max-calls " +
+                                 std::to_string(opts.max_calls) + ")"
+                           : "the call budget (" + std::to_string(opts.max_calls) + " calls, --max-calls)";
   // A run whose call budget is spent checks no further law: not a law that held, one that was not checked.
-  if (opts.max_calls > 0 && opts.calls_spent && opts.calls_spent->load() >= opts.max_calls) {
-    r.status = LawStatus::not_applicable;
-    r.note = "not checked: the call budget (" + std::to_string(opts.max_calls) +
-             " calls, --max-calls) ran out before this law";
+  if (opts.max_calls > 0 && law_budget == 0) {
+    r.status = LawStatus::not_checked;
+    r.note = "not checked: " + budget_words + " ran out before this law";
     return r;
   }
 
@@ -250,8 +261,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   };
   // The time and call budgets: shrinking started at `shrink_start`; calls spent by earlier laws of the run.
   std::chrono::steady_clock::time_point shrink_start;
-  const long spent_before = opts.calls_spent ? opts.calls_spent->load() : 0;
-  const auto calls_spent = [&] { return opts.max_calls > 0 && spent_before + counted.calls() >= opts.max_calls; };
+  const auto calls_spent = [&] { return opts.max_calls > 0 && counted.calls() >= law_budget; };
   const auto shrink_time_spent = [&] {
     return opts.shrink_seconds > 0 &&
            std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start).count() >= opts.shrink_seconds;
@@ -376,12 +386,16 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       r.note = "not every case was checked: the implementation could not be started";
       return r;
     }
-    if (interrupted > 0)
-      r.note = "interrupted: held in the " + std::to_string(r.cases_run) + " cases checked before the run was "
+    // Some cases left unchecked: the law is not checked, whatever the cases that were checked showed.
+    if (interrupted > 0) {
+      r.status = LawStatus::not_checked;
+      r.note = "interrupted: held in the " + cases_text(r.cases_run) + " checked before the run was "
                "stopped, " + std::to_string(interrupted) + " not checked";
-    else if (unchecked > 0)
-      r.note = "the call budget (" + std::to_string(opts.max_calls) + " calls, --max-calls) ran out: held in the " +
-               std::to_string(r.cases_run) + " cases checked, " + std::to_string(unchecked) + " not checked";
+    } else if (unchecked > 0) {
+      r.status = LawStatus::not_checked;
+      r.note = budget_words + " ran out: held in the " + cases_text(r.cases_run) + " checked, " +
+               std::to_string(unchecked) + " not checked";
+    }
   } else if (result.is<rc::detail::FailureResult>()) {
     const auto& f = result.get<rc::detail::FailureResult>();
     r.status = LawStatus::falsified;
@@ -398,8 +412,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       r.note = "shrinking cut short after " + format_number(opts.shrink_seconds, 3) +
                " s (--shrink-time): the smallest failing case found by then; --shrink-time 0 shrinks on";
     else if (cut_short == "calls")
-      r.note = "shrinking cut short: the call budget (" + std::to_string(opts.max_calls) +
-               " calls, --max-calls) ran out; the smallest failing case found by then";
+      r.note = "shrinking cut short: " + budget_words + " ran out; the smallest failing case found by then";
     if (t_last_failure) {
       r.minimal_case = t_last_failure->lcase;
       r.violation = t_last_failure->violation;
@@ -445,8 +458,21 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
                                 const std::function<void(std::size_t, const LawResult&)>& done) {
   std::vector<LawResult> out;
   if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty() || opts.max_calls > 0) {
+    // A call budget is shared out: each law may spend what is left divided by the applicable laws left
+    // (itself included), so what one law leaves unspent passes on, and no law spends the others' share.
+    GenConfig g = opts.gen;
+    g.caps = impl.capabilities();
+    std::size_t applicable_left = 0;
+    if (opts.max_calls > 0)
+      for (const Law* law : laws) applicable_left += why_not_applicable(*law, impl, g).empty();
     for (const Law* law : laws) {
-      out.push_back(run_law(*law, impl, opts));
+      RunOptions lo = opts;
+      if (opts.max_calls > 0 && why_not_applicable(*law, impl, g).empty()) {
+        const long spent = opts.calls_spent ? opts.calls_spent->load() : 0;
+        lo.law_share = std::max(0L, opts.max_calls - spent) / long(applicable_left--);
+        if (lo.law_share == 0) lo.law_share = -1;  // less than one call each: none for this law
+      }
+      out.push_back(run_law(*law, impl, lo));
       if (done) done(out.size() - 1, out.back());
     }
     return out;
@@ -559,16 +585,15 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
       r.implementation = impl.name();
       r.dtype = opts.gen.dtype;
       r.seed = opts.seed;
-      r.status = LawStatus::not_applicable;
+      r.status = LawStatus::not_checked;
       r.note = "not checked: the run was interrupted";
       if (ran > 0 && !failed[l]) {
-        r.status = LawStatus::held;
         r.cases_run = int(ran);
         for (const Checked& c : checked[l]) {
           r.seconds += c.seconds;
           r.calls += c.calls;
         }
-        r.note = "interrupted: held in the " + std::to_string(ran) + " cases checked before the run was stopped, " +
+        r.note = "interrupted: held in the " + cases_text(int(ran)) + " checked before the run was stopped, " +
                  std::to_string(test_params(law, opts).maxSuccess - ran) + " not checked";
       }
       out.push_back(std::move(r));
@@ -650,6 +675,16 @@ RunOptions options_from_rc_params(const std::string& law) {
   return o;
 }
 
+std::string_view status_name(LawStatus s) {
+  switch (s) {
+    case LawStatus::held: return "held";
+    case LawStatus::falsified: return "falsified";
+    case LawStatus::not_applicable: return "n/a";
+    case LawStatus::not_checked: return "not checked";
+  }
+  return "?";
+}
+
 std::string describe(const LawResult& r) {
   std::string s = r.law + " on " + r.implementation + " (" + std::string(dtype_name(r.dtype)) + ", seed " +
                   std::to_string(r.seed) + "): ";
@@ -658,6 +693,7 @@ std::string describe(const LawResult& r) {
       return s + "held in " + std::to_string(r.cases_run) + " cases (" + std::to_string(r.calls) + " calls)" +
              (r.note.empty() ? "" : "; " + r.note) + "\n";
     case LawStatus::not_applicable: return s + "not applicable: " + r.note + "\n";
+    case LawStatus::not_checked: return s + "NOT CHECKED: " + r.note + "\n";
     case LawStatus::falsified: break;
   }
   s += "FALSIFIED after " + std::to_string(r.cases_run) + " cases and " + std::to_string(r.shrink_steps) +

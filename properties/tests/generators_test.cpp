@@ -814,8 +814,8 @@ TEST(Generators, shrinkingStopsAtItsTimeBudgetWithTheSmallestCaseSoFar) {
   EXPECT_EQ(unlimited.note.find("cut short"), std::string::npos) << unlimited.note;
 }
 
-// A call budget shared by the laws of a run: once spent, a law checks no further case and says how many it did
-// not check; the calls it made are counted against the budget of the laws after it.
+// A call budget shared by the laws of a run: once spent, a law checks no further case and is not checked (never
+// held), saying how many cases it did check; the calls it made are counted against the budget of the laws after it.
 TEST(Generators, theCallBudgetIsSharedAndEndsTheRunSayingWhatWasNotChecked) {
   Law calls_once = probeLaw();
   calls_once.check = [](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
@@ -832,7 +832,7 @@ TEST(Generators, theCallBudgetIsSharedAndEndsTheRunSayingWhatWasNotChecked) {
   EXPECT_EQ(first.calls, 40);
   EXPECT_EQ(first.note.find("call budget"), std::string::npos) << first.note;
   const LawResult second = run_law(calls_once, *reference_implementation(), opts);
-  ASSERT_EQ(second.status, LawStatus::held);
+  ASSERT_EQ(second.status, LawStatus::not_checked) << "30 of its 40 cases were never checked";
   EXPECT_EQ(second.calls, 10) << "the 10 calls left of 50";
   EXPECT_EQ(second.cases_run, 10);
   EXPECT_NE(second.note.find("the call budget (50 calls, --max-calls) ran out: held in the 10 cases checked, 30 not "
@@ -840,13 +840,58 @@ TEST(Generators, theCallBudgetIsSharedAndEndsTheRunSayingWhatWasNotChecked) {
             std::string::npos)
       << second.note;
   EXPECT_EQ(opts.calls_spent->load(), 50);
-  // A law after the budget ran out checks nothing, and is not reported as held.
+  // A law after the budget ran out checks nothing, and is not reported as held (nor as not applicable).
   const LawResult third = run_law(calls_once, *reference_implementation(), opts);
-  EXPECT_EQ(third.status, LawStatus::not_applicable);
+  EXPECT_EQ(third.status, LawStatus::not_checked);
   EXPECT_EQ(third.calls, 0);
   EXPECT_NE(third.note.find("not checked: the call budget (50 calls, --max-calls) ran out before this law"),
             std::string::npos)
       << third.note;
+}
+
+// run_laws shares a budget out: each applicable law may spend what is left over the applicable laws left, so a
+// budget too small for all of them checks every law a little (none takes it all), and what a law leaves unspent
+// (a law whose cases cost fewer calls) passes on to the laws after it.
+TEST(Generators, runLawsSharesTheCallBudgetSoEveryLawIsCheckedALittle) {
+  Law cheap = probeLaw(), costly = probeLaw(), last = probeLaw(), not_applicable = probeLaw();
+  const auto calls_per_case = [](int n) {
+    return [n](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
+      for (int k = 0; k < n; ++k) impl.forward(c.problem);
+      return std::nullopt;
+    };
+  };
+  cheap.name = "cheap", costly.name = "costly", last.name = "last", not_applicable.name = "n/a";
+  cheap.check = calls_per_case(1);  // 10 cases: 10 calls of its share of 30
+  costly.check = calls_per_case(4);
+  last.check = calls_per_case(4);
+  not_applicable.not_applicable = [](const GenConfig&) { return std::string("never applies"); };
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 10;
+  opts.max_calls = 90;
+  opts.calls_spent = std::make_shared<std::atomic<long>>(0);
+  const auto r = run_laws({&cheap, &not_applicable, &costly, &last}, *reference_implementation(), opts, 1);
+  ASSERT_EQ(r.size(), 4u);
+  EXPECT_EQ(r[0].status, LawStatus::held) << r[0].note;  // 90 / 3 laws = 30 calls; it needed 10
+  EXPECT_EQ(r[0].calls, 10);
+  EXPECT_EQ(r[1].status, LawStatus::not_applicable);
+  // 80 left over 2 laws: 40 calls, 10 cases of 4 calls: it fits exactly.
+  EXPECT_EQ(r[2].status, LawStatus::held) << r[2].note;
+  EXPECT_EQ(r[2].calls, 40);
+  EXPECT_EQ(r[3].status, LawStatus::held) << r[3].note;  // the 40 left
+  // Half the budget: every applicable law gets some of it, and none is held.
+  opts.max_calls = 45;
+  opts.calls_spent = std::make_shared<std::atomic<long>>(0);
+  const auto half = run_laws({&costly, &cheap, &last}, *reference_implementation(), opts, 1);
+  for (const LawResult& l : half) {
+    EXPECT_GT(l.calls, 0) << l.law << ": " << l.note;
+    EXPECT_GT(l.cases_run, 0) << l.law << ": " << l.note;
+  }
+  EXPECT_EQ(half[0].status, LawStatus::not_checked) << "15 calls: 4 of its 10 cases";
+  EXPECT_NE(half[0].note.find("its share of the call budget (15 of --max-calls 45) ran out"), std::string::npos)
+      << half[0].note;
+  EXPECT_EQ(half[1].status, LawStatus::held) << "14 calls of the 29 left: its 10 cases";
+  EXPECT_EQ(half[2].status, LawStatus::not_checked) << "the 19 calls left: 5 of its 10 cases";
+  EXPECT_LE(opts.calls_spent->load(), 45 + 3) << "at most one case over the budget";
 }
 
 // run_laws hands each law's result over as soon as the law ends (when laws run one after the other), so the

@@ -443,6 +443,21 @@ PublishResult ReportFolder::publish(const std::vector<ReportFile>& files, bool f
   return r;
 }
 
+std::vector<ReportFile> law_files_in(const fs::path& dir, std::string_view law) {
+  // Only what an earlier run listed as its own, under the names a law's report takes.
+  const Manifest m = read_manifest(dir);
+  std::vector<ReportFile> kept;
+  for (const std::string_view suffix : {".json", ".md", ".html", "-error.svg", "-weights.svg", "-variance.svg"}) {
+    const std::string name = law_file(law, suffix);
+    if (!m.files.contains(name)) continue;
+    std::error_code ec;
+    if (!fs::is_regular_file(fs::symlink_status(dir / name, ec)) || fs::file_size(dir / name, ec) > kMaxCounterexampleBytes)
+      continue;
+    if (auto text = read_file(dir / name)) kept.push_back({name, std::move(*text)});
+  }
+  return kept;
+}
+
 PublishResult publish(const fs::path& dir, const std::vector<ReportFile>& files, bool force) {
   ReportFolder folder(dir, "", true);
   return folder.publish(files, force);

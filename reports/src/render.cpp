@@ -47,15 +47,6 @@ std::string plain_message(std::string_view law, std::string_view message) {
   return std::string(message.starts_with(prefix) ? message.substr(prefix.size()) : message);
 }
 
-std::string_view status_name(LawStatus s) {
-  switch (s) {
-    case LawStatus::held: return "held";
-    case LawStatus::falsified: return "falsified";
-    case LawStatus::not_applicable: return "n/a";
-  }
-  return "?";
-}
-
 std::string index_string(const std::vector<Index>& idx) {
   std::string out = "[";
   for (std::size_t n = 0; n < idx.size(); ++n) out += (n ? "," : "") + std::to_string(idx[n]);
@@ -208,11 +199,14 @@ namespace {
 
 Json summary_json(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats,
                   const std::vector<std::string>& law_files) {
-  int held = 0, falsified = 0, na = 0;
+  int held = 0, falsified = 0, na = 0, not_checked = 0;
   Json entries = Json::array();
   for (const auto& r : laws) {
     const LawResult& res = r.result;
-    (res.status == LawStatus::held ? held : res.status == LawStatus::falsified ? falsified : na) += 1;
+    (res.status == LawStatus::held        ? held
+     : res.status == LawStatus::falsified ? falsified
+     : res.status == LawStatus::not_checked ? not_checked
+                                            : na) += 1;
     Json e{{"law", res.law}, {"status", status_name(res.status)}, {"cases_run", res.cases_run},
            {"shrink_steps", res.shrink_steps}, {"calls", res.calls}};
     if (res.violation) e["margin"] = number_to_json(margin(*res.violation));
@@ -229,30 +223,40 @@ Json summary_json(const RunInfo& run, const std::vector<LawReport>& laws, const 
     e["coverage"] = coverage_json(res.coverage);
     entries.push_back(std::move(e));
   }
-  return Json{{"format", "attncheck-summary/1"},
+  Json counts{{"held", held}, {"falsified", falsified}, {"not_applicable", na}};
+  if (not_checked) counts["not_checked"] = not_checked;  // absent when 0: complete runs' summaries are as before
+  Json doc{{"format", "attncheck-summary/1"},
               {"implementation", run.implementation},
               {"description", run.implementation_description},
-              {"status", falsified ? "falsified" : "held"},
+              // A run that left an applicable law unchecked did not pass: "incomplete", never "held".
+              {"status", falsified ? "falsified" : not_checked ? "incomplete" : "held"},
               {"dtype", dtype_name(run.dtype)},
               {"seed", run.seed},
               {"generator", generator_json(run)},
-              {"counts", {{"held", held}, {"falsified", falsified}, {"not_applicable", na}}},
+              {"counts", counts},
               {"laws", std::move(entries)},
               {"files", law_files}};
+  if (run.shard) doc["shard"] = {{"index", (*run.shard)[0]}, {"count", (*run.shard)[1]}};
+  return doc;
 }
 
 }  // namespace
 
 std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& laws, const Formats& formats,
                              std::string_view report_ext) {
-  int falsified = 0, applicable = 0;
+  int falsified = 0, applicable = 0, not_checked = 0;
   for (const auto& r : laws) {
     falsified += r.result.status == LawStatus::falsified;
     applicable += r.result.status != LawStatus::not_applicable;
+    not_checked += r.result.status == LawStatus::not_checked;
   }
+  const std::string unchecked = not_checked ? std::to_string(not_checked) + " not checked" : std::string();
   std::string md = "# attncheck: `" + run.implementation + "`: " +
-                   (falsified ? std::to_string(falsified) + " of " + std::to_string(applicable) + " laws falsified"
-                              : "all " + std::to_string(applicable) + " laws held") +
+                   (falsified     ? std::to_string(falsified) + " of " + std::to_string(applicable) +
+                                    " laws falsified" + (not_checked ? ", " + unchecked : std::string())
+                    : not_checked ? "incomplete: " + std::to_string(not_checked) + " of " + std::to_string(applicable) +
+                                        " laws not checked"
+                                  : "all " + std::to_string(applicable) + " laws held") +
                    "\n\n";
   md += run.implementation_description + "\n\n";
   md += "dtype " + std::string(dtype_name(run.dtype)) + ", seed " + std::to_string(run.seed) + ", " +
@@ -266,6 +270,10 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
         ", D ≤ " + std::to_string(run.gen.max_D) +
         (run.gen.min_T > 1 ? ", T ≥ " + std::to_string(run.gen.min_T) : std::string()) +
         (run.gen.shape ? ", shape pinned to " + shape_option(*run.gen.shape) : std::string()) + "\n\n";
+  if (run.shard)
+    md += "**Shard " + std::to_string((*run.shard)[0]) + " of " + std::to_string((*run.shard)[1]) +
+          "** (from 0): only the run's laws at positions k with k % " + std::to_string((*run.shard)[1]) + " == " +
+          std::to_string((*run.shard)[0]) + "; `attncheck merge` combines the shards into the run's report.\n\n";
   // Margin: how far past its tolerance the worst entry is (margin_text: "non-finite" and the like where no
   // ratio exists). Held laws have none to show.
   md += "| law | result | cases | shrink steps | calls | margin | report |\n|---|---|---:|---:|---:|---:|---|\n";
@@ -278,7 +286,9 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
     else if (res.status == LawStatus::falsified && formats.json) report = "[" + res.law + ".json](" + res.law + ".json)";
     else if (!res.note.empty()) report = md_cell(res.note);
     if (res.status == LawStatus::falsified && res.violation) margin = margin_text(*res.violation);
-    const std::string status = res.status == LawStatus::falsified ? "**falsified**" : std::string(status_name(res.status));
+    const std::string status = res.status == LawStatus::falsified     ? "**falsified**"
+                               : res.status == LawStatus::not_checked ? "**not checked**"
+                                                                      : std::string(status_name(res.status));
     md += "| `" + res.law + "` | " + status + " | " + std::to_string(res.cases_run) + " | " +
           std::to_string(res.shrink_steps) + " | " + std::to_string(res.calls) + " | " + margin + " | " + report +
           " |\n";
@@ -303,14 +313,16 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
 }
 
 std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
-  int failures = 0, skipped = 0;
+  // A law not checked is an error, not a skipped test: a dashboard must not show it green.
+  int failures = 0, skipped = 0, errors = 0;
   for (const auto& r : laws) {
     failures += r.result.status == LawStatus::falsified;
     skipped += r.result.status == LawStatus::not_applicable;
+    errors += r.result.status == LawStatus::not_checked;
   }
   const std::string suite = "attncheck " + run.implementation + " " + std::string(dtype_name(run.dtype));
   const std::string counts = " tests=\"" + std::to_string(laws.size()) + "\" failures=\"" + std::to_string(failures) +
-                             "\" errors=\"0\" skipped=\"" + std::to_string(skipped) + "\"";
+                             "\" errors=\"" + std::to_string(errors) + "\" skipped=\"" + std::to_string(skipped) + "\"";
   std::string x = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n";
   x += "<testsuites name=\"attncheck\"" + counts + ">\n";
   x += "  <testsuite name=\"" + xml_escape(suite) + "\"" + counts + ">\n";
@@ -331,6 +343,8 @@ std::string junit_xml(const RunInfo& run, const std::vector<LawReport>& laws) {
     x += ">\n";
     if (res.status == LawStatus::not_applicable) {
       x += "      <skipped message=\"" + xml_escape(res.note) + "\"/>\n";
+    } else if (res.status == LawStatus::not_checked) {
+      x += "      <error type=\"not checked\" message=\"" + xml_escape(res.note) + "\"/>\n";
     } else {
       const std::string message = res.violation ? res.violation->message : "falsified";
       std::string body = message + "\n";

@@ -20,8 +20,6 @@ std::string xml_escape(std::string_view s);
 std::string md_cell(std::string_view s);
 /// The violation's message without a leading "LAW: " (the law is named beside it already).
 std::string plain_message(std::string_view law, std::string_view message);
-/// "held", "falsified" or "n/a".
-std::string_view status_name(LawStatus s);
 /// "[0,0,1,2]".
 std::string index_string(const std::vector<Index>& idx);
 

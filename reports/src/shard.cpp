@@ -106,12 +106,11 @@ LawStatus status_from(const std::string& s, const std::string& what, const Json&
   if (s == "held") return LawStatus::held;
   if (s == "falsified") return LawStatus::falsified;
   if (s == "n/a") return LawStatus::not_applicable;
-  fail(what, "\"held\", \"falsified\" or \"n/a\"", got);
+  if (s == "not checked") return LawStatus::not_checked;
+  fail(what, "\"held\", \"falsified\", \"n/a\" or \"not checked\"", got);
 }
 
-std::string status_text(LawStatus s) {
-  return s == LawStatus::held ? "held" : s == LawStatus::falsified ? "falsified" : "n/a";
-}
+std::string status_text(LawStatus s) { return std::string(status_name(s)); }
 
 Json report_json(const LawReport& r) {
   const LawResult& res = r.result;

@@ -95,6 +95,23 @@ def test_cases_and_seed_reach_attncheck(pytester):
     assert summary["generator"]["cases"] == 3
 
 
+def test_googletest_sharding_variables_do_not_shard_the_fixtures_check(pytester, monkeypatch):
+    # Bazel sets these for a sharded test target; they are pytest's to act on, and attncheck's check inside the
+    # fixture still runs every law (unsharded, it would have checked every 4th law and said nothing).
+    monkeypatch.setenv("GTEST_TOTAL_SHARDS", "4")
+    monkeypatch.setenv("GTEST_SHARD_INDEX", "3")
+    result = run(pytester, "--attncheck-cases", "2", "-k", "correct")
+    result.assert_outcomes(passed=1)
+    summaries = list((pytester.path / ".attncheck").rglob("summary.json"))
+    assert len(summaries) == 1, summaries
+    with open(summaries[0]) as f:
+        summary = json.load(f)
+    assert "shard" not in summary, summary
+    listed = subprocess.run([attncheck_binary(), "list"], capture_output=True, text=True, check=True).stdout
+    laws = [line.split()[0] for line in listed.splitlines() if line.split()[1:2] == ["law"]]
+    assert [law["law"] for law in summary["laws"]] == laws, summary["laws"]
+
+
 def test_a_backward_function_crosses_as_a_keyword_and_its_gradients_are_checked(pytester):
     result = run(pytester, "--attncheck-cases", "10", "-k", "backward")
     result.assert_outcomes(failed=1)

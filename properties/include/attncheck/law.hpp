@@ -160,14 +160,22 @@ struct RunOptions {
   /// probed for its weights, a slow dtype, a failure near the tolerance) can otherwise run for many minutes.
   double shrink_seconds = 0;
   /// Calls to the implementation allowed for all laws that share `calls_spent` (0: no limit). Once spent, a
-  /// law checks no further case (it reports those it did check, and says how many it did not) and shrinking
-  /// stops at the smallest failing case so far.
+  /// law checks no further case (it is reported not checked, with the cases it did check and those it did not)
+  /// and shrinking stops at the smallest failing case so far. run_laws shares it out: each law may spend its
+  /// share of what is left (`law_share`), and what a law leaves passes on to the laws after it, so a budget
+  /// checks every law a little before it checks any law a lot.
   long max_calls = 0;
+  /// With max_calls: the calls this law may spend (0: all that is left of max_calls; negative: none). Set by
+  /// run_laws.
+  long law_share = 0;
   /// The calls spent so far against max_calls, shared by the laws of one run (null: this law's own only).
   std::shared_ptr<std::atomic<long>> calls_spent;
 };
 
-enum class LawStatus { held, falsified, not_applicable };
+/// held: every case asked for was checked and none broke the law. not_checked: the law applies, but a call
+/// budget or an interrupt left some or all of its cases unchecked and none of those checked broke it (a run
+/// never passes what it did not check). not_applicable: the law says nothing about this implementation.
+enum class LawStatus { held, falsified, not_applicable, not_checked };
 
 struct LawResult {
   std::string law, implementation;
@@ -185,6 +193,9 @@ struct LawResult {
   std::map<std::string, int> coverage;  ///< tag -> cases
   std::string note;                     ///< why not applicable; what was not checked; what a held run found
 };
+
+/// "held", "falsified", "n/a" or "not checked": the words of reports and tables.
+std::string_view status_name(LawStatus s);
 
 /// Asks every run in this process to stop soon; async-signal-safe, so a SIGINT handler may call it. The law
 /// under way checks no further case and stops shrinking, keeping what it found (a held law says how many

@@ -3,8 +3,10 @@
 // failure that later runs replay first.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -25,6 +27,9 @@ struct RunInfo {
   int max_size = 100;                      ///< RapidCheck's max_size
   GenConfig gen;                           ///< the bounds max_B..max_D (caps are not reported)
   std::string program = "attncheck";       ///< how the commands printed in reports start
+  /// {index, count} when this run is one shard of a sharded run (its summaries say so); a merged report, like
+  /// the single run, has none.
+  std::optional<std::array<int, 2>> shard;
 };
 
 /// One law's result, what reports say about the law, and where it can be replayed from.
@@ -200,6 +205,10 @@ class ReportFolder {
 /// publish() through a ReportFolder taken for this call alone, for an unnamed implementation (so any earlier
 /// report counts as another's).
 PublishResult publish(const std::filesystem::path& dir, const std::vector<ReportFile>& files, bool force);
+
+/// The files of `law`'s report (LAW.json, LAW.md, ...) that an earlier run listed as its own in `dir`, as they
+/// are there: a run that did not check the law keeps them.
+std::vector<ReportFile> law_files_in(const std::filesystem::path& dir, std::string_view law);
 
 /// "mutant:mask-zero" -> "mutant-mask-zero": a file-name-safe form of an implementation spec.
 std::string slug(std::string_view spec);

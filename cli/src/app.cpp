@@ -80,6 +80,9 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   campaign->add_flag("--force", co.force, "replace reports another implementation left in a run's folder");
   campaign->add_flag("--accept-incomplete", co.accept_incomplete,
                      "exit 0, not 4, when nothing was falsified but a run is missing or left a law not checked");
+  campaign->add_flag("--allow-programs", co.allow_programs,
+                     "run the plugin: and exec: implementations the campaign file names (without it such a file is "
+                     "refused before anything runs: pass it only for a file you trust, as you would run a Makefile)");
   MergeOptions mo;
   merge->add_option("--out", mo.out, "the report folder to write")->required();
   merge->add_option("shards", mo.shards, "the shards' report folders (each holds a shard.json)")->required();
@@ -213,7 +216,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
     }
     if (*demo) return run_demo(out);
     if (*list) return run_list(registry, out);
-    if (*merge) return run_merge(mo, out);
+    if (*merge) return run_merge(mo, registry, out);
     if (*campaign) return run_campaign(co, registry, out, err);
     if (argc > 0 && argv[0] && std::string_view(argv[0]).find('/') != std::string_view::npos) o.program = argv[0];
     if (*check) return run_check(o, registry, out, err, err_is_terminal);

@@ -2,9 +2,10 @@
 // cell into its own report folder (the cells share one corpus), then one overview page: a matrix of laws ×
 // cells, each cell linking to its report and showing the minimal case, as the kill matrix does for the zoo.
 // `--shard I/N` runs every N-th cell; `--overview-only` then writes the overview from the cells on disk.
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
+#include <optional>
 #include <ostream>
 #include <set>
 #include <sstream>
@@ -48,18 +49,30 @@ struct Cell {
 
 struct Campaign {
   std::string name;
+  std::vector<std::string> implementations;  ///< as the file lists them
   std::vector<Cell> cells;
   CheckOptions options;  ///< what every cell shares
 };
 
+// A list of the campaign file that names each thing once: a second listing would run the same cell twice.
+template <class T>
+void once(const std::string& file, const char* key, const std::vector<T>& items) {
+  for (std::size_t n = 0; n < items.size(); ++n)
+    if (std::find(items.begin(), items.begin() + long(n), items[n]) != items.begin() + long(n))
+      throw UsageError("campaign " + file + ": " + key + ": " + Json(items[n]).dump() +
+                       " is listed twice; expected each once (a second listing would run the same runs again)");
+}
+
 Campaign read_campaign(const std::string& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw UsageError("campaign: cannot read " + file + " (expected a campaign file, JSON)");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
+  try {
+    text = reports::read_data_file(file, reports::kMaxSmallFileBytes, "a campaign file (JSON)");
+  } catch (const reports::FileError& e) {
+    throw UsageError(std::string("campaign: ") + e.what());
+  }
   Json j;
   try {
-    j = Json::parse(text.str());
+    j = Json::parse(text);
   } catch (const Json::exception& e) {
     throw UsageError("campaign " + file + " is not valid JSON: " + e.what());
   }
@@ -70,12 +83,18 @@ Campaign read_campaign(const std::string& file) {
                        "\" (expected name, implementations, dtypes, seeds, options)");
   Campaign c;
   c.name = j.contains("name") && j["name"].is_string() ? j["name"].get<std::string>() : fs::path(file).stem().string();
+  check_name_in_file(c.name, "campaign " + file + ": \"name\"");
   const std::vector<std::string> impls = strings(file, j, "implementations", true);
+  for (std::size_t n = 0; n < impls.size(); ++n)
+    check_name_in_file(impls[n], "campaign " + file + ": \"implementations[" + std::to_string(n) + "]\"");
+  once(file, "implementations", impls);
+  c.implementations = impls;
   std::vector<std::string> dtypes = strings(file, j, "dtypes", false);
   if (dtypes.empty()) dtypes = {"float32"};
   for (const std::string& d : dtypes)
     if (d != "float32" && d != "float64" && d != "float16" && d != "bfloat16")
       bad(file, "dtypes", "float32, float64, float16 or bfloat16", Json(d));
+  once(file, "dtypes", dtypes);
   std::vector<std::uint64_t> seeds{kDefaultSeed};
   if (const auto it = j.find("seeds"); it != j.end()) {
     if (!it->is_array() || it->empty()) bad(file, "seeds", "a non-empty array of seeds", *it);
@@ -84,6 +103,7 @@ Campaign read_campaign(const std::string& file) {
       if (!s.is_number_unsigned()) bad(file, "seeds", "unsigned integers", s);
       seeds.push_back(s.get<std::uint64_t>());
     }
+    once(file, "seeds", seeds);
   }
   CheckOptions& o = c.options;
   if (const auto it = j.find("options"); it != j.end()) {
@@ -129,14 +149,98 @@ Campaign read_campaign(const std::string& file) {
   return c;
 }
 
+bool is_program(const std::string& impl) { return impl.starts_with("plugin:") || impl.starts_with("exec:"); }
+
+// Every cell is checked before the first one runs, so a mistake anywhere in the file stops the campaign before
+// it starts, not midway without an overview: a file that would start programs without --allow-programs, an
+// implementation that cannot be resolved or does not take a dtype, two cells that would share a folder, a law
+// that does not exist, a folder that cannot be one.
+void validate_cells(const Campaign& c, const CampaignOptions& co, const Registry& reg, const fs::path& root) {
+  const std::string f = "campaign " + co.file + ": ";
+  if (!co.overview_only) {
+    // A campaign file is data, often someone else's: like a Makefile, it starts programs only when the person
+    // running it says so.
+    std::string programs;
+    for (const std::string& impl : c.implementations)
+      if (is_program(impl)) programs += (programs.empty() ? "" : ", ") + Json(impl).dump();
+    if (!programs.empty() && !co.allow_programs)
+      throw UsageError(f + "it names implementations that run programs (" + programs +
+                       "); a campaign file starts the programs it names only with --allow-programs (pass it for a "
+                       "file you trust, as you would run its Makefile); nothing was run");
+  }
+  for (const std::string& impl : c.implementations) {
+    const std::string where = f + "\"implementations\" holds " + Json(impl).dump();
+    if (is_program(impl)) {
+      if (impl.substr(impl.find(':') + 1).empty())
+        throw UsageError(where + "; expected plugin:PATH.so or exec:COMMAND with a path or command after the colon");
+      if (!reg.load_external)
+        throw UsageError(where + ": plugin: and exec: implementations are not available in this build");
+      continue;
+    }
+    const auto it = std::find_if(reg.builtins.begin(), reg.builtins.end(),
+                                 [&](const ImplementationPtr& p) { return p->name() == impl; });
+    if (it == reg.builtins.end())
+      throw UsageError(where + "; expected reference, mutant:NAME or control:NAME (`attncheck list` shows them), "
+                       "plugin:PATH.so or exec:COMMAND");
+    for (const Cell& cell : c.cells) {
+      const std::optional<DType> dtype = parse_dtype(cell.dtype);
+      if (cell.impl == impl && dtype && !(*it)->capabilities().supports(*dtype))
+        throw UsageError(f + impl + " does not accept " + cell.dtype + " (it declares " +
+                         describe_capabilities((*it)->capabilities()) + "); expected dtypes every listed built-in accepts");
+    }
+  }
+  std::map<std::string, const Cell*> folders;
+  for (const Cell& cell : c.cells)
+    if (const auto [at, fresh] = folders.emplace(cell.dir, &cell); !fresh)
+      throw UsageError(f + "the implementations " + Json(at->second->impl).dump() + " and " + Json(cell.impl).dump() +
+                       " would share the report folder " + cell.dir +
+                       " (a folder name keeps letters, digits, '.' and '_'); expected implementations whose folder "
+                       "names differ");
+  for (std::size_t n = 0; n < c.options.properties.size(); ++n)
+    law_named_in_file(reg, c.options.properties[n], f + "\"options.properties[" + std::to_string(n) + "]\"");
+  const auto folder = [&](const fs::path& dir, const std::string& what) {
+    std::error_code ec;
+    const fs::file_status st = fs::status(dir, ec);
+    if (st.type() != fs::file_type::directory && st.type() != fs::file_type::not_found)
+      throw UsageError("campaign: " + what + " " + dir.string() + " " +
+                       (ec ? "cannot be used (" + ec.message() + ")" : std::string("exists and is not a folder")) +
+                       "; expected a folder (created if missing) for the runs and the overview");
+  };
+  folder(root, co.report_dir.empty() ? "the report folder" : "--report-dir");
+  for (const Cell& cell : c.cells) folder(root / cell.dir, "the run's folder");
+}
+
+// A cell's summary.json, or nothing when the cell has not run (no file there, or not JSON). What is there must
+// be a regular file of a summary's size (a FIFO or /dev/zero is refused, not waited on or read forever), and
+// the law names in it, which become links and file names, laws of this build.
+std::optional<Json> cell_summary(const fs::path& file, const Registry& reg) {
+  std::error_code ec;
+  if (fs::symlink_status(file, ec).type() == fs::file_type::not_found) return std::nullopt;
+  const std::string text =
+      reports::read_data_file(file, reports::kMaxSmallFileBytes, "the summary.json that `attncheck check` writes");
+  std::optional<Json> j;
+  try {
+    j = Json::parse(text);
+  } catch (const Json::exception&) {
+    return std::nullopt;
+  }
+  if (const auto laws = j->find("laws"); j->is_object() && laws != j->end() && laws->is_array())
+    for (std::size_t n = 0; n < laws->size(); ++n)
+      if (const Json& e = (*laws)[n]; e.is_object())
+        if (const auto law = e.find("law"); law != e.end() && law->is_string())
+          law_named_in_file(reg, law->get<std::string>(),
+                            "campaign: " + file.string() + ": \"laws[" + std::to_string(n) + "].law\"");
+  return j;
+}
+
 // "[B,H,T,D]" of a cell's minimal case, from its LAW.json ("" when there is none).
 std::string minimal_shape(const fs::path& law_json) {
-  std::ifstream in(law_json, std::ios::binary);
-  if (!in) return "";
-  std::stringstream text;
-  text << in.rdbuf();
+  std::error_code ec;
+  if (fs::symlink_status(law_json, ec).type() == fs::file_type::not_found) return "";
+  const std::string text = reports::read_data_file(law_json, reports::kMaxCounterexampleBytes,
+                                                   "the LAW.json report that `attncheck check` writes");
   try {
-    const Json j = Json::parse(text.str());
+    const Json j = Json::parse(text);
     const Json& s = j.at("shape");
     std::string out = "[" + std::to_string(s.at("B").get<Index>()) + "," + std::to_string(s.at("H").get<Index>()) +
                       "," + std::to_string(s.at("T").get<Index>()) + "," + std::to_string(s.at("D").get<Index>()) + "]";
@@ -149,20 +253,16 @@ std::string minimal_shape(const fs::path& law_json) {
 }
 
 // The overview: laws × cells, from each cell's summary.json.
-std::string overview_markdown(const Campaign& c, const fs::path& root, int* missing) {
+std::string overview_markdown(const Campaign& c, const fs::path& root, const Registry& reg, int* missing) {
   std::vector<std::string> laws;
   std::set<std::string> known;
   std::vector<std::map<std::string, std::pair<std::string, std::string>>> cells;  // law -> (status, note)
   *missing = 0;
   for (const Cell& cell : c.cells) {
     std::map<std::string, std::pair<std::string, std::string>> by_law;
-    std::ifstream in(root / cell.dir / "summary.json", std::ios::binary);
-    if (in) {
-      std::stringstream text;
-      text << in.rdbuf();
+    if (const std::optional<Json> summary = cell_summary(root / cell.dir / "summary.json", reg)) {
       try {
-        const Json summary = Json::parse(text.str());  // kept: a range-for over a temporary's member dangles
-        for (const Json& e : summary.at("laws")) {
+        for (const Json& e : summary->at("laws")) {  // summary kept: a range-for over a temporary's member dangles
           const std::string law = e.at("law").get<std::string>();
           if (known.insert(law).second) laws.push_back(law);
           by_law[law] = {e.at("status").get<std::string>(), ""};
@@ -217,6 +317,7 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
   const Shard shard = shard_option(co.shard);
   const fs::path root = co.report_dir.empty() ? fs::path("attncheck-reports") / ("campaign-" + reports::slug(c.name))
                                               : fs::path(co.report_dir);
+  validate_cells(c, co, reg, root);
   int worst = kAllHeld, ran = 0;
   bool incomplete = false;  // a cell left a law not checked, or is not there at all
   if (!co.overview_only) {
@@ -255,8 +356,9 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
   }
   if (!shard.given || co.overview_only) {
     int missing = 0;
-    const std::string md = overview_markdown(c, root, &missing);
-    fs::create_directories(root);
+    const std::string md = overview_markdown(c, root, reg, &missing);
+    if (std::error_code ec; !fs::create_directories(root, ec) && ec)
+      throw reports::FileError("campaign: cannot create the report folder " + root.string() + ": " + ec.message());
     reports::write_atomic(root / "overview.md", md);
     reports::write_atomic(root / "index.html",
                           reports::html_page("attncheck campaign: " + c.name, reports::markdown_to_html(md, {})));
@@ -268,15 +370,12 @@ int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& o
     if (co.overview_only) {
       // The verdict of the whole campaign, from the cells on disk.
       for (const Cell& cell : c.cells) {
-        std::ifstream in(root / cell.dir / "summary.json", std::ios::binary);
-        std::stringstream text;
-        text << in.rdbuf();
         try {
-          const Json summary = Json::parse(text.str());
-          for (const Json& e : summary.at("laws")) {
-            if (e.at("status") == "falsified") worst = kFalsified;
-            if (e.at("status") == "not checked") incomplete = true;
-          }
+          if (const std::optional<Json> summary = cell_summary(root / cell.dir / "summary.json", reg))
+            for (const Json& e : summary->at("laws")) {
+              if (e.at("status") == "falsified") worst = kFalsified;
+              if (e.at("status") == "not checked") incomplete = true;
+            }
         } catch (const Json::exception&) {
         }
       }

@@ -52,15 +52,21 @@ std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) 
     return out;
   }
   for (const std::string& name : o.properties) {
-    const auto it = std::find_if(reg.laws.begin(), reg.laws.end(), [&](const Law& l) { return l.name == name; });
-    if (it == reg.laws.end()) {
+    const Law* law = find_law(reg, name);
+    if (!law) {
       std::string names;
       for (const Law& l : reg.laws) names += (names.empty() ? "" : ", ") + l.name;
       throw UsageError("--property: unknown law \"" + name + "\"; expected one of: " + names);
     }
-    if (std::find(out.begin(), out.end(), &*it) == out.end()) out.push_back(&*it);
+    if (std::find(out.begin(), out.end(), law) == out.end()) out.push_back(law);
   }
   return out;
+}
+
+// A name read from a file, shown as JSON (quoted, control characters escaped) and cut short.
+std::string shown(const std::string& name) {
+  std::string s = Json(name).dump(-1, ' ', false, Json::error_handler_t::replace);
+  return s.size() > 80 ? s.substr(0, 77) + "..." : s;
 }
 
 // The largest head dimension (D or D_v) an implementation declares by value: its list, or a maximum (0: it
@@ -92,6 +98,26 @@ std::string declared_head_dims(const Capabilities& caps, Index max_D, bool above
 
 }  // namespace
 
+const Law* find_law(const Registry& reg, std::string_view name) {
+  const auto it = std::find_if(reg.laws.begin(), reg.laws.end(), [&](const Law& l) { return l.name == name; });
+  return it == reg.laws.end() ? nullptr : &*it;
+}
+
+const Law& law_named_in_file(const Registry& reg, const std::string& name, const std::string& where) {
+  if (const Law* law = find_law(reg, name)) return *law;
+  throw UsageError(where + " is " + shown(name) +
+                   "; expected the name of a law of this build (`attncheck list` shows them)");
+}
+
+void check_name_in_file(const std::string& name, const std::string& where) {
+  const bool printable = std::none_of(name.begin(), name.end(), [](char c) {
+    return (static_cast<unsigned char>(c) < 0x20) || c == 0x7f;
+  });
+  if (name.empty() || name.size() > 4096 || !printable)
+    throw UsageError(where + " is " + shown(name) +
+                     "; expected a name of 1 to 4096 bytes on one line, without control characters");
+}
+
 Shard shard_option(const std::string& flag, bool environment) {
   Shard sh;
   std::string text = flag, source = "--shard";
@@ -103,7 +129,11 @@ Shard shard_option(const std::string& flag, bool environment) {
   }
   // GoogleTest's protocol: a runner that understands sharding touches the status file whenever it is named.
   if (const char* status = environment ? std::getenv("GTEST_SHARD_STATUS_FILE") : nullptr; status && *status) {
-    if (std::FILE* f = std::fopen(status, "a")) std::fclose(f);
+    try {
+      reports::touch_file(status, "the file a GoogleTest runner names for a sharded test to create");
+    } catch (const reports::FileError& e) {
+      throw UsageError(std::string("GTEST_SHARD_STATUS_FILE: ") + e.what());
+    }
   }
   if (text.empty()) return sh;
   const auto slash = text.find('/');
@@ -349,11 +379,11 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
   } catch (const std::exception& e) {
     throw UsageError(std::string("--replay: ") + e.what());
   }
-  const auto it = std::find_if(reg.laws.begin(), reg.laws.end(), [&](const Law& l) { return l.name == s.law; });
-  if (it == reg.laws.end())
+  const Law* found = find_law(reg, s.law);
+  if (!found)
     throw UsageError("--replay: " + o.replay + " is a counterexample to the law \"" + s.law +
                      "\", which this build does not have (`attncheck list` shows the laws)");
-  const Law& law = *it;
+  const Law& law = *found;
   // A data file never starts a program: a counterexample from a CI artifact or a colleague names its
   // implementation, but only the command line may run a plug-in or a command.
   if (o.impl.empty() && (s.implementation.starts_with("exec:") || s.implementation.starts_with("plugin:")))
@@ -738,8 +768,16 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     out << "reports not written\n" << std::flush;
     throw;
   }
-  // Only now: a run whose reports were refused writes nothing at all, corpus included.
-  for (const auto& [entry, doc] : corpus_entries) corpus->save(entry, doc);
+  // Only now: a run whose reports were refused writes nothing at all, corpus included. A corpus that cannot
+  // take the entry (read-only, full) costs the next run its replay, not this run its verdict.
+  for (const auto& [entry, doc] : corpus_entries) {
+    try {
+      corpus->save(entry, doc);
+    } catch (const reports::FileError& e) {
+      err << "attncheck: warning: the corpus entry was not saved: " << e.what()
+          << "; the verdict and the reports stand, but later runs will not replay this case from the corpus\n";
+    }
+  }
 
   const int applicable = static_cast<int>(results.size()) - na;
   const int not_checked = static_cast<int>(unchecked.size());

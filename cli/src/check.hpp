@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iosfwd>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "attncheck/cli.hpp"
@@ -70,6 +71,16 @@ struct Shard {
 /// $GTEST_SHARD_STATUS_FILE when it is set, as GoogleTest does); throws UsageError naming what was expected.
 Shard shard_option(const std::string& flag, bool environment = true);
 
+/// The law of this build named `name`, or nullptr.
+const Law* find_law(const Registry& registry, std::string_view name);
+/// A law name read from a file (`where` names the file and its field): it becomes a file name (LAW.json) and
+/// a link, so it must name a law of this build. Throws UsageError naming the file, the field, what was
+/// expected and what came.
+const Law& law_named_in_file(const Registry& registry, const std::string& name, const std::string& where);
+/// Any other name read from a file (an implementation): one line of printable text, at most 4096 bytes, as it
+/// goes into reports, manifests and messages. Throws UsageError naming `where`, what was expected and what came.
+void check_name_in_file(const std::string& name, const std::string& where);
+
 /// `attncheck merge --out DIR SHARD_DIR...`.
 struct MergeOptions {
   std::string out;
@@ -80,7 +91,7 @@ struct MergeOptions {
 /// Combines the shard folders of one sharded run into `out`, whose reports equal the single run's; returns an
 /// ExitCode (0 every law held, 1 one was falsified). Throws UsageError for a folder that is no shard, shards of
 /// different runs, a shard missing or given twice.
-int run_merge(const MergeOptions& m, std::ostream& out);
+int run_merge(const MergeOptions& m, const Registry& registry, std::ostream& out);
 
 /// `attncheck campaign FILE`.
 struct CampaignOptions {
@@ -90,10 +101,13 @@ struct CampaignOptions {
   bool overview_only = false;
   bool no_corpus = false, force = false;
   bool accept_incomplete = false;  ///< exit 0 instead of kIncomplete when a cell is missing or incomplete
+  bool allow_programs = false;  ///< --allow-programs: run the plugin: and exec: implementations the file names
 };
 /// Runs a campaign's cells (each a `check` into its own folder, one shared corpus) and writes the overview page
 /// (overview.md, index.html); a shard writes no overview, `overview_only` writes it from the cells on disk.
-/// Returns kFalsified when any cell falsified a law. Throws UsageError for a bad campaign file.
+/// Every cell is validated before the first runs; a file naming plugin: or exec: implementations runs them only
+/// with `allow_programs`. Returns kFalsified when any cell falsified a law. Throws UsageError for a bad campaign
+/// file.
 int run_campaign(const CampaignOptions& co, const Registry& reg, std::ostream& out, std::ostream& err);
 
 /// Above this T every case is a long context even at B = H = 1 (T² > 2^22 weights, see kMaterialisedWeights):

@@ -2,11 +2,10 @@
 // one report folder whose files are those the single run writes (summary.md, index.html, junit.xml,
 // summary.json and every falsified law's report), byte for byte: the reports hold no timings, and each law
 // ran with the run's seed in whichever shard checked it.
+#include <algorithm>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <ostream>
-#include <sstream>
 
 #include "attncheck/reports.hpp"
 #include "check.hpp"
@@ -18,18 +17,97 @@ namespace {
 
 reports::ShardDocument read_shard(const fs::path& dir) {
   const fs::path file = dir / "shard.json";
-  std::ifstream in(file, std::ios::binary);
-  if (!in)
+  std::error_code ec;
+  if (fs::symlink_status(file, ec).type() == fs::file_type::not_found)
     throw UsageError("merge: " + dir.string() + " holds no readable shard.json; expected the report folder of one " +
                      "shard of a sharded run (attncheck check --shard I/N --report-dir DIR)");
-  std::stringstream text;
-  text << in.rdbuf();
+  std::string text;
   try {
-    return reports::shard_from_json(reports::Json::parse(text.str()), file.string());
+    text = reports::read_data_file(file, reports::kMaxCounterexampleBytes,
+                                   "the shard.json that `attncheck check --shard I/N` writes");
+  } catch (const reports::FileError& e) {
+    throw UsageError(std::string("merge: ") + e.what());
+  }
+  try {
+    return reports::shard_from_json(reports::Json::parse(text), file.string());
   } catch (const reports::Json::exception& e) {
     throw UsageError("merge: " + file.string() + " is not valid JSON (" + e.what() + ")");
   } catch (const reports::FormatError& e) {
     throw UsageError(std::string("merge: ") + e.what());
+  }
+}
+
+// What a shard says is checked before any of it is used: a shard is often a downloaded CI artifact, and its
+// names become file names (LAW.json) and its verdicts the merged run's. Every name must be one this build
+// knows, every report one of this shard's laws, and every verdict consistent with its own figures.
+void check_shard(const reports::ShardDocument& d, const fs::path& file, const Registry& reg) {
+  const std::string f = "merge: " + file.string() + ": ";
+  check_name_in_file(d.run.implementation, f + "\"run.implementation\"");
+  if (d.run.program != "attncheck")
+    throw UsageError(f + "\"run.program\" is " + reports::Json(d.run.program).dump() +
+                     "; expected \"attncheck\" (the program the reports' commands start)");
+  std::map<std::string, std::size_t> position;  // law -> its position in the run
+  for (std::size_t k = 0; k < d.laws.size(); ++k) {
+    const Law& law = law_named_in_file(reg, d.laws[k], f + "\"laws[" + std::to_string(k) + "]\"");
+    if (!position.emplace(law.name, k).second)
+      throw UsageError(f + "\"laws\" lists " + law.name + " twice; expected each law of the run once");
+  }
+  for (std::size_t n = 0; n < d.reports.size(); ++n) {
+    const LawResult& r = d.reports[n].result;
+    const std::string at = f + "\"reports[" + std::to_string(n) + "]";
+    const Law& law = law_named_in_file(reg, r.law, at + ".law\"");
+    const auto it = position.find(law.name);
+    if (it == position.end() || int(it->second % std::size_t(d.count)) != d.index)
+      throw UsageError(at + ".law\" is " + law.name + "; expected one of shard " + std::to_string(d.index) + "/" +
+                       std::to_string(d.count) + "'s laws (those at positions k of \"laws\" with k % " +
+                       std::to_string(d.count) + " == " + std::to_string(d.index) + ")");
+    const std::string of = at + "\" (" + law.name + ")";
+    if (r.implementation != d.run.implementation)
+      throw UsageError(of + ": \"implementation\" is " + reports::Json(r.implementation).dump() + "; expected the run's, " +
+                       reports::Json(d.run.implementation).dump());
+    if (r.dtype != d.run.dtype)
+      throw UsageError(of + ": \"dtype\" is " + std::string(dtype_name(r.dtype)) + "; expected the run's, " +
+                       std::string(dtype_name(d.run.dtype)));
+    if (r.timeouts > r.calls)
+      throw UsageError(of + ": \"timeouts\" is " + std::to_string(r.timeouts) + " but \"calls\" is " +
+                       std::to_string(r.calls) + "; expected at most one timeout per call");
+    if (r.status == LawStatus::falsified && !r.violation)
+      throw UsageError(of + ": \"status\" is \"falsified\" but \"violation\" is null; expected a falsified law to "
+                       "come with the violation that falsified it");
+    if (r.status == LawStatus::held || r.status == LawStatus::not_applicable) {
+      const std::string status = r.status == LawStatus::held ? "held" : "n/a";
+      if (r.violation || r.minimal_case)
+        throw UsageError(of + ": \"status\" is \"" + status + "\" but it holds " +
+                         (r.violation ? "a violation" : "a minimal case") +
+                         "; expected \"violation\" and \"minimal_case\" null unless the law was falsified");
+    }
+    if (r.status == LawStatus::held && r.cases_run > d.run.cases)
+      throw UsageError(of + ": \"status\" is \"held\" in \"cases_run\" " + std::to_string(r.cases_run) +
+                       " cases; expected at most the run's " + std::to_string(d.run.cases) + " cases per law");
+  }
+}
+
+// `path` absolute, with every symbolic link of its existing part resolved.
+fs::path resolved(const fs::path& path) {
+  std::error_code ec;
+  fs::path p = fs::weakly_canonical(fs::absolute(path), ec);
+  if (ec) p = fs::absolute(path).lexically_normal();
+  while (p.has_relative_path() && p.filename().empty()) p = p.parent_path();  // "out/" -> "out"
+  return p;
+}
+
+// Refused before anything is read or written: an --out that is one of the shard folders, or a folder that holds
+// one (named directly or through a link), would have its report replaced by the merged one, shard.json included.
+void check_out_apart_from_shards(const MergeOptions& m) {
+  const fs::path out = resolved(m.out);
+  for (const std::string& shard : m.shards) {
+    std::error_code ec;
+    const fs::path in = resolved(shard);
+    const auto [o, i] = std::mismatch(out.begin(), out.end(), in.begin(), in.end());
+    const bool same = fs::equivalent(m.out, shard, ec) || (o == out.end() && i == in.end());
+    if (same || o == out.end())
+      throw UsageError("merge: --out " + m.out + (same ? " is the shard folder " : " holds the shard folder ") + shard +
+                       ", which the merge reads; expected a folder apart from every shard");
   }
 }
 
@@ -61,10 +139,14 @@ std::string run_difference(const reports::ShardDocument& a, const reports::Shard
 
 }  // namespace
 
-int run_merge(const MergeOptions& m, std::ostream& out) {
+int run_merge(const MergeOptions& m, const Registry& registry, std::ostream& out) {
   if (m.shards.empty()) throw UsageError("merge: expected the shards' report folders after --out DIR");
+  check_out_apart_from_shards(m);
   std::vector<reports::ShardDocument> docs;
-  for (const std::string& dir : m.shards) docs.push_back(read_shard(dir));
+  for (const std::string& dir : m.shards) {
+    docs.push_back(read_shard(dir));
+    check_shard(docs.back(), fs::path(dir) / "shard.json", registry);
+  }
   const reports::ShardDocument& first = docs.front();
   std::map<int, std::string> seen;  // shard index -> its folder
   for (std::size_t n = 0; n < docs.size(); ++n) {

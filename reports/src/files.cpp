@@ -25,15 +25,39 @@ namespace {
 // Lists the files a run wrote, so the next run can tell which of them would be left stale.
 constexpr const char* kManifest = ".attncheck-report";
 
-std::optional<std::string> read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+std::string errno_text(int e) { return std::strerror(e); }
+
+// What a path that is not a regular file is, for a message.
+std::string kind_of(mode_t mode) {
+  if (S_ISDIR(mode)) return "a folder";
+  if (S_ISFIFO(mode)) return "a FIFO (named pipe)";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
 }
 
-std::string errno_text(int e) { return std::strerror(e); }
+// Why `file` could not be opened or stat'ed, in words.
+std::string open_failure(int e) {
+  if (e == ENOENT) return "no such file";
+  if (e == ELOOP) return "a loop of symbolic links";
+  return errno_text(e);
+}
+
+std::string mib(std::uintmax_t bytes) {
+  return bytes % (std::uintmax_t{1} << 20) == 0 ? std::to_string(bytes >> 20) + " MiB"
+                                                 : std::to_string(bytes) + " bytes";
+}
+
+// A report folder's own files, compared before they are replaced: anything that is not a regular file of at
+// most a counterexample's size reads as absent (the caller then treats what is there as a different file).
+std::optional<std::string> read_file(const fs::path& p) {
+  try {
+    return read_data_file(p, kMaxCounterexampleBytes, "a file attncheck wrote");
+  } catch (const FileError&) {
+    return std::nullopt;
+  }
+}
 
 bool is_hex(std::string_view s) {
   return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
@@ -46,6 +70,68 @@ const Json* find(const Json& j, const char* key) {
 }
 
 }  // namespace
+
+std::string read_data_file(const fs::path& file, std::uintmax_t max_bytes, std::string_view expected) {
+  const std::string hint = "; expected " + std::string(expected);
+  const auto refuse = [&](const std::string& why) -> FileError {
+    return FileError("cannot read " + file.string() + ": " + why + hint);
+  };
+  // stat first, so a device is never opened; then the file opened without blocking (a FIFO put in its place
+  // meanwhile would otherwise wait for a writer forever) and checked again, as opened.
+  struct stat st {};
+  if (::stat(file.c_str(), &st) != 0) throw refuse(open_failure(errno));
+  if (!S_ISREG(st.st_mode)) throw refuse("it is " + kind_of(st.st_mode) + ", not a regular file");
+  const auto too_big = [&](std::uintmax_t size) {
+    return refuse("it is " + std::to_string(size) + " bytes, above the limit of " + std::to_string(max_bytes) +
+                  " bytes (" + mib(max_bytes) + ")");
+  };
+  if (std::uintmax_t(st.st_size) > max_bytes) throw too_big(std::uintmax_t(st.st_size));
+  const int fd = ::open(file.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) throw refuse(open_failure(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) throw refuse(errno_text(errno));
+  if (!S_ISREG(st.st_mode)) throw refuse("it is " + kind_of(st.st_mode) + ", not a regular file");
+  if (std::uintmax_t(st.st_size) > max_bytes) throw too_big(std::uintmax_t(st.st_size));
+  // Read to the end, but never past the limit: the file may grow while it is read.
+  std::string text;
+  text.reserve(std::size_t(st.st_size));
+  char buf[1 << 16];
+  for (;;) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw refuse(errno_text(errno));
+    }
+    if (n == 0) break;
+    if (text.size() + std::size_t(n) > max_bytes) throw too_big(text.size() + std::size_t(n));
+    text.append(buf, std::size_t(n));
+  }
+  return text;
+}
+
+void touch_file(const fs::path& file, std::string_view expected) {
+  const auto refuse = [&](const std::string& why) {
+    return FileError("cannot use " + file.string() + ": " + why + "; expected " + std::string(expected));
+  };
+  struct stat st {};
+  if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    throw refuse("it is " + kind_of(st.st_mode) + ", not a regular file");
+  // Not truncated (the runner only asks that it exist); O_NONBLOCK: opening a FIFO for writing would wait for
+  // a reader forever.
+  const int fd = ::open(file.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_NONBLOCK | O_NOCTTY | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    const int e = errno;
+    if (::stat(file.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+      throw refuse("it is " + kind_of(st.st_mode) + ", not a regular file");
+    throw refuse(open_failure(e));
+  }
+  const bool regular = ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode);
+  ::close(fd);
+  if (!regular) throw refuse("it is " + kind_of(st.st_mode) + ", not a regular file");
+}
 
 void write_atomic(const fs::path& path, std::string_view content) {
   // A name no other writer uses: this host, process and call (a shared corpus may be written by several
@@ -264,7 +350,9 @@ PublishResult ReportFolder::publish(const std::vector<ReportFile>& files, bool f
       if (f.name != kManifest) r.unchanged.push_back(f.name);
       continue;
     }
-    if (existing && f.name != kManifest) changed.push_back(f.name);
+    // Something that cannot be read as a file (a FIFO, a folder) is there all the same, and differs.
+    const bool there = existing || fs::symlink_status(dir / f.name, ec).type() != fs::file_type::not_found;
+    if (there && f.name != kManifest) changed.push_back(f.name);
     to_write.push_back(&f);
   }
   std::vector<std::string> stale;
@@ -412,8 +500,14 @@ std::vector<fs::path> Corpus::entries(std::string_view law) const {
 }
 
 bool Corpus::save(const fs::path& path, const Json& doc) const {
-  if (fs::exists(path)) return false;
   std::error_code ec;
+  // Anything already under the entry's name (even a dangling link) keeps it; a path that cannot be looked at
+  // (a loop of links, no permission) is a FileError like any other failure to save.
+  const fs::file_status there = fs::symlink_status(path, ec);
+  if (ec && there.type() != fs::file_type::not_found)
+    throw FileError("cannot save the corpus entry " + path.string() + ": " + ec.message());
+  if (fs::exists(there)) return false;
+  ec.clear();
   fs::create_directories(path.parent_path(), ec);
   if (ec) throw FileError("cannot create the corpus folder " + path.parent_path().string() + ": " + ec.message());
   write_atomic(path, dump_pretty(doc));
@@ -422,19 +516,12 @@ bool Corpus::save(const fs::path& path, const Json& doc) const {
 
 StoredCounterexample read_counterexample(const fs::path& file) {
   const std::string hint = " (expected a LAW.json report or a corpus entry written by `attncheck check`)";
-  std::error_code ec;
-  if (!fs::is_regular_file(file, ec))
-    throw FileError("cannot read " + file.string() + ": " + (fs::exists(file) ? "not a file" : "no such file") + hint);
-  // Refused before it is read: parsing holds about 40 bytes per number (a 100 MB file took 2.1 GB).
-  if (const std::uintmax_t size = fs::file_size(file, ec); !ec && size > kMaxCounterexampleBytes)
-    throw FormatError(file.string() + " is " + std::to_string(size) + " bytes; a counterexample attncheck reads is at most " +
-                      std::to_string(kMaxCounterexampleBytes) + " bytes (" +
-                      std::to_string(kMaxCounterexampleBytes >> 20) + " MiB)" + hint);
-  const auto text = read_file(file);
-  if (!text) throw FileError("cannot read " + file.string() + hint);
+  // Refused before it is read when too big: parsing holds about 40 bytes per number (a 100 MB file took 2.1 GB).
+  const std::string text =
+      read_data_file(file, kMaxCounterexampleBytes, "a LAW.json report or a corpus entry written by `attncheck check`");
   Json doc;
   try {
-    doc = Json::parse(*text);
+    doc = Json::parse(text);
   } catch (const Json::exception& e) {
     // Not only parse_error: a number literal beyond double's range (1e+400) is valid JSON syntax that
     // nlohmann refuses with out_of_range (406) while parsing. Every such refusal is a malformed file.

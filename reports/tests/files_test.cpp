@@ -1,6 +1,7 @@
 // Report files: writes are atomic, an earlier report is never overwritten silently, the corpus only grows,
 // and a stored counterexample reads back as it was written.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include "attncheck/reports.hpp"
 #include "temp_dir.hpp"
@@ -176,6 +177,50 @@ TEST(ReadCounterexample, missingAndForeignFilesAreRefusedWithWhatWasExpected) {
   EXPECT_THROW(read_counterexample(tmp.path() / "huge.json"), FormatError);
   spit(tmp.path() / "other.json", "{\"format\": \"something-else\"}");
   EXPECT_THROW(read_counterexample(tmp.path() / "other.json"), FormatError);
+}
+
+// The one way attncheck reads a data file: what is not a regular file under the limit is refused before a byte
+// is read, naming the file, what it is and what was expected; a FIFO without a writer is refused at once.
+TEST(ReadDataFile, refusesWhatIsNotARegularFileUnderItsLimitWithoutBlocking) {
+  TempDir tmp;
+  const auto refusal = [](const fs::path& p, std::uintmax_t limit) {
+    try {
+      read_data_file(p, limit, "a test file");
+    } catch (const FileError& e) {
+      return std::string(e.what());
+    }
+    return std::string("(read)");
+  };
+  const auto says = [](const std::string& what, const std::string& part) {
+    return what.find(part) != std::string::npos;
+  };
+  spit(tmp.path() / "ok", "0123456789");
+  EXPECT_EQ(read_data_file(tmp.path() / "ok", 10, "a test file"), "0123456789");
+  const std::string big = refusal(tmp.path() / "ok", 9);
+  EXPECT_TRUE(says(big, (tmp.path() / "ok").string() + ": it is 10 bytes, above the limit of 9 bytes")) << big;
+  EXPECT_TRUE(says(big, "; expected a test file")) << big;
+  ASSERT_EQ(::mkfifo((tmp.path() / "fifo").c_str(), 0600), 0);
+  EXPECT_TRUE(says(refusal(tmp.path() / "fifo", 10), "it is a FIFO (named pipe), not a regular file"));
+  EXPECT_TRUE(says(refusal(tmp.path(), 10), "it is a folder, not a regular file"));
+  EXPECT_TRUE(says(refusal("/dev/zero", 10), "it is a character device, not a regular file"));
+  EXPECT_TRUE(says(refusal(tmp.path() / "nope", 10), "no such file"));
+  fs::create_symlink(tmp.path() / "loop", tmp.path() / "loop");
+  EXPECT_TRUE(says(refusal(tmp.path() / "loop", 10), "a loop of symbolic links"));
+  fs::create_symlink(tmp.path() / "ok", tmp.path() / "link");  // a link to a file is that file
+  EXPECT_EQ(read_data_file(tmp.path() / "link", 10, "a test file"), "0123456789");
+}
+
+// GTEST_SHARD_STATUS_FILE's touch: created when missing, never truncated, and never a wait on a FIFO.
+TEST(TouchFile, createsWithoutTruncatingAndRefusesWhatIsNoFile) {
+  TempDir tmp;
+  touch_file(tmp.path() / "status", "a status file");
+  EXPECT_TRUE(fs::is_regular_file(tmp.path() / "status"));
+  spit(tmp.path() / "status", "kept");
+  touch_file(tmp.path() / "status", "a status file");
+  EXPECT_EQ(slurp(tmp.path() / "status"), "kept");
+  ASSERT_EQ(::mkfifo((tmp.path() / "fifo").c_str(), 0600), 0);
+  EXPECT_THROW(touch_file(tmp.path() / "fifo", "a status file"), FileError);
+  EXPECT_THROW(touch_file(tmp.path(), "a status file"), FileError);
 }
 
 TEST(Slug, makesSpecsSafeFileNames) {

@@ -138,6 +138,24 @@ class ReportExists : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+/// The largest small data file attncheck reads: a campaign file, a run's summary.json, a report folder's list
+/// of files. Real ones are kilobytes (the summary of every law with its notes and coverage tags is about
+/// 30 KB); 16 MiB leaves room for any real one and caps what parsing a hostile one costs.
+inline constexpr std::uintmax_t kMaxSmallFileBytes = std::uintmax_t{16} << 20;
+
+/// Reads the whole of a file attncheck takes as data (a shard, a campaign file, a summary, a corpus entry, a
+/// replay file): before a byte is read it must be a regular file (symbolic links followed) of at most
+/// `max_bytes`, so a FIFO, a device such as /dev/zero, a folder or a huge file is refused at once instead of
+/// hanging or exhausting memory; opening it never blocks. `expected` says what the file should have been
+/// ("a shard.json written by `attncheck check --shard I/N`"). Throws FileError naming the file, what it is and
+/// `expected`.
+std::string read_data_file(const std::filesystem::path& file, std::uintmax_t max_bytes, std::string_view expected);
+
+/// Creates `file` if missing, as a runner's status file asks (GTEST_SHARD_STATUS_FILE), without truncating
+/// it; never blocks: a FIFO, a folder or a device there is refused. Throws FileError naming the file, what it
+/// is and `expected`.
+void touch_file(const std::filesystem::path& file, std::string_view expected);
+
 /// Writes `content` to a temporary file beside `path`, flushes it to disk and renames it over `path`, so a
 /// reader sees the old file or the new one, never half of one. Throws FileError.
 void write_atomic(const std::filesystem::path& path, std::string_view content);
@@ -206,7 +224,8 @@ class Corpus {
   std::filesystem::path path_for(std::string_view law, const LawCase& c) const;
   /// The entries of `law`, sorted by file name (so replay order is stable).
   std::vector<std::filesystem::path> entries(std::string_view law) const;
-  /// Stores `doc` at `path` unless a file is already there (same case, same hash). True when written.
+  /// Stores `doc` at `path` unless a file is already there (same case, same hash). True when written; throws
+  /// FileError when it cannot be written (a read-only or full corpus, a loop of links).
   bool save(const std::filesystem::path& path, const Json& doc) const;
 
  private:

@@ -243,7 +243,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:block-mask-per-kv-head", {.T_k = 1, .H_kv = 1, .q = Shape{1, 2, 2, 1}, .cells = 2}},
     {"mutant:query-block-from-block-k", {.T_k = 2, .cells = 2}},
     {"mutant:query-block-from-block-k", {.T_k = 2, .bidirectional = true, .cells = 2}},
-    {"mutant:query-block-from-block-k", {.T_k = 3, .cells = 2, .q = Shape{1, 1, 3, 1}}},  // blocks of 2 x 1
+    {"mutant:query-block-from-block-k", {.T_k = 3, .q = Shape{1, 1, 3, 1}, .cells = 2}},  // blocks of 2 x 1
     {"mutant:partial-cells-block-local", {.T_k = 2, .cells = 2}},
     {"mutant:partial-cells-block-local", {.T_k = 2, .bidirectional = true, .cells = 2}},
     {"mutant:ragged-key-block-dropped", {.T_k = 1, .cells = 2}},

@@ -383,7 +383,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
   static const int64_t page_sizes[] = {1, 8, 16, 64, 256};
 #endif
   static const attncheck_plugin_v3 table = {
-      .abi_version = ATTNCHECK_PLUGIN_ABI_VERSION,
+      .abi_version = ATTNCHECK_PLUGIN_ABI_V3,
       .dtypes = ATTNCHECK_DTYPE_F32 | ATTNCHECK_DTYPE_F64 | ATTNCHECK_DTYPE_BF16,
       .alignments = ATTNCHECK_ALIGN_TOP_LEFT | ATTNCHECK_ALIGN_BOTTOM_RIGHT,
 #if defined(BUG_MASK_FILL_ZERO)

@@ -72,7 +72,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
 
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
   static const attncheck_plugin_v3 table = {
-      .abi_version = ATTNCHECK_PLUGIN_ABI_VERSION,
+      .abi_version = ATTNCHECK_PLUGIN_ABI_V3,
       .dtypes = ATTNCHECK_DTYPE_F64,
       .alignments = ATTNCHECK_ALIGN_TOP_LEFT | ATTNCHECK_ALIGN_BOTTOM_RIGHT,
       .flags = ATTNCHECK_CAP_RETURNS_WEIGHTS | ATTNCHECK_CAP_CROSS_LENGTHS | ATTNCHECK_CAP_KEY_LENGTHS |

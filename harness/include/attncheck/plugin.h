@@ -36,9 +36,11 @@
 #define ATTNCHECK_PLUGIN_ABI_V1 1u
 #define ATTNCHECK_PLUGIN_ABI_V2 2u
 #define ATTNCHECK_PLUGIN_ABI_V3 3u
-/** The newest ABI this header describes: the version of an attncheck_plugin_v3 table. A table declared as
- *  attncheck_plugin_v1 or _v2 must say ATTNCHECK_PLUGIN_ABI_V1 or _V2, never this: the loader would read a
- *  tail that is not there (it rejects a tail it can tell is garbage, but it cannot tell every time). */
+/** The newest ABI this header describes: the version of an attncheck_plugin_v3 table. A source names the
+ *  version its table was written for (ATTNCHECK_PLUGIN_ABI_V3 beside an attncheck_plugin_v3 table), never this
+ *  macro: rebuilt against a later header, a source that says ATTNCHECK_PLUGIN_ABI_VERSION claims a newer table
+ *  than it has, and the loader would read a tail that is not there (it rejects a tail it can tell is garbage,
+ *  but it cannot tell every time). */
 #define ATTNCHECK_PLUGIN_ABI_VERSION ATTNCHECK_PLUGIN_ABI_V3
 
 /** Marks the entry point exported from the plug-in's shared library. */

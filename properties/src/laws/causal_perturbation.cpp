@@ -12,7 +12,7 @@ const char* kWhy =
     "change any output at positions <= t, bit for bit: a correct kernel never lets a future value into an "
     "earlier row's arithmetic (masked terms add exact zeros and never raise the running max). This is the "
     "behavioural check the source card asks for, stronger than inspecting the mask. Exact: no tolerance, but "
-    "+0 and -0 are equal (a row that sees no key returns 0·v in FlashAttention's reference, whose sign follows "
+    "+0 and -0 are equal (a row that sees no key returns 0 * v in FlashAttention's reference, whose sign follows "
     "the future values).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {

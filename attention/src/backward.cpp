@@ -35,6 +35,20 @@
 //     intermediates propagate through steps 5-8 as every other error does (ν on dS_ij becomes scale·ν·|k_jc| on
 //     dQ_ic), with n·ν more for the final sums' own partial sums. With gradual underflow ν would be the smallest
 //     subnormal and N_s half the subnormal spacing: smaller, and a correct FTZ kernel would fail them.
+// 9b. A flushed intermediate times what it multiplies (tolerance.cpp step 4b). The propagation above puts ν on P,
+//     G and dS and multiplies it by the factors that follow in one order (P, G, then scale, then k_jc), but a
+//     kernel may form any partial product of a term first: a term of dQ_ic is scale·P_ij·G_ij·k_jc (times the
+//     softcap's f_ij ∈ {0} ∪ [2^-24, 1], never subnormal itself), and scale·dS_ij, dS_ij·k_jc, scale·P_ij or
+//     scale·k_jc may be the one that lies below ν. Flushing it zeroes the whole term, an error below ν times the
+//     product of the factors not in it; a term dies at its first flush, so the largest such product bounds it.
+//     With P_ij + ε_ij ≤ 2 and |G| ≤ Ĝ_ij, every such product is at most max(1, scale)·(2 + Ĝ_ij)·max(1, |k_jc|):
+//     ν·|k_jc| for a flushed scale·dS (1/scale times the ν·scale·|k_jc| above: a correct -Ofast backward returned
+//     dK = 0 where the oracle said -2.4e-37, 1.09 times that older bound, at D = 6), ν·scale·Ĝ_ij for a flushed
+//     P_ij·k_jc, ν·m_ij for a flushed scale·k_jc, and so on. So each (i, j) adds
+//     ν·max(1, scale)·(2 + Ĝ_ij)·max(1, |k_jc|) to dQ_ic (and the same with |q_ic| to dK_jc), and a partial sum of
+//     scale·dS·k that flushes before or after the scale is applied errs by ν·max(1, scale): the final sums' n·ν
+//     becomes n·ν·max(1, scale) for dQ and dK. dV_jc = Σ P_ij dO_ic has no factor but P and dO (ε_ij holds a
+//     flushed P, times |dO_ic|), and Δ_i, dP and d_sinks none beyond what steps 1-4 and 11 already multiply.
 // 10. DAZ on inputs: an input (q, k, v, dO) below N_a is read as 0, so such a kernel computes the gradients of
 //     the flushed problem, within that problem's bound of its oracle: where any input is flushed the bound is
 //     the larger of this one and that one plus the two oracles' difference.
@@ -237,24 +251,27 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(D_v + n_vis) * nu;
           const double m = (P(i, j) + eps(j)) * G;
           const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu + f_err * m;  // steps 5, 11
-          tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs();  // step 6
-          tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs();  // step 7
+          const double flushed = safety * nu * std::max(1.0, scale) * (2 + G);                      // step 9b
+          tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs() +     // step 6
+                       flushed * K.row(j).cwiseAbs().cwiseMax(1.0);
+          tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs() +     // step 7
+                       flushed * Q.row(i).cwiseAbs().cwiseMax(1.0);
           tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
         }
       }
     }
   }
   // The final rounding of every gradient into the dtype, and the subnormal floor (step 9).
-  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms) {
+  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms, double after) {
     tol.values() += safety * u_s * grad.values().cwiseAbs();
-    tol.values().array() += floor + safety * double(terms) * nu;
+    tol.values().array() += floor + safety * double(terms) * nu * after;  // after: what multiplies a partial sum (9b)
   };
   for (std::size_t h = 0; h < sink_terms.size(); ++h)  // step 11: the sum over n = B·T_q rows
     r.tolerance.dsinks[h] += safety * (gamma(qs.B * qs.T, u_a) * sink_terms[h] + u_a * std::abs(r.oracle.dsinks[h])) +
                              double(qs.B * qs.T) * nu;
-  finish(r.tolerance.dq, r.oracle.dq, ks.T);
-  finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H));
-  finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H));
+  finish(r.tolerance.dq, r.oracle.dq, ks.T, std::max(1.0, scale));
+  finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H), std::max(1.0, scale));
+  finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H), 1.0);
   return r;
 }
 

@@ -64,7 +64,7 @@ struct BoundTerms {
 template <class A> struct Scratch {
   Cells vis;                            // [n,w] visible
   ArrayA<A> s_raw, s, p, dp, ds;        // scores before and after the modifiers, P, dP, dS
-  ArrayA<double> sabs, a, eps, mm, e, t;  // the bound's terms (double only)
+  ArrayA<double> sabs, a, eps, mm, e, t, fl;  // the bound's terms (double only)
   Matrix<A> acc_k, acc_v, acc_q;
   Matrix<double> tol_k, tol_v, tol_q;
 };
@@ -295,6 +295,7 @@ template <class S, bool kBound> class Streamed {
       const double f_err = mods(b, h).softcap ? 5 * bt_.u_a : 0.0;
       sc.mm.resize(sc.p.rows(), sc.p.cols());
       sc.e.resize(sc.p.rows(), sc.p.cols());
+      sc.fl.resize(sc.p.rows(), sc.p.cols());
       for (Index r = 0; r < n; ++r) {
         const std::size_t at = row(b, h, i0 + r);
         const auto a = sc.a.row(r), p = sc.p.row(r), eps = sc.eps.row(r);
@@ -303,9 +304,11 @@ template <class S, bool kBound> class Streamed {
             (bt_.g_D + bt_.u_s) * a + d_delta_[at] + bt_.u_a * G + double(Dv_ + n_vis_[at]) * bt_.nu;
         sc.mm.row(r) = (p + eps) * G;
         sc.e.row(r) = eps * G + p * dG + (bt_.u_a + bt_.u_s) * p * G + bt_.nu + f_err * sc.mm.row(r);
+        sc.fl.row(r) = bt_.safety * bt_.nu * std::max(1.0, scale_d_) * (2 + G);  // step 9b
       }
       sc.mm = sc.vis.select(sc.mm, 0.0);
       sc.e = sc.vis.select(sc.e, 0.0);
+      sc.fl = sc.vis.select(sc.fl, 0.0);
     }
   }
 
@@ -457,6 +460,7 @@ template <class S, bool kBound> class Streamed {
           bound_errors(sc, b, h, i0, n);
           sc.t = bt_.safety * scale_d_ * (sc.e + (bt_.g_n + 2 * bt_.u_s + bt_.u_a) * sc.mm);  // step 7
           sc.tol_k.noalias() += sc.t.matrix().transpose() * Q.cwiseAbs();
+          sc.tol_k.noalias() += sc.fl.matrix().transpose() * Q.cwiseAbs().cwiseMax(1.0);  // step 9b
           sc.t = bt_.safety * (sc.eps + bt_.g_n * sc.p);  // step 8
           sc.tol_v.noalias() += sc.t.matrix().transpose() * dO.cwiseAbs();
         }
@@ -494,7 +498,10 @@ template <class S, bool kBound> class Streamed {
       }
       if (sc.vis.all()) {  // every row sees the whole tile: one product
         sc.acc_q.noalias() += sc.ds.matrix() * K.middleRows(j0, w);
-        if constexpr (kBound) sc.tol_q.noalias() += sc.t.matrix() * K.middleRows(j0, w).cwiseAbs();
+        if constexpr (kBound) {
+          sc.tol_q.noalias() += sc.t.matrix() * K.middleRows(j0, w).cwiseAbs();
+          sc.tol_q.noalias() += sc.fl.matrix() * K.middleRows(j0, w).cwiseAbs().cwiseMax(1.0);  // step 9b
+        }
         return;
       }
       // A tile on the diagonal or a mask's edge: each row reads only its visible keys, so a hidden key row
@@ -502,8 +509,11 @@ template <class S, bool kBound> class Streamed {
       for (Index r = 0; r < n; ++r)
         vs.for_each_run(i0 + r, j0, j0 + w, [&](Index a, Index e) {
           sc.acc_q.row(r).noalias() += sc.ds.row(r).segment(a - j0, e - a).matrix() * K.middleRows(a, e - a);
-          if constexpr (kBound)
+          if constexpr (kBound) {
             sc.tol_q.row(r).noalias() += sc.t.row(r).segment(a - j0, e - a).matrix() * K.middleRows(a, e - a).cwiseAbs();
+            sc.tol_q.row(r).noalias() +=
+                sc.fl.row(r).segment(a - j0, e - a).matrix() * K.middleRows(a, e - a).cwiseAbs().cwiseMax(1.0);
+          }
         });
     });
     g.dq.head(b, h).middleRows(i0, n) = (scale_ * sc.acc_q).template cast<S>();
@@ -567,17 +577,17 @@ GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tens
   r.oracle = engine.run(&r.tolerance);
   if (r.tolerance.dsinks.empty()) r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   // The final rounding of every gradient into the dtype, and the subnormal floor (step 9), as backward.cpp.
-  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms) {
+  const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms, double after) {
     tol.values() += safety * bt.u_s * grad.values().cwiseAbs();
-    tol.values().array() += bt.floor + safety * double(terms) * bt.nu;
+    tol.values().array() += bt.floor + safety * double(terms) * bt.nu * after;  // after: step 9b
   };
   const std::vector<double>& sink_terms = engine.sink_terms();
   for (std::size_t h = 0; h < sink_terms.size(); ++h)  // step 11: the sum over n = B·T_q rows
     r.tolerance.dsinks[h] += safety * (gamma(qs.B * qs.T, bt.u_a) * sink_terms[h] + bt.u_a * std::abs(r.oracle.dsinks[h])) +
                              double(qs.B * qs.T) * bt.nu;
-  finish(r.tolerance.dq, r.oracle.dq, ks.T);
-  finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H));
-  finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H));
+  finish(r.tolerance.dq, r.oracle.dq, ks.T, std::max(1.0, scale));
+  finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H), std::max(1.0, scale));
+  finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H), 1.0);
   return r;
 }
 

@@ -40,6 +40,22 @@
 //    underflow's half-subnormal-spacing (2^-25, 2^-134, 2^-150, 0), which is smaller and would call a correct
 //    FTZ kernel wrong. An input that is itself subnormal in the accumulation type (DAZ reads it as 0) is
 //    handled in head_tolerance by the oracle on the flushed inputs (daz_inputs).
+// 4b. A flushed intermediate times what it multiplies. In a product of several factors a kernel may form any
+//    partial product first, and under FTZ a partial below N_a is 0, and so is the whole term: an error below N_a
+//    times the factors not yet applied (never more than the term itself, which vanishes). A floor on subnormal
+//    results alone misses those factors (backward.cpp step 9b: a flushed scale·dS times |q| in dK). The forward's
+//    products: (a) the output's terms w_ij·v_jc, whatever the order (e_ij·v_jc summed and divided by l_i after,
+//    rescaled by exp(m_old - m_new) or exp(L_c - L)): every factor after a flushed partial is 1/l_i ≤ 1, a rescale
+//    ≤ 1, or v_jc, so a term errs by at most N_a·max(1, |v_jc|) and a flushed running sum or accumulator by N_a
+//    times at most T_vis·max|v| (rescaled only by factors ≤ 1): step 4's T_vis·N_a·(max|v| + 2) holds it. (b) The
+//    scores' terms scale·q_ic·k_jc (times log2 e in a base-2 kernel): a flushed q_ic·k_jc errs by scale·N_a·log2 e
+//    on the score, relatively far below step 1's 4u_a; but a flushed scale·q_ic (or scale·log2e·q_ic, or the same
+//    with k_jc) drops the whole term scale·q_ic·k_jc, which may be far above N_a when |k_jc| is large. Such a
+//    partial is below N_a only for an input with |q_ic|·scale < N_a (log2 e > 1 only raises the partial), so the
+//    score s_ij errs by at most φ_ij = scale·Σ_c |q_ic||k_jc| over the c where |q_ic|·scale < N_a or
+//    |k_jc|·scale < N_a, and step 1's Δ_i grows by max_j φ_ij (a score error like any other). The generators never
+//    draw such inputs (their magnitudes start at 1e-3); a stored case may hold them. Inputs below N_a themselves
+//    (DAZ) are the flushed problem's, below.
 // 5. Saturation. When Δ is large (scores ~1e10 in float), ρ overflows: the dtype cannot resolve the softmax at
 //    all. Weights still lie in [0, 1] and outputs in the hull of the visible values, so a weight is off by at
 //    most 1 (the weight bound is capped at 1, and is 1 where ρ overflows, which keeps 0·∞ out of it) and an
@@ -123,7 +139,7 @@ struct RowTerms {
         safety(safety_) {}
 
   double rho_w(double abs_dot, double s_max, Index n_vis, double modifier_error = 0) const {
-    const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max + modifier_error;  // step 7
+    const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max + modifier_error;  // steps 4b, 7
     const double lambda = lse_exponent_error(dtype, s_max, n_vis);  // step 2b
     return std::expm1(2 * delta + lambda + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
   }
@@ -147,7 +163,7 @@ struct RowTerms {
 double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, bool sink, bool softcap) {
   if (r.n_vis <= 0) return 0.0;  // an empty row: zero
   const double u_a = accumulation_roundoff(dtype);
-  const double mod_err = (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max;  // step 7
+  const double mod_err = (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed;  // steps 7, 4b
   return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
 }
 
@@ -156,6 +172,15 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
+  // Step 4b: φ_ij, the terms an FTZ kernel drops by flushing scale·q_ic or scale·k_jc (none for normal-sized inputs).
+  const double n_a = std::ldexp(1.0, dtype == DType::f64 ? -1022 : -126);
+  const auto tiny = [&](const Matrix<double>& x) {
+    return Matrix<double>(x.cwiseAbs().unaryExpr([&](double a) { return a * std::abs(scale) < n_a ? a : 0.0; }));
+  };
+  const Matrix<double> q_tiny = tiny(q), k_tiny = tiny(k);
+  Matrix<double> flushed;
+  if (!q_tiny.isZero(0) || !k_tiny.isZero(0))
+    flushed = (q_tiny * k.cwiseAbs().transpose() + q.cwiseAbs() * k_tiny.transpose()) * std::abs(scale);
   const bool sink = mods.sink && std::isfinite(*mods.sink);
   Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
   for (Index i = 0; i < T_q; ++i) {
@@ -168,6 +193,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
       r.raw_max = std::max(r.raw_max, std::abs(s(i, j)));
       r.s_max = std::max({r.s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
       r.bias_max = std::max(r.bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
+      if (flushed.size() > 0) r.flushed = std::max(r.flushed, flushed(i, j));
     }
     rho(i) = row_weight_relative_error(dtype, D, r, sink, mods.softcap.has_value());
   }

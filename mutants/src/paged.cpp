@@ -5,7 +5,8 @@
 // wrong offset reads whatever sits there (another key, a free slot, another head) and an offset outside the pool
 // or a table index outside the table is a crash (ImplementationError::Kind::crash, as a segfault would be), never
 // undefined behaviour here. On a dense problem (p.paged empty) every kernel is right: the bugs live in the paged
-// path only. One control, control:paged-tiled, reads K and V page by page with an online softmax.
+// path only. Two controls: control:paged-tiled reads K and V page by page with an online softmax, and
+// control:paged-physical-order does so in the pool's physical page order.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -258,8 +259,12 @@ Mutant paged_mutant(const char* name, const char* description, PageBug bug, cons
 // each visible key's score from the pool, an online softmax (running max m, sum l and accumulator rescaled by
 // exp(m_old - m_new)) in the accumulation type, and the weights recomputed from the final m and l. Keys a row may
 // not see are never read, and neither is any slot past a sequence's length or any table entry past its last page.
+// With `physical_order` (control:paged-physical-order), a sequence's pages are walked in the order they sit in the
+// pool, as a kernel that sweeps a unified cache does, not in the table's: the same terms summed in another order
+// once the pages move (page-permutation, shared-pages).
 template <class S>
-Tensor<S> paged_tiled(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w) {
+Tensor<S> paged_tiled(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Problem& p, Tensor<S>* w,
+                      bool physical_order = false) {
   using A = Acc<S>;
   const Shape& s = q.shape();
   const Index B = s.B, H = s.H, T_q = s.T, T_k = k.shape().T, D = s.D, H_kv = k.shape().H;
@@ -291,12 +296,22 @@ Tensor<S> paged_tiled(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
           for (Index d = 0; d < D; ++d) kt(d) = static_cast<A>(k(b, g, t, d)), vt(d) = static_cast<A>(v(b, g, t, d));
         }
       };
+      // The first key of each page (tile), in the order the kernel walks them.
+      std::vector<Index> starts;
+      for (Index t0 = 0; t0 < len; t0 += tile) starts.push_back(t0);
+      if (physical_order && pools) {
+        const PagedKV& pk = pools->layout;
+        std::stable_sort(starts.begin(), starts.end(), [&](Index x, Index y) {
+          return pk.block_table[std::size_t(b * pk.max_pages + x / tile)] <
+                 pk.block_table[std::size_t(b * pk.max_pages + y / tile)];
+        });
+      }
       Matrix<A> wt = Matrix<A>::Zero(T_q, T_k);
       for (Index i = 0; i < T_q; ++i) {
         const Eigen::Matrix<A, 1, Eigen::Dynamic> qi = q.head(b, h).row(i).template cast<A>();
         A m = -std::numeric_limits<A>::infinity(), l = 0;
         acc.setZero();
-        for (Index t0 = 0; t0 < len; t0 += tile) {  // one page (tile) at a time
+        for (const Index t0 : starts) {  // one page (tile) at a time
           const Index t1 = std::min(t0 + tile, len);
           A tile_max = -std::numeric_limits<A>::infinity();
           bool any = false;
@@ -475,6 +490,23 @@ std::vector<Mutant> paged_mutants() {
                                   }),
       .bug = "control: paged K and V read page by page through the block table (every page size, both layouts, key "
              "padding, grouped queries), an online softmax over pages in float accumulation, never a dense copy",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
+  });
+  z.push_back(Mutant{
+      .impl = make_implementation("control:paged-physical-order",
+                                  "correct; paged K and V walked in the pool's physical page order (a unified cache)",
+                                  paged_capabilities(),
+                                  [](const Problem& p) {
+                                    return run_typed(p, [](const auto& q, const auto& k, const auto& v,
+                                                           const Problem& pr, auto* w) {
+                                      return paged_tiled(q, k, v, pr, w, true);
+                                    });
+                                  }),
+      .bug = "control: a sequence's pages walked in the order they sit in the pool, not the table's (a kernel sweeping "
+             "a unified cache), with an online softmax: moving or sharing pages reorders the sum (1 ulp)",
       .control = true,
       .minimal_shape = {},
       .why_minimal = "a control: no case should fail",

@@ -94,5 +94,6 @@ std::vector<Mutant> position_mutants();  ///< bugs only long contexts show: an i
 std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the call's shape under a batch-invariance claim
 std::vector<Mutant> controls();         ///< correct implementations written differently
 std::vector<Mutant> modifier_controls();  ///< a correct flash-decoding kernel with the LSE and every modifier
+std::vector<Mutant> exactness_controls();  ///< correct kernels whose arithmetic differs where exact laws once looked
 
 }  // namespace attncheck::zoo

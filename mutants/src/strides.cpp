@@ -1,7 +1,8 @@
 // Kernels that read q, k and v through strides (ATTNCHECK_CAP3_STRIDED, issue 25), with the address arithmetic
-// strided kernels get wrong, and one control. Each reads every element of its inputs through its own address rule
+// strided kernels get wrong, and two controls. Each reads every element of its inputs through its own address rule
 // from the buffers Problem::layout lays out (attncheck/layouts.hpp: gaps and the rest of a broadcast buffer hold
-// NaN), then attends as the reference does: the address rule is its only bug.
+// NaN), then attends as the reference does: the address rule is its only bug. Two controls read through the strides,
+// one returning its weights and one whose weights are probed.
 #include <functional>
 #include <optional>
 
@@ -28,9 +29,10 @@ Problem read_as(const Problem& p, const Address& address) {
 // A forward that reads through `address`; with a `backward` address, a backward too, reading through that one
 // (a backward kernel has address arithmetic of its own).
 ImplementationPtr strided_impl(const char* name, const char* description, Address address,
-                               std::optional<Address> backward = std::nullopt) {
+                               std::optional<Address> backward = std::nullopt, bool returns_weights = true) {
   Capabilities caps = gqa_capabilities();
   caps.strided = caps.layout_invariant = true;  // each reads values exactly, whatever the strides
+  caps.returns_weights = returns_weights;
   BackwardFn bwd;
   if (backward)
     bwd = [b = *backward](const Problem& p) { return reference_implementation()->backward(read_as(p, b)); };
@@ -88,6 +90,20 @@ std::vector<Mutant> stride_mutants() {
                      "away",
       .killed_by = {"layout-invariance"},
       .also_minimal = {{1, 1, 2, 1}, {1, 2, 1, 1}},
+  });
+  // A kernel that returns no weights, as a flash kernel never materialises them: they are recovered by one-hot V
+  // probes (with_recovered_weights, as attncheck does for such a plug-in), which never go through a layout whose V
+  // the probe cannot reach (V-is-K: V is K's memory).
+  z.push_back(Mutant{
+      .impl = with_recovered_weights(strided_impl("control:strided-probed-weights",
+                                                  "every input read through its strides; no weights (probed)",
+                                                  by_strides, by_strides, false)),
+      .bug = "none: a layout-invariant strided kernel that returns no weights, so the laws probe them through "
+             "one-hot values (V-is-K included, where the probe must not write into K's memory)",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {},
   });
   z.push_back(Mutant{
       .impl = strided_impl("control:strided-reads", "every input read through its strides, forward and backward",

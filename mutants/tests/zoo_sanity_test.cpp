@@ -5,9 +5,11 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <set>
 
+#include "attncheck/backward.hpp"
 #include "attncheck/generators.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
@@ -457,6 +459,120 @@ TEST(Zoo, NanConventionBackwardKeepsTheEmptyRowsNanOutOfDkAndDv) {
   ASSERT_TRUE(v);
   EXPECT_TRUE(v->quantity == "dk" || v->quantity == "dv") << v->message;
   EXPECT_NE(v->message.find("nan"), std::string::npos) << v->message;
+}
+
+// The controls of the exact laws' false alarms each really differ from the reference the way they claim, and the law
+// that once demanded bit-identity there holds. Inputs are small multiples of 1/4: exact in float32.
+double quarter(int trial, Index n) { return double(((trial * 7919 + int(n) * 104729) % 17) - 8) / 4.0; }
+Problem quarters(int trial, Shape qs, Index T_k) {
+  std::vector<double> q(std::size_t(qs.numel())), k(std::size_t(qs.B * qs.H * T_k * qs.D)), v(k.size());
+  for (std::size_t n = 0; n < q.size(); ++n) q[n] = quarter(trial, Index(n));
+  for (std::size_t n = 0; n < k.size(); ++n) k[n] = quarter(trial + 1000, Index(n)), v[n] = quarter(trial + 2000, Index(n));
+  return make_problem(DType::f32, qs, T_k, q, k, v);
+}
+bool same_bits(const Tensor<double>& a, const Tensor<double>& b) {
+  return std::memcmp(a.values().data(), b.values().data(), sizeof(double) * std::size_t(a.size())) == 0;
+}
+
+// A row that sees no key (bottom-right, T_q = 2 > T_k = 1: query 0) is 0 · v0 in FlashAttention's reference: -0 for
+// v0 < 0. Changing v0 (in query 0's future) flips the zero's sign, and causal-perturbation must not call that a leak.
+TEST(Zoo, SignedZerosControlReturnsMinusZeroAndCausalPerturbationAcceptsIt) {
+  const Implementation& impl = *find_mutant("control:signed-zeros")->impl;
+  LawCase c;
+  c.problem = make_problem(DType::f32, {1, 1, 2, 1}, 1, {1, 2}, {1}, {-1}, CausalAlignment::BottomRight);
+  const Outcome o = impl.forward(c.problem);
+  EXPECT_EQ(o.output(0, 0, 0, 0), 0);
+  EXPECT_TRUE(std::signbit(o.output(0, 0, 0, 0))) << "the control should return -0 there";
+  EXPECT_FALSE(std::signbit(reference(c.problem).output(0, 0, 0, 0)));
+  Problem later = c.problem;
+  later.v(0, 0, 0, 0) = 3;  // key 0 is after position t = 0's last key (none): its future
+  EXPECT_FALSE(std::signbit(impl.forward(later).output(0, 0, 0, 0)));
+  c.variant = later;
+  c.params["t"] = 0;
+  const auto v = find_law("causal-perturbation")->check(impl, c);
+  EXPECT_FALSE(v) << v->message;
+}
+
+// Sinks of -inf as a softmax column: the row sums T_k + 1 terms, grouped otherwise than T_k, so some case differs from
+// the call without sinks in its bits; sink-mass and neutral-modifiers hold on it.
+TEST(Zoo, SinkColumnControlDiffersFromNoSinksAndTheSinkLawsAcceptIt) {
+  const Implementation& impl = *find_mutant("control:sink-column")->impl;
+  int differing = 0;
+  for (int trial = 0; trial < 40 && differing < 3; ++trial) {
+    LawCase c;
+    c.problem = quarters(trial, {1, 1, 6, 2}, 6);
+    c.problem.want_weights = false;
+    Problem minus_inf = c.problem;
+    minus_inf.sinks = {-std::numeric_limits<double>::infinity()};
+    if (same_bits(impl.forward(c.problem).output, impl.forward(minus_inf).output)) continue;
+    ++differing;
+    c.problem.sinks = {0.5};
+    for (const char* law : {"sink-mass", "neutral-modifiers"}) {
+      const auto v = find_law(law)->check(impl, c);
+      EXPECT_FALSE(v) << law << " at trial " << trial << ": " << v->message;
+    }
+  }
+  EXPECT_GT(differing, 0) << "no case where sinks of -inf and no sinks differ: the control shows nothing";
+}
+
+// Pages walked in physical order: reversing the pages reorders the sum, so some case differs in its bits;
+// page-permutation holds on it.
+TEST(Zoo, PhysicalOrderPagingDiffersAfterAPermutationAndPagePermutationAcceptsIt) {
+  const Implementation& impl = *find_mutant("control:paged-physical-order")->impl;
+  int differing = 0;
+  for (int trial = 0; trial < 40 && differing < 3; ++trial) {
+    LawCase c;
+    c.problem = quarters(trial, {1, 1, 7, 2}, 7);
+    c.problem.want_weights = false;
+    c.problem.paged = PagedPlan{.page_size = 1};
+    Problem moved = c.problem;
+    moved.paged->order = PagedPlan::Order::reversed;
+    if (same_bits(impl.forward(c.problem).output, impl.forward(moved).output)) continue;
+    ++differing;
+    c.variant = moved;
+    const auto v = find_law("page-permutation")->check(impl, c);
+    EXPECT_FALSE(v) << "trial " << trial << ": " << v->message;
+  }
+  EXPECT_GT(differing, 0) << "no case where the physical order changes the bits: the control shows nothing";
+}
+
+// A layout-invariant kernel without weights, probed: under V-is-K the one-hot probes must not go through K's memory,
+// so the probed weights are the reference's, and layout-invariance holds.
+TEST(Zoo, ProbedWeightsNeverGoThroughALayoutThatHidesV) {
+  const Implementation& impl = *find_mutant("control:strided-probed-weights")->impl;
+  ASSERT_TRUE(impl.capabilities().weights_probed && impl.capabilities().layout_invariant);
+  LawCase c;
+  c.problem = quarters(3, {1, 1, 3, 2}, 3);
+  c.problem.v = c.problem.k;
+  Problem laid = c.problem;
+  laid.layout = InputLayout::v_is_k;
+  const Outcome ref = reference(c.problem), got = impl.forward(laid);
+  ASSERT_TRUE(got.weights);
+  EXPECT_TRUE(same_bits(*ref.weights, *got.weights));
+  c.variant = laid;
+  const auto v = find_law("layout-invariance")->check(impl, c);
+  EXPECT_FALSE(v) << v->message;
+}
+
+// A correct backward under flush-to-zero at D = 6, one query over two keys (bottom-right): P_1 = e^-81.6 = 3.5e-36,
+// dS_1 = P_1·dO·v_1 = 2.7e-38 is normal, but scale·dS_1 = 0.94·2^-126 is not, so the control's dK of key 1 is 0
+// where the oracle's is 1.4e-36 = 0.94·2^-126·|q| (more than the ν·scale·|q| a flushed dS alone would cost):
+// grad-oracle's floor covers the flushed partial times what it multiplies (backward.cpp step 9b).
+TEST(Zoo, FlushedPartialProductTimesWhatItMultipliesIsWithinTheGradientBound) {
+  LawCase c;
+  c.problem = make_problem(DType::f32, {1, 1, 1, 6}, 2, {128, 0, 0, 0, 0, 0},
+                           {0, 0, 0, 0, 0, 0, -1.5625, 0, 0, 0, 0, 0}, {0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+                           CausalAlignment::BottomRight);
+  c.problem.d_output = Tensor<double>({1, 1, 1, 6}, Eigen::VectorXd(Eigen::VectorXd::Unit(6, 0) / 128));
+  const Implementation& impl = *find_mutant("control:ftz")->impl;
+  const Gradients g = impl.backward(c.problem);
+  const GradientCheck oracle = gradient_check(DType::f32, c.problem.q, c.problem.k, c.problem.v,
+                                              *c.problem.d_output, c.problem.options(), 2.0);
+  const double nu = std::ldexp(1.0, -126), scale = 1 / std::sqrt(6.0);
+  EXPECT_EQ(g.dk(0, 0, 1, 0), 0) << "the control should flush scale·dS there";
+  EXPECT_GT(std::abs(oracle.oracle.dk(0, 0, 1, 0)), 2 * scale * nu * 128) << "the flushed term should exceed ν·scale·|q|";
+  const auto v = find_law("grad-oracle")->check(impl, c);
+  EXPECT_FALSE(v) << v->message;
 }
 
 TEST(Zoo, ControlsAgreeWithTheOracleWithinTheDerivedTolerance) {

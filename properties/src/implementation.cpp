@@ -1,4 +1,5 @@
-// In-process implementations: the callable wrapper, the reference core, and the outcome shape check.
+// In-process implementations: the callable wrapper, the reference core, weights recovered by one-hot probes, and
+// the outcome shape check.
 #include "attncheck/implementation.hpp"
 
 #include <algorithm>
@@ -444,6 +445,75 @@ ImplementationPtr make_implementation(std::string name, std::string description,
                                       BackwardFn backward) {
   return std::make_shared<CallableImplementation>(std::move(name), std::move(description), std::move(caps),
                                                   std::move(fn), std::move(backward));
+}
+
+Problem probe_layout(Problem p) {
+  if (p.layout == InputLayout::v_is_k) p.layout = InputLayout::contiguous;  // K keeps its strides; V its own memory
+  return p;
+}
+
+Tensor<double> recover_weights(const Implementation& impl, const Problem& p) {
+  const Shape qs = p.q.shape(), ks = p.v.shape();  // V's shape: [B,H_kv,T_k,D_v]
+  Tensor<double> w(Shape{qs.B, qs.H, qs.T, ks.T});
+  Problem probe = probe_layout(p);
+  probe.want_weights = false;
+  // One call per block of D_v keys: V = [0; I_D_v; 0] over keys [start, start+D_v) puts weight (i, start+c) in
+  // output column c. Every kv head gets the same probe, so a broadcast layout (one head in memory) holds it too.
+  for (Index start = 0; start < ks.T; start += ks.D) {
+    probe.v = Tensor<double>(ks);
+    const Index width = std::min(ks.D, ks.T - start);
+    for (Index b = 0; b < ks.B; ++b)
+      for (Index h = 0; h < ks.H; ++h)
+        for (Index c = 0; c < width; ++c) probe.v(b, h, start + c, c) = 1;
+    const Outcome o = impl.forward(probe);
+    for (Index b = 0; b < qs.B; ++b)
+      for (Index h = 0; h < qs.H; ++h)
+        for (Index i = 0; i < qs.T; ++i)
+          for (Index c = 0; c < width; ++c) w(b, h, i, start + c) = o.output(b, h, i, c);
+  }
+  return w;
+}
+
+namespace {
+
+class RecoveredWeights final : public Implementation {
+ public:
+  explicit RecoveredWeights(ImplementationPtr inner) : inner_(std::move(inner)), caps_(inner_->capabilities()) {
+    caps_.returns_weights = true;
+    caps_.weights_probed = true;
+    description_ = inner_->description() + " (weights recovered by one-hot probing)";
+  }
+  const std::string& name() const override { return inner_->name(); }
+  const std::string& description() const override { return description_; }
+  const Capabilities& capabilities() const override { return caps_; }
+  std::string unavailable() const override { return inner_->unavailable(); }
+  Outcome forward(const Problem& p) const override {
+    Problem plain = p;
+    plain.want_weights = false;
+    Outcome o = inner_->forward(plain);
+    if (p.want_weights) {
+      o.weights = recover_weights(*inner_, p);
+      o.calls += int((p.k.shape().T + p.v_dim() - 1) / p.v_dim());  // recover_weights: one per D_v keys
+    }
+    return o;
+  }
+  // The gradient laws call the backward through this wrapper.
+  Gradients backward(const Problem& p) const override {
+    Gradients g = inner_->backward(p);
+    check_gradients_shape(p, g, name());
+    return g;
+  }
+
+ private:
+  ImplementationPtr inner_;
+  Capabilities caps_;
+  std::string description_;
+};
+
+}  // namespace
+
+ImplementationPtr with_recovered_weights(ImplementationPtr impl) {
+  return std::make_shared<RecoveredWeights>(std::move(impl));
 }
 
 void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name) {

@@ -45,6 +45,9 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
 /// max |ALiBi bias| (bias_max), and how many keys it sees (n_vis).
 struct RowScoreStats {
   double abs_dot = 0, raw_max = 0, s_max = 0, bias_max = 0;
+  /// The largest score error a flush-to-zero kernel makes by flushing scale·q_ic or scale·k_jc (tolerance.cpp step
+  /// 4b): 0 unless an input lies within a factor 1/scale of the subnormal range. Not collected by the streamed paths.
+  double flushed = 0;
   Index n_vis = 0;
 };
 /// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a

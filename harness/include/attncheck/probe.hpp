@@ -10,14 +10,8 @@
 
 namespace attncheck {
 
-/// The weights `impl` applies on `p`, recovered from outputs alone: with V's rows set to the identity
-/// columns e_0..e_{D-1} of a block of D keys, output[i,c] = weights[i, block+c] exactly (one product by 1,
-/// the rest by exact zeros), so ceil(T_k/D) calls recover [B,H,T_q,T_k]. Throws what `impl` throws.
-Tensor<double> recover_weights(const Implementation& impl, const Problem& p);
-
-/// Wraps an implementation that returns no weights so that it does (by recover_weights, only when a call
-/// asks for them): every weight law then applies to it.
-ImplementationPtr with_recovered_weights(ImplementationPtr impl);
+// recover_weights and with_recovered_weights (the weights of an implementation that returns none, by one-hot
+// probing) live beside the Implementation interface, attncheck/implementation.hpp, where the zoo uses them too.
 
 /// What probing found out about an implementation's conventions.
 struct Conventions {

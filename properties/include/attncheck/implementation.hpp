@@ -219,7 +219,9 @@ struct Capabilities {
   /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
   bool block_mask = false, dense_mask = false;
   /// ABI 3 (ATTNCHECK_CAP3_STRIDED, _LAYOUT_INVARIANT): reads q, k and v through any strides (Problem::layout:
-  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are.
+  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are; with paged K and V,
+  /// layout invariance also means bit-identical results wherever the pages sit (page-permutation, shared-pages),
+  /// which are otherwise compared within the derived bound.
   bool strided = false, layout_invariant = false;
   /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,
   /// whatever the batch size, and whatever number of its queries a call holds (the batch-invariance law).
@@ -354,6 +356,22 @@ template <class F> Gradients run_backward_typed(const Problem& p, F&& f) {
                      g.dsinks};
   });
 }
+
+/// `p` as a weight probe calls it: the same problem, laid out so that values written into V reach the kernel.
+/// Every layout keeps V's own memory but V-is-K, whose V is K's memory (a one-hot V written there never reaches the
+/// kernel, which reads K's values for V): that one goes through the contiguous layout, which reads K through the
+/// same strides.
+Problem probe_layout(Problem p);
+
+/// The weights `impl` applies on `p`, recovered from outputs alone: with V's rows set to the identity
+/// columns e_0..e_{D-1} of a block of D keys, output[i,c] = weights[i, block+c] exactly (one product by 1,
+/// the rest by exact zeros), so ceil(T_k/D) calls recover [B,H,T_q,T_k], each through probe_layout(p). Throws
+/// what `impl` throws.
+Tensor<double> recover_weights(const Implementation& impl, const Problem& p);
+
+/// Wraps an implementation that returns no weights so that it does (by recover_weights, only when a call
+/// asks for them; Capabilities::weights_probed): every weight law then applies to it.
+ImplementationPtr with_recovered_weights(ImplementationPtr impl);
 
 /// The reference core (attncheck::attention with a BoolMask, and attention_backward) as an implementation
 /// named "reference"; it claims every capability, nonfinite_safe and backward included.

@@ -11,7 +11,9 @@ const char* kWhy =
     "Changing tokens after position t (their queries, keys and values, extreme magnitudes included) must not "
     "change any output at positions <= t, bit for bit: a correct kernel never lets a future value into an "
     "earlier row's arithmetic (masked terms add exact zeros and never raise the running max). This is the "
-    "behavioural check the source card asks for, stronger than inspecting the mask. Exact: no tolerance.";
+    "behavioural check the source card asks for, stronger than inspecting the mask. Exact: no tolerance, but "
+    "+0 and -0 are equal (a row that sees no key returns 0 * v in FlashAttention's reference, whose sign follows "
+    "the future values).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {

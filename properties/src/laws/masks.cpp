@@ -37,7 +37,9 @@ const char* kWhyHidden =
     "from query t (extreme magnitudes, and NaN or Inf for a kernel that claims select semantics) must leave the "
     "output of t, and of every row that sees only keys t sees, bit-identical. Masked terms add exact zeros and "
     "never raise the running max. A document boundary off by one, a chunk taken from the wrong index, a prefix "
-    "that overrides padding or a window that is too wide lets a hidden value in. Exact: no tolerance.";
+    "that overrides padding or a window that is too wide lets a hidden value in. Exact: no tolerance, but +0 and "
+    "-0 are equal (a row that sees no key returns 0 * v in FlashAttention's reference, whose sign follows the "
+    "hidden values).";
 
 rc::Gen<LawCase> gen_hidden(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {

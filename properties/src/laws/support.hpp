@@ -45,8 +45,11 @@ inline Index kv_of(const Problem& p, Index h) { return kv_head(h, p.q.shape().H,
 std::string idx(std::initializer_list<Index> v);
 /// A number as messages print it (9 significant digits).
 inline std::string num(double x) { return format_number(x, 9); }
-/// Bitwise equality of two values widened from the same dtype; any NaN equals any NaN.
-bool same_bits(double a, double b);
+/// What every exact law compares: two values widened from the same dtype are the same number. +0 and -0 are equal
+/// (0 times a negative value is -0 in IEEE arithmetic: a row whose weights are all 0 returns -0 from one correct
+/// kernel and +0 from another, and no law here is about a zero's sign), any NaN equals any NaN, and otherwise the
+/// bits must agree (for doubles, == is then bitwise: the same value has one encoding).
+bool same_value(double a, double b);
 
 /// Whether p is a long context (see kMaterialisedWeights, generators.hpp).
 bool long_context(const Problem& p);
@@ -166,7 +169,7 @@ OracleRun run_oracle(const Problem& p);
 
 /// Compares actual with expected element by element: first any non-finite value where the expected one is
 /// finite (NaN and Inf come before error metrics), then the largest |actual - expected| / tol. `tol` null
-/// means exact (bitwise). Only entries for which include(b,h,i,j) holds are compared. The violation carries
+/// means exact (same_value: bit-identical, a zero's sign aside). Only entries for which include(b,h,i,j) holds are compared. The violation carries
 /// expected, actual and (with a tolerance) the tolerances in full, +Inf where an entry is not compared.
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include);

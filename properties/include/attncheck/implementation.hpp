@@ -219,9 +219,8 @@ struct Capabilities {
   /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
   bool block_mask = false, dense_mask = false;
   /// ABI 3 (ATTNCHECK_CAP3_STRIDED, _LAYOUT_INVARIANT): reads q, k and v through any strides (Problem::layout:
-  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are; with paged K and V,
-  /// layout invariance also means bit-identical results wherever the pages sit (page-permutation, shared-pages),
-  /// which are otherwise compared within the derived bound.
+  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are. Not where its pages
+  /// sit: page-permutation and shared-pages compare within the derived bound whatever is declared.
   bool strided = false, layout_invariant = false;
   /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,
   /// whatever the batch size, and whatever number of its queries a call holds (the batch-invariance law).

@@ -62,15 +62,11 @@ std::optional<Violation> same_outcomes(const char* law, const Implementation& im
 /// Two calls whose pages sit in other physical places: a kernel that walks a unified cache in physical page order
 /// (or tiles it by physical runs) sums the same terms in another order, so the two are equal only within the
 /// derived bound: each is within tol of the same float64 oracle (the dense problem's), so within 2 tol of each
-/// other (outputs, weights and the LSE alike). Bit-identical only for an implementation that declares its results
-/// independent of where its inputs lie in memory (layout invariance, ATTNCHECK_CAP3_LAYOUT_INVARIANT).
+/// other (outputs, weights and the LSE alike). Never bit-identical: no declaration says a kernel's results do not
+/// depend on where its pages sit (layout invariance, ATTNCHECK_CAP3_LAYOUT_INVARIANT, is about the strides of q, k
+/// and v; a kernel may claim it and still walk its cache in physical page order).
 std::optional<Violation> same_within_order(const char* law, const Implementation& impl, const Problem& a_p,
                                            const Problem& b_p, const std::string& what_changed) {
-  if (impl.capabilities().layout_invariant) {
-    auto v = same_outcomes(law, impl, a_p, b_p, what_changed);
-    if (v) v->message += " (declared layout invariant: bit-identical)";
-    return v;
-  }
   const Outcome a = call(impl, a_p), b = call(impl, b_p);
   OracleRun r = run_oracle(a_p);
   r.tol_out.values() *= 2;
@@ -134,9 +130,8 @@ const char* kWhyPermutation =
     "(contiguous, reversed, or another shuffle). A kernel that ignores the block table, reads page "
     "b * pages_per_sequence + i, or whose result depends on which pages are adjacent, breaks it. Within twice "
     "the derived bound (both calls are within it of the same float64 oracle): a correct kernel that walks a "
-    "unified cache in physical page order sums the same terms in another order (1 ulp apart). Bit-identical for "
-    "an implementation that declares layout invariance (ATTNCHECK_CAP3_LAYOUT_INVARIANT), whose results do not "
-    "depend on where its inputs lie.";
+    "unified cache in physical page order sums the same terms in another order (1 ulp apart), whatever it "
+    "declares about strides.";
 
 rc::Gen<LawCase> gen_permutation(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
@@ -288,8 +283,7 @@ const char* kWhyShared =
     "full pages and continues with keys of its own. A kernel that writes to the cache it reads, keys a "
     "per-page cache by sequence, or assumes every page belongs to one sequence breaks it. Within twice the "
     "derived bound, as page-permutation (the shared pages lie elsewhere in the pool than the copies, so a kernel "
-    "that walks pages in physical order sums in another order); bit-identical where layout invariance is "
-    "declared.";
+    "that walks pages in physical order sums in another order).";
 
 rc::Gen<LawCase> gen_shared(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {

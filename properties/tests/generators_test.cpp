@@ -358,7 +358,8 @@ TEST(Generators, modifiersAreDrawnWhenDeclaredAndShrinkAwayUnlessNeeded) {
   EXPECT_EQ(none.status, LawStatus::held);
 }
 
-// V with a head dimension of its own (MLA) is drawn in about a quarter of the cases when declared, smaller and
+// V with a head dimension of its own (MLA) is drawn in about 7/16 of the cases when declared (a quarter on its own
+// share, more where features are combined), smaller and
 // larger than D, paged too (V's pool then has rows D_v wide), its dO shaped like the output; a declared list of pairs gives only those pairs; a
 // failure that needs D_v != D shrinks to D = 1 with D_v = 2 or D = 2 with D_v = 1, one that does not sheds it; an
 // implementation that does not declare it is never sent one.
@@ -384,7 +385,8 @@ TEST(Generators, aValueHeadDimIsDrawnWhenDeclaredAndShrinksToWhatTheFailureNeeds
   };
   EXPECT_EQ(run_law(probeLaw(count), *reference_implementation(), RunOptions{}).status, LawStatus::held);
   EXPECT_GE(seen["smaller"] + seen["larger"], 12) << seen["cases"] << " cases";
-  EXPECT_LE(seen["smaller"] + seen["larger"], 45);
+  // 1/4 on its own share, plus 3/4 x 1/2 (a case that combines features) x 1/2 (its bit): 7/16, about 44 of 100.
+  EXPECT_LE(seen["smaller"] + seen["larger"], 60);
   EXPECT_GE(seen["smaller"], 3);
   EXPECT_GE(seen["larger"], 3);
   EXPECT_GE(seen["paged"], 2) << "the reference declares paging: about half the D_v cases are paged";

@@ -1,4 +1,4 @@
-// Kernels whose bug shows only at long contexts (issue 25, `--long`): a position held in 16 bits wraps at 2^15
+// Kernels whose bug shows only at long contexts (`--long`): a position held in 16 bits wraps at 2^15
 // (xformers' NaN past 32,768 positions). Each is a correct head but for its one mistake; the kill tests and the
 // kill matrix check them over keys of 2^15 ± 1 and 2^16 ± 1 (Mutant::long_context, mutant_options).
 #include <cstdint>

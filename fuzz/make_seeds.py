@@ -141,7 +141,7 @@ def main():
         # A report and a corpus entry are the same document: fuzz_counterexample and fuzz_corpus share these.
         write("counterexample", name, doc)
 
-    # One seed per refusal of issue 20: each is bad data the command must refuse with exit 2 (the reader, the
+    # One seed per refusal of bad data: each is bad data the command must refuse with exit 2 (the reader, the
     # reproduce-string decode, the capability and bounds checks), never exit 3 or a verdict.
     import json
     base_path = os.path.join(ROOT, "reports/examples/mutant-mask-zero/zero-future-weight.json")

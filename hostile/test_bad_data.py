@@ -1,4 +1,4 @@
-"""Bad data and bad flags (issue 20, Build 5, 6 and 8): every refusal is exit 2 with a message naming the
+"""Bad data and bad flags: every refusal is exit 2 with a message naming the
 field or flag, the value and what was expected; nothing is written, nothing is started, nothing is called."""
 import json
 import os

@@ -218,7 +218,8 @@ TEST(KeyPadding, paddedKeysNeverReachAnOutput) {
 namespace attncheck {
 namespace {
 
-// Issue 24's families, cell by cell from their definitions (plugin.h's words), independent of Visibility::keys.
+// The mask families beyond causal, cell by cell from their definitions (plugin.h's words), independent of
+// Visibility::keys.
 bool visible_by_definition(const Visibility& v, Index i, Index j) {
   const Index p = v.position(i);
   const auto fdiv = [](Index a, Index b) { return Index(std::floor(double(a) / double(b))); };

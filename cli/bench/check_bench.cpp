@@ -1,6 +1,6 @@
 // What a default check costs: calls to the implementation and wall time, law by law, for the reference (which
 // returns its weights), the same core as a black box (weights recovered by one-hot probing), and the numpy
-// example over the exec: protocol, all in one run so that the figures compare (issue 21's targets: a black box
+// example over the exec: protocol, all in one run so that the figures compare (the targets: a black box
 // in <= 10,000 calls, one that returns weights in <= 5,000, numpy in <= 3x the reference's time).
 //
 // Each benchmark is one whole default check (`attncheck check --impl X`: float32, seed 1, 100 cases per law,

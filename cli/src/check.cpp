@@ -453,132 +453,128 @@ int run_list(const Registry& reg, std::ostream& out) {
   return kAllHeld;
 }
 
-int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal) {
-  if (!o.replay.empty()) return run_replay(o, reg, out);
-  if (o.impl.empty())
-    throw UsageError("check: --impl is required: reference, mutant:NAME or control:NAME (`attncheck list` shows them), "
-                     "plugin:PATH.so or exec:COMMAND");
-  const DType dtype = dtype_option(o.dtype);
+namespace {
+
+// A check run, planned before any law runs: the laws (this shard's), the implementation, the generators' bounds and
+// what the header says about them.
+struct CheckPlan {
+  DType dtype = DType::f32;
   reports::Formats formats;
-  try {
-    formats = reports::parse_formats(o.format);
-  } catch (const std::invalid_argument& e) {
-    throw UsageError(e.what());
-  }
+  std::vector<const Law*> selected;
+  std::vector<std::string> run_law_names;  // every law of the run, this shard's and the others'
+  Shard shard;
+  ImplementationPtr impl;
+  CheckOptions bounds;  // the options, with the long-context defaults for the bounds not given
+  reports::RunInfo run;
+  std::string long_note, head_dim_note, jobs_note;  // the header's lines beyond the first two
+  int jobs = 1;
+  fs::path report_dir;
+  std::optional<reports::Corpus> corpus;
+};
+
+// The laws --property selects, this shard's share of them (every N-th from its index on: N shards check together
+// exactly the laws, and with the same seed the cases, one run would), and every law of the run.
+void select_plan_laws(CheckPlan& plan, const CheckOptions& o, const Registry& reg) {
   if (!o.reproduce.empty() && o.properties.size() != 1)
     throw UsageError("--reproduce: expected exactly one --property LAW, the law whose reproduce string it is");
-  std::vector<const Law*> selected = select_laws(o, reg);
-  // A shard checks every N-th law of the run from its index on: N shards check together exactly the laws (and,
-  // each law with the same seed, the cases) one run would. GoogleTest's variables shard a run of the laws, not
-  // the re-check of one law's case (--reproduce).
-  const Shard shard = shard_option(o.shard, o.shard_from_environment && o.reproduce.empty());
-  std::vector<std::string> run_laws_names;
-  for (const Law* l : selected) run_laws_names.push_back(l->name);
-  if (shard.given) {
+  plan.selected = select_laws(o, reg);
+  // GoogleTest's variables shard a run of the laws, not the re-check of one law's case (--reproduce).
+  plan.shard = shard_option(o.shard, o.shard_from_environment && o.reproduce.empty());
+  for (const Law* l : plan.selected) plan.run_law_names.push_back(l->name);
+  if (plan.shard.given) {
     if (!o.reproduce.empty()) throw UsageError("--shard: --reproduce re-checks one law's case; it cannot be sharded");
     std::vector<const Law*> mine;
-    for (std::size_t k = 0; k < selected.size(); ++k)
-      if (int(k % std::size_t(shard.count)) == shard.index) mine.push_back(selected[k]);
-    selected = std::move(mine);
+    for (std::size_t k = 0; k < plan.selected.size(); ++k)
+      if (int(k % std::size_t(plan.shard.count)) == plan.shard.index) mine.push_back(plan.selected[k]);
+    plan.selected = std::move(mine);
   }
   if (!o.reproduce.empty()) {
     try {
-      check_reproduce_string(o.reproduce, selected.front()->name);
+      check_reproduce_string(o.reproduce, plan.selected.front()->name);
     } catch (const std::invalid_argument& e) {
       throw UsageError(std::string("--reproduce: ") + e.what());
     }
   }
-  const ImplementationPtr impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
-  if (!impl->capabilities().supports(dtype)) {
-    std::string accepted;
-    for (const DType t : impl->capabilities().dtypes) accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
-    throw UsageError("--dtype: " + impl->name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) +
-                     " but got " + std::string(dtype_name(dtype)) + "; no law could be checked");
-  }
+}
 
-  // A long-context run: every case longer than kLongContextT (by --min-T or a pinned shape) gets the long
-  // defaults for the bounds not given.
-  CheckOptions bounds = o;
-  std::string long_note;
-  {
-    const std::optional<std::array<Index, 5>> pinned =
-        o.shape.empty() ? std::nullopt : std::optional(parse_shape(o.shape));
-    if (o.long_mode) {
-      if (pinned) throw UsageError("--long and --shape: --long draws its own shapes; give one of them");
-      if (o.given.max_T || o.given.min_T)
-        throw UsageError("--long draws T from 2^15 - 1, 2^15 + 1, 2^16 - 1 and 2^16 + 1; it takes no --max-T or --min-T");
-      if (!o.given.cases) bounds.cases = kLongCases;
-      if (!o.given.max_B) bounds.max_B = kLongContextMaxB;
-      if (!o.given.max_H) bounds.max_H = kLongContextMaxH;
-      if (!o.given.max_D) bounds.max_D = kLongContextMaxD;
-      long_note = "  --long: keys of 32767, 32769, 65535 or 65537 (decode steps, chunks, square); unless given, --cases " +
-                  std::to_string(kLongCases) + " --max-B " + std::to_string(kLongContextMaxB) + " --max-H " +
-                  std::to_string(kLongContextMaxH) + " --max-D " + std::to_string(kLongContextMaxD) + "\n";
-    } else if ((pinned ? std::min((*pinned)[2], (*pinned)[3]) : o.min_T) > kLongContextT) {
-      if (!o.given.cases) bounds.cases = kLongContextCases;
-      if (!o.given.max_B) bounds.max_B = kLongContextMaxB;
-      if (!o.given.max_H) bounds.max_H = kLongContextMaxH;
-      if (!o.given.max_D) bounds.max_D = kLongContextMaxD;
-      long_note = "  long context (every T > " + std::to_string(kLongContextT) +
-                  "): unless given, --cases " + std::to_string(kLongContextCases) + " --max-B " +
-                  std::to_string(kLongContextMaxB) + " --max-H " + std::to_string(kLongContextMaxH) +
-                  " --max-D " + std::to_string(kLongContextMaxD) + "\n";
-    }
-  }
-
-  reports::RunInfo run;
-  run.implementation = impl->name();
-  run.implementation_description = impl->description();
-  run.dtype = dtype;
-  run.seed = o.seed;
-  run.cases = bounds.cases;
-  if (shard.given) run.shard = std::array<int, 2>{shard.index, shard.count};
-  run.gen.dtype = dtype;
-  run.gen.max_B = bounds.max_B;
-  run.gen.max_H = bounds.max_H;
-  run.gen.max_H_kv = bounds.max_H_kv;
-  // --max-T bounds every T; the generators keep most cases at T <= 64 and reach up to --max-T in a tail.
-  run.gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
-  run.gen.max_T_tail = o.max_T;
+// A long-context run: every case longer than kLongContextT (by --min-T or a pinned shape), or --long, gets the
+// long defaults for the bounds not given; the header says which.
+void long_context_bounds(CheckPlan& plan, const CheckOptions& o) {
+  plan.bounds = o;
+  const std::optional<std::array<Index, 5>> pinned = o.shape.empty() ? std::nullopt : std::optional(parse_shape(o.shape));
+  const bool long_run = o.long_mode || (pinned ? std::min((*pinned)[2], (*pinned)[3]) : o.min_T) > kLongContextT;
   if (o.long_mode) {
-    for (const Index len : kLongLengths)
-      if (impl->capabilities().max_T <= 0 || len <= impl->capabilities().max_T) run.gen.long_lengths.push_back(len);
-    if (run.gen.long_lengths.empty())
-      throw UsageError("--long: " + impl->name() + " declares max_T " + std::to_string(impl->capabilities().max_T) +
-                       " but --long needs sequences of at least 32767");
-    // A zoo kernel holds each head's [T_q,T_k] weights: no square call of 2^16 (32 GiB), as in the kill tests.
-    if (find_mutant(impl->name())) {
-      run.gen.long_max_T_q = kZooLongMaxQueries;
-      long_note += "  --long on a zoo kernel (it holds [T_q,T_k] weights): at most " +
-                   std::to_string(run.gen.long_max_T_q) + " queries a call (decode steps and chunks, no square calls)\n";
-    }
+    if (pinned) throw UsageError("--long and --shape: --long draws its own shapes; give one of them");
+    if (o.given.max_T || o.given.min_T)
+      throw UsageError("--long draws T from 2^15 - 1, 2^15 + 1, 2^16 - 1 and 2^16 + 1; it takes no --max-T or --min-T");
   }
-  run.gen.max_D = bounds.max_D;
-  // Declared means drawn: an implementation that names its head dimensions (a list, D_k/D_v pairs, or a maximum)
-  // is called at every one of them, whatever --max-D's default; an explicit --max-D that cuts some says so below.
-  std::string head_dim_note;
-  if (const Capabilities& caps = impl->capabilities(); !o.long_mode && !o.given.max_D && o.shape.empty()) {
-    run.gen.max_D = std::max(run.gen.max_D, declared_top_head_dim(caps));
-  }
-  if (const Capabilities& caps = impl->capabilities(); caps.lists_head_dims()) {
-    const std::string drawn = declared_head_dims(caps, run.gen.max_D, false);
-    const std::string cut = declared_head_dims(caps, run.gen.max_D, true);
-    head_dim_note = "  head dimensions drawn: " + (drawn.empty() ? std::string("none") : drawn) + " (declared)" +
-                    (cut.empty() ? std::string() : "; not drawn, above --max-D " + std::to_string(run.gen.max_D) +
-                                                       ": " + cut) + "\n";
-  } else if (caps.max_head_dim > 0 && run.gen.max_D < std::min(caps.max_head_dim, kMaxDeclaredDraw)) {
-    head_dim_note = "  head dimensions drawn up to " + std::to_string(run.gen.max_D) + " of the declared " +
-                    std::to_string(caps.max_head_dim) + " (--max-D)\n";
-  }
+  if (!long_run) return;
+  const int cases = o.long_mode ? kLongCases : kLongContextCases;
+  if (!o.given.cases) plan.bounds.cases = cases;
+  if (!o.given.max_B) plan.bounds.max_B = kLongContextMaxB;
+  if (!o.given.max_H) plan.bounds.max_H = kLongContextMaxH;
+  if (!o.given.max_D) plan.bounds.max_D = kLongContextMaxD;
+  const std::string defaults = "unless given, --cases " + std::to_string(cases) + " --max-B " +
+                               std::to_string(kLongContextMaxB) + " --max-H " + std::to_string(kLongContextMaxH) +
+                               " --max-D " + std::to_string(kLongContextMaxD) + "\n";
+  plan.long_note = o.long_mode ? "  --long: keys of 32767, 32769, 65535 or 65537 (decode steps, chunks, square); " +
+                                     defaults
+                               : "  long context (every T > " + std::to_string(kLongContextT) + "): " + defaults;
+}
+
+// The lengths the generators draw: --max-T bounds every T (most cases at T <= 64, a tail up to --max-T); --long's
+// key lengths within the implementation's max_T, and for a zoo kernel no square call.
+void plan_lengths(CheckPlan& plan, const CheckOptions& o) {
+  GenConfig& gen = plan.run.gen;
+  const Capabilities& caps = plan.impl->capabilities();
+  gen.max_T = std::min<Index>(GenConfig{}.max_T, o.max_T);
+  gen.max_T_tail = o.max_T;
   if (o.min_T > o.max_T)
     throw UsageError("--min-T: expected at most --max-T (" + std::to_string(o.max_T) + ") but got " +
                      std::to_string(o.min_T));
-  run.gen.min_T = o.min_T;
-  run.gen.stress = o.stress;
-  if (!o.shape.empty()) run.gen.shape = parse_shape(o.shape);
-  // Contradictions: a bound given on the command line that the pinned shape breaks, or more kv heads than heads.
-  if (run.gen.shape) {
-    const auto& sh = *run.gen.shape;
+  gen.min_T = o.min_T;
+  if (!o.long_mode) return;
+  for (const Index len : kLongLengths)
+    if (caps.max_T <= 0 || len <= caps.max_T) gen.long_lengths.push_back(len);
+  if (gen.long_lengths.empty())
+    throw UsageError("--long: " + plan.impl->name() + " declares max_T " + std::to_string(caps.max_T) +
+                     " but --long needs sequences of at least 32767");
+  // A zoo kernel holds each head's [T_q,T_k] weights: no square call of 2^16 (32 GiB), as in the kill tests.
+  if (find_mutant(plan.impl->name())) {
+    gen.long_max_T_q = kZooLongMaxQueries;
+    plan.long_note += "  --long on a zoo kernel (it holds [T_q,T_k] weights): at most " +
+                      std::to_string(gen.long_max_T_q) + " queries a call (decode steps and chunks, no square calls)\n";
+  }
+}
+
+// Declared means drawn: an implementation that names its head dimensions (a list, D_k/D_v pairs, or a maximum) is
+// called at every one of them, whatever --max-D's default; an explicit --max-D that cuts some says so.
+void plan_head_dims(CheckPlan& plan, const CheckOptions& o) {
+  GenConfig& gen = plan.run.gen;
+  const Capabilities& caps = plan.impl->capabilities();
+  gen.max_D = plan.bounds.max_D;
+  if (!o.long_mode && !o.given.max_D && o.shape.empty()) gen.max_D = std::max(gen.max_D, declared_top_head_dim(caps));
+  if (caps.lists_head_dims()) {
+    const std::string drawn = declared_head_dims(caps, gen.max_D, false);
+    const std::string cut = declared_head_dims(caps, gen.max_D, true);
+    plan.head_dim_note = "  head dimensions drawn: " + (drawn.empty() ? std::string("none") : drawn) + " (declared)" +
+                         (cut.empty() ? std::string()
+                                      : "; not drawn, above --max-D " + std::to_string(gen.max_D) + ": " + cut) +
+                         "\n";
+  } else if (caps.max_head_dim > 0 && gen.max_D < std::min(caps.max_head_dim, kMaxDeclaredDraw)) {
+    plan.head_dim_note = "  head dimensions drawn up to " + std::to_string(gen.max_D) + " of the declared " +
+                         std::to_string(caps.max_head_dim) + " (--max-D)\n";
+  }
+}
+
+// Contradictions: a bound given on the command line that the pinned shape breaks, more kv heads than heads, a
+// pinned shape or bounds outside what the implementation declares (every call would be one it never accepts), a
+// case that cannot fit in memory.
+void check_plan_bounds(const CheckPlan& plan, const CheckOptions& o) {
+  const GenConfig& gen = plan.run.gen;
+  const Capabilities& declared = plan.impl->capabilities();
+  if (gen.shape) {
+    const auto& sh = *gen.shape;
     const auto clash = [&](bool given, const char* flag, Index bound, const char* axis, Index x, bool above) {
       if (given && (above ? x > bound : x < bound))
         throw UsageError("--shape " + o.shape + " has " + axis + " = " + std::to_string(x) + (above ? " above " : " below ") +
@@ -595,108 +591,165 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (o.given.max_H_kv && o.given.max_H && o.max_H_kv > o.max_H)
     throw UsageError("--max-Hkv " + std::to_string(o.max_H_kv) + " is above --max-H " + std::to_string(o.max_H) +
                      "; K and V have at most as many heads as Q");
-  // What the implementation declares: a pinned shape outside it, or bounds that leave it no head dimension,
-  // would make every call one it never accepts.
-  const Capabilities& declared = impl->capabilities();
-  if (run.gen.shape) {
-    const auto& sh = *run.gen.shape;
+  if (gen.shape) {
+    const auto& sh = *gen.shape;
     if (!declared.supports_lengths(sh[2], sh[3]) || !declared.supports_head_dim(sh[4]))
-      throw UsageError("--shape " + o.shape + ": " + impl->name() + " does not accept T_q = " + std::to_string(sh[2]) +
-                       ", T_k = " + std::to_string(sh[3]) + ", D = " + std::to_string(sh[4]) + " (it declares " +
-                       describe_capabilities(declared) + ")");
-  } else if (declared.head_dims_up_to(run.gen.max_D).empty()) {
-    throw UsageError("--max-D " + std::to_string(run.gen.max_D) + ": " + impl->name() +
+      throw UsageError("--shape " + o.shape + ": " + plan.impl->name() + " does not accept T_q = " +
+                       std::to_string(sh[2]) + ", T_k = " + std::to_string(sh[3]) + ", D = " + std::to_string(sh[4]) +
+                       " (it declares " + describe_capabilities(declared) + ")");
+  } else if (declared.head_dims_up_to(gen.max_D).empty()) {
+    throw UsageError("--max-D " + std::to_string(gen.max_D) + ": " + plan.impl->name() +
                      " accepts no head dimension up to it (it declares " + describe_capabilities(declared) +
                      "); raise --max-D");
   }
-  check_fits_in_memory(run.gen, impl->capabilities(), run.gen.shape ? "--shape " + o.shape : std::string("the bounds"));
+  check_fits_in_memory(gen, declared, gen.shape ? "--shape " + o.shape : std::string("the bounds"));
+}
 
+// Everything a run decides before its first law: nothing is written, and every flag that contradicts another or
+// the implementation is refused here.
+CheckPlan plan_check(const CheckOptions& o, const Registry& reg) {
+  if (o.impl.empty())
+    throw UsageError("check: --impl is required: reference, mutant:NAME or control:NAME (`attncheck list` shows them), "
+                     "plugin:PATH.so or exec:COMMAND");
+  CheckPlan plan;
+  plan.dtype = dtype_option(o.dtype);
+  try {
+    plan.formats = reports::parse_formats(o.format);
+  } catch (const std::invalid_argument& e) {
+    throw UsageError(e.what());
+  }
+  select_plan_laws(plan, o, reg);
+  plan.impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
+  if (!plan.impl->capabilities().supports(plan.dtype)) {
+    std::string accepted;
+    for (const DType t : plan.impl->capabilities().dtypes)
+      accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
+    throw UsageError("--dtype: " + plan.impl->name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) +
+                     " but got " + std::string(dtype_name(plan.dtype)) + "; no law could be checked");
+  }
+  long_context_bounds(plan, o);
+  reports::RunInfo& run = plan.run;
+  run.implementation = plan.impl->name();
+  run.implementation_description = plan.impl->description();
+  run.dtype = run.gen.dtype = plan.dtype;
+  run.seed = o.seed;
+  run.cases = plan.bounds.cases;
+  if (plan.shard.given) run.shard = std::array<int, 2>{plan.shard.index, plan.shard.count};
+  run.gen.max_B = plan.bounds.max_B;
+  run.gen.max_H = plan.bounds.max_H;
+  run.gen.max_H_kv = plan.bounds.max_H_kv;
+  plan_lengths(plan, o);
+  plan_head_dims(plan, o);
+  run.gen.stress = o.stress;
+  if (!o.shape.empty()) run.gen.shape = parse_shape(o.shape);
+  check_plan_bounds(plan, o);
   const std::string slug = reports::slug(run.implementation);
-  const fs::path report_dir = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / slug : fs::path(o.report_dir);
-  const fs::path corpus_root =
-      !o.corpus.empty() ? fs::path(o.corpus) : o.report_dir.empty() ? fs::path(kDefaultReportRoot) / "corpus"
-                                                                     : fs::path(o.report_dir) / "corpus";
-  const std::optional<reports::Corpus> corpus =
-      o.no_corpus ? std::nullopt : std::optional<reports::Corpus>(reports::Corpus(corpus_root / slug));
-
-  // The report folder is checked and locked before the first law runs: a folder that cannot be written, is
-  // in use by another run, or holds another implementation's report fails now, not after every law ran.
-  reports::ReportFolder folder(report_dir, run.implementation, o.force);
-
+  plan.report_dir = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / slug : fs::path(o.report_dir);
+  const fs::path corpus_root = !o.corpus.empty()       ? fs::path(o.corpus)
+                               : o.report_dir.empty() ? fs::path(kDefaultReportRoot) / "corpus"
+                                                      : fs::path(o.report_dir) / "corpus";
+  if (!o.no_corpus) plan.corpus.emplace(corpus_root / slug);
   // Workers beyond the cores would only wait for one (the reports are the same with any number), and each costs a
   // thread and two queued cases: --jobs is capped at the cores, and the header says so.
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  const int jobs = o.jobs > 0 ? std::min(o.jobs, cores) : cores;
-  const std::string jobs_note = o.jobs > cores ? "  --jobs " + std::to_string(o.jobs) + " capped at " +
-                                                     std::to_string(cores) + ", this machine's cores\n"
-                                               : std::string();
+  plan.jobs = o.jobs > 0 ? std::min(o.jobs, cores) : cores;
+  if (o.jobs > cores)
+    plan.jobs_note = "  --jobs " + std::to_string(o.jobs) + " capped at " + std::to_string(cores) + ", this machine's cores\n";
+  return plan;
+}
+
+void print_header(const CheckPlan& plan, std::ostream& out) {
+  const reports::RunInfo& run = plan.run;
+  std::string lengths;
+  if (run.gen.long_lengths.empty()) {
+    lengths = ", T <= " + std::to_string(run.gen.max_T) + " (tail to " + std::to_string(run.gen.max_T_tail) + ")";
+  } else {
+    for (const Index x : run.gen.long_lengths) lengths += (lengths.empty() ? ", T_k in {" : ", ") + std::to_string(x);
+    lengths += "}";
+  }
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
-      << "  dtype " << dtype_name(dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
+      << "  dtype " << dtype_name(plan.dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
       << run.gen.max_B << ", H <= " << run.gen.max_H
-      << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string())
-      << (run.gen.long_lengths.empty() ? ", T <= " + std::to_string(run.gen.max_T) + " (tail to " +
-                                             std::to_string(run.gen.max_T_tail) + ")"
-                                       : std::string(", T_k in {") + [&] {
-                                           std::string l;
-                                           for (const Index x : run.gen.long_lengths) l += (l.empty() ? "" : ", ") + std::to_string(x);
-                                           return l;
-                                         }() + "}")
-      << ", D <= " << run.gen.max_D
-      << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
+      << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string()) << lengths
+      << ", D <= " << run.gen.max_D << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string())
       << (run.gen.stress > 1 ? ", stress " + std::to_string(run.gen.stress) : std::string()) << "\n"
-      << long_note << head_dim_note
-      << (shard.given ? "  shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " +
-                            std::to_string(selected.size()) + " of the run's " + std::to_string(run_laws_names.size()) +
-                            " laws (merge the shards' folders with `attncheck merge`)\n"
-                      : std::string())
-      << jobs_note << std::flush;
+      << plan.long_note << plan.head_dim_note
+      << (plan.shard.given ? "  shard " + std::to_string(plan.shard.index) + "/" + std::to_string(plan.shard.count) +
+                                 ": " + std::to_string(plan.selected.size()) + " of the run's " +
+                                 std::to_string(plan.run_law_names.size()) +
+                                 " laws (merge the shards' folders with `attncheck merge`)\n"
+                           : std::string())
+      << plan.jobs_note << std::flush;
+}
 
-  // First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time.
-  ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
-  std::vector<std::optional<reports::LawReport>> replayed(selected.size());
-  std::vector<double> times(selected.size(), 0.0);
-  std::vector<const Law*> pending;
-  for (std::size_t n = 0; n < selected.size(); ++n) {
-    if (!corpus || !o.reproduce.empty()) {
-      pending.push_back(selected[n]);
-      continue;
-    }
-    const auto start = std::chrono::steady_clock::now();
-    replayed[n] = replay_corpus(*selected[n], *impl, run.gen, *corpus, err);
-    times[n] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    if (!replayed[n]) pending.push_back(selected[n]);
+// The results table. It streams: each law's row prints, in law order, as soon as it and every law above it are
+// done (a corpus replay is done before any law runs), so a long run shows what it found as it goes.
+class ResultsTable {
+ public:
+  ResultsTable(const std::vector<const Law*>& laws, std::ostream& out) : out_(out), done_(laws.size()) {
+    for (const Law* l : laws) width_ = std::max(width_, l->name.size());
+    width_ += 2;
+    out_ << "\n" << pad("law", width_) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9)
+         << lpad("calls", 9) << lpad("time", 9) << "\n" << std::flush;
   }
-  RunOptions ro = run_options(bounds.cases, o.seed, run.max_size, run.gen, o.reproduce);
+  /// Law n is done: `r`, in `seconds` (a corpus replay's own time), from the corpus or not.
+  void done(std::size_t n, const LawResult& r, double seconds, bool from_corpus) {
+    done_[n] = Row{r, seconds, from_corpus};
+    for (; printed_ < done_.size() && done_[printed_]; ++printed_) {
+      const Row& row = *done_[printed_];
+      const std::string status =
+          row.r.status == LawStatus::falsified ? "FALSIFIED" : std::string(status_name(row.r.status));
+      out_ << pad(row.r.law, width_) << pad(status, 11) << lpad(std::to_string(row.r.cases_run), 7)
+           << lpad(std::to_string(row.r.shrink_steps), 9) << lpad(std::to_string(row.r.calls), 9)
+           << lpad(seconds_text(row.seconds), 9);
+      if (row.from_corpus) out_ << "  (corpus)";
+      if (!row.r.note.empty()) out_ << "  " << row.r.note;  // why not applicable, or what a held law found
+      out_ << "\n";
+    }
+    out_ << std::flush;
+  }
+
+ private:
+  static std::string seconds_text(double s) { return seconds(s); }
+  struct Row {
+    LawResult r;
+    double seconds;
+    bool from_corpus;
+  };
+  std::ostream& out_;
+  std::vector<std::optional<Row>> done_;
+  std::size_t width_ = 4, printed_ = 0;
+};
+
+// First the corpus, law by law; then every law it did not falsify, `--jobs` cases at a time. The reports of every
+// selected law, in the run's order.
+std::vector<reports::LawReport> run_plan(const CheckPlan& plan, const CheckOptions& o, std::ostream& out,
+                                         std::ostream& err, bool err_is_terminal) {
+  ProgressLine progress(err, o.progress || err_is_terminal, err_is_terminal);
+  const std::size_t n_laws = plan.selected.size();
+  std::vector<std::optional<reports::LawReport>> replayed(n_laws);
+  std::vector<double> times(n_laws, 0.0);
+  std::vector<const Law*> pending;
+  std::vector<std::size_t> pending_index;  // pending[k] is selected[pending_index[k]]
+  for (std::size_t n = 0; n < n_laws; ++n) {
+    if (plan.corpus && o.reproduce.empty()) {
+      const auto start = std::chrono::steady_clock::now();
+      replayed[n] = replay_corpus(*plan.selected[n], *plan.impl, plan.run.gen, *plan.corpus, err);
+      times[n] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+    if (replayed[n]) continue;
+    pending.push_back(plan.selected[n]);
+    pending_index.push_back(n);
+  }
+  RunOptions ro = run_options(plan.bounds.cases, o.seed, plan.run.max_size, plan.run.gen, o.reproduce);
   ro.shrink_seconds = o.shrink_time;
   ro.max_calls = o.max_calls;
   ro.calls_spent = std::make_shared<std::atomic<long>>(0);
-  // The table streams: each law's row prints, in law order, as soon as it and every law above it are done
-  // (a corpus replay is done before any law runs), so a long run shows what it found as it goes.
-  std::size_t width = 4;
-  for (const Law* l : selected) width = std::max(width, l->name.size());
-  width += 2;
-  out << "\n" << pad("law", width) << pad("result", 11) << lpad("cases", 7) << lpad("shrinks", 9) << lpad("calls", 9)
-      << lpad("time", 9) << "\n" << std::flush;
-  std::vector<std::optional<LawResult>> done(selected.size());
-  std::vector<std::size_t> pending_index;  // pending[k] is selected[pending_index[k]]
-  for (std::size_t n = 0; n < selected.size(); ++n)
-    if (!replayed[n]) pending_index.push_back(n);
-  std::size_t printed = 0;
+  ResultsTable table(plan.selected, out);
+  for (std::size_t n = 0; n < n_laws; ++n)  // the rows of the corpus replays at the top, before any law runs
+    if (replayed[n]) table.done(n, replayed[n]->result, times[n], true);
   std::string current;
-  const auto print_ready = [&] {
-    for (; printed < selected.size() && (replayed[printed] || done[printed]); ++printed) {
-      const LawResult& r = replayed[printed] ? replayed[printed]->result : *done[printed];
-      const double t = times[printed] + (replayed[printed] ? 0.0 : r.seconds);
-      const std::string status = r.status == LawStatus::falsified ? "FALSIFIED" : std::string(status_name(r.status));
-      out << pad(r.law, width) << pad(status, 11) << lpad(std::to_string(r.cases_run), 7)
-          << lpad(std::to_string(r.shrink_steps), 9) << lpad(std::to_string(r.calls), 9) << lpad(seconds(t), 9);
-      if (replayed[printed]) out << "  (corpus)";
-      if (!r.note.empty()) out << "  " << r.note;  // why not applicable, or what a held law found
-      out << "\n";
-    }
-    out << std::flush;
-  };
   int k = 0;
   ro.on_progress = [&](const Progress& p) {
     if (p.law != current) {
@@ -709,43 +762,49 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   const auto on_done = [&](std::size_t pending_k, const LawResult& r) {
     if (!current.empty()) progress.end();  // the progress line goes before the row is printed
     current.clear();
-    done[pending_index[pending_k]] = r;
-    print_ready();
+    const std::size_t n = pending_index[pending_k];
+    table.done(n, r, times[n] + r.seconds, false);
   };
-  print_ready();  // the rows of the corpus replays at the top, before any law runs
-  std::vector<LawResult> ran = run_laws(pending, *impl, ro, jobs, on_done);
+  std::vector<LawResult> ran = run_laws(pending, *plan.impl, ro, plan.jobs, on_done);
   if (!current.empty()) progress.end();
-
   std::vector<reports::LawReport> results;
-  std::vector<std::pair<fs::path, reports::Json>> corpus_entries;
-  int falsified = 0, na = 0;
-  std::vector<std::string> unchecked;  // applicable laws not checked in full
-  for (std::size_t n = 0, next = 0; n < selected.size(); ++n) {
-    const Law* law = selected[n];
+  for (std::size_t n = 0, next = 0; n < n_laws; ++n) {
     std::optional<reports::LawReport> rep = std::move(replayed[n]);
     if (!rep) {
       rep.emplace();
       rep->result = std::move(ran[next++]);
-      times[n] += rep->result.seconds;
     }
-    rep->summary = law->summary;
-    rep->why = law->why;
-    falsified += rep->result.status == LawStatus::falsified;
-    na += rep->result.status == LawStatus::not_applicable;
-    if (rep->result.status == LawStatus::not_checked) unchecked.push_back(law->name);
-    if (rep->result.status == LawStatus::falsified && rep->result.minimal_case) {
-      const fs::path entry = corpus ? corpus->path_for(law->name, *rep->result.minimal_case) : fs::path();
-      if (corpus && rep->found_by.empty()) {
-        reports::LawReport self = *rep;
-        self.replay_file = entry.string();
-        corpus_entries.emplace_back(entry, reports::law_document(run, self));  // saved once the reports are
-      }
-      rep->replay_file = formats.json ? (report_dir / reports::law_file(law->name, ".json")).string() : entry.string();
-    }
+    rep->summary = plan.selected[n]->summary;
+    rep->why = plan.selected[n]->why;
     results.push_back(std::move(*rep));
   }
   out << "\n";
+  return results;
+}
 
+// Each falsified law's smallest case, as the corpus stores it (saved once the reports are); and where its replay
+// file is.
+std::vector<std::pair<fs::path, Json>> corpus_entries(const CheckPlan& plan, std::vector<reports::LawReport>& results) {
+  std::vector<std::pair<fs::path, Json>> entries;
+  for (reports::LawReport& rep : results) {
+    if (rep.result.status != LawStatus::falsified || !rep.result.minimal_case) continue;
+    const std::string& law = rep.result.law;
+    const fs::path entry = plan.corpus ? plan.corpus->path_for(law, *rep.result.minimal_case) : fs::path();
+    if (plan.corpus && rep.found_by.empty()) {
+      reports::LawReport self = rep;
+      self.replay_file = entry.string();
+      entries.emplace_back(entry, reports::law_document(plan.run, self));
+    }
+    rep.replay_file =
+        plan.formats.json ? (plan.report_dir / reports::law_file(law, ".json")).string() : entry.string();
+  }
+  return entries;
+}
+
+// Writes the reports; then, only then, the corpus entries: a run whose reports were refused writes nothing at all.
+reports::PublishResult publish(const CheckPlan& plan, const CheckOptions& o, reports::ReportFolder& folder,
+                               std::vector<reports::LawReport>& results, std::ostream& out, std::ostream& err) {
+  const std::vector<std::pair<fs::path, Json>> entries = corpus_entries(plan, results);
   reports::PublishResult published;
   try {
     // A law this run did not check keeps the report an earlier run of this implementation wrote for it (the
@@ -753,51 +812,37 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
     std::vector<reports::ReportFile> kept;
     for (reports::LawReport& r : results) {
       if (r.result.status != LawStatus::not_checked) continue;
-      std::vector<reports::ReportFile> earlier = reports::law_files_in(report_dir, r.result.law);
+      std::vector<reports::ReportFile> earlier = reports::law_files_in(plan.report_dir, r.result.law);
       if (earlier.empty()) continue;
       r.result.note += "; the report an earlier run wrote for this law is kept (" + earlier.front().name + ")";
       for (reports::ReportFile& f : earlier) kept.push_back(std::move(f));
     }
-    std::vector<reports::ReportFile> files = reports::render_run(run, results, formats);
+    std::vector<reports::ReportFile> files = reports::render_run(plan.run, results, plan.formats);
     for (reports::ReportFile& f : kept) files.push_back(std::move(f));
-    if (shard.given)
+    if (plan.shard.given)
       files.push_back({"shard.json", reports::dump_pretty(reports::to_json(reports::ShardDocument{
-                                         run, formats, shard.index, shard.count, run_laws_names, results}))});
+                                         plan.run, plan.formats, plan.shard.index, plan.shard.count,
+                                         plan.run_law_names, results}))});
     published = folder.publish(files, o.force);
   } catch (const reports::ReportExists& e) {
     out << "reports not written\n" << std::flush;
     throw;
   }
-  // Only now: a run whose reports were refused writes nothing at all, corpus included. A corpus that cannot
-  // take the entry (read-only, full) costs the next run its replay, not this run its verdict.
-  for (const auto& [entry, doc] : corpus_entries) {
+  // A corpus that cannot take the entry (read-only, full) costs the next run its replay, not this run its verdict.
+  for (const auto& [entry, doc] : entries) {
     try {
-      corpus->save(entry, doc);
+      plan.corpus->save(entry, doc);
     } catch (const reports::FileError& e) {
       err << "attncheck: warning: the corpus entry was not saved: " << e.what()
           << "; the verdict and the reports stand, but later runs will not replay this case from the corpus\n";
     }
   }
+  return published;
+}
 
-  const int applicable = static_cast<int>(results.size()) - na;
-  const int not_checked = static_cast<int>(unchecked.size());
-  const bool interrupted = stop_requested();
-  if (interrupted) out << "interrupted: the reports hold the laws that finished (the others say \"not checked\")\n";
-  out << run.implementation << ": "
-      << (shard.given ? "shard " + std::to_string(shard.index) + "/" + std::to_string(shard.count) + ": " : "");
-  if (falsified) {
-    out << falsified << " of " << applicable << " laws falsified";
-    if (not_checked) out << ", " << not_checked << " not checked";
-  } else if (not_checked) {
-    out << "INCOMPLETE: " << not_checked << " of " << applicable << " laws not checked, "
-        << applicable - not_checked << " held";
-  } else {
-    out << "all " << applicable << " laws held";
-  }
-  if (na) out << " (" << na << " not applicable)";
-  out << "; seed " << run.seed << ". Reports in " << report_dir.string() << "/"
-      << (published.written.empty() ? " (unchanged)" : "") << "\n";
-  if (formats.html) out << "  browse: " << (report_dir / "index.html").string() << "\n";
+// Each falsified law: its message, margin, smallest case, report and replay command.
+void print_falsified(const CheckPlan& plan, const CheckOptions& o, const std::vector<reports::LawReport>& results,
+                     std::ostream& out) {
   for (const auto& r : results) {
     if (r.result.status != LawStatus::falsified) continue;
     std::string message = r.result.violation ? r.result.violation->message : std::string("falsified");
@@ -808,12 +853,45 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
       if (r.result.minimal_case) out << "; minimal case " << shape_line(r.result.minimal_case->problem);
       out << "\n";
     }
-    if (formats.md) out << "    report: " << (report_dir / reports::law_file(r.result.law, ".md")).string() << "\n";
+    if (plan.formats.md) out << "    report: " << (plan.report_dir / reports::law_file(r.result.law, ".md")).string() << "\n";
     // On the terminal the command starts as this one was typed, so that it works pasted into the same shell.
-    reports::RunInfo typed = run;
+    reports::RunInfo typed = plan.run;
     if (o.program != "attncheck") typed.program = reports::shell_quote(o.program);
     if (const auto cmd = reports::replay_command(typed, r); !cmd.empty()) out << "    replay: " << cmd << "\n";
   }
+}
+
+// The verdict line and what follows it; the exit code.
+int print_verdict(const CheckPlan& plan, const CheckOptions& o, const std::vector<reports::LawReport>& results,
+                  const reports::PublishResult& published, std::ostream& out) {
+  int falsified = 0, na = 0;
+  std::vector<std::string> unchecked;  // applicable laws not checked in full
+  for (const reports::LawReport& r : results) {
+    falsified += r.result.status == LawStatus::falsified;
+    na += r.result.status == LawStatus::not_applicable;
+    if (r.result.status == LawStatus::not_checked) unchecked.push_back(r.result.law);
+  }
+  const int applicable = static_cast<int>(results.size()) - na;
+  const int not_checked = static_cast<int>(unchecked.size());
+  const bool interrupted = stop_requested();
+  if (interrupted) out << "interrupted: the reports hold the laws that finished (the others say \"not checked\")\n";
+  out << plan.run.implementation << ": "
+      << (plan.shard.given ? "shard " + std::to_string(plan.shard.index) + "/" + std::to_string(plan.shard.count) + ": "
+                           : "");
+  if (falsified) {
+    out << falsified << " of " << applicable << " laws falsified";
+    if (not_checked) out << ", " << not_checked << " not checked";
+  } else if (not_checked) {
+    out << "INCOMPLETE: " << not_checked << " of " << applicable << " laws not checked, "
+        << applicable - not_checked << " held";
+  } else {
+    out << "all " << applicable << " laws held";
+  }
+  if (na) out << " (" << na << " not applicable)";
+  out << "; seed " << plan.run.seed << ". Reports in " << plan.report_dir.string() << "/"
+      << (published.written.empty() ? " (unchanged)" : "") << "\n";
+  if (plan.formats.html) out << "  browse: " << (plan.report_dir / "index.html").string() << "\n";
+  print_falsified(plan, o, results, out);
   if (not_checked) {
     std::string names;
     for (const std::string& n : unchecked) names += (names.empty() ? "" : ", ") + n;
@@ -825,6 +903,20 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   if (interrupted) return kInterrupted;
   if (falsified) return kFalsified;
   return not_checked && !o.accept_incomplete ? kIncomplete : kAllHeld;
+}
+
+}  // namespace
+
+int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal) {
+  if (!o.replay.empty()) return run_replay(o, reg, out);
+  const CheckPlan plan = plan_check(o, reg);
+  // The report folder is checked and locked before the first law runs: a folder that cannot be written, is in use
+  // by another run, or holds another implementation's report fails now, not after every law ran.
+  reports::ReportFolder folder(plan.report_dir, plan.run.implementation, o.force);
+  print_header(plan, out);
+  std::vector<reports::LawReport> results = run_plan(plan, o, out, err, err_is_terminal);
+  const reports::PublishResult published = publish(plan, o, folder, results, out, err);
+  return print_verdict(plan, o, results, published, out);
 }
 
 }  // namespace attncheck::cli

@@ -737,7 +737,7 @@ TEST(RealLaws, tiledMutantShowsItsMarginMinimalCaseAndCalls) {
 
 }  // namespace
 
-// --- Bad data and bad flags are exit 2, attncheck's own failures exit 3 (issue 20) ---
+// --- Bad data and bad flags are exit 2, attncheck's own failures exit 3 ---
 
 Result expect_usage(const Registry& reg, const std::vector<std::string>& args, const std::vector<std::string>& says) {
   const Result r = attncheck(reg, args);

@@ -57,8 +57,10 @@ PROTOCOL_VERSION = 3  # the newest this client speaks; it answers an older attnc
 MAGIC = b"ATNC"
 HELLO, CAPS, REFUSE, FORWARD, RESULT, BYE, BACKWARD, GRADIENTS = 1, 2, 3, 4, 5, 6, 7, 8
 OK, ERROR, UNSUPPORTED, WRONG_SIZE = 0, 1, 2, 3
-# Version 2's capability extension of the caps frame (flags2) and its empty-rows codes.
-GQA, KEY_LENGTHS, WINDOW, HAS_BACKWARD = 1, 2, 4, 8
+# Version 2's capability extension of the caps frame (flags2): the bit of each serve() declaration, and its
+# empty-rows codes. FLAGS2 and FLAGS3 are attncheck's feature table (properties/include/attncheck/features.hpp):
+# a test (Contract.pythonClientNamesEveryFeatureAsTheTableDoes) compares them, and serve()'s keywords, with it.
+FLAGS2 = {"gqa": 1, "key_lengths": 2, "window": 4, "backward": 8}
 EMPTY_ROWS_CODES = {None: 0, "zero": 1, "nan": 2, "any": 3}
 # Version 3's cross-length regimes (the caps frame's u32 after flags3).
 CROSS_LENGTHS_CODES = {True: 0, "T_q<=T_k": 1, "T_q>=T_k": 2}
@@ -537,8 +539,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                        sum(ALIGNMENT_CODES[a] for a in alignments), flags, max_T)
     caps += _string(name) + _string(description)
     if version >= 2:
-        flags2 = ((GQA if gqa else 0) | (KEY_LENGTHS if key_lengths else 0) | (WINDOW if window else 0)
-                  | (HAS_BACKWARD if backward is not None else 0))
+        declared2 = {"gqa": gqa, "key_lengths": key_lengths, "window": window, "backward": backward is not None}
+        flags2 = sum(FLAGS2[key] for key, on in declared2.items() if on)
         caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows] if version >= 3 or empty_rows != "any" else 0)
     if version >= 3:
         flags3 = sum(FLAGS3[key] for key, on in declared.items() if on)

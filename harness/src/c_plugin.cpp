@@ -2,6 +2,8 @@
 // the plug-in did not write or wrote past (sentinel-filled buffers with a guard zone behind them).
 #include "c_plugin.hpp"
 
+#include "attncheck/features.hpp"
+
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -264,6 +266,48 @@ void fill_cell_masks(const Problem& p, CellMasks& c) {
 
 // Every ATTNCHECK_CAP3_* bit.
 constexpr std::uint32_t kAbi3Flags = 0x3FFFFu;
+// The feature table's C ABI bits are those of attncheck/plugin.h, a frozen header: checked here, where both are seen.
+struct AbiBit {
+  Feature feature;
+  std::uint32_t bit;
+  std::string_view macro;
+};
+#define ATTNCHECK_ABI_BIT(f, m) AbiBit{Feature::f, m, #m}
+constexpr bool abi_bits_match() {
+  constexpr AbiBit abi[] = {ATTNCHECK_ABI_BIT(gqa, ATTNCHECK_CAP_GQA),
+                            ATTNCHECK_ABI_BIT(key_padding, ATTNCHECK_CAP_KEY_LENGTHS),
+                            ATTNCHECK_ABI_BIT(window, ATTNCHECK_CAP_WINDOW)};
+  constexpr AbiBit abi3[] = {ATTNCHECK_ABI_BIT(lse, ATTNCHECK_CAP3_LSE),
+                             ATTNCHECK_ABI_BIT(sinks, ATTNCHECK_CAP3_SINKS),
+                             ATTNCHECK_ABI_BIT(softcap, ATTNCHECK_CAP3_SOFTCAP),
+                             ATTNCHECK_ABI_BIT(alibi, ATTNCHECK_CAP3_ALIBI),
+                             ATTNCHECK_ABI_BIT(paged, ATTNCHECK_CAP3_PAGED),
+                             ATTNCHECK_ABI_BIT(documents, ATTNCHECK_CAP3_DOCUMENTS),
+                             ATTNCHECK_ABI_BIT(chunked_local, ATTNCHECK_CAP3_CHUNKED_LOCAL),
+                             ATTNCHECK_ABI_BIT(prefix, ATTNCHECK_CAP3_PREFIX),
+                             ATTNCHECK_ABI_BIT(bidirectional, ATTNCHECK_CAP3_BIDIRECTIONAL),
+                             ATTNCHECK_ABI_BIT(right_window, ATTNCHECK_CAP3_RIGHT_WINDOW),
+                             ATTNCHECK_ABI_BIT(block_mask, ATTNCHECK_CAP3_BLOCK_MASK),
+                             ATTNCHECK_ABI_BIT(dense_mask, ATTNCHECK_CAP3_DENSE_MASK),
+                             ATTNCHECK_ABI_BIT(v_head_dim, ATTNCHECK_CAP3_V_HEAD_DIM),
+                             ATTNCHECK_ABI_BIT(strided, ATTNCHECK_CAP3_STRIDED),
+                             ATTNCHECK_ABI_BIT(layout_invariant, ATTNCHECK_CAP3_LAYOUT_INVARIANT),
+                             ATTNCHECK_ABI_BIT(batch_invariant, ATTNCHECK_CAP3_BATCH_INVARIANT),
+                             ATTNCHECK_ABI_BIT(query_documents, ATTNCHECK_CAP3_QUERY_DOCUMENTS)};
+  std::size_t abi_rows = 0, abi3_rows = 0;
+  for (const AbiBit& a : abi)
+    if (feature(a.feature).abi_flag != a.bit || feature(a.feature).c_name != a.macro) return false;
+  for (const AbiBit& a : abi3)
+    if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
+  for (const FeatureRow& r : kFeatures) {
+    abi_rows += r.abi_flag ? 1 : 0;
+    abi3_rows += r.flags3 ? 1 : 0;
+  }
+  return abi_rows == std::size(abi) && abi3_rows == std::size(abi3) &&
+         (wire::kFeatureFlags3 | ATTNCHECK_CAP3_DETERMINISTIC) == kAbi3Flags;
+}
+#undef ATTNCHECK_ABI_BIT
+static_assert(abi_bits_match(), "a row of kFeatures (attncheck/features.hpp) differs from attncheck/plugin.h");
 // The largest head dimension (the CLI's --max-D bound) and page size (the longest sequence) a table may declare.
 constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16, kMaxSeqLen = std::int64_t{1} << 20;
 
@@ -275,53 +319,14 @@ class CPlugin final : public Implementation {
       : name_(std::move(name)), table_(table), v2_(v2) {
     description_ = printable_text(std::string(table->name) +
                                   (table->description ? std::string(": ") + table->description : ""));
-    caps_.dtypes.clear();
-    for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
-      if (table->dtypes & wire::dtype_code(t)) caps_.dtypes.push_back(t);
-    caps_.alignments.clear();
-    if (table->alignments & ATTNCHECK_ALIGN_TOP_LEFT || table->alignments == 0)
-      caps_.alignments.push_back(CausalAlignment::TopLeft);
-    if (table->alignments & ATTNCHECK_ALIGN_BOTTOM_RIGHT) caps_.alignments.push_back(CausalAlignment::BottomRight);
-    caps_.returns_weights = table->flags & ATTNCHECK_CAP_RETURNS_WEIGHTS;
-    caps_.custom_scale = table->flags & ATTNCHECK_CAP_CUSTOM_SCALE;
-    caps_.cross_lengths = table->flags & ATTNCHECK_CAP_CROSS_LENGTHS;
-    caps_.nonfinite_safe = table->flags & ATTNCHECK_CAP_NONFINITE_SAFE;
-    if (table->max_T > 0) caps_.max_T = table->max_T;
-    // An ABI-1 table cannot set the ABI-2 bits (the loader refused it), so these stay off for it.
-    caps_.gqa = table->flags & ATTNCHECK_CAP_GQA;
-    caps_.key_padding = table->flags & ATTNCHECK_CAP_KEY_LENGTHS;
-    caps_.window = table->flags & ATTNCHECK_CAP_WINDOW;
-    caps_.backward = v2_ && v2_->backward;
-    if (v2_ && v2_->empty_rows != ATTNCHECK_EMPTY_ROWS_UNSPECIFIED)
-      caps_.empty_rows = v2_->empty_rows == ATTNCHECK_EMPTY_ROWS_NAN   ? EmptyRows::nan
-                         : v2_->empty_rows == ATTNCHECK_EMPTY_ROWS_ANY ? EmptyRows::any
-                                                                       : EmptyRows::zero;
-    if (v3) {  // the declarations (validate_table checked every value)
-      caps_.abi3_flags = v3->flags3;
-      wire::set_abi3_bools(caps_, v3->flags3);  // the LSE, sinks, softcap, ALiBi, paged, the mask families
-      if (v3->cross_lengths != 0) {
-        caps_.q_shorter = v3->cross_lengths & ATTNCHECK_CROSS_Q_LE_K;
-        caps_.q_longer = v3->cross_lengths & ATTNCHECK_CROSS_Q_GE_K;
-      }
-      caps_.head_dim_multiple = std::max<Index>(v3->head_dim_multiple, 1);
-      caps_.max_head_dim = v3->max_head_dim;
-      for (std::size_t n = 0; n < v3->num_head_dims; ++n) {
-        const attncheck_head_dim& d = v3->head_dims[n];
-        if (d.v == 0 || d.v == d.k)
-          caps_.head_dims.push_back(d.k);
-        else
-          caps_.head_dim_pairs.emplace_back(d.k, d.v);
-      }
-      for (std::size_t n = 0; n < v3->num_page_sizes; ++n) caps_.page_sizes.push_back(v3->page_sizes[n]);
-      caps_.page_layouts = v3->page_layouts;
-    }
+    caps_ = declared_capabilities(table, v2, v3);
   }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
   const Capabilities& capabilities() const override { return caps_; }
 
   Outcome forward(const Problem& p) const override {
-    check_within_capabilities(p, caps_, name_);
+    check_within_capabilities(p, caps_, name_, false);
     return visit_dtype(p.dtype, [&](auto tag) {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>();
@@ -380,7 +385,7 @@ class CPlugin final : public Implementation {
     if (!caps_.backward) return Implementation::backward(p);
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     if (p.paged) throw std::logic_error(name_ + ": a paged backward call (paged calls are forward only)");
-    check_within_capabilities(p, caps_, name_);
+    check_within_capabilities(p, caps_, name_, true);
     return visit_dtype(p.dtype, [&](auto tag) {
       using S = decltype(tag);
       const Tensor<S> q = p.q.template cast<S>(), k = p.k.template cast<S>(), v = p.v.template cast<S>(),
@@ -591,6 +596,51 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
 
 }  // namespace
 
+Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2,
+                                   const attncheck_plugin_v3* v3) {
+  Capabilities caps;
+  caps.dtypes.clear();
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    if (table->dtypes & wire::dtype_code(t)) caps.dtypes.push_back(t);
+  caps.alignments.clear();
+  if (table->alignments & ATTNCHECK_ALIGN_TOP_LEFT || table->alignments == 0)
+    caps.alignments.push_back(CausalAlignment::TopLeft);
+  if (table->alignments & ATTNCHECK_ALIGN_BOTTOM_RIGHT) caps.alignments.push_back(CausalAlignment::BottomRight);
+  caps.returns_weights = table->flags & ATTNCHECK_CAP_RETURNS_WEIGHTS;
+  caps.custom_scale = table->flags & ATTNCHECK_CAP_CUSTOM_SCALE;
+  caps.cross_lengths = table->flags & ATTNCHECK_CAP_CROSS_LENGTHS;
+  caps.nonfinite_safe = table->flags & ATTNCHECK_CAP_NONFINITE_SAFE;
+  if (table->max_T > 0) caps.max_T = table->max_T;
+  // An ABI-1 table cannot set the ABI-2 bits (the loader refused it), so these stay off for it.
+  for (const FeatureRow& f : kFeatures)
+    if (f.abi_flag) caps.*f.declared = table->flags & f.abi_flag;
+  caps.backward = v2 && v2->backward;
+  if (v2 && v2->empty_rows != ATTNCHECK_EMPTY_ROWS_UNSPECIFIED)
+    caps.empty_rows = v2->empty_rows == ATTNCHECK_EMPTY_ROWS_NAN   ? EmptyRows::nan
+                      : v2->empty_rows == ATTNCHECK_EMPTY_ROWS_ANY ? EmptyRows::any
+                                                                   : EmptyRows::zero;
+  if (v3) {  // the declarations (validate_table checked every value)
+    caps.abi3_flags = v3->flags3;
+    wire::set_abi3_bools(caps, v3->flags3);  // the LSE, sinks, softcap, ALiBi, paged, the mask families
+    if (v3->cross_lengths != 0) {
+      caps.q_shorter = v3->cross_lengths & ATTNCHECK_CROSS_Q_LE_K;
+      caps.q_longer = v3->cross_lengths & ATTNCHECK_CROSS_Q_GE_K;
+    }
+    caps.head_dim_multiple = std::max<Index>(v3->head_dim_multiple, 1);
+    caps.max_head_dim = v3->max_head_dim;
+    for (std::size_t n = 0; n < v3->num_head_dims; ++n) {
+      const attncheck_head_dim& d = v3->head_dims[n];
+      if (d.v == 0 || d.v == d.k)
+        caps.head_dims.push_back(d.k);
+      else
+        caps.head_dim_pairs.emplace_back(d.k, d.v);
+    }
+    for (std::size_t n = 0; n < v3->num_page_sizes; ++n) caps.page_sizes.push_back(v3->page_sizes[n]);
+    caps.page_layouts = v3->page_layouts;
+  }
+  return caps;
+}
+
 std::string as_file_path(const std::string& path) { return path.find('/') == std::string::npos ? "./" + path : path; }
 
 ImplementationPtr load_c_plugin(const std::string& path, const std::string& name) {
@@ -636,41 +686,30 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
 }
 
 
-void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name) {
-  const auto refuse = [&](const std::string& what, const char* cap) {
-    throw std::logic_error(name + ": this call has " + what + " but the implementation does not declare " +
-                                cap + " (a law or a test sent a call outside its capabilities)");
-  };
-  if (p.kv_heads() != p.q.shape().H && !caps.gqa)
-    refuse(std::to_string(p.kv_heads()) + " kv heads for " + std::to_string(p.q.shape().H) + " query heads", "GQA");
-  if (p.v_dim() != p.q.shape().D && !caps.v_head_dim)
-    refuse("V's head dimension " + std::to_string(p.v_dim()) + " for D = " + std::to_string(p.q.shape().D),
-           "a V head dimension of its own (ATTNCHECK_CAP3_V_HEAD_DIM)");
-  if (!p.key_lengths.empty() && !caps.key_padding) refuse("key lengths", "key padding");
-  if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != p.q.shape().B)
+void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name,
+                               bool backward_call) {
+  // The one capability check (needs_outside), less what a call may ask of anyone (the LSE: an implementation
+  // that does not declare it returns none).
+  std::string needs;
+  for (const Need& n : call_needs(p, caps, !backward_call))
+    if (!n.feature) {
+      needs += (needs.empty() ? "" : ", ") + n.words;
+    } else if (const FeatureRow& f = feature(*n.feature); !f.ignored_when_undeclared) {  // how it is declared
+      needs += (needs.empty() ? "" : ", ") + n.words + " (" + std::string(f.c_name) + " in a C plug-in's table, " +
+               std::string(f.name) + "=True in an exec client's serve())";
+    }
+  if (!needs.empty())
+    throw std::logic_error(name + ": this call needs " + needs +
+                           ", which the implementation does not declare (a law or a test sent a call outside its "
+                           "capabilities; it declares " + describe_capabilities(caps) + ")");
+  // What the codecs need of the call's fields: one entry per batch entry or query head, masks the call's shape.
+  const Index B = p.q.shape().B, H = p.q.shape().H;
+  if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != B)
     throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +
-                                " key lengths for a batch of " + std::to_string(p.q.shape().B));
-  if (p.window && !caps.window) refuse("a window", "windows");
-  if (!p.sinks.empty() && !caps.sinks) refuse("sinks", "sinks (ATTNCHECK_CAP3_SINKS)");
-  if (p.softcap && !caps.softcap) refuse("a softcap", "softcapping (ATTNCHECK_CAP3_SOFTCAP)");
-  if (!p.alibi_slopes.empty() && !caps.alibi) refuse("ALiBi slopes", "ALiBi (ATTNCHECK_CAP3_ALIBI)");
-  if (!p.causal && !caps.bidirectional) refuse("causal = false", "bidirectional (ATTNCHECK_CAP3_BIDIRECTIONAL)");
-  if (!p.doc_bounds.empty() && !caps.documents) refuse("packed documents", "documents (ATTNCHECK_CAP3_DOCUMENTS)");
-  if (!p.q_doc_bounds.empty() && !caps.query_documents)
-    refuse("query document bounds of their own", "query documents (ATTNCHECK_CAP3_QUERY_DOCUMENTS)");
-  if (p.chunk_size != 0 && !caps.chunked_local)
-    refuse("chunks of " + std::to_string(p.chunk_size), "chunked local attention (ATTNCHECK_CAP3_CHUNKED_LOCAL)");
-  if (p.prefix_length != 0 && !caps.prefix)
-    refuse("a prefix of " + std::to_string(p.prefix_length), "a bidirectional prefix (ATTNCHECK_CAP3_PREFIX)");
-  if (p.window_right && !caps.right_window)
-    refuse("a right window of " + std::to_string(*p.window_right), "right windows (ATTNCHECK_CAP3_RIGHT_WINDOW)");
-  if (!p.doc_bounds.empty() && Index(p.doc_bounds.size()) != p.q.shape().B)
+                           " key lengths for a batch of " + std::to_string(B));
+  if (!p.doc_bounds.empty() && Index(p.doc_bounds.size()) != B)
     throw std::logic_error(name + ": this call has " + std::to_string(p.doc_bounds.size()) +
-                           " document bound lists for a batch of " + std::to_string(p.q.shape().B));
-  if (p.block_mask && !caps.block_mask) refuse("a block mask", "block masks (ATTNCHECK_CAP3_BLOCK_MASK)");
-  if (p.dense_mask && !caps.dense_mask) refuse("a dense mask", "dense masks (ATTNCHECK_CAP3_DENSE_MASK)");
-  if (p.layout != InputLayout::contiguous && !caps.strided)
-    refuse("inputs laid out " + input_layout_name(p.layout), "strided inputs (ATTNCHECK_CAP3_STRIDED)");
+                           " document bound lists for a batch of " + std::to_string(B));
   if (p.layout != InputLayout::contiguous && p.paged)
     throw std::logic_error(name + ": a paged call with a layout (paged K and V come as pools)");
   if (p.has_cell_masks()) {  // the plug-in reads them through the strides we derive: their shapes must be the call's
@@ -678,21 +717,15 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
     cells.block_mask = p.block_mask;
     cells.dense_mask = p.dense_mask;
     try {
-      check_options(name.c_str(), cells, p.q.shape().B, p.q.shape().H, p.k.shape().T, p.q.shape().T);
+      check_options(name.c_str(), cells, B, H, p.k.shape().T, p.q.shape().T);
     } catch (const std::exception& e) {
       throw std::logic_error(std::string("this call's masks do not fit it: ") + e.what());
     }
   }
-  if (p.paged && !caps.paged) refuse("paged K and V", "paged K and V (ATTNCHECK_CAP3_PAGED)");
-  if (p.paged && !caps.supports_paging(p.paged->page_size, p.paged->layout))
-    refuse("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")",
-           "that page size and layout");
-  const Index H = p.q.shape().H;
   for (const auto& [xs, what] : {std::pair{&p.sinks, "sinks"}, std::pair{&p.alibi_slopes, "ALiBi slopes"}})
     if (!xs->empty() && Index(xs->size()) != H)
       throw std::logic_error(name + ": this call has " + std::to_string(xs->size()) + " " + what + " for " +
                              std::to_string(H) + " query heads (expected one per query head)");
-  // The LSE is not refused: a call that wants it from an implementation without it gets none (Problem::want_lse).
 }
 
 }  // namespace attncheck::detail

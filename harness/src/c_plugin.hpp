@@ -5,6 +5,7 @@
 #include <string>
 
 #include "attncheck/implementation.hpp"
+#include "attncheck/plugin.h"
 
 namespace attncheck::detail {
 
@@ -13,12 +14,19 @@ namespace attncheck::detail {
 /// (flags its version cannot carry, a bad empty_rows).
 ImplementationPtr load_c_plugin(const std::string& path, const std::string& name);
 
-/// Throws std::logic_error (an internal error: a law's bug, not the implementation's) when `p` needs a
-/// capability `caps` lacks: kv heads fewer than query heads, key lengths, a window, sinks, a softcap, ALiBi slopes,
-/// causal = false, packed documents, chunks, a prefix, a right window, a block or dense mask, paged K and V or a page size or layout it
-/// does not declare (or has sinks or slopes whose count is not H, or document bounds for another batch size). A C plug-in or exec client
-/// that did not declare one cannot be sent it faithfully.
-void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name);
+/// What a plug-in's table declares: `v2` is the table when its version is 2 or 3 (else null), `v3` when it is 3.
+/// The table must have passed the loader's checks (load_c_plugin).
+Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2,
+                                   const attncheck_plugin_v3* v3);
+
+/// Throws std::logic_error (an internal error: a law's bug, not the implementation's) when `p` needs what `caps`
+/// does not declare (call_needs: a limit or a feature, but the LSE, which a call may ask of anyone), or when its
+/// fields do not fit its shape (key lengths or document bounds for another batch size, sinks or slopes not one per
+/// query head, masks of another shape, a paged call with an input layout). A C plug-in or exec client that did
+/// not declare a feature cannot be sent it faithfully.
+/// `backward_call`: `p` is sent as a backward call (with its dO); otherwise as a forward call (any dO unsent).
+void check_within_capabilities(const Problem& p, const Capabilities& caps, const std::string& name,
+                               bool backward_call);
 
 /// Prefixes "./" to a path without a slash, so dlopen reads that file instead of searching the library path.
 std::string as_file_path(const std::string& path);

@@ -125,34 +125,28 @@ std::size_t element_size(DType t) {
 }
 
 void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
-  caps.lse = flags3 & lse_bit;
-  caps.sinks = flags3 & sinks_bit;
-  caps.softcap = flags3 & softcap_bit;
-  caps.alibi = flags3 & alibi_bit;
-  caps.bidirectional = flags3 & bidirectional_bit;
-  caps.paged = flags3 & paged_bit;
-  caps.documents = flags3 & documents_bit;
-  caps.query_documents = (flags3 & documents_bit) && (flags3 & query_documents_bit);
-  caps.chunked_local = flags3 & chunked_local_bit;
-  caps.prefix = flags3 & prefix_bit;
-  caps.right_window = flags3 & right_window_bit;
-  caps.block_mask = flags3 & block_mask_bit;
-  caps.dense_mask = flags3 & dense_mask_bit;
-  caps.batch_invariant = flags3 & batch_invariant_bit;
-  caps.strided = flags3 & strided_bit;
-  caps.layout_invariant = (flags3 & strided_bit) && (flags3 & layout_invariant_bit);
-  caps.v_head_dim = flags3 & v_head_dim_bit;
+  for (const FeatureRow& f : kFeatures)
+    if (f.flags3)
+      caps.*f.declared = (flags3 & f.flags3) && (!f.requires_feature || (flags3 & feature(*f.requires_feature).flags3));
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
-  return (caps.lse ? lse_bit : 0u) | (caps.sinks ? sinks_bit : 0u) | (caps.softcap ? softcap_bit : 0u) |
-         (caps.alibi ? alibi_bit : 0u) | (caps.bidirectional ? bidirectional_bit : 0u) | (caps.paged ? paged_bit : 0u) |
-         (caps.documents ? documents_bit : 0u) | (caps.chunked_local ? chunked_local_bit : 0u) |
-         (caps.prefix ? prefix_bit : 0u) | (caps.right_window ? right_window_bit : 0u) |
-         (caps.block_mask ? block_mask_bit : 0u) | (caps.dense_mask ? dense_mask_bit : 0u) |
-         (caps.batch_invariant ? batch_invariant_bit : 0u) | (caps.query_documents ? query_documents_bit : 0u) |
-         (caps.v_head_dim ? v_head_dim_bit : 0u) |
-         (caps.strided ? strided_bit : 0u) | (caps.layout_invariant ? layout_invariant_bit : 0u);
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures)
+    if (caps.*f.declared) bits |= f.flags3;
+  return bits;
+}
+
+void set_flags2_bools(Capabilities& caps, std::uint32_t flags2) {
+  for (const FeatureRow& f : kFeatures)
+    if (f.flags2) caps.*f.declared = flags2 & f.flags2;
+}
+
+std::uint32_t flags2_bits(const Capabilities& caps) {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures)
+    if (caps.*f.declared) bits |= f.flags2;
+  return bits;
 }
 
 DocIds doc_ids(const Problem& p) {
@@ -240,19 +234,14 @@ std::string encode_caps(const Handshake& h) {
   w.str(h.name);
   w.str(h.description);
   if (h.version >= 2) {
-    w.u32((h.caps.gqa ? gqa_bit : 0u) | (h.caps.key_padding ? key_lengths_bit : 0u) |
-          (h.caps.window ? window_bit : 0u) | (h.caps.backward ? backward_bit : 0u));
+    w.u32(flags2_bits(h.caps));
     const std::optional<EmptyRows> e = h.caps.empty_rows;
     // A version-2 peer knows no "any": to it such rows are unspecified (either convention accepted).
     w.u32(!e ? 0u : *e == EmptyRows::zero ? 1u : *e == EmptyRows::nan ? 2u : h.version >= 3 ? 3u : 0u);
   }
   if (h.version >= 3) {
     // The bools win over abi3_flags for the bits they stand for: an implementation built in C++ sets only them.
-    constexpr std::uint32_t kBoolBits = lse_bit | sinks_bit | softcap_bit | alibi_bit | bidirectional_bit | paged_bit |
-                                        documents_bit | chunked_local_bit | prefix_bit | right_window_bit |
-                                        block_mask_bit | dense_mask_bit | batch_invariant_bit | query_documents_bit |
-                                        strided_bit | layout_invariant_bit | v_head_dim_bit;
-    w.u32((h.caps.abi3_flags & ~kBoolBits) | abi3_bits(h.caps));
+    w.u32((h.caps.abi3_flags & ~kFeatureFlags3) | abi3_bits(h.caps));
     w.u32(!h.caps.cross_lengths || (h.caps.q_shorter && h.caps.q_longer) ? 0u
                                                                           : (h.caps.q_shorter ? 1u : 0u) |
                                                                                 (h.caps.q_longer ? 2u : 0u));
@@ -303,17 +292,14 @@ Handshake decode_caps(std::string_view payload) {
   if (max_T > 0) h.caps.max_T = max_T;
   if (h.version >= 2) {
     const std::uint32_t flags2 = r.u32(), empty_rows = r.u32();
-    if (flags2 & ~0xFu)
+    if (flags2 & ~kFeatureFlags2)
       throw ProtocolError("caps frame: flags2 bits are " + std::to_string(flags2) +
                           " (expected a combination of 1=gqa, 2=key lengths, 4=window, 8=backward)");
     if (empty_rows > (h.version >= 3 ? 3u : 2u))
       throw ProtocolError("caps frame: empty_rows is " + std::to_string(empty_rows) +
                           (h.version >= 3 ? " (expected 0 unspecified, 1 zero, 2 nan or 3 any)"
                                           : " (expected 0 unspecified, 1 zero or 2 nan; 3 any needs version 3)"));
-    h.caps.gqa = flags2 & gqa_bit;
-    h.caps.key_padding = flags2 & key_lengths_bit;
-    h.caps.window = flags2 & window_bit;
-    h.caps.backward = flags2 & backward_bit;
+    set_flags2_bools(h.caps, flags2);
     if (empty_rows != 0)
       h.caps.empty_rows = empty_rows == 1 ? EmptyRows::zero : empty_rows == 2 ? EmptyRows::nan : EmptyRows::any;
   }
@@ -326,7 +312,8 @@ Handshake decode_caps(std::string_view payload) {
     if (h.caps.abi3_flags & ~0x3FFFFu)
       throw ProtocolError("caps frame: flags3 bits are " + std::to_string(h.caps.abi3_flags) +
                           " (expected ATTNCHECK_CAP3_* bits, within 0x3ffff)");
-    if ((h.caps.abi3_flags & query_documents_bit) && !(h.caps.abi3_flags & documents_bit))
+    if ((h.caps.abi3_flags & feature(Feature::query_documents).flags3) &&
+        !(h.caps.abi3_flags & feature(Feature::documents).flags3))
       throw ProtocolError("caps frame: flags3 declare query documents (0x20000) without documents (0x20): query "
                           "document ids come only with key document ids");
     set_abi3_bools(h.caps, h.caps.abi3_flags);

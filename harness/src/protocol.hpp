@@ -11,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attncheck/features.hpp"
 #include "attncheck/implementation.hpp"
 
 namespace attncheck::wire {
@@ -38,29 +39,19 @@ enum class FrameType : std::uint32_t {
   gradients = 8,  ///< version 2: the answer to a backward frame: dQ, dK, dV
 };
 
-/// Version 2's capability bits, in the caps frame's extension (`flags2`).
-enum Flags2 : std::uint32_t { gqa_bit = 1, key_lengths_bit = 2, window_bit = 4, backward_bit = 8 };
-
-/// Version 3's capability bits that this attncheck sends calls for (flags3, the ATTNCHECK_CAP3_* values).
-enum Flags3 : std::uint32_t {
-  lse_bit = 0x1,
-  sinks_bit = 0x2,
-  softcap_bit = 0x4,
-  alibi_bit = 0x8,
-  paged_bit = 0x10,
-  documents_bit = 0x20,
-  chunked_local_bit = 0x40,
-  prefix_bit = 0x80,
-  bidirectional_bit = 0x100,
-  right_window_bit = 0x200,
-  block_mask_bit = 0x400,
-  dense_mask_bit = 0x800,
-  v_head_dim_bit = 0x1000,
-  strided_bit = 0x2000,
-  layout_invariant_bit = 0x4000,
-  batch_invariant_bit = 0x8000,
-  query_documents_bit = 0x20000
-};
+/// The caps frame's declaration bits: version 2's extension (`flags2`) and version 3's `flags3` (the
+/// ATTNCHECK_CAP3_* values) are the feature table's (attncheck/features.hpp); kFeatureFlags3 is every flags3 bit
+/// that stands for a Capabilities bool. Other flags3 bits (ATTNCHECK_CAP3_DETERMINISTIC) are carried as declared.
+inline constexpr std::uint32_t kFeatureFlags3 = [] {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures) bits |= f.flags3;
+  return bits;
+}();
+inline constexpr std::uint32_t kFeatureFlags2 = [] {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures) bits |= f.flags2;
+  return bits;
+}();
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
 enum CallFlags : std::uint32_t {
@@ -97,10 +88,13 @@ DocIds doc_ids(const Problem& p);
 std::vector<std::vector<Index>> doc_bounds_from_ids(const std::vector<std::int32_t>& k, Index B, Index T_k,
                                                     const std::string& what);
 
-/// The Capabilities bools of version 3's flags3 bits (LSE, sinks, softcap, ALiBi, paged, documents, chunked local,
-/// prefix, bidirectional, right window, block mask, dense mask), and back.
+/// The Capabilities bools of version 3's flags3 bits (the C ABI's ATTNCHECK_CAP3_* too), and back: every row of
+/// the feature table with a flags3 bit (a row that requires another is declared only with it).
 void set_abi3_bools(Capabilities& caps, std::uint32_t flags3);
 std::uint32_t abi3_bits(const Capabilities& caps);
+/// The same for version 2's flags2 bits (GQA, key lengths, window, backward).
+void set_flags2_bools(Capabilities& caps, std::uint32_t flags2);
+std::uint32_t flags2_bits(const Capabilities& caps);
 
 /// Status codes of a result frame (the C ABI's ATTNCHECK_OK/ERROR/UNSUPPORTED, plus one the host reports).
 enum Status : std::int32_t { ok = 0, error = 1, unsupported = 2, wrong_size = 3 };

@@ -131,7 +131,7 @@ class ExecImplementation final : public Implementation {
     // A child of version 1 declares none of version 2's capabilities, so its calls never use version 2's
     // fields: a forward frame without them is the same at both versions; likewise version 3's modifiers, LSE
     // and causal = false for a child of version 2.
-    check_within_capabilities(p, caps_, name_);
+    check_within_capabilities(p, caps_, name_, false);
     std::lock_guard lock(mu_);
     check_in_step();
     ensure_started();
@@ -190,7 +190,7 @@ class ExecImplementation final : public Implementation {
   Gradients backward(const Problem& p) const override {
     if (!caps_.backward) return Implementation::backward(p);
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
-    check_within_capabilities(p, caps_, name_);
+    check_within_capabilities(p, caps_, name_, true);
     std::lock_guard lock(mu_);
     check_in_step();
     ensure_started();

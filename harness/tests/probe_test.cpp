@@ -172,7 +172,7 @@ ImplementationPtr nan_rows_without_weights(std::optional<EmptyRows> declared) {
   });
 }
 
-// The false alarm of issue 10: under bottom-right alignment with T_q > T_k the first queries see no key, their
+// A false alarm once raised: under bottom-right alignment with T_q > T_k the first queries see no key, their
 // probed weights are NaN, and zero-future-weight used to report that NaN as a leak. A kernel that follows the
 // nan convention (declared or not) passes every weight law through probing; one that declares zero and returns
 // NaN is caught, so the laws can still fail.

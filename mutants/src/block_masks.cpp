@@ -1,4 +1,4 @@
-// Mutants whose mistake is in a block mask (FlexAttention's BlockMask) or a dense boolean mask (issue 24): how a
+// Mutants whose mistake is in a block mask (FlexAttention's BlockMask) or a dense boolean mask: how a
 // kernel reads the kinds of block and the partial cells, broadcasts them over batch and heads, and combines them
 // with the other families. Each kernel but one mixes values over the keys its own (wrong) rule lets through
 // with attend_where, so the rule is its only bug; one skips empty blocks in the output but not in the row sum.

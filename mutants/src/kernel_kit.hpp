@@ -19,7 +19,7 @@ struct HeadCtx {
   CausalAlignment alignment = kDefaultAlignment;
   Index key_length = -1;          ///< this batch entry's key length; negative: no padding
   std::optional<Index> window{};  ///< the sliding window; empty: none
-  /// Masks beyond causal (issue 24), as the problem gives them; only kernels that declare them see any.
+  /// Masks beyond causal, as the problem gives them; only kernels that declare them see any.
   bool causal = true;                        ///< false: no causal rule
   Index prefix = 0;                          ///< a bidirectional prefix; 0: none
   std::optional<Index> window_right{};       ///< a right window; empty: none

@@ -1,4 +1,4 @@
-// Mutants whose mistake is in a mask family beyond causal (issue 24): packed documents, chunked local attention,
+// Mutants whose mistake is in a mask family beyond causal: packed documents, chunked local attention,
 // a bidirectional prefix, a right window and no causal rule. Each kernel mixes values over the keys its own
 // (wrong) rule lets through with attend_where, so the rule is its only bug; and one control, written from the
 // families' definitions over document and chunk ids, as numpy code builds its mask.

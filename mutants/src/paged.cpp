@@ -1,4 +1,4 @@
-// Paged-KV kernels (issue 23): K and V come as a page pool and a block table (vLLM's PagedAttention, FlashInfer,
+// Paged-KV kernels: K and V come as a page pool and a block table (vLLM's PagedAttention, FlashInfer,
 // FlashAttention's paged KV), and each mutant gets one step of the address arithmetic wrong: which table entry,
 // which page, which slot, which stride, how many keys, or what it writes back. Each reads the pools that
 // paged_pools() lays out at the native scalar, element by element at the flat offset its author computed, so a

@@ -1,4 +1,4 @@
-// Kernels that read q, k and v through strides (ATTNCHECK_CAP3_STRIDED, issue 25), with the address arithmetic
+// Kernels that read q, k and v through strides (ATTNCHECK_CAP3_STRIDED), with the address arithmetic
 // strided kernels get wrong, and two controls. Each reads every element of its inputs through its own address rule
 // from the buffers Problem::layout lays out (attncheck/layouts.hpp: gaps and the rest of a broadcast buffer hold
 // NaN), then attends as the reference does: the address rule is its only bug. Two controls read through the strides,

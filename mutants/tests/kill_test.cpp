@@ -21,13 +21,13 @@ constexpr std::uint64_t kSeed = 1;  // the fixed seed of the kill matrix
 constexpr int kSweepSeeds = 20;     // seeds kSeed+1 .. kSeed+20
 // Controls must pass every law, so each of their runs costs the whole budget: a lighter sweep for them.
 // Four more seeds: with every dtype at the full budget (NoLawFailsAtAnyDtype) and the false-alarm sweep's controls
-// at seeds 1-20, they were a third of the default stage's test time at ten (issue 26: CI time is a budget).
+// at seeds 1-20, they were a third of the default stage's test time at ten (CI time is a budget).
 constexpr int kControlSeeds = 4;         // seeds kSeed+1 .. kSeed+4
 constexpr int kControlCases = 25;        // per law and seed
 constexpr int kControlDtypeCases = 100;  // per law at each dtype, at the fixed seed: the default budget
 constexpr int kSweepCases = 100;    // per law and seed: the default budget, as at the fixed seed
 // The false-alarm sweep's controls, per law and seed 1-20: 1,000 cases a law, ten times a default run (at 100 a seed
-// the sweep was a fifth of the default stage's test time, issue 26).
+// the sweep was a fifth of the default stage's test time).
 constexpr int kFalseAlarmCases = 50;
 
 // The k side of each mutant's minimal case (Mutant::minimal_shape is q's [B,H,T_q,D]): T_k, the alignment

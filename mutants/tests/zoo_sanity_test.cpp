@@ -423,7 +423,7 @@ int oracle_violations(const Implementation& impl, DType t, const OracleCase& c) 
 }
 
 // Controls against the float64 oracle, within the core's derived tolerance, at every dtype.
-// Issue 21's split-KV case: q = 49 against 33 keys of 85.19 (float32, D = 1, scores about 4,174). The LSE of each
+// A split-KV case: q = 49 against 33 keys of 85.19 (float32, D = 1, scores about 4,174). The LSE of each
 // split of 16 keys is rounded in float, so the control's weights sum to 1 only within that rounding (more than the
 // old row-sum bound, 8e-6, allowed), and the weight-dependent laws hold.
 TEST(Zoo, SplitKvWeightsCarryTheirLogSumExpRoundingAndTheLawsAllowIt) {
@@ -437,12 +437,12 @@ TEST(Zoo, SplitKvWeightsCarryTheirLogSumExpRoundingAndTheLawsAllowIt) {
   EXPECT_GT(std::abs(sum - 1), 1e-5) << "the float log-sum-exp should show in the row sum (" << sum << ")";
   const Implementation& impl = *find_mutant("control:split-kv-lse")->impl;
   for (const char* law : {"row-stochastic", "convex-hull", "oracle-agreement"}) {
-    const auto v = find_law(law)->check(impl, c);
+    const auto v = find_law(law)->check(impl, c).violation;
     EXPECT_FALSE(v) << law << ": " << v->message;
   }
 }
 
-// Issue 21's nan-convention case: bottom-right, T_q = 2 > T_k = 1 (query 0 sees no key), dO = [0, 1]. The oracle's
+// A nan-convention case: bottom-right, T_q = 2 > T_k = 1 (query 0 sees no key), dO = [0, 1]. The oracle's
 // dk is 0 and dv is 1; the control's NaN stays in query 0's dQ (accepted), the mutant's reaches dk and dv.
 TEST(Zoo, NanConventionBackwardKeepsTheEmptyRowsNanOutOfDkAndDv) {
   LawCase c;
@@ -453,9 +453,9 @@ TEST(Zoo, NanConventionBackwardKeepsTheEmptyRowsNanOutOfDkAndDv) {
   EXPECT_EQ(ok.dk(0, 0, 0, 0), 0);
   EXPECT_EQ(ok.dv(0, 0, 0, 0), 1);
   const Law& oracle = *find_law("grad-oracle");
-  const auto held = oracle.check(*find_mutant("control:grad-nan-rows")->impl, c);
+  const auto held = oracle.check(*find_mutant("control:grad-nan-rows")->impl, c).violation;
   EXPECT_FALSE(held) << held->message;
-  const auto v = oracle.check(*find_mutant("mutant:grad-nan-row-leak")->impl, c);
+  const auto v = oracle.check(*find_mutant("mutant:grad-nan-row-leak")->impl, c).violation;
   ASSERT_TRUE(v);
   EXPECT_TRUE(v->quantity == "dk" || v->quantity == "dv") << v->message;
   EXPECT_NE(v->message.find("nan"), std::string::npos) << v->message;
@@ -489,7 +489,7 @@ TEST(Zoo, SignedZerosControlReturnsMinusZeroAndCausalPerturbationAcceptsIt) {
   EXPECT_FALSE(std::signbit(impl.forward(later).output(0, 0, 0, 0)));
   c.variant = later;
   c.params["t"] = 0;
-  const auto v = find_law("causal-perturbation")->check(impl, c);
+  const auto v = find_law("causal-perturbation")->check(impl, c).violation;
   EXPECT_FALSE(v) << v->message;
 }
 
@@ -508,7 +508,7 @@ TEST(Zoo, SinkColumnControlDiffersFromNoSinksAndTheSinkLawsAcceptIt) {
     ++differing;
     c.problem.sinks = {0.5};
     for (const char* law : {"sink-mass", "neutral-modifiers"}) {
-      const auto v = find_law(law)->check(impl, c);
+      const auto v = find_law(law)->check(impl, c).violation;
       EXPECT_FALSE(v) << law << " at trial " << trial << ": " << v->message;
     }
   }
@@ -530,7 +530,7 @@ TEST(Zoo, PhysicalOrderPagingDiffersAfterAPermutationAndPagePermutationAcceptsIt
     if (same_bits(impl.forward(c.problem).output, impl.forward(moved).output)) continue;
     ++differing;
     c.variant = moved;
-    const auto v = find_law("page-permutation")->check(impl, c);
+    const auto v = find_law("page-permutation")->check(impl, c).violation;
     EXPECT_FALSE(v) << "trial " << trial << ": " << v->message;
   }
   EXPECT_GT(differing, 0) << "no case where the physical order changes the bits: the control shows nothing";
@@ -550,7 +550,7 @@ TEST(Zoo, ProbedWeightsNeverGoThroughALayoutThatHidesV) {
   ASSERT_TRUE(got.weights);
   EXPECT_TRUE(same_bits(*ref.weights, *got.weights));
   c.variant = laid;
-  const auto v = find_law("layout-invariance")->check(impl, c);
+  const auto v = find_law("layout-invariance")->check(impl, c).violation;
   EXPECT_FALSE(v) << v->message;
 }
 
@@ -571,7 +571,7 @@ TEST(Zoo, FlushedPartialProductTimesWhatItMultipliesIsWithinTheGradientBound) {
   const double nu = std::ldexp(1.0, -126), scale = 1 / std::sqrt(6.0);
   EXPECT_EQ(g.dk(0, 0, 1, 0), 0) << "the control should flush scale·dS there";
   EXPECT_GT(std::abs(oracle.oracle.dk(0, 0, 1, 0)), 2 * scale * nu * 128) << "the flushed term should exceed ν·scale·|q|";
-  const auto v = find_law("grad-oracle")->check(impl, c);
+  const auto v = find_law("grad-oracle")->check(impl, c).violation;
   EXPECT_FALSE(v) << v->message;
 }
 

@@ -233,7 +233,7 @@ struct ShrinkRules {
   Capabilities caps;
   Index min_T = 1;
   bool pinned = false;
-  ProblemOptions opts;  ///< require_padding / require_window: never shrink those away
+  ProblemOptions opts;  ///< what `require` holds is never shrunk away
   std::vector<Index> long_lengths{};  ///< GenConfig::long_lengths: T moves only between these
 };
 
@@ -434,7 +434,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   if (!s.key_lengths.empty()) {
     CaseShape c = s;
     c.key_lengths.clear();
-    if (!opts.require_padding) add(c);
+    if (!opts.require.has(Feature::key_padding)) add(c);
     for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
       auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
       while (auto len = seq.next()) {
@@ -447,7 +447,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   if (s.window) {
     CaseShape c = s;
     c.window.reset();
-    if (!opts.require_window) add(c);
+    if (!opts.require.has(Feature::window)) add(c);
     for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
       CaseShape l = s;
       l.window = w - 1;
@@ -460,7 +460,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
     CaseShape c = s;
     c.doc_coords.clear();
     c.q_doc_coords.clear();
-    if (!opts.require_documents) add(c);
+    if (!opts.require.has(Feature::documents)) add(c);
     if (!s.q_doc_coords.empty()) {  // the queries' documents derived from their positions
       CaseShape m = s;
       m.q_doc_coords.clear();
@@ -481,7 +481,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   if (s.chunk > 0) {
     CaseShape c = s;
     c.chunk = 0;
-    if (!opts.require_chunks) add(c);
+    if (!opts.require.has(Feature::chunked_local)) add(c);
     for (const Index w : towards_one(s.chunk)) {
       CaseShape l = s;
       l.chunk = w;
@@ -503,7 +503,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   if (s.prefix > 0) {
     CaseShape c = s;
     c.prefix = 0;
-    if (!opts.require_prefix) add(c);
+    if (!opts.require.has(Feature::prefix)) add(c);
     for (const Index w : towards_one(s.prefix)) {
       CaseShape l = s;
       l.prefix = w;
@@ -513,14 +513,14 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   if (s.window_right) {
     CaseShape c = s;
     c.window_right.reset();
-    if (!opts.require_right_window) add(c);
+    if (!opts.require.has(Feature::right_window)) add(c);
     for (const Index w : towards_one(*s.window_right + 1)) {  // toward 0
       CaseShape l = s;
       l.window_right = w - 1;
       add(l);
     }
   }
-  if (s.bidirectional && !opts.require_bidirectional) {
+  if (s.bidirectional && !opts.require.has(Feature::bidirectional)) {
     CaseShape c = s;
     c.bidirectional = false;
     add(c);
@@ -528,7 +528,7 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
   // A block or dense mask: toward none, broadcast, every cell visible, blocks of 1; one block made full or one
   // cell made visible at a time once the case is small (each is one thing fewer for a reader to take in).
   if (s.cells.kind != 0) {
-    const bool required = (s.cells.kind == 2 && opts.require_block_mask) || (s.cells.kind == 1 && opts.require_dense_mask);
+    const bool required = (s.cells.kind == 2 && opts.require.has(Feature::block_mask)) || (s.cells.kind == 1 && opts.require.has(Feature::dense_mask));
     CaseShape c = s;
     c.cells = {};
     if (!required) add(c);
@@ -601,6 +601,11 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
 }
 
 }  // namespace
+
+bool ProblemOptions::may_use(Feature f, FeatureSet declared) const {
+  const std::optional<Feature>& needs = feature(f).requires_feature;
+  return (allow.has(f) || require.has(f)) && declared.has(f) && (!needs || may_use(*needs, declared));
+}
 
 std::vector<Index> tile_edge_lengths(Index min_T, Index max_T) {
   std::vector<Index> t;
@@ -705,16 +710,13 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
   };
   const auto gen_D = gen_head_dim(cfg);
   const bool cross = opts.allow_cross_lengths && cfg.caps.cross_lengths;
-  const bool gqa = opts.allow_gqa && cfg.caps.gqa, padding = opts.allow_padding && cfg.caps.key_padding,
-             window = opts.allow_window && cfg.caps.window;
-  const bool query_docs = opts.allow_documents && opts.allow_query_documents && cfg.caps.documents &&
-                          cfg.caps.query_documents;
-  const bool v_dims = opts.allow_v_head_dim && cfg.caps.v_head_dim;
-  const bool docs = opts.allow_documents && cfg.caps.documents, chunks = opts.allow_chunks && cfg.caps.chunked_local,
-             prefix = opts.allow_prefix && cfg.caps.prefix, right_window = opts.allow_right_window && cfg.caps.right_window,
-             bidirectional = opts.allow_bidirectional && cfg.caps.bidirectional;
-  const bool block_masks = opts.allow_block_mask && cfg.caps.block_mask,
-             dense_masks = opts.allow_dense_mask && cfg.caps.dense_mask;
+  const FeatureSet declared = declared_features(cfg.caps);
+  const auto may = [&](Feature f) { return opts.may_use(f, declared); };
+  const bool gqa = may(Feature::gqa), padding = may(Feature::key_padding), window = may(Feature::window);
+  const bool query_docs = may(Feature::query_documents), v_dims = may(Feature::v_head_dim);
+  const bool docs = may(Feature::documents), chunks = may(Feature::chunked_local), prefix = may(Feature::prefix),
+             right_window = may(Feature::right_window), bidirectional = may(Feature::bidirectional);
+  const bool block_masks = may(Feature::block_mask), dense_masks = may(Feature::dense_mask);
   const Capabilities caps = cfg.caps;
   const Index max_B = cfg.max_B, max_H_kv = cfg.max_H_kv;
   const auto pinned = cfg.shape;
@@ -811,7 +813,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
         lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
       }
       drawn.key_lengths = lengths;
-      if (padded || opts.require_padding)
+      if (padded || opts.require.has(Feature::key_padding))
         s.key_lengths.assign(lengths.begin(), lengths.begin() + std::min<Index>(s.B, max_B));
     }
     if (window) {
@@ -822,7 +824,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       const Index T = std::max(s.T_q, s.T_k);
       drawn.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
-      if (windowed || opts.require_window) s.window = drawn.window;
+      if (windowed || opts.require.has(Feature::window)) s.window = drawn.window;
     }
     if (cache_shapes) {
       // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
@@ -917,10 +919,10 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
           q_coords.push_back(std::move(bounds));
         }
         drawn.q_doc_coords = q_coords;
-        if (own && (packed || opts.require_documents)) s.q_doc_coords = std::move(q_coords);
+        if (own && (packed || opts.require.has(Feature::documents))) s.q_doc_coords = std::move(q_coords);
       }
       drawn.doc_coords = coords;
-      if (packed || opts.require_documents) s.doc_coords = std::move(coords);
+      if (packed || opts.require.has(Feature::documents)) s.doc_coords = std::move(coords);
     }
     if (chunks) {
       // A quarter of the cases chunked: 1 (a query sees only itself), 2, a tile (16, 32, 64), a tile ± 1, at or
@@ -933,12 +935,12 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
                          : kind == 3 ? tiles[pick % 3] + (pick / 3 % 2 ? 1 : -1)
                          : kind == 4 ? T + Index(pick % 3) : 1 + Index(pick % std::max<Index>(T, 1));
       drawn.chunk = size;
-      if (chunked || opts.require_chunks) s.chunk = size;
+      if (chunked || opts.require.has(Feature::chunked_local)) s.chunk = size;
     }
     if (bidirectional) {
       // A quarter of the cases without the causal rule (an encoder).
       const bool none = *weighted_choice<bool>({{3, false}, {1, true}});
-      if (none || opts.require_bidirectional) s.bidirectional = true;
+      if (none || opts.require.has(Feature::bidirectional)) s.bidirectional = true;
     }
     if (prefix) {
       // A quarter of the cases with a bidirectional prefix: 1, a tile edge, T (everything bidirectional), or
@@ -950,7 +952,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const Index size = kind == 0 ? 1 : kind == 1 ? edges_t[std::size_t(pick) % edges_t.size()]
                          : kind == 2 ? T : 1 + Index(pick % std::max<Index>(T, 1));
       drawn.prefix = size;
-      if ((with || opts.require_prefix) && !s.bidirectional) s.prefix = size;
+      if ((with || opts.require.has(Feature::prefix)) && !s.bidirectional) s.prefix = size;
     }
     if (right_window) {
       // A quarter of the cases with a right window (with the causal rule it changes nothing but the prefix's
@@ -959,7 +961,7 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       const int kind = *rc::gen::inRange(0, 4);
       const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
       drawn.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
-      if (with || opts.require_right_window) s.window_right = drawn.window_right;
+      if (with || opts.require.has(Feature::right_window)) s.window_right = drawn.window_right;
     }
     if (block_masks || dense_masks) {
       // A third of the cases with a block mask and a third with a dense mask (where declared): blocks of 1, 2, 3,
@@ -980,8 +982,8 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       m.density = 10 * *rc::gen::inRange(1, 10);
       m.kinds = *weighted_choice<int>({{2, 0}, {1, 1}, {2, 2}});
       m.seed = *rc::gen::arbitrary<std::uint64_t>();
-      const bool want_block = block_masks && (kind == 2 || opts.require_block_mask || (kind == 1 && !dense_masks));
-      const bool want_dense = dense_masks && (kind == 1 || opts.require_dense_mask || (kind == 2 && !block_masks));
+      const bool want_block = block_masks && (kind == 2 || opts.require.has(Feature::block_mask) || (kind == 1 && !dense_masks));
+      const bool want_dense = dense_masks && (kind == 1 || opts.require.has(Feature::dense_mask) || (kind == 2 && !block_masks));
       // Only where [B,H,T_q,T_k] is small enough to hold per cell (2^18 cells, 256 KiB): a long context's mask
       // would be gigabytes, and FlexAttention's long calls are block-sparse, which the small ones cover.
       const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
@@ -1080,7 +1082,7 @@ rc::Gen<Index> gen_head_dim(const GenConfig& cfg) {
       {3, rc::gen::inRange<Index>(1, std::min<Index>(max_D, 16) + 1)},
       {3, rc::gen::inRange<Index>(1, max_D + 1)},
       {2, rc::gen::map(rc::gen::inRange<Index>(0, n_pow2), [](Index e) { return Index{1} << e; })}};
-  // The head dimensions real models use and kernels get wrong (issue 25): tile-padding granularity (72, 104;
+  // The head dimensions real models use and kernels get wrong: tile-padding granularity (72, 104;
   // 129 padded to 144), non-multiples of 8, 16 and 32 (59, 111 from FlashAttention's tests), MLA's 576, and the
   // common 80 to 256; those within --max-D.
   std::vector<Index> real;
@@ -1716,11 +1718,12 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     p.want_weights = opts.want_weights && cfg.caps.returns_weights;
     p.want_lse = opts.want_lse && cfg.caps.lse;
     // Last: shrinking a modifier re-draws nothing else, and an implementation without any draws nothing more.
-    const bool any_modifier = (opts.allow_softcap && cfg.caps.softcap) || (opts.allow_alibi && cfg.caps.alibi) ||
-                              (opts.allow_sinks && cfg.caps.sinks);
+    const FeatureSet declared = declared_features(cfg.caps);
+    const bool any_modifier = opts.may_use(Feature::softcap, declared) || opts.may_use(Feature::alibi, declared) ||
+                              opts.may_use(Feature::sinks, declared);
     if (any_modifier) (*gen_modifiers(cfg, opts, cfg.caps.softcap ? max_row_spread(p) : 0.0)).apply(p, s.h_ids);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)
-    if (!d_output && (opts.allow_paged || opts.require_paged) && cfg.caps.paged) p.paged = *gen_paged_plan(cfg, opts);
+    if (!d_output && opts.may_use(Feature::paged, declared)) p.paged = *gen_paged_plan(cfg, opts);
     c.tags = shape_tags(p);
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));
@@ -1733,8 +1736,9 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
 rc::Gen<LawCase> gen_problem(const GenConfig& cfg, const ProblemOptions& opts) { return gen_case(cfg, opts, false); }
 
 rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread) {
-  const bool softcap = opts.allow_softcap && cfg.caps.softcap, alibi = opts.allow_alibi && cfg.caps.alibi,
-             sinks = opts.allow_sinks && cfg.caps.sinks;
+  const FeatureSet declared = declared_features(cfg.caps);
+  const bool softcap = opts.may_use(Feature::softcap, declared), alibi = opts.may_use(Feature::alibi, declared),
+             sinks = opts.may_use(Feature::sinks, declared);
   return rc::gen::exec([=] {
     Modifiers m;
     // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
@@ -1753,11 +1757,11 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
       // case without a spread. Always a choice, so that a shrinking step keeps the same choice.
       const double bite = max_spread > 0 ? std::max(0.0625, std::exp2(std::floor(std::log2(max_spread / 4)))) : 1.0;
       caps.push_back({6, bite});
-      const double cap = choose(opts.require_softcap, 0.0, caps);
+      const double cap = choose(opts.require.has(Feature::softcap), 0.0, caps);
       if (cap > 0) m.softcap = cap;
     }
-    if (alibi) m.alibi = choose(opts.require_alibi, 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});
-    if (sinks) m.sinks = choose(opts.require_sinks, -1, std::vector<std::pair<std::size_t, int>>{{2, 0}, {1, 3}});
+    if (alibi) m.alibi = choose(opts.require.has(Feature::alibi), 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});
+    if (sinks) m.sinks = choose(opts.require.has(Feature::sinks), -1, std::vector<std::pair<std::size_t, int>>{{2, 0}, {1, 3}});
     return m;
   });
 }
@@ -1769,10 +1773,11 @@ rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const Pro
   std::vector<std::pair<std::size_t, PageLayout>> layouts;
   if (cfg.caps.page_layouts & 1u) layouts.push_back({1, PageLayout::token_major});
   if (cfg.caps.page_layouts & 2u) layouts.push_back({1, PageLayout::head_major});
-  const bool possible = cfg.caps.paged && !sizes.empty() && !layouts.empty() && (opts.allow_paged || opts.require_paged);
+  const bool possible =
+      !sizes.empty() && !layouts.empty() && opts.may_use(Feature::paged, declared_features(cfg.caps));
   return rc::gen::exec([=]() -> std::optional<PagedPlan> {
     if (!possible) return std::nullopt;
-    const bool on = opts.require_paged || *weighted_choice<bool>({{1, false}, {1, true}});
+    const bool on = opts.require.has(Feature::paged) || *weighted_choice<bool>({{1, false}, {1, true}});
     PagedPlan plan;
     plan.page_size = *weighted_choice<Index>(sizes);
     plan.layout = *weighted_choice<PageLayout>(layouts);

@@ -2,6 +2,8 @@
 // the outcome shape check.
 #include "attncheck/implementation.hpp"
 
+#include "attncheck/features.hpp"
+
 #include <algorithm>
 #include <limits>
 
@@ -112,59 +114,49 @@ Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o)
   return o;
 }
 
-std::vector<std::string> needs_outside(const Problem& p, const Capabilities& caps) {
-  std::vector<std::string> needs;
+std::vector<Feature> undeclared_features(const Problem& p, const Capabilities& caps) {
+  std::vector<Feature> out;
+  for (const FeatureRow& f : kFeatures)
+    if (f.used && f.used(p) && !(caps.*f.declared)) out.push_back(f.id);
+  return out;
+}
+
+std::vector<Need> call_needs(const Problem& p, const Capabilities& caps, bool forward_call) {
+  std::vector<Need> needs;
+  const auto limit = [&](std::string words) { needs.push_back({std::nullopt, std::move(words)}); };
   const Shape& q = p.q.shape();
   const Index T_k = p.k.shape().T;
-  if (!caps.supports(p.dtype)) needs.push_back(std::string(dtype_name(p.dtype)));
+  // The limits first, then each feature of the table the call uses and caps does not declare.
+  if (!caps.supports(p.dtype)) limit(std::string(dtype_name(p.dtype)));
   if (q.T != T_k && !caps.cross_lengths)
-    needs.push_back("T_q != T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+    limit("T_q != T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
   else if (q.T < T_k && !caps.q_shorter)
-    needs.push_back("T_q < T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+    limit("T_q < T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
   else if (q.T > T_k && !caps.q_longer)
-    needs.push_back("T_q > T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
-  if (p.v_dim() != q.D && !caps.v_head_dim)
-    needs.push_back("a V head dimension of its own (D_v = " + std::to_string(p.v_dim()) + ", D = " + std::to_string(q.D) + ")");
-  else if (!caps.supports_head_dims(q.D, p.v_dim()))
-    needs.push_back(p.v_dim() == q.D ? "head dimension D = " + std::to_string(q.D)
+    limit("T_q > T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
+  // A D_v of its own without v_head_dim is the feature's row below; with it, the pair must be accepted.
+  if ((p.v_dim() == q.D || caps.v_head_dim) && !caps.supports_head_dims(q.D, p.v_dim()))
+    limit(p.v_dim() == q.D ? "head dimension D = " + std::to_string(q.D)
                                      : "head dimensions D = " + std::to_string(q.D) + ", D_v = " + std::to_string(p.v_dim()));
-  if (!caps.supports(p.alignment)) needs.push_back(alignment_words(p.alignment));
-  if (p.scale && !caps.custom_scale) needs.push_back("an explicit scale");
+  if (!caps.supports(p.alignment)) limit(alignment_words(p.alignment));
+  if (p.scale && !caps.custom_scale) limit("an explicit scale");
   if (caps.max_T > 0 && std::max(q.T, T_k) > caps.max_T)
-    needs.push_back("T = " + std::to_string(std::max(q.T, T_k)) + " (above its max_T " + std::to_string(caps.max_T) +
+    limit("T = " + std::to_string(std::max(q.T, T_k)) + " (above its max_T " + std::to_string(caps.max_T) +
                     ")");
-  if (p.kv_heads() != q.H && !caps.gqa)
-    needs.push_back("grouped-query attention (" + std::to_string(p.kv_heads()) +
-                    (p.kv_heads() == 1 ? " kv head for " : " kv heads for ") +
-                    std::to_string(q.H) + " query heads)");
-  if (!p.key_lengths.empty() && !caps.key_padding) needs.push_back("key padding (key lengths)");
-  if (p.window && !caps.window) needs.push_back("a window (" + std::to_string(*p.window) + ")");
-  if (p.d_output && !caps.backward) needs.push_back("a backward pass");
-  if (p.want_lse && !caps.lse) needs.push_back("the log-sum-exp");
-  if (!p.sinks.empty() && !caps.sinks) needs.push_back("attention sinks");
-  if (p.softcap && !caps.softcap) needs.push_back("logit softcapping (" + format_number(*p.softcap, 6) + ")");
-  if (!p.alibi_slopes.empty() && !caps.alibi) needs.push_back("ALiBi slopes");
-  if (!p.causal && !caps.bidirectional) needs.push_back("no causal rule (bidirectional)");
-  if (!p.doc_bounds.empty() && !caps.documents) needs.push_back("packed documents");
-  if (!p.q_doc_bounds.empty() && !caps.query_documents)
-    needs.push_back("documents with query lengths of their own (query document bounds)");
-  if (p.chunk_size != 0 && !caps.chunked_local)
-    needs.push_back("chunked local attention (chunks of " + std::to_string(p.chunk_size) + ")");
-  if (p.prefix_length != 0 && !caps.prefix)
-    needs.push_back("a bidirectional prefix (" + std::to_string(p.prefix_length) + ")");
-  if (p.window_right && !caps.right_window) needs.push_back("a right window (" + std::to_string(*p.window_right) + ")");
-  if (p.block_mask && !caps.block_mask) needs.push_back("a block mask");
-  if (p.dense_mask && !caps.dense_mask) needs.push_back("a dense mask");
-  if (p.layout != InputLayout::contiguous && !caps.strided)
-    needs.push_back("strided inputs (" + input_layout_name(p.layout) + ")");
+  for (const Feature f : undeclared_features(p, caps))
+    if (!(forward_call && f == Feature::backward)) needs.push_back({f, feature(f).needs(p)});
   if (p.paged) {
-    if (!caps.paged)
-      needs.push_back("paged K and V");
-    else if (!caps.supports_paging(p.paged->page_size, p.paged->layout))
-      needs.push_back("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")");
-    if (p.d_output) needs.push_back("a paged backward call (attncheck sends none)");
+    if (caps.paged && !caps.supports_paging(p.paged->page_size, p.paged->layout))
+      limit("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")");
+    if (p.d_output && !forward_call) limit("a paged backward call (attncheck sends none)");
   }
   return needs;
+}
+
+std::vector<std::string> needs_outside(const Problem& p, const Capabilities& caps) {
+  std::vector<std::string> words;
+  for (Need& n : call_needs(p, caps)) words.push_back(std::move(n.words));
+  return words;
 }
 
 std::string describe_capabilities(const Capabilities& caps) {
@@ -190,28 +182,14 @@ std::string describe_capabilities(const Capabilities& caps) {
   }
   s += caps.custom_scale ? "; an explicit scale" : "; the default scale only";
   if (caps.max_T > 0) s += "; T up to " + std::to_string(caps.max_T);
-  s += caps.gqa ? "; grouped-query attention" : "; no grouped-query attention";
-  s += caps.key_padding ? "; key padding" : "; no key padding";
-  s += caps.window ? "; windows" : "; no window";
-  s += caps.backward ? "; a backward pass" : "; no backward pass";
-  for (const auto& [on, what] : {std::pair{caps.lse, "the log-sum-exp"}, std::pair{caps.sinks, "sinks"},
-                                 std::pair{caps.softcap, "softcap"}, std::pair{caps.alibi, "ALiBi"},
-                                 std::pair{caps.bidirectional, "bidirectional"},
-                                 std::pair{caps.documents, "packed documents"},
-                                 std::pair{caps.query_documents, "documents with query lengths of their own"},
-                                 std::pair{caps.chunked_local, "chunked local attention"},
-                                 std::pair{caps.prefix, "a bidirectional prefix"},
-                                 std::pair{caps.right_window, "right windows"},
-                                 std::pair{caps.block_mask, "block masks"},
-                                 std::pair{caps.dense_mask, "dense masks"},
-                                 std::pair{caps.v_head_dim, "a V head dimension of its own"},
-                                 std::pair{caps.strided, "strided inputs"},
-                                 std::pair{caps.layout_invariant, "bit-identical whatever the strides"}})
-    if (on) s += std::string("; ") + what;
-  if (caps.paged) {
-    s += "; paged K and V (pages of";
-    for (std::size_t n = 0; n < caps.page_sizes.size(); ++n) s += (n ? ", " : " ") + std::to_string(caps.page_sizes[n]);
-    s += std::string(caps.page_layouts & 1u ? ", token-major" : "") + (caps.page_layouts & 2u ? ", head-major" : "") + ")";
+  for (const FeatureRow& f : kFeatures) {
+    const std::string_view words = caps.*f.declared ? f.words : f.words_off;
+    if (!words.empty()) s += "; " + std::string(words);
+    if (f.id == Feature::paged && caps.paged) {  // the page sizes and layouts, limits of the paged row
+      s += " (pages of";
+      for (std::size_t n = 0; n < caps.page_sizes.size(); ++n) s += (n ? ", " : " ") + std::to_string(caps.page_sizes[n]);
+      s += std::string(caps.page_layouts & 1u ? ", token-major" : "") + (caps.page_layouts & 2u ? ", head-major" : "") + ")";
+    }
   }
   if (caps.empty_rows == EmptyRows::any) s += "; rows that see no key: unspecified output (skipped)";
   return s;

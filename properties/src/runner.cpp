@@ -40,8 +40,6 @@ struct Failure {
   Violation violation;
 };
 
-thread_local std::optional<Failure> t_last_failure;
-
 std::atomic<bool> g_stop_requested{false};
 static_assert(std::atomic<bool>::is_always_lock_free, "request_stop() is called from signal handlers");
 
@@ -99,8 +97,8 @@ std::string unquote(std::string s) {
 }
 
 // evaluate_case, telling whether the implementation timed out, or could not be (re)started for the call.
-std::optional<Violation> evaluate(const Law& law, const Implementation& impl, const LawCase& c, bool& timed_out,
-                                  bool* not_started = nullptr) {
+Verdict evaluate(const Law& law, const Implementation& impl, const LawCase& c, bool& timed_out,
+                 bool* not_started = nullptr) {
   timed_out = false;
   if (not_started) *not_started = false;
   try {
@@ -151,7 +149,7 @@ static void explain(const Law& law, const Implementation& impl, const LawCase& c
 
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c) {
   bool timed_out = false;
-  std::optional<Violation> v = evaluate(law, impl, c, timed_out);
+  std::optional<Violation> v = evaluate(law, impl, c, timed_out).violation;
   if (v) explain(law, impl, c, *v);
   return v;
 }
@@ -278,6 +276,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
   int unchecked = 0;      // cases passed untried because the call budget was spent
   int interrupted = 0;    // cases passed untried because the run was asked to stop
   bool interrupted_shrinking = false;
+  std::optional<Failure> last_failure;  // the latest failing case: after shrinking, the smallest
   // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
   const auto property = [&] {
     if (stop_requested()) {
@@ -326,8 +325,9 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
     std::optional<Violation> v;
     bool timed_out = false, not_started = false;
     try {
-      v = evaluate(law, counted, c, timed_out, &not_started);
-      if (std::string n = law_kit::take_sampling_note(); !n.empty()) sampled = std::move(n);
+      Verdict verdict = evaluate(law, counted, c, timed_out, &not_started);
+      v = std::move(verdict.violation);
+      if (!verdict.note.empty()) sampled = std::move(verdict.note);
     } catch (const rc::detail::CaseResult&) {
       throw;
     } catch (...) {
@@ -356,7 +356,7 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
       have_clear = have_clear || clear;
       failed_on = v->quantity;
       c.outputs_only = false;
-      t_last_failure = Failure{c, *v};
+      last_failure = Failure{c, *v};
       RC_FAIL(v->message);
     }
   };
@@ -371,11 +371,9 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
 
   progress.cases_total = params.maxSuccess;
   ProgressListener listener(progress, opts.on_progress);
-  t_last_failure.reset();
-  law_kit::take_sampling_note();  // nothing left over from a corpus replay
   const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
-  if (result.is<rc::detail::FailureResult>() && t_last_failure && !stop_requested())
-    explain(law, counted, t_last_failure->lcase, t_last_failure->violation);  // once, on the case reported
+  if (result.is<rc::detail::FailureResult>() && last_failure && !stop_requested())
+    explain(law, counted, last_failure->lcase, last_failure->violation);  // once, on the case reported
   r.seconds = elapsed();
   r.shrink_steps = progress.shrink_steps;
   r.calls = known_calls + counted.calls();
@@ -424,9 +422,9 @@ LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOpti
                " s (--shrink-time): the smallest failing case found by then; --shrink-time 0 shrinks on";
     else if (cut_short == "calls")
       r.note = "shrinking cut short: " + budget_words + " ran out; the smallest failing case found by then";
-    if (t_last_failure) {
-      r.minimal_case = t_last_failure->lcase;
-      r.violation = t_last_failure->violation;
+    if (last_failure) {
+      r.minimal_case = last_failure->lcase;
+      r.violation = last_failure->violation;
     } else {
       r.violation = call_failure(f.description);
     }
@@ -515,12 +513,13 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
       const CountingImplementation counted(impl);
       try {
         bool timed_out = false;  // a failure is re-run alone, where its report is made: nothing to explain here
-        c.failed = evaluate(*laws[job.law], counted, job.lcase, timed_out).has_value();
+        Verdict verdict = evaluate(*laws[job.law], counted, job.lcase, timed_out);
+        c.failed = verdict.violation.has_value();
+        c.note = std::move(verdict.note);
       } catch (...) {
         c.failed = true;  // re-run alone, where the error surfaces as it would serially
       }
       c.calls = counted.calls();
-      c.note = law_kit::take_sampling_note();
       c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
       std::lock_guard lock(mu);
       checked[job.law][job.index] = std::move(c);

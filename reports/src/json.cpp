@@ -364,7 +364,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
     if (!it->is_boolean()) fail(sub(what, "causal"), "true or false", *it);
     p.causal = it->get<bool>();
   }
-  // Masks beyond causal (issue 24): each an integer >= 0, the document bounds B non-decreasing lists.
+  // Masks beyond causal: each an integer >= 0, the document bounds B non-decreasing lists.
   const auto count = [&](const char* key, Index min) -> std::optional<Index> {
     const auto it = j.find(key);
     if (it == j.end()) return std::nullopt;

@@ -52,7 +52,7 @@ struct AttentionOptions {
   std::vector<double> sinks{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
-  /// Masks beyond causal (issue 24; Visibility says how each cuts the keys; causal path only):
+  /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
   /// keys j < prefix_length are visible to every query despite the causal rule (prefix-LM). 0: none.
   Index prefix_length = 0;
   /// A right window wr >= 0: a query at aligned position p sees keys j <= p + wr only. Empty: none.

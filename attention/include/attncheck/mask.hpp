@@ -36,7 +36,7 @@ struct KeyRange {
 
 /// An explicit per-cell mask over [T_q,T_k] for every (batch entry, head), B and H each either the call's or 1
 /// (broadcast): key j visible to query i of (b,h) when the cell is not 0. A dense boolean mask, and the cells of
-/// a block mask's partial blocks (attncheck/plugin.h's attncheck_dense_mask; issue 24).
+/// a block mask's partial blocks (attncheck/plugin.h's attncheck_dense_mask).
 struct DenseMask {
   Index B = 1, H = 1, T_q = 0, T_k = 0;
   std::vector<std::uint8_t> cells;  ///< [B,H,T_q,T_k] row-major
@@ -76,7 +76,7 @@ BlockMask block_encoding(const DenseMask& cells, Index block_q, Index block_k);
 /// The dense mask a block mask stands for, [B,H,T_q,T_k] with its B and H.
 DenseMask dense_of(const BlockMask& m, Index T_q, Index T_k);
 
-/// Which keys each query of one batch entry may see: every mask family present must allow a key (issue 24).
+/// Which keys each query of one batch entry may see: every mask family present must allow a key.
 /// Query i sits at the aligned position p = i (top-left) or i + T_k - T_q (bottom-right); key j is visible when
 ///  - the causal rule allows it: j <= p, or j < prefix (prefix-LM: the prefix is bidirectional); no rule when
 ///    causal is false;

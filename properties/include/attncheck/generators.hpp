@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/features.hpp"
 #include "attncheck/law.hpp"
 
 namespace attncheck {
@@ -25,7 +26,7 @@ struct CaseShape {
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
   std::vector<Index> key_lengths{};               ///< per batch entry, in [0, T_k]; empty: no padding
   std::optional<Index> window{};                  ///< sliding window; empty: none
-  /// Masks beyond causal (issue 24), each drawn only where the law and the implementation allow it.
+  /// Masks beyond causal, each drawn only where the law and the implementation allow it.
   bool bidirectional = false;           ///< no causal rule
   Index prefix = 0;                     ///< a bidirectional prefix of this many keys; 0: none
   std::optional<Index> window_right{};  ///< a right window; empty: none
@@ -120,60 +121,43 @@ double round_to(DType dtype, double x);
 /// Options for gen_problem (and gen_shape). Each `allow_` is further gated by the implementation's
 /// capabilities.
 struct ProblemOptions {
+  /// The features of a call (attncheck/features.hpp) a case may use, each where the implementation declares it,
+  /// in some cases and shrinking toward none: a law whose reasoning a feature breaks removes it (first-position's
+  /// output is v_0 only without a sink). What each does to the cases:
+  ///  - gqa: H_kv < H; key_padding: per-sequence key lengths; window: a sliding window;
+  ///  - softcap, alibi, sinks: the score modifiers (gen_modifiers);
+  ///  - paged: half the cases paged, in a declared page size and layout (gen_paged_plan); never in a gradient case
+  ///    (attncheck sends no paged backward call);
+  ///  - documents, chunked_local, prefix, right_window, bidirectional: the masks beyond causal. A law whose
+  ///    reasoning needs the causal rule (a later token never reaches an earlier row) removes the prefix and
+  ///    bidirectional; one whose derived calls move keys to other positions removes documents and chunks too;
+  ///  - query_documents (with documents): in half the packed cases, documents whose queries have bounds of their
+  ///    own. A law whose derived calls cut a document's queries or keys short removes it (under bottom-right
+  ///    alignment a document's queries are aligned on its own lengths);
+  ///  - v_head_dim: a quarter of the cases, V with a head dimension D_v of its own, shrinking toward D_v = D;
+  ///  - block_mask, dense_mask: a third of the cases each way. Their cells are positional: a law whose derived
+  ///    calls slice, move or permute keys or queries removes them (no_cell_masks); one that keeps every position
+  ///    (and slices only whole batch entries and heads, slice_problem) keeps them.
+  /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
+  FeatureSet allow = FeatureSet::all();
+  /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
+  /// then keeps them. A required feature is drawn even when `allow` lacks it.
+  FeatureSet require{};
   bool allow_cross_lengths = true;  ///< T_q != T_k when the implementation accepts it
-  bool allow_gqa = true;            ///< H_kv < H (Capabilities::gqa)
-  bool allow_padding = true;        ///< per-sequence key lengths (Capabilities::key_padding)
-  bool allow_window = true;         ///< a sliding window (Capabilities::window)
-  /// Every case padded (when allowed): for laws about padding. Shrinking then keeps some padding.
-  bool require_padding = false;
-  /// Every case windowed (when allowed): for laws about windows. Shrinking then keeps a window.
-  bool require_window = false;
   /// Every case has a query that sees no key, for laws about such rows, when the implementation accepts
   /// T_q != T_k under bottom-right alignment: T_q > T_k, bottom-right (the first T_q - T_k queries see nothing).
-  /// (With key padding, require_padding gives such rows instead: lengths of 0.)
+  /// (With key padding, requiring key_padding gives such rows instead: lengths of 0.)
   bool require_empty_row = false;
   bool allow_custom_scale = true;   ///< sometimes pass an explicit scale
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.
   bool want_weights = true;
-  /// Score modifiers (Capabilities::softcap, alibi, sinks): drawn in some cases, shrinking toward none. A law
-  /// whose reasoning a modifier breaks says false (first-position's output is v_0 only without a sink).
-  bool allow_softcap = true, allow_alibi = true, allow_sinks = true;
-  /// Every case has that modifier (when the implementation declares it): for laws about it.
-  bool require_softcap = false, require_alibi = false, require_sinks = false;
   /// Ask for the log-sum-exp (when the implementation returns it: Capabilities::lse).
   bool want_lse = false;
-  /// Paged K and V (Capabilities::paged): half the cases, in a declared page size and layout (gen_paged_plan),
-  /// shrinking toward dense. Never in a gradient case (attncheck sends no paged backward call).
-  bool allow_paged = true;
-  /// Every case paged (when declared): for the paged laws. Shrinking then keeps the paging.
-  bool require_paged = false;
-  /// Masks beyond causal (issue 24; Capabilities::documents, chunked_local, prefix, right_window,
-  /// bidirectional), each in some cases, shrinking toward none. A law whose reasoning needs the causal rule (a
-  /// later token never reaches an earlier row) says false to the prefix and to bidirectional; one whose derived
-  /// calls move keys to other positions says false to documents and chunks too.
-  bool allow_documents = true, allow_chunks = true, allow_prefix = true, allow_right_window = true,
-       allow_bidirectional = true;
-  /// Every case has that family (when declared): for the laws about it. Shrinking then keeps it.
-  bool require_documents = false, require_chunks = false, require_prefix = false, require_right_window = false,
-       require_bidirectional = false;
-  /// Documents whose queries have bounds of their own (Capabilities::query_documents), in half the packed cases,
-  /// shrinking toward none. A law whose derived calls cut a document's queries or keys short says false (under
-  /// bottom-right alignment a document's queries are aligned on its own lengths).
-  bool allow_query_documents = true;
-  /// V with a head dimension D_v of its own (Capabilities::v_head_dim): a quarter of the cases, shrinking toward
-  /// D_v = D. Paged too (V's pool then has rows D_v wide).
-  bool allow_v_head_dim = true;
-  /// A block mask or a dense mask (Capabilities::block_mask, dense_mask): a third of the cases each way, shrinking
-  /// toward none. Their cells are positional: a law whose derived calls slice, move or permute keys or queries
-  /// says false (no_cell_masks); one that keeps every position (and slices only whole batch entries and heads,
-  /// slice_problem) keeps them.
-  bool allow_block_mask = true, allow_dense_mask = true;
-  bool require_block_mask = false, require_dense_mask = false;
   /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask.
   ProblemOptions no_cell_masks() const {
     ProblemOptions o = *this;
-    o.allow_block_mask = o.allow_dense_mask = false;
+    o.allow.remove({Feature::block_mask, Feature::dense_mask});
     return o;
   }
   /// The options of a law that needs the causal rule in row order (a later token never reaches an earlier row):
@@ -181,16 +165,21 @@ struct ProblemOptions {
   /// own lengths may put a later row at an earlier position than the rows of the document before it).
   ProblemOptions causal_rule() const {
     ProblemOptions o = *this;
-    o.allow_prefix = o.allow_bidirectional = o.allow_query_documents = false;
+    o.allow.remove({Feature::prefix, Feature::bidirectional, Feature::query_documents});
     return o;
   }
   /// The options of a law whose derived calls move keys or queries to other positions: no family beyond the
   /// causal rule, padding and the left window.
   ProblemOptions no_masks_beyond_causal() const {
     ProblemOptions o = causal_rule().no_cell_masks();
-    o.allow_documents = o.allow_chunks = o.allow_right_window = o.allow_query_documents = false;
+    o.allow.remove({Feature::documents, Feature::chunked_local, Feature::right_window, Feature::query_documents});
     return o;
   }
+  /// Whether a case for an implementation that declares `declared` may use `f` (allowed or required, declared,
+  /// and what it requires may be used too).
+  bool may_use(Feature f, FeatureSet declared) const;
+  /// Whether every case uses `f` (required, and it may be used).
+  bool must_use(Feature f, FeatureSet declared) const { return require.has(f) && may_use(f, declared); }
 };
 
 /// A paging plan for an implementation that declares paged K and V, or none (half the draws, never when

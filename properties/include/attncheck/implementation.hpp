@@ -17,7 +17,7 @@
 
 namespace attncheck {
 
-/// How a problem's K and V are laid out in pages (Capabilities::paged, issue 23): the plan its block table is
+/// How a problem's K and V are laid out in pages (Capabilities::paged): the plan its block table is
 /// derived from (Problem::paged_kv), deterministically for the problem's B and sequence lengths, so a law that
 /// slices a problem or changes its lengths keeps its paging. The problem's meaning is still its dense k and v.
 struct PagedPlan {
@@ -49,7 +49,7 @@ struct PagedPlan {
 /// "contiguous", "reversed", "shuffled".
 std::string page_order_name(PagedPlan::Order o);
 
-/// How q, k and v lie in memory when a call crosses the C ABI (issue 25): the values are the problem's, only the
+/// How q, k and v lie in memory when a call crosses the C ABI: the values are the problem's, only the
 /// strides and the buffers differ (attncheck/layouts.hpp lays them out). Outputs stay contiguous.
 enum class InputLayout : std::uint8_t {
   contiguous,     ///< [B,H,T,D] row-major, each tensor its own buffer
@@ -80,7 +80,7 @@ struct Problem {
   std::vector<double> alibi_slopes{};  ///< H slopes (query heads): s += slope_h·(j - p); empty: none
   std::vector<double> sinks{};         ///< H sink logits (finite or -inf); empty: none
   bool causal = true;                  ///< false: no causal rule (bidirectional)
-  /// Masks beyond causal (issue 24; AttentionOptions and Visibility say what each hides). Every family is kept by
+  /// Masks beyond causal (AttentionOptions and Visibility say what each hides). Every family is kept by
   /// a law that slices the problem: bounds and lengths past T_k cut nothing.
   Index prefix_length = 0;              ///< keys j < prefix_length visible to every query (prefix-LM); 0: none
   std::optional<Index> window_right{};  ///< a query at p sees keys j <= p + window_right; empty: none
@@ -285,6 +285,16 @@ class ImplementationError : public std::runtime_error {
 /// heads)", "key padding", "a window", "float16", ...); empty when the implementation accepts the call. The
 /// generators never draw such a call; a stored case (--replay, the corpus) may hold one.
 std::vector<std::string> needs_outside(const Problem& p, const Capabilities& caps);
+/// needs_outside's phrases with the feature each stands for (attncheck/features.hpp; empty for a limit: a dtype,
+/// lengths, head dimensions, an alignment, the scale, max_T, a page size or layout).
+enum class Feature : std::uint8_t;
+struct Need {
+  std::optional<Feature> feature;
+  std::string words;
+};
+/// `forward_call`: the needs of `p` sent as a forward call, whose dO (p.d_output, if any) is not sent: no
+/// backward pass is needed.
+std::vector<Need> call_needs(const Problem& p, const Capabilities& caps, bool forward_call = false);
 /// What `caps` declares, in the words needs_outside uses: "float32, float64; T_q != T_k; top-left; ...".
 std::string describe_capabilities(const Capabilities& caps);
 

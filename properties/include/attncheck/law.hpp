@@ -106,6 +106,18 @@ std::string margin_text(const Violation& v);
 /// less is not taken, so a bug whose effect is large does not end as a case a reader takes for rounding noise.
 inline constexpr double kClearMargin = 8;
 
+/// What a law's check of one case concluded: the violation when the case broke the law, and what the check did
+/// beyond the case as drawn (a long context's sampled key columns or chunks), for the result's note.
+struct Verdict {
+  std::optional<Violation> violation;
+  std::string note;
+  Verdict() = default;
+  Verdict(std::nullopt_t) {}  // NOLINT(google-explicit-constructor): a check returns std::nullopt when it held
+  Verdict(Violation v) : violation(std::move(v)) {}  // NOLINT(google-explicit-constructor)
+  Verdict(std::optional<Violation> v, std::string note = {})  // NOLINT(google-explicit-constructor)
+      : violation(std::move(v)), note(std::move(note)) {}
+};
+
 /// A law: a generator of cases and a check of one case.
 struct Law {
   std::string name;     ///< as `--property` takes it: "row-stochastic"
@@ -115,7 +127,7 @@ struct Law {
   /// otherwise why not.
   std::function<std::string(const GenConfig&)> not_applicable;
   std::function<rc::Gen<LawCase>(const GenConfig&)> gen;
-  std::function<std::optional<Violation>(const Implementation&, const LawCase&)> check;
+  std::function<Verdict(const Implementation&, const LawCase&)> check;
   /// At most this many cases per run, however many are asked for (0: no cap). For laws whose one case is
   /// itself a large sample, such as the scale-variance test.
   int max_cases = 0;

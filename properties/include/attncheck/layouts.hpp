@@ -1,4 +1,4 @@
-// q, k and v laid out in memory as Problem::layout says (issue 25): the buffers and strides a call through the C
+// q, k and v laid out in memory as Problem::layout says: the buffers and strides a call through the C
 // ABI passes (the plug-in host) and the zoo's strided kernels read. The values are the tensors'; what lies between
 // them (gaps, the rest of a broadcast buffer) is NaN, so a kernel that reads there shows it.
 #pragma once

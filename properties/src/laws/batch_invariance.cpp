@@ -1,4 +1,4 @@
-// Law 46, batch-invariance (issue 25): for an implementation that declares it, a sequence's outputs are
+// Law 46, batch-invariance: for an implementation that declares it, a sequence's outputs are
 // bit-identical whatever else is in the batch, whatever the batch size, and whatever number of its queries a call
 // holds.
 #include "registry.hpp"
@@ -64,7 +64,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     // paged calls have their own laws.
     ProblemOptions po = outputs_only().causal_rule().no_cell_masks();
     po.allow_cross_lengths = false;  // square; the cut calls are the cross-length ones
-    po.allow_paged = false;
+    po.allow.remove({Feature::paged});
     LawCase c = *gen_problem(cfg, po);
     c.params["cut"] = double(*rc::gen::inRange<Index>(0, 1 << 20));
     return c;

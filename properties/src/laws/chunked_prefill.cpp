@@ -80,7 +80,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   };
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   const char* law = "chunked-prefill";
   const std::uint64_t seed = std::uint64_t(int_param(c, law, "chunk_seed", 0, kMaxSeed));
   const std::vector<Index> starts =

@@ -48,7 +48,7 @@ std::vector<Index> decode_steps(Index T) {
   return t;
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   std::vector<Index> every_t(std::size_t(c.problem.q.shape().T));
   for (std::size_t t = 0; t < every_t.size(); ++t) every_t[t] = Index(t);
   return check_cached_chunks("decode-consistency", impl, c.problem, every_t, decode_steps(c.problem.q.shape().T));

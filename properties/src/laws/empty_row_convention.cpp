@@ -99,8 +99,8 @@ std::string kind_word(EmptyRows e) { return e == EmptyRows::nan ? "NaN (nan)" : 
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po;
-  po.allow_sinks = false;  // a sink gives such a row a softmax term: 0 under either convention
-  po.require_padding = cfg.caps.key_padding;  // padded cases often have a sequence of length 0
+  po.allow.remove({Feature::sinks});  // a sink gives such a row a softmax term: 0 under either convention
+  if (cfg.caps.key_padding) po.require.add(Feature::key_padding);  // padded cases often have a sequence of length 0
   po.require_empty_row = !cfg.caps.key_padding;  // otherwise T_q > T_k, bottom-right: every case has such rows
   return rc::gen::exec([cfg, po] {
     LawCase c = *gen_problem(cfg, po);

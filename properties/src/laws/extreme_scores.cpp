@@ -77,7 +77,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     // A softcap squashes the offset away and a sink stays at its own logit (the row's mass goes to it):
     // neither is this law's business (softcap-bound, sink-mass).
     ProblemOptions po = outputs_only();
-    po.allow_softcap = po.allow_sinks = false;
+    po.allow.remove({Feature::softcap, Feature::sinks});
     LawCase c = *gen_problem(cfg, po);
     std::vector<std::pair<std::size_t, std::size_t>> levels;
     for (std::size_t n = 0; n < kLevels.size(); ++n) levels.emplace_back(1, n);

@@ -14,7 +14,7 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po = outputs_only().causal_rule();  // a later token must never reach an earlier row
-  po.allow_sinks = false;  // with a sink, position 0's output is (1 - p_sink)·v_0
+  po.allow.remove({Feature::sinks});  // with a sink, position 0's output is (1 - p_sink)·v_0
   po.allow_cross_lengths = false;
   return gen_problem(cfg, po);
 }

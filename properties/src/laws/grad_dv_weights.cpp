@@ -34,7 +34,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 // every power of two) and reads every query's weight on them by one-hot probing (sample_weights); dV is checked
 // in full on those keys, with the same bound per element. ρ comes streamed, with the head's modifiers
 // (streamed_weight_relative_error: tolerance.cpp's formula on the same row statistics).
-std::optional<Violation> check_sampled(const Implementation& impl, const Problem& p) {
+Verdict check_sampled(const Implementation& impl, const Problem& p) {
   const Gradients g = call_backward(impl, p);
   const WeightSample ws = sample_weights(impl, p, sampled_keys(p));
   const Tensor<double> rho = streamed_weight_relative_error(p.dtype, p.q, p.k, p.options());
@@ -67,7 +67,6 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
     for (Index kv = 0; kv < p.kv_heads(); ++kv)
       for (Index c = 0; c < n_keys; ++c) got.head(b, kv).row(c) = g.dv.head(b, kv).row(ws.keys[std::size_t(c)]);
   const std::string what = "dV compared at the sampled keys only; " + describe_sample(ws, p);
-  note_sampling(what);
   auto v = compare("grad-dv-weights", "dv", want, got, &tol, {});
   if (v) {
     const std::vector<Index> at = v->worst_index;
@@ -80,10 +79,10 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
     v->tolerances.reset();
     v->message += " (expected: W^T dO with the weights W its own forward applied) [" + what + "]";
   }
-  return v;
+  return {std::move(v), what};
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   if (long_context(c.problem)) return check_sampled(impl, c.problem);
   Problem p = c.problem;
   p.want_weights = true;

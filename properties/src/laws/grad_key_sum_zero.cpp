@@ -20,7 +20,7 @@ const char* kWhy =
 // Σ_j dS_ij = Δ_i·p_sink with a sink, and a softcap scales each dS_ij by its own derivative: neither is drawn.
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po = outputs_only();
-  po.allow_softcap = po.allow_sinks = false;
+  po.allow.remove({Feature::softcap, Feature::sinks});
   return rc::gen::map(gen_gradient_case(cfg, po), [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
 }
 

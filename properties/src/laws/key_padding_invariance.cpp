@@ -19,7 +19,7 @@ const char* kWhy =
 
 ProblemOptions padded() {
   ProblemOptions po;
-  po.require_padding = true;
+  po.require.add(Feature::key_padding);
   return po;
 }
 

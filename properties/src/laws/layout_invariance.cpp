@@ -1,4 +1,4 @@
-// layout-invariance (issue 25): the same problem passed through other memory layouts gives the same result.
+// layout-invariance: the same problem passed through other memory layouts gives the same result.
 #include <algorithm>
 #include <string>
 
@@ -43,7 +43,7 @@ constexpr InputLayout kLayouts[] = {InputLayout::padded, InputLayout::token_majo
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     ProblemOptions po;
-    po.allow_paged = false;  // paged K and V come as pools, not as strided tensors
+    po.allow.remove({Feature::paged});  // paged K and V come as pools, not as strided tensors
     // The layout (shrinking toward padded) and, with a backward, whether the case carries dO (half of them;
     // shrinking toward none: a forward case, unless the backward is what fails), both drawn before the case:
     // RapidCheck shrinks the picks of a generator in order and fixes every earlier pick once it shrinks a later

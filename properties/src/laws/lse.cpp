@@ -142,7 +142,7 @@ rc::Gen<LawCase> gen_merge(const GenConfig& cfg) {
     ProblemOptions po = outputs_only().no_masks_beyond_causal();  // the parts sit at other key positions
     po.want_lse = true;
     po.allow_cross_lengths = false;  // the parts are the cross-length calls
-    po.allow_window = false;
+    po.allow.remove({Feature::window});
     LawCase c = *gen_problem(cfg, po);
     c.params["parts"] = double(*rc::gen::inRange<Index>(2, 5));
     c.params["split_seed"] = double(*rc::gen::noShrink(rc::gen::inRange<Index>(0, kMaxSeed)));

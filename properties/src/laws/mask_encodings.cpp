@@ -1,4 +1,4 @@
-// Law 44, mask-encodings (issue 24): logically equal masks give equal results, whichever way they are encoded:
+// Law 44, mask-encodings: logically equal masks give equal results, whichever way they are encoded:
 // a block mask and the dense mask it stands for, full and empty blocks and the same blocks marked partial with
 // all-visible or all-hidden cells, and the contiguous families (the causal rule, documents, chunks, a prefix,
 // windows) and a block or dense mask that encodes them. The generators draw block and dense masks for every

@@ -1,4 +1,4 @@
-// Laws 39-43, masks beyond causal (issue 24): packed documents, chunked local attention, a bidirectional prefix,
+// Laws 39-43, masks beyond causal: packed documents, chunked local attention, a bidirectional prefix,
 // a right window and no causal rule at all. The generators draw those families for every law whose reasoning
 // they keep (ProblemOptions); these five are about the families themselves.
 #include <algorithm>
@@ -244,8 +244,8 @@ const char* kWhyPacked =
 
 rc::Gen<LawCase> gen_packed(const GenConfig& cfg) {
   ProblemOptions po = outputs_only().no_cell_masks();  // each document is called alone, at other positions
-  po.allow_chunks = false;
-  po.require_documents = true;
+  po.allow.remove({Feature::chunked_local});
+  po.require.add(Feature::documents);
   return gen_problem(cfg, po);
 }
 
@@ -260,8 +260,8 @@ const char* kWhyChunked =
 rc::Gen<LawCase> gen_chunked(const GenConfig& cfg) {
   ProblemOptions po = outputs_only().no_cell_masks();  // each chunk is called alone, at other positions
   po.allow_cross_lengths = false;
-  po.allow_query_documents = false;  // a chunk's queries and keys must be the same positions
-  po.require_chunks = true;
+  po.allow.remove({Feature::query_documents});  // a chunk's queries and keys must be the same positions
+  po.require.add(Feature::chunked_local);
   return gen_problem(cfg, po);
 }
 
@@ -403,9 +403,9 @@ const char* kWhyPermutation =
 rc::Gen<LawCase> gen_permutation(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     ProblemOptions po = outputs_only().no_cell_masks();  // the keys move: positional cells would move with them
-    po.require_bidirectional = true;
-    po.allow_window = po.allow_chunks = po.allow_documents = po.allow_right_window = po.allow_prefix = false;
-    po.allow_alibi = false;
+    po.require.add(Feature::bidirectional);
+    po.allow.remove({Feature::window, Feature::chunked_local, Feature::documents, Feature::right_window,
+                     Feature::prefix, Feature::alibi});
     LawCase c = *gen_problem(cfg, po);
     // The permutation of each batch entry's real keys (and of its padding): a rotation by r and a reversal.
     c.params["rotate"] = double(*rc::gen::inRange<Index>(1, 1 << 20));

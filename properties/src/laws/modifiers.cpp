@@ -64,7 +64,7 @@ std::string needs_sinks(const GenConfig& g) {
 
 rc::Gen<LawCase> gen_sinks(const GenConfig& cfg) {
   ProblemOptions po = outputs_only();
-  po.require_sinks = true;
+  po.require.add(Feature::sinks);
   return gen_problem(cfg, po);
 }
 
@@ -110,7 +110,7 @@ std::string needs_softcap(const GenConfig& g) {
 
 rc::Gen<LawCase> gen_softcap(const GenConfig& cfg) {
   ProblemOptions po;
-  po.require_softcap = true;
+  po.require.add(Feature::softcap);
   return gen_problem(cfg, po);
 }
 
@@ -244,7 +244,7 @@ std::optional<Violation> check_neutral(const Implementation& impl, const LawCase
 
 rc::Gen<LawCase> gen_neutral(const GenConfig& cfg) {
   ProblemOptions po = outputs_only();
-  po.allow_alibi = po.allow_sinks = false;  // the law sets them itself
+  po.allow.remove({Feature::alibi, Feature::sinks});  // the law sets them itself
   return gen_problem(cfg, po);
 }
 

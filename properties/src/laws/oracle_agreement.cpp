@@ -19,7 +19,7 @@ const char* kWhy =
 
 // Long context: the weights at the sampled keys for every query row, against the streamed oracle's, with the
 // same two rules (the reference's own sampled weights for FlashAttention's).
-std::optional<Violation> check_sampled_weights(const Implementation& impl, const Problem& p, const OracleRun& r) {
+Verdict check_sampled_weights(const Implementation& impl, const Problem& p, const OracleRun& r) {
   const std::vector<Index> keys = sampled_keys(impl, p);
   const WeightSample got = sample_weights(impl, p, keys), mine = sample_weights(*reference_implementation(), p, keys);
   const Shape& s = got.w.shape();
@@ -68,7 +68,7 @@ std::optional<Violation> with_nonfinite_reason(std::optional<Violation> v, const
   return v;
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   Outcome o = call(impl, outputs_first(impl, p));  // weights only once the outputs pass
   OracleRun r = run_oracle(p);
@@ -78,7 +78,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
     v->weights = o.weights;
     return v;
   }
-  if (r.streamed || samples_weights(impl, p)) return c.outputs_only ? std::nullopt : check_sampled_weights(impl, p, r);
+  if (r.streamed || samples_weights(impl, p)) return c.outputs_only ? Verdict() : check_sampled_weights(impl, p, r);
   r.tol_w.values() = r.tol_w.values().cwiseMax(2 * (mine.weights->values() - r.w.values()).cwiseAbs() +
                                                Eigen::VectorXd::Constant(r.w.size(), unit_roundoff(p.dtype)));
   o.weights = weights_of(impl, c, o);

@@ -1,4 +1,4 @@
-// The paged-KV laws (issue 23): a paged call is the dense problem laid out in a page pool and a block table, so
+// The paged-KV laws: a paged call is the dense problem laid out in a page pool and a block table, so
 // where the pages sit, how large they are, what the slots no key occupies hold, how large the pool and the
 // table are, and whether two sequences share their prefix's pages change nothing but, at most, the rounding.
 #include <algorithm>
@@ -14,7 +14,7 @@ namespace paged_law {
 
 ProblemOptions paged_options() {
   ProblemOptions po = outputs_only();
-  po.require_paged = true;
+  po.require.add(Feature::paged);
   return po;
 }
 

@@ -50,14 +50,14 @@ Law grad_causality();
 Law grad_key_sum_zero();
 Law grad_dv_weights();
 Law grad_finite_difference();
-// Masks beyond causal (ABI 3, issue 24).
+// Masks beyond causal (ABI 3).
 Law hidden_keys();
 Law packed_equals_separate();
 Law chunked_equals_separate();
 Law neutral_masks();
 Law bidirectional_permutation();
 Law mask_encodings();
-// Value regimes (issue 25).
+// Value regimes.
 Law extreme_scores();
 Law batch_invariance();
 Law grad_determinism();  // (bwd)

@@ -55,7 +55,7 @@ Violation bad_sum(Index b, Index h, Index i, double sum, double tol) {
 // accumulates it: the weights' own slack (γ_{2T_k} + 2u_a), the T_k-term accumulation of the product γ_{T_k},
 // rounding the output to the dtype u_s, the log-sum-exp's factor expm1(λ_i), and the weights and partial sums
 // an FTZ kernel flushes (below 2^-126 in float: 2·T_k·N_a); doubled. Signs and finiteness: the sampled weights.
-std::optional<Violation> check_sampled(const Implementation& impl, const Problem& p) {
+Verdict check_sampled(const Implementation& impl, const Problem& p) {
   const Shape& s = p.q.shape();
   const Index T_k = p.k.shape().T;
   const double u_a = accumulation_roundoff(p.dtype), u_s = unit_roundoff(p.dtype);
@@ -89,11 +89,10 @@ std::optional<Violation> check_sampled(const Implementation& impl, const Problem
         }
       }
     }
-  note_sampling(describe_sample(w, p) + what);
-  return std::nullopt;
+  return {std::nullopt, describe_sample(w, p) + what};
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   if (samples_weights(impl, p)) return check_sampled(impl, p);
   const Outcome o = call(impl, p);
@@ -139,7 +138,7 @@ Law row_stochastic() {
   // Without sinks: with one, a row sums to 1 - p_sink (sink-mass).
   const auto gen = [](const GenConfig& cfg) {
     ProblemOptions po;
-    po.allow_sinks = false;
+    po.allow.remove({Feature::sinks});
     return gen_problem(cfg, po);
   };
   return {"row-stochastic", "every row of weights with a visible key is >= 0, finite and sums to 1", kWhy,

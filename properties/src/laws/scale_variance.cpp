@@ -35,7 +35,7 @@ constexpr Index kSampleMaxT = 64, kSweepMaxD = 128;
 // whatever T is, plus T·D in the kernel (its row of scores); the calls a case makes are 3,840 / (B·H·(T - 1)).
 // At T = 64 the kernel's share made this law a quarter to two fifths of every all-laws run of the zoo's kernels
 // (2.0 of 4.9 s CPU for control:ftz); at 16 it is a quarter of that, for 64 calls a case at B = H = 4 instead of
-// 16 (a call's overhead is what a subprocess pays; issue 21 brought a case down from 961 calls).
+// 16 (a call's overhead is what a subprocess pays; a case once took 961 calls).
 constexpr Index kSampleT = 16;
 
 // The kGroups group means of x, sorted.

@@ -25,7 +25,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     // A softcap bends the row's scores and a sink stays where it is: neither moves with the row. ALiBi does.
     ProblemOptions po;
-    po.allow_softcap = po.allow_sinks = false;
+    po.allow.remove({Feature::softcap, Feature::sinks});
     LawCase c = *gen_problem(cfg, po);
     const Shape& ks = c.problem.k.shape();
     const double m = *gen_magnitude();
@@ -67,7 +67,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 }
 
 // Long context, or probed weights: both problems' weights at the sampled keys, for every query row.
-std::optional<Violation> check_sampled(const Implementation& impl, const LawCase& c) {
+Verdict check_sampled(const Implementation& impl, const LawCase& c) {
   const Problem &p = c.problem, &q = variant_of(c, "shift-invariance");
   const std::vector<Index> keys = sampled_keys(impl, p);
   const WeightSample a = sample_weights(impl, p, keys), b = sample_weights(impl, q, keys);
@@ -87,7 +87,7 @@ std::optional<Violation> check_sampled(const Implementation& impl, const LawCase
   return on_sample(std::move(v), a, p);
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   if (samples_weights(impl, c.problem)) return check_sampled(impl, c);
   const Problem& shifted = variant_of(c, "shift-invariance");
   const Outcome a = call(impl, c.problem), b = call(impl, shifted);

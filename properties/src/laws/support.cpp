@@ -126,7 +126,6 @@ std::string needs_weights(const GenConfig& g) {
 
 namespace {
 
-thread_local std::string t_sampling_note;
 
 // The streamed oracle of a long context: outputs and their bound in O(T·D), weights on demand.
 OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
@@ -229,21 +228,16 @@ std::string describe_sample(const WeightSample& s, const Problem& p) {
          std::to_string(p.q.shape().T) + " query rows, by " + std::to_string(s.calls) + " one-hot calls";
 }
 
-void note_sampling(const std::string& what) { t_sampling_note = what; }
-
-std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSample& s, const Problem& p) {
+Verdict on_sample(std::optional<Violation> v, const WeightSample& s, const Problem& p) {
   const std::string what = describe_sample(s, p);
-  note_sampling(what);
-  if (!v) return v;
+  if (!v) return {std::nullopt, what};
   if (v->worst_index.size() == 4) v->worst_index[3] = s.keys[std::size_t(v->worst_index[3])];
   v->expected.reset();
   v->actual.reset();
   v->tolerances.reset();
   v->message += " [" + what + "]";
-  return v;
+  return {std::move(v), what};
 }
-
-std::string take_sampling_note() { return std::exchange(t_sampling_note, std::string()); }
 
 // The core streams its backward exactly where the laws call a case a long context.
 static_assert(kStreamedBackwardWeights == kMaterialisedWeights);
@@ -570,8 +564,8 @@ std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Imp
   return v;
 }
 
-std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
-                                                 const std::function<bool(Index, Index, Index, Index)>& hidden) {
+Verdict hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
+                                const std::function<bool(Index, Index, Index, Index)>& hidden) {
   if (samples_weights(impl, p)) {  // every query row against the sampled keys, each hidden from many rows
     const WeightSample s = sample_weights(impl, p, sampled_keys(impl, p));
     return on_sample(nonzero_hidden_weight(law, impl, p, s.w, hidden, &s.keys), s, p);
@@ -631,8 +625,8 @@ std::string needs_cached_calls(const GenConfig& g) {
   return "";
 }
 
-std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
-                                             const std::vector<Index>& starts, const std::vector<Index>& only) {
+Verdict check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
+                            const std::vector<Index>& starts, const std::vector<Index>& only) {
   const Index T = p.q.shape().T;
   const Outcome full = call(impl, p);
   const OracleRun of = run_oracle(p);
@@ -643,6 +637,7 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
   if (!only.empty())
     for (std::size_t n = 0; n < starts.size(); ++n)
       called[n] = std::find(only.begin(), only.end(), starts[n]) != only.end();
+  std::string note;  // what a long context called
   if (long_context(p)) {
     std::fill(called.begin(), called.end(), 0);
     for (const Index t : sample_keys(T, kSampledKeys))
@@ -650,9 +645,9 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
     std::string at;
     for (std::size_t n = 0; n < starts.size(); ++n)
       if (called[n]) at += (at.empty() ? "" : ",") + std::to_string(starts[n]);
-    note_sampling("long context (B*H*T_q*T_k > 2^22): " + std::to_string(std::count(called.begin(), called.end(), 1)) +
-                  " of " + std::to_string(starts.size()) + " chunks called, those starting at {" + at +
-                  "} (they hold both ends, the middle and both sides of every power of two)");
+    note = "long context (B*H*T_q*T_k > 2^22): " + std::to_string(std::count(called.begin(), called.end(), 1)) +
+           " of " + std::to_string(starts.size()) + " chunks called, those starting at {" + at +
+           "} (they hold both ends, the middle and both sides of every power of two)";
   }
   std::vector<char> row_called(std::size_t(T), 0);
   // Per chunk: whether its call's output is outside its own oracle bound somewhere it sees a key (then it, not
@@ -715,7 +710,7 @@ std::optional<Violation> check_cached_chunks(const char* law, const Implementati
                     " call is the one that is wrong (outside its own oracle bound)";
     }
   }
-  return v;
+  return {std::move(v), std::move(note)};
 }
 
 void blame_derived_call(Violation& v, const Problem& p, const Outcome& mine, const Problem& derived,

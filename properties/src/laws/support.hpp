@@ -89,12 +89,9 @@ WeightSample sample_weights(const Implementation& impl, const Problem& p, const 
 /// "weights sampled at keys 0, 1, ... (n of T_k) for all T_q query rows", for reports.
 std::string describe_sample(const WeightSample& s, const Problem& p);
 /// A violation found on a WeightSample, re-indexed to the real key ([b,h,i,keys[c]]), its sampled tensors
-/// dropped (they are [.., keys], not [.., T_k]) and the sample described in its message; also notes it.
-std::optional<Violation> on_sample(std::optional<Violation> v, const WeightSample& s, const Problem& p);
-/// Records what a law checked by sampling in this case; run_law puts it in the result's note.
-void note_sampling(const std::string& what);
-/// The note recorded since the last call (empty when nothing was sampled), for run_law.
-std::string take_sampling_note();
+/// dropped (they are [.., keys], not [.., T_k]) and the sample described in its message; the verdict's note
+/// describes the sample (run_law puts it in the result's note).
+Verdict on_sample(std::optional<Violation> v, const WeightSample& s, const Problem& p);
 /// The case's second problem, which `law` compares against the first. A stored case (a corpus entry, a
 /// --replay file) may lack it: std::invalid_argument naming the law then, never a read of an empty optional.
 const Problem& variant_of(const LawCase& c, const char* law);
@@ -224,8 +221,8 @@ std::optional<Violation> nonzero_hidden_weight(const std::string& law, const Imp
                                                const std::vector<Index>* keys = nullptr);
 /// Calls impl on p and checks that every weight on a key for which hidden(b, h, i, j) holds is exactly 0
 /// (nonzero_hidden_weight); for a long context, at the sampled keys of every query row (sample_weights).
-std::optional<Violation> hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
-                                                 const std::function<bool(Index, Index, Index, Index)>& hidden);
+Verdict hidden_weights_are_zero(const std::string& law, const Implementation& impl, const Problem& p,
+                                const std::function<bool(Index, Index, Index, Index)>& hidden);
 
 /// Problem options for the laws that read only outputs.
 ProblemOptions outputs_only();
@@ -247,8 +244,8 @@ std::string needs_cached_calls(const GenConfig& g);
 /// reproduce the rows of the full forward within both results' derived oracle bounds plus the oracle's own
 /// difference between the two. With `only` (a subset of `starts`), only the chunks starting there are called
 /// and their rows compared.
-std::optional<Violation> check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
-                                             const std::vector<Index>& starts, const std::vector<Index>& only = {});
+Verdict check_cached_chunks(const char* law, const Implementation& impl, const Problem& p,
+                            const std::vector<Index>& starts, const std::vector<Index>& only = {});
 
 /// FlashAttention's rule for an implementation other than the reference: widens r.tol_out to at least twice the
 /// reference's own output error on p plus u_s·max|v| (a valid kernel summing in another order can be off by about

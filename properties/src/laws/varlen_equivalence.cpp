@@ -22,7 +22,7 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po = outputs_only().no_cell_masks();  // each sequence alone is cut to its length
-  po.require_padding = true;
+  po.require.add(Feature::key_padding);
   return rc::gen::map(gen_problem(cfg, po), [](LawCase c) {
     c.problem.alignment = CausalAlignment::TopLeft;  // the aligned position must not depend on T_k
     return c;

@@ -17,8 +17,9 @@ const char* kWhy =
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     ProblemOptions po = outputs_only();
-    po.require_window = true;
-    po.allow_query_documents = false;  // every row after t must sit at a position >= t's: positions grow with rows
+    po.require.add(Feature::window);
+    // Every row after t must sit at a position >= t's: positions grow with rows.
+    po.allow.remove({Feature::query_documents});
     LawCase c = *gen_problem(cfg, po);
     const Problem& p = c.problem;
     const Index T_q = p.q.shape().T;

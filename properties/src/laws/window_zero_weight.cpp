@@ -17,11 +17,11 @@ const char* kWhy =
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po;
-  po.require_window = true;
+  po.require.add(Feature::window);
   return gen_problem(cfg, po);
 }
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   if (!p.window) return std::nullopt;
   // Positions depend on the batch entry only through its documents' query bounds.

@@ -14,7 +14,7 @@ const char* kWhy =
     "implementation follows (or does not declare otherwise than) the nan empty-row convention; a finite non-zero "
     "weight there is still a leak. Exact: no tolerance.";
 
-std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
+Verdict check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   return hidden_weights_are_zero("zero-future-weight", impl, p,
                                  [&](Index b, Index h, Index i, Index j) { return !visible(p, b, h, i, j); });

@@ -1,0 +1,269 @@
+// The feature table (attncheck/features.hpp) is the one contract: every feature crosses the exec protocol (its
+// caps frame and its forward or backward frame), the C ABI's table and the JSON of a stored case without loss; the
+// capability check names it when it is not declared and stays silent when it is; and the Python client's bits and
+// keywords are the table's.
+#include <gtest/gtest.h>
+
+#include <array>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "attncheck/features.hpp"
+#include "attncheck/report_json.hpp"
+#include "c_plugin.hpp"
+#include "protocol.hpp"
+#include "test_support.hpp"
+
+namespace attncheck {
+namespace {
+
+// A call that uses `f` and no other feature (B 1, H 2, T_q 3, T_k 4, D 2, float64); nullopt for a claim about
+// results that no call uses.
+std::optional<Problem> witness(Feature f) {
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 4, 2);
+  switch (f) {
+    case Feature::gqa:
+      p.k = test::wave({1, 1, 4, 2}, DType::f64, 0.2);
+      p.v = test::wave({1, 1, 4, 2}, DType::f64, 0.3);
+      break;
+    case Feature::key_padding: p.key_lengths = {3}; break;
+    case Feature::window: p.window = 1; break;
+    case Feature::backward:
+      p.d_output = test::wave({1, 2, 3, 2}, DType::f64, 0.7);
+      p.want_weights = false;  // a backward call returns gradients only
+      break;
+    case Feature::lse: p.want_lse = true; break;
+    case Feature::sinks: p.sinks = {0.5, -std::numeric_limits<double>::infinity()}; break;
+    case Feature::softcap: p.softcap = 5.0; break;
+    case Feature::alibi: p.alibi_slopes = {0.5, 0.25}; break;
+    case Feature::bidirectional: p.causal = false; break;
+    case Feature::documents: p.doc_bounds = {{2}}; break;
+    case Feature::query_documents:
+      p.doc_bounds = {{2}};
+      p.q_doc_bounds = {{1}};
+      break;
+    case Feature::chunked_local: p.chunk_size = 2; break;
+    case Feature::prefix: p.prefix_length = 1; break;
+    case Feature::right_window: p.window_right = 0; break;
+    case Feature::block_mask: {
+      BlockMask m;
+      m.block_q = 2;
+      m.block_k = 2;
+      m.q_blocks = 2;
+      m.k_blocks = 2;
+      m.kinds = {2, 0, 1, 2};
+      m.partial = DenseMask{1, 1, 3, 4, {1, 1, 0, 0, 1, 1, 0, 0, 1, 0, 1, 1}};
+      p.block_mask = m;
+      break;
+    }
+    case Feature::dense_mask: p.dense_mask = DenseMask{1, 2, 3, 4, std::vector<std::uint8_t>(24, 1)}; break;
+    case Feature::v_head_dim: p.v = test::wave({1, 2, 4, 3}, DType::f64, 0.3); break;
+    case Feature::strided: p.layout = InputLayout::token_major; break;
+    case Feature::paged: p.paged = PagedPlan{}; break;
+    case Feature::layout_invariant:
+    case Feature::batch_invariant: return std::nullopt;
+  }
+  return p;
+}
+
+// The reference's capabilities with every feature declared.
+Capabilities all_features() {
+  Capabilities caps = reference_implementation()->capabilities();
+  for (const FeatureRow& r : kFeatures) caps.*r.declared = true;
+  return caps;
+}
+
+// Those without `f` (and without what requires it).
+Capabilities without(Feature f) {
+  Capabilities caps = all_features();
+  for (const FeatureRow& r : kFeatures)
+    if (r.id == f || r.requires_feature == f) caps.*r.declared = false;
+  return caps;
+}
+
+// Capabilities that declare `f` (and what it requires) and no other feature.
+Capabilities only(Feature f) {
+  Capabilities caps;
+  for (const FeatureRow& r : kFeatures) caps.*r.declared = false;
+  caps.*feature(f).declared = true;
+  if (const auto& req = feature(f).requires_feature) caps.*feature(*req).declared = true;
+  if (f == Feature::paged) {
+    caps.page_sizes = {16};
+    caps.page_layouts = 1;
+  }
+  return caps;
+}
+
+std::set<Feature> declared_in(const Capabilities& caps) {
+  std::set<Feature> out;
+  for (const FeatureRow& r : kFeatures)
+    if (caps.*r.declared) out.insert(r.id);
+  return out;
+}
+
+std::string problem_json(const Problem& p) { return reports::to_json(p).dump(); }
+
+TEST(Contract, everyFeatureHasAWitnessThatUsesItAndNoOther) {
+  for (const FeatureRow& f : kFeatures) {
+    const std::optional<Problem> w = witness(f.id);
+    EXPECT_EQ(w.has_value(), f.used != nullptr) << f.name;
+    if (!w) continue;
+    for (const FeatureRow& g : kFeatures) {
+      if (!g.used) continue;
+      EXPECT_EQ(g.used(*w), g.id == f.id || f.requires_feature == g.id) << f.name << " uses " << g.name;
+    }
+  }
+}
+
+TEST(Contract, theCapabilityCheckNamesAnUndeclaredFeatureAndOnlyThen) {
+  for (const FeatureRow& f : kFeatures) {
+    const std::optional<Problem> w = witness(f.id);
+    if (!w) continue;
+    const std::vector<Need> missing = call_needs(*w, without(f.id));
+    ASSERT_EQ(missing.size(), 1u) << f.name;
+    EXPECT_EQ(missing[0].feature, f.id) << f.name;
+    EXPECT_EQ(missing[0].words, f.needs(*w)) << f.name;
+    EXPECT_EQ(needs_outside(*w, without(f.id)), std::vector<std::string>{f.needs(*w)}) << f.name;
+    EXPECT_TRUE(needs_outside(*w, all_features()).empty()) << f.name;
+    // The C loader and the exec client refuse such a call (it would be sent unfaithfully), but the LSE, which an
+    // implementation that does not declare it simply does not return.
+    if (f.ignored_when_undeclared) {
+      EXPECT_NO_THROW(detail::check_within_capabilities(*w, without(f.id), "impl", f.id == Feature::backward)) << f.name;
+    } else {
+      try {
+        detail::check_within_capabilities(*w, without(f.id), "impl", f.id == Feature::backward);
+        ADD_FAILURE() << f.name << ": a call that needs it was not refused";
+      } catch (const std::logic_error& e) {
+        EXPECT_NE(std::string(e.what()).find(f.needs(*w)), std::string::npos) << e.what();
+      }
+    }
+    EXPECT_NO_THROW(detail::check_within_capabilities(*w, all_features(), "impl", f.id == Feature::backward)) << f.name;
+  }
+}
+
+TEST(Contract, describeCapabilitiesSaysEachDeclaredFeatureInItsWords) {
+  for (const FeatureRow& f : kFeatures) {
+    const std::string on = describe_capabilities(only(f.id)), off = describe_capabilities(without(f.id));
+    EXPECT_NE(on.find("; " + std::string(f.words)), std::string::npos) << on;
+    EXPECT_EQ(off.find("; " + std::string(f.words)), std::string::npos) << off;
+    if (!f.words_off.empty()) {
+      EXPECT_NE(off.find("; " + std::string(f.words_off)), std::string::npos) << off;
+    }
+  }
+}
+
+TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
+  for (const FeatureRow& f : kFeatures) {
+    const std::set<Feature> want = declared_in(only(f.id));
+    // The exec protocol's caps frame (version 3).
+    wire::Handshake h;
+    h.version = wire::kProtocolVersion;
+    h.caps = only(f.id);
+    h.name = "contract";
+    const wire::Handshake d = wire::decode_caps(wire::encode_caps(h).substr(wire::kHeaderSize));
+    EXPECT_EQ(declared_in(d.caps), want) << f.name;
+    // The C ABI: an ABI-3 table with the feature's bits (the backward by its function).
+    attncheck_plugin_v3 t{};
+    t.abi_version = ATTNCHECK_PLUGIN_ABI_V3;
+    t.dtypes = ATTNCHECK_DTYPE_F64;
+    t.name = "contract";
+    for (const Feature g : want) {
+      t.flags |= feature(g).abi_flag;
+      t.flags3 |= feature(g).flags3;
+    }
+    if (f.id == Feature::backward)
+      t.backward = [](const attncheck_backward_call*, char*, size_t) -> std::int32_t { return ATTNCHECK_OK; };
+    const std::int64_t page_sizes[] = {16};
+    if (f.id == Feature::paged) {
+      t.page_sizes = page_sizes;
+      t.num_page_sizes = 1;
+      t.page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR;
+    }
+    const auto* v1 = reinterpret_cast<const attncheck_plugin_v1*>(&t);
+    const Capabilities c =
+        detail::declared_capabilities(v1, reinterpret_cast<const attncheck_plugin_v2*>(&t), &t);
+    EXPECT_EQ(declared_in(c), want) << f.name;
+  }
+}
+
+TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
+  for (const FeatureRow& f : kFeatures) {
+    const std::optional<Problem> w = witness(f.id);
+    if (!w) continue;
+    // JSON (a stored case): every field as it was.
+    const Problem j = reports::problem_from_json(reports::to_json(*w), "contract");
+    EXPECT_EQ(problem_json(j), problem_json(*w)) << f.name;
+    // The exec protocol: a forward frame, or a backward frame for the backward.
+    const Problem e = f.id == Feature::backward
+                          ? wire::decode_backward(wire::encode_backward(*w).substr(wire::kHeaderSize))
+                          : wire::decode_forward(wire::encode_forward(*w).substr(wire::kHeaderSize));
+    EXPECT_TRUE(f.used(e)) << f.name;
+    if (f.id == Feature::paged) {  // a decoded paged call carries its block table explicitly, as the wire gave it
+      EXPECT_EQ(e.paged_kv().block_table, w->paged_kv().block_table);
+      Problem dense = e;
+      dense.paged.reset();
+      Problem orig = *w;
+      orig.paged.reset();
+      EXPECT_EQ(problem_json(dense), problem_json(orig));
+    } else {
+      EXPECT_EQ(problem_json(e), problem_json(*w)) << f.name;
+    }
+  }
+}
+
+// The Python client's FLAGS2 and FLAGS3 (attncheck_plugin.py) are the table's bits, and serve() takes a keyword
+// named as each feature (the claims, which no call carries, included).
+TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
+  const std::string cmd = "PYTHONPATH=" ATTNCHECK_PYTHON_DIR
+                          " /usr/bin/python3 -c 'import attncheck_plugin as a, inspect, json; "
+                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, "
+                          "\"keywords\": list(inspect.signature(a.serve).parameters)}))'";
+  std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(cmd.c_str(), "r"), ::pclose);
+  ASSERT_TRUE(pipe);
+  std::string out;
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, n);
+  const nlohmann::json py = nlohmann::json::parse(out);
+  std::map<std::string, std::uint32_t> flags2, flags3;
+  for (const FeatureRow& f : kFeatures) {
+    if (f.flags2) flags2[std::string(f.name)] = f.flags2;
+    if (f.flags3) flags3[std::string(f.name)] = f.flags3;
+    const auto& kw = py.at("keywords");
+    EXPECT_NE(std::find(kw.begin(), kw.end(), std::string(f.name)), kw.end()) << "serve() has no keyword " << f.name;
+  }
+  EXPECT_EQ(py.at("flags2").get<decltype(flags2)>(), flags2);
+  EXPECT_EQ(py.at("flags3").get<decltype(flags3)>(), flags3);
+}
+
+// The source explains itself: a comment says why, not which issue asked (the issue's number is history, kept
+// by git).
+TEST(Source, namesNoIssue) {
+  namespace fs = std::filesystem;
+  const std::regex issue("[Ii]ssues? [0-9]");
+  const std::set<std::string> kinds{".cpp", ".hpp", ".h", ".c", ".py", ".cmake", ".sh"};
+  int files = 0;
+  for (const char* dir : {"attention", "properties", "harness", "mutants", "reports", "cli", "examples", "fuzz",
+                          "hostile", "scripts", "cmake"})
+    for (const fs::directory_entry& e : fs::recursive_directory_iterator(fs::path(ATTNCHECK_SOURCE_DIR) / dir)) {
+      const fs::path& f = e.path();
+      if (!e.is_regular_file() || (!kinds.count(f.extension().string()) && f.filename() != "CMakeLists.txt")) continue;
+      std::ifstream in(f);
+      std::stringstream text;
+      text << in.rdbuf();
+      ++files;
+      EXPECT_FALSE(std::regex_search(text.str(), issue)) << f;
+    }
+  EXPECT_GT(files, 100);
+}
+
+}  // namespace
+}  // namespace attncheck

@@ -1,0 +1,255 @@
+// The contract's one table: every feature of a call that an implementation declares, named once. The capability
+// check (needs_outside, and through it the C loader's and the exec client's), describe_capabilities, the ABI and
+// wire bits (harness/src/protocol.cpp derives set_abi3_bools and abi3_bits from it and checks each bit against
+// attncheck/plugin.h at compile time) and the Python client's FLAGS3 and serve() keywords (a test reads them and
+// compares) all come from here. docs/architecture.md lists what else a new feature touches.
+//
+// What is not a row: the limits (dtypes, alignments, T_q != T_k regimes, head dimensions, max_T, an explicit
+// scale), which are values rather than on/off declarations, and the page sizes and layouts of `paged`, which
+// needs_outside checks after the rows.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <initializer_list>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attncheck/implementation.hpp"
+
+namespace attncheck {
+
+enum class Feature : std::uint8_t {
+  gqa,
+  key_padding,
+  window,
+  backward,
+  lse,
+  sinks,
+  softcap,
+  alibi,
+  bidirectional,
+  documents,
+  query_documents,
+  chunked_local,
+  prefix,
+  right_window,
+  block_mask,
+  dense_mask,
+  v_head_dim,
+  strided,
+  layout_invariant,
+  batch_invariant,
+  paged,
+};
+
+/// One feature: its names in every codec, its words for people, and what a call using it needs.
+struct FeatureRow {
+  Feature id;
+  /// The Python client's serve() keyword, and the feature's name wherever one word names it.
+  std::string_view name;
+  /// The Capabilities member that declares it.
+  bool Capabilities::* declared;
+  /// The C ABI's bits: ATTNCHECK_CAP_* of the table's flags (ABI 1-2) and ATTNCHECK_CAP3_* of flags3 (ABI 3);
+  /// the exec protocol's caps frame carries flags2 (version 2) and the same flags3 (version 3). 0: not that way
+  /// (the backward is declared by its function pointer in the C ABI).
+  std::uint32_t abi_flag = 0, flags2 = 0, flags3 = 0;
+  /// How a C plug-in declares it, for messages: the ATTNCHECK_CAP_* or ATTNCHECK_CAP3_* macro's name.
+  std::string_view c_name;
+  /// A feature it is only declared with (query documents with documents; layout invariance with strides).
+  std::optional<Feature> requires_feature{};
+  /// describe_capabilities' words when declared, and when not (empty: not mentioned when not declared).
+  std::string_view words, words_off{};
+  /// Whether a call uses it; null for a claim about results that no single call uses (batch invariance).
+  bool (*used)(const Problem&) = nullptr;
+  /// What a call that uses it needs, in needs_outside's words ("a window (3)").
+  std::string (*needs)(const Problem&) = nullptr;
+  /// true for what a call may ask of any implementation and an undeclaring one ignores (the LSE: it returns
+  /// none): needs_outside lists it, the C loader and the exec client send the call anyway.
+  bool ignored_when_undeclared = false;
+};
+
+namespace feature_words {
+inline std::string n(Index x) { return std::to_string(x); }
+}  // namespace feature_words
+
+/// Every feature, in the order describe_capabilities and needs_outside list them (Feature's order: a row's index
+/// is its id, which a static_assert below checks).
+inline constexpr std::array<FeatureRow, 21> kFeatures{{
+    {.id = Feature::gqa, .name = "gqa", .declared = &Capabilities::gqa, .abi_flag = 0x10, .flags2 = 0x1,
+     .c_name = "ATTNCHECK_CAP_GQA", .words = "grouped-query attention", .words_off = "no grouped-query attention",
+     .used = [](const Problem& p) { return p.kv_heads() != p.q.shape().H; },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return "grouped-query attention (" + n(p.kv_heads()) +
+                  (p.kv_heads() == 1 ? " kv head for " : " kv heads for ") + n(p.q.shape().H) + " query heads)";
+         }},
+    {.id = Feature::key_padding, .name = "key_lengths", .declared = &Capabilities::key_padding, .abi_flag = 0x20,
+     .flags2 = 0x2, .c_name = "ATTNCHECK_CAP_KEY_LENGTHS", .words = "key padding", .words_off = "no key padding",
+     .used = [](const Problem& p) { return !p.key_lengths.empty(); },
+     .needs = [](const Problem&) { return std::string("key padding (key lengths)"); }},
+    {.id = Feature::window, .name = "window", .declared = &Capabilities::window, .abi_flag = 0x40, .flags2 = 0x4,
+     .c_name = "ATTNCHECK_CAP_WINDOW", .words = "windows", .words_off = "no window",
+     .used = [](const Problem& p) { return p.window.has_value(); },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("a window (" + n(*p.window) + ")");
+         }},
+    {.id = Feature::backward, .name = "backward", .declared = &Capabilities::backward, .flags2 = 0x8,
+     .c_name = "a backward function", .words = "a backward pass", .words_off = "no backward pass",
+     .used = [](const Problem& p) { return p.d_output.has_value(); },
+     .needs = [](const Problem&) { return std::string("a backward pass"); }},
+    {.id = Feature::lse, .name = "lse", .declared = &Capabilities::lse, .flags3 = 0x1, .c_name = "ATTNCHECK_CAP3_LSE",
+     .words = "the log-sum-exp",
+     .used = [](const Problem& p) { return p.want_lse; },
+     .needs = [](const Problem&) { return std::string("the log-sum-exp"); },
+     .ignored_when_undeclared = true},
+    {.id = Feature::sinks, .name = "sinks", .declared = &Capabilities::sinks, .flags3 = 0x2,
+     .c_name = "ATTNCHECK_CAP3_SINKS", .words = "sinks",
+     .used = [](const Problem& p) { return !p.sinks.empty(); },
+     .needs = [](const Problem&) { return std::string("attention sinks"); }},
+    {.id = Feature::softcap, .name = "softcap", .declared = &Capabilities::softcap, .flags3 = 0x4,
+     .c_name = "ATTNCHECK_CAP3_SOFTCAP", .words = "softcap",
+     .used = [](const Problem& p) { return p.softcap.has_value(); },
+     .needs =
+         [](const Problem& p) {
+           return std::string("logit softcapping (" + format_number(*p.softcap, 6) + ")");
+         }},
+    {.id = Feature::alibi, .name = "alibi", .declared = &Capabilities::alibi, .flags3 = 0x8,
+     .c_name = "ATTNCHECK_CAP3_ALIBI", .words = "ALiBi",
+     .used = [](const Problem& p) { return !p.alibi_slopes.empty(); },
+     .needs = [](const Problem&) { return std::string("ALiBi slopes"); }},
+    {.id = Feature::bidirectional, .name = "bidirectional", .declared = &Capabilities::bidirectional, .flags3 = 0x100,
+     .c_name = "ATTNCHECK_CAP3_BIDIRECTIONAL", .words = "bidirectional",
+     .used = [](const Problem& p) { return !p.causal; },
+     .needs = [](const Problem&) { return std::string("no causal rule (bidirectional)"); }},
+    {.id = Feature::documents, .name = "documents", .declared = &Capabilities::documents, .flags3 = 0x20,
+     .c_name = "ATTNCHECK_CAP3_DOCUMENTS", .words = "packed documents",
+     .used = [](const Problem& p) { return !p.doc_bounds.empty(); },
+     .needs = [](const Problem&) { return std::string("packed documents"); }},
+    {.id = Feature::query_documents, .name = "query_documents", .declared = &Capabilities::query_documents,
+     .flags3 = 0x20000, .c_name = "ATTNCHECK_CAP3_QUERY_DOCUMENTS", .requires_feature = Feature::documents,
+     .words = "documents with query lengths of their own",
+     .used = [](const Problem& p) { return !p.q_doc_bounds.empty(); },
+     .needs =
+         [](const Problem&) {
+           return std::string("documents with query lengths of their own (query document bounds)");
+         }},
+    {.id = Feature::chunked_local, .name = "chunked_local", .declared = &Capabilities::chunked_local, .flags3 = 0x40,
+     .c_name = "ATTNCHECK_CAP3_CHUNKED_LOCAL", .words = "chunked local attention",
+     .used = [](const Problem& p) { return p.chunk_size != 0; },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("chunked local attention (chunks of " + n(p.chunk_size) + ")");
+         }},
+    {.id = Feature::prefix, .name = "prefix", .declared = &Capabilities::prefix, .flags3 = 0x80,
+     .c_name = "ATTNCHECK_CAP3_PREFIX", .words = "a bidirectional prefix",
+     .used = [](const Problem& p) { return p.prefix_length != 0; },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("a bidirectional prefix (" + n(p.prefix_length) + ")");
+         }},
+    {.id = Feature::right_window, .name = "right_window", .declared = &Capabilities::right_window, .flags3 = 0x200,
+     .c_name = "ATTNCHECK_CAP3_RIGHT_WINDOW", .words = "right windows",
+     .used = [](const Problem& p) { return p.window_right.has_value(); },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("a right window (" + n(*p.window_right) + ")");
+         }},
+    {.id = Feature::block_mask, .name = "block_mask", .declared = &Capabilities::block_mask, .flags3 = 0x400,
+     .c_name = "ATTNCHECK_CAP3_BLOCK_MASK", .words = "block masks",
+     .used = [](const Problem& p) { return p.block_mask.has_value(); },
+     .needs = [](const Problem&) { return std::string("a block mask"); }},
+    {.id = Feature::dense_mask, .name = "dense_mask", .declared = &Capabilities::dense_mask, .flags3 = 0x800,
+     .c_name = "ATTNCHECK_CAP3_DENSE_MASK", .words = "dense masks",
+     .used = [](const Problem& p) { return p.dense_mask.has_value(); },
+     .needs = [](const Problem&) { return std::string("a dense mask"); }},
+    {.id = Feature::v_head_dim, .name = "v_head_dim", .declared = &Capabilities::v_head_dim, .flags3 = 0x1000,
+     .c_name = "ATTNCHECK_CAP3_V_HEAD_DIM", .words = "a V head dimension of its own",
+     .used = [](const Problem& p) { return p.v_dim() != p.q.shape().D; },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("a V head dimension of its own (D_v = " + n(p.v_dim()) + ", D = " + n(p.q.shape().D) + ")");
+         }},
+    {.id = Feature::strided, .name = "strided", .declared = &Capabilities::strided, .flags3 = 0x2000,
+     .c_name = "ATTNCHECK_CAP3_STRIDED", .words = "strided inputs",
+     .used = [](const Problem& p) { return p.layout != InputLayout::contiguous; },
+     .needs =
+         [](const Problem& p) {
+           return std::string("strided inputs (" + input_layout_name(p.layout) + ")");
+         }},
+    {.id = Feature::layout_invariant, .name = "layout_invariant", .declared = &Capabilities::layout_invariant,
+     .flags3 = 0x4000, .c_name = "ATTNCHECK_CAP3_LAYOUT_INVARIANT", .requires_feature = Feature::strided,
+     .words = "bit-identical whatever the strides"},
+    {.id = Feature::batch_invariant, .name = "batch_invariant", .declared = &Capabilities::batch_invariant,
+     .flags3 = 0x8000, .c_name = "ATTNCHECK_CAP3_BATCH_INVARIANT",
+     .words = "bit-identical whatever else is in the batch"},
+    {.id = Feature::paged, .name = "paged", .declared = &Capabilities::paged, .flags3 = 0x10,
+     .c_name = "ATTNCHECK_CAP3_PAGED", .words = "paged K and V",
+     .used = [](const Problem& p) { return p.paged.has_value(); },
+     .needs = [](const Problem&) { return std::string("paged K and V"); }},
+}};
+
+constexpr bool rows_in_id_order() {
+  for (std::size_t i = 0; i < kFeatures.size(); ++i)
+    if (std::size_t(kFeatures[i].id) != i) return false;
+  return true;
+}
+static_assert(rows_in_id_order(), "kFeatures: every row at the index of its Feature");
+
+/// The row of `f`.
+constexpr const FeatureRow& feature(Feature f) { return kFeatures[std::size_t(f)]; }
+
+/// Whether `caps` declares `f`.
+inline bool declares(const Capabilities& caps, Feature f) { return caps.*feature(f).declared; }
+
+/// A set of features, one bit per Feature.
+class FeatureSet {
+ public:
+  constexpr FeatureSet() = default;
+  constexpr FeatureSet(std::initializer_list<Feature> fs) {
+    for (const Feature f : fs) bits_ |= bit(f);
+  }
+  /// Every feature of the table.
+  static constexpr FeatureSet all() {
+    FeatureSet s;
+    s.bits_ = (std::uint64_t{1} << kFeatures.size()) - 1;
+    return s;
+  }
+  constexpr bool has(Feature f) const { return (bits_ & bit(f)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  constexpr FeatureSet& add(Feature f) {
+    bits_ |= bit(f);
+    return *this;
+  }
+  constexpr FeatureSet& remove(std::initializer_list<Feature> fs) {
+    for (const Feature f : fs) bits_ &= ~bit(f);
+    return *this;
+  }
+  friend constexpr bool operator==(FeatureSet, FeatureSet) = default;
+
+ private:
+  static constexpr std::uint64_t bit(Feature f) { return std::uint64_t{1} << unsigned(f); }
+  std::uint64_t bits_ = 0;
+};
+
+/// The features `caps` declares (a feature that requires another only with it).
+inline FeatureSet declared_features(const Capabilities& caps) {
+  FeatureSet s;
+  for (const FeatureRow& f : kFeatures)
+    if (caps.*f.declared && (!f.requires_feature || caps.*feature(*f.requires_feature).declared)) s.add(f.id);
+  return s;
+}
+
+/// The features a call `p` uses that `caps` does not declare, in the table's order.
+std::vector<Feature> undeclared_features(const Problem& p, const Capabilities& caps);
+
+}  // namespace attncheck

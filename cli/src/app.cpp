@@ -64,6 +64,8 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       "written).");
   auto* demo = app.add_subcommand("demo", "walk through the source card's T=3, d=2 example and its invariants");
   auto* list = app.add_subcommand("list", "print the laws and the built-in implementations, one per line, name first");
+  bool list_markdown = false;
+  list->add_flag("--markdown", list_markdown, "print the laws table of docs/laws.md instead (Markdown)");
   auto* check = app.add_subcommand("check", "run the laws against an implementation and write counterexample reports");
   auto* merge = app.add_subcommand("merge", "combine the report folders of a sharded run (check --shard I/N) into one, "
                                             "as the single run writes it");
@@ -215,7 +217,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                          "--timeout and --progress, but got " + ignored + " as well (drop them, or run without --replay)");
     }
     if (*demo) return run_demo(out);
-    if (*list) return run_list(registry, out);
+    if (*list) return run_list(registry, out, list_markdown);
     if (*merge) return run_merge(mo, registry, out);
     if (*campaign) return run_campaign(co, registry, out, err);
     if (argc > 0 && argv[0] && std::string_view(argv[0]).find('/') != std::string_view::npos) o.program = argv[0];

@@ -437,7 +437,26 @@ int run_replay(const CheckOptions& o, const Registry& reg, std::ostream& out) {
 
 }  // namespace
 
-int run_list(const Registry& reg, std::ostream& out) {
+// The laws table of docs/laws.md, from the registry: number, name (marked (bwd) for a gradient law), what must
+// hold and the tolerance, a `|` in a cell escaped.
+std::string laws_markdown_table(const std::vector<Law>& laws) {
+  const auto cell = [](const std::string& text) {
+    std::string out;
+    for (const char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  std::string table = "| # | law | what must hold | tolerance |\n|---|---|---|---|\n";
+  for (const Law& l : laws)
+    table += "| " + cell(l.doc.number) + " | `" + l.name + "`" + (l.needs_backward ? " (bwd)" : "") + " | " +
+             cell(l.doc.holds) + " | " + cell(l.doc.tolerance) + " |\n";
+  return table;
+}
+
+int run_list(const Registry& reg, std::ostream& out, bool markdown) {
+  if (markdown) {
+    out << laws_markdown_table(reg.laws);
+    return kAllHeld;
+  }
   std::size_t width = 0;
   for (const Law& l : reg.laws) width = std::max(width, l.name.size());
   for (const auto& p : reg.builtins) width = std::max(width, p->name().size());

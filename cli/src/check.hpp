@@ -129,6 +129,9 @@ int run_check(const CheckOptions& o, const Registry& registry, std::ostream& out
               bool err_is_terminal);
 
 /// Prints every law and built-in implementation, one per line, name first.
-int run_list(const Registry& registry, std::ostream& out);
+/// `attncheck list`: the laws and the built-in implementations, one per line; `markdown`: the laws table of
+/// docs/laws.md instead.
+int run_list(const Registry& registry, std::ostream& out, bool markdown = false);
+
 
 }  // namespace attncheck::cli

@@ -969,4 +969,24 @@ TEST(BadData, aStoredCaseOutsideTheImplementationsCapabilitiesIsRefusedNotCalled
   EXPECT_EQ(calls, 0);
 }
 
+// docs/laws.md's laws table is the registry's (`attncheck list --markdown`, from each law's Law::doc): a law added,
+// renamed or documented anew without the table regenerated fails here.
+TEST(Docs, theLawsTableIsTheRegistrys) {
+  std::ifstream in(ATTNCHECK_SOURCE_DIR "/docs/laws.md");
+  ASSERT_TRUE(in) << ATTNCHECK_SOURCE_DIR "/docs/laws.md";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string doc = text.str();
+  const std::string begin = "<!-- the laws table: `attncheck list --markdown` writes it -->\n",
+                    end = "<!-- end of the laws table -->";
+  const auto a = doc.find(begin), b = doc.find(end);
+  ASSERT_NE(a, std::string::npos) << "docs/laws.md has no line " << begin;
+  ASSERT_NE(b, std::string::npos) << "docs/laws.md has no line " << end;
+  EXPECT_EQ(doc.substr(a + begin.size(), b - a - begin.size()), laws_markdown_table(laws()))
+      << "regenerate it: attncheck list --markdown";
+  const Result r = attncheck(default_registry(), {"list", "--markdown"});
+  EXPECT_EQ(r.code, kAllHeld) << r.err;
+  EXPECT_EQ(r.out, laws_markdown_table(laws()));
+}
+
 }  // namespace attncheck::cli

@@ -77,15 +77,23 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
 # Version 3's page layouts (the caps frame's u32 after the head dims, and a paged forward frame's layout field).
 PAGE_LAYOUT_CODES = {"token-major": 1, "head-major": 2}
 PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
-PAGED = 512  # a forward frame's flag: the paging follows, and K and V come as page pools
-# A forward (and backward) frame's flags for the masks beyond causal: an i64 prefix length, an i64 right window,
-# an i64 chunk size, then B*T_q and B*T_k int32 document ids, in this order (after the sinks).
-PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = 1024, 2048, 4096, 8192
-# A forward frame's flag for laid-out inputs (declared strided=True): the u32 after the flags names the layout.
-LAYOUT = 65536
-# A forward frame's flag for V with a head dimension of its own (declared v_head_dim=True): an i64 D_v follows k's
-# shape, and v (and, in a backward frame, dO) have it.
-V_HEAD_DIM = 131072
+# The flags of a forward (and backward) frame, named as attncheck names them (its wire::CallFlags, call_<name>; a
+# test, Contract.pythonClientNamesEveryFeatureAsTheTableDoes, compares the two): version 2's key lengths and window;
+# version 3's softcap, ALiBi slopes and sinks (in this order), the LSE, no causal rule, the paging (K and V then come
+# as page pools), the masks beyond causal (an i64 prefix length, an i64 right window, an i64 chunk size, then B*T_q
+# and B*T_k int32 document ids, in this order, after the sinks), block and dense masks, laid-out inputs (declared
+# strided=True: the u32 after the flags names the layout) and V with a head dimension of its own (declared
+# v_head_dim=True: an i64 D_v follows k's shape, and v, and in a backward frame dO, have it).
+CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
+              "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
+              "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072}
+PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
+                                                                        "documents"))
+LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
+# The caps frame's flags (every version), a result frame's and a gradients frame's.
+CAPS_FLAGS = {"returns_weights": 1, "custom_scale": 2, "cross_lengths": 4, "nonfinite_safe": 8}
+RESULT_FLAGS = {"weights": 1, "lse": 2}
+GRADIENTS_D_SINKS = 1
 LAYOUT_NAMES = {1: "token-major", 2: "padded", 3: "kv-broadcast", 4: "kv-interleaved", 5: "v-is-k"}
 
 
@@ -139,7 +147,7 @@ def _laid_out(arrays, layout):
         v2 = k2[..., :v.shape[3]] if layout == "v-is-k" else place(v, True)[0]
     return [q2, k2, v2] + list(arrays[3:])
 # Then a block mask (its blocks, kinds and partial cells) and a dense mask (its B and H, then its cells).
-BLOCK_MASK, DENSE_MASK = 16384, 32768
+BLOCK_MASK, DENSE_MASK = CALL_FLAGS["block_mask"], CALL_FLAGS["dense_mask"]
 
 DTYPE_CODES = {"float32": 1, "float64": 2, "float16": 4, "bfloat16": 8}
 DTYPE_NAMES = {code: name for name, code in DTYPE_CODES.items()}
@@ -242,20 +250,20 @@ def _read_call(payload, backward):
         vs = (ks[0], ks[1], ks[2], d_v)
     os_ = (qs[0], qs[1], qs[2], vs[3])  # the output's shape (and dO's)
     key_lengths = window = None
-    if fflags & 4:
+    if fflags & CALL_FLAGS["key_lengths"]:
         key_lengths = np.frombuffer(payload, dtype="<i8", count=qs[0], offset=off).astype(np.int64)
         off += 8 * qs[0]
-    if fflags & 8:
+    if fflags & CALL_FLAGS["window"]:
         (window,) = struct.unpack_from("<q", payload, off)
         off += 8
     softcap = alibi_slopes = sinks = None
-    if fflags & 16:  # version 3: softcap, ALiBi slopes, sinks, in this order
+    if fflags & CALL_FLAGS["softcap"]:  # version 3: softcap, ALiBi slopes, sinks, in this order
         (softcap,) = struct.unpack_from("<d", payload, off)
         off += 8
-    if fflags & 32:
+    if fflags & CALL_FLAGS["alibi"]:
         alibi_slopes = np.frombuffer(payload, dtype="<f8", count=qs[1], offset=off).astype(np.float64)
         off += 8 * qs[1]
-    if fflags & 64:
+    if fflags & CALL_FLAGS["sinks"]:
         sinks = np.frombuffer(payload, dtype="<f8", count=qs[1], offset=off).astype(np.float64)
         off += 8 * qs[1]
     prefix_length, window_right, chunk_size, q_doc_ids, k_doc_ids = 0, None, 0, None, None
@@ -323,12 +331,12 @@ def _read_call(payload, backward):
         arrays.append(_decode(payload[off:off + int(np.prod(os_)) * size], dtype, os_))
     if fflags & LAYOUT:  # version 3, declared strided=True: q, k, v as views with the layout's strides
         arrays = _laid_out(arrays, LAYOUT_NAMES[lcode])
-    kwargs = {"scale": scale if fflags & 1 else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
+    kwargs = {"scale": scale if fflags & CALL_FLAGS["scale"] else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
-              "sinks": sinks, "causal": not fflags & 256, "paged": paged, "prefix_length": prefix_length,
+              "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask}
-    return arrays, kwargs, dtype, bool(fflags & 2), bool(fflags & 128)
+    return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"])
 
 
 class BlockMask:
@@ -533,8 +541,9 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     first = struct.unpack_from("<I", payload)[0]
     newest = struct.unpack_from("<I", payload, 4)[0] if len(payload) >= 8 else first
     version = min(newest, PROTOCOL_VERSION) if first >= 1 else PROTOCOL_VERSION
-    flags = ((1 if returns_weights else 0) | (2 if custom_scale else 0) | (4 if cross_lengths else 0)
-             | (8 if nonfinite_safe else 0))
+    declared1 = {"returns_weights": returns_weights, "custom_scale": custom_scale, "cross_lengths": cross_lengths,
+                 "nonfinite_safe": nonfinite_safe}
+    flags = sum(CAPS_FLAGS[key] for key, on in declared1.items() if on)
     caps = struct.pack("<IIIIq", version, sum(DTYPE_CODES[d] for d in dtypes),
                        sum(ALIGNMENT_CODES[a] for a in alignments), flags, max_T)
     caps += _string(name) + _string(description)
@@ -587,7 +596,8 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
             continue
         send_w = weights is not None and want_weights
         send_lse = row_lse is not None and want_lse
-        reply = struct.pack("<iI", OK, (1 if send_w else 0) | (2 if send_lse else 0)) + _string("")
+        reply = struct.pack("<iI", OK, (RESULT_FLAGS["weights"] if send_w else 0)
+                            | (RESULT_FLAGS["lse"] if send_lse else 0)) + _string("")
         reply += _tensors((out, dtype), *([(weights, dtype)] if send_w else []),
                           *([(row_lse, "float64")] if send_lse else []))
         ch.write(RESULT, reply)
@@ -641,7 +651,7 @@ def _answer_backward(ch, backward, takes, payload):
                                         ", d_sinks" if with_sinks else "",
                                         " and d_sinks [H]" if with_sinks else "")))
         return
-    reply = struct.pack("<iI", OK, 1 if with_sinks else 0) + _string("") + _tensors(*((g, dtype) for g in grads[:3]))
+    reply = struct.pack("<iI", OK, GRADIENTS_D_SINKS if with_sinks else 0) + _string("") + _tensors(*((g, dtype) for g in grads[:3]))
     if with_sinks:
         reply += struct.pack("<q", grads[3].size) + np.ascontiguousarray(grads[3], dtype="<f8").tobytes()
     ch.write(GRADIENTS, reply)

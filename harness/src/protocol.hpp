@@ -53,6 +53,19 @@ inline constexpr std::uint32_t kFeatureFlags2 = [] {
   return bits;
 }();
 
+/// The caps frame's flags (every version): what the client's calls return and accept beyond the features.
+enum CapsFlags : std::uint32_t {
+  caps_returns_weights = 1,
+  caps_custom_scale = 2,
+  caps_cross_lengths = 4,
+  caps_nonfinite_safe = 8,
+};
+/// The caps frame's cross-length regimes (version 3; 0: both).
+enum CrossRegimes : std::uint32_t { regime_q_shorter = 1, regime_q_longer = 2 };
+/// A result frame's flags, and a gradients frame's.
+enum ResultFlags : std::uint32_t { result_weights = 1, result_lse = 2 };
+enum GradientsFlags : std::uint32_t { gradients_d_sinks = 1 };
+
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
 enum CallFlags : std::uint32_t {
   call_scale = 1,

@@ -225,7 +225,8 @@ TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
 TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   const std::string cmd = "PYTHONPATH=" ATTNCHECK_PYTHON_DIR
                           " /usr/bin/python3 -c 'import attncheck_plugin as a, inspect, json; "
-                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, "
+                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, \"call\": a.CALL_FLAGS, "
+                          "\"caps\": a.CAPS_FLAGS, \"result\": a.RESULT_FLAGS, \"d_sinks\": a.GRADIENTS_D_SINKS, "
                           "\"keywords\": list(inspect.signature(a.serve).parameters)}))'";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(cmd.c_str(), "r"), ::pclose);
   ASSERT_TRUE(pipe);
@@ -242,6 +243,24 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   }
   EXPECT_EQ(py.at("flags2").get<decltype(flags2)>(), flags2);
   EXPECT_EQ(py.at("flags3").get<decltype(flags3)>(), flags3);
+  // The frames' other flags: a call's, the caps frame's, a result's and a gradients frame's.
+  using namespace wire;
+  const std::map<std::string, std::uint32_t> call{
+      {"scale", call_scale},         {"weights", call_weights},       {"key_lengths", call_key_lengths},
+      {"window", call_window},       {"softcap", call_softcap},       {"alibi", call_alibi},
+      {"sinks", call_sinks},         {"lse", call_lse},               {"not_causal", call_not_causal},
+      {"paged", call_paged},         {"prefix", call_prefix},         {"window_right", call_window_right},
+      {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
+      {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim}};
+  EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
+  const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
+                                                  {"custom_scale", caps_custom_scale},
+                                                  {"cross_lengths", caps_cross_lengths},
+                                                  {"nonfinite_safe", caps_nonfinite_safe}};
+  EXPECT_EQ(py.at("caps").get<decltype(flags3)>(), caps);
+  const std::map<std::string, std::uint32_t> result{{"weights", result_weights}, {"lse", result_lse}};
+  EXPECT_EQ(py.at("result").get<decltype(flags3)>(), result);
+  EXPECT_EQ(py.at("d_sinks").get<std::uint32_t>(), std::uint32_t(gradients_d_sinks));
 }
 
 // The source explains itself: a comment says why, not which issue asked (the issue's number is history, kept

@@ -640,7 +640,10 @@ namespace {
 // read in a kernel would make a kill depend on memory), where the kill tests, whose question is the default
 // build's, do not run. Each entry is called on every case; whether a law would hold is not asked.
 TEST(Zoo, everyEntryRunsOnDrawnCasesOfWhatItDeclares) {
-  Law exercise{.name = "exercise", .summary = "calls the implementation", .why = "sanitizer coverage",
+  Law exercise{.name = "exercise",
+               .summary = "calls the implementation",
+               .why = "sanitizer coverage",
+               .doc = {},
                .not_applicable = [](const GenConfig&) { return std::string(); },
                .gen = [](const GenConfig& cfg) { return gen_problem(cfg); },
                .check = [](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {

@@ -12,6 +12,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <memory>
 #include <numeric>
 
 namespace attncheck {
@@ -237,26 +238,28 @@ struct ShrinkRules {
   std::vector<Index> long_lengths{};  ///< GenConfig::long_lengths: T moves only between these
 };
 
-// Every shape one step simpler than s, bigger steps first. The whole geometry is one shrinkable, so after any
-// accepted step all extents are tried again: gen::exec never returns to an earlier draw, so a T_q that could
-// not shrink while T_k was still large stayed large after T_k shrank. Each axis is cut from its end (by halves,
-// then by one) and then loses any single index: the query that fails need not be the last, nor the batch
-// entry, head or D coordinate. A square case loses a position from q, k and v at once; a kernel that accepts
-// T_q != T_k may also lose a query alone or a key alone, and may become cross-length under either alignment
-// (T_q = 1, T_k = 17 is reachable from T_q = T_k = 17), and, as a last resort, trade its first or last query for a
-// key more (fewer queries is simpler: T_q = 2, T_k = 1 bottom-right and T_q = 1, T_k = 2 have as many rows, and
-// the second is where the kill matrix's minimal cases are). H and H_kv shrink together (H_kv always divides H): a
-// whole kv group, or the same query head of every group. Padding and the window shrink toward none. No T goes
-// below min_T.
-std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rules) {
-  const bool cross = rules.cross, gqa = rules.gqa;
-  const Capabilities& caps = rules.caps;
-  const Index min_T = rules.min_T;
-  const ProblemOptions& opts = rules.opts;
+// The shrink steps of one shape, in order (shape_shrinks): each axis's steps append to `out`, through add (the key
+// lengths fitted to the step, padded and clamped) or add_fitted (a step whose lengths are already right).
+struct ShapeShrinks {
+  ShapeShrinks(const CaseShape& shape, const ShrinkRules& r)
+      : s(shape),
+        rules(r),
+        cross(r.cross),
+        gqa(r.gqa),
+        caps(r.caps),
+        min_T(r.min_T),
+        opts(r.opts),
+        bottom_right(r.caps.supports(CausalAlignment::BottomRight)) {}
+  const CaseShape& s;
+  const ShrinkRules& rules;
+  const bool cross, gqa;
+  const Capabilities& caps;
+  const Index min_T;
+  const ProblemOptions& opts;
+  const bool bottom_right;
   std::vector<CaseShape> out;
-  if (rules.pinned) return out;
-  const bool bottom_right = caps.supports(CausalAlignment::BottomRight);
-  const auto add_fitted = [&](CaseShape c) {
+
+  void add_fitted(CaseShape c) {
     if (c.T_q < min_T || c.T_k < min_T) return;
     // Never a shape the implementation does not declare (a cross-length regime, a head dimension).
     if (!caps.supports_lengths(c.T_q, c.T_k) || !caps.supports_head_dims(c.D, c.value_dim())) return;
@@ -266,49 +269,57 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       c.alignment = CausalAlignment::BottomRight;
       out.push_back(c);
     }
-  };
-  const auto add = [&](const CaseShape& c) {
+  }
+  void add(const CaseShape& c) {
     const CaseShape padded = fit_key_lengths(c, s.T_k, true), clamped = fit_key_lengths(c, s.T_k, false);
     add_fitted(padded);
     if (clamped.key_lengths != padded.key_lengths) add_fitted(clamped);
-  };
-  for (const Index b : towards_one(s.B)) {
-    CaseShape c = s;
-    c.B = b;
-    c.b_ids = prefix(s.b_ids, b);
-    add(c);
   }
-  for (Index b = 0; b + 1 < s.B; ++b) {  // (the last one went with the cuts from the end)
-    CaseShape c = s;
-    --c.B;
-    c.b_ids = erased(s.b_ids, b);
-    if (!c.key_lengths.empty()) c.key_lengths.erase(c.key_lengths.begin() + b);
-    add(c);
-  }
-  // Fewer query heads per kv head, fewer kv heads with the same group size, then fewer heads of either kind.
-  const Index group = s.H / s.H_kv;
-  for (const Index g : towards_one(group)) add(keep_heads(s, iota(s.H_kv), iota(g)));
-  for (const Index kv : towards_one(s.H_kv)) add(keep_heads(s, iota(kv), iota(group)));
-  for (Index g = 0; g + 1 < s.H_kv; ++g) add(keep_heads(s, erased(iota(s.H_kv), g), iota(group)));
-  for (Index r = 0; r + 1 < group; ++r) add(keep_heads(s, iota(s.H_kv), erased(iota(group), r)));
-  for (const Index h : towards_one(group > 1 ? s.H : 1)) {  // (without groups, the kv cuts above did this)
-    CaseShape c = s;
-    c.H = h;
-    c.H_kv = std::gcd(h, s.H_kv);
-    c.h_ids = prefix(s.h_ids, h);
-    c.kv_ids = prefix(s.kv_ids, c.H_kv);
-    add(c);
-  }
-  for (const Index kv : divisors(s.H))  // grouping heads is a step only for kernels that accept it
-    if (gqa && kv < s.H_kv) {
+
+  // Fewer batch entries: cut from the end, then any single one.
+  void batch() {
+    for (const Index b : towards_one(s.B)) {
       CaseShape c = s;
-      c.H_kv = kv;
-      c.kv_ids = prefix(s.kv_ids, kv);
+      c.B = b;
+      c.b_ids = prefix(s.b_ids, b);
       add(c);
     }
-  if (!rules.long_lengths.empty()) {
-    // --long: the keys only to a shorter long length (a wrap at 2^15 shows at 2^15 + 1 and never below), the queries
-    // of a square case to as many or to one (a decode step), those of a chunk toward one.
+    for (Index b = 0; b + 1 < s.B; ++b) {  // (the last one went with the cuts from the end)
+      CaseShape c = s;
+      --c.B;
+      c.b_ids = erased(s.b_ids, b);
+      if (!c.key_lengths.empty()) c.key_lengths.erase(c.key_lengths.begin() + b);
+      add(c);
+    }
+  }
+
+  void heads() {
+    // Fewer query heads per kv head, fewer kv heads with the same group size, then fewer heads of either kind.
+    const Index group = s.H / s.H_kv;
+    for (const Index g : towards_one(group)) add(keep_heads(s, iota(s.H_kv), iota(g)));
+    for (const Index kv : towards_one(s.H_kv)) add(keep_heads(s, iota(kv), iota(group)));
+    for (Index g = 0; g + 1 < s.H_kv; ++g) add(keep_heads(s, erased(iota(s.H_kv), g), iota(group)));
+    for (Index r = 0; r + 1 < group; ++r) add(keep_heads(s, iota(s.H_kv), erased(iota(group), r)));
+    for (const Index h : towards_one(group > 1 ? s.H : 1)) {  // (without groups, the kv cuts above did this)
+      CaseShape c = s;
+      c.H = h;
+      c.H_kv = std::gcd(h, s.H_kv);
+      c.h_ids = prefix(s.h_ids, h);
+      c.kv_ids = prefix(s.kv_ids, c.H_kv);
+      add(c);
+    }
+    for (const Index kv : divisors(s.H))  // grouping heads is a step only for kernels that accept it
+      if (gqa && kv < s.H_kv) {
+        CaseShape c = s;
+        c.H_kv = kv;
+        c.kv_ids = prefix(s.kv_ids, kv);
+        add(c);
+      }
+  }
+
+  // --long: the keys only to a shorter long length (a wrap at 2^15 shows at 2^15 + 1 and never below), the queries
+  // of a square case to as many or to one (a decode step), those of a chunk toward one.
+  void long_lengths() {
     for (const Index len : rules.long_lengths) {
       if (len >= s.T_k) continue;
       CaseShape c = s;
@@ -332,7 +343,10 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
         c.alignment = CausalAlignment::BottomRight;
         add_fitted(fit_key_lengths(c, s.T_k, false));
       }
-  } else if (s.T_q == s.T_k) {
+  }
+
+  // A square case: q, k and v lose positions together.
+  void square_lengths() {
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
       c.T_q = c.T_k = t;
@@ -357,7 +371,9 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       add_fitted(c);
     }
   }
-  if (cross && rules.long_lengths.empty()) {
+
+  // T_q != T_k allowed: queries or keys alone, and a query traded for a key.
+  void cross_lengths() {
     for (const Index t : towards_one(s.T_q)) {
       CaseShape c = s;
       c.T_q = t;
@@ -401,134 +417,149 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
       add_fitted(c);  // the lengths were moved along above
     }
   }
-  for (const Index d : towards_one(s.D)) {
-    CaseShape c = s;
-    c.D = d;
-    c.d_ids = prefix(s.d_ids, d);
-    add(c);
-  }
-  for (Index d = 0; d + 1 < s.D; ++d) {
-    CaseShape c = s;
-    --c.D;
-    c.d_ids = erased(s.d_ids, d);
-    add(c);
-  }
-  if (s.D_v > 0) {  // V's own head dimension: toward D (V keyed by d_ids again), then fewer V coordinates
-    CaseShape c = s;
-    c.D_v = 0;
-    c.dv_ids.clear();
-    add(c);
-    for (const Index d : towards_one(s.D_v)) {
-      CaseShape l = s;
-      l.D_v = d;
-      l.dv_ids = prefix(s.dv_ids, d);
-      add(l);
+
+  void head_dims() {
+    for (const Index d : towards_one(s.D)) {
+      CaseShape c = s;
+      c.D = d;
+      c.d_ids = prefix(s.d_ids, d);
+      add(c);
     }
-    for (Index d = 0; d + 1 < s.D_v; ++d) {
-      CaseShape l = s;
-      --l.D_v;
-      l.dv_ids = erased(s.dv_ids, d);
-      add(l);
+    for (Index d = 0; d + 1 < s.D; ++d) {
+      CaseShape c = s;
+      --c.D;
+      c.d_ids = erased(s.d_ids, d);
+      add(c);
     }
-  }
-  if (!s.key_lengths.empty()) {
-    CaseShape c = s;
-    c.key_lengths.clear();
-    if (!opts.require.has(Feature::key_padding)) add(c);
-    for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
-      auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
-      while (auto len = seq.next()) {
+    if (s.D_v > 0) {  // V's own head dimension: toward D (V keyed by d_ids again), then fewer V coordinates
+      CaseShape c = s;
+      c.D_v = 0;
+      c.dv_ids.clear();
+      add(c);
+      for (const Index d : towards_one(s.D_v)) {
         CaseShape l = s;
-        l.key_lengths[b] = *len;
+        l.D_v = d;
+        l.dv_ids = prefix(s.dv_ids, d);
+        add(l);
+      }
+      for (Index d = 0; d + 1 < s.D_v; ++d) {
+        CaseShape l = s;
+        --l.D_v;
+        l.dv_ids = erased(s.dv_ids, d);
         add(l);
       }
     }
   }
-  if (s.window) {
-    CaseShape c = s;
-    c.window.reset();
-    if (!opts.require.has(Feature::window)) add(c);
-    for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
-      CaseShape l = s;
-      l.window = w - 1;
-      add(l);
+
+  void padding_and_window() {
+    if (!s.key_lengths.empty()) {
+      CaseShape c = s;
+      c.key_lengths.clear();
+      if (!opts.require.has(Feature::key_padding)) add(c);
+      for (std::size_t b = 0; b < s.key_lengths.size(); ++b) {
+        auto seq = rc::shrink::towards<Index>(s.key_lengths[b], s.T_k);
+        while (auto len = seq.next()) {
+          CaseShape l = s;
+          l.key_lengths[b] = *len;
+          add(l);
+        }
+      }
+    }
+    if (s.window) {
+      CaseShape c = s;
+      c.window.reset();
+      if (!opts.require.has(Feature::window)) add(c);
+      for (const Index w : towards_one(*s.window + 1)) {  // toward window 0
+        CaseShape l = s;
+        l.window = w - 1;
+        add(l);
+      }
     }
   }
-  // Masks beyond causal: each toward none (unless the law requires it), then toward its simplest value; the
-  // documents lose one bound at a time (two documents merge), for batch entries still in the case.
-  if (!s.doc_coords.empty()) {
-    CaseShape c = s;
-    c.doc_coords.clear();
-    c.q_doc_coords.clear();
-    if (!opts.require.has(Feature::documents)) add(c);
-    if (!s.q_doc_coords.empty()) {  // the queries' documents derived from their positions
-      CaseShape m = s;
-      m.q_doc_coords.clear();
-      add(m);
-    }
-    for (const Index b : s.b_ids)
-      for (std::size_t d = 0; d < s.doc_coords[std::size_t(b)].size(); ++d) {
+
+  void documents() {
+    // Masks beyond causal: each toward none (unless the law requires it), then toward its simplest value; the
+    // documents lose one bound at a time (two documents merge), for batch entries still in the case.
+    if (!s.doc_coords.empty()) {
+      CaseShape c = s;
+      c.doc_coords.clear();
+      c.q_doc_coords.clear();
+      if (!opts.require.has(Feature::documents)) add(c);
+      if (!s.q_doc_coords.empty()) {  // the queries' documents derived from their positions
         CaseShape m = s;
-        auto& bounds = m.doc_coords[std::size_t(b)];
-        bounds.erase(bounds.begin() + std::ptrdiff_t(d));
-        if (!m.q_doc_coords.empty()) {  // the same document merges for the queries
-          auto& q_bounds = m.q_doc_coords[std::size_t(b)];
-          q_bounds.erase(q_bounds.begin() + std::ptrdiff_t(d));
-        }
+        m.q_doc_coords.clear();
         add(m);
       }
-  }
-  if (s.chunk > 0) {
-    CaseShape c = s;
-    c.chunk = 0;
-    if (!opts.require.has(Feature::chunked_local)) add(c);
-    for (const Index w : towards_one(s.chunk)) {
-      CaseShape l = s;
-      l.chunk = w;
-      add(l);
+      for (const Index b : s.b_ids)
+        for (std::size_t d = 0; d < s.doc_coords[std::size_t(b)].size(); ++d) {
+          CaseShape m = s;
+          auto& bounds = m.doc_coords[std::size_t(b)];
+          bounds.erase(bounds.begin() + std::ptrdiff_t(d));
+          if (!m.q_doc_coords.empty()) {  // the same document merges for the queries
+            auto& q_bounds = m.q_doc_coords[std::size_t(b)];
+            q_bounds.erase(q_bounds.begin() + std::ptrdiff_t(d));
+          }
+          add(m);
+        }
     }
-    // A chunk one shorter over one key fewer at the front: a query in the second chunk keeps its offset in it
-    // (neither step alone does: both move the chunk boundaries relative to the query).
-    if (s.chunk > 1 && s.T_k > 1) {
-      CaseShape l = s;
-      --l.chunk;
-      delete_key(l, 0);
-      if (s.T_q == s.T_k) {
-        l.q_ids = erased(s.q_ids, 0);
-        --l.T_q;
+  }
+
+  void other_masks() {
+    if (s.chunk > 0) {
+      CaseShape c = s;
+      c.chunk = 0;
+      if (!opts.require.has(Feature::chunked_local)) add(c);
+      for (const Index w : towards_one(s.chunk)) {
+        CaseShape l = s;
+        l.chunk = w;
+        add(l);
       }
-      add_fitted(l);
+      // A chunk one shorter over one key fewer at the front: a query in the second chunk keeps its offset in it
+      // (neither step alone does: both move the chunk boundaries relative to the query).
+      if (s.chunk > 1 && s.T_k > 1) {
+        CaseShape l = s;
+        --l.chunk;
+        delete_key(l, 0);
+        if (s.T_q == s.T_k) {
+          l.q_ids = erased(s.q_ids, 0);
+          --l.T_q;
+        }
+        add_fitted(l);
+      }
+    }
+    if (s.prefix > 0) {
+      CaseShape c = s;
+      c.prefix = 0;
+      if (!opts.require.has(Feature::prefix)) add(c);
+      for (const Index w : towards_one(s.prefix)) {
+        CaseShape l = s;
+        l.prefix = w;
+        add(l);
+      }
+    }
+    if (s.window_right) {
+      CaseShape c = s;
+      c.window_right.reset();
+      if (!opts.require.has(Feature::right_window)) add(c);
+      for (const Index w : towards_one(*s.window_right + 1)) {  // toward 0
+        CaseShape l = s;
+        l.window_right = w - 1;
+        add(l);
+      }
+    }
+    if (s.bidirectional && !opts.require.has(Feature::bidirectional)) {
+      CaseShape c = s;
+      c.bidirectional = false;
+      add(c);
     }
   }
-  if (s.prefix > 0) {
-    CaseShape c = s;
-    c.prefix = 0;
-    if (!opts.require.has(Feature::prefix)) add(c);
-    for (const Index w : towards_one(s.prefix)) {
-      CaseShape l = s;
-      l.prefix = w;
-      add(l);
-    }
-  }
-  if (s.window_right) {
-    CaseShape c = s;
-    c.window_right.reset();
-    if (!opts.require.has(Feature::right_window)) add(c);
-    for (const Index w : towards_one(*s.window_right + 1)) {  // toward 0
-      CaseShape l = s;
-      l.window_right = w - 1;
-      add(l);
-    }
-  }
-  if (s.bidirectional && !opts.require.has(Feature::bidirectional)) {
-    CaseShape c = s;
-    c.bidirectional = false;
-    add(c);
-  }
+
   // A block or dense mask: toward none, broadcast, every cell visible, blocks of 1; one block made full or one
   // cell made visible at a time once the case is small (each is one thing fewer for a reader to take in).
-  if (s.cells.kind != 0) {
-    const bool required = (s.cells.kind == 2 && opts.require.has(Feature::block_mask)) || (s.cells.kind == 1 && opts.require.has(Feature::dense_mask));
+  void cell_masks() {
+    if (s.cells.kind == 0) return;
+    const bool required = (s.cells.kind == 2 && opts.require.has(Feature::block_mask)) ||
+                          (s.cells.kind == 1 && opts.require.has(Feature::dense_mask));
     CaseShape c = s;
     c.cells = {};
     if (!required) add(c);
@@ -548,6 +579,11 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
         add(l);
       }
     }
+  }
+
+  // One block made full or one cell made visible at a time, once the case is small; smaller blocks.
+  void cell_mask_blocks_and_cells() {
+    if (s.cells.kind == 0) return;
     if (s.cells.kind == 2) {
       if (s.cells.kinds == 0) {  // random kinds: every block partial (the cells alone say), or their encoding
         for (const int k : {1, 2}) {
@@ -587,17 +623,51 @@ std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rule
             for (Index j = 0; j < d.T_k; ++j)
               if (!d.visible(b, h, i, j)) {
                 CaseShape l = s;
-                l.cells.shown_cells.push_back({cell_b(s, b), cell_h(s, h), s.q_ids[std::size_t(i)], s.k_ids[std::size_t(j)]});
+                l.cells.shown_cells.push_back(
+                    {cell_b(s, b), cell_h(s, h), s.q_ids[std::size_t(i)], s.k_ids[std::size_t(j)]});
                 add(l);
               }
     }
   }
-  if (s.alignment != kDefaultAlignment && caps.supports(kDefaultAlignment)) {
-    CaseShape c = s;
-    c.alignment = kDefaultAlignment;
-    out.push_back(c);
+
+  void alignment() {
+    if (s.alignment != kDefaultAlignment && caps.supports(kDefaultAlignment)) {
+      CaseShape c = s;
+      c.alignment = kDefaultAlignment;
+      out.push_back(c);
+    }
   }
-  return out;
+};
+
+// Every shape one step simpler than s, bigger steps first. The whole geometry is one shrinkable, so after any
+// accepted step all extents are tried again: gen::exec never returns to an earlier draw, so a T_q that could
+// not shrink while T_k was still large stayed large after T_k shrank. Each axis is cut from its end (by halves,
+// then by one) and then loses any single index: the query that fails need not be the last, nor the batch
+// entry, head or D coordinate. A square case loses a position from q, k and v at once; a kernel that accepts
+// T_q != T_k may also lose a query alone or a key alone, and may become cross-length under either alignment
+// (T_q = 1, T_k = 17 is reachable from T_q = T_k = 17), and, as a last resort, trade its first or last query for a
+// key more (fewer queries is simpler: T_q = 2, T_k = 1 bottom-right and T_q = 1, T_k = 2 have as many rows, and
+// the second is where the kill matrix's minimal cases are). H and H_kv shrink together (H_kv always divides H): a
+// whole kv group, or the same query head of every group. Padding and the window shrink toward none. No T goes
+// below min_T.
+std::vector<CaseShape> shape_shrinks(const CaseShape& s, const ShrinkRules& rules) {
+  if (rules.pinned) return {};
+  ShapeShrinks steps(s, rules);
+  steps.batch();
+  steps.heads();
+  if (!rules.long_lengths.empty())
+    steps.long_lengths();
+  else if (s.T_q == s.T_k)
+    steps.square_lengths();
+  if (rules.cross && rules.long_lengths.empty()) steps.cross_lengths();
+  steps.head_dims();
+  steps.padding_and_window();
+  steps.documents();
+  steps.other_masks();
+  steps.cell_masks();
+  steps.cell_mask_blocks_and_cells();
+  steps.alignment();
+  return std::move(steps.out);
 }
 
 }  // namespace
@@ -632,9 +702,8 @@ struct Drawn {
   int cells_kind = 0;  // 2 a block mask, 1 a dense mask
 };
 struct Allowed {
-  bool cross = false, gqa = false, padding = false, window = false, docs = false, query_docs = false, chunks = false,
-       prefix = false, right_window = false, bidirectional = false, block_masks = false, dense_masks = false,
-       v_dims = false;
+  bool cross = false;     // T_q != T_k
+  FeatureSet features{};  // each feature the law and the implementation allow
 };
 
 // Turns on, in `s`, each allowed feature whose bit is set (one bit each, in a fixed order: which bit is which never
@@ -643,6 +712,7 @@ struct Allowed {
 void apply_combination(CaseShape& s, const Drawn& d, std::uint64_t bits, const Allowed& a, const Capabilities& caps,
                        Index min_T, Index max_H_kv) {
   const auto bit = [bits](int n) { return (bits >> n) & 1u; };
+  const auto on = [&](Feature f, int n) { return a.features.has(f) && bit(n); };
   if (a.cross && bit(0)) {  // the cross-length regime: fewer queries than keys (bit 1) or more
     const Index lo = std::min(s.T_q, s.T_k), hi = std::max(s.T_q, s.T_k);
     const Index shorter = lo < hi ? lo : std::max(min_T, lo - 1), longer = lo < hi ? hi : lo + 1;
@@ -654,7 +724,7 @@ void apply_combination(CaseShape& s, const Drawn& d, std::uint64_t bits, const A
     }
   }
   if (bit(2) && s.T_q != s.T_k && caps.supports(CausalAlignment::BottomRight)) s.alignment = CausalAlignment::BottomRight;
-  if (a.gqa && bit(3) && s.H_kv == s.H && s.H > 1) {  // grouped: the largest kv-head count below H it allows
+  if (on(Feature::gqa, 3) && s.H_kv == s.H && s.H > 1) {  // grouped: the largest kv-head count below H it allows
     const std::vector<Index> ds = divisors(s.H);
     for (auto it = ds.rbegin(); it != ds.rend(); ++it)
       if (*it < s.H && (max_H_kv <= 0 || *it <= max_H_kv)) {
@@ -662,22 +732,24 @@ void apply_combination(CaseShape& s, const Drawn& d, std::uint64_t bits, const A
         break;
       }
   }
-  if (a.padding && bit(4) && s.key_lengths.empty() && !d.key_lengths.empty())
+  if (on(Feature::key_padding, 4) && s.key_lengths.empty() && !d.key_lengths.empty())
     s.key_lengths.assign(d.key_lengths.begin(), d.key_lengths.begin() + std::min<Index>(s.B, Index(d.key_lengths.size())));
-  if (a.window && bit(5) && !s.window) s.window = d.window;
-  if (a.docs && bit(6) && s.doc_coords.empty()) s.doc_coords = d.doc_coords;
-  if (a.query_docs && bit(7) && !s.doc_coords.empty() && s.q_doc_coords.empty()) s.q_doc_coords = d.q_doc_coords;
-  if (a.chunks && bit(8) && s.chunk == 0) s.chunk = d.chunk;
-  if (a.bidirectional && bit(9)) {
+  if (on(Feature::window, 5) && !s.window) s.window = d.window;
+  if (on(Feature::documents, 6) && s.doc_coords.empty()) s.doc_coords = d.doc_coords;
+  if (on(Feature::query_documents, 7) && !s.doc_coords.empty() && s.q_doc_coords.empty())
+    s.q_doc_coords = d.q_doc_coords;
+  if (on(Feature::chunked_local, 8) && s.chunk == 0) s.chunk = d.chunk;
+  if (on(Feature::bidirectional, 9)) {
     s.bidirectional = true;
     s.prefix = 0;  // meaningless without the causal rule
   }
-  if (a.prefix && bit(10) && !s.bidirectional && s.prefix == 0) s.prefix = d.prefix;
-  if (a.right_window && bit(11) && !s.window_right) s.window_right = d.window_right;
+  if (on(Feature::prefix, 10) && !s.bidirectional && s.prefix == 0) s.prefix = d.prefix;
+  if (on(Feature::right_window, 11) && !s.window_right) s.window_right = d.window_right;
   const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
-  if ((a.block_masks || a.dense_masks) && bit(12) && s.cells.kind == 0 && small) s.cells.kind = d.cells_kind;
+  const bool cells = a.features.has(Feature::block_mask) || a.features.has(Feature::dense_mask);
+  if (cells && bit(12) && s.cells.kind == 0 && small) s.cells.kind = d.cells_kind;
   if (!small) s.cells.kind = 0;
-  if (a.v_dims && bit(13) && s.D_v == 0 && d.D_v > 0) {
+  if (on(Feature::v_head_dim, 13) && s.D_v == 0 && d.D_v > 0) {
     s.D_v = d.D_v;
     s.dv_ids = iota(s.D_v);
   }
@@ -688,18 +760,36 @@ void apply_combination(CaseShape& s, const Drawn& d, std::uint64_t bits, const A
     for (Index& b : bounds) b = std::min(b, s.T_q);
 }
 
-std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, const ProblemOptions& opts) {
-  const Index min_T = std::max<Index>(cfg.min_T, 1);
-  const Index max_T = std::max(min_T, std::min<Index>(cfg.max_T, cfg.caps.max_T));
-  const Index max_tail = std::max<Index>(max_T, std::min<Index>(cfg.max_T_tail, cfg.caps.max_T));
+// What the first draw of a run's shapes needs, fixed for the run: its bounds, the features the law and the
+// implementation allow, and the generators of T and D. first_shape makes the draws in the order of the draw_*
+// functions below, each feature after everything it may change, so that a feature adds draws without moving an
+// earlier one. The rule that makes a case's draws independent of what shrinks later: every draw is
+// unconditional, made whatever the values drawn before it (a draw made only for some values of an earlier one
+// would shift every later draw when shrinking changes that value, and the case would change entirely instead of
+// shrinking). Conditions on the run (its capabilities and options) are fine: they never change within a run.
+struct ShapeDraws {
+  GenConfig cfg;
+  ProblemOptions opts;
+  Index min_T = 1, max_T = 1, max_tail = 1;
+  std::vector<Index> edges{}, tail_edges{};  // tile edges up to max_T and up to max_tail
+  FeatureSet allowed{};                  // the features a case may use (ProblemOptions::may_use)
+  bool cross = false;                    // T_q != T_k allowed
+  // --long's key lengths (empty: an ordinary run); with the queries bounded (long_max_T_q), only where a case may be
+  // a cache call (a law that draws square cases only then gets the ordinary lengths).
+  std::vector<Index> long_lengths{};
+  bool cache_shapes = false;  // a cross-length case may become a decode step or a prefill chunk
+  bool empty_rows = false;    // every case has a row that sees no key (T_q > T_k, bottom-right)
+  rc::Gen<Index> gen_D = rc::gen::just(Index{1});
+
+  const Capabilities& caps() const { return cfg.caps; }
+  bool has(Feature f) const { return allowed.has(f); }
   // T: usually in [min_T, max_T], one case in three at a tile edge (2^k, 2^k ± 1, 16m, 16m ± 1: where tiled
   // kernels change loop trip counts and leave ragged ends), one in ten in the tail up to max_tail (an edge or
   // anywhere). inRange scales with size, so long sequences come only as RapidCheck's size grows.
-  const std::vector<Index> edges = tile_edge_lengths(min_T, max_T), tail_edges = tile_edge_lengths(min_T, max_tail);
-  const auto pick = [](std::vector<Index> from) {
-    return rc::gen::map(rc::gen::inRange<std::size_t>(0, from.size()), [from](std::size_t k) { return from[k]; });
-  };
-  const auto gen_T = [=] {
+  rc::Gen<Index> gen_T() const {
+    const auto pick = [](std::vector<Index> from) {
+      return rc::gen::map(rc::gen::inRange<std::size_t>(0, from.size()), [from](std::size_t k) { return from[k]; });
+    };
     std::vector<std::pair<std::size_t, rc::Gen<Index>>> choices{{12, rc::gen::inRange<Index>(min_T, max_T + 1)}};
     if (!edges.empty()) choices.push_back({6, pick(edges)});
     if (max_tail > max_T) {
@@ -707,340 +797,410 @@ std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, con
       choices.push_back({1, pick(tail_edges)});
     }
     return rc::gen::join(weighted_choice(choices));
-  };
-  const auto gen_D = gen_head_dim(cfg);
-  const bool cross = opts.allow_cross_lengths && cfg.caps.cross_lengths;
-  const FeatureSet declared = declared_features(cfg.caps);
-  const auto may = [&](Feature f) { return opts.may_use(f, declared); };
-  const bool gqa = may(Feature::gqa), padding = may(Feature::key_padding), window = may(Feature::window);
-  const bool query_docs = may(Feature::query_documents), v_dims = may(Feature::v_head_dim);
-  const bool docs = may(Feature::documents), chunks = may(Feature::chunked_local), prefix = may(Feature::prefix),
-             right_window = may(Feature::right_window), bidirectional = may(Feature::bidirectional);
-  const bool block_masks = may(Feature::block_mask), dense_masks = may(Feature::dense_mask);
-  const Capabilities caps = cfg.caps;
-  const Index max_B = cfg.max_B, max_H_kv = cfg.max_H_kv;
-  const auto pinned = cfg.shape;
+  }
+};
+
+ShapeDraws shape_draws(const GenConfig& cfg, const ProblemOptions& opts) {
+  ShapeDraws d{.cfg = cfg, .opts = opts};
+  const Capabilities& caps = cfg.caps;
+  d.min_T = std::max<Index>(cfg.min_T, 1);
+  d.max_T = std::max(d.min_T, std::min<Index>(cfg.max_T, caps.max_T));
+  d.max_tail = std::max<Index>(d.max_T, std::min<Index>(cfg.max_T_tail, caps.max_T));
+  d.edges = tile_edge_lengths(d.min_T, d.max_T);
+  d.tail_edges = tile_edge_lengths(d.min_T, d.max_tail);
+  d.gen_D = gen_head_dim(cfg);
+  d.cross = opts.allow_cross_lengths && caps.cross_lengths;
+  const FeatureSet declared = declared_features(caps);
+  for (const FeatureRow& f : kFeatures)
+    if (opts.may_use(f.id, declared)) d.allowed.add(f.id);
   // KV-cache shapes (a decode step, a prefill chunk) are bottom-right cross-length calls, of any length: not
   // under --min-T above 1 or a pinned shape.
-  // --long; with the queries bounded (long_max_T_q), only where a case may be a cache call (a law that draws square
-  // cases only then gets the ordinary lengths).
-  const bool cache_possible = cross && cfg.caps.q_shorter && cfg.caps.supports(CausalAlignment::BottomRight);
-  const std::vector<Index> long_lengths =
-      pinned || (cfg.long_max_T_q > 0 && !cache_possible) ? std::vector<Index>{} : cfg.long_lengths;
-  const Index long_max_T_q = cfg.long_max_T_q;
-  const bool cache_shapes = cross && caps.q_shorter && caps.supports(CausalAlignment::BottomRight) && max_tail >= 2 &&
-                            min_T <= 1 && !pinned && long_lengths.empty();
-  const bool empty_rows =
-      opts.require_empty_row && cross && caps.q_longer && caps.supports(CausalAlignment::BottomRight);
-  // Combinations: the features of a call this law and this implementation allow, each on its own share of the
-  // cases (below); with two or more, half the cases also turn each on at random (see apply_combination).
-  const int combinable = int(cross) + gqa + padding + window + docs + chunks + prefix + right_window + bidirectional +
-                         (block_masks || dense_masks) + v_dims;
-  // The first value is drawn with ordinary generators; shrinking is shape_shrinks' alone.
-  const auto initial = rc::gen::exec([=] {
+  const bool cache_possible = d.cross && caps.q_shorter && caps.supports(CausalAlignment::BottomRight);
+  if (!cfg.shape && (cfg.long_max_T_q <= 0 || cache_possible)) d.long_lengths = cfg.long_lengths;
+  d.cache_shapes = cache_possible && d.max_tail >= 2 && d.min_T <= 1 && !cfg.shape && d.long_lengths.empty();
+  d.empty_rows = opts.require_empty_row && d.cross && caps.q_longer && caps.supports(CausalAlignment::BottomRight);
+  return d;
+}
+
+// B, H, T_q, T_k (as many cases cross-length as not, where allowed) and D; a pinned shape's instead. Whether T_k
+// differs from T_q.
+bool draw_extents(const ShapeDraws& d, CaseShape& s) {
+  s.B = *rc::gen::inRange<Index>(1, d.cfg.max_B + 1);
+  s.H = *rc::gen::inRange<Index>(1, d.cfg.max_H + 1);
+  s.T_q = *d.gen_T();
+  const bool differ = d.cross && *weighted_choice<bool>({{2, false}, {1, true}});
+  const Index T_k = *d.gen_T();
+  s.T_k = differ ? T_k : s.T_q;
+  s.D = *d.gen_D;
+  if (const auto& pinned = d.cfg.shape) {
+    s.B = (*pinned)[0];
+    s.H = (*pinned)[1];
+    s.T_q = (*pinned)[2];
+    s.T_k = (*pinned)[3];
+    s.D = (*pinned)[4];
+  }
+  return differ;
+}
+
+// --long: keys of a long length; a decode step (half the cases), a prefill chunk of up to 64 queries (or
+// long_max_T_q), or square (unless long_max_T_q bounds the queries), both cross ones bottom-right where declared
+// (square otherwise).
+void draw_long_lengths(const ShapeDraws& d, CaseShape& s) {
+  if (d.long_lengths.empty()) return;
+  const Index len_pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
+  const Index q_pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const Index long_max_T_q = d.cfg.long_max_T_q;
+  s.T_k = d.long_lengths[std::size_t(len_pick) % d.long_lengths.size()];
+  const bool cache = d.cross && d.caps().q_shorter && d.caps().supports(CausalAlignment::BottomRight);
+  const Index chunk_max = std::min<Index>(long_max_T_q > 0 ? long_max_T_q : 64, s.T_k - 1);
+  if (!cache || (kind == 2 && long_max_T_q == 0)) {
+    s.T_q = s.T_k;
+  } else {
+    s.T_q = kind == 1 && chunk_max >= 2 ? 2 + q_pick % (chunk_max - 1) : 1;
+    s.alignment = CausalAlignment::BottomRight;
+  }
+}
+
+void draw_alignment(const ShapeDraws& d, CaseShape& s) {
+  const Capabilities& caps = d.caps();
+  if (!caps.alignments.empty()) {
+    std::vector<std::pair<std::size_t, CausalAlignment>> choices;
+    for (const auto a : caps.alignments) choices.emplace_back(1, a);
+    const CausalAlignment drawn = *weighted_choice(choices);
+    // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
+    s.alignment = s.T_q != s.T_k || !caps.supports(s.alignment) ? drawn : s.alignment;
+  }
+  if (!d.long_lengths.empty() && s.T_q != s.T_k) s.alignment = CausalAlignment::BottomRight;  // a cache
+}
+
+// H_kv among the divisors of H: all of them (no grouping), one (multi-query), or, a third each, a divisor strictly
+// between 1 and H (true grouping: several kv heads, several query heads each). That needs an H such as 4 or 6,
+// rare among small draws, so such a case takes the largest one within --max-H (never with a pinned shape: its H is
+// the user's).
+void draw_kv_heads(const ShapeDraws& d, CaseShape& s) {
+  s.H_kv = s.H;
+  if (!d.has(Feature::gqa)) return;
+  const int kind = *rc::gen::inRange(0, 3);
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  if (kind == 2 && inner_divisors(s.H).empty() && !d.cfg.shape)
+    for (Index h = d.cfg.max_H; h > s.H; --h)
+      if (!inner_divisors(h).empty()) {
+        s.H = h;
+        break;
+      }
+  const std::vector<Index> ds = divisors(s.H), inner = inner_divisors(s.H);
+  s.H_kv = kind == 0 ? s.H : kind == 1 || inner.empty() ? 1 : inner[std::size_t(pick) % inner.size()];
+  if (d.cfg.max_H_kv > 0 && s.H_kv > d.cfg.max_H_kv)  // the largest divisor within --max-Hkv
+    s.H_kv = *std::prev(std::upper_bound(ds.begin(), ds.end(), d.cfg.max_H_kv));
+}
+
+// Half the cases padded; each entry's length is then T_k (unpadded), 0 (all padding) or anywhere between.
+void draw_key_lengths(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::key_padding)) return;
+  const bool padded = *rc::gen::arbitrary<bool>();
+  std::vector<Index> lengths;
+  for (Index b = 0; b < d.cfg.max_B; ++b) {
+    const int kind = *weighted_choice<int>({{2, 2}, {1, 0}, {1, 1}});
+    const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+    lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
+  }
+  drawn.key_lengths = lengths;
+  if (padded || d.opts.require.has(Feature::key_padding))
+    s.key_lengths.assign(lengths.begin(), lengths.begin() + std::min<Index>(s.B, d.cfg.max_B));
+}
+
+// Half the cases windowed: 0 (a query sees only its own key), 1, at or beyond T (no key is ever old enough to
+// leave it, which must equal no window), or anything up to there, a quarter each.
+void draw_window(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::window)) return;
+  const bool windowed = *rc::gen::arbitrary<bool>();
+  const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}, {1, 3}});  // whatever the size
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const Index T = std::max(s.T_q, s.T_k);
+  drawn.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
+  if (windowed || d.opts.require.has(Feature::window)) s.window = drawn.window;
+}
+
+// KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to max-T), one
+// in four a prefill chunk (T_q < T_k queries, the last ones), both bottom-right; the other half stay as drawn
+// (T_q > T_k among them: the rows that see no key). Square cases are left alone. Half the decode steps run over a
+// long cache, T_k in (max_T / 2, max_T] whatever RapidCheck's size (the other lengths grow with it, so early cases
+// are short): split-KV decode kernels change path past their first block of keys (32, 64), and a decode-only bug
+// there must be met in every run.
+void draw_cache_shape(const ShapeDraws& d, CaseShape& s, bool differ) {
+  if (!d.cache_shapes) return;
+  const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const std::uint64_t long_pick = *rc::Gen<std::uint64_t>([](const rc::Random& random, int) {
+    return rc::shrinkable::just(rc::Random(random).next());  // not scaled by the size
+  });
+  if (!differ || kind == 0) return;
+  const Index old_T_k = s.T_k;
+  s.T_k = std::max<Index>({s.T_q, s.T_k, 2});
+  const Index long_from = std::max<Index>(2, d.max_T / 2 + 1);
+  if (kind == 1 && long_pick % 2 == 0 && d.max_T >= long_from)
+    s.T_k = long_from + Index((long_pick / 2) % std::uint64_t(d.max_T - long_from + 1));
+  s.T_q = kind == 1 ? 1 : 1 + pick % (s.T_k - 1);
+  s.alignment = CausalAlignment::BottomRight;
+  s = fit_key_lengths(s, old_T_k, false);
+}
+
+// The lengths reordered (no draw, so no later draw shifts): more queries than keys, bottom-right, where every case
+// must have a row that sees no key (the first T_q - T_k queries see nothing); and a regime the implementation does
+// not declare (T_q < T_k, or T_q > T_k) turned the other way round when that one is declared, else square.
+void reorder_lengths(const ShapeDraws& d, CaseShape& s) {
+  if (d.cfg.shape) return;
+  if (d.empty_rows) {
+    if (s.T_q < s.T_k)
+      std::swap(s.T_q, s.T_k);
+    else if (s.T_q == s.T_k && s.T_k > d.min_T)
+      --s.T_k;
+    else if (s.T_q == s.T_k)
+      ++s.T_q;
+    s.alignment = CausalAlignment::BottomRight;
+  }
+  if (s.T_q != s.T_k && !d.caps().supports_lengths(s.T_q, s.T_k)) {
+    if (d.caps().supports_lengths(s.T_k, s.T_q))
+      std::swap(s.T_q, s.T_k);
+    else
+      s.T_k = s.T_q;
+  }
+}
+
+// Masks beyond causal, drawn after the lengths (so every earlier draw stays as it was) and only for an
+// implementation that declares them.
+
+// Half the cases packed: each batch entry 0-4 bounds, each anywhere in [0, T_k], at a tile edge (16m, 16m ± 1,
+// 2^k ± 1: where a kernel's tile meets a document boundary) or one of 0, 1, T_k - 1, T_k, or the bound before it
+// again (an empty document). Draws are unconditional (a fixed count per entry).
+std::vector<std::vector<Index>> draw_doc_bounds(const ShapeDraws& d, const CaseShape& s) {
+  const std::vector<Index> edges_k = tile_edge_lengths(1, std::max<Index>(s.T_k, 1));
+  std::vector<std::vector<Index>> coords;
+  for (Index b = 0; b < std::max(d.cfg.max_B, s.B); ++b) {
+    const Index n = *rc::gen::inRange<Index>(0, 5);
+    std::vector<Index> bounds;
+    for (Index k = 0; k < 4; ++k) {
+      const int kind = *weighted_choice<int>({{2, 0}, {2, 1}, {1, 2}, {1, 3}});
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      if (k >= n) continue;
+      const Index ends[] = {0, 1, s.T_k - 1, s.T_k};
+      bounds.push_back(kind == 0   ? pick % (s.T_k + 1)
+                       : kind == 1 ? edges_k[std::size_t(pick) % edges_k.size()]
+                       : kind == 2 ? (bounds.empty() ? 0 : bounds.back())
+                                   : std::max<Index>(0, ends[pick % 4]));
+    }
+    std::sort(bounds.begin(), bounds.end());
+    coords.push_back(std::move(bounds));
+  }
+  return coords;
+}
+
+// Query bounds of their own (cu_seqlens_q beside cu_seqlens_k) for key bounds `coords`: each bound where the
+// derived one would be (the query at the key bound's aligned position) moved by -2 .. 2, or anywhere in [0, T_q],
+// or at 0 or T_q (a document without queries); as many as the entry's key bounds. Draws are unconditional (four per
+// entry).
+std::vector<std::vector<Index>> draw_query_doc_bounds(const CaseShape& s, const std::vector<std::vector<Index>>& coords) {
+  const Index offset = s.alignment == CausalAlignment::BottomRight ? s.T_k - s.T_q : 0;
+  std::vector<std::vector<Index>> q_coords;
+  for (std::size_t b = 0; b < coords.size(); ++b) {
+    std::vector<Index> bounds;
+    for (std::size_t k = 0; k < 4; ++k) {
+      const int kind = *weighted_choice<int>({{3, 0}, {1, 1}, {1, 2}});
+      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+      if (k >= coords[b].size()) continue;
+      const Index at = coords[b][k] - offset + pick % 5 - 2;
+      bounds.push_back(
+          std::clamp<Index>(kind == 0 ? at : kind == 1 ? pick % (s.T_q + 1) : (pick % 2 ? s.T_q : 0), 0, s.T_q));
+    }
+    std::sort(bounds.begin(), bounds.end());
+    q_coords.push_back(std::move(bounds));
+  }
+  return q_coords;
+}
+
+// Half the cases packed, and half of those (where declared) with query bounds of their own.
+void draw_documents(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::documents)) return;
+  const bool packed = *rc::gen::arbitrary<bool>();
+  std::vector<std::vector<Index>> coords = draw_doc_bounds(d, s);
+  const bool with = packed || d.opts.require.has(Feature::documents);
+  if (d.has(Feature::query_documents)) {
+    const bool own = *rc::gen::arbitrary<bool>();
+    std::vector<std::vector<Index>> q_coords = draw_query_doc_bounds(s, coords);
+    drawn.q_doc_coords = q_coords;
+    if (own && with) s.q_doc_coords = std::move(q_coords);
+  }
+  drawn.doc_coords = coords;
+  if (with) s.doc_coords = std::move(coords);
+}
+
+// A quarter of the cases chunked: 1 (a query sees only itself), 2, a tile (16, 32, 64), a tile ± 1, at or past T
+// (one chunk: must equal no chunking), or anything in [1, T].
+void draw_chunks(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::chunked_local)) return;
+  const Index T = std::max(s.T_q, s.T_k);
+  const bool chunked = *weighted_choice<bool>({{3, false}, {1, true}});
+  const int kind = *rc::gen::inRange(0, 6);
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const Index tiles[] = {16, 32, 64};
+  const Index size = kind == 0   ? 1
+                     : kind == 1 ? 2
+                     : kind == 2 ? tiles[pick % 3]
+                     : kind == 3 ? tiles[pick % 3] + (pick / 3 % 2 ? 1 : -1)
+                     : kind == 4 ? T + Index(pick % 3)
+                                 : 1 + Index(pick % std::max<Index>(T, 1));
+  drawn.chunk = size;
+  if (chunked || d.opts.require.has(Feature::chunked_local)) s.chunk = size;
+}
+
+// A quarter of the cases without the causal rule (an encoder).
+void draw_bidirectional(const ShapeDraws& d, CaseShape& s) {
+  if (!d.has(Feature::bidirectional)) return;
+  const bool none = *weighted_choice<bool>({{3, false}, {1, true}});
+  if (none || d.opts.require.has(Feature::bidirectional)) s.bidirectional = true;
+}
+
+// A quarter of the cases with a bidirectional prefix: 1, a tile edge, T (everything bidirectional), or anything in
+// [1, T]. Meaningless without the causal rule, so not drawn then.
+void draw_prefix(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::prefix)) return;
+  const Index T = std::max(s.T_q, s.T_k);
+  const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
+  const int kind = *rc::gen::inRange(0, 4);
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const std::vector<Index> edges_t = tile_edge_lengths(1, std::max<Index>(T, 1));
+  const Index size = kind == 0   ? 1
+                     : kind == 1 ? edges_t[std::size_t(pick) % edges_t.size()]
+                     : kind == 2 ? T
+                                 : 1 + Index(pick % std::max<Index>(T, 1));
+  drawn.prefix = size;
+  if ((with || d.opts.require.has(Feature::prefix)) && !s.bidirectional) s.prefix = size;
+}
+
+// A quarter of the cases with a right window (with the causal rule it changes nothing but the prefix's reach): 0,
+// 1, at or past T, or anything up to there.
+void draw_right_window(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::right_window)) return;
+  const Index T = std::max(s.T_q, s.T_k);
+  const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
+  const int kind = *rc::gen::inRange(0, 4);
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  drawn.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
+  if (with || d.opts.require.has(Feature::right_window)) s.window_right = drawn.window_right;
+}
+
+// A third of the cases with a block mask and a third with a dense mask (where declared): blocks of 1, 2, 3, 4, 16,
+// 64, 128 (FlexAttention's default) or at or past T (one block), each axis on its own half the time; one mask for
+// every batch entry and head, or one per entry, per head or both (a kernel that broadcasts over the wrong axis
+// reads another's); cells at random (density 10-90%), k <= q (a causal block mask) or all visible; blocks at
+// random, all partial, or the cells' block encoding.
+void draw_cell_masks(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  const bool block_masks = d.has(Feature::block_mask), dense_masks = d.has(Feature::dense_mask);
+  if (!block_masks && !dense_masks) return;
+  const Index T = std::max(s.T_q, s.T_k);
+  CaseShape::Cells& m = s.cells;
+  const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}});
+  const Index sizes[] = {1, 2, 3, 4, 16, 64, 128, T, T + 1};
+  const Index bq = sizes[*rc::gen::inRange<std::size_t>(0, 9)], bk_pick = sizes[*rc::gen::inRange<std::size_t>(0, 9)];
+  const bool same = *rc::gen::arbitrary<bool>();
+  m.block_q = m.grid_q = std::max<Index>(bq, 1);
+  m.block_k = m.grid_k = std::max<Index>(same ? bq : bk_pick, 1);
+  m.per_batch = *weighted_choice<bool>({{1, false}, {1, true}});
+  m.per_head = *weighted_choice<bool>({{1, false}, {1, true}});
+  m.pattern = *weighted_choice<int>({{4, 0}, {2, 1}, {1, 2}});
+  m.density = 10 * *rc::gen::inRange(1, 10);
+  m.kinds = *weighted_choice<int>({{2, 0}, {1, 1}, {2, 2}});
+  m.seed = *rc::gen::arbitrary<std::uint64_t>();
+  const ProblemOptions& o = d.opts;
+  const bool want_block =
+      block_masks && (kind == 2 || o.require.has(Feature::block_mask) || (kind == 1 && !dense_masks));
+  const bool want_dense =
+      dense_masks && (kind == 1 || o.require.has(Feature::dense_mask) || (kind == 2 && !block_masks));
+  // Only where [B,H,T_q,T_k] is small enough to hold per cell (2^18 cells, 256 KiB): a long context's mask would be
+  // gigabytes, and FlexAttention's long calls are block-sparse, which the small ones cover.
+  const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
+  m.kind = !small ? 0 : want_block ? 2 : want_dense ? 1 : 0;
+  drawn.cells_kind = block_masks ? 2 : 1;
+}
+
+// A quarter of the cases (every one whose D the implementation accepts only with a D_v of its own) give V a head
+// dimension of its own: any other it accepts with D, up to --max-D (MLA's 576 and 512 where declared); paged too
+// (V's pool then has rows D_v wide: FlashMLA's paged latent cache). Smaller than D (MLA's V inside its latent K) or
+// larger, half each where both are accepted. A pinned shape (--shape B,H,T_q,T_k,D) keeps D_v = D, unless D is
+// accepted only with a D_v of its own (the draw is still made, so that pinning changes no other draw).
+void draw_v_head_dim(const ShapeDraws& d, CaseShape& s, Drawn& drawn) {
+  if (!d.has(Feature::v_head_dim)) return;
+  const Capabilities& caps = d.caps();
+  const bool own = *weighted_choice<bool>({{3, false}, {1, true}}) && !d.cfg.shape;
+  const bool smaller = *rc::gen::arbitrary<bool>();
+  const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
+  const std::vector<Index> with = caps.v_head_dims_with(s.D, std::max(d.cfg.max_D, s.D));
+  std::vector<Index> side;
+  for (const Index x : with)
+    if ((x < s.D) == smaller) side.push_back(x);
+  const std::vector<Index>& from = side.empty() ? with : side;
+  if (from.empty()) return;
+  drawn.D_v = from[std::size_t(pick) % from.size()];
+  if (own || !caps.supports_head_dim(s.D)) {
+    s.D_v = drawn.D_v;
+    s.dv_ids = iota(s.D_v);
+  }
+}
+
+// Combinations: with two or more features allowed (each on its own share of the cases above), half the cases turn
+// on each allowed feature with probability 1/2 (bits of one draw), with the values the feature drew above, and pick
+// a cross-length regime and an alignment. Every pair of features then comes in at least 1/8 of the cases, every
+// triple in 1/16, two features with one regime bottom-right (a chunk and no causal rule, more queries than keys) in
+// 1/64, where on their own shares such a combination came in well under one case in 100.
+void draw_combination(const ShapeDraws& d, CaseShape& s, const Drawn& drawn) {
+  int combinable = int(d.cross) + int(d.has(Feature::block_mask) || d.has(Feature::dense_mask));
+  for (const Feature f : {Feature::gqa, Feature::key_padding, Feature::window, Feature::documents,
+                          Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::bidirectional,
+                          Feature::v_head_dim})
+    combinable += int(d.has(f));
+  if (combinable < 2) return;
+  const bool combine = *rc::gen::arbitrary<bool>();
+  const std::uint64_t bits = *rc::Gen<std::uint64_t>([](const rc::Random& random, int) {
+    return rc::shrinkable::just(rc::Random(random).next());  // not scaled by the size
+  });
+  if (combine && !d.cfg.shape && d.long_lengths.empty())
+    apply_combination(s, drawn, bits, Allowed{.cross = d.cross && !d.empty_rows, .features = d.allowed}, d.caps(),
+                      d.min_T, d.cfg.max_H_kv);
+}
+
+std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, const ProblemOptions& opts) {
+  const ShapeDraws d = shape_draws(cfg, opts);
+  // The first value is drawn with ordinary generators, in this order; shrinking is shape_shrinks' alone.
+  const auto initial = rc::gen::exec([d] {
     CaseShape s;
     Drawn drawn;  // what each feature drew, used or not: a combination turns it on
-    s.B = *rc::gen::inRange<Index>(1, cfg.max_B + 1);
-    s.H = *rc::gen::inRange<Index>(1, cfg.max_H + 1);
-    s.T_q = *gen_T();
-    // Draws are unconditional: a draw that happens only for some values of an earlier one would shift every
-    // later draw when shrinking changes that value, and the case would change entirely instead of shrinking.
-    // (Conditions on the run's capabilities and options are fine: they never change within a run.)
-    const bool differ = cross && *weighted_choice<bool>({{2, false}, {1, true}});
-    const Index T_k = *gen_T();
-    s.T_k = differ ? T_k : s.T_q;
-    s.D = *gen_D;
-    if (pinned) {
-      s.B = (*pinned)[0];
-      s.H = (*pinned)[1];
-      s.T_q = (*pinned)[2];
-      s.T_k = (*pinned)[3];
-      s.D = (*pinned)[4];
-    }
-    if (!long_lengths.empty()) {
-      // --long: keys of a long length; a decode step (half the cases), a prefill chunk of up to 64 queries (or
-      // long_max_T_q), or square (unless long_max_T_q bounds the queries), both cross ones bottom-right where
-      // declared (square otherwise).
-      const Index len_pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
-      const Index q_pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      s.T_k = long_lengths[std::size_t(len_pick) % long_lengths.size()];
-      const bool cache = cross && caps.q_shorter && caps.supports(CausalAlignment::BottomRight);
-      const Index chunk_max = std::min<Index>(long_max_T_q > 0 ? long_max_T_q : 64, s.T_k - 1);
-      if (!cache || (kind == 2 && long_max_T_q == 0)) {
-        s.T_q = s.T_k;
-      } else {
-        s.T_q = kind == 1 && chunk_max >= 2 ? 2 + q_pick % (chunk_max - 1) : 1;
-        s.alignment = CausalAlignment::BottomRight;
-      }
-    }
-    if (!caps.alignments.empty()) {
-      std::vector<std::pair<std::size_t, CausalAlignment>> choices;
-      for (const auto a : caps.alignments) choices.emplace_back(1, a);
-      const CausalAlignment drawn = *weighted_choice(choices);
-      // With T_q == T_k both alignments are the same mask; keep the default unless it is not supported.
-      s.alignment = s.T_q != s.T_k || !caps.supports(s.alignment) ? drawn : s.alignment;
-    }
-    if (!long_lengths.empty() && s.T_q != s.T_k) s.alignment = CausalAlignment::BottomRight;  // a cache
-    s.H_kv = s.H;
-    if (gqa) {
-      // H_kv among the divisors of H: all of them (no grouping), one (multi-query), or, a third each, a divisor
-      // strictly between 1 and H (true grouping: several kv heads, several query heads each). That needs an H
-      // such as 4 or 6, rare among small draws, so such a case takes the largest one within --max-H (never with a
-      // pinned shape: its H is the user's).
-      const int kind = *rc::gen::inRange(0, 3);
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      if (kind == 2 && inner_divisors(s.H).empty() && !pinned)
-        for (Index h = cfg.max_H; h > s.H; --h)
-          if (!inner_divisors(h).empty()) {
-            s.H = h;
-            break;
-          }
-      const std::vector<Index> ds = divisors(s.H), inner = inner_divisors(s.H);
-      s.H_kv = kind == 0 ? s.H
-               : kind == 1 || inner.empty() ? 1
-                                            : inner[std::size_t(pick) % inner.size()];
-      if (max_H_kv > 0 && s.H_kv > max_H_kv)  // the largest divisor within --max-Hkv
-        s.H_kv = *std::prev(std::upper_bound(ds.begin(), ds.end(), max_H_kv));
-    }
-    if (padding) {
-      // Half the cases padded; each entry's length is then T_k (unpadded), 0 (all padding) or anywhere between.
-      const bool padded = *rc::gen::arbitrary<bool>();
-      std::vector<Index> lengths;
-      for (Index b = 0; b < max_B; ++b) {
-        const int kind = *weighted_choice<int>({{2, 2}, {1, 0}, {1, 1}});
-        const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-        lengths.push_back(kind == 0 ? s.T_k : kind == 1 ? 0 : pick % (s.T_k + 1));
-      }
-      drawn.key_lengths = lengths;
-      if (padded || opts.require.has(Feature::key_padding))
-        s.key_lengths.assign(lengths.begin(), lengths.begin() + std::min<Index>(s.B, max_B));
-    }
-    if (window) {
-      // Half the cases windowed: 0 (a query sees only its own key), 1, at or beyond T (no key is ever old
-      // enough to leave it, which must equal no window), or anything up to there, a quarter each.
-      const bool windowed = *rc::gen::arbitrary<bool>();
-      const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}, {1, 3}});  // whatever the size
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const Index T = std::max(s.T_q, s.T_k);
-      drawn.window = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + pick % 3 : pick % (T + 2);
-      if (windowed || opts.require.has(Feature::window)) s.window = drawn.window;
-    }
-    if (cache_shapes) {
-      // KV-cache inference: one cross-length case in four becomes a decode step (one query, T_k keys up to
-      // max-T), one in four a prefill chunk (T_q < T_k queries, the last ones), both bottom-right; the other half
-      // stay as drawn (T_q > T_k among them: the rows that see no key). Drawn last,
-      // and square cases are left alone, so every earlier draw, and every square case, stays as it was.
-      // Half the decode steps run over a long cache, T_k in (max_T / 2, max_T] whatever RapidCheck's size (the
-      // other lengths grow with it, so early cases are short): split-KV decode kernels change path past their
-      // first block of keys (32, 64), and a decode-only bug there must be met in every run.
-      const int kind = *weighted_choice<int>({{2, 0}, {1, 1}, {1, 2}});
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const std::uint64_t long_pick = *rc::Gen<std::uint64_t>([](const rc::Random& random, int) {
-        return rc::shrinkable::just(rc::Random(random).next());  // not scaled by the size
-      });
-      if (differ && kind != 0) {
-        const Index old_T_k = s.T_k;
-        s.T_k = std::max<Index>({s.T_q, s.T_k, 2});
-        const Index long_from = std::max<Index>(2, max_T / 2 + 1);
-        if (kind == 1 && long_pick % 2 == 0 && max_T >= long_from)
-          s.T_k = long_from + Index((long_pick / 2) % std::uint64_t(max_T - long_from + 1));
-        s.T_q = kind == 1 ? 1 : 1 + pick % (s.T_k - 1);
-        s.alignment = CausalAlignment::BottomRight;
-        s = fit_key_lengths(s, old_T_k, false);
-      }
-    }
-    if (empty_rows && !pinned) {
-      // More queries than keys, bottom-right: the first T_q - T_k queries see nothing. No draw here (the two
-      // lengths drawn above are reordered), so no later draw shifts.
-      if (s.T_q < s.T_k)
-        std::swap(s.T_q, s.T_k);
-      else if (s.T_q == s.T_k && s.T_k > min_T)
-        --s.T_k;
-      else if (s.T_q == s.T_k)
-        ++s.T_q;
-      s.alignment = CausalAlignment::BottomRight;
-    }
-    if (!pinned && s.T_q != s.T_k && !caps.supports_lengths(s.T_q, s.T_k)) {
-      // A regime the implementation does not declare (T_q < T_k, or T_q > T_k): the same two lengths the
-      // other way round when that one is declared, else square. No draw here, so no later draw shifts.
-      if (caps.supports_lengths(s.T_k, s.T_q))
-        std::swap(s.T_q, s.T_k);
-      else
-        s.T_k = s.T_q;
-    }
-    // Masks beyond causal, drawn last (so every earlier draw stays as it was) and only for an implementation
-    // that declares them.
-    const Index T = std::max(s.T_q, s.T_k);
-    if (docs) {
-      // Half the cases packed: each batch entry 0-4 bounds, each anywhere in [0, T_k], at a tile edge (16m,
-      // 16m ± 1, 2^k ± 1: where a kernel's tile meets a document boundary) or one of 0, 1, T_k - 1, T_k, or the
-      // bound before it again (an empty document). Draws are unconditional (a fixed count per entry).
-      const bool packed = *rc::gen::arbitrary<bool>();
-      const std::vector<Index> edges_k = tile_edge_lengths(1, std::max<Index>(s.T_k, 1));
-      std::vector<std::vector<Index>> coords;
-      for (Index b = 0; b < std::max(max_B, s.B); ++b) {
-        const Index n = *rc::gen::inRange<Index>(0, 5);
-        std::vector<Index> bounds;
-        for (Index d = 0; d < 4; ++d) {
-          const int kind = *weighted_choice<int>({{2, 0}, {2, 1}, {1, 2}, {1, 3}});
-          const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-          if (d >= n) continue;
-          const Index ends[] = {0, 1, s.T_k - 1, s.T_k};
-          bounds.push_back(kind == 0   ? pick % (s.T_k + 1)
-                           : kind == 1 ? edges_k[std::size_t(pick) % edges_k.size()]
-                           : kind == 2 ? (bounds.empty() ? 0 : bounds.back())
-                                       : std::max<Index>(0, ends[pick % 4]));
-        }
-        std::sort(bounds.begin(), bounds.end());
-        coords.push_back(std::move(bounds));
-      }
-      if (query_docs) {
-        // Half of them with query bounds of their own (cu_seqlens_q beside cu_seqlens_k): each bound where the
-        // derived one would be (the query at the key bound's aligned position) moved by -2 .. 2, or anywhere in
-        // [0, T_q], or at 0 or T_q (a document without queries); as many as the entry's key bounds. Draws are
-        // unconditional (four per entry).
-        const bool own = *rc::gen::arbitrary<bool>();
-        const Index offset = s.alignment == CausalAlignment::BottomRight ? s.T_k - s.T_q : 0;
-        std::vector<std::vector<Index>> q_coords;
-        for (std::size_t b = 0; b < coords.size(); ++b) {
-          std::vector<Index> bounds;
-          for (std::size_t d = 0; d < 4; ++d) {
-            const int kind = *weighted_choice<int>({{3, 0}, {1, 1}, {1, 2}});
-            const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-            if (d >= coords[b].size()) continue;
-            const Index at = coords[b][d] - offset + pick % 5 - 2;
-            bounds.push_back(std::clamp<Index>(kind == 0   ? at
-                                               : kind == 1 ? pick % (s.T_q + 1)
-                                                           : (pick % 2 ? s.T_q : 0),
-                                               0, s.T_q));
-          }
-          std::sort(bounds.begin(), bounds.end());
-          q_coords.push_back(std::move(bounds));
-        }
-        drawn.q_doc_coords = q_coords;
-        if (own && (packed || opts.require.has(Feature::documents))) s.q_doc_coords = std::move(q_coords);
-      }
-      drawn.doc_coords = coords;
-      if (packed || opts.require.has(Feature::documents)) s.doc_coords = std::move(coords);
-    }
-    if (chunks) {
-      // A quarter of the cases chunked: 1 (a query sees only itself), 2, a tile (16, 32, 64), a tile ± 1, at or
-      // past T (one chunk: must equal no chunking), or anything in [1, T].
-      const bool chunked = *weighted_choice<bool>({{3, false}, {1, true}});
-      const int kind = *rc::gen::inRange(0, 6);
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const Index tiles[] = {16, 32, 64};
-      const Index size = kind == 0 ? 1 : kind == 1 ? 2 : kind == 2 ? tiles[pick % 3]
-                         : kind == 3 ? tiles[pick % 3] + (pick / 3 % 2 ? 1 : -1)
-                         : kind == 4 ? T + Index(pick % 3) : 1 + Index(pick % std::max<Index>(T, 1));
-      drawn.chunk = size;
-      if (chunked || opts.require.has(Feature::chunked_local)) s.chunk = size;
-    }
-    if (bidirectional) {
-      // A quarter of the cases without the causal rule (an encoder).
-      const bool none = *weighted_choice<bool>({{3, false}, {1, true}});
-      if (none || opts.require.has(Feature::bidirectional)) s.bidirectional = true;
-    }
-    if (prefix) {
-      // A quarter of the cases with a bidirectional prefix: 1, a tile edge, T (everything bidirectional), or
-      // anything in [1, T]. Meaningless without the causal rule, so not drawn then.
-      const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
-      const int kind = *rc::gen::inRange(0, 4);
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const std::vector<Index> edges_t = tile_edge_lengths(1, std::max<Index>(T, 1));
-      const Index size = kind == 0 ? 1 : kind == 1 ? edges_t[std::size_t(pick) % edges_t.size()]
-                         : kind == 2 ? T : 1 + Index(pick % std::max<Index>(T, 1));
-      drawn.prefix = size;
-      if ((with || opts.require.has(Feature::prefix)) && !s.bidirectional) s.prefix = size;
-    }
-    if (right_window) {
-      // A quarter of the cases with a right window (with the causal rule it changes nothing but the prefix's
-      // reach): 0, 1, at or past T, or anything up to there.
-      const bool with = *weighted_choice<bool>({{3, false}, {1, true}});
-      const int kind = *rc::gen::inRange(0, 4);
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      drawn.window_right = kind == 0 ? 0 : kind == 1 ? 1 : kind == 2 ? T + Index(pick % 3) : Index(pick % (T + 2));
-      if (with || opts.require.has(Feature::right_window)) s.window_right = drawn.window_right;
-    }
-    if (block_masks || dense_masks) {
-      // A third of the cases with a block mask and a third with a dense mask (where declared): blocks of 1, 2, 3,
-      // 4, 16, 64, 128 (FlexAttention's default) or at or past T (one block), each axis on its own half the
-      // time; one mask for every batch entry and head, or one per entry, per head or both (a kernel that
-      // broadcasts over the wrong axis reads another's); cells at random (density 10-90%), k <= q (a causal
-      // block mask) or all visible; blocks at random, all partial, or the cells' block encoding.
-      CaseShape::Cells& m = s.cells;
-      const int kind = *weighted_choice<int>({{1, 0}, {1, 1}, {1, 2}});
-      const Index sizes[] = {1, 2, 3, 4, 16, 64, 128, T, T + 1};
-      const Index bq = sizes[*rc::gen::inRange<std::size_t>(0, 9)], bk_pick = sizes[*rc::gen::inRange<std::size_t>(0, 9)];
-      const bool same = *rc::gen::arbitrary<bool>();
-      m.block_q = m.grid_q = std::max<Index>(bq, 1);
-      m.block_k = m.grid_k = std::max<Index>(same ? bq : bk_pick, 1);
-      m.per_batch = *weighted_choice<bool>({{1, false}, {1, true}});
-      m.per_head = *weighted_choice<bool>({{1, false}, {1, true}});
-      m.pattern = *weighted_choice<int>({{4, 0}, {2, 1}, {1, 2}});
-      m.density = 10 * *rc::gen::inRange(1, 10);
-      m.kinds = *weighted_choice<int>({{2, 0}, {1, 1}, {2, 2}});
-      m.seed = *rc::gen::arbitrary<std::uint64_t>();
-      const bool want_block = block_masks && (kind == 2 || opts.require.has(Feature::block_mask) || (kind == 1 && !dense_masks));
-      const bool want_dense = dense_masks && (kind == 1 || opts.require.has(Feature::dense_mask) || (kind == 2 && !block_masks));
-      // Only where [B,H,T_q,T_k] is small enough to hold per cell (2^18 cells, 256 KiB): a long context's mask
-      // would be gigabytes, and FlexAttention's long calls are block-sparse, which the small ones cover.
-      const bool small = double(s.B) * double(s.H) * double(s.T_q) * double(s.T_k) <= double(1 << 18);
-      m.kind = !small ? 0 : want_block ? 2 : want_dense ? 1 : 0;
-      drawn.cells_kind = block_masks ? 2 : 1;
-    }
-    if (v_dims) {
-      // A quarter of the cases (every one whose D the implementation accepts only with a D_v of its own) give V a
-      // head dimension of its own: any other it accepts with D, up to --max-D (MLA's 576 and 512 where declared).
-      // Drawn last, so every earlier draw stays as it was; paged too (V's pool then has rows D_v wide: FlashMLA's
-      // paged latent cache).
-      // Smaller than D (MLA's V inside its latent K) or larger, half each where both are accepted. A pinned shape
-      // (--shape B,H,T_q,T_k,D) keeps D_v = D, unless D is accepted only with a D_v of its own (the draw is still
-      // made, so that pinning changes no other draw).
-      const bool own = *weighted_choice<bool>({{3, false}, {1, true}}) && !pinned;
-      const bool smaller = *rc::gen::arbitrary<bool>();
-      const Index pick = *rc::gen::inRange<Index>(0, 1 << 20);
-      const std::vector<Index> with = caps.v_head_dims_with(s.D, std::max(cfg.max_D, s.D));
-      std::vector<Index> side;
-      for (const Index d : with)
-        if ((d < s.D) == smaller) side.push_back(d);
-      const std::vector<Index>& from = side.empty() ? with : side;
-      if (!from.empty()) drawn.D_v = from[std::size_t(pick) % from.size()];
-      if (!from.empty() && (own || !caps.supports_head_dim(s.D))) {
-        s.D_v = from[std::size_t(pick) % from.size()];
-        s.dv_ids = iota(s.D_v);
-      }
-    }
-    if (combinable >= 2) {
-      // Drawn last, so every draw above stays as it was: half the cases turn on each allowed feature with
-      // probability 1/2 (bits of one draw), with the values the feature drew above, and pick a cross-length
-      // regime and an alignment. Every pair of features then comes in at least 1/8 of the cases, every triple in
-      // 1/16, two features with one regime bottom-right (a chunk and no causal rule, more queries than keys) in
-      // 1/64, where on their own shares such a combination came in well under one case in 100.
-      const bool combine = *rc::gen::arbitrary<bool>();
-      const std::uint64_t bits = *rc::Gen<std::uint64_t>([](const rc::Random& random, int) {
-        return rc::shrinkable::just(rc::Random(random).next());  // not scaled by the size
-      });
-      if (combine && !pinned && long_lengths.empty())
-        apply_combination(s, drawn, bits,
-                          Allowed{.cross = cross && !empty_rows, .gqa = gqa, .padding = padding, .window = window,
-                                  .docs = docs, .query_docs = query_docs, .chunks = chunks, .prefix = prefix,
-                                  .right_window = right_window, .bidirectional = bidirectional,
-                                  .block_masks = block_masks, .dense_masks = dense_masks, .v_dims = v_dims},
-                          caps, min_T, max_H_kv);
-    }
+    const bool differ = draw_extents(d, s);
+    draw_long_lengths(d, s);
+    draw_alignment(d, s);
+    draw_kv_heads(d, s);
+    draw_key_lengths(d, s, drawn);
+    draw_window(d, s, drawn);
+    draw_cache_shape(d, s, differ);
+    reorder_lengths(d, s);
+    draw_documents(d, s, drawn);
+    draw_chunks(d, s, drawn);
+    draw_bidirectional(d, s);
+    draw_prefix(d, s, drawn);
+    draw_right_window(d, s, drawn);
+    draw_cell_masks(d, s, drawn);
+    draw_v_head_dim(d, s, drawn);
+    draw_combination(d, s, drawn);
     s.b_ids = iota(s.B);
     s.h_ids = iota(s.H);
     s.kv_ids = iota(s.H_kv);
     s.q_ids = iota(s.T_q);
     s.k_ids = iota(s.T_k);
     s.d_ids = iota(s.D);
-    s = fit_key_lengths(s, s.T_k, false);  // one length per batch entry, each within [0, T_k]
-    return s;
+    return fit_key_lengths(s, s.T_k, false);  // one length per batch entry, each within [0, T_k]
   });
-  return {initial, ShrinkRules{.cross = cross, .gqa = gqa, .caps = caps, .min_T = min_T, .pinned = bool(pinned),
-                               .opts = opts, .long_lengths = long_lengths}};
+  return {initial, ShrinkRules{.cross = d.cross, .gqa = d.has(Feature::gqa), .caps = cfg.caps, .min_T = d.min_T,
+                               .pinned = bool(cfg.shape), .opts = opts, .long_lengths = d.long_lengths}};
 }
 
 }  // namespace
@@ -1233,9 +1393,11 @@ rc::Gen<Tensor<double>> gen_tensor(const Shape& s, const Coords& at, Regime regi
   };
 }
 
-std::vector<std::string> shape_tags(const Problem& p) {
+namespace {
+
+// The tags of a case's lengths, head dimensions, heads, key lengths and window.
+void tag_extents(const Problem& p, std::vector<std::string>& tags) {
   const Shape& q = p.q.shape();
-  std::vector<std::string> tags;
   const Index T = q.T;
   tags.push_back(T == 1 ? "T=1" : T < 16 ? "T=2..15" : T <= 64 ? "T=16..64" : "T>64");
   // Key lengths at a tile edge, where tiled kernels change trip counts or leave a ragged last tile.
@@ -1267,6 +1429,11 @@ std::vector<std::string> shape_tags(const Problem& p) {
     const Index w = *p.window, T_max = std::max(T, p.k.shape().T);
     tags.push_back(w == 0 ? "window=0" : w == 1 ? "window=1" : w >= T_max ? "window>=T" : "window=2..T-1");
   }
+}
+
+// The tags of the masks beyond causal.
+void tag_masks(const Problem& p, std::vector<std::string>& tags) {
+  const Index T = p.q.shape().T;
   if (!p.causal) tags.push_back("bidirectional");
   if (p.prefix_length > 0) tags.push_back(p.prefix_length >= T ? "prefix>=T" : "prefix");
   if (p.window_right) tags.push_back("window-right");
@@ -1290,8 +1457,13 @@ std::vector<std::string> shape_tags(const Problem& p) {
       }
     if (!p.q_doc_bounds.empty()) tags.push_back("query-documents");
   }
-  // Which features of the call came together: each pair of those on (a bug that needs two, or three, shows
-  // only where they meet), so a run's coverage says which combinations it reached.
+}
+
+// Which features of the call came together: each pair of those on (a bug that needs two, or three, shows only
+// where they meet), so a run's coverage says which combinations it reached.
+void tag_combinations(const Problem& p, std::vector<std::string>& tags) {
+  const Shape& q = p.q.shape();
+  const Index T = q.T, T_k = p.k.shape().T, D = q.D;
   std::vector<std::string> on;
   if (T < T_k) on.push_back(p.alignment == CausalAlignment::BottomRight ? "T_q<T_k,bottom-right" : "T_q<T_k,top-left");
   if (T > T_k) on.push_back(p.alignment == CausalAlignment::BottomRight ? "T_q>T_k,bottom-right" : "T_q>T_k,top-left");
@@ -1309,6 +1481,11 @@ std::vector<std::string> shape_tags(const Problem& p) {
   if (on.size() >= 2) tags.push_back("features-at-once=" + std::string(on.size() >= 3 ? "3+" : "2"));
   for (std::size_t a = 0; a < on.size(); ++a)
     for (std::size_t b = a + 1; b < on.size(); ++b) tags.push_back("with:" + on[a] + "+" + on[b]);
+}
+
+// The tags of the score modifiers, the paging, and a KV-cache call.
+void tag_modifiers_and_paging(const Problem& p, std::vector<std::string>& tags) {
+  const Index T = p.q.shape().T;
   if (p.softcap) tags.push_back("softcap");
   if (!p.alibi_slopes.empty()) tags.push_back("alibi");
   if (!p.sinks.empty()) tags.push_back("sinks");
@@ -1323,12 +1500,23 @@ std::vector<std::string> shape_tags(const Problem& p) {
   // KV-cache calls: the new token(s) at the end of the cache.
   if (p.alignment == CausalAlignment::BottomRight && T < p.k.shape().T)
     tags.push_back(T == 1 ? "decode (T_q=1<T_k, bottom-right)" : "chunk (1<T_q<T_k, bottom-right)");
-  // A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
+}
+
+// A query that sees no key (bottom-right with T_q > T_k, all padding, ...): its weights must be 0, not uniform.
+bool a_query_sees_nothing(const Problem& p) {
+  const Shape& q = p.q.shape();
+  const Index T = q.T;
   bool empty_row = false;
   for (Index b = 0; b < q.B && !empty_row; ++b)
     for (Index h = 0; h < (p.has_cell_masks() ? q.H : 1) && !empty_row; ++h)
       for (Index i = 0; i < T && !empty_row; ++i) empty_row = p.visibility(b, h).keys(i).empty();
-  if (empty_row) tags.push_back("a-query-sees-nothing");
+  return empty_row;
+}
+
+// The bucket of the case's largest |score|.
+std::string score_tag(const Problem& p) {
+  const Shape& q = p.q.shape();
+  const Index T = q.T, D = q.D;
   // Largest |score| = scale·max|q|·max|k|·D is an upper bound; use the real maximum per head instead.
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(D));
   // 64 query rows at a time into one buffer: a long context's [T_q,T_k] scores would not fit in memory, and a
@@ -1341,8 +1529,7 @@ std::vector<std::string> shape_tags(const Problem& p) {
       for (Index h = 0; h < q.H; ++h)
         smax = std::max(smax, p.q.head(b, h).rowwise().norm().maxCoeff() *
                                   p.k.head(b, kv_head(h, q.H, p.kv_heads())).rowwise().norm().maxCoeff() * scale);
-    tags.push_back(smax > 1e4 ? "|score|>1e4" : smax > 10 ? "|score|=10..1e4" : "|score|<=10");
-    return tags;
+    return smax > 1e4 ? "|score|>1e4" : smax > 10 ? "|score|=10..1e4" : "|score|<=10";
   }
   constexpr Index kRows = 64;
   Matrix<double> block(std::min(kRows, T), p.k.shape().T);
@@ -1355,7 +1542,19 @@ std::vector<std::string> shape_tags(const Problem& p) {
         smax = std::max(smax, block.topRows(n).cwiseAbs().maxCoeff() * scale);
       }
     }
-  tags.push_back(smax > 1e4 ? "|score|>1e4" : smax > 10 ? "|score|=10..1e4" : "|score|<=10");
+  return smax > 1e4 ? "|score|>1e4" : smax > 10 ? "|score|=10..1e4" : "|score|<=10";
+}
+
+}  // namespace
+
+std::vector<std::string> shape_tags(const Problem& p) {
+  std::vector<std::string> tags;
+  tag_extents(p, tags);
+  tag_masks(p, tags);
+  tag_combinations(p, tags);
+  tag_modifiers_and_paging(p, tags);
+  if (a_query_sees_nothing(p)) tags.push_back("a-query-sees-nothing");
+  tags.push_back(score_tag(p));
   return tags;
 }
 
@@ -1438,173 +1637,196 @@ std::vector<double> scale_shrinks(double scale, DType dtype) {
 
 // The values of a case of shape s, drawn (ValueDraw, one base per tensor) and shrunk together with it and its
 // scale (0: the default).
+// How the values of a case are drawn and shrunk (gen_case_values): the case's own draws (bq, bk, bv, bd: one base
+// each for q, k, v and dO, from RapidCheck's random at the case's size), and the candidates each shrink step tries.
+// Fewer D coordinates change every score in two ways: fewer terms, and (at the default scale) a larger
+// 1/√D. A bug that needs a large score (an overflow, a finite mask constant) may then vanish, although one
+// coordinate with larger values would show it: so each step that drops D coordinates is also tried with q
+// doubled (a power of two stays one). The shape is smaller either way, so shrinking still ends.
+//
+// Where nothing else shrinks the case any more, each shape step is tried once more in three other ways,
+// last (fallback_tries), so that they cost calls only where shrinking would otherwise stop:
+//  - A bug that needs a scale other than 1 (a forgotten scale in the backward) vanishes at D = 1 under the
+//    default scale, although any explicit scale other than 1 shows it: where the law lets a case carry an
+//    explicit scale, a step that drops D coordinates keeps the scale the case had (1/√D of the old D), which
+//    then shrinks toward the default and simple values like any scale.
+//  - A step that keeps every entry but simplifies the geometry (no window or a narrower one, less padding,
+//    the default alignment) may need other values than the shrunk ones: two queries whose values shrank to
+//    the same row tell a window bug apart but not, once the window is gone, a bug that needs their rows to
+//    differ. In a large case such a step takes the values as first drawn for that shape.
+//  - A step that makes a case smaller is also tried with another draw of the values for the smaller
+//    shape (kRedraws of them): a bug that only some values show (two summation orders that round apart, a
+//    tie) can need a smaller case other values than the ones each step kept, and shrinking would stop at a
+//    size where they happened to show it.
+//  - In a small case (the end of shrinking) every step takes generic values (generic_values, at the scale
+//    each try has): the draw itself may have had those rows equal, or a bug's ingredients may sit in two D
+//    coordinates of which each step keeps one.
+// The values then shrink again. Every accepted step makes the geometry simpler or, at the same geometry, the
+// scale or one value simpler, so shrinking still ends.
+struct ValueSteps {
+  ShrinkRules rules;
+  ValueDraw how;
+  DType dtype;
+  int size;
+  std::uint64_t bq, bk, bv, bd;
+
+  // The values of shape s: the case's own draw (`salt` 0), or a different draw of the same shape (fallback_tries).
+  CaseValues draw(const CaseShape& s, std::uint64_t salt = 0) const {
+    const auto salted = [salt](std::uint64_t base) { return salt ? (base ^ salt) * 0x9e3779b97f4a7c15ull : base; };
+    const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids},
+        v_at{s.b_ids, s.kv_ids, s.k_ids, s.value_ids()}, o_at{s.b_ids, s.h_ids, s.q_ids, s.value_ids()};
+    CaseValues c{s, draw_values(q_shape(s), q_at, how.regime, how.m_qk, dtype, salted(bq), size)};
+    for (const auto& [base, m, shape, at] :
+         {std::tuple{bk, how.m_qk, kv_shape(s), kv_at}, std::tuple{bv, how.m_v, v_shape(s), v_at}}) {
+      const auto t = draw_values(shape, at, how.regime, m, dtype, salted(base), size);
+      c.values.insert(c.values.end(), t.begin(), t.end());
+    }
+    if (how.d_output) {  // at the output's coordinates: dO's entry (i, d) belongs to O's entry (i, d)
+      const auto t = draw_values(o_shape(s), o_at, how.d_output->first, how.d_output->second, dtype, salted(bd), size);
+      c.values.insert(c.values.end(), t.begin(), t.end());
+    }
+    return c;
+  }
+
+  // A simpler shape keeps the current values of the entries it keeps (q, k, v and dO each at its own coordinates)
+  // and the scale; entries it adds are drawn.
+  CaseValues reshape(const CaseValues& c, const CaseShape& to) const {
+    CaseValues n = draw(to);
+    n.scale = c.scale;
+    const Shape fq = q_shape(c.s), fk = kv_shape(c.s), fv = v_shape(c.s), fo = o_shape(c.s);
+    const Shape tq = q_shape(to), tk = kv_shape(to), tv = v_shape(to), to_ = o_shape(to);
+    carry_values(c.values.data(), fq, {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids}, n.values.data(), tq,
+                 {to.b_ids, to.h_ids, to.q_ids, to.d_ids});
+    carry_values(c.values.data() + fq.numel(), fk, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.d_ids},
+                 n.values.data() + tq.numel(), tk, {to.b_ids, to.kv_ids, to.k_ids, to.d_ids});
+    // V (and dO) at V's coordinates: d_ids or dv_ids. A step between the two (D_v to none) keeps the entries whose
+    // coordinates both have.
+    carry_values(c.values.data() + fq.numel() + fk.numel(), fv, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.value_ids()},
+                 n.values.data() + tq.numel() + tk.numel(), tv, {to.b_ids, to.kv_ids, to.k_ids, to.value_ids()});
+    if (how.d_output)
+      carry_values(c.values.data() + fq.numel() + fk.numel() + fv.numel(), fo,
+                   {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.value_ids()},
+                   n.values.data() + tq.numel() + tk.numel() + tv.numel(), to_,
+                   {to.b_ids, to.h_ids, to.q_ids, to.value_ids()});
+    return n;
+  }
+
+  CaseValues with_q_doubled(CaseValues c) const {
+    const Index n = q_shape(c.s).numel();
+    for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, 2 * c.values[std::size_t(k)]);
+    return c;
+  }
+
+  // The candidates for one shape step from c to `to`, in the order they are tried: the values carried, and q
+  // doubled when D coordinates go.
+  // An explicit scale that a step to fewer D coordinates would make the new default (scale 1 at D = 1, 1/2 at
+  // D = 4) stops being a scale other than the default: a bug that needs one (a kernel that ignores the
+  // explicit scale) then vanishes, and D could never drop. Such a step is also tried with the scale doubled and
+  // q halved, and halved with q doubled: the scale moves by a power of two and q the other way, so every score
+  // is kept (up to underflow), and the scale is still not the default.
+  CaseValues with_scale_times(CaseValues c, double f) const {
+    c.scale *= f;
+    const Index n = q_shape(c.s).numel();
+    for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, c.values[std::size_t(k)] / f);
+    return c;
+  }
+
+  std::vector<CaseValues> step_tries(const CaseValues& c, const CaseShape& to) const {
+    CaseValues n = reshape(c, to);
+    std::vector<CaseValues> tries{n};
+    const bool becomes_default = to.D != c.s.D && c.scale > 0 && c.scale == 1 / std::sqrt(double(to.D));
+    if (becomes_default)
+      for (const double f : {2.0, 0.5}) tries.push_back(with_scale_times(n, f));
+    if (to.D != c.s.D) tries.push_back(with_q_doubled(std::move(n)));
+    return tries;
+  }
+
+  // The candidates tried for the same step once nothing else shrinks c (so they cost calls only where shrinking
+  // would stop): the old scale kept when D coordinates go, fresh values for a same-size step of a large case,
+  // kRedraws other draws for a step to a smaller case, generic values for any step of a small one.
+  std::vector<CaseValues> fallback_tries(const CaseValues& c, const CaseShape& to) const {
+    std::vector<CaseValues> tries;
+    const bool small = c.values.size() <= kGenericEntries;
+    const bool keep_scale = to.D != c.s.D && how.custom_scale && c.scale == 0;
+    const bool same_size = to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
+                           kv_shape(to).numel() == kv_shape(c.s).numel() && v_shape(to).numel() == v_shape(c.s).numel();
+    const bool smaller = !same_size && q_shape(to).numel() <= q_shape(c.s).numel() &&
+                         kv_shape(to).numel() <= kv_shape(c.s).numel() && v_shape(to).numel() <= v_shape(c.s).numel();
+    if (!small && !keep_scale && !same_size && !smaller) return tries;  // (no reshape for a step with nothing to try)
+    const CaseValues n = reshape(c, to);
+    std::optional<double> kept_scale;
+    if (keep_scale) {
+      kept_scale = 1 / std::sqrt(double(c.s.D));
+      CaseValues kept = n;
+      kept.scale = *kept_scale;
+      tries.push_back(std::move(kept));
+    }
+    if (!small && same_size) {
+      CaseValues fresh = draw(to);
+      fresh.scale = c.scale;
+      if (fresh.values != n.values) tries.push_back(std::move(fresh));
+    }
+    if (smaller)
+      for (std::uint64_t salt = 1; salt <= kRedraws; ++salt) {
+        CaseValues fresh = draw(to, salt);
+        fresh.scale = c.scale;
+        tries.push_back(std::move(fresh));
+      }
+    if (small) {
+      CaseValues generic = n;
+      generic.values = generic_values(to, dtype, bool(how.d_output));
+      if (generic.values != n.values) {
+        tries.push_back(generic);
+        if (kept_scale) {
+          generic.scale = *kept_scale;
+          tries.push_back(std::move(generic));
+        }
+      }
+    }
+    return tries;
+  }
+
+  // The candidates for c with scale x instead (0: the default): as they are, and with the scale moved into q (q
+  // times the old scale over the new, rounded to the dtype), which keeps every score up to that rounding.
+  std::vector<CaseValues> scale_tries(const CaseValues& c, double x) const {
+    CaseValues n = c;
+    n.scale = x;
+    std::vector<CaseValues> tries{n};
+    const double to = x > 0 ? x : 1 / std::sqrt(double(c.s.D));
+    const double from = c.scale > 0 ? c.scale : 1 / std::sqrt(double(c.s.D));
+    for (Index k = 0; k < q_shape(c.s).numel(); ++k)
+      n.values[std::size_t(k)] = round_to(dtype, n.values[std::size_t(k)] * from / to);
+    if (n.values != c.values) tries.push_back(std::move(n));
+    return tries;
+  }
+};
+
+// Every case one step simpler than c, in the order tried: the shape steps, the scale, each value, then the shape
+// steps' fallbacks.
+rc::Seq<CaseValues> case_value_shrinks(const std::shared_ptr<const ValueSteps>& steps, const CaseValues& c) {
+  const std::vector<CaseShape> shapes = shape_shrinks(c.s, steps->rules);
+  return rc::seq::concat(
+      rc::seq::mapcat(rc::seq::fromContainer(shapes),
+                      [steps, c](const CaseShape& to) { return rc::seq::fromContainer(steps->step_tries(c, to)); }),
+      rc::seq::mapcat(rc::seq::fromContainer(scale_shrinks(c.scale, steps->dtype)),
+                      [steps, c](double x) { return rc::seq::fromContainer(steps->scale_tries(c, x)); }),
+      // (--long: no value steps. A case of 2^15 keys has millions of values, each step a call over them all; the
+      // shape steps still shrink its geometry.)
+      rc::seq::map(steps->rules.long_lengths.empty() ? value_shrinks(c.values, steps->dtype) : rc::Seq<std::vector<double>>(),
+                   [s = c.s, scale = c.scale](std::vector<double> v) { return CaseValues{s, std::move(v), scale}; }),
+      rc::seq::mapcat(rc::seq::fromContainer(shapes),
+                      [steps, c](const CaseShape& to) { return rc::seq::fromContainer(steps->fallback_tries(c, to)); }));
+}
+
 rc::Gen<CaseValues> gen_case_values(CaseShape s0, double scale0, ShrinkRules rules, ValueDraw how, DType dtype) {
   return [=](const rc::Random& random, int size) {
     rc::Random r = random;
     const std::uint64_t bq = r.next(), bk = r.next(), bv = r.next(), bd = r.next();
-    // `salt` 0: the case's own draw; another: a different draw of the same shape (fallback_tries).
-    const auto draw = [=](const CaseShape& s, std::uint64_t salt = 0) {
-      const auto salted = [salt](std::uint64_t base) { return salt ? (base ^ salt) * 0x9e3779b97f4a7c15ull : base; };
-      const Coords q_at{s.b_ids, s.h_ids, s.q_ids, s.d_ids}, kv_at{s.b_ids, s.kv_ids, s.k_ids, s.d_ids},
-          v_at{s.b_ids, s.kv_ids, s.k_ids, s.value_ids()}, o_at{s.b_ids, s.h_ids, s.q_ids, s.value_ids()};
-      CaseValues c{s, draw_values(q_shape(s), q_at, how.regime, how.m_qk, dtype, salted(bq), size)};
-      for (const auto& [base, m, shape, at] :
-           {std::tuple{bk, how.m_qk, kv_shape(s), kv_at}, std::tuple{bv, how.m_v, v_shape(s), v_at}}) {
-        const auto t = draw_values(shape, at, how.regime, m, dtype, salted(base), size);
-        c.values.insert(c.values.end(), t.begin(), t.end());
-      }
-      if (how.d_output) {  // at the output's coordinates: dO's entry (i, d) belongs to O's entry (i, d)
-        const auto t =
-            draw_values(o_shape(s), o_at, how.d_output->first, how.d_output->second, dtype, salted(bd), size);
-        c.values.insert(c.values.end(), t.begin(), t.end());
-      }
-      return c;
-    };
-    // A simpler shape keeps the current values of the entries it keeps (q, k, v and dO each at its own
-    // coordinates) and the scale; entries it adds are drawn.
-    const auto reshape = [=](const CaseValues& c, const CaseShape& to) {
-      CaseValues n = draw(to);
-      n.scale = c.scale;
-      const Shape fq = q_shape(c.s), fk = kv_shape(c.s), fv = v_shape(c.s), fo = o_shape(c.s);
-      const Shape tq = q_shape(to), tk = kv_shape(to), tv = v_shape(to), to_ = o_shape(to);
-      carry_values(c.values.data(), fq, {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.d_ids}, n.values.data(), tq,
-                   {to.b_ids, to.h_ids, to.q_ids, to.d_ids});
-      carry_values(c.values.data() + fq.numel(), fk, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.d_ids},
-                   n.values.data() + tq.numel(), tk, {to.b_ids, to.kv_ids, to.k_ids, to.d_ids});
-      // V (and dO) at V's coordinates: d_ids or dv_ids. A step between the two (D_v to none) keeps the entries
-      // whose coordinates both have.
-      carry_values(c.values.data() + fq.numel() + fk.numel(), fv, {c.s.b_ids, c.s.kv_ids, c.s.k_ids, c.s.value_ids()},
-                   n.values.data() + tq.numel() + tk.numel(), tv, {to.b_ids, to.kv_ids, to.k_ids, to.value_ids()});
-      if (how.d_output)
-        carry_values(c.values.data() + fq.numel() + fk.numel() + fv.numel(), fo,
-                     {c.s.b_ids, c.s.h_ids, c.s.q_ids, c.s.value_ids()},
-                     n.values.data() + tq.numel() + tk.numel() + tv.numel(), to_,
-                     {to.b_ids, to.h_ids, to.q_ids, to.value_ids()});
-      return n;
-    };
-    // Fewer D coordinates change every score in two ways: fewer terms, and (at the default scale) a larger
-    // 1/√D. A bug that needs a large score (an overflow, a finite mask constant) may then vanish, although one
-    // coordinate with larger values would show it: so each step that drops D coordinates is also tried with q
-    // doubled (a power of two stays one). The shape is smaller either way, so shrinking still ends.
-    //
-    // Where nothing else shrinks the case any more, each shape step is tried once more in three other ways,
-    // last (fallback_tries), so that they cost calls only where shrinking would otherwise stop:
-    //  - A bug that needs a scale other than 1 (a forgotten scale in the backward) vanishes at D = 1 under the
-    //    default scale, although any explicit scale other than 1 shows it: where the law lets a case carry an
-    //    explicit scale, a step that drops D coordinates keeps the scale the case had (1/√D of the old D), which
-    //    then shrinks toward the default and simple values like any scale.
-    //  - A step that keeps every entry but simplifies the geometry (no window or a narrower one, less padding,
-    //    the default alignment) may need other values than the shrunk ones: two queries whose values shrank to
-    //    the same row tell a window bug apart but not, once the window is gone, a bug that needs their rows to
-    //    differ. In a large case such a step takes the values as first drawn for that shape.
-    //  - A step that makes a case smaller is also tried with another draw of the values for the smaller
-    //    shape (kRedraws of them): a bug that only some values show (two summation orders that round apart, a
-    //    tie) can need a smaller case other values than the ones each step kept, and shrinking would stop at a
-    //    size where they happened to show it.
-    //  - In a small case (the end of shrinking) every step takes generic values (generic_values, at the scale
-    //    each try has): the draw itself may have had those rows equal, or a bug's ingredients may sit in two D
-    //    coordinates of which each step keeps one.
-    // The values then shrink again. Every accepted step makes the geometry simpler or, at the same geometry, the
-    // scale or one value simpler, so shrinking still ends.
-    const auto with_q_doubled = [dtype](CaseValues c) {
-      const Index n = q_shape(c.s).numel();
-      for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, 2 * c.values[std::size_t(k)]);
-      return c;
-    };
-    // The candidates for one shape step from c to `to`, in the order they are tried: the values carried, and q
-    // doubled when D coordinates go.
-    // An explicit scale that a step to fewer D coordinates would make the new default (scale 1 at D = 1, 1/2 at
-    // D = 4) stops being a scale other than the default: a bug that needs one (a kernel that ignores the
-    // explicit scale) then vanishes, and D could never drop. Such a step is also tried with the scale doubled and
-    // q halved, and halved with q doubled: the scale moves by a power of two and q the other way, so every score
-    // is kept (up to underflow), and the scale is still not the default.
-    const auto with_scale_times = [dtype](CaseValues c, double f) {
-      c.scale *= f;
-      const Index n = q_shape(c.s).numel();
-      for (Index k = 0; k < n; ++k) c.values[std::size_t(k)] = round_to(dtype, c.values[std::size_t(k)] / f);
-      return c;
-    };
-    const auto step_tries = [=](const CaseValues& c, const CaseShape& to) {
-      CaseValues n = reshape(c, to);
-      std::vector<CaseValues> tries{n};
-      const bool becomes_default = to.D != c.s.D && c.scale > 0 && c.scale == 1 / std::sqrt(double(to.D));
-      if (becomes_default)
-        for (const double f : {2.0, 0.5}) tries.push_back(with_scale_times(n, f));
-      if (to.D != c.s.D) tries.push_back(with_q_doubled(std::move(n)));
-      return tries;
-    };
-    // The candidates tried for the same step once nothing else shrinks c (so they cost calls only where shrinking
-    // would stop): the old scale kept when D coordinates go, fresh values for a same-size step of a large case,
-    // kRedraws other draws for a step to a smaller case, generic values for any step of a small one.
-    const auto fallback_tries = [=](const CaseValues& c, const CaseShape& to) {
-      std::vector<CaseValues> tries;
-      const bool small = c.values.size() <= kGenericEntries;
-      const bool keep_scale = to.D != c.s.D && how.custom_scale && c.scale == 0;
-      const bool same_size = to.D == c.s.D && q_shape(to).numel() == q_shape(c.s).numel() &&
-                             kv_shape(to).numel() == kv_shape(c.s).numel() && v_shape(to).numel() == v_shape(c.s).numel();
-      const bool smaller = !same_size && q_shape(to).numel() <= q_shape(c.s).numel() &&
-                           kv_shape(to).numel() <= kv_shape(c.s).numel() && v_shape(to).numel() <= v_shape(c.s).numel();
-      if (!small && !keep_scale && !same_size && !smaller) return tries;  // (no reshape for a step with nothing to try)
-      const CaseValues n = reshape(c, to);
-      std::optional<double> kept_scale;
-      if (keep_scale) {
-        kept_scale = 1 / std::sqrt(double(c.s.D));
-        CaseValues kept = n;
-        kept.scale = *kept_scale;
-        tries.push_back(std::move(kept));
-      }
-      if (!small && same_size) {
-        CaseValues fresh = draw(to);
-        fresh.scale = c.scale;
-        if (fresh.values != n.values) tries.push_back(std::move(fresh));
-      }
-      if (smaller)
-        for (std::uint64_t salt = 1; salt <= kRedraws; ++salt) {
-          CaseValues fresh = draw(to, salt);
-          fresh.scale = c.scale;
-          tries.push_back(std::move(fresh));
-        }
-      if (small) {
-        CaseValues generic = n;
-        generic.values = generic_values(to, dtype, bool(how.d_output));
-        if (generic.values != n.values) {
-          tries.push_back(generic);
-          if (kept_scale) {
-            generic.scale = *kept_scale;
-            tries.push_back(std::move(generic));
-          }
-        }
-      }
-      return tries;
-    };
-    // The candidates for c with scale x instead (0: the default): as they are, and with the scale moved into q
-    // (q times the old scale over the new, rounded to the dtype), which keeps every score up to that rounding.
-    const auto scale_tries = [=](const CaseValues& c, double x) {
-      CaseValues n = c;
-      n.scale = x;
-      std::vector<CaseValues> tries{n};
-      const double to = x > 0 ? x : 1 / std::sqrt(double(c.s.D));
-      const double from = c.scale > 0 ? c.scale : 1 / std::sqrt(double(c.s.D));
-      for (Index k = 0; k < q_shape(c.s).numel(); ++k)
-        n.values[std::size_t(k)] = round_to(dtype, n.values[std::size_t(k)] * from / to);
-      if (n.values != c.values) tries.push_back(std::move(n));
-      return tries;
-    };
-    CaseValues c0 = draw(s0);
+    const auto steps = std::make_shared<const ValueSteps>(ValueSteps{rules, how, dtype, size, bq, bk, bv, bd});
+    CaseValues c0 = steps->draw(s0);
     c0.scale = scale0;
-    return rc::shrinkable::shrinkRecur(std::move(c0), [=](const CaseValues& c) {
-      return rc::seq::concat(
-          rc::seq::mapcat(rc::seq::fromContainer(shape_shrinks(c.s, rules)),
-                          [=](const CaseShape& to) { return rc::seq::fromContainer(step_tries(c, to)); }),
-          rc::seq::mapcat(rc::seq::fromContainer(scale_shrinks(c.scale, dtype)),
-                          [=](double x) { return rc::seq::fromContainer(scale_tries(c, x)); }),
-          // (--long: no value steps. A case of 2^15 keys has millions of values, each step a call over them all;
-          // the shape steps still shrink its geometry.)
-          rc::seq::map(rules.long_lengths.empty() ? value_shrinks(c.values, dtype) : rc::Seq<std::vector<double>>(),
-                       [s = c.s, scale = c.scale](std::vector<double> v) { return CaseValues{s, std::move(v), scale}; }),
-          rc::seq::mapcat(rc::seq::fromContainer(shape_shrinks(c.s, rules)),
-                          [=](const CaseShape& to) { return rc::seq::fromContainer(fallback_tries(c, to)); }));
-    });
+    return rc::shrinkable::shrinkRecur(std::move(c0),
+                                       [steps](const CaseValues& c) { return case_value_shrinks(steps, c); });
   };
 }
 

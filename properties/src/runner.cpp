@@ -192,255 +192,312 @@ std::string finding_note(const Law& law, const Implementation& impl, const GenCo
   }
 }
 
-// run_law; `known_held[n]`, when given, says that the n-th case drawn before any failure was already checked
-// and held, so it is not checked again; `known_calls` are the calls those checks made.
-LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOptions& opts,
-                       const std::vector<bool>* known_held, long known_calls = 0) {
-  LawResult r;
-  r.law = law.name;
-  r.implementation = impl.name();
-  r.dtype = opts.gen.dtype;
-  r.seed = opts.seed;
-  const auto start = std::chrono::steady_clock::now();
-  const auto elapsed = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-
-  GenConfig g = opts.gen;
-  g.caps = impl.capabilities();
-  const std::string why_not = why_not_applicable(law, impl, g);
-  if (!why_not.empty()) {
-    r.status = LawStatus::not_applicable;
-    r.note = why_not;
-    return r;
+// One law's run: the property RapidCheck calls for every case, the state it keeps between cases (shrinking, the
+// budgets, what was interrupted), and the result made from RapidCheck's. `known_held[n]`, when given, says that
+// the n-th case drawn before any failure was already checked and held (run_laws), so it is not checked again;
+// `known_calls` are the calls those checks made.
+class LawRun {
+ public:
+  LawRun(const Law& law, const Implementation& impl, const RunOptions& opts, const std::vector<bool>* known_held,
+         long known_calls)
+      : law_(law), impl_(impl), opts_(opts), known_held_(known_held), known_calls_(known_calls), counted_(impl) {
+    r_.law = law.name;
+    r_.implementation = impl.name();
+    r_.dtype = opts.gen.dtype;
+    r_.seed = opts.seed;
+    progress_.law = law.name;
+    g_ = opts.gen;
+    g_.caps = impl.capabilities();
   }
 
-  // An implementation given up on before this law (it could not be started): reported at once, no call made.
-  if (const std::string gone = impl.unavailable(); !gone.empty()) {
-    r.status = LawStatus::falsified;
-    r.violation = call_failure(std::string(kind_name(ImplementationError::Kind::unavailable)) + ": " + gone);
-    r.note = "not checked: the implementation could not be started";
-    return r;
+  LawResult run() {
+    if (not_run()) return r_;
+    gen_ = law_.gen(g_);
+    const rc::detail::TestParams params = test_params(law_, opts_);
+    const rc::detail::TestMetadata md = test_metadata(law_);
+    std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
+    if (!opts_.reproduce.empty()) {
+      check_reproduce_string(opts_.reproduce, law_.name);
+      reproduce_map = rc::detail::stringToReproduceMap(opts_.reproduce);
+    }
+    progress_.cases_total = params.maxSuccess;
+    ProgressListener listener(progress_, opts_.on_progress);
+    const rc::detail::TestResult result =
+        rc::detail::checkTestable([this] { check_one_case(); }, md, params, listener, reproduce_map);
+    if (result.is<rc::detail::FailureResult>() && last_failure_ && !stop_requested())
+      explain(law_, counted_, last_failure_->lcase, last_failure_->violation);  // once, on the case reported
+    r_.seconds = elapsed();
+    r_.shrink_steps = progress_.shrink_steps;
+    r_.calls = known_calls_ + counted_.calls();
+    if (opts_.calls_spent) *opts_.calls_spent += counted_.calls();
+    if (internal_) std::rethrow_exception(internal_);
+    r_.note = sampled_;
+    if (result.is<rc::detail::SuccessResult>())
+      held(result.get<rc::detail::SuccessResult>());
+    else if (result.is<rc::detail::FailureResult>())
+      falsified(result.get<rc::detail::FailureResult>());
+    else if (result.is<rc::detail::GaveUpResult>())
+      throw std::logic_error("run_law: RapidCheck gave up on " + law_.name + ": " +
+                             result.get<rc::detail::GaveUpResult>().description);
+    else
+      rapidcheck_error(result.get<rc::detail::Error>());
+    return r_;
   }
 
-  if (stop_requested()) {
-    r.status = LawStatus::not_checked;
-    r.note = "not checked: the run was interrupted";
-    return r;
-  }
-  // The calls this law may spend: its share of the run's budget (run_laws), or all that is left of it.
-  const long spent_before = opts.calls_spent ? opts.calls_spent->load() : 0;
-  const long budget_left = opts.max_calls > 0 ? std::max(0L, opts.max_calls - spent_before) : 0;
-  const long law_budget = opts.law_share != 0 ? std::clamp(opts.law_share, 0L, budget_left) : budget_left;
-  const std::string budget_words =
-      opts.max_calls <= 0 ? std::string()
-      : opts.law_share != 0 ? "its share of the call budget (" + std::to_string(law_budget) + " of --max-calls " +
-                                 std::to_string(opts.max_calls) + ")"
-                           : "the call budget (" + std::to_string(opts.max_calls) + " calls, --max-calls)";
-  // A run whose call budget is spent checks no further law: not a law that held, one that was not checked.
-  if (opts.max_calls > 0 && law_budget == 0) {
-    r.status = LawStatus::not_checked;
-    r.note = "not checked: " + budget_words + " ran out before this law";
-    return r;
+ private:
+  double elapsed() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
   }
 
-  const rc::Gen<LawCase> gen = law.gen(g);
-  const CountingImplementation counted(impl);
-  // Shrinking state. Once a failure is clear (margin >= kClearMargin), a shrink that fails by less is not
-  // taken (RapidCheck then tries the next candidate): among failing candidates the clear ones win, when there
-  // are any. A failure on the outputs of a kernel with probed weights is shrunk with the outputs check alone.
-  // A replayed case is checked in full, so its verdict never depends on this state.
-  bool have_clear = false;
-  std::string failed_on;
-  // RapidCheck counts any exception as a failing case. attncheck's own errors (a broken oracle or
-  // statistic, a bad parameter) are not counterexamples: keep the first one and rethrow it after the run, so
-  // callers report an internal error instead of a falsified law.
-  std::exception_ptr internal;
-  std::string sampled;  // what the last long-context case checked by sampling, for the note
-  Progress progress{.law = law.name};
-  std::size_t drawn = 0;
-  // Every call after the first failure tries a shrink candidate. Once max_shrink_timeouts of them have
-  // timed out, the rest pass untried, so RapidCheck ends with the smallest hanging case found so far.
-  bool shrinking = false;
-  int shrink_timeouts = 0;
-  const auto shrink_budget_spent = [&] {
-    return opts.max_shrink_timeouts > 0 && shrink_timeouts >= opts.max_shrink_timeouts;
-  };
-  // The time and call budgets: shrinking started at `shrink_start`; calls spent by earlier laws of the run.
-  std::chrono::steady_clock::time_point shrink_start;
-  const auto calls_spent = [&] { return opts.max_calls > 0 && counted.calls() >= law_budget; };
-  const auto shrink_time_spent = [&] {
-    return opts.shrink_seconds > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start).count() >= opts.shrink_seconds;
-  };
-  std::string cut_short;  // why shrinking stopped before RapidCheck ran out of candidates
-  std::string start_failure;  // the first call that failed because the implementation could not be started
-  int unchecked = 0;      // cases passed untried because the call budget was spent
-  int interrupted = 0;    // cases passed untried because the run was asked to stop
-  bool interrupted_shrinking = false;
-  std::optional<Failure> last_failure;  // the latest failing case: after shrinking, the smallest
-  // Shrinking also ends, with the smallest failing case so far, once the implementation is given up.
-  const auto property = [&] {
+  // Whether the law is not run at all, r_ saying why: it does not apply, the implementation was given up on before
+  // it, the run was interrupted, or the call budget is spent.
+  bool not_run() {
+    const std::string why_not = why_not_applicable(law_, impl_, g_);
+    if (!why_not.empty()) {
+      r_.status = LawStatus::not_applicable;
+      r_.note = why_not;
+      return true;
+    }
+    // An implementation given up on before this law (it could not be started): reported at once, no call made.
+    if (const std::string gone = impl_.unavailable(); !gone.empty()) {
+      r_.status = LawStatus::falsified;
+      r_.violation = call_failure(std::string(kind_name(ImplementationError::Kind::unavailable)) + ": " + gone);
+      r_.note = "not checked: the implementation could not be started";
+      return true;
+    }
     if (stop_requested()) {
-      if (shrinking) interrupted_shrinking = true;
-      else ++interrupted;
-      return;
+      r_.status = LawStatus::not_checked;
+      r_.note = "not checked: the run was interrupted";
+      return true;
     }
-    if (shrinking && (shrink_budget_spent() || !counted.unavailable().empty())) return;
-    if (shrinking && cut_short.empty() && (shrink_time_spent() || calls_spent()))
-      cut_short = calls_spent() ? "calls" : "time";
-    if (shrinking && !cut_short.empty()) return;
-    if (!shrinking && calls_spent()) {
-      ++unchecked;
-      return;
+    // The calls this law may spend: its share of the run's budget (run_laws), or all that is left of it.
+    const long spent_before = opts_.calls_spent ? opts_.calls_spent->load() : 0;
+    const long budget_left = opts_.max_calls > 0 ? std::max(0L, opts_.max_calls - spent_before) : 0;
+    law_budget_ = opts_.law_share != 0 ? std::clamp(opts_.law_share, 0L, budget_left) : budget_left;
+    budget_words_ = opts_.max_calls <= 0 ? std::string()
+                    : opts_.law_share != 0
+                        ? "its share of the call budget (" + std::to_string(law_budget_) + " of --max-calls " +
+                              std::to_string(opts_.max_calls) + ")"
+                        : "the call budget (" + std::to_string(opts_.max_calls) + " calls, --max-calls)";
+    // A run whose call budget is spent checks no further law: not a law that held, one that was not checked.
+    if (opts_.max_calls > 0 && law_budget_ == 0) {
+      r_.status = LawStatus::not_checked;
+      r_.note = "not checked: " + budget_words_ + " ran out before this law";
+      return true;
     }
-    if (internal) return;  // the run is lost to attncheck's own error: end it (and its shrinking) quickly
-    // Drawing the case is attncheck's own work too: an exception from a generator (std::bad_alloc for a
-    // shape that does not fit, a broken invariant) is an internal error, not a counterexample. RapidCheck's
-    // own control flow (a discarded case, a generation failure) passes through untouched.
-    LawCase c;
+    return false;
+  }
+
+  bool shrink_budget_spent() const {
+    return opts_.max_shrink_timeouts > 0 && shrink_timeouts_ >= opts_.max_shrink_timeouts;
+  }
+  bool calls_spent() const { return opts_.max_calls > 0 && counted_.calls() >= law_budget_; }
+  bool shrink_time_spent() const {
+    return opts_.shrink_seconds > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - shrink_start_).count() >=
+               opts_.shrink_seconds;
+  }
+  // A case the run was asked to stop during: counted as interrupted (or, while shrinking, ends the shrinking).
+  void interrupted() {
+    if (shrinking_)
+      interrupted_shrinking_ = true;
+    else
+      ++interrupted_;
+  }
+
+  // Whether this case passes untried: the run is stopping, shrinking has ended (its timeouts, time or calls spent,
+  // the implementation given up on), the call budget is spent, or the run is lost to attncheck's own error.
+  bool skipped() {
+    if (stop_requested()) {
+      interrupted();
+      return true;
+    }
+    if (shrinking_ && (shrink_budget_spent() || !counted_.unavailable().empty())) return true;
+    if (shrinking_ && cut_short_.empty() && (shrink_time_spent() || calls_spent()))
+      cut_short_ = calls_spent() ? "calls" : "time";
+    if (shrinking_ && !cut_short_.empty()) return true;
+    if (!shrinking_ && calls_spent()) {
+      ++unchecked_;
+      return true;
+    }
+    return bool(internal_);  // end the run (and its shrinking) quickly
+  }
+
+  // Draws the case. Drawing is attncheck's own work too: an exception from a generator (std::bad_alloc for a shape
+  // that does not fit, a broken invariant) is an internal error, not a counterexample. RapidCheck's own control
+  // flow (a discarded case, a generation failure) passes through untouched. Empty: the run was asked to stop while
+  // a long case was drawn.
+  std::optional<LawCase> draw() {
     try {
-      c = *gen;
+      return *gen_;
     } catch (const rc::detail::CaseResult&) {
       throw;
     } catch (const rc::GenerationFailure&) {
       throw;
-    } catch (const Cancelled&) {  // the run was asked to stop while a long case was drawn
-      if (shrinking) interrupted_shrinking = true;
-      else ++interrupted;
-      return;
+    } catch (const Cancelled&) {
+      interrupted();
+      return std::nullopt;
     } catch (const std::exception& e) {
-      if (!internal)
-        internal = std::make_exception_ptr(std::runtime_error(
-            "generating a case of " + law.name + ": " +
+      if (!internal_)
+        internal_ = std::make_exception_ptr(std::runtime_error(
+            "generating a case of " + law_.name + ": " +
             (dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory (" + std::string(e.what()) + ")"
                                                      : std::string(e.what()))));
       throw;
     } catch (...) {
-      if (!internal) internal = std::current_exception();
+      if (!internal_) internal_ = std::current_exception();
       throw;
     }
-    for (const auto& t : c.tags) RC_TAG(t);
-    const std::size_t n = drawn++;
-    if (known_held && !progress.shrinking && n < known_held->size() && (*known_held)[n]) return;
-    c.outputs_only = g.caps.weights_probed && failed_on == "output";
-    std::optional<Violation> v;
-    bool timed_out = false, not_started = false;
+  }
+
+  // RapidCheck counts any exception as a failing case. attncheck's own errors (a broken oracle or statistic, a bad
+  // parameter) are not counterexamples: the first one is kept and rethrown after the run, so callers report an
+  // internal error instead of a falsified law.
+  Verdict check(const LawCase& c, bool& timed_out, bool& not_started) {
     try {
-      Verdict verdict = evaluate(law, counted, c, timed_out, &not_started);
-      v = std::move(verdict.violation);
-      if (!verdict.note.empty()) sampled = std::move(verdict.note);
+      return evaluate(law_, counted_, c, timed_out, &not_started);
     } catch (const rc::detail::CaseResult&) {
       throw;
     } catch (...) {
-      if (!internal) internal = std::current_exception();
+      if (!internal_) internal_ = std::current_exception();
       throw;
     }
+  }
+
+  // The property: one case drawn and checked. Once a failure is clear (margin >= kClearMargin), a shrink that fails
+  // by less is not taken (RapidCheck then tries the next candidate): among failing candidates the clear ones win,
+  // when there are any. A failure on the outputs of a kernel with probed weights is shrunk with the outputs check
+  // alone. A replayed case is checked in full, so its verdict never depends on this state.
+  void check_one_case() {
+    if (skipped()) return;
+    std::optional<LawCase> drawn = draw();
+    if (!drawn) return;
+    LawCase& c = *drawn;
+    for (const auto& t : c.tags) RC_TAG(t);
+    const std::size_t n = drawn_++;
+    if (known_held_ && !progress_.shrinking && n < known_held_->size() && (*known_held_)[n]) return;
+    c.outputs_only = g_.caps.weights_probed && failed_on_ == "output";
+    bool timed_out = false, not_started = false;
+    Verdict verdict = check(c, timed_out, not_started);
+    if (!verdict.note.empty()) sampled_ = std::move(verdict.note);
     // The call in flight when the run was asked to stop is not judged (the handler may have ended it).
     if (stop_requested()) {
-      if (shrinking) interrupted_shrinking = true;
-      else ++interrupted;
+      interrupted();
       return;
     }
-    r.timeouts += timed_out;
-    shrink_timeouts += timed_out && shrinking;
+    r_.timeouts += timed_out;
+    shrink_timeouts_ += timed_out && shrinking_;
+    std::optional<Violation>& v = verdict.violation;
     // A call the implementation could not be started for is no counterexample (nor a smaller one): the case
     // passes untried, and the law says so if nothing else failed.
     if (v && not_started) {
-      if (start_failure.empty()) start_failure = v->message;
+      if (start_failure_.empty()) start_failure_ = v->message;
       return;
     }
-    if (v) {
-      if (!shrinking) shrink_start = std::chrono::steady_clock::now();
-      shrinking = true;
-      const bool clear = margin(*v) >= kClearMargin;
-      if (have_clear && !clear) return;
-      have_clear = have_clear || clear;
-      failed_on = v->quantity;
-      c.outputs_only = false;
-      last_failure = Failure{c, *v};
-      RC_FAIL(v->message);
-    }
-  };
-
-  const rc::detail::TestParams params = test_params(law, opts);
-  const rc::detail::TestMetadata md = test_metadata(law);
-  std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
-  if (!opts.reproduce.empty()) {
-    check_reproduce_string(opts.reproduce, law.name);
-    reproduce_map = rc::detail::stringToReproduceMap(opts.reproduce);
+    if (!v) return;
+    if (!shrinking_) shrink_start_ = std::chrono::steady_clock::now();
+    shrinking_ = true;
+    const bool clear = margin(*v) >= kClearMargin;
+    if (have_clear_ && !clear) return;
+    have_clear_ = have_clear_ || clear;
+    failed_on_ = v->quantity;
+    c.outputs_only = false;
+    last_failure_ = Failure{c, *v};
+    RC_FAIL(v->message);
   }
 
-  progress.cases_total = params.maxSuccess;
-  ProgressListener listener(progress, opts.on_progress);
-  const rc::detail::TestResult result = rc::detail::checkTestable(property, md, params, listener, reproduce_map);
-  if (result.is<rc::detail::FailureResult>() && last_failure && !stop_requested())
-    explain(law, counted, last_failure->lcase, last_failure->violation);  // once, on the case reported
-  r.seconds = elapsed();
-  r.shrink_steps = progress.shrink_steps;
-  r.calls = known_calls + counted.calls();
-  if (opts.calls_spent) *opts.calls_spent += counted.calls();
-  if (internal) std::rethrow_exception(internal);
-  r.note = sampled;
-
-  if (result.is<rc::detail::SuccessResult>()) {
-    const auto& s = result.get<rc::detail::SuccessResult>();
-    r.status = LawStatus::held;
-    r.cases_run = s.numSuccess - unchecked - interrupted;
+  void held(const rc::detail::SuccessResult& s) {
+    r_.status = LawStatus::held;
+    r_.cases_run = s.numSuccess - unchecked_ - interrupted_;
     for (const auto& [tags, n] : s.distribution)
-      for (const auto& t : tags) r.coverage[unquote(t)] += n;
-    if (law.finding && unchecked == 0 && interrupted == 0 && start_failure.empty() && !stop_requested())
-      r.note = finding_note(law, impl, g);
-    if (!start_failure.empty()) {  // nothing failed, but not every case could be checked
-      r.status = LawStatus::falsified;
-      r.violation = call_failure(start_failure);
-      r.note = "not every case was checked: the implementation could not be started";
-      return r;
+      for (const auto& t : tags) r_.coverage[unquote(t)] += n;
+    if (law_.finding && unchecked_ == 0 && interrupted_ == 0 && start_failure_.empty() && !stop_requested())
+      r_.note = finding_note(law_, impl_, g_);
+    if (!start_failure_.empty()) {  // nothing failed, but not every case could be checked
+      r_.status = LawStatus::falsified;
+      r_.violation = call_failure(start_failure_);
+      r_.note = "not every case was checked: the implementation could not be started";
+      return;
     }
     // Some cases left unchecked: the law is not checked, whatever the cases that were checked showed.
-    if (interrupted > 0) {
-      r.status = LawStatus::not_checked;
-      r.note = "interrupted: held in the " + cases_text(r.cases_run) + " checked before the run was "
-               "stopped, " + std::to_string(interrupted) + " not checked";
-    } else if (unchecked > 0) {
-      r.status = LawStatus::not_checked;
-      r.note = budget_words + " ran out: held in the " + cases_text(r.cases_run) + " checked, " +
-               std::to_string(unchecked) + " not checked";
+    if (interrupted_ > 0) {
+      r_.status = LawStatus::not_checked;
+      r_.note = "interrupted: held in the " + cases_text(r_.cases_run) + " checked before the run was stopped, " +
+                std::to_string(interrupted_) + " not checked";
+    } else if (unchecked_ > 0) {
+      r_.status = LawStatus::not_checked;
+      r_.note = budget_words_ + " ran out: held in the " + cases_text(r_.cases_run) + " checked, " +
+                std::to_string(unchecked_) + " not checked";
     }
-  } else if (result.is<rc::detail::FailureResult>()) {
-    const auto& f = result.get<rc::detail::FailureResult>();
-    r.status = LawStatus::falsified;
-    r.cases_run = f.numSuccess + 1;
-    r.reproduce = rc::detail::reproduceMapToString({{law.name, f.reproduce}});
-    if (shrink_budget_spent())
-      r.note = "shrinking stopped after " + std::to_string(shrink_timeouts) +
-               " shrink candidates timed out (each costs a call timeout): a smaller case may hang too";
-    else if (interrupted_shrinking)
-      r.note = "shrinking interrupted: the smallest failing case found before the run was stopped";
-    else if (!impl.unavailable().empty())
-      r.note = "shrinking stopped: the implementation could not be started again";
-    else if (cut_short == "time")
-      r.note = "shrinking cut short after " + format_number(opts.shrink_seconds, 3) +
-               " s (--shrink-time): the smallest failing case found by then; --shrink-time 0 shrinks on";
-    else if (cut_short == "calls")
-      r.note = "shrinking cut short: " + budget_words + " ran out; the smallest failing case found by then";
-    if (last_failure) {
-      r.minimal_case = last_failure->lcase;
-      r.violation = last_failure->violation;
-    } else {
-      r.violation = call_failure(f.description);
-    }
-  } else if (result.is<rc::detail::GaveUpResult>()) {
-    throw std::logic_error("run_law: RapidCheck gave up on " + law.name + ": " +
-                           result.get<rc::detail::GaveUpResult>().description);
-  } else if (!opts.reproduce.empty()) {
-    // Replaying a stored reproduce string whose case no longer fails: the bug is fixed, the law held there.
-    r.status = LawStatus::held;
-    r.cases_run = 1;
-    r.note = "the reproduced case no longer fails (" + result.get<rc::detail::Error>().description + ")";
-  } else {
-    throw std::logic_error("run_law: RapidCheck error in " + law.name + ": " +
-                           result.get<rc::detail::Error>().description);
   }
-  return r;
+
+  void falsified(const rc::detail::FailureResult& f) {
+    r_.status = LawStatus::falsified;
+    r_.cases_run = f.numSuccess + 1;
+    r_.reproduce = rc::detail::reproduceMapToString({{law_.name, f.reproduce}});
+    if (shrink_budget_spent())
+      r_.note = "shrinking stopped after " + std::to_string(shrink_timeouts_) +
+                " shrink candidates timed out (each costs a call timeout): a smaller case may hang too";
+    else if (interrupted_shrinking_)
+      r_.note = "shrinking interrupted: the smallest failing case found before the run was stopped";
+    else if (!impl_.unavailable().empty())
+      r_.note = "shrinking stopped: the implementation could not be started again";
+    else if (cut_short_ == "time")
+      r_.note = "shrinking cut short after " + format_number(opts_.shrink_seconds, 3) +
+                " s (--shrink-time): the smallest failing case found by then; --shrink-time 0 shrinks on";
+    else if (cut_short_ == "calls")
+      r_.note = "shrinking cut short: " + budget_words_ + " ran out; the smallest failing case found by then";
+    if (last_failure_) {
+      r_.minimal_case = last_failure_->lcase;
+      r_.violation = last_failure_->violation;
+    } else {
+      r_.violation = call_failure(f.description);
+    }
+  }
+
+  void rapidcheck_error(const rc::detail::Error& e) {
+    if (opts_.reproduce.empty())
+      throw std::logic_error("run_law: RapidCheck error in " + law_.name + ": " + e.description);
+    // Replaying a stored reproduce string whose case no longer fails: the bug is fixed, the law held there.
+    r_.status = LawStatus::held;
+    r_.cases_run = 1;
+    r_.note = "the reproduced case no longer fails (" + e.description + ")";
+  }
+
+  const Law& law_;
+  const Implementation& impl_;
+  const RunOptions& opts_;
+  const std::vector<bool>* known_held_;
+  const long known_calls_;
+  const CountingImplementation counted_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+  LawResult r_;
+  GenConfig g_;
+  rc::Gen<LawCase> gen_ = rc::gen::just(LawCase{});
+  long law_budget_ = 0;          // the calls this law may spend (with --max-calls)
+  std::string budget_words_;     // that budget, in words
+  Progress progress_;
+  std::size_t drawn_ = 0;        // cases drawn so far
+  // Shrinking state: whether a failure was found, whether a clear one was, on what quantity, and since when.
+  bool shrinking_ = false, have_clear_ = false;
+  std::string failed_on_;
+  std::chrono::steady_clock::time_point shrink_start_;
+  // Every call after the first failure tries a shrink candidate. Once max_shrink_timeouts of them have timed out,
+  // the rest pass untried, so RapidCheck ends with the smallest hanging case found so far.
+  int shrink_timeouts_ = 0;
+  std::string cut_short_;      // why shrinking stopped before RapidCheck ran out of candidates ("time", "calls")
+  std::string start_failure_;  // the first call that failed because the implementation could not be started
+  int unchecked_ = 0;          // cases passed untried because the call budget was spent
+  int interrupted_ = 0;        // cases passed untried because the run was asked to stop
+  bool interrupted_shrinking_ = false;
+  std::exception_ptr internal_;        // attncheck's own first error, rethrown after the run
+  std::string sampled_;                // what the last long-context case checked by sampling, for the note
+  std::optional<Failure> last_failure_;  // the latest failing case: after shrinking, the smallest
+};
+
+LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOptions& opts,
+                       const std::vector<bool>* known_held, long known_calls = 0) {
+  return LawRun(law, impl, opts, known_held, known_calls).run();
 }
 
 // One drawn case waiting for, or done with, its check in run_laws.
@@ -462,192 +519,242 @@ LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& 
   return run_law_impl(law, impl, opts, nullptr);
 }
 
-std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
-                                const RunOptions& opts, int jobs,
-                                const std::function<void(std::size_t, const LawResult&)>& done) {
-  std::vector<LawResult> out;
-  if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty() || opts.max_calls > 0) {
-    // A call budget is shared out: each law may spend what is left divided by the applicable laws left
-    // (itself included), so what one law leaves unspent passes on, and no law spends the others' share.
-    GenConfig g = opts.gen;
-    g.caps = impl.capabilities();
-    std::size_t applicable_left = 0;
-    if (opts.max_calls > 0)
-      for (const Law* law : laws) applicable_left += why_not_applicable(*law, impl, g).empty();
-    for (const Law* law : laws) {
-      RunOptions lo = opts;
-      if (opts.max_calls > 0 && why_not_applicable(*law, impl, g).empty()) {
-        const long spent = opts.calls_spent ? opts.calls_spent->load() : 0;
-        lo.law_share = std::max(0L, opts.max_calls - spent) / long(applicable_left--);
-        if (lo.law_share == 0) lo.law_share = -1;  // less than one call each: none for this law
-      }
-      out.push_back(run_law(*law, impl, lo));
-      if (done) done(out.size() - 1, out.back());
-    }
-    return out;
-  }
+namespace {
 
-  // The checks run on `jobs` workers; the calling thread draws every case with RapidCheck and queues it,
-  // at most 2·jobs ahead (each case may hold long-context tensors).
-  std::mutex mu;
-  std::condition_variable ready, space;
-  std::deque<Job> queue;
-  bool closed = false;
-  std::vector<std::deque<Checked>> checked(laws.size());
-  std::vector<char> failed(laws.size(), 0);
-  const auto worker = [&] {
+// A result for `law` on `impl` with the run's dtype and seed, and nothing else yet.
+LawResult blank_result(const Law& law, const Implementation& impl, const RunOptions& opts) {
+  LawResult r;
+  r.law = law.name;
+  r.implementation = impl.name();
+  r.dtype = opts.gen.dtype;
+  r.seed = opts.seed;
+  return r;
+}
+
+// One law after the other. A call budget is shared out: each law may spend what is left divided by the applicable
+// laws left (itself included), so what one law leaves unspent passes on, and no law spends the others' share.
+std::vector<LawResult> run_serially(const std::vector<const Law*>& laws, const Implementation& impl,
+                                    const RunOptions& opts,
+                                    const std::function<void(std::size_t, const LawResult&)>& done) {
+  std::vector<LawResult> out;
+  GenConfig g = opts.gen;
+  g.caps = impl.capabilities();
+  std::size_t applicable_left = 0;
+  if (opts.max_calls > 0)
+    for (const Law* law : laws) applicable_left += why_not_applicable(*law, impl, g).empty();
+  for (const Law* law : laws) {
+    RunOptions lo = opts;
+    if (opts.max_calls > 0 && why_not_applicable(*law, impl, g).empty()) {
+      const long spent = opts.calls_spent ? opts.calls_spent->load() : 0;
+      lo.law_share = std::max(0L, opts.max_calls - spent) / long(applicable_left--);
+      if (lo.law_share == 0) lo.law_share = -1;  // less than one call each: none for this law
+    }
+    out.push_back(run_law(*law, impl, lo));
+    if (done) done(out.size() - 1, out.back());
+  }
+  return out;
+}
+
+// The parallel path's checks: `jobs` workers check the cases the calling thread draws and queues, at most 2·jobs
+// ahead (each case may hold long-context tensors). What each check found is kept per law, in drawing order.
+class CheckPool {
+ public:
+  CheckPool(const std::vector<const Law*>& laws, const Implementation& impl, int jobs)
+      : laws_(laws), impl_(impl), jobs_(jobs), checked_(laws.size()), failed_(laws.size(), 0) {
+    for (int t = 0; t < jobs; ++t) {
+      try {
+        pool_.emplace_back([this] { work(); });
+      } catch (const std::system_error&) {  // the system's limit on threads (or their stacks): fewer, same reports
+        if (pool_.empty()) throw;
+        break;
+      }
+    }
+  }
+  // Joins the workers on every way out, an exception from a generator included.
+  ~CheckPool() { close(); }
+  CheckPool(const CheckPool&) = delete;
+  CheckPool& operator=(const CheckPool&) = delete;
+
+  /// Queues case `c` of law `l` (its n-th), waiting while the queue is full.
+  void push(std::size_t l, LawCase c) {
+    std::unique_lock lock(mu_);
+    space_.wait(lock, [&] { return queue_.size() < 2 * std::size_t(jobs_); });
+    checked_[l].emplace_back();
+    queue_.push_back(Job{l, checked_[l].size() - 1, std::move(c)});
+    ready_.notify_one();
+  }
+  /// Lets the workers finish the queue, and joins them.
+  void close() {
+    {
+      std::lock_guard lock(mu_);
+      closed_ = true;
+    }
+    ready_.notify_all();
+    for (auto& t : pool_)
+      if (t.joinable()) t.join();
+  }
+  /// After close(): what each case of law l showed, and whether one failed.
+  const std::deque<Checked>& checked(std::size_t l) const { return checked_[l]; }
+  bool failed(std::size_t l) const { return failed_[l] != 0; }
+
+ private:
+  void work() {
     for (;;) {
       Job job;
       {
-        std::unique_lock lock(mu);
-        ready.wait(lock, [&] { return closed || !queue.empty(); });
-        if (queue.empty()) return;
-        job = std::move(queue.front());
-        queue.pop_front();
-        space.notify_one();
-        if (failed[job.law] || stop_requested()) continue;  // re-run alone anyway, or not at all
+        std::unique_lock lock(mu_);
+        ready_.wait(lock, [&] { return closed_ || !queue_.empty(); });
+        if (queue_.empty()) return;
+        job = std::move(queue_.front());
+        queue_.pop_front();
+        space_.notify_one();
+        if (failed_[job.law] || stop_requested()) continue;  // re-run alone anyway, or not at all
       }
-      Checked c;
-      c.ran = true;
-      const auto start = std::chrono::steady_clock::now();
-      const CountingImplementation counted(impl);
-      try {
-        bool timed_out = false;  // a failure is re-run alone, where its report is made: nothing to explain here
-        Verdict verdict = evaluate(*laws[job.law], counted, job.lcase, timed_out);
-        c.failed = verdict.violation.has_value();
-        c.note = std::move(verdict.note);
-      } catch (...) {
-        c.failed = true;  // re-run alone, where the error surfaces as it would serially
-      }
-      c.calls = counted.calls();
-      c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-      std::lock_guard lock(mu);
-      checked[job.law][job.index] = std::move(c);
-      if (checked[job.law][job.index].failed) failed[job.law] = 1;
-    }
-  };
-  std::vector<std::thread> pool;
-  const auto close_and_join = [&] {
-    {
-      std::lock_guard lock(mu);
-      closed = true;
-    }
-    ready.notify_all();
-    for (auto& t : pool)
-      if (t.joinable()) t.join();
-  };
-  // Joins the workers on every way out, an exception from a generator included.
-  struct Joiner {
-    const decltype(close_and_join)& f;
-    ~Joiner() { f(); }
-  } joiner{close_and_join};
-  for (int t = 0; t < jobs; ++t) {
-    try {
-      pool.emplace_back(worker);
-    } catch (const std::system_error&) {  // the system's limit on threads (or their stacks): fewer workers, same reports
-      if (pool.empty()) throw;
-      break;
+      Checked c = check(job);
+      std::lock_guard lock(mu_);
+      if (c.failed) failed_[job.law] = 1;
+      checked_[job.law][job.index] = std::move(c);
     }
   }
+  Checked check(const Job& job) const {
+    Checked c;
+    c.ran = true;
+    const auto start = std::chrono::steady_clock::now();
+    const CountingImplementation counted(impl_);
+    try {
+      bool timed_out = false;  // a failure is re-run alone, where its report is made: nothing to explain here
+      Verdict verdict = evaluate(*laws_[job.law], counted, job.lcase, timed_out);
+      c.failed = verdict.violation.has_value();
+      c.note = std::move(verdict.note);
+    } catch (...) {
+      c.failed = true;  // re-run alone, where the error surfaces as it would serially
+    }
+    c.calls = counted.calls();
+    c.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    return c;
+  }
 
-  std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size());
-  std::vector<Progress> progress(laws.size());
-  for (std::size_t l = 0; l < laws.size(); ++l) {
-    const Law& law = *laws[l];
+  const std::vector<const Law*>& laws_;
+  const Implementation& impl_;
+  const int jobs_;
+  std::mutex mu_;
+  std::condition_variable ready_, space_;
+  std::deque<Job> queue_;
+  bool closed_ = false;
+  std::vector<std::deque<Checked>> checked_;
+  std::vector<char> failed_;
+  std::vector<std::thread> pool_;
+};
+
+// Draws every case of law l with RapidCheck (on the calling thread) and queues it for the pool; what RapidCheck
+// concluded of the draws. An error of attncheck's own while drawing fails the draw (the law is then re-run alone,
+// where it becomes an internal error), and is not shrunk.
+rc::detail::TestResult draw_law(CheckPool& pool, std::size_t l, const Law& law, const GenConfig& g,
+                                const RunOptions& opts, Progress& progress) {
+  const rc::Gen<LawCase> gen = law.gen(g);
+  bool gen_error = false;
+  const auto property = [&] {
+    if (gen_error || stop_requested()) return;  // no shrinking of attncheck's own failure; or asked to stop
+    LawCase c;
+    try {
+      c = *gen;
+    } catch (const rc::detail::CaseResult&) {
+      throw;
+    } catch (const rc::GenerationFailure&) {
+      throw;
+    } catch (...) {
+      gen_error = true;
+      throw;
+    }
+    for (const auto& t : c.tags) RC_TAG(t);
+    pool.push(l, std::move(c));
+  };
+  const rc::detail::TestParams params = test_params(law, opts);
+  progress = Progress{.law = law.name, .cases_total = params.maxSuccess};
+  ProgressListener listener(progress, opts.on_progress);
+  const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
+  return rc::detail::checkTestable(property, test_metadata(law), params, listener, no_reproduce);
+}
+
+// Interrupted: a law with some cases checked, none failing, held in those; any other was not checked.
+LawResult interrupted_result(const Law& law, const Implementation& impl, const RunOptions& opts,
+                             const std::deque<Checked>& checked, bool failed) {
+  LawResult r = blank_result(law, impl, opts);
+  r.status = LawStatus::not_checked;
+  r.note = "not checked: the run was interrupted";
+  const long ran = std::count_if(checked.begin(), checked.end(), [](const Checked& c) { return c.ran; });
+  if (ran > 0 && !failed) {
+    r.cases_run = int(ran);
+    for (const Checked& c : checked) {
+      r.seconds += c.seconds;
+      r.calls += c.calls;
+    }
+    r.note = "interrupted: held in the " + cases_text(int(ran)) + " checked before the run was stopped, " +
+             std::to_string(test_params(law, opts).maxSuccess - ran) + " not checked";
+  }
+  return r;
+}
+
+// A law every case of which was drawn, checked on the pool and held.
+LawResult held_result(const Law& law, const Implementation& impl, const RunOptions& opts,
+                      const rc::detail::SuccessResult& s, const std::deque<Checked>& checked) {
+  LawResult r = blank_result(law, impl, opts);
+  r.status = LawStatus::held;
+  r.cases_run = s.numSuccess;
+  for (const auto& [tags, n] : s.distribution)
+    for (const auto& t : tags) r.coverage[unquote(t)] += n;
+  for (const Checked& c : checked) {
+    r.seconds += c.seconds;
+    r.calls += c.calls;
+    if (!c.note.empty()) r.note = c.note;
+  }
+  if (law.finding) {
     GenConfig g = opts.gen;
     g.caps = impl.capabilities();
-    if (!why_not_applicable(law, impl, g).empty()) continue;  // run_law says so below, without a case
-    const rc::Gen<LawCase> gen = law.gen(g);
-    std::size_t n = 0;
-    bool gen_error = false;  // attncheck's own: the law is re-run alone below, where it becomes an internal error
-    const auto property = [&] {
-      if (gen_error || stop_requested()) return;  // no shrinking of attncheck's own failure; or asked to stop
-      LawCase c;
-      try {
-        c = *gen;
-      } catch (const rc::detail::CaseResult&) {
-        throw;
-      } catch (const rc::GenerationFailure&) {
-        throw;
-      } catch (...) {
-        gen_error = true;
-        throw;
-      }
-      for (const auto& t : c.tags) RC_TAG(t);
-      std::unique_lock lock(mu);
-      space.wait(lock, [&] { return queue.size() < 2 * std::size_t(jobs); });
-      checked[l].emplace_back();
-      queue.push_back(Job{l, n++, std::move(c)});
-      ready.notify_one();
-    };
-    const rc::detail::TestParams params = test_params(law, opts);
-    const rc::detail::TestMetadata md = test_metadata(law);
-    progress[l] = Progress{.law = law.name, .cases_total = params.maxSuccess};
-    ProgressListener listener(progress[l], opts.on_progress);
-    const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
-    drawn[l] = rc::detail::checkTestable(property, md, params, listener, no_reproduce);
+    r.note = finding_note(law, impl, g);
   }
-  close_and_join();
+  return r;
+}
 
+}  // namespace
+
+std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Implementation& impl,
+                                const RunOptions& opts, int jobs,
+                                const std::function<void(std::size_t, const LawResult&)>& done) {
+  if (jobs <= 1 || !impl.capabilities().reentrant || !opts.reproduce.empty() || opts.max_calls > 0)
+    return run_serially(laws, impl, opts, done);
+  GenConfig g = opts.gen;
+  g.caps = impl.capabilities();
+  std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size());
+  std::vector<Progress> progress(laws.size());
+  CheckPool pool(laws, impl, jobs);
+  for (std::size_t l = 0; l < laws.size(); ++l)
+    if (why_not_applicable(*laws[l], impl, g).empty())  // otherwise run_law says so below, without a case
+      drawn[l] = draw_law(pool, l, *laws[l], g, opts, progress[l]);
+  pool.close();
+
+  std::vector<LawResult> out;
   for (std::size_t l = 0; l < laws.size(); ++l) {
     const Law& law = *laws[l];
+    const std::deque<Checked>& checked = pool.checked(l);
     const bool all_drawn = drawn[l] && drawn[l]->is<rc::detail::SuccessResult>();
-    // Interrupted: a law every case of which was drawn and checked keeps its result; one with some cases
-    // checked, none failing, held in those; any other was not checked.
-    const long ran = std::count_if(checked[l].begin(), checked[l].end(), [](const Checked& c) { return c.ran; });
+    // Interrupted: a law every case of which was drawn and checked keeps its result.
+    const long ran = std::count_if(checked.begin(), checked.end(), [](const Checked& c) { return c.ran; });
     if (stop_requested() && drawn[l] &&
-        (!all_drawn || failed[l] || ran < long(test_params(law, opts).maxSuccess))) {
-      LawResult r;
-      r.law = law.name;
-      r.implementation = impl.name();
-      r.dtype = opts.gen.dtype;
-      r.seed = opts.seed;
-      r.status = LawStatus::not_checked;
-      r.note = "not checked: the run was interrupted";
-      if (ran > 0 && !failed[l]) {
-        r.cases_run = int(ran);
-        for (const Checked& c : checked[l]) {
-          r.seconds += c.seconds;
-          r.calls += c.calls;
-        }
-        r.note = "interrupted: held in the " + cases_text(int(ran)) + " checked before the run was stopped, " +
-                 std::to_string(test_params(law, opts).maxSuccess - ran) + " not checked";
-      }
-      out.push_back(std::move(r));
-      continue;
-    }
-    if (!drawn[l] || !all_drawn || failed[l]) {  // not applicable, or something to shrink or report: alone
+        (!all_drawn || pool.failed(l) || ran < long(test_params(law, opts).maxSuccess))) {
+      out.push_back(interrupted_result(law, impl, opts, checked, pool.failed(l)));
+    } else if (!all_drawn || pool.failed(l)) {  // not applicable, or something to shrink or report: alone
       std::vector<bool> held;
       long held_calls = 0;
-      for (const Checked& c : checked[l]) {
+      for (const Checked& c : checked) {
         if (c.failed) break;
         held.push_back(true);
         held_calls += c.calls;
       }
       out.push_back(run_law_impl(law, impl, opts, &held, held_calls));
-      continue;
+    } else {
+      out.push_back(held_result(law, impl, opts, drawn[l]->get<rc::detail::SuccessResult>(), checked));
     }
-    LawResult r;
-    r.law = law.name;
-    r.implementation = impl.name();
-    r.dtype = opts.gen.dtype;
-    r.seed = opts.seed;
-    r.status = LawStatus::held;
-    const auto& s = drawn[l]->get<rc::detail::SuccessResult>();
-    r.cases_run = s.numSuccess;
-    for (const auto& [tags, n] : s.distribution)
-      for (const auto& t : tags) r.coverage[unquote(t)] += n;
-    for (const Checked& c : checked[l]) {
-      r.seconds += c.seconds;
-      r.calls += c.calls;
-      if (!c.note.empty()) r.note = c.note;
-    }
-    if (law.finding) {
-      GenConfig g = opts.gen;
-      g.caps = impl.capabilities();
-      r.note = finding_note(law, impl, g);
-    }
-    out.push_back(std::move(r));
   }
   if (done)
     for (std::size_t k = 0; k < out.size(); ++k) done(k, out[k]);

@@ -56,6 +56,10 @@ Registry default_registry();
 ImplementationPtr resolve_implementation(const std::string& spec, const Registry& registry,
                                          const LoadOptions& opts = {});
 
+/// The laws table of docs/laws.md for `laws`, in Markdown (`attncheck list --markdown`): each law's number, name
+/// (marked (bwd) for a gradient law), what must hold and its tolerance (Law::doc).
+std::string laws_markdown_table(const std::vector<Law>& laws);
+
 /// Runs `attncheck ARGS...`: results and tables to `out`, progress and errors to `err`. `err_is_terminal`
 /// turns on the progress line (as --progress does). Returns an ExitCode.
 int run(int argc, const char* const* argv, const Registry& registry, std::ostream& out, std::ostream& err,

@@ -118,11 +118,20 @@ struct Verdict {
       : violation(std::move(v)), note(std::move(note)) {}
 };
 
+/// A law's row of the laws table in docs/laws.md (`attncheck list --markdown` prints the table; a test fails when
+/// the file's copy is stale): its number there, what must hold and its tolerance, in the notation of the docs.
+struct LawDoc {
+  std::string number;
+  std::string holds;
+  std::string tolerance;
+};
+
 /// A law: a generator of cases and a check of one case.
 struct Law {
   std::string name;     ///< as `--property` takes it: "row-stochastic"
   std::string summary;  ///< one line for `attncheck list`
   std::string why;      ///< why every correct causal attention obeys it, and how its tolerance is derived
+  LawDoc doc;           ///< its row of the laws table
   /// Empty when the law applies under these bounds to an implementation with these capabilities (cfg.caps);
   /// otherwise why not.
   std::function<std::string(const GenConfig&)> not_applicable;

@@ -146,6 +146,8 @@ Law batch_head_independence() {
   return {"batch-head-independence",
           "changing one (b,h) slice changes no other; rotating batches or heads rotates the outputs",
           kWhy,
+          LawDoc{"8", "changing one (b,h) slice changes no other; rotating batches/heads rotates outputs",
+                 "exact / derived"},
           not_applicable,
           gen,
           check,

@@ -131,7 +131,11 @@ Law batch_invariance() {
   return {"batch-invariance",
           "declared batch invariant: a sequence's outputs are bit-identical alone, in a larger batch, and with its "
           "queries split across calls",
-          kWhy, not_applicable, gen, check, 0};
+          kWhy,
+          LawDoc{"46",
+                 "declared batch invariant: a sequence alone, in a batch twice as large, and with its queries cut across two calls gives bit-identical outputs",
+                 "exact (bit-identical)"},
+          not_applicable, gen, check, 0};
 }
 
 }  // namespace attncheck::law_kit

@@ -45,6 +45,8 @@ Law causal_perturbation() {
   return {"causal-perturbation",
           "changing tokens after t (extreme values included) leaves outputs at <= t bit-identical",
           kWhy,
+          LawDoc{"3", "replacing queries, keys, values after t (extreme magnitudes too) leaves outputs ≤ t unchanged",
+                 "exact (bit-identical)"},
           always_applies,
           gen,
           check,

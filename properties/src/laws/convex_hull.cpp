@@ -29,6 +29,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 Law convex_hull() {
   using namespace convex_hull_law;
   return {"convex-hull", "every output lies within the range of the value rows its query can see", kWhy,
+          LawDoc{"6", "every output lies within the range of the value rows its query sees",
+                 "(2γ_T + u_a + u_s)·max|v| + u_s|o|, doubled"},
           always_applies, gen_outputs_only, check, 0};
 }
 

@@ -105,14 +105,20 @@ std::optional<Violation> check_gradients(const Implementation& impl, const LawCa
 
 Law determinism() {
   using namespace determinism_law;
-  return {"determinism", "the same call twice (N times under --stress) is bit-identical", kWhy, always_applies,
+  return {"determinism", "the same call twice (N times under --stress) is bit-identical", kWhy,
+          LawDoc{"11", "the same call twice (N times under `--stress N`) is bit-identical", "exact"},
+          always_applies,
           [](const GenConfig& cfg) { return with_repeats(cfg, gen_plain); }, check, 0};
 }
 
 Law grad_determinism() {
   using namespace determinism_law;
   Law l{"grad-determinism", "the same backward call twice (N times under --stress) gives bit-identical dQ, dK, dV (and d_sinks)",
-        kGradWhy, needs_backward, [](const GenConfig& cfg) { return with_repeats(cfg, gen_gradients); },
+        kGradWhy,
+        LawDoc{"47",
+               "the same backward call twice (N times under `--stress N`, at once on threads for a reentrant implementation) gives bit-identical dQ, dK, dV (and the sinks' gradients)",
+               "exact (bit-identical)"},
+        needs_backward, [](const GenConfig& cfg) { return with_repeats(cfg, gen_gradients); },
         check_gradients, 0};
   l.needs_backward = true;
   return l;

@@ -123,7 +123,11 @@ Law extreme_scores() {
   return {"extreme-scores",
           "rows whose visible scores all lie far from 0 (-5e4 to -1e6, 1e5, a massive channel) still agree with the "
           "oracle and sum to 1",
-          kWhy, always_applies, gen, check, 0};
+          kWhy,
+          LawDoc{"45",
+                 "rows whose visible scores all lie near −5e4, −1e5, −1e6 or +1e5, or under one channel of ±1000 (a massive activation), agree with the oracle, stay in the hull, and output 1 with V = 1",
+                 "oracle-agreement's bound; convex-hull's slack"},
+          always_applies, gen, check, 0};
 }
 
 }  // namespace attncheck::law_kit

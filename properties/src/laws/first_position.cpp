@@ -43,7 +43,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 
 Law first_position() {
   using namespace first_position_law;
-  return {"first-position", "the first position's output equals v0, its only visible value", kWhy, needs_square_shapes,
+  return {"first-position", "the first position's output equals v0, its only visible value", kWhy,
+          LawDoc{"5", "the first query's output is v₀", "exact"},
+          needs_square_shapes,
           gen, check, 0};
 }
 

@@ -52,7 +52,10 @@ std::string not_applicable(const GenConfig& g) {
 Law gqa_equivalence() {
   using namespace gqa_equivalence_law;
   return {"gqa-equivalence", "a grouped call equals the same call on K and V repeated to H heads, within the bound",
-          kWhy,          not_applicable,
+          kWhy,
+          LawDoc{"16", "a call with H_kv kv heads = the same call with K and V repeated to H heads",
+                 "2 × the derived oracle bound"},
+          not_applicable,
           gen_outputs_only, check,
           0};
 }

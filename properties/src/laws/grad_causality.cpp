@@ -106,6 +106,9 @@ Law grad_causality() {
           "dK, dV of keys reached by no non-zero dO are exactly 0; future keys and values leave earlier dQ "
           "bit-identical",
           kWhy,
+          LawDoc{"35",
+                 "(a) keys seen by no query with non-zero dO get dK = dV = 0; (b) changing future keys/values leaves earlier dQ bit-identical",
+                 "exact (a zero's sign aside)"},
           needs_backward,
           gen,
           check,

@@ -136,7 +136,10 @@ std::string applies(const GenConfig& g) {
 Law grad_dv_weights() {
   using namespace grad_dv_weights_law;
   return {"grad-dv-weights", "dV = W^T dO with W the implementation's own forward weights, within the derived bound",
-          kWhy,              applies,
+          kWhy,
+          LawDoc{"37", "dV = Wᵀ dO with the implementation's own weights (returned or probed)",
+                 "2(ρ+u_s)·W per weight, γ_n, u_s|dV|, floors; doubled"},
+          applies,
           gen,               check,
           0,                 true};
 }

@@ -55,7 +55,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 Law grad_key_sum_zero() {
   using namespace grad_key_sum_zero_law;
   return {"grad-key-sum-zero", "the dK of every (b, kv head) sums to 0 over keys, within the derived bound",
-          kWhy,                needs_backward,
+          kWhy,
+          LawDoc{"36", "Σ_j dK_j = 0 per (b, kv head)", "2·Σ_j grad-oracle bound + γ_T(u₆₄)·Σ|dK|"},
+          needs_backward,
           gen,                 check,
           0,                   true};
 }

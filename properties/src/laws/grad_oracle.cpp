@@ -29,7 +29,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 Law grad_oracle() {
   using namespace grad_oracle_law;
   return {"grad-oracle", "dQ, dK and dV agree with the float64 oracle backward within the derived bound",
-          kWhy,          needs_backward,
+          kWhy,
+          LawDoc{"34", "dQ, dK, dV agree with the float64 oracle backward", "derived (`attention/src/backward.cpp`)"},
+          needs_backward,
           gen_gradients, check,
           0,             true};
 }

@@ -80,6 +80,9 @@ Law key_padding_invariance() {
           "changing padded keys and values (NaN and Inf included) leaves every output bit-identical; padded "
           "keys get weight exactly 0",
           kWhy,
+          LawDoc{"17",
+                 "replacing padded keys and values (extreme values; NaN and ±Inf for select-mask kernels) leaves every output bit-identical; padded keys get weight exactly 0",
+                 "exact"},
           not_applicable,
           gen,
           check,

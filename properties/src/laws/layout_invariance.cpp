@@ -122,7 +122,11 @@ std::string not_applicable(const GenConfig& g) {
 
 Law layout_invariance() {
   using namespace layout_invariance_law;
-  return {"layout-invariance", "the same inputs in other memory layouts give the same result", kWhy, not_applicable,
+  return {"layout-invariance", "the same inputs in other memory layouts give the same result", kWhy,
+          LawDoc{"48",
+                 "the same q, k, v passed padded, [B,T,H,D], K and V broadcast over heads (stride 0), interleaved in one buffer, or V the view K is, give the contiguous call's result",
+                 "2 tol; exact (bit-identical) where declared layout invariant"},
+          not_applicable,
           gen, check, 0};
 }
 

@@ -315,19 +315,30 @@ std::optional<Violation> check_merge(const Implementation& impl, const LawCase& 
 Law lse_oracle() {
   using namespace lse_law;
   return {"lse-oracle", "the log-sum-exp of every row agrees with the float64 oracle; -inf on rows that see no key",
-          kOracleWhy, needs_lse, gen_with_lse, check_oracle, 0};
+          kOracleWhy,
+          LawDoc{"22",
+                 "the log-sum-exp of every row agrees with the float64 oracle; exactly −∞ on a row that sees no key (and has no sink)",
+                 "log(1 + ρ), doubled, + u_a|lse| (`tolerance.cpp` step 6)"},
+          needs_lse, gen_with_lse, check_oracle, 0};
 }
 
 Law output_lse_consistency() {
   using namespace lse_law;
   return {"output-lse-consistency", "the output is sum_j exp(s_j - lse) v_j for the implementation's own LSE",
-          kConsistencyWhy, needs_lse, gen_with_lse, check_consistency, 0};
+          kConsistencyWhy,
+          LawDoc{"23", "the output equals Σ_j exp(s_j − lse)·v_j for the implementation's own LSE",
+                 "output bound + |o|·(e^t − 1), t the LSE bound"},
+          needs_lse, gen_with_lse, check_consistency, 0};
 }
 
 Law split_kv_merge() {
   using namespace lse_law;
   return {"split-kv-merge", "calls over 2-4 parts of the keys, merged by their LSEs, equal the call over all keys",
-          kMergeWhy, merge_not_applicable, gen_merge, check_merge, 0};
+          kMergeWhy,
+          LawDoc{"24",
+                 "calls over 2–4 parts of the keys (tile-aligned or ragged cuts), merged by their LSEs (the sink added once, ALiBi corrected), equal the call over all keys",
+                 "full call's bound + Σ_p c_p(t_p + (|O_p| + t_p)r_p) + the oracle's own difference"},
+          merge_not_applicable, gen_merge, check_merge, 0};
 }
 
 }  // namespace attncheck::law_kit

@@ -199,6 +199,9 @@ std::string not_applicable(const GenConfig& g) {
 Law mask_encodings() {
   using namespace mask_encodings_law;
   return {"mask-encodings", "a block mask, a dense mask and the families they encode give the same result", kWhy,
+          LawDoc{"44",
+                 "a block mask, the dense mask it stands for, full and empty blocks marked partial, and the families encoded as cells all give the same result",
+                 "twice the derived bound"},
           not_applicable, gen, check, 0};
 }
 

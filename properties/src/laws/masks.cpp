@@ -458,12 +458,19 @@ std::optional<Violation> check_permutation(const Implementation& impl, const Law
 Law hidden_keys() {
   using namespace masks_law;
   return {"hidden-keys", "changing keys hidden from a query (by any mask family) leaves its output bit-identical",
-          kWhyHidden, always_applies, gen_hidden, check_hidden, 0};
+          kWhyHidden,
+          LawDoc{"39",
+                 "replacing every key and value hidden from query t by any mask family (NaN and Inf for select-mask kernels) leaves t's output, and every row that sees only keys t sees, unchanged",
+                 "exact (bit-identical)"},
+          always_applies, gen_hidden, check_hidden, 0};
 }
 
 Law packed_equals_separate() {
   using namespace masks_law;
   return {"packed-equals-separate", "each packed document equals that document called alone", kWhyPacked,
+          LawDoc{"40",
+                 "each packed document's rows equal that document called alone (positions from 0, prefix and padding moved with it)",
+                 "twice the derived bound"},
           [](const GenConfig& g) {
             return g.caps.documents ? std::string() : std::string("the implementation does not declare packed documents");
           },
@@ -477,6 +484,8 @@ Law packed_equals_separate() {
 Law chunked_equals_separate() {
   using namespace masks_law;
   return {"chunked-equals-separate", "chunked local attention equals one call per chunk", kWhyChunked,
+          LawDoc{"41", "chunked local attention equals one call per chunk without chunking",
+                 "twice the derived bound"},
           [](const GenConfig& g) { return needs_square(g, g.caps.chunked_local, "chunked local attention"); },
           gen_chunked,
           [](const Implementation& impl, const LawCase& c) {
@@ -488,6 +497,9 @@ Law chunked_equals_separate() {
 Law neutral_masks() {
   using namespace masks_law;
   return {"neutral-masks", "encodings of a mask that hide nothing more give the same result", kWhyNeutral,
+          LawDoc{"42",
+                 "encodings that hide nothing more (a chunk past T, one document, prefix 1, right window 0 under causal, no causal rule with right window 0, windows past T) give the same result",
+                 "twice the derived bound"},
           needs_mask_families, gen_neutral_masks, check_neutral_masks, 0};
 }
 
@@ -495,6 +507,9 @@ Law bidirectional_permutation() {
   using namespace masks_law;
   return {"bidirectional-permutation",
           "without the causal rule, permuting keys and values together leaves outputs unchanged", kWhyPermutation,
+          LawDoc{"43",
+                 "without the causal rule (and without positional families), permuting keys and values together leaves outputs unchanged",
+                 "twice the derived bound"},
           [](const GenConfig& g) {
             return g.caps.bidirectional ? std::string()
                                         : std::string("the implementation does not declare causal = false");

@@ -254,19 +254,29 @@ rc::Gen<LawCase> gen_neutral(const GenConfig& cfg) {
 Law sink_mass() {
   using namespace modifiers_law;
   return {"sink-mass", "with sinks, each row's visible weights sum to 1 - p_sink; sinks of -inf are no sinks",
-          kSinkWhy, needs_sinks, gen_sinks, check_sinks, 0};
+          kSinkWhy,
+          LawDoc{"25",
+                 "with sinks, each row's visible weights (read with V = 1) sum to 1 − p_sink; sinks of −∞ give the call without sinks",
+                 "derived output bound; both calls' bounds for sinks of −∞"},
+          needs_sinks, gen_sinks, check_sinks, 0};
 }
 
 Law softcap_bound() {
   using namespace modifiers_law;
   return {"softcap-bound", "a softcap c keeps a row's visible weights within e^(2c) of each other; c = 2^40 is none",
-          kSoftcapWhy, needs_softcap, gen_softcap, check_softcap, 0};
+          kSoftcapWhy,
+          LawDoc{"26",
+                 "with a softcap c, a row's visible weights stay within e^(2c) (× e^(ALiBi span)) of each other; c = 2⁴⁰ is plain attention",
+                 "(1 + ρ)² / both derived bounds"},
+          needs_softcap, gen_softcap, check_softcap, 0};
 }
 
 Law neutral_modifiers() {
   using namespace modifiers_law;
   return {"neutral-modifiers",
           "ALiBi slopes of 0 give the plain call bit for bit, and sinks of -inf within the derived bound", kNeutralWhy,
+          LawDoc{"27", "ALiBi slopes of 0 and sinks of −∞ give the plain call",
+                 "exact (bit-identical) for slopes of 0; both calls' bounds for sinks of −∞"},
           needs_a_modifier, gen_neutral, check_neutral, 0};
 }
 

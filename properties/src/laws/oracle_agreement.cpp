@@ -103,6 +103,8 @@ Verdict check(const Implementation& impl, const LawCase& c) {
 Law oracle_agreement() {
   using namespace oracle_agreement_law;
   return {"oracle-agreement", "outputs and weights agree with the float64 oracle within the derived bound", kWhy,
+          LawDoc{"9", "outputs and weights agree with the float64 oracle",
+                 "max(derived bound, 2 × the core's own error at the dtype + u_s·max|v|)"},
           always_applies, gen_plain, check, 0};
 }
 

@@ -339,6 +339,9 @@ Law paged_dense() {
   return {"paged-dense",
           "a paged call equals the oracle and the same implementation's dense call, within the bound",
           kWhyDense,
+          LawDoc{"28",
+                 "K and V in a page pool and a block table: the call agrees with the float64 oracle, and with the same implementation's dense call",
+                 "the derived bound / twice it"},
           needs_paging,
           [](const GenConfig& cfg) { return gen_problem(cfg, paged_options()); },
           check_dense,
@@ -350,27 +353,41 @@ Law page_permutation() {
   return {"page-permutation",
           "moving pages to other physical slots changes no output beyond rounding (none where layout invariance is "
           "declared)",
-          kWhyPermutation, needs_paging, gen_permutation, check_permutation, 0};
+          kWhyPermutation,
+          LawDoc{"29",
+                 "moving the pages to other physical slots (the table updated to match) changes no output beyond rounding",
+                 "2 tol (another physical page order may sum in another order)"},
+          needs_paging, gen_permutation, check_permutation, 0};
 }
 
 Law page_size() {
   using namespace paged_law;
   return {"page-size", "every declared page size and layout gives the same outputs, within the bound",
-          kWhyPageSize, needs_two_page_sizes, gen_page_size, check_page_size, 0};
+          kWhyPageSize,
+          LawDoc{"30", "every declared page size and layout gives the same outputs", "twice the derived bound"},
+          needs_two_page_sizes, gen_page_size, check_page_size, 0};
 }
 
 Law poisoned_slots() {
   using namespace paged_law;
   return {"poisoned-slots",
           "NaN, Inf or 1e30 in every slot no key occupies leaves every output bit-identical",
-          kWhyPoison, needs_paging, gen_poison, check_poison, 0};
+          kWhyPoison,
+          LawDoc{"31",
+                 "NaN, ±Inf or 1e30 in every slot past a sequence's length and in every unreferenced page leaves every output bit-identical",
+                 "exact"},
+          needs_paging, gen_poison, check_poison, 0};
 }
 
 Law paged_capacity() {
   using namespace paged_law;
   return {"paged-capacity",
           "a larger pool and wider block table with junk entries leave every output bit-identical",
-          kWhyCapacity, needs_paging, gen_capacity, check_capacity, 0};
+          kWhyCapacity,
+          LawDoc{"32",
+                 "a larger pool and a wider block table whose entries past each sequence point anywhere (−1, num_pages, INT32_MAX, INT32_MIN, another sequence's page) leave every output bit-identical",
+                 "exact"},
+          needs_paging, gen_capacity, check_capacity, 0};
 }
 
 Law shared_pages() {
@@ -378,7 +395,11 @@ Law shared_pages() {
   return {"shared-pages",
           "sequences sharing a prefix's pages get the outputs of private copies, within rounding (bit-identical where "
           "layout invariance is declared)",
-          kWhyShared, needs_paging, gen_shared, check_shared, 0};
+          kWhyShared,
+          LawDoc{"33",
+                 "sequences that share a prefix's pages (prefix caching) get the outputs they get with private copies",
+                 "2 tol (shared pages lie elsewhere in the pool)"},
+          needs_paging, gen_shared, check_shared, 0};
 }
 
 }  // namespace attncheck::law_kit

@@ -60,7 +60,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 
 Law paths_agree() {
   using namespace paths_agree_law;
-  return {"paths-agree", "the batched call agrees with one call per (b,h) slice", kWhy, always_applies,
+  return {"paths-agree", "the batched call agrees with one call per (b,h) slice", kWhy,
+          LawDoc{"10", "the batched call agrees with one call per (b,h) slice", "both derived bounds"},
+          always_applies,
           gen_outputs_only, check, 0};
 }
 

@@ -53,6 +53,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 Law prefix_consistency() {
   using namespace prefix_consistency_law;
   return {"prefix-consistency", "attention over the first t+1 positions equals the first t+1 rows of all", kWhy,
+          LawDoc{"3b", "attention over the first t+1 positions = first t+1 rows of attention over all T",
+                 "both results' derived bounds"},
           needs_square_shapes, gen, check, 0};
 }
 

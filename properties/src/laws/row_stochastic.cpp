@@ -142,6 +142,8 @@ Law row_stochastic() {
     return gen_problem(cfg, po);
   };
   return {"row-stochastic", "every row of weights with a visible key is >= 0, finite and sums to 1", kWhy,
+          LawDoc{"1", "every row of weights with a visible key is ≥ 0, finite, sums to 1",
+                 "γ₂ₜ(u_a) + 2u_a + u_s, doubled"},
           needs_weights, gen, check, 0};
 }
 

@@ -301,6 +301,9 @@ void explain(const Implementation& impl, const LawCase& c, Violation& v) {
 Law scale_variance() {
   using namespace scale_variance_law;
   Law l{"scale-variance", "scores are scaled by 1/sqrt(D): their variance stays 1 for every D", kWhy,
+        LawDoc{"4",
+               "the effective scale from a two-key probe is 1/√D; the scaled scores' variance stays 1 for every D while the unscaled one grows ∝ D",
+               "derived; statistical test with false alarm ≤ 9.4e-7 per run"},
         needs_weights, gen, check, kScaleCases};
   l.explain = explain;
   return l;

@@ -108,6 +108,8 @@ Verdict check(const Implementation& impl, const LawCase& c) {
 Law shift_invariance() {
   using namespace shift_invariance_law;
   return {"shift-invariance", "adding the same vector to every key leaves the weights unchanged", kWhy,
+          LawDoc{"7", "adding one vector to every key leaves the weights unchanged",
+                 "both derived bounds + the oracle's own difference"},
           needs_weights, gen, check, 0};
 }
 

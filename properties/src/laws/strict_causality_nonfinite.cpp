@@ -51,6 +51,9 @@ std::string not_applicable(const GenConfig& g) {
 Law strict_causality_nonfinite() {
   using namespace strict_causality_nonfinite_law;
   return {"strict-causality-nonfinite", "NaN or Inf in future inputs never reaches an earlier output", kWhy,
+          LawDoc{"12",
+                 "NaN/Inf in future inputs never reaches an earlier output (for kernels that claim select-mask semantics)",
+                 "exact"},
           not_applicable, gen, check, 0};
 }
 

@@ -94,6 +94,8 @@ std::string not_applicable(const GenConfig& g) {
 Law varlen_equivalence() {
   using namespace varlen_equivalence_law;
   return {"varlen-equivalence", "a padded batch agrees with each sequence called alone at its true length", kWhy,
+          LawDoc{"18", "a padded batch agrees with each sequence called alone with only its real keys (top-left)",
+                 "both results' derived bounds"},
           not_applicable, gen, check, 0};
 }
 

@@ -66,6 +66,8 @@ std::string not_applicable(const GenConfig& g) {
 Law window_perturbation() {
   using namespace window_perturbation_law;
   return {"window-perturbation", "changing keys older than the window leaves every later output bit-identical", kWhy,
+          LawDoc{"20", "replacing keys older than query t's window leaves t's and every later output bit-identical",
+                 "exact"},
           not_applicable, gen, check, 0};
 }
 

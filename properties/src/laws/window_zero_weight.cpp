@@ -42,7 +42,9 @@ std::string not_applicable(const GenConfig& g) {
 
 Law window_zero_weight() {
   using namespace window_zero_weight_law;
-  return {"window-zero-weight", "every key older than a query's window gets weight exactly 0", kWhy, not_applicable,
+  return {"window-zero-weight", "every key older than a query's window gets weight exactly 0", kWhy,
+          LawDoc{"19", "every key older than a query's window gets weight exactly 0", "exact"},
+          not_applicable,
           gen, check, 0};
 }
 

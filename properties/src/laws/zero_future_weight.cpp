@@ -25,7 +25,9 @@ Verdict check(const Implementation& impl, const LawCase& c) {
 
 Law zero_future_weight() {
   using namespace zero_future_weight_law;
-  return {"zero-future-weight", "every weight on a future key is exactly 0", kWhy, needs_weights, gen_plain, check,
+  return {"zero-future-weight", "every weight on a future key is exactly 0", kWhy,
+          LawDoc{"2", "every weight on a future key is 0", "exact"},
+          needs_weights, gen_plain, check,
           0};
 }
 

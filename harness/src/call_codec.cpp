@@ -1,0 +1,758 @@
+// The exec: protocol's call codec (harness/PROTOCOL.md, "forward" and after): a call (a forward or backward frame)
+// to and from a Problem, with every check a decoded frame must pass, and a result or gradients frame to and from
+// an Outcome. The frames themselves and the handshake are protocol.cpp's.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <limits>
+#include <optional>
+
+#include "protocol.hpp"
+
+namespace attncheck::wire {
+
+DocIds doc_ids(const Problem& p) {
+  DocIds ids;
+  if (p.doc_bounds.empty()) return ids;
+  const Index B = p.q.shape().B, T_q = p.q.shape().T, T_k = p.k.shape().T;
+  if (Index(p.doc_bounds.size()) != B)
+    throw std::logic_error("doc_ids: " + std::to_string(p.doc_bounds.size()) + " document bound lists for a batch of " +
+                           std::to_string(B));
+  const auto id = [](Index d) {
+    if (d > std::numeric_limits<std::int32_t>::max())
+      throw std::logic_error("doc_ids: document " + std::to_string(d) + " does not fit an int32");
+    return std::int32_t(d);
+  };
+  ids.q.reserve(std::size_t(B * T_q));
+  ids.k.reserve(std::size_t(B * T_k));
+  for (Index b = 0; b < B; ++b) {
+    const Visibility v = p.visibility(b);
+    for (Index i = 0; i < T_q; ++i) ids.q.push_back(id(v.query_document(i)));
+    for (Index j = 0; j < T_k; ++j) ids.k.push_back(id(document_of(p.doc_bounds[std::size_t(b)], j)));
+  }
+  return ids;
+}
+
+// The most document bounds a decoded frame may make beyond one per key id (empty documents repeat a bound): the
+// bounds are allocated, and an id of 2^31 must be refused, not allocated.
+constexpr std::int64_t kMaxExtraBounds = 1024;
+
+std::vector<std::vector<Index>> doc_bounds_from_ids(const std::vector<std::int32_t>& k, Index B, Index T_k,
+                                                    const std::string& what) {
+  std::vector<std::vector<Index>> bounds(static_cast<std::size_t>(B));
+  const std::int64_t budget = std::int64_t(k.size()) + kMaxExtraBounds;
+  std::int64_t total = 0;
+  for (Index b = 0; b < B; ++b) {
+    std::int32_t before = 0;
+    for (Index j = 0; j < T_k; ++j) {
+      const std::int32_t id = k[std::size_t(b * T_k + j)];
+      if (id < before)
+        throw ProtocolError(what + ": k_doc_ids[" + std::to_string(b) + "][" + std::to_string(j) + "] is " +
+                            std::to_string(id) + " (expected " +
+                            (id < 0 ? std::string("an id >= 0") : ">= " + std::to_string(before) +
+                                                                       ", the id of the key before it: key ids are "
+                                                                       "non-decreasing") +
+                            ")");
+      total += id - before;
+      if (total > budget)
+        throw ProtocolError(what + ": k_doc_ids[" + std::to_string(b) + "][" + std::to_string(j) + "] is " +
+                            std::to_string(id) + ", which makes more than " + std::to_string(budget) +
+                            " document bounds in all (expected at most one per key id plus " +
+                            std::to_string(kMaxExtraBounds) + ")");
+      // A step from `before` to `id` at key j: id - before documents end at j (all but the last of them empty).
+      bounds[std::size_t(b)].insert(bounds[std::size_t(b)].end(), std::size_t(id - before), j);
+      before = id;
+    }
+  }
+  return bounds;
+}
+
+namespace {
+void put_shape(Writer& w, const Shape& s) {
+  w.i64(s.B);
+  w.i64(s.H);
+  w.i64(s.T);
+  w.i64(s.D);
+}
+std::array<std::int64_t, 4> get_shape(Reader& r) { return {r.i64(), r.i64(), r.i64(), r.i64()}; }
+Shape checked_shape(const std::array<std::int64_t, 4>& a, const char* which, const char* frame) {
+  for (const auto x : a)
+    if (x < 1 || x > (std::int64_t{1} << 32))
+      throw ProtocolError(std::string(frame) + ": " + which + " shape " + shape_string(a) +
+                          " has an extent outside [1, 2^32]");
+  return Shape{a[0], a[1], a[2], a[3]};
+}
+// Bytes of a tensor of raw shape `s`; a shape claiming more than 2^40 bytes is a protocol error, which also
+// keeps the product from overflowing.
+std::size_t nbytes(const std::array<std::int64_t, 4>& s, DType t, const char* frame = "result frame") {
+  constexpr std::size_t kLimit = std::size_t{1} << 40;
+  std::size_t n = element_size(t);
+  for (const auto x : s) {
+    if (x < 0) throw ProtocolError(std::string(frame) + ": shape " + shape_string(s) + " has a negative extent");
+    if (x > 0 && n > kLimit / std::size_t(x))
+      throw ProtocolError(std::string(frame) + ": shape " + shape_string(s) + " claims more than 2^40 bytes");
+    n *= std::size_t(x);
+  }
+  return n;
+}
+}  // namespace
+
+std::string shape_string(const std::array<std::int64_t, 4>& s) {
+  return "[" + std::to_string(s[0]) + "," + std::to_string(s[1]) + "," + std::to_string(s[2]) + "," +
+         std::to_string(s[3]) + "]";
+}
+
+std::string to_bytes(const Tensor<double>& t, DType dtype) {
+  return visit_dtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const Tensor<S> native = t.template cast<S>();
+    return std::string(reinterpret_cast<const char*>(native.data()), std::size_t(native.size()) * sizeof(S));
+  });
+}
+
+Tensor<double> from_bytes(std::string_view bytes, const Shape& shape, DType dtype) {
+  return visit_dtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    Tensor<S> native(shape);
+    if (bytes.size() != std::size_t(native.size()) * sizeof(S))
+      throw ProtocolError("from_bytes: " + std::to_string(bytes.size()) + " bytes for a tensor of " +
+                          std::to_string(native.size()) + " elements");
+    std::memcpy(native.data(), bytes.data(), bytes.size());
+    return native.template cast<double>();
+  });
+}
+
+namespace {
+
+// The paging of a paged problem and its K and V pools at p.dtype, as their raw bytes: what a paged frame carries.
+struct WirePages {
+  PagedKV layout;
+  std::string k_pool, v_pool;
+};
+WirePages wire_pages(const Problem& p) {
+  return visit_dtype(p.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    const PagedPools<S> pools = paged_pools(p, p.k.template cast<S>(), p.v.template cast<S>());
+    const auto bytes = [](const Tensor<S>& t) {
+      return std::string(reinterpret_cast<const char*>(t.data()), std::size_t(t.size()) * sizeof(S));
+    };
+    return WirePages{pools.layout, bytes(pools.k), bytes(pools.v)};
+  });
+}
+
+// A dense mask as a frame carries it: i64 B, i64 H, then B·H·T_q·T_k bytes, 0 hidden and 1 visible (any cell
+// not 0 is visible in the core; the wire says it with one value so that a decoder can refuse every other).
+void put_cells(Writer& w, const DenseMask& m, Index T_q, Index T_k, const char* what) {
+  if (m.T_q != T_q || m.T_k != T_k || m.cells.size() != std::size_t(m.B * m.H * T_q * T_k))
+    throw std::logic_error(std::string("encode_forward: ") + what + " are [" + std::to_string(m.B) + "," +
+                           std::to_string(m.H) + "," + std::to_string(m.T_q) + "," + std::to_string(m.T_k) +
+                           "] with " + std::to_string(m.cells.size()) + " cells for T_q = " + std::to_string(T_q) +
+                           ", T_k = " + std::to_string(T_k));
+  w.i64(m.B);
+  w.i64(m.H);
+  std::string bytes(m.cells.size(), '\0');
+  for (std::size_t n = 0; n < bytes.size(); ++n) bytes[n] = m.cells[n] != 0 ? '\1' : '\0';
+  w.raw(bytes.data(), bytes.size());
+}
+
+// The fields a forward and a backward frame share: the call's options, shapes, key lengths, window, the
+// modifiers, the masks beyond causal, the paging, then q, k, v (or q and the two pools).
+std::string call_payload(const Problem& p) {
+  Writer w;
+  const bool paged = p.paged.has_value();
+  w.u32(dtype_code(p.dtype));
+  w.u32(alignment_code(p.alignment));
+  w.u32((p.scale ? call_scale : 0u) | (p.want_weights ? call_weights : 0u) |
+        (p.key_lengths.empty() && !paged ? 0u : call_key_lengths) | (p.window ? call_window : 0u) |
+        (p.softcap ? call_softcap : 0u) | (p.alibi_slopes.empty() ? 0u : call_alibi) |
+        (p.sinks.empty() ? 0u : call_sinks) | (p.want_lse ? call_lse : 0u) | (p.causal ? 0u : call_not_causal) |
+        (paged ? call_paged : 0u) | (p.prefix_length != 0 ? call_prefix : 0u) |
+        (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
+        (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
+        (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
+        (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u));
+  if (paged && p.layout != InputLayout::contiguous)
+    throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
+  if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
+    throw std::logic_error("encode_forward: v is " + to_string(p.v.shape()) + " for k " + to_string(p.k.shape()));
+  w.u32(std::uint32_t(p.layout));  // 0 (reserved) for contiguous inputs
+  w.f64(p.scale.value_or(0.0));
+  put_shape(w, p.q.shape());
+  put_shape(w, p.k.shape());
+  if (p.v_dim() != p.k.shape().D) w.i64(p.v_dim());
+  // A paged call always carries every sequence's length (T_k each without key padding).
+  for (const Index len : paged ? p.sequence_lengths() : p.key_lengths) w.i64(len);
+  if (p.window) w.i64(*p.window);
+  if (p.softcap) w.f64(*p.softcap);
+  const auto heads = [&](const std::vector<double>& xs, const char* what) {
+    if (Index(xs.size()) != p.q.shape().H)
+      throw std::logic_error(std::string("encode_forward: ") + std::to_string(xs.size()) + " " + what + " for " +
+                             std::to_string(p.q.shape().H) + " query heads");
+    for (const double x : xs) w.f64(x);
+  };
+  if (!p.alibi_slopes.empty()) heads(p.alibi_slopes, "ALiBi slopes");
+  if (!p.sinks.empty()) heads(p.sinks, "sinks");
+  // Masks beyond causal, each only when present: the prefix, the right window, the chunk size, the document ids.
+  if (p.prefix_length != 0) w.i64(p.prefix_length);
+  if (p.window_right) w.i64(*p.window_right);
+  if (p.chunk_size != 0) w.i64(p.chunk_size);
+  if (!p.doc_bounds.empty()) {
+    const DocIds ids = doc_ids(p);
+    w.raw(ids.q.data(), ids.q.size() * sizeof(std::int32_t));
+    w.raw(ids.k.data(), ids.k.size() * sizeof(std::int32_t));
+  }
+  // The block mask, then the dense mask (PROTOCOL.md, "Block and dense masks"): cells as bytes 0 or 1.
+  if (p.block_mask) {
+    const BlockMask& m = *p.block_mask;
+    for (const Index x : {m.block_q, m.block_k, m.B, m.H, m.q_blocks, m.k_blocks}) w.i64(x);
+    if (m.kinds.size() != std::size_t(m.B * m.H * m.q_blocks * m.k_blocks))
+      throw std::logic_error("encode_forward: a block mask with " + std::to_string(m.kinds.size()) + " kinds for " +
+                             std::to_string(m.B) + " x " + std::to_string(m.H) + " x " + std::to_string(m.q_blocks) +
+                             " x " + std::to_string(m.k_blocks) + " blocks");
+    w.raw(m.kinds.data(), m.kinds.size());
+    // No partial cells (no block is partial): B_p = H_p = 0 and no byte more.
+    if (m.partial.cells.empty()) {
+      w.i64(0);
+      w.i64(0);
+    } else {
+      put_cells(w, m.partial, p.q.shape().T, p.k.shape().T, "the block mask's partial cells");
+    }
+  }
+  if (p.dense_mask) put_cells(w, *p.dense_mask, p.q.shape().T, p.k.shape().T, "the dense mask");
+  if (!paged) {
+    for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
+    return std::move(w.bytes());
+  }
+  const WirePages pages = wire_pages(p);
+  const PagedKV& pk = pages.layout;
+  w.u32(pk.layout == PageLayout::token_major ? 1u : 2u);
+  w.u32(0);
+  w.i64(pk.page_size);
+  w.i64(pk.num_pages);
+  w.i64(pk.max_pages);
+  w.raw(pk.block_table.data(), pk.block_table.size() * sizeof(std::int32_t));
+  w.bytes() += to_bytes(p.q, p.dtype);
+  w.bytes() += pages.k_pool;
+  w.bytes() += pages.v_pool;
+  return std::move(w.bytes());
+}
+
+// T_k of a paged frame is at most the pool's capacity in keys or this, whichever is larger: the dense K and V
+// (and the weights) a served implementation computes have T_k keys, which the frame does not carry, so an
+// announced T_k of 2^32 must be refused, not allocated.
+constexpr std::int64_t kMaxPagedFreeT = 4096;
+
+// Bit equality, NaN included.
+template <class S>
+bool same_bits(S a, S b) {
+  return std::memcmp(&a, &b, sizeof(S)) == 0 || (a != a && b != b);
+}
+
+// What every free slot (no live key there) of both pools holds, when that is one value and one of PageFill's;
+// else zero (a pool from elsewhere may hold anything there: it is never read).
+template <class S>
+PageFill infer_fill(const Tensor<S>& k_pool, const Tensor<S>& v_pool, const PagedKV& pk,
+                    const std::vector<Index>& lengths, Index H_kv, Index D, Index D_v) {
+  std::vector<char> live(std::size_t(pk.num_pages * pk.page_size), 0);
+  for (std::size_t b = 0; b < lengths.size(); ++b)
+    for (Index t = 0; t < lengths[b]; ++t)
+      live[std::size_t(pk.block_table[b * std::size_t(pk.max_pages) + std::size_t(t / pk.page_size)] * pk.page_size +
+                       t % pk.page_size)] = 1;
+  std::optional<S> seen;
+  for (Index page = 0; page < pk.num_pages; ++page)
+    for (Index slot = 0; slot < pk.page_size; ++slot) {
+      if (live[std::size_t(page * pk.page_size + slot)]) continue;
+      for (Index g = 0; g < H_kv; ++g)
+        for (const auto& [pool, width] : {std::pair{&k_pool, D}, std::pair{&v_pool, D_v}})  // v's rows D_v wide
+          for (Index d = 0; d < width; ++d) {
+            const S x = pool->data()[pk.pool_offset(page, slot, g, d, H_kv, width)];
+            if (!seen) seen = x;
+            if (!same_bits(*seen, x)) return PageFill::zero;
+          }
+    }
+  if (!seen) return PageFill::zero;
+  const std::pair<PageFill, double> fills[] = {{PageFill::zero, 0.0},
+                                               {PageFill::nan, std::numeric_limits<double>::quiet_NaN()},
+                                               {PageFill::pos_inf, std::numeric_limits<double>::infinity()},
+                                               {PageFill::neg_inf, -std::numeric_limits<double>::infinity()},
+                                               {PageFill::huge, 1e30}};
+  for (const auto& [fill, value] : fills)
+    if (same_bits(*seen, S(value))) return fill;
+  return PageFill::zero;
+}
+
+// A paged frame's paging and pools (after the modifiers), read into p: the plan holding the table as it came,
+// q, and dense k and v read back through the table. `lengths` are the frame's key lengths, `raw_q` q's shape.
+void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index>& lengths,
+                const std::array<std::int64_t, 4>& raw_q, const Shape& ks, const Shape& vs) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  const std::uint32_t layout = r.u32(), reserved = r.u32();
+  const std::int64_t page_size = r.i64(), num_pages = r.i64(), max_pages = r.i64();
+  if (layout != 1 && layout != 2)
+    fail("page layout " + std::to_string(layout) + " (expected 1 token-major or 2 head-major)");
+  if (reserved != 0) fail("the paging's reserved field is " + std::to_string(reserved) + " (expected 0)");
+  constexpr std::int64_t kMaxSeqLen = std::int64_t{1} << 20, kMaxCount = std::int64_t{1} << 32;
+  if (page_size < 1 || page_size > kMaxSeqLen)
+    fail("page size " + std::to_string(page_size) + " (expected in [1, 2^20])");
+  if (num_pages < 1 || num_pages > kMaxCount) fail("num_pages " + std::to_string(num_pages) + " (expected in [1, 2^32])");
+  if (max_pages < 1 || max_pages > kMaxCount) fail("max_pages " + std::to_string(max_pages) + " (expected in [1, 2^32])");
+  // B·max_pages entries, bounded by what is left before anything is allocated (B·max_pages may reach 2^64).
+  const Index B = ks.B;
+  if (std::uint64_t(max_pages) > r.left() / sizeof(std::int32_t) / std::uint64_t(B))
+    fail("a block table of " + std::to_string(B) + " x " + std::to_string(max_pages) + " entries but " +
+         std::to_string(r.left()) + " bytes are left");
+  PagedPlan plan;
+  plan.page_size = page_size;
+  plan.layout = layout == 1 ? PageLayout::token_major : PageLayout::head_major;
+  plan.num_pages = num_pages;
+  plan.max_pages = max_pages;
+  plan.block_table.resize(std::size_t(B * max_pages));
+  const std::string_view table = r.raw(plan.block_table.size() * sizeof(std::int32_t));
+  std::memcpy(plan.block_table.data(), table.data(), table.size());
+  PagedKV pk{page_size, plan.layout, num_pages, max_pages, plan.block_table, PageFill::zero};
+  try {
+    check_paged(pk, B, lengths);  // every live entry a page of the pool, every sequence within the table
+  } catch (const std::invalid_argument& e) {
+    fail(e.what());
+  }
+  if (ks.T > std::max(kMaxPagedFreeT, num_pages * page_size))
+    fail("T_k = " + std::to_string(ks.T) + " but the pool holds " + std::to_string(num_pages * page_size) +
+         " keys (attncheck's server takes a paged T_k of at most the pool's keys or " +
+         std::to_string(kMaxPagedFreeT) + ", whichever is larger)");
+  // The pools, k's rows D wide and v's D_v (a V head dimension of its own, flag 131072).
+  const auto raw_pool = [&](Index width) {
+    return layout == 1 ? std::array<std::int64_t, 4>{num_pages, page_size, ks.H, width}
+                       : std::array<std::int64_t, 4>{num_pages, ks.H, page_size, width};
+  };
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_pool(ks.D), p.dtype, what),
+                    v_bytes = nbytes(raw_pool(vs.D), p.dtype, what);
+  p.q = from_bytes(r.raw(q_bytes), Shape{raw_q[0], raw_q[1], raw_q[2], raw_q[3]}, p.dtype);
+  const std::string_view k_raw = r.raw(k_bytes), v_raw = r.raw(v_bytes);
+  visit_dtype(p.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    Tensor<S> k_pool(pk.pool_shape(ks.H, ks.D)), v_pool(pk.pool_shape(ks.H, vs.D));
+    std::memcpy(k_pool.data(), k_raw.data(), k_raw.size());
+    std::memcpy(v_pool.data(), v_raw.data(), v_raw.size());
+    plan.fill = infer_fill(k_pool, v_pool, pk, lengths, ks.H, ks.D, vs.D);
+    p.k = gather_pages(k_pool, pk, B, ks.H, ks.T, ks.D, lengths).template cast<double>();
+    p.v = gather_pages(v_pool, pk, B, ks.H, ks.T, vs.D, lengths).template cast<double>();
+  });
+  p.paged = std::move(plan);
+}
+
+// The product of `extents` (each >= 1) when it is at most `limit`, else nullopt: a count the frame announces,
+// checked against the bytes it has left before anything is allocated (four extents of 2^32 overflow 2^64).
+std::optional<std::uint64_t> count_within(std::initializer_list<std::int64_t> extents, std::uint64_t limit) {
+  std::uint64_t n = 1;
+  for (const std::int64_t x : extents) {
+    if (x < 1 || std::uint64_t(x) > limit / n) return std::nullopt;
+    n *= std::uint64_t(x);
+  }
+  return n;
+}
+
+// B_m or H_m of a block or dense mask: the call's extent or 1 (a broadcast); `zero_ok` also takes 0 (the partial
+// cells' "none").
+void check_broadcast(const std::function<void(const std::string&)>& fail, const std::string& name, std::int64_t got,
+                     Index call, const char* extent, bool zero_ok = false) {
+  if (got == 1 || got == call || (zero_ok && got == 0)) return;
+  fail(name + " is " + std::to_string(got) + " (expected " + (zero_ok ? "0 (no partial cells), " : "") +
+       "1 (broadcast) or " + std::to_string(call) + ", the call's " + extent + ")");
+}
+
+// The cells of a dense mask [Bm, Hm, T_q, T_k] (Bm and Hm already read and checked), each byte 0 or 1.
+DenseMask read_cells(Reader& r, const std::function<void(const std::string&)>& fail, const std::string& name,
+                     Index Bm, Index Hm, const Shape& qs, const Shape& ks) {
+  const auto n = count_within({Bm, Hm, qs.T, ks.T}, r.left());
+  if (!n)
+    fail(name + " of " + std::to_string(Bm) + " x " + std::to_string(Hm) + " x " + std::to_string(qs.T) + " x " +
+         std::to_string(ks.T) + " cells but " + std::to_string(r.left()) + " bytes are left");
+  DenseMask m;
+  m.B = Bm;
+  m.H = Hm;
+  m.T_q = qs.T;
+  m.T_k = ks.T;
+  const std::string_view bytes = r.raw(std::size_t(*n));
+  m.cells.assign(bytes.begin(), bytes.end());
+  for (std::size_t at = 0; at < m.cells.size(); ++at)
+    if (m.cells[at] > 1) {
+      const Index j = Index(at) % ks.T, i = Index(at) / ks.T % qs.T, h = Index(at) / (ks.T * qs.T) % Hm,
+                  b = Index(at) / (ks.T * qs.T * Hm);
+      fail(name + "[" + std::to_string(b) + "][" + std::to_string(h) + "][" + std::to_string(i) + "][" +
+           std::to_string(j) + "] is " + std::to_string(int(m.cells[at])) + " (expected 0 hidden or 1 visible)");
+    }
+  return m;
+}
+
+// The block mask (flag 16384) and the dense mask (flag 32768) of a frame, read into p and checked: block sizes in
+// [1, 2^32], the number of blocks ceil(T / block), B and H the call's or 1, kinds 0, 1 or 2, partial cells present
+// when a block is partial, every count within the bytes left.
+void read_cell_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, const Shape& qs, const Shape& ks) {
+  const std::function<void(const std::string&)> fail = [&](const std::string& m) {
+    throw ProtocolError(std::string(what) + ": " + m);
+  };
+  if (flags & call_block_mask) {
+    BlockMask m;
+    m.block_q = r.i64();
+    m.block_k = r.i64();
+    m.B = r.i64();
+    m.H = r.i64();
+    m.q_blocks = r.i64();
+    m.k_blocks = r.i64();
+    constexpr std::int64_t kMaxBlock = std::int64_t{1} << 32;
+    for (const auto& [x, name] : {std::pair{m.block_q, "block_q"}, std::pair{m.block_k, "block_k"}})
+      if (x < 1 || x > kMaxBlock)
+        fail(std::string("block mask ") + name + " is " + std::to_string(x) + " (expected in [1, 2^32] with flag 16384)");
+    check_broadcast(fail, "block mask B", m.B, qs.B, "B");
+    check_broadcast(fail, "block mask H", m.H, qs.H, "H (query heads)");
+    const Index nq = (qs.T + m.block_q - 1) / m.block_q, nk = (ks.T + m.block_k - 1) / m.block_k;
+    if (m.q_blocks != nq)
+      fail("block mask has " + std::to_string(m.q_blocks) + " query blocks (expected " + std::to_string(nq) +
+           " = ceil(T_q / block_q) = ceil(" + std::to_string(qs.T) + " / " + std::to_string(m.block_q) + "))");
+    if (m.k_blocks != nk)
+      fail("block mask has " + std::to_string(m.k_blocks) + " key blocks (expected " + std::to_string(nk) +
+           " = ceil(T_k / block_k) = ceil(" + std::to_string(ks.T) + " / " + std::to_string(m.block_k) + "))");
+    const auto n = count_within({m.B, m.H, nq, nk}, r.left());
+    if (!n)
+      fail("block mask kinds of " + std::to_string(m.B) + " x " + std::to_string(m.H) + " x " + std::to_string(nq) +
+           " x " + std::to_string(nk) + " blocks but " + std::to_string(r.left()) + " bytes are left");
+    const std::string_view kinds = r.raw(std::size_t(*n));
+    m.kinds.assign(kinds.begin(), kinds.end());
+    bool partial = false;
+    for (std::size_t at = 0; at < m.kinds.size(); ++at) {
+      if (m.kinds[at] > std::uint8_t(BlockKind::Full)) {
+        const Index y = Index(at) % nk, x = Index(at) / nk % nq, h = Index(at) / (nk * nq) % m.H,
+                    b = Index(at) / (nk * nq * m.H);
+        fail("block mask kind [" + std::to_string(b) + "][" + std::to_string(h) + "][" + std::to_string(x) + "][" +
+             std::to_string(y) + "] is " + std::to_string(int(m.kinds[at])) +
+             " (expected 0 empty, 1 partial or 2 full)");
+      }
+      partial |= m.kinds[at] == std::uint8_t(BlockKind::Partial);
+    }
+    const std::int64_t Bp = r.i64(), Hp = r.i64();
+    check_broadcast(fail, "block mask partial cells' B", Bp, qs.B, "B", true);
+    check_broadcast(fail, "block mask partial cells' H", Hp, qs.H, "H (query heads)", true);
+    if ((Bp == 0) != (Hp == 0))
+      fail("block mask partial cells are " + std::to_string(Bp) + " x " + std::to_string(Hp) +
+           " (expected both 0, no partial cells, or neither)");
+    if (Bp == 0 && partial) fail("block mask has partial blocks but no partial cells (B_p = H_p = 0)");
+    if (Bp != 0) m.partial = read_cells(r, fail, "block mask partial cells", Bp, Hp, qs, ks);
+    p.block_mask = std::move(m);
+  }
+  if (flags & call_dense_mask) {
+    const std::int64_t Bd = r.i64(), Hd = r.i64();
+    check_broadcast(fail, "dense mask B", Bd, qs.B, "B");
+    check_broadcast(fail, "dense mask H", Hd, qs.H, "H (query heads)");
+    p.dense_mask = read_cells(r, fail, "dense mask", Bd, Hd, qs, ks);
+  }
+}
+
+void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, const Shape& ks);
+
+// The masks beyond causal of a frame (flags 1024 to 32768), read into p: the prefix, the right window, the chunk
+// size, the document ids turned back into doc_bounds (the query ids checked against them), the block mask and the
+// dense mask.
+void read_masks(Reader& r, const char* what, std::uint32_t flags, Problem& p, const Shape& qs, const Shape& ks) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  if (flags & call_prefix) {
+    const std::int64_t prefix = r.i64();
+    if (prefix < 1) fail("prefix length " + std::to_string(prefix) + " (expected >= 1 with flag 1024)");
+    p.prefix_length = prefix;
+  }
+  if (flags & call_window_right) {
+    const std::int64_t wr = r.i64();
+    if (wr < 0) fail("right window " + std::to_string(wr) + " (expected >= 0 with flag 2048)");
+    p.window_right = wr;
+  }
+  if (flags & call_chunk) {
+    const std::int64_t chunk = r.i64();
+    if (chunk < 1) fail("chunk size " + std::to_string(chunk) + " (expected >= 1 with flag 4096)");
+    p.chunk_size = chunk;
+  }
+  if (flags & call_documents) read_documents(r, what, p, qs, ks);
+  read_cell_masks(r, what, flags, p, qs, ks);
+}
+
+// The document ids of a frame with flag 8192, turned back into doc_bounds, and into q_doc_bounds where the query ids
+// are not the ones the keys' documents give each query's aligned position (documents with query lengths of their
+// own: non-decreasing, and naming documents the key ids make).
+void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, const Shape& ks) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  // B·T_q and B·T_k ids, bounded by what is left before anything is allocated (each product may reach 2^64).
+  const auto ids = [&](Index T, const char* name) {
+    if (std::uint64_t(T) > r.left() / sizeof(std::int32_t) / std::uint64_t(qs.B))
+      fail(std::string(name) + " of " + std::to_string(qs.B) + " x " + std::to_string(T) + " ids but " +
+           std::to_string(r.left()) + " bytes are left");
+    std::vector<std::int32_t> xs(std::size_t(qs.B * T));
+    const std::string_view bytes = r.raw(xs.size() * sizeof(std::int32_t));
+    std::memcpy(xs.data(), bytes.data(), bytes.size());
+    return xs;
+  };
+  const std::vector<std::int32_t> q_ids = ids(qs.T, "q_doc_ids"), k_ids = ids(ks.T, "k_doc_ids");
+  p.doc_bounds = doc_bounds_from_ids(k_ids, qs.B, ks.T, what);
+  bool derived = true;
+  for (Index b = 0; b < qs.B && derived; ++b) {
+    const Visibility v{.T_q = qs.T, .T_k = ks.T, .alignment = p.alignment, .doc_bounds = &p.doc_bounds[std::size_t(b)]};
+    for (Index i = 0; i < qs.T && derived; ++i) derived = q_ids[std::size_t(b * qs.T + i)] == v.query_document(i);
+  }
+  if (derived) return;
+  p.q_doc_bounds.assign(std::size_t(qs.B), {});
+  for (Index b = 0; b < qs.B; ++b) {
+    std::vector<Index>& kb = p.doc_bounds[std::size_t(b)];
+    std::vector<Index>& qb = p.q_doc_bounds[std::size_t(b)];
+    Index before = 0;
+    for (Index i = 0; i < qs.T; ++i) {
+      const std::int32_t id = q_ids[std::size_t(b * qs.T + i)];
+      if (id < before)
+        fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(id) +
+             (i == 0 ? std::string(" (expected an id >= 0)")
+                     : " (expected >= " + std::to_string(before) +
+                           ", the id of the query before it: query ids are non-decreasing)"));
+      // Documents past the last key's are empty ones at the end (key ids cannot name them): bounds at T_k.
+      if (id > Index(kb.size()) + kMaxExtraBounds)
+        fail("q_doc_ids[" + std::to_string(b) + "][" + std::to_string(i) + "] is " + std::to_string(id) +
+             " (expected at most " + std::to_string(Index(kb.size()) + kMaxExtraBounds) + ": the last key's document " +
+             std::to_string(kb.size()) + " plus " + std::to_string(kMaxExtraBounds) + " empty ones)");
+      for (; before < id; ++before) qb.push_back(i);  // documents before .. id - 1 end before query i
+    }
+    if (Index(qb.size()) > Index(kb.size())) kb.resize(qb.size(), ks.T);
+    for (; qb.size() < kb.size();) qb.push_back(qs.T);  // the documents past the last query have none
+  }
+}
+
+Problem read_call(Reader& r, const char* what, bool backward) {
+  Problem p;
+  p.dtype = dtype_from_code(r.u32());
+  p.alignment = alignment_from_code(r.u32());
+  const std::uint32_t flags = r.u32();
+  if (flags & ~0x3FFFFu)
+    throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
+                        " (expected bits within 0x3ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
+                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
+                        "dimension)");
+  if ((flags & call_paged) && backward)
+    throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
+  if ((flags & call_paged) && !(flags & call_key_lengths))
+    throw ProtocolError(std::string(what) + ": flags have 512 (paged) without 4 (key lengths): a paged call "
+                        "carries every sequence's length");
+  const std::uint32_t layout = r.u32();  // reserved (0) without flag 65536
+  if (flags & call_layout) {
+    if (layout < 1 || layout > std::uint32_t(InputLayout::v_is_k))
+      throw ProtocolError(std::string(what) + ": layout " + std::to_string(layout) +
+                          " (expected 1 token-major, 2 padded, 3 kv-broadcast, 4 kv-interleaved or 5 v-is-k with flag "
+                          "65536)");
+    if (flags & call_paged)
+      throw ProtocolError(std::string(what) + ": flags have 65536 (layout) and 512 (paged): paged K and V come as pools");
+    p.layout = InputLayout(layout);
+  }
+  const double scale = r.f64();
+  if (flags & call_scale) p.scale = scale;
+  p.want_weights = flags & call_weights;
+  p.want_lse = flags & call_lse;
+  p.causal = !(flags & call_not_causal);
+  const auto raw_q = get_shape(r), raw_k = get_shape(r);
+  const Shape qs = checked_shape(raw_q, "q", what), ks = checked_shape(raw_k, "k", what);
+  if (ks.B != qs.B || ks.D != qs.D || qs.H % ks.H != 0)
+    throw ProtocolError(std::string(what) + ": q is " + to_string(qs) + " and k is " + to_string(ks) +
+                        " (expected the same B and D, and k's heads dividing q's)");
+  Shape vs = ks;  // v [B,H_kv,T_k,D_v]: D_v follows k's shape with flag 131072
+  if (flags & call_v_head_dim) {
+    constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16;  // as the caps frame's head dims
+    const std::int64_t d_v = r.i64();
+    if (d_v < 1 || d_v > kMaxExtent || d_v == ks.D)
+      throw ProtocolError(std::string(what) + ": V head dimension " + std::to_string(d_v) + " (expected in [1, " +
+                          std::to_string(kMaxExtent) + "] and other than D = " + std::to_string(ks.D) + " with flag 131072)");
+    vs.D = d_v;
+  }
+  if (flags & call_key_lengths)
+    for (Index b = 0; b < qs.B; ++b) {
+      const std::int64_t len = r.i64();
+      if (len < 0 || len > ks.T)
+        throw ProtocolError(std::string(what) + ": key length " + std::to_string(len) + " of batch entry " +
+                            std::to_string(b) + " is outside [0, T_k = " + std::to_string(ks.T) + "]");
+      p.key_lengths.push_back(len);
+    }
+  if (flags & call_window) {
+    const std::int64_t window = r.i64();
+    if (window < 0) throw ProtocolError(std::string(what) + ": window " + std::to_string(window) + " is negative");
+    p.window = window;
+  }
+  if (flags & call_softcap) {
+    const double cap = r.f64();
+    if (!(std::isfinite(cap) && cap > 0))
+      throw ProtocolError(std::string(what) + ": softcap " + std::to_string(cap) + " is not finite and > 0");
+    p.softcap = cap;
+  }
+  const auto heads = [&](const char* name, bool minus_inf_ok) {
+    std::vector<double> xs;
+    for (Index h = 0; h < qs.H; ++h) {
+      const double x = r.f64();
+      if (!std::isfinite(x) && !(minus_inf_ok && x == -INFINITY))
+        throw ProtocolError(std::string(what) + ": " + name + " " + std::to_string(h) + " is " + std::to_string(x) +
+                            (minus_inf_ok ? " (expected finite or -inf)" : " (expected finite)"));
+      xs.push_back(x);
+    }
+    return xs;
+  };
+  if (flags & call_alibi) p.alibi_slopes = heads("ALiBi slope", false);
+  if (flags & call_sinks) p.sinks = heads("sink", true);
+  read_masks(r, what, flags, p, qs, ks);
+  if (flags & call_paged) {
+    read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
+    // Without padding (every sequence T_k long) the problem has none, as the sender's had.
+    if (std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
+      p.key_lengths.clear();
+    return p;
+  }
+  // Sizes through nbytes: four extents of up to 2^32 each would overflow the element count.
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_k, p.dtype, what);
+  p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
+  p.k = from_bytes(r.raw(k_bytes), ks, p.dtype);
+  const std::size_t v_bytes = nbytes({vs.B, vs.H, vs.T, vs.D}, p.dtype, what);
+  p.v = from_bytes(r.raw(v_bytes), vs, p.dtype);
+  return p;
+}
+
+void expect_end(const Reader& r, const char* what) {
+  if (r.left() != 0) throw ProtocolError(std::string(what) + ": " + std::to_string(r.left()) + " bytes left over");
+}
+
+// A tensor as a result frame carries it: its shape, then its bytes.
+void put_tensor(Writer& w, const Tensor<double>& t, DType dtype) {
+  put_shape(w, t.shape());
+  w.bytes() += to_bytes(t, dtype);
+}
+
+}  // namespace
+
+std::string encode_forward(const Problem& p) {
+  return frame(FrameType::forward, call_payload(p));
+}
+
+Problem decode_forward(std::string_view payload) {
+  Reader r(payload, "forward frame");
+  Problem p = read_call(r, "forward frame", false);
+  expect_end(r, "forward frame");
+  return p;
+}
+
+std::string encode_backward(const Problem& p) {
+  if (!p.d_output) throw std::logic_error("encode_backward: the problem has no d_output");
+  if (p.paged) throw std::logic_error("encode_backward: a paged problem (paged calls are forward only)");
+  Problem call = p;
+  call.want_weights = false;
+  call.want_lse = false;
+  return frame(FrameType::backward, call_payload(call) + to_bytes(*p.d_output, p.dtype));
+}
+
+Problem decode_backward(std::string_view payload) {
+  Reader r(payload, "backward frame");
+  Problem p = read_call(r, "backward frame", true);
+  const Shape os = p.output_shape();  // dO [B,H,T_q,D_v]
+  // Extents already read and checked once (q's and v's), so the count cannot overflow.
+  p.d_output = from_bytes(r.raw(std::size_t(os.numel()) * element_size(p.dtype)), os, p.dtype);
+  expect_end(r, "backward frame");
+  return p;
+}
+
+std::string encode_result(const Outcome& o, DType dtype) {
+  Writer w;
+  w.i32(ok);
+  w.u32((o.weights ? result_weights : 0u) | (o.lse ? result_lse : 0u));
+  w.str("");
+  put_tensor(w, o.output, dtype);
+  if (o.weights) put_tensor(w, *o.weights, dtype);
+  if (o.lse) put_tensor(w, *o.lse, DType::f64);  // float64 whatever the call's dtype
+  return frame(FrameType::result, w.bytes());
+}
+
+std::string encode_failure(std::int32_t status, std::string_view message, FrameType type) {
+  Writer w;
+  w.i32(status);
+  w.u32(0);
+  w.str(message);
+  return frame(type, w.bytes());
+}
+
+namespace {
+// A status or flag bit this protocol does not define is no answer: the child speaks another dialect (or sent
+// garbage), so nothing after it can be read with confidence.
+void check_status_and_flags(const char* frame, std::int32_t status, std::uint32_t flags, std::uint32_t known,
+                            const char* known_names) {
+  if (status < ok || status > wrong_size)
+    throw ProtocolError(std::string(frame) + ": status " + std::to_string(status) +
+                        " (expected 0 ok, 1 error, 2 unsupported or 3 wrong size)");
+  if (flags & ~known) {
+    char hex[32];
+    std::snprintf(hex, sizeof hex, "0x%x", flags);
+    throw ProtocolError(std::string(frame) + ": flags " + hex + " (expected " + known_names + ")");
+  }
+}
+}  // namespace
+
+Result decode_result(std::string_view payload, DType dtype) {
+  Reader r(payload, "result frame");
+  Result res;
+  res.status = r.i32();
+  const std::uint32_t flags = r.u32();
+  check_status_and_flags("result frame", res.status, flags, 3u, "a combination of 1 weights and 2 LSE");
+  res.has_weights = flags & result_weights;
+  res.has_lse = flags & result_lse;
+  res.message = r.str();
+  if (res.status != ok) return res;
+  res.out_shape = get_shape(r);
+  res.out_bytes = r.raw(nbytes(res.out_shape, dtype));
+  if (res.has_weights) {
+    res.w_shape = get_shape(r);
+    res.w_bytes = r.raw(nbytes(res.w_shape, dtype));
+  }
+  if (res.has_lse) {
+    res.lse_shape = get_shape(r);
+    res.lse_bytes = r.raw(nbytes(res.lse_shape, DType::f64));
+  }
+  expect_end(r, "result frame");
+  return res;
+}
+
+std::string encode_gradients(const Gradients& g, DType dtype) {
+  Writer w;
+  w.i32(ok);
+  w.u32(g.dsinks.empty() ? 0u : gradients_d_sinks);
+  w.str("");
+  for (const Tensor<double>* t : {&g.dq, &g.dk, &g.dv}) put_tensor(w, *t, dtype);
+  if (!g.dsinks.empty()) {
+    w.i64(std::int64_t(g.dsinks.size()));
+    for (const double x : g.dsinks) w.f64(x);
+  }
+  return frame(FrameType::gradients, w.bytes());
+}
+
+GradientsResult decode_gradients(std::string_view payload, DType dtype) {
+  Reader r(payload, "gradients frame");
+  GradientsResult res;
+  res.status = r.i32();
+  const std::uint32_t flags = r.u32();
+  check_status_and_flags("gradients frame", res.status, flags, 1u, "0, or 1 d_sinks");
+  res.message = r.str();
+  if (res.status != ok) return res;
+  for (std::size_t i = 0; i < 3; ++i) {
+    res.shapes[i] = get_shape(r);
+    res.bytes[i] = r.raw(nbytes(res.shapes[i], dtype));
+  }
+  if (flags & gradients_d_sinks) {
+    const std::int64_t n = r.i64();
+    // Bounded by what is left, so a count of 2^60 is "runs short", not an allocation.
+    if (n < 0 || std::uint64_t(n) > r.left() / 8)
+      throw ProtocolError("gradients frame: " + std::to_string(n) + " d_sinks announced but " +
+                          std::to_string(r.left()) + " bytes are left");
+    std::vector<double> d(static_cast<std::size_t>(n));
+    for (double& x : d) x = r.f64();
+    res.d_sinks = std::move(d);
+  }
+  expect_end(r, "gradients frame");
+  return res;
+}
+
+}  // namespace attncheck::wire

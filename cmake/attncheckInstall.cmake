@@ -13,12 +13,13 @@ set_target_properties(attncheck_properties PROPERTIES EXPORT_NAME properties)
 set_target_properties(attncheck_harness PROPERTIES EXPORT_NAME harness)
 set_target_properties(attncheck_plugin_api PROPERTIES EXPORT_NAME plugin_api)
 set_target_properties(attncheck_options PROPERTIES EXPORT_NAME options)
+set_target_properties(attncheck_law_main PROPERTIES EXPORT_NAME law_main)
 set_target_properties(attncheck-law PROPERTIES EXPORT_NAME law)
 set_target_properties(attncheck-plugin-host PROPERTIES EXPORT_NAME plugin_host)
 
 # attncheck_options travels only as a link-only dependency of the static libraries (its flags do not).
 install(TARGETS attncheck_attention attncheck_properties attncheck_harness attncheck_plugin_api attncheck_options
-                attncheck-law attncheck-plugin-host
+                attncheck_law_main attncheck-law attncheck-plugin-host
         EXPORT attncheckTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
@@ -29,6 +30,7 @@ endif()
 foreach(dir attention properties harness)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${dir}/include/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 endforeach()
+install(FILES ${PROJECT_SOURCE_DIR}/cli/include/attncheck/law_main.hpp DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/attncheck)
 install(EXPORT attncheckTargets NAMESPACE attncheck:: DESTINATION ${ATTNCHECK_INSTALL_CMAKEDIR})
 
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/attncheckConfig.cmake.in

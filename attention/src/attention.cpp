@@ -335,6 +335,12 @@ void check_options(const char* who, const AttentionOptions& o, Index B, Index H,
   check_modifiers(who, o, H);
 }
 
+void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v, const AttentionOptions& opts) {
+  check_batched(who, q, k, v);
+  if (opts.scale) resolve_scale(opts.scale, q.D, who);
+  check_options(who, opts, q.B, q.H, k.T, q.T);
+}
+
 double resolve_scale(const std::optional<double>& scale, Index D, const char* who) {
   if (!scale) return 1.0 / std::sqrt(static_cast<double>(D));
   if (!std::isfinite(*scale) || *scale <= 0)

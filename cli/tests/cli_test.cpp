@@ -914,7 +914,14 @@ TEST(BadData, everyValueOfAReplayFileIsRangeChecked) {
   spoil("seed", [](J& d) { d["seed"] = -1; }, {"seed", "-1"});
   spoil("cases_run", [](J& d) { d["cases_run"] = -5; }, {"cases_run"});
   for (const J& scale : {J("nan"), J("inf"), J("-inf"), J(0), J(-1.0)})
-    spoil("scale " + scale.dump(), [&](J& d) { d["case"]["problem"]["scale"] = scale; }, {"scale", "positive, finite"});
+    spoil("scale " + scale.dump(), [&](J& d) { d["case"]["problem"]["scale"] = scale; }, {"case.problem: scale must be finite and positive"});
+  // Every field of the call through the one check of a call's fields (check_call), as the wire and the C loader.
+  spoil("key length", [](J& d) { d["case"]["problem"]["key_lengths"] = J::array({99}); }, {"case.problem: key_lengths[0] = 99 is outside [0, T_k = "});
+  spoil("key lengths", [](J& d) { d["case"]["problem"]["key_lengths"] = J::array({1, 1, 1, 1, 1, 1, 1, 1, 1}); }, {"case.problem: key_lengths has 9 entries but B = "});
+  spoil("window", [](J& d) { d["case"]["problem"]["window"] = -1; }, {"case.problem: window must be >= 0"});
+  spoil("sinks", [](J& d) { d["case"]["problem"]["sinks"] = J::array({0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5}); }, {"case.problem: sinks has 9 entries but H = "});
+  spoil("softcap", [](J& d) { d["case"]["problem"]["softcap"] = -2.0; }, {"case.problem: softcap must be finite and positive, got -2"});
+  spoil("documents", [](J& d) { d["case"]["problem"]["doc_bounds"] = J::array({J::array({2, 1})}); }, {"case.problem: doc_bounds[0][1] = 1 is below the bound before it"});
   spoil("reproduce", [](J& d) { d["reproduce"] = "!!!"; }, {"\"reproduce\"", "not a RapidCheck reproduce string"});
   spoil("reproduce other law", [](J& d) { d["reproduce"] = "BIhelJ3btYWd0Vncl1ydll2ZoRXAAAAAAAAAAEAAAAAAAAAABAAAAAAAAAQAAAAAAAAAAIAACEAAAAACAAAACIgACIA"; },
         {"\"reproduce\"", "not toy-below-90"});
@@ -987,6 +994,18 @@ TEST(Docs, theLawsTableIsTheRegistrys) {
   const Result r = attncheck(default_registry(), {"list", "--markdown"});
   EXPECT_EQ(r.code, kAllHeld) << r.err;
   EXPECT_EQ(r.out, laws_markdown_table(laws()));
+}
+
+// The README counts the laws where a reader first meets them (its opening and its laws section): the registry's
+// count, so what is written agrees with what `attncheck list` lists and a run checks.
+TEST(Docs, theReadmeCountsTheRegistrysLaws) {
+  std::ifstream in(ATTNCHECK_SOURCE_DIR "/README.md");
+  ASSERT_TRUE(in) << ATTNCHECK_SOURCE_DIR "/README.md";
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string readme = text.str(), n = std::to_string(laws().size());
+  for (const std::string& said : {"attncheck checks " + n + " laws", "\n" + n + " laws, each a ctest test"})
+    EXPECT_TRUE(contains(readme, said)) << "README.md should say \"" << said << "\" (the registry has " << n << " laws)";
 }
 
 }  // namespace attncheck::cli

@@ -702,30 +702,15 @@ void check_within_capabilities(const Problem& p, const Capabilities& caps, const
     throw std::logic_error(name + ": this call needs " + needs +
                            ", which the implementation does not declare (a law or a test sent a call outside its "
                            "capabilities; it declares " + describe_capabilities(caps) + ")");
-  // What the codecs need of the call's fields: one entry per batch entry or query head, masks the call's shape.
-  const Index B = p.q.shape().B, H = p.q.shape().H;
-  if (!p.key_lengths.empty() && Index(p.key_lengths.size()) != B)
-    throw std::logic_error(name + ": this call has " + std::to_string(p.key_lengths.size()) +
-                           " key lengths for a batch of " + std::to_string(B));
-  if (!p.doc_bounds.empty() && Index(p.doc_bounds.size()) != B)
-    throw std::logic_error(name + ": this call has " + std::to_string(p.doc_bounds.size()) +
-                           " document bound lists for a batch of " + std::to_string(B));
+  // What the codecs need of the call's fields (one entry per batch entry or query head, masks of the call's shape:
+  // the plug-in reads them through the strides we derive) is the one check of a call's fields.
   if (p.layout != InputLayout::contiguous && p.paged)
     throw std::logic_error(name + ": a paged call with a layout (paged K and V come as pools)");
-  if (p.has_cell_masks()) {  // the plug-in reads them through the strides we derive: their shapes must be the call's
-    AttentionOptions cells;
-    cells.block_mask = p.block_mask;
-    cells.dense_mask = p.dense_mask;
-    try {
-      check_options(name.c_str(), cells, B, H, p.k.shape().T, p.q.shape().T);
-    } catch (const std::exception& e) {
-      throw std::logic_error(std::string("this call's masks do not fit it: ") + e.what());
-    }
+  try {
+    check_call(name.c_str(), p);
+  } catch (const std::invalid_argument& e) {  // ShapeError, ValueError
+    throw std::logic_error(std::string("this call's fields do not fit it: ") + e.what());
   }
-  for (const auto& [xs, what] : {std::pair{&p.sinks, "sinks"}, std::pair{&p.alibi_slopes, "ALiBi slopes"}})
-    if (!xs->empty() && Index(xs->size()) != H)
-      throw std::logic_error(name + ": this call has " + std::to_string(xs->size()) + " " + what + " for " +
-                             std::to_string(H) + " query heads (expected one per query head)");
 }
 
 }  // namespace attncheck::detail

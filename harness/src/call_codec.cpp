@@ -521,6 +521,16 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
   }
 }
 
+// The call as the core checks it (check_call), its refusal a ProtocolError.
+Problem checked(Problem p, const char* what) {
+  try {
+    check_call(what, p);
+  } catch (const std::invalid_argument& e) {  // ShapeError, ValueError
+    throw ProtocolError(e.what());
+  }
+  return p;
+}
+
 Problem read_call(Reader& r, const char* what, bool backward) {
   Problem p;
   p.dtype = dtype_from_code(r.u32());
@@ -566,45 +576,30 @@ Problem read_call(Reader& r, const char* what, bool backward) {
                           std::to_string(kMaxExtent) + "] and other than D = " + std::to_string(ks.D) + " with flag 131072)");
     vs.D = d_v;
   }
+  // The fields as they come; what their values must be (ranges, counts, order) is check_call's, below.
   if (flags & call_key_lengths)
-    for (Index b = 0; b < qs.B; ++b) {
-      const std::int64_t len = r.i64();
-      if (len < 0 || len > ks.T)
-        throw ProtocolError(std::string(what) + ": key length " + std::to_string(len) + " of batch entry " +
-                            std::to_string(b) + " is outside [0, T_k = " + std::to_string(ks.T) + "]");
-      p.key_lengths.push_back(len);
-    }
-  if (flags & call_window) {
-    const std::int64_t window = r.i64();
-    if (window < 0) throw ProtocolError(std::string(what) + ": window " + std::to_string(window) + " is negative");
-    p.window = window;
-  }
-  if (flags & call_softcap) {
-    const double cap = r.f64();
-    if (!(std::isfinite(cap) && cap > 0))
-      throw ProtocolError(std::string(what) + ": softcap " + std::to_string(cap) + " is not finite and > 0");
-    p.softcap = cap;
-  }
-  const auto heads = [&](const char* name, bool minus_inf_ok) {
+    for (Index b = 0; b < qs.B; ++b) p.key_lengths.push_back(r.i64());
+  if (flags & call_window) p.window = r.i64();
+  if (flags & call_softcap) p.softcap = r.f64();
+  const auto heads = [&] {
     std::vector<double> xs;
-    for (Index h = 0; h < qs.H; ++h) {
-      const double x = r.f64();
-      if (!std::isfinite(x) && !(minus_inf_ok && x == -INFINITY))
-        throw ProtocolError(std::string(what) + ": " + name + " " + std::to_string(h) + " is " + std::to_string(x) +
-                            (minus_inf_ok ? " (expected finite or -inf)" : " (expected finite)"));
-      xs.push_back(x);
-    }
+    for (Index h = 0; h < qs.H; ++h) xs.push_back(r.f64());
     return xs;
   };
-  if (flags & call_alibi) p.alibi_slopes = heads("ALiBi slope", false);
-  if (flags & call_sinks) p.sinks = heads("sink", true);
+  if (flags & call_alibi) p.alibi_slopes = heads();
+  if (flags & call_sinks) p.sinks = heads();
+  try {  // now, before the masks and pages that read the lengths (the masks are not read yet: empty here)
+    check_options(what, p.options(), qs.B, qs.H, ks.T, qs.T);
+  } catch (const std::invalid_argument& e) {  // ShapeError, ValueError
+    throw ProtocolError(e.what());
+  }
   read_masks(r, what, flags, p, qs, ks);
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.
     if (std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
       p.key_lengths.clear();
-    return p;
+    return checked(p, what);
   }
   // Sizes through nbytes: four extents of up to 2^32 each would overflow the element count.
   const std::size_t q_bytes = nbytes(raw_q, p.dtype, what), k_bytes = nbytes(raw_k, p.dtype, what);
@@ -612,7 +607,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   p.k = from_bytes(r.raw(k_bytes), ks, p.dtype);
   const std::size_t v_bytes = nbytes({vs.B, vs.H, vs.T, vs.D}, p.dtype, what);
   p.v = from_bytes(r.raw(v_bytes), vs, p.dtype);
-  return p;
+  return checked(p, what);
 }
 
 void expect_end(const Reader& r, const char* what) {

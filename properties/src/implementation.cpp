@@ -212,42 +212,17 @@ std::string_view empty_rows_name(EmptyRows e) {
   return e == EmptyRows::nan ? "nan" : e == EmptyRows::any ? "any" : "zero";
 }
 
-AttentionOptions Problem::options() const {
-  return AttentionOptions{.scale = scale,
-                          .alignment = alignment,
-                          .key_lengths = key_lengths,
-                          .window = window,
-                          .softcap = softcap,
-                          .alibi_slopes = alibi_slopes,
-                          .sinks = sinks,
-                          .causal = causal,
-                          .prefix_length = prefix_length,
-                          .window_right = window_right,
-                          .chunk_size = chunk_size,
-                          .doc_bounds = doc_bounds,
-                          .q_doc_bounds = q_doc_bounds,
-                          .block_mask = block_mask,
-                          .dense_mask = dense_mask};
+void check_call(const char* who, const Problem& p) {
+  check_call(who, p.q.shape(), p.k.shape(), p.v.shape(), p.options());
+  if (p.d_output && p.d_output->shape() != p.output_shape())
+    throw ShapeError(std::string(who) + ": d_output is " + to_string(p.d_output->shape()) + " but must have " +
+                     (p.v_dim() == p.q.shape().D ? "q's shape " + to_string(p.q.shape())
+                                                 : "the output's shape " + to_string(p.output_shape()) +
+                                                       " ([B,H,T_q,D_v])"));
 }
 
 Visibility Problem::visibility(Index b, Index h) const {
-  // Made here, not from options(): the visibility points at this problem's document bounds.
-  Visibility v{.T_q = q.shape().T,
-               .T_k = k.shape().T,
-               .alignment = alignment,
-               .window = window,
-               .causal = causal,
-               .prefix = prefix_length,
-               .window_right = window_right,
-               .chunk = chunk_size};
-  if (!key_lengths.empty()) v.key_length = key_lengths.at(std::size_t(b));
-  if (!doc_bounds.empty()) v.doc_bounds = &doc_bounds.at(std::size_t(b));
-  if (!q_doc_bounds.empty()) v.q_doc_bounds = &q_doc_bounds.at(std::size_t(b));
-  if (block_mask) v.block = &*block_mask;
-  if (dense_mask) v.dense = &*dense_mask;
-  v.batch = b;
-  v.head = h;
-  return v;
+  return attncheck::visibility(options(), b, q.shape().T, k.shape().T, h);
 }
 
 std::string mask_families_line(const Problem& p) {

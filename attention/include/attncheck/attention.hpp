@@ -82,6 +82,11 @@ struct AttentionOptions {
 /// block and dense masks, modifiers). T_q < 0: not known (the block and dense masks' T_q is not checked).
 void check_options(const char* who, const AttentionOptions& opts, Index B, Index H, Index T_k, Index T_q = -1);
 
+/// The one check of a whole call, whoever reads it (the core's entry points, the exec wire, a JSON report, the C
+/// loader): q [B,H,T_q,D], k [B,H_kv,T_k,D] with H_kv dividing H, v [B,H_kv,T_k,D_v]; a scale, when given,
+/// finite and positive; then check_options. Throws ShapeError or ValueError naming `who`.
+void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v, const AttentionOptions& opts);
+
 /// The visibility rule of batch entry b, query head h, under these options (causal alignment, padding, windows,
 /// documents, block and dense masks: only those two depend on the head).
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k, Index h = 0);

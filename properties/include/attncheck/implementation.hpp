@@ -64,39 +64,13 @@ std::string input_layout_name(InputLayout l);
 
 /// One call: inputs at `dtype`, held as double but exactly representable in `dtype` (so converting to the
 /// native type and back is exact).
-struct Problem {
+struct Problem : AttentionOptions {
   DType dtype = DType::f32;
   /// q [B,H,T_q,D]; k [B,H_kv,T_k,D] with H_kv dividing H (grouped-query attention when H_kv < H); v
   /// [B,H_kv,T_k,D_v], D_v = D unless the implementation declares Capabilities::v_head_dim (MLA: 576 and 512).
   Tensor<double> q{Shape{}}, k{Shape{}}, v{Shape{}};
-  std::optional<double> scale;                        ///< empty: the implementation's default, 1/√D
-  CausalAlignment alignment = kDefaultAlignment;
-  /// Key padding: keys j >= key_lengths[b] of batch entry b are padding. Empty: none.
-  std::vector<Index> key_lengths{};
-  /// Sliding window: a query at aligned position p sees keys p - window <= j <= p. Empty: no window.
-  std::optional<Index> window{};
-  /// Score modifiers (ABI 3), in the order softcap, ALiBi, mask, sink (AttentionOptions says what each does):
-  std::optional<double> softcap{};    ///< > 0: s = softcap·tanh(s/softcap); empty: none
-  std::vector<double> alibi_slopes{};  ///< H slopes (query heads): s += slope_h·(j - p); empty: none
-  std::vector<double> sinks{};         ///< H sink logits (finite or -inf); empty: none
-  bool causal = true;                  ///< false: no causal rule (bidirectional)
-  /// Masks beyond causal (AttentionOptions and Visibility say what each hides). Every family is kept by
-  /// a law that slices the problem: bounds and lengths past T_k cut nothing.
-  Index prefix_length = 0;              ///< keys j < prefix_length visible to every query (prefix-LM); 0: none
-  std::optional<Index> window_right{};  ///< a query at p sees keys j <= p + window_right; empty: none
-  Index chunk_size = 0;                 ///< chunked local attention; 0: none
-  /// Packed documents: per batch entry, the key positions where one document ends and the next begins
-  /// (non-decreasing; repeated: an empty document). Empty: one document per entry.
-  std::vector<std::vector<Index>> doc_bounds{};
-  /// The queries' own document bounds (varlen: cu_seqlens_q beside cu_seqlens_k), per batch entry as many query
-  /// indices as doc_bounds has positions; each document is aligned on its own lengths (Visibility). Empty: each
-  /// query's document follows from its aligned position. Only with doc_bounds, for Capabilities::query_documents.
-  std::vector<std::vector<Index>> q_doc_bounds{};
-  /// A block mask (FlexAttention's BlockMask) and a dense boolean mask, each [B or 1, H or 1] over [T_q,T_k]
-  /// (1 broadcasts); a key is visible only where each allows it. Empty: none. A law that slices the problem or
-  /// moves keys draws neither (their cells are positional).
-  std::optional<BlockMask> block_mask{};
-  std::optional<DenseMask> dense_mask{};
+  /// The scale, alignment, key lengths, windows, score modifiers, causal rule and masks are the base's
+  /// (AttentionOptions); a problem is the core's call plus its tensors and how they cross to an implementation.
   /// K and V passed as a page pool and a block table (ABI 3); empty: dense. Forward calls only.
   std::optional<PagedPlan> paged{};
   /// How q, k and v lie in memory in the call (Capabilities::strided; never with paged K and V). kv_broadcast
@@ -122,8 +96,10 @@ struct Problem {
   }
   /// Whether a block or dense mask is set (then visibility may differ per head and have gaps in a row).
   bool has_cell_masks() const { return block_mask.has_value() || dense_mask.has_value(); }
-  /// The core's options for this problem (scale, alignment, key lengths, window, modifiers, causal).
-  AttentionOptions options() const;
+  /// The core's options for this problem: the call's scale, alignment, masks and modifiers are the base it
+  /// holds (AttentionOptions documents each; every mask family is kept by a law that slices the problem: bounds
+  /// and lengths past T_k cut nothing; a law that slices or moves keys draws no block or dense mask).
+  const AttentionOptions& options() const { return *this; }
   /// Which keys the queries of batch entry b, query head h, see (only a block or dense mask depends on h).
   Visibility visibility(Index b, Index h = 0) const;
   /// Each sequence's length: key_lengths, or T_k for every batch entry.
@@ -131,6 +107,11 @@ struct Problem {
   /// The explicit layout of `paged` (which must be set) for this problem's B and sequence lengths.
   PagedKV paged_kv() const;
 };
+
+/// The one check of a call's fields, whichever reader made it (the exec wire, a JSON report, the C loader): the
+/// core's check_call (shapes, scale, key lengths, windows, documents, masks, modifiers), then dO, when set, the
+/// output's shape. Throws ShapeError or ValueError naming `who`; each reader says it in its own error.
+void check_call(const char* who, const Problem& p);
 
 /// A paged problem's K and V pools at scalar S (k and v being the problem's tensors cast to S): scatter_pages of
 /// each under p.paged_kv().

@@ -1,0 +1,90 @@
+// Score modifiers (softcap, ALiBi, sinks) and paged-KV plans, drawn for the laws that allow them.
+#include "parts.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <memory>
+#include <numeric>
+
+namespace attncheck {
+using namespace generation;
+
+rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread) {
+  const FeatureSet declared = declared_features(cfg.caps);
+  const bool softcap = opts.may_use(Feature::softcap, declared), alibi = opts.may_use(Feature::alibi, declared),
+             sinks = opts.may_use(Feature::sinks, declared);
+  return rc::gen::exec([=] {
+    Modifiers m;
+    // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
+    // shrinking keeps one), none first when shrinking.
+    const auto choose = [](bool required, auto none, auto rest) {
+      using T = decltype(none);
+      std::vector<std::pair<std::size_t, T>> c;
+      if (!required) c.push_back({4, none});
+      for (const auto& r : rest) c.push_back(r);
+      return *weighted_choice<T>(c);
+    };
+    if (softcap) {
+      std::vector<std::pair<std::size_t, double>> caps{{1, 5.0}, {1, 1.0}, {1, 50.0}};
+      // A cap that bites: with 2c <= spread / 2, the row of the largest spread of visible scores spreads further
+      // than the cap allows unless the kernel applies it (softcap-bound). A power of two, none below 2^-4; 1 for a
+      // case without a spread. Always a choice, so that a shrinking step keeps the same choice.
+      const double bite = max_spread > 0 ? std::max(0.0625, std::exp2(std::floor(std::log2(max_spread / 4)))) : 1.0;
+      caps.push_back({6, bite});
+      const double cap = choose(opts.require.has(Feature::softcap), 0.0, caps);
+      if (cap > 0) m.softcap = cap;
+    }
+    if (alibi) m.alibi = choose(opts.require.has(Feature::alibi), 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});
+    if (sinks) m.sinks = choose(opts.require.has(Feature::sinks), -1, std::vector<std::pair<std::size_t, int>>{{2, 0}, {1, 3}});
+    return m;
+  });
+}
+
+rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const ProblemOptions& opts) {
+  std::vector<std::pair<std::size_t, Index>> sizes;
+  for (const Index ps : cfg.caps.page_sizes)
+    if (ps > 0) sizes.push_back({1, ps});
+  std::vector<std::pair<std::size_t, PageLayout>> layouts;
+  if (cfg.caps.page_layouts & 1u) layouts.push_back({1, PageLayout::token_major});
+  if (cfg.caps.page_layouts & 2u) layouts.push_back({1, PageLayout::head_major});
+  const bool possible =
+      !sizes.empty() && !layouts.empty() && opts.may_use(Feature::paged, declared_features(cfg.caps));
+  return rc::gen::exec([=]() -> std::optional<PagedPlan> {
+    if (!possible) return std::nullopt;
+    const bool on = opts.require.has(Feature::paged) || *weighted_choice<bool>({{1, false}, {1, true}});
+    PagedPlan plan;
+    plan.page_size = *weighted_choice<Index>(sizes);
+    plan.layout = *weighted_choice<PageLayout>(layouts);
+    plan.order = *weighted_choice<PagedPlan::Order>(
+        {{2, PagedPlan::Order::contiguous}, {1, PagedPlan::Order::reversed}, {3, PagedPlan::Order::shuffled}});
+    plan.shuffle_seed = *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32));
+    plan.spare_pages = *weighted_choice<Index>({{3, 0}, {1, 1}, {1, 3}});
+    plan.spare_columns = *weighted_choice<Index>({{3, 0}, {1, 1}, {1, 2}});
+    plan.junk_entries = *weighted_choice<bool>({{2, false}, {1, true}});
+    plan.fill = *weighted_choice<PageFill>(
+        {{3, PageFill::zero}, {2, PageFill::nan}, {1, PageFill::pos_inf}, {1, PageFill::neg_inf}, {1, PageFill::huge}});
+    if (plan.order != PagedPlan::Order::shuffled) plan.shuffle_seed = 0;
+    if (!on) return std::nullopt;
+    return plan;
+  });
+}
+
+void Modifiers::apply(Problem& p, const std::vector<Index>& h_ids) const {
+  static constexpr double kSinks[] = {0.0, 1.0, -1.0, 2.5, -3.0, 6.0};
+  const Index H = p.q.shape().H;
+  const auto id = [&](Index h) { return h_ids.empty() ? h : h_ids[std::size_t(h)]; };
+  p.softcap = softcap;
+  p.alibi_slopes.clear();
+  p.sinks.clear();
+  for (Index h = 0; h < H; ++h) {
+    if (alibi == 1) p.alibi_slopes.push_back(std::ldexp(1.0, -int(std::min<Index>(id(h), 60)) - 1));
+    if (alibi == 2) p.alibi_slopes.push_back(1.0);
+    if (sinks >= 0) p.sinks.push_back(kSinks[std::size_t(id(h) + sinks) % 6]);
+  }
+}
+
+}  // namespace attncheck

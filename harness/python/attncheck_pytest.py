@@ -147,12 +147,15 @@ class _Summary:
     def pytest_terminal_summary(self, terminalreporter):
         if not self._outcomes:
             return
-        terminalreporter.write_sep("=", "attncheck: the laws each test checked")
+        # pytest's convention: a pass is quiet. Without -v, -rP or -rA each check is its count line (the laws that
+        # held and those not applicable, with why, are the test's report section, which -rP shows); a failure
+        # above already has its whole section.
+        details = terminalreporter.verbosity > 0 or any(c in (self._config.option.reportchars or "") for c in "PA")
+        terminalreporter.write_sep("=", "attncheck: the laws each test checked" +
+                                   ("" if details else " (the laws by name: -v or -rP)"))
         for nodeid, outcome, text in self._outcomes:
-            lines = text.splitlines()  # -q: the count lines only
-            if terminalreporter.verbosity < 0:
-                lines = [line for line in lines if not line.startswith(" ")]
-            if outcome == "failed":  # the failure above has the whole section
+            lines = text.splitlines()
+            if outcome == "failed" or not details:
                 lines = [line for line in lines if not line.startswith(" ")]
             terminalreporter.write_line("%s %s" % (nodeid, outcome.upper()))
             for line in lines:
@@ -378,4 +381,5 @@ class AttncheckFixture:
 @pytest.fixture
 def attncheck(request):
     """Checks Python attention functions against attncheck's laws: attncheck.check(fn, dtypes=...)."""
+    _command(request.config)  # a missing attncheck command is the test's set-up failing (an ERROR), not a finding
     return AttncheckFixture(request.config, request.node)

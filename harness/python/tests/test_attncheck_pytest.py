@@ -84,15 +84,25 @@ def test_passes_on_a_correct_function_and_fails_on_a_buggy_one_with_the_minimal_
                      % (re.escape(binary), re.escape(str(pytester.path / ".attncheck" / "corpus"))), text), text
 
 
-def test_cases_and_seed_reach_attncheck(pytester):
+def test_cases_and_seed_reach_attncheck_and_a_pass_is_quiet(pytester):
     result = run(pytester, "--attncheck-cases", "3", "--attncheck-seed", "7", "-k", "correct")
     result.assert_outcomes(passed=1)
+    # Without -v or -rP a pass says its count line, not the laws by name.
+    text = result.stdout.str()
+    assert re.search(r"\n  correct at float64 \(seed 7, 3 cases per law\): \d+ held, \d+ not applicable", text), text
+    assert "held: " not in text and "not applicable:" not in text, text
     summaries = list((pytester.path / ".attncheck").rglob("summary.json"))
     assert len(summaries) == 1, summaries
     with open(summaries[0]) as f:
         summary = json.load(f)
     assert summary["seed"] == 7
     assert summary["generator"]["cases"] == 3
+
+
+def test_a_missing_attncheck_command_is_one_error_at_set_up_not_a_failed_test(pytester):
+    result = run(pytester, "--attncheck-bin", str(pytester.path / "no-such-attncheck"), "-k", "correct")
+    result.assert_outcomes(errors=1)
+    assert "cannot find the attncheck command" in result.stdout.str(), result.stdout.str()
 
 
 def test_googletest_sharding_variables_do_not_shard_the_fixtures_check(pytester, monkeypatch):
@@ -757,3 +767,33 @@ def test_a_batch_invariance_claim_reaches_attncheck_and_is_held_bit_for_bit(pyte
     result.assert_outcomes(passed=1, failed=1)
     out = result.stdout.str()
     assert "batch-invariance" in out and "must be bit-identical" in out and "in a batch of 2" in out
+
+
+INSTALLED = '''
+def test_the_fixture_is_there(attncheck):
+    assert hasattr(attncheck, "check")
+'''
+
+
+def test_the_installed_package_and_p_attncheck_pytest_load_the_plugin_once(tmp_path):
+    """The documented install (a venv from /usr/bin/python3 seeing Debian's packages, pip install of
+    harness/python) registers the plugin by its entry point; `-p attncheck_pytest` on top of it must not stop
+    pytest with "Plugin already registered"."""
+    python = "/usr/bin/python3"  # scripts/setup.sh installs python3-venv, python3-setuptools and python3-wheel
+    package = tmp_path / "package"  # a copy: pip writes build/ and *.egg-info beside the sources
+    shutil.copytree(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), package,
+                    ignore=shutil.ignore_patterns("tests", "__pycache__", "build", "*.egg-info"))
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    made = subprocess.run([python, "-m", "venv", "--system-site-packages", str(venv)], capture_output=True, text=True)
+    assert made.returncode == 0, "python3 -m venv failed (apt-get install python3-venv): " + made.stdout + made.stderr
+    install = subprocess.run([str(venv / "bin" / "pip"), "install", "--no-build-isolation", "--no-deps", "--no-index",
+                              str(package)], capture_output=True, text=True, env=env)
+    assert install.returncode == 0, install.stdout + install.stderr
+    (tmp_path / "test_installed.py").write_text(INSTALLED)
+    for extra in ([], ["-p", "attncheck_pytest"]):
+        run = subprocess.run([str(venv / "bin" / "python"), "-m", "pytest", "-p", "no:cacheprovider", *extra,
+                              str(tmp_path / "test_installed.py")], capture_output=True, text=True, cwd=tmp_path,
+                             env=env)
+        assert "already registered" not in run.stdout + run.stderr, run.stdout + run.stderr
+        assert run.returncode == 0, (extra, run.stdout + run.stderr)

@@ -206,6 +206,40 @@ def _shape(shape):
     return s
 
 
+def _number(x):
+    return "%g" % float(x)  # summary and case JSON write a non-finite number as a string ("-inf")
+
+
+def _case_keywords(problem):
+    """Every keyword of the minimal case's call that is not its default, named as the function receives it
+    (scale=, window=, key_lengths=, ...): the parameter that matters is often one of these, not the shape."""
+    out = []
+    if problem.get("scale") is not None:
+        out.append("scale=" + _number(problem["scale"]))
+    for key in ("key_lengths", "window", "prefix_length", "window_right", "chunk_size"):
+        if problem.get(key) is not None and not (key in ("prefix_length", "chunk_size") and problem[key] == 0):
+            out.append("%s=%s" % (key, json.dumps(problem[key]).replace(" ", "")))
+    if problem.get("softcap") is not None:
+        out.append("softcap=" + _number(problem["softcap"]))
+    for key in ("alibi_slopes", "sinks"):
+        if problem.get(key):
+            out.append("%s=[%s]" % (key, ",".join(_number(x) for x in problem[key])))
+    if problem.get("causal") is False:
+        out.append("causal=False")
+    if problem.get("doc_bounds"):
+        out.append("documents (key bounds)=%s" % json.dumps(problem["doc_bounds"]).replace(" ", ""))
+    if problem.get("q_doc_bounds"):
+        out.append("documents (query bounds)=%s" % json.dumps(problem["q_doc_bounds"]).replace(" ", ""))
+    for key in ("block_mask", "dense_mask"):
+        if problem.get(key):
+            out.append(key)
+    if problem.get("paged"):
+        out.append("paged (page_size=%s, %s)" % (problem["paged"].get("page_size"), problem["paged"].get("layout")))
+    if problem.get("layout"):
+        out.append("layout=" + problem["layout"])
+    return out
+
+
 def _key(nodeid, qualname):
     """A file name for one (test, function): readable, and unique through a hash of the whole."""
     readable = re.sub(r"[^A-Za-z0-9_.]+", "-", "%s-%s" % (nodeid.split("::")[-1], qualname)).strip("-.")[:48]
@@ -360,7 +394,12 @@ class AttncheckFixture:
             if report and os.path.exists(report):
                 with open(report) as f:
                     detail = json.load(f)
-                lines.append("  minimal case: %s" % _shape(detail["shape"]))
+                problem = (detail.get("case") or {}).get("problem") or {}
+                shape = detail["shape"]
+                words = [_shape(shape)]
+                if shape.get("T_k", shape["T"]) != shape["T"] and problem.get("alignment"):
+                    words.append("alignment=" + problem["alignment"])  # the causal rule of T_q != T_k
+                lines.append("  minimal case: %s" % " ".join(words + _case_keywords(problem)))
                 margin = _margin(detail.get("violation") or {})
                 if margin:
                     lines.append("  margin: %s" % margin)

@@ -36,13 +36,18 @@ def no_mask(q, k, v, scale=None):
     return (w / w.sum(axis=-1, keepdims=True)) @ v
 
 
+def window_ignored(q, k, v, scale=None, window=None, **ignored):
+    """The bug: declares a sliding window and attends causally without it."""
+    return correct(q, k, v, scale)
+
+
 def zero_backward(q, k, v, d_output, scale=None):
     """The bug: no gradient at all."""
     return np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
 '''
 
 TESTS = '''
-from kernels import correct, no_mask, zero_backward
+from kernels import correct, no_mask, window_ignored, zero_backward
 
 
 def test_correct(attncheck):
@@ -51,6 +56,10 @@ def test_correct(attncheck):
 
 def test_no_mask(attncheck, tmp_path):  # tmp_path: so that pytest's temporary folder exists, to be deleted
     attncheck.check(no_mask, dtypes=("float64",), laws=("causal-perturbation", "row-stochastic"))
+
+
+def test_window_ignored(attncheck):
+    attncheck.check(window_ignored, dtypes=("float64",), laws=("oracle-agreement",), window=True)
 
 
 def test_zero_backward(attncheck):
@@ -69,19 +78,27 @@ def run(pytester, *args):
 
 
 def test_passes_on_a_correct_function_and_fails_on_a_buggy_one_with_the_minimal_case(pytester):
-    result = run(pytester, "--attncheck-cases", "30", "-k", "not backward")
+    result = run(pytester, "--attncheck-cases", "30", "-k", "not backward and not window")
     result.assert_outcomes(passed=1, failed=1)
     text = result.stdout.str()
     assert "attncheck: 1 law falsified by no_mask" in text
     # The law, its message, the minimal case (a future key needs T_k >= 2), the margin, report and replay.
     assert re.search(r"causal-perturbation \(float64\): causal-perturbation: ", text), text
-    assert re.search(r"minimal case: B=1 H=1 T=[12] D=1( T_k=2)?\n", text), text
+    assert re.search(r"minimal case: B=1 H=1 T=[12] D=1( T_k=2 alignment=(top-left|bottom-right))?\n", text), text
     assert re.search(r"margin: \S+ (against a tolerance of|where the law is exact)", text), text
     assert re.search(r"report: \S+causal-perturbation\.md", text), text
     # The replay command names the binary that ran (absolute path) and the case kept in the rootdir's .attncheck.
     binary = attncheck_binary()
     assert re.search(r"replay: %s check --impl '?exec:.* --replay %s\S+causal-perturbation-[0-9a-f]{12}\.json"
                      % (re.escape(binary), re.escape(str(pytester.path / ".attncheck" / "corpus"))), text), text
+
+
+def test_the_minimal_case_line_names_the_keyword_that_matters(pytester):
+    result = run(pytester, "--attncheck-cases", "30", "-k", "window_ignored")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    # The shape alone (B=1 H=1 T=2 D=1) would hide the cause: the window, as the function receives it.
+    assert re.search(r"minimal case: B=1 H=1 T=\d+ D=1( T_k=\d+ alignment=\S+)? window=\d+\n", text), text
 
 
 def test_cases_and_seed_reach_attncheck_and_a_pass_is_quiet(pytester):

@@ -768,12 +768,17 @@ std::vector<reports::LawReport> run_plan(const CheckPlan& plan, const CheckOptio
   ResultsTable table(plan.selected, out);
   for (std::size_t n = 0; n < n_laws; ++n)  // the rows of the corpus replays at the top, before any law runs
     if (replayed[n]) table.done(n, replayed[n]->result, times[n], true);
+  // The progress counts the laws that will check cases: an n/a law reports none.
+  GenConfig declared = plan.run.gen;
+  declared.caps = plan.impl->capabilities();
+  progress.set_applicable(static_cast<int>(std::count_if(pending.begin(), pending.end(), [&](const Law* law) {
+    return why_not_applicable(*law, *plan.impl, declared).empty();
+  })));
   std::string current;
-  int k = 0;
   ro.on_progress = [&](const Progress& p) {
     if (p.law != current) {
       if (!current.empty()) progress.end();
-      progress.begin(p.law, ++k, static_cast<int>(pending.size()));
+      progress.begin(p.law);
       current = p.law;
     }
     progress.update(p);

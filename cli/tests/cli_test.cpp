@@ -14,6 +14,7 @@
 #include "attncheck/cli.hpp"
 #include "attncheck/mutants.hpp"
 #include "attncheck/reports.hpp"
+#include "progress.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -1006,6 +1007,39 @@ TEST(Docs, theReadmeCountsTheRegistrysLaws) {
   const std::string readme = text.str(), n = std::to_string(laws().size());
   for (const std::string& said : {"attncheck checks " + n + " laws", "\n" + n + " laws, each a ctest test"})
     EXPECT_TRUE(contains(readme, said)) << "README.md should say \"" << said << "\" (the registry has " << n << " laws)";
+}
+
+// The progress line counts the applicable laws only and estimates the time left from the run so far (on a clock
+// the test moves): a quarter of the run done in 10 s leaves about 30 s; a law shrinking counts as done.
+TEST(Progress, countsTheApplicableLawsAndEstimatesTheTimeLeft) {
+  auto t = ProgressLine::Clock::time_point{};
+  std::ostringstream err;
+  ProgressLine line(err, true, false, [&] { return t; });
+  line.set_applicable(2);
+  line.begin("row-stochastic");
+  t += std::chrono::seconds(1);
+  EXPECT_EQ(line.time_left(0.5), "") << "nothing said before 2 s";
+  t += std::chrono::seconds(9);  // 10 s in, half of the first of two laws: a quarter of the run
+  line.update(Progress{.law = "row-stochastic", .cases_done = 50, .cases_total = 100});
+  EXPECT_EQ(err.str(), "[1/2] row-stochastic: 50/100 cases; about 30 s left\n");
+  line.end();
+  line.begin("oracle-agreement");
+  t += std::chrono::seconds(30);  // 40 s in, the second law shrinking: the run's cases are done
+  err.str("");
+  line.update(Progress{.law = "oracle-agreement", .cases_done = 3, .cases_total = 100, .shrink_steps = 7,
+                       .shrinking = true});
+  EXPECT_EQ(err.str(), "[2/2] oracle-agreement: falsified after 4 cases; shrinking, 7 steps\n");
+  EXPECT_EQ(line.time_left(1.0), "") << "every law's cases done: nothing to estimate";
+  // Longer runs in minutes, then hours: 1 minute in, half of the first law of 10 (19 min left), of 100 (3.3 h).
+  for (const auto& [laws, says] : {std::pair{10, "about 19 min left"}, std::pair{100, "about 3.3 h left"}}) {
+    auto u = ProgressLine::Clock::time_point{};
+    std::ostringstream quiet;
+    ProgressLine longer(quiet, true, false, [&] { return u; });
+    longer.set_applicable(laws);
+    longer.begin("row-stochastic");
+    u += std::chrono::seconds(60);
+    EXPECT_EQ(longer.time_left(0.5), says) << laws << " laws";
+  }
 }
 
 }  // namespace attncheck::cli

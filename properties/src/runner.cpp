@@ -154,18 +154,17 @@ std::optional<Violation> evaluate_case(const Law& law, const Implementation& imp
   return v;
 }
 
-namespace {
-
-// "1 case", "3 cases".
-std::string cases_text(int n) { return std::to_string(n) + (n == 1 ? " case" : " cases"); }
-
-// Why a law cannot be checked against impl under these bounds ("" when it can).
 std::string why_not_applicable(const Law& law, const Implementation& impl, const GenConfig& g) {
   std::string why_not = law.not_applicable ? law.not_applicable(g) : std::string();
   if (why_not.empty() && !g.caps.supports(g.dtype))
     why_not = impl.name() + " does not accept " + std::string(dtype_name(g.dtype));
   return why_not;
 }
+
+namespace {
+
+// "1 case", "3 cases".
+std::string cases_text(int n) { return std::to_string(n) + (n == 1 ? " case" : " cases"); }
 
 // RapidCheck's parameters for one law: the run's seed and size, its cases (at most the law's own limit).
 rc::detail::TestParams test_params(const Law& law, const RunOptions& opts) {

@@ -231,6 +231,10 @@ bool stop_requested();
 /// the implementation becomes a violation, as in run_law.
 std::optional<Violation> evaluate_case(const Law& law, const Implementation& impl, const LawCase& c);
 
+/// Why `law` cannot be checked against `impl` under g (g.caps being impl's): the law's own reason, or a dtype
+/// impl does not accept; "" when it can.
+std::string why_not_applicable(const Law& law, const Implementation& impl, const GenConfig& g);
+
 /// Runs one law against one implementation; never throws for a misbehaving implementation (that is a
 /// falsified law). A `reproduce` string whose case no longer fails counts as held, with a note.
 LawResult run_law(const Law& law, const Implementation& impl, const RunOptions& opts);

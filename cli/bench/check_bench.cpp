@@ -7,10 +7,16 @@
 // the default bounds), run once; counters: calls (all laws), and calls/<law> for the laws that make the most.
 #include <benchmark/benchmark.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <filesystem>
+#include <iterator>
 #include <memory>
+#include <sstream>
 #include <string>
 
+#include "attncheck/cli.hpp"
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
@@ -68,6 +74,28 @@ void BM_numpy_exec(benchmark::State& state) {
                                            "/examples/python/numpy_attention.py"));
 }
 
+// A default check at two dtypes, float32 and float64, of one small causal attention in numpy or in torch
+// (bench/two_dtypes.py), the way the pytest fixture runs it: one `attncheck check --dtype float32,float64`, one
+// server process for both dtypes (torch imported once). The target: torch within 2x numpy, under 10 s.
+void BM_two_dtypes(benchmark::State& state, const char* framework) {
+  const std::string impl = std::string("exec:/usr/bin/python3 " ATTNCHECK_SOURCE_DIR "/cli/bench/two_dtypes.py ") +
+                           framework;
+  const std::string dir = (std::filesystem::temp_directory_path() / ("attncheck-bench-" + std::string(framework) +
+                                                                      "-" + std::to_string(::getpid())))
+                              .string();
+  const char* argv[] = {"attncheck", "check",     "--impl", impl.c_str(), "--dtype", "float32,float64",
+                        "--no-corpus", "--force", "--format", "json",     "--report-dir", dir.c_str()};
+  const cli::Registry registry = cli::default_registry();
+  int code = -1;
+  for (auto _ : state) {
+    std::ostringstream out, err;
+    code = cli::run(static_cast<int>(std::size(argv)), argv, registry, out, err, false);
+    if (code != cli::kAllHeld) state.SkipWithError(("the check did not hold: " + out.str() + err.str()).c_str());
+  }
+  std::filesystem::remove_all(dir);
+  state.counters["exit"] = code;
+}
+
 // Every mutant of the zoo as a black box: the laws one after the other until one is falsified (a kill), at
 // seed 1 and 100 cases. Counters: mutants, killed, and the calls the kills took.
 void BM_zoo_black_box_kills(benchmark::State& state) {
@@ -99,6 +127,8 @@ void BM_zoo_black_box_kills(benchmark::State& state) {
 BENCHMARK(BM_reference)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_reference_black_box)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_numpy_exec)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK_CAPTURE(BM_two_dtypes, numpy, "numpy")->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK_CAPTURE(BM_two_dtypes, torch, "torch")->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_zoo_black_box_kills)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 
 }  // namespace

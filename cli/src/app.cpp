@@ -119,9 +119,12 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--max-D", o.max_D, "largest head dimension")
       ->check(CLI::Range(Index{1}, kMaxExtent))
       ->capture_default_str();
-  check->add_option("--dtype", o.dtype, "element type the implementation is called with")
-      ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}))
-      ->capture_default_str();
+  check->add_option("--dtype", o.dtypes,
+                    "element type the implementation is called with (default float32); several (a list, or the flag "
+                    "repeated): one run each, one after the other, with one implementation (one plug-in load, one "
+                    "exec: process), each into <report-dir>/<dtype>/")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"float32", "float64", "float16", "bfloat16"}));
   check->add_option("--property", o.properties, "check only this law (repeatable; `attncheck list` shows them)")
       ->delimiter(',');
   check->add_option("--report-dir", o.report_dir,
@@ -194,6 +197,7 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
     return code == 0 ? kAllHeld : kUsage;
   }
 
+  if (o.dtypes.size() == 1) o.dtype = o.dtypes.front();
   o.given = {.cases = check->count("--cases") > 0,
              .max_B = check->count("--max-B") > 0,
              .max_H = check->count("--max-H") > 0,

@@ -626,7 +626,7 @@ void check_plan_bounds(const CheckPlan& plan, const CheckOptions& o) {
 
 // Everything a run decides before its first law: nothing is written, and every flag that contradicts another or
 // the implementation is refused here.
-CheckPlan plan_check(const CheckOptions& o, const Registry& reg) {
+CheckPlan plan_check(const CheckOptions& o, const Registry& reg, ImplementationPtr impl = nullptr) {
   if (o.impl.empty())
     throw UsageError("check: --impl is required: reference, mutant:NAME or control:NAME (`attncheck list` shows them), "
                      "plugin:PATH.so or exec:COMMAND");
@@ -638,7 +638,7 @@ CheckPlan plan_check(const CheckOptions& o, const Registry& reg) {
     throw UsageError(e.what());
   }
   select_plan_laws(plan, o, reg);
-  plan.impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
+  plan.impl = impl ? std::move(impl) : resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
   if (!plan.impl->capabilities().supports(plan.dtype)) {
     std::string accepted;
     for (const DType t : plan.impl->capabilities().dtypes)
@@ -929,11 +929,10 @@ int print_verdict(const CheckPlan& plan, const CheckOptions& o, const std::vecto
   return not_checked && !o.accept_incomplete ? kIncomplete : kAllHeld;
 }
 
-}  // namespace
-
-int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal) {
-  if (!o.replay.empty()) return run_replay(o, reg, out);
-  const CheckPlan plan = plan_check(o, reg);
+// One run: one dtype, with `impl` when it is already loaded (several dtypes share it).
+int run_one(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal,
+            ImplementationPtr impl = nullptr) {
+  const CheckPlan plan = plan_check(o, reg, std::move(impl));
   // The report folder is checked and locked before the first law runs: a folder that cannot be written, is in use
   // by another run, or holds another implementation's report fails now, not after every law ran.
   reports::ReportFolder folder(plan.report_dir, plan.run.implementation, o.force);
@@ -941,6 +940,59 @@ int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std
   std::vector<reports::LawReport> results = run_plan(plan, o, out, err, err_is_terminal);
   const reports::PublishResult published = publish(plan, o, folder, results, out, err);
   return print_verdict(plan, o, results, published, out);
+}
+
+// Several dtypes: the implementation is loaded once (a Python client imports torch once), every dtype is checked
+// against what it declares before the first run, and then each dtype is a run of its own into
+// <report-dir>/<dtype>/, sharing the corpus root. The exit code is the worst: falsified, then incomplete.
+int run_dtypes(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal) {
+  for (std::size_t i = 0; i < o.dtypes.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (o.dtypes[i] == o.dtypes[j])
+        throw UsageError("--dtype: expected each dtype once but got " + o.dtypes[i] + " twice");
+  if (o.impl.empty()) return run_one(o, reg, out, err, err_is_terminal);  // plan_check says what --impl takes
+  const ImplementationPtr impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
+  for (const std::string& name : o.dtypes)
+    if (!impl->capabilities().supports(dtype_option(name))) {
+      std::string accepted;
+      for (const DType t : impl->capabilities().dtypes)
+        accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
+      throw UsageError("--dtype: " + impl->name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) +
+                       " but got " + name + "; no law was checked at any dtype");
+    }
+  const fs::path root = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / reports::slug(impl->name())
+                                             : fs::path(o.report_dir);
+  std::vector<std::pair<std::string, int>> verdicts;
+  for (const std::string& name : o.dtypes) {
+    CheckOptions one = o;
+    one.dtype = name;
+    one.dtypes.clear();
+    one.report_dir = (root / name).string();
+    // The corpus stays where one run's would be: its entries name their dtype.
+    if (one.corpus.empty())
+      one.corpus = (o.report_dir.empty() ? fs::path(kDefaultReportRoot) / "corpus" : root / "corpus").string();
+    if (!verdicts.empty()) out << "\n";
+    const int code = run_one(one, reg, out, err, err_is_terminal, impl);
+    if (code != kAllHeld && code != kFalsified && code != kIncomplete) return code;  // interrupted, say: stop here
+    verdicts.emplace_back(name, code);
+  }
+  int worst = kAllHeld;
+  std::string line;
+  for (const auto& [name, code] : verdicts) {
+    line += (line.empty() ? " " : ", ") + name + " " +
+            (code == kFalsified ? "falsified" : code == kIncomplete ? "incomplete" : "held");
+    if (code == kFalsified || (code == kIncomplete && worst == kAllHeld)) worst = code;
+  }
+  out << "\n" << impl->name() << " at " << verdicts.size() << " dtypes:" << line << "\n";
+  return worst;
+}
+
+}  // namespace
+
+int run_check(const CheckOptions& o, const Registry& reg, std::ostream& out, std::ostream& err, bool err_is_terminal) {
+  if (!o.replay.empty()) return run_replay(o, reg, out);
+  if (o.dtypes.size() > 1) return run_dtypes(o, reg, out, err, err_is_terminal);
+  return run_one(o, reg, out, err, err_is_terminal);
 }
 
 }  // namespace attncheck::cli

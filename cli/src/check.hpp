@@ -34,6 +34,9 @@ struct CheckOptions {
   Index min_T = 1;
   std::string shape;  ///< "B,H,T_q,T_k,D": every case has this shape; empty: drawn
   std::string dtype = "float32";
+  /// --dtype given more than once (or as a list): one run per dtype, one after the other, with one implementation
+  /// (one plug-in load, one exec: process) for all of them, each into <report-dir>/<dtype>/. Empty or one: `dtype`.
+  std::vector<std::string> dtypes;
   std::vector<std::string> properties;
   std::string report_dir;  ///< empty: attncheck-reports/<slug>
   std::string format = "md,json,junit,html";

@@ -193,6 +193,53 @@ TEST(Check, toyLawFalsifiedWritesReportsAndCorpusAndReplaysTheSameFailure) {
   EXPECT_TRUE(contains(replay.out, "regenerates the same case")) << replay.out;
 }
 
+// --dtype with several dtypes: one run each into <dir>/<dtype>/, the implementation loaded once for all of them (a
+// Python client imports torch once), the worst exit code; a dtype the implementation does not declare, or one given
+// twice, is refused before any run.
+TEST(Check, severalDtypesAreOneRunEachWithOneImplementationLoadedOnce) {
+  TempDir tmp;
+  int loads = 0;
+  Registry reg = toy_registry();
+  reg.load_external = [&loads](const std::string&, const LoadOptions&) {
+    ++loads;
+    return reference_implementation();
+  };
+  const std::string dir = (tmp.path() / "r").string();
+  const Result r = attncheck(reg, {"check", "--impl", "exec:counted", "--dtype", "float32,bfloat16", "--cases", "1000",
+                                   "--report-dir", dir});
+  ASSERT_EQ(r.code, kFalsified) << r.out << r.err;
+  EXPECT_EQ(loads, 1) << "one load for both dtypes";
+  for (const char* dtype : {"float32", "bfloat16"}) {
+    const auto summary = reports::Json::parse(slurp(fs::path(dir) / dtype / "summary.json"));
+    EXPECT_EQ(summary["dtype"], dtype);
+    EXPECT_TRUE(fs::exists(fs::path(dir) / dtype / "toy-below-90.json")) << dtype;
+  }
+  EXPECT_TRUE(contains(r.out, "at 2 dtypes: float32 falsified, bfloat16 falsified")) << r.out;
+
+  const Result held = attncheck(reg, {"check", "--impl", "exec:counted", "--dtype", "float64", "--dtype", "float16",
+                                      "--cases", "1", "--no-corpus", "--report-dir", dir + "-held"});
+  EXPECT_EQ(held.code, kAllHeld) << held.out << held.err;
+  EXPECT_TRUE(contains(held.out, "float64 held, float16 held")) << held.out;
+
+  const Result twice = attncheck(reg, {"check", "--impl", "exec:counted", "--dtype", "float32,float32",
+                                       "--report-dir", dir + "-twice"});
+  EXPECT_EQ(twice.code, kUsage);
+  EXPECT_TRUE(contains(twice.err, "expected each dtype once but got float32 twice")) << twice.err;
+
+  Registry f32_only = reg;
+  f32_only.load_external = [](const std::string&, const LoadOptions&) {
+    Capabilities caps;
+    caps.dtypes = {DType::f32};
+    return make_implementation("f32-only", "declares float32 alone", caps,
+                               [](const Problem& p) { return reference_implementation()->forward(p); });
+  };
+  const Result undeclared = attncheck(f32_only, {"check", "--impl", "exec:x", "--dtype", "float32,bfloat16",
+                                                 "--report-dir", dir + "-undeclared"});
+  EXPECT_EQ(undeclared.code, kUsage);
+  EXPECT_TRUE(contains(undeclared.err, "but got bfloat16; no law was checked at any dtype")) << undeclared.err;
+  EXPECT_FALSE(fs::exists(dir + "-undeclared")) << "nothing written before the refusal";
+}
+
 // The replay command printed on the terminal starts the way this run was typed when that was a path (a build's
 // binary is not on PATH), shell-quoted; the report files keep the portable "attncheck".
 TEST(Check, printedReplayCommandStartsAsTheProgramWasTyped) {

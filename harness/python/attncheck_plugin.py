@@ -33,7 +33,8 @@ dense_mask=True gives `dense_mask` (None, or a bool array [B or 1, H or 1, T_q, 
 (b,h) where True; an extent of 1 broadcasts) and block_mask=True `block_mask` (None, or a BlockMask: block_q, block_k,
 kinds uint8 [B or 1, H or 1, ceil(T_q/block_q), ceil(T_k/block_k)] of EMPTY, PARTIAL, FULL, the partial cells, and
 to_dense() -> the bool array it stands for).
-Only numpy (Debian's python3-numpy) is needed.
+Only numpy (Debian's python3-numpy) is needed; framework="torch" (torch tensors of the case's dtype, on `device`)
+needs torch (python3-torch).
 """
 
 import inspect
@@ -97,9 +98,10 @@ GRADIENTS_D_SINKS = 1
 LAYOUT_NAMES = {1: "token-major", 2: "padded", 3: "kv-broadcast", 4: "kv-interleaved", 5: "v-is-k"}
 
 
-def _laid_out(arrays, layout):
-    """q, k, v as views in `layout`, with the strides attncheck's own server gives (attncheck/layouts.hpp): each over
-    a NaN-filled buffer at least as long as a contiguous tensor, so a kernel that misreads stays inside it."""
+def _layout_plan(arrays, layout):
+    """q, k, v in `layout`, with the strides attncheck's own server gives (attncheck/layouts.hpp), as (buffers, views):
+    each buffer a NaN-filled 1-D array at least as long as a contiguous tensor, so that a kernel that misreads stays
+    inside it; each view (buffer index, shape, strides and offset in elements) over one of them."""
     from numpy.lib.stride_tricks import as_strided
 
     def strides_of(shape, kv):
@@ -116,36 +118,49 @@ def _laid_out(arrays, layout):
             return (T * H * 2 * D, 2 * D, H * 2 * D, 1)
         return (H * T * D, T * D, D, 1)
 
-    def place(x, kv, buf=None, at=0):
-        st = strides_of(x.shape, kv)
-        extent = sum((n - 1) * s for n, s in zip(x.shape, st)) + 1
-        if buf is None:
-            buf = np.full(max(extent, x.size) + x.size, np.nan, dtype=x.dtype)
+    buffers = []
+
+    def fill(buf, x, st, at=0):
         byte_strides = tuple(s * x.itemsize for s in st)
         if st[1] == 0:  # one head in memory: head 0's values, read by every head
-            as_strided(buf[at:], (x.shape[0], x.shape[2], x.shape[3]), (byte_strides[0], byte_strides[2],
-                                                                         byte_strides[3]))[...] = x[:, 0]
-            return as_strided(buf[at:], x.shape, byte_strides, writeable=False), buf
-        view = as_strided(buf[at:], x.shape, byte_strides)
-        view[...] = x
-        return view, buf
+            as_strided(buf[at:], (x.shape[0], x.shape[2], x.shape[3]),
+                       (byte_strides[0], byte_strides[2], byte_strides[3]))[...] = x[:, 0]
+        else:
+            as_strided(buf[at:], x.shape, byte_strides)[...] = x
+
+    def place(x, kv):
+        st = strides_of(x.shape, kv)
+        extent = sum((n - 1) * s for n, s in zip(x.shape, st)) + 1
+        buffers.append(np.full(max(extent, x.size) + x.size, np.nan, dtype=x.dtype))
+        fill(buffers[-1], x, st)
+        return (len(buffers) - 1, x.shape, st, 0)
 
     q, k, v = arrays[:3]
-    q2, _ = place(q, False)
+    views = [place(q, False)]
     if layout == "kv-interleaved":  # each token's k and v of a head side by side: rows of D + D_v elements
         B, H, T, D = k.shape
         row = D + v.shape[3]
-        buf = np.full(B * H * T * row + row, np.nan, dtype=k.dtype)
-        st = tuple(s * k.itemsize for s in (T * H * row, row, H * row, 1))
-        k2 = as_strided(buf, k.shape, st)
-        k2[...] = k
-        v2 = as_strided(buf[D:], v.shape, st)
-        v2[...] = v
+        buffers.append(np.full(B * H * T * row + row, np.nan, dtype=k.dtype))
+        st = (T * H * row, row, H * row, 1)
+        fill(buffers[-1], k, st)
+        fill(buffers[-1], v, st, D)
+        views += [(len(buffers) - 1, k.shape, st, 0), (len(buffers) - 1, v.shape, st, D)]
     else:
-        k2, _ = place(k, True)
+        views.append(place(k, True))
         # v-is-k: V the view K is, or K's first D_v columns (MLA's V inside its latent K)
-        v2 = k2[..., :v.shape[3]] if layout == "v-is-k" else place(v, True)[0]
-    return [q2, k2, v2] + list(arrays[3:])
+        views.append((views[1][0], v.shape, views[1][2], 0) if layout == "v-is-k" else place(v, True))
+    return buffers, views
+
+
+def _laid_out(arrays, layout):
+    """q, k, v as numpy views in `layout` (_layout_plan), then the other arrays as they are."""
+    from numpy.lib.stride_tricks import as_strided
+    buffers, views = _layout_plan(arrays, layout)
+    out = []
+    for index, shape, st, at in views:
+        buf = buffers[index]
+        out.append(as_strided(buf[at:], shape, tuple(s * buf.itemsize for s in st), writeable=st[1] != 0))
+    return out + list(arrays[3:])
 # Then a block mask (its blocks, kinds and partial cells) and a dense mask (its B and H, then its cells).
 BLOCK_MASK, DENSE_MASK = CALL_FLAGS["block_mask"], CALL_FLAGS["dense_mask"]
 
@@ -185,6 +200,29 @@ def _encode(array, dtype):
     return np.ascontiguousarray(array, dtype=WIRE[dtype]).tobytes()
 
 
+class _Tee:
+    """A text stream that writes to several (stderr and a file), flushing each write."""
+
+    def __init__(self, *streams):
+        self.streams = streams
+
+    def write(self, text):
+        for stream in self.streams:
+            stream.write(text)
+            stream.flush()
+        return len(text)
+
+    def flush(self):
+        for stream in self.streams:
+            stream.flush()
+
+    def fileno(self):
+        return self.streams[0].fileno()
+
+    def isatty(self):
+        return False
+
+
 class _Channel:
     """Frames over the inherited stdin/stdout; stdout is moved aside so that a stray print() goes to stderr."""
 
@@ -193,6 +231,11 @@ class _Channel:
         self.out = os.fdopen(os.dup(1), "wb")
         os.dup2(2, 1)
         sys.stdout = sys.stderr
+        # $ATTNCHECK_PYTHON_OUTPUT: the function's prints and tracebacks also go to that file (the pytest fixture
+        # shows them as the test's captured stderr; attncheck keeps only stderr's tail, for its messages).
+        path = os.environ.get("ATTNCHECK_PYTHON_OUTPUT")
+        if path:
+            sys.stdout = sys.stderr = _Tee(sys.stderr, open(path, "a", buffering=1))
 
     def read(self):
         header = self.inp.read(16)
@@ -209,6 +252,12 @@ class _Channel:
     def write(self, ftype, payload):
         self.out.write(MAGIC + struct.pack("<IQ", ftype, len(payload)) + payload)
         self.out.flush()
+
+
+def _name(fn):
+    """What to call a function in a message: its name, or a partial's function's, or its type's."""
+    inner = getattr(fn, "func", None)  # functools.partial
+    return getattr(fn, "__name__", None) or (_name(inner) if inner is not None else type(fn).__name__)
 
 
 def _string(s):
@@ -232,7 +281,7 @@ def _keywords(fn, role, modifiers=()):
         for keyword in MODIFIER_KEYWORDS[declared]:
             if keyword not in params and not any(p.kind == p.VAR_KEYWORD for p in params.values()):
                 raise TypeError("serve: %s=True but %s %s has no `%s` parameter"
-                                % (declared, role, fn.__name__, keyword))
+                                % (declared, role, _name(fn), keyword))
             takes.add(keyword)
     return takes
 
@@ -329,14 +378,14 @@ def _read_call(payload, backward):
     if backward:
         off += nq + nk + nv
         arrays.append(_decode(payload[off:off + int(np.prod(os_)) * size], dtype, os_))
-    if fflags & LAYOUT:  # version 3, declared strided=True: q, k, v as views with the layout's strides
-        arrays = _laid_out(arrays, LAYOUT_NAMES[lcode])
     kwargs = {"scale": scale if fflags & CALL_FLAGS["scale"] else None, "alignment": ALIGNMENT_NAMES[acode], "dtype": dtype,
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask}
-    return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"])
+    # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
+    layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
+    return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
 
 
 class BlockMask:
@@ -367,8 +416,15 @@ class BlockMask:
 def block_mask_to_dense(mask):
     """The bool array [B or 1, H or 1, T_q, T_k] a BlockMask stands for: key j visible to query i where its block is
     FULL, or PARTIAL and the partial cell is True."""
-    kinds = np.repeat(np.repeat(mask.kinds, mask.block_q, axis=2), mask.block_k, axis=3)[:, :, :mask.T_q, :mask.T_k]
-    partial = mask.partial if mask.partial is not None else np.zeros((1, 1, mask.T_q, mask.T_k), dtype=bool)
+    if isinstance(mask.kinds, np.ndarray):
+        kinds = np.repeat(np.repeat(mask.kinds, mask.block_q, axis=2), mask.block_k, axis=3)
+        partial = mask.partial if mask.partial is not None else np.zeros((1, 1, mask.T_q, mask.T_k), dtype=bool)
+    else:  # torch tensors (serve(..., framework="torch")), on their device
+        import torch
+        kinds = mask.kinds.repeat_interleave(mask.block_q, dim=2).repeat_interleave(mask.block_k, dim=3)
+        partial = mask.partial if mask.partial is not None else torch.zeros(
+            (1, 1, mask.T_q, mask.T_k), dtype=torch.bool, device=kinds.device)
+    kinds = kinds[:, :, :mask.T_q, :mask.T_k]
     return (kinds == BlockMask.FULL) | ((kinds == BlockMask.PARTIAL) & partial)
 
 
@@ -394,12 +450,18 @@ class PagedKV:
         B, H_kv = self.block_table.shape[0], self.k_pages.shape[2 if self.layout == "token-major" else 1]
         dense = []
         for pool in (self.k_pages, self.v_pages):
-            out = np.zeros((B, H_kv, self.T_k, pool.shape[-1]), dtype=pool.dtype)
+            if isinstance(pool, np.ndarray):
+                out, arange = np.zeros((B, H_kv, self.T_k, pool.shape[-1]), dtype=pool.dtype), np.arange
+            else:  # torch tensors (serve(..., framework="torch")), on their device; torch indexes with int64
+                import torch
+                out = torch.zeros((B, H_kv, self.T_k, pool.shape[-1]), dtype=pool.dtype, device=pool.device)
+                arange = lambda n: torch.arange(n, device=pool.device)  # noqa: E731
             for b in range(B):
-                t = np.arange(int(self.seq_lens[b]))
+                t = arange(int(self.seq_lens[b]))
                 pages, slots = self.block_table[b, t // self.page_size], t % self.page_size
+                pages = pages if isinstance(pool, np.ndarray) else pages.long()
                 rows = pool[pages, slots] if self.layout == "token-major" else pool[pages, :, slots]
-                out[b, :, :t.size] = rows.swapaxes(0, 1)  # [len, H_kv, D] -> [H_kv, len, D]
+                out[b, :, :len(t)] = rows.swapaxes(0, 1)  # [len, H_kv, D] -> [H_kv, len, D]
             dense.append(out)
         return tuple(dense)
 
@@ -412,14 +474,186 @@ def _tensors(*arrays):
     return b"".join(struct.pack("<4q", *a.shape) + _encode(a, dtype) for a, dtype in arrays)
 
 
+class _Numpy:
+    """How a call reaches a numpy function (serve's default, framework="numpy"): numpy arrays, bfloat16 values as
+    float32; whatever fn returns is read with np.asarray."""
+
+    name = "numpy"
+
+    def check_device(self):
+        return None
+
+    def inputs(self, arrays, kwargs, dtype, layout):
+        return (_laid_out(arrays, layout) if layout else arrays), kwargs
+
+    @staticmethod
+    def array(x):
+        return np.asarray(x)
+
+
+class _Torch:
+    """How a call reaches a torch function (serve(..., framework="torch", device=...)): every array becomes a
+    torch.Tensor on `device`, q, k, v (and dO, and the paged pools) at exactly the case's dtype (torch.float16 and
+    torch.bfloat16 included: a bfloat16 value travels as a float32 holding it, so the conversion is exact), laid-out
+    inputs as torch.as_strided views over one NaN-filled buffer, integer arrays as int32/int64 tensors, masks as
+    bool, and the per-head ALiBi slopes and sink logits as float64 tensors (exact: cast them as the kernel does).
+    What fn returns may be a tensor on any device and of any dtype, or a numpy array."""
+
+    name = "torch"
+
+    def __init__(self, device):
+        try:
+            import torch
+        except ImportError:
+            raise ModuleNotFoundError(
+                "serve(framework=\"torch\") needs torch, which this Python cannot import: %s. Install it for this "
+                "interpreter (Debian: apt-get install python3-torch, which serves /usr/bin/python3)" % sys.executable,
+                name="torch") from None
+        self.torch = torch
+        self.device_name = "cpu" if device is None else str(device)
+        self.dtypes = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                       "bfloat16": torch.bfloat16}
+
+    def check_device(self):
+        """None when a tensor can be made on the device, else why not (a refusal attncheck shows)."""
+        try:
+            self.device = self.torch.device(self.device_name)
+            self.torch.zeros(1, device=self.device)
+        except Exception as e:  # a malformed name, no CUDA, an index past the devices
+            return "serve(framework=\"torch\", device=%r): torch cannot make a tensor there: %s: %s" % (
+                self.device_name, type(e).__name__, str(e).splitlines()[0] if str(e) else "")
+        return None
+
+    def tensor(self, a, dtype=None):
+        """`a` (a numpy array) on the device, at the case's `dtype` or, without one, at its own."""
+        t = self.torch.from_numpy(np.ascontiguousarray(a))
+        return t.to(device=self.device, dtype=self.dtypes[dtype] if dtype else None)
+
+    def inputs(self, arrays, kwargs, dtype, layout):
+        torch = self.torch
+        if layout:
+            buffers, views = _layout_plan(arrays, layout)
+            buffers = [self.tensor(b, dtype) for b in buffers]
+            inputs = [torch.as_strided(buffers[index], shape, st, at) for index, shape, st, at in views]
+            inputs += [None if a is None else self.tensor(a, dtype) for a in arrays[3:]]
+        else:
+            inputs = [None if a is None else self.tensor(a, dtype) for a in arrays]
+        kw = dict(kwargs)
+        for key in ("key_lengths", "alibi_slopes", "sinks", "q_doc_ids", "k_doc_ids", "dense_mask"):
+            if kw[key] is not None:
+                kw[key] = self.tensor(kw[key])
+        mask = kw["block_mask"]
+        if mask is not None:
+            kw["block_mask"] = BlockMask(mask.block_q, mask.block_k, self.tensor(mask.kinds),
+                                         None if mask.partial is None else self.tensor(mask.partial), mask.T_q, mask.T_k)
+        paged = kw["paged"]
+        if paged is not None:
+            kw["paged"] = PagedKV(self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype),
+                                  self.tensor(paged.block_table), self.tensor(paged.seq_lens), paged.page_size,
+                                  paged.layout, paged.T_k)
+        return inputs, kw
+
+    def array(self, x):
+        if isinstance(x, self.torch.Tensor):
+            x = x.detach()
+            if x.dtype == self.torch.bfloat16:  # numpy has no bfloat16: float32 holds it exactly
+                x = x.float()
+            return x.cpu().numpy()
+        return np.asarray(x)
+
+    def autograd(self, fn, inputs, kw, d_output):
+        """(dq, dk, dv[, d_sinks]) of fn's output against d_output, by torch.autograd (serve(..., backward="autograd")):
+        q, k, v (and the sinks, when the call has them) become leaves that require grad, fn runs with grad enabled,
+        and an input fn's output does not depend on gets a zero gradient."""
+        torch = self.torch
+        leaves = [t.detach().requires_grad_(True) for t in inputs[:3]]
+        kw = dict(kw)
+        if kw.get("sinks") is not None:
+            kw["sinks"] = kw["sinks"].detach().requires_grad_(True)
+            leaves.append(kw["sinks"])
+        with torch.enable_grad():
+            result = fn(*leaves[:3], **kw)
+            out = result.get("output") if isinstance(result, dict) else result[0] if isinstance(result, tuple) else result
+            if not isinstance(out, torch.Tensor) or not out.requires_grad:
+                raise TypeError("backward=\"autograd\": %s returned %s, not a tensor autograd can differentiate "
+                                "(a numpy array, a detached tensor or one computed under no_grad); return the torch "
+                                "tensor itself" % (getattr(fn, "__name__", fn), type(out).__name__))
+            grads = torch.autograd.grad(out, leaves, grad_outputs=d_output.to(device=out.device, dtype=out.dtype),
+                                        allow_unused=True)
+        return tuple(torch.zeros_like(leaf) if g is None else g for leaf, g in zip(leaves, grads))
+
+
+def _framework(framework, device):
+    if framework == "numpy":
+        if device is not None:
+            raise ValueError("serve: device=%r needs framework=\"torch\" (a numpy function runs where numpy does)"
+                             % (device,))
+        return _Numpy()
+    if framework == "torch":
+        return _Torch(device)
+    raise ValueError("serve: framework is %r (expected \"numpy\" or \"torch\")" % (framework,))
+
+
+class _Errors:
+    """What fn raised, kept so that a thousand calls failing the same way print one traceback, not a thousand: each
+    distinct (exception, message) prints its traceback once; at the end, how often each came. With
+    $ATTNCHECK_PYTHON_STATS set, the counts go to that file as one JSON line per process (the pytest fixture reads
+    it to turn "every call failed the same way" into one error)."""
+
+    def __init__(self, name):
+        self.name = name
+        self.calls = {}   # dtype -> calls answered
+        self.failed = {}  # dtype -> {message: [count, traceback]}
+
+    def called(self, dtype):
+        self.calls[dtype] = self.calls.get(dtype, 0) + 1
+
+    def raised(self, dtype, e):
+        # The first line only: pytest's rewritten asserts add lines that name the call's values.
+        message = "%s: %s" % (type(e).__name__, (str(e).splitlines() or [""])[0])
+        seen = self.failed.setdefault(dtype, {})
+        if message in seen:
+            seen[message][0] += 1
+            return message
+        tb = e.__traceback__  # from the function's own frame on: this client's frames are no help to its author
+        while tb is not None and tb.tb_next is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        text = "".join(traceback.format_exception(type(e), e, tb))
+        if len(seen) < 5:  # a message that changes from call to call (sizes in it, say) prints five, then counts
+            sys.stderr.write(text)
+            sys.stderr.flush()
+        seen[message] = [1, text]
+        return message
+
+    def close(self):
+        for dtype, seen in self.failed.items():
+            for message, (count, _) in seen.items():
+                if count > 1:
+                    sys.stderr.write("attncheck_plugin: %s raised %s %d times at %s (its traceback above, once)\n"
+                                     % (self.name, message.splitlines()[0][:200], count, dtype))
+        path = os.environ.get("ATTNCHECK_PYTHON_STATS")
+        if path:
+            import json
+            with open(path, "a") as f:
+                f.write(json.dumps({"calls": self.calls, "failed": self.failed}) + "\n")
+
+
 def serve(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
           custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
-          batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False):
+          batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
+          framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
+
+    `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
+    the case's dtype (torch.float32, float64, float16, bfloat16) on `device` ("cpu" by default, "cuda", "cuda:1",
+    ...), strided layouts as torch.as_strided views, key lengths and document ids as integer tensors, masks as bool
+    tensors, ALiBi slopes and sinks as float64 tensors; fn may return tensors on any device and of any dtype. With it,
+    `backward="autograd"` checks the gradients torch.autograd takes through fn (no backward to write). The server is
+    a process of its own, started fresh (never forked), so CUDA is initialised in it and nowhere else.
 
     The keywords declare what `fn` accepts, so the generators only produce such cases: `dtypes`, whether it
     returns (out, weights), whether it honours `scale` (default: whether fn has a `scale` parameter),
@@ -481,6 +715,11 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
                          "key ids)")
     modifiers = [key for key in MODIFIER_KEYWORDS if declared[key]]
     takes = _keywords(fn, "fn", modifiers)
+    calls = _framework(framework, device)
+    autograd = isinstance(backward, str) and backward == "autograd"
+    if isinstance(backward, str) and not (autograd and calls.name == "torch"):
+        raise ValueError("serve: backward=%r (expected a function returning (dq, dk, dv), or \"autograd\" with "
+                         "framework=\"torch\")" % (backward,))
     if custom_scale is None:
         custom_scale = "scale" in takes
     if key_lengths is None:
@@ -490,18 +729,20 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
     for flag, param in ((custom_scale, "scale"), (key_lengths, "key_lengths"), (window, "window")):
         if flag and param not in takes:
             raise TypeError("serve: %s=True but %s has no `%s` parameter" % (
-                "custom_scale" if param == "scale" else param, fn.__name__, param))
+                "custom_scale" if param == "scale" else param, _name(fn), param))
     if len(alignments) > 1 and "alignment" not in takes:
-        raise TypeError("serve: two alignments declared but %s has no `alignment` parameter" % fn.__name__)
+        raise TypeError("serve: two alignments declared but %s has no `alignment` parameter" % _name(fn))
     backward_takes = set()
-    if backward is not None:  # paged calls are forward only: a backward needs no `paged`
+    if autograd:  # the forward itself is differentiated, with the forward's keywords
+        backward_takes = takes
+    elif backward is not None:  # paged calls are forward only: a backward needs no `paged`
         backward_takes = _keywords(backward, "backward", [m for m in modifiers if m != "paged"])
         # A backward that ignores what the forward honours would differentiate another function.
         for flag, param in ((custom_scale, "scale"), (len(alignments) > 1, "alignment"),
                             (key_lengths, "key_lengths"), (window, "window")):
             if flag and param not in backward_takes:
                 raise TypeError("serve: %s honours `%s` but backward %s has no `%s` parameter"
-                                % (fn.__name__, param, backward.__name__, param))
+                                % (_name(fn), param, _name(backward), param))
     for d in dtypes:
         if d not in DTYPE_CODES:
             raise ValueError("serve: unknown dtype %r (expected one of %s)" % (d, ", ".join(DTYPE_CODES)))
@@ -562,33 +803,41 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
         ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 3, but this attncheck "
                                  "speaks version %d; use a newer attncheck" % (", ".join(needs_v3), version)))
         sys.exit(2)
+    refusal = calls.check_device()
+    if refusal:
+        ch.write(REFUSE, _string(refusal))
+        sys.exit(2)
     ch.write(CAPS, caps)
     if first < 1:
         sys.exit(2)
 
+    fn_name = _name(fn)
+    errors = _Errors(fn_name)
     while True:
         ftype, payload = ch.read()
         if ftype is None or ftype == BYE:
+            errors.close()
             sys.exit(0)
         if ftype == BACKWARD:
-            _answer_backward(ch, backward, backward_takes, payload)
+            _answer_backward(ch, fn if autograd else backward, backward_takes, payload, calls, errors, autograd)
             continue
         if ftype != FORWARD:
             raise ProtocolError("expected a forward or backward frame, got type %d" % ftype)
-        (q, k, v), kwargs, dtype, want_weights, want_lse = _read_call(payload, backward=False)
+        (q, k, v), kwargs, dtype, want_weights, want_lse, layout = _read_call(payload, backward=False)
+        (q, k, v), kwargs = calls.inputs([q, k, v], kwargs, dtype, layout)
+        errors.called(dtype)
         try:
             result = fn(q, k, v, **{key: kwargs[key] for key in takes})
+            out, weights, row_lse, problem = _unpack_result(result, returns_weights, lse, fn_name, calls.array)
         except Exception as e:  # the implementation's own failure: reported, and the next call goes on
-            traceback.print_exc()
-            ch.write(RESULT, _failure(ERROR, "%s: %s" % (type(e).__name__, e)))
+            ch.write(RESULT, _failure(ERROR, errors.raised(dtype, e)))
             continue
-        out, weights, row_lse, problem = _unpack_result(result, returns_weights, lse, fn.__name__)
         if problem is None and row_lse is not None and row_lse.ndim == 3:
             row_lse = row_lse[..., None]  # [B,H,T_q] -> [B,H,T_q,1], as the wire carries it
         if problem is None and (out.ndim != 4 or (weights is not None and weights.ndim != 4)
                                 or (row_lse is not None and row_lse.ndim != 4)):
             problem = "%s returned arrays of shapes %s; expected 4-D [B,H,T_q,D]%s%s" % (
-                fn.__name__, [a.shape for a in (out, weights, row_lse) if a is not None],
+                _name(fn), [a.shape for a in (out, weights, row_lse) if a is not None],
                 ", weights [B,H,T_q,T_k]" if weights is not None else "",
                 ", lse [B,H,T_q] or [B,H,T_q,1]" if row_lse is not None else "")
         if problem is not None:
@@ -603,7 +852,7 @@ def serve(fn, name="python", description="", dtypes=("float32", "float64"), retu
         ch.write(RESULT, reply)
 
 
-def _unpack_result(result, returns_weights, returns_lse, name):
+def _unpack_result(result, returns_weights, returns_lse, name, array=np.asarray):
     """(out, weights or None, lse or None, None) from what fn returned, or (..., message) when it is not what its
     declarations say: out; (out, weights); (out, lse); (out, weights, lse); or a dict of those keys."""
     if isinstance(result, dict):
@@ -623,31 +872,37 @@ def _unpack_result(result, returns_weights, returns_lse, name):
         parts = [result[0], result[1] if returns_weights else None, result[-1] if returns_lse else None]
     else:
         parts = [result, None, None]
-    out, weights, lse = (None if a is None else np.asarray(a) for a in parts)
+    out, weights, lse = (None if a is None else array(a) for a in parts)
     return out, weights, lse, None
 
 
-def _answer_backward(ch, backward, takes, payload):
-    """One gradients frame for a backward frame: (dq, dk, dv) from `backward`, or the failure."""
+def _answer_backward(ch, backward, takes, payload, calls, errors, autograd):
+    """One gradients frame for a backward frame: (dq, dk, dv) from `backward` (or, with `autograd`, from
+    torch.autograd through the forward `backward` then is), or the failure."""
     if backward is None:
         raise ProtocolError("got a backward frame, but serve() was given no backward function")
-    (q, k, v, d_output), kwargs, dtype, _, _ = _read_call(payload, backward=True)
+    arrays, kwargs, dtype, _, _, layout = _read_call(payload, backward=True)
+    (q, k, v, d_output), kwargs = calls.inputs(arrays, kwargs, dtype, layout)
+    errors.called(dtype)
     try:
-        grads = backward(q, k, v, d_output, **{key: kwargs[key] for key in takes})
+        keywords = {key: kwargs[key] for key in takes}
+        if autograd:
+            grads = calls.autograd(backward, [q, k, v], keywords, d_output)
+        else:
+            grads = backward(q, k, v, d_output, **keywords)
+        # With sinks in the call: (dq, dk, dv, d_sinks), d_sinks [H] (a backward declared with sinks=True); without,
+        # a fourth gradient (None, say) is dropped.
+        with_sinks = kwargs["sinks"] is not None
+        if isinstance(grads, (tuple, list)) and len(grads) == 4 and not with_sinks:
+            grads = grads[:3]
+        grads = [calls.array(g) for g in grads] if isinstance(grads, (tuple, list)) else []
     except Exception as e:
-        traceback.print_exc()
-        ch.write(GRADIENTS, _failure(ERROR, "%s: %s" % (type(e).__name__, e)))
+        ch.write(GRADIENTS, _failure(ERROR, errors.raised(dtype, e)))
         return
-    # With sinks in the call: (dq, dk, dv, d_sinks), d_sinks [H] (a backward declared with sinks=True); without,
-    # a fourth gradient (None, say) is dropped.
-    with_sinks = kwargs["sinks"] is not None
-    if isinstance(grads, (tuple, list)) and len(grads) == 4 and not with_sinks:
-        grads = grads[:3]
-    grads = [np.asarray(g) for g in grads] if isinstance(grads, (tuple, list)) else []
     if (len(grads) != 3 + with_sinks or any(g.ndim != 4 for g in grads[:3])
             or (with_sinks and grads[3].ndim != 1)):
         ch.write(GRADIENTS, _failure(WRONG_SIZE, "%s returned %s; expected (dq, dk, dv%s), dq, dk, dv 4-D%s"
-                                     % (backward.__name__, [g.shape for g in grads] or "no tuple",
+                                     % (getattr(backward, "__name__", "backward"), [g.shape for g in grads] or "no tuple",
                                         ", d_sinks" if with_sinks else "",
                                         " and d_sinks [H]" if with_sinks else "")))
         return

@@ -814,3 +814,214 @@ def test_the_installed_package_and_p_attncheck_pytest_load_the_plugin_once(tmp_p
                              env=env)
         assert "already registered" not in run.stdout + run.stderr, run.stdout + run.stderr
         assert run.returncode == 0, (extra, run.stdout + run.stderr)
+
+
+# framework="torch": the function gets torch tensors at the case's real dtype, on the device named; closures,
+# lambdas and partials cross to the server pickled; every call raising is one error with its traceback; the
+# function's output is the test's captured stderr; several dtypes are one attncheck run and one server process.
+TORCH_KERNELS = '''
+import os
+import sys
+
+import torch
+
+# Each import of this module leaves a line here, with the program that imported it (pytest, or a server's wrapper
+# in .attncheck/serve/): one server for every dtype of a check.
+with open(os.environ["IMPORTS_LOG"], "a") as f:
+    f.write("imported by %s\\n" % sys.argv[0])
+
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16,
+                "bfloat16": torch.bfloat16}
+
+
+def masked(q, k, v, scale, upcast):
+    """Causal top-left attention; with `upcast`, in float32 (the usual design) and back to q's dtype."""
+    dtype = q.dtype
+    if upcast:
+        q, k, v = q.float(), k.float(), v.float()
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    T_q, T_k = s.shape[-2:]
+    s = s.masked_fill(~torch.ones(T_q, T_k, dtype=torch.bool, device=s.device).tril(), float("-inf"))
+    return (torch.softmax(s, -1) @ v).to(dtype)
+
+
+def exact_dtype(q, k, v, dtype, scale=None):
+    """Refuses any tensor that is not of the case's dtype: it holds only if every call brings exactly that."""
+    for x in (q, k, v):
+        if not isinstance(x, torch.Tensor) or x.dtype != TORCH_DTYPES[dtype] or x.device.type != "cpu":
+            raise TypeError("expected a cpu tensor of %s, got %r" % (dtype, getattr(x, "dtype", type(x))))
+    return masked(q, k, v, scale, upcast=True)
+
+
+def no_half_kernel(q, k, v, scale=None):
+    """Computes in the dtype it gets, and has no float16 kernel: every float16 call raises."""
+    print("no_half_kernel called with", q.dtype)
+    if q.dtype == torch.float16:
+        raise NotImplementedError("no float16 kernel for this tile")
+    return masked(q, k, v, scale, upcast=True)
+
+
+def tiled(q, k, v, scale=None, tile=16):
+    """A causal mask that lets each query see one key too many once T exceeds the tile (a bug at tile 1)."""
+    dtype = q.dtype
+    q, k, v = q.float(), k.float(), v.float()
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    T_q, T_k = s.shape[-2:]
+    seen = torch.ones(T_q, T_k, dtype=torch.bool).tril(1 if T_k > tile else 0)
+    return (torch.softmax(s.masked_fill(~seen, float("-inf")), -1) @ v).to(dtype)
+
+
+def everything(q, k, v, scale=None, key_lengths=None, sinks=None, paged=None, dense_mask=None, block_mask=None):
+    """One reference for the call families whose arrays become tensors: strided views, paged pools (gather),
+    key lengths, sinks (float64 tensors), dense and block masks (to_dense)."""
+    if paged is not None:
+        k, v = paged.gather()
+    dtype = q.dtype
+    q, k, v = q.double(), k.double(), v.double()
+    s = (q @ k.transpose(-1, -2)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+    B, H, T_q, T_k = s.shape
+    seen = torch.ones(T_q, T_k, dtype=torch.bool).tril().expand(B, H, T_q, T_k)
+    if key_lengths is not None:
+        assert key_lengths.dtype == torch.int64, key_lengths.dtype
+        seen = seen & (torch.arange(T_k)[None, None, None, :] < key_lengths[:, None, None, None])
+    for mask in (dense_mask, None if block_mask is None else block_mask.to_dense()):
+        if mask is not None:
+            assert mask.dtype == torch.bool, mask.dtype
+            seen = seen & mask
+    s = s.masked_fill(~seen, float("-inf"))
+    if sinks is not None:
+        assert sinks.dtype == torch.float64, sinks.dtype
+        s = torch.cat([s, sinks[None, :, None, None].expand(B, H, T_q, 1)], dim=-1)
+    w = torch.softmax(s, -1)[..., :T_k]
+    return (w @ v).to(dtype)
+'''
+
+TORCH_TESTS = '''
+import functools
+
+import pytest
+
+from torch_kernels import everything, exact_dtype, masked, no_half_kernel, tiled
+
+
+def test_exact_dtype(attncheck):
+    attncheck.check(exact_dtype, dtypes=("bfloat16", "float16", "float32"), framework="torch", device="cpu",
+                    laws=("oracle-agreement", "row-stochastic", "grad-oracle", "grad-causality"),
+                    backward="autograd")
+
+
+def test_no_half_kernel(attncheck):
+    attncheck.check(no_half_kernel, dtypes=("float32", "float16"), framework="torch",
+                    laws=("oracle-agreement", "causal-perturbation", "row-stochastic"))
+
+
+@pytest.mark.parametrize("tile", [1, 64])
+def test_tiled(attncheck, tile):
+    attncheck.check(functools.partial(tiled, tile=tile), dtypes=("float32",), framework="torch",
+                    laws=("causal-perturbation",))
+
+
+def test_lambda_and_closure(attncheck):
+    attncheck.check(lambda q, k, v, scale=None: masked(q, k, v, scale, upcast=True), dtypes=("float32",),
+                    framework="torch", laws=("oracle-agreement",))
+    bias = 0.0
+
+    def closure(q, k, v, scale=None):
+        return masked(q, k, v, scale, upcast=True) + bias
+    attncheck.check(closure, dtypes=("float32",), framework="torch", laws=("oracle-agreement",))
+
+
+def test_everything(attncheck):
+    attncheck.check(everything, dtypes=("float32",), framework="torch", key_lengths=True, sinks=True, paged=True,
+                    page_sizes=(1, 4), dense_mask=True, block_mask=True, strided=True, empty_rows="any",
+                    laws=("oracle-agreement", "paged-dense", "mask-encodings", "layout-invariance", "sink-mass"))
+
+
+def test_device_that_is_not_there(attncheck):
+    attncheck.check(exact_dtype, dtypes=("float32",), framework="torch", device="cuda:7",
+                    laws=("oracle-agreement",))
+'''
+
+
+# Imported once, here: pytester restores sys.modules after each test, and torch cannot be imported twice.
+try:
+    import torch
+except ImportError:
+    torch = None
+try:
+    import cloudpickle
+except ImportError:
+    cloudpickle = None
+
+
+@pytest.fixture
+def torch_run(pytester, monkeypatch):
+    if torch is None:
+        pytest.skip("PyTorch is not installed (Debian: apt-get install python3-torch)")
+    if cloudpickle is None:
+        pytest.skip("cloudpickle is not installed (Debian: apt-get install python3-cloudpickle)")
+    log = pytester.path / "imports.log"
+    monkeypatch.setenv("IMPORTS_LOG", str(log))
+    pytester.makepyfile(torch_kernels=TORCH_KERNELS, test_torch_kernels=TORCH_TESTS)
+
+    def run_torch(*args):
+        if log.exists():
+            log.unlink()
+        result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-cases", "10", *args)
+        servers = [line for line in (log.read_text().splitlines() if log.exists() else []) if "/serve/" in line]
+        return result, result.stdout.str(), len(servers)
+    return run_torch
+
+
+def test_a_torch_function_gets_tensors_of_the_real_dtype_in_one_server_for_every_dtype(torch_run):
+    result, text, imports = torch_run("-k", "exact_dtype", "-rP")
+    result.assert_outcomes(passed=1)
+    # Every law held at each dtype: no call brought anything but a cpu tensor of exactly that dtype, the backward's
+    # (torch.autograd through the function) included.
+    for dtype in ("bfloat16", "float16", "float32"):
+        assert re.search(r"exact_dtype at %s \(seed 1, 10 cases per law\): 4 held\n" % dtype, text), text
+    assert imports == 1, "one server process (one import of the function's module) for three dtypes"
+
+
+def test_every_call_raising_is_one_error_with_the_functions_traceback_and_its_output(torch_run):
+    result, text, _ = torch_run("-k", "no_half_kernel")
+    result.assert_outcomes(failed=1)
+    # float16: one error, not three falsified laws; float32 held.
+    assert re.search(r"ERROR at float16: every one of the \d+ calls of no_half_kernel raised, so no law could be "
+                     r"checked at float16: NotImplementedError: no float16 kernel for this tile\n", text), text
+    assert "falsified" not in text.split("Captured stderr")[0].replace("0 laws falsified", ""), text
+    assert re.search(r"no_half_kernel at float32 \(seed 1, 10 cases per law\): 3 held", text), text
+    # The traceback starts in the function's own file, at the line that raised.
+    assert re.search(r'File "\S+torch_kernels.py", line \d+, in no_half_kernel\n\s+raise NotImplementedError', text), text
+    assert "attncheck_plugin.py" not in text.split("its traceback:")[1].split("Captured")[0], text
+    # The function's prints are the test's captured stderr; the traceback there is printed once, then counted.
+    captured = text.split("Captured stderr call")[1]
+    assert "no_half_kernel called with torch.float16" in captured, text
+    assert captured.count("Traceback (most recent call last)") == 1, captured
+    assert re.search(r"no_half_kernel raised NotImplementedError: no float16 kernel for this tile \d+ times at "
+                     r"float16", captured), captured
+
+
+def test_partials_lambdas_and_closures_are_checked(torch_run):
+    result, text, _ = torch_run("-k", "tiled or lambda_and_closure")
+    # Each parametrized configuration is its own function: tile 1 lets a future key in, tile 64 does not (T <= 64).
+    result.assert_outcomes(passed=2, failed=1)
+    assert re.search(r"test_tiled\[1\] FAILED", text), text
+    assert "attncheck: 1 law falsified by partial-tiled" in text, text
+    assert re.search(r"test_tiled\[64\] PASSED", text), text
+    assert re.search(r"<lambda> at float32 .*: 1 held", text), text
+    assert re.search(r"test_lambda_and_closure.<locals>.closure at float32 .*: 1 held", text), text
+
+
+def test_strided_paged_masked_and_sink_calls_reach_a_torch_function_as_tensors(torch_run):
+    result, text, _ = torch_run("-k", "everything", "-rP")
+    result.assert_outcomes(passed=1)
+    assert re.search(r"everything at float32 \(seed 1, 10 cases per law\): 5 held\n", text), text
+
+
+def test_a_device_torch_cannot_reach_is_a_refusal_that_names_it(torch_run):
+    if torch.cuda.device_count() > 7:
+        pytest.skip("this machine has a cuda:7")
+    result, text, _ = torch_run("-k", "device_that_is_not_there")
+    result.assert_outcomes(failed=1)
+    assert re.search(r"serve\(framework=\"torch\", device='cuda:7'\): torch cannot make a tensor there: \w+", text), text

@@ -22,7 +22,9 @@ from its file; a closure, a lambda, a functools.partial or a bound method is pic
 its own (fork and exec of the interpreter, never a fork of pytest), so a pytest process that has initialised CUDA
 is no obstacle: CUDA starts afresh in the server. When every call at a dtype raises, the failure is one error
 with the function's traceback, not a falsified law per law; the function's own output (its prints and
-tracebacks, each distinct one once) is the test's captured stderr.
+tracebacks, each distinct one once) is the test's captured stderr. A falsified oracle-agreement also comes as a
+Python program of its own (.attncheck/repro/<key>/oracle-agreement-<dtype>.py and .npz: the case, the call, the
+float64 expectation and the derived tolerances; no attncheck binary), which exits 1 while the bug is there.
 
 What each test checked (the laws that held, those not applicable and why, those falsified) is the test's
 "attncheck" report section, one user property per dtype (junit XML), and a terminal summary section.
@@ -76,7 +78,8 @@ with open({pickle!r}, "rb") as f:
 
 import attncheck_plugin
 
-attncheck_plugin.serve(fn, **kwargs)
+if __name__ == "__main__":  # imported, it is the function and its declarations (a reproduction's)
+    attncheck_plugin.serve(fn, **kwargs)
 """
 
 
@@ -105,7 +108,89 @@ import attncheck_plugin
 kwargs = {serve_kwargs!r}
 for key, where in {functions!r}.items():  # serve() keywords that are functions (backward=)
     kwargs[key] = load(*where)
-attncheck_plugin.serve(load({file!r}, {qualname!r}), **kwargs)
+fn = load({file!r}, {qualname!r})
+if __name__ == "__main__":  # imported, it is the function and its declarations (a reproduction's)
+    attncheck_plugin.serve(fn, **kwargs)
+"""
+
+
+# A falsified oracle-agreement as a Python program of its own: the minimal case, the call as attncheck made it, the
+# float64 expectation and the derived tolerance of each element.
+_REPRO = """\"\"\"Reproduces attncheck's oracle-agreement failure of {qualname} at {dtype} ({nodeid}), with no attncheck:
+the minimal case ({case}), called as attncheck called it, against the float64 expectation attncheck's oracle
+computed and the tolerance it derived for each element, all kept in {npz_name}. Exits 1 while an element is off by
+more than its tolerance, 0 once the function agrees:
+
+    {python} {py}
+\"\"\"
+import importlib.util
+import sys
+
+import numpy as np
+
+sys.path.insert(0, {client_dir!r})  # attncheck_plugin.py: the Python client's conversions, no attncheck binary
+import attncheck_plugin as client
+
+# The function and its declarations (framework, device, ...), exactly as the test served them.
+spec = importlib.util.spec_from_file_location("_attncheck_served", {wrapper!r})
+served = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(served)
+fn, declared = served.fn, served.kwargs
+
+case = np.load({npz!r})
+dtype = {dtype!r}
+keywords = {keywords!r}
+for name in ("key_lengths", "alibi_slopes", "sinks"):
+    keywords[name] = case[name] if name in case.files else None
+calls = client._framework(declared.get("framework", "numpy"), declared.get("device"))
+if calls.check_device():
+    sys.exit(calls.check_device())
+takes = client._keywords(fn, "fn", [m for m in client.MODIFIER_KEYWORDS if declared.get(m)])
+# The values as the wire brings them: float32, float64, float16, and bfloat16 as the float32 that holds it.
+host = {{"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32}}[dtype]
+
+
+def call(q, k, v):
+    \"\"\"fn's output and weights (None unless it returns them), rounded to the dtype as the wire carries them.\"\"\"
+    (q, k, v), kw = calls.inputs([q.astype(host), k.astype(host), v.astype(host)], keywords, dtype, None)
+    result = fn(q, k, v, **{{key: kw[key] for key in takes}})
+    out, weights, _, problem = client._unpack_result(result, declared.get("returns_weights", False),
+                                                     declared.get("lse", False), "fn", calls.array)
+    if problem:
+        sys.exit(problem)
+    rounded = [None if a is None else client._decode(client._encode(a, dtype), dtype, a.shape).astype(np.float64)
+               for a in (out, weights)]
+    return rounded[0], rounded[1]
+
+
+q, k, v = case["q"], case["k"], case["v"]
+quantity = {quantity!r}
+out, weights = call(q, k, v)
+if quantity == "output":
+    actual = out
+elif weights is not None:
+    actual = weights
+else:  # the weights read from the output with one-hot values, as attncheck probes a function that returns none
+    actual = np.zeros(case["expected"].shape)
+    for j in range(k.shape[2]):
+        one_hot = np.zeros(v.shape)
+        one_hot[:, :, j, 0] = 1
+        probed, _ = call(q, k, one_hot)
+        actual[:, :, :, j] = probed[:, :, :, 0]
+expected, tolerance = case["expected"], case["tolerances"]
+off = np.abs(actual - expected)
+bad = ~(off <= tolerance)  # NaN is off too
+np.set_printoptions(precision=6, linewidth=120)
+print("{qualname} at {dtype}, {case}")
+print("%s (the function):\\n%s" % (quantity, actual))
+print("expected (float64 oracle):\\n%s" % expected)
+if bad.any():
+    worst = np.unravel_index(np.nanargmax(np.where(bad, np.nan_to_num(off / np.maximum(tolerance, 1e-300), nan=np.inf),
+                                                   -1)), bad.shape)
+    print("FAILS: %d of %d elements off by more than their tolerance; the worst, %s%s, is %r where %r is expected "
+          "(tolerance %g)" % (bad.sum(), bad.size, quantity, list(worst), actual[worst], expected[worst], tolerance[worst]))
+    sys.exit(1)
+print("agrees: every element within its tolerance")
 """
 
 
@@ -353,6 +438,58 @@ def _raised(stats):
     return out
 
 
+def _json_array(doc):
+    """A report's tensor ({"shape", "values"}, non-finite numbers written as strings) as a float64 array."""
+    import numpy as np
+    return np.array(doc["values"], dtype=object).astype(np.float64).reshape(doc["shape"])
+
+
+# What a standalone reproduction does not rebuild from a report's case (the client builds them from the wire).
+_NOT_REPRODUCED = ("paged", "doc_bounds", "q_doc_bounds", "block_mask", "dense_mask", "layout")
+
+
+def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
+    """For a falsified oracle-agreement: <folder>/repro/<key>/oracle-agreement-<dtype>.py beside its .npz, or None
+    (another law, or a case whose features the reproduction does not rebuild)."""
+    import numpy as np
+    violation, case = detail.get("violation") or {}, detail.get("case") or {}
+    problem = case.get("problem") or {}
+    if law != "oracle-agreement" or not problem or violation.get("quantity") not in ("output", "weights") \
+            or "expected" not in violation or "tolerances" not in violation \
+            or any(problem.get(key) for key in _NOT_REPRODUCED):
+        return None
+    wrapper = impl.split()[-1].strip("'")
+    folder = os.path.join(os.path.dirname(os.path.dirname(wrapper)), "repro",
+                          os.path.splitext(os.path.basename(wrapper))[0])
+    os.makedirs(folder, exist_ok=True)
+    base = os.path.join(folder, "%s-%s" % (law, dtype))
+    arrays = {"q": _json_array(problem["q"]), "k": _json_array(problem["k"]), "v": _json_array(problem["v"]),
+              "expected": _json_array(violation["expected"]), "tolerances": _json_array(violation["tolerances"])}
+    if problem.get("key_lengths"):
+        arrays["key_lengths"] = np.array(problem["key_lengths"], dtype=np.int64)
+    for key in ("alibi_slopes", "sinks"):
+        if problem.get(key):
+            arrays[key] = np.array([float(x) for x in problem[key]], dtype=np.float64)
+    np.savez(base + ".npz", **arrays)
+    keywords = {"scale": None if problem.get("scale") is None else float(problem["scale"]),
+                "alignment": problem.get("alignment", "top-left"), "dtype": dtype, "window": problem.get("window"),
+                "softcap": None if problem.get("softcap") is None else float(problem["softcap"]),
+                "causal": problem.get("causal", True), "paged": None, "prefix_length": problem.get("prefix_length", 0),
+                "window_right": problem.get("window_right"), "chunk_size": problem.get("chunk_size", 0),
+                "q_doc_ids": None, "k_doc_ids": None, "block_mask": None, "dense_mask": None}
+    with open(base + ".py", "w") as f:
+        f.write(_REPRO.format(qualname=qualname, dtype=dtype, nodeid=nodeid, case=_minimal_case(detail.get("shape"), problem),
+                              npz_name=os.path.basename(base + ".npz"), python=sys.executable, py=base + ".py",
+                              client_dir=os.path.dirname(os.path.abspath(_client_file())), wrapper=wrapper,
+                              npz=base + ".npz", keywords=keywords, quantity=violation["quantity"]))
+    return base + ".py"
+
+
+def _client_file():
+    import attncheck_plugin
+    return attncheck_plugin.__file__
+
+
 def _calls(n):
     return "the one call" if n == 1 else "every one of the %d calls" % n
 
@@ -369,6 +506,14 @@ def _every_call_raised(qualname, dtype, calls, errors):
     lines.append("  its traceback:")
     lines += ["    " + line for line in text.rstrip().splitlines()]
     return "\n".join(lines)
+
+
+def _minimal_case(shape, problem):
+    """The minimal case's line: its shape, the alignment when T_q != T_k, and every keyword that is not its default."""
+    words = [_shape(shape)] if shape else []
+    if shape and shape.get("T_k", shape["T"]) != shape["T"] and problem.get("alignment"):
+        words.append("alignment=" + problem["alignment"])  # the causal rule of T_q != T_k
+    return " ".join(words + _case_keywords(problem))
 
 
 def _key(nodeid, qualname):
@@ -506,7 +651,7 @@ class AttncheckFixture:
                 failures.append(_every_call_raised(qualname, dtype, calls, errors))
             elif any(law["status"] == "falsified" for law in summary["laws"]):
                 failures += self._falsified(summary, run.stdout, report_dirs[dtype], dtype, binary, impl, corpus,
-                                            errors)
+                                            errors, qualname, self._item.nodeid)
         if failures:
             errored = sum(f.startswith("ERROR") for f in failures)
             pytest.fail("attncheck: %s by %s (the failing cases are kept in %s and replayed first on the next run)\n%s"
@@ -553,7 +698,7 @@ class AttncheckFixture:
         self._item.user_properties.append(("attncheck %s %s" % (qualname, dtype), "\n".join(lines[1:])))
 
     @staticmethod
-    def _falsified(summary, stdout, report_dir, dtype, binary, impl, corpus, errors):
+    def _falsified(summary, stdout, report_dir, dtype, binary, impl, corpus, errors, qualname, nodeid):
         out = []
         shown = set()  # each traceback once, under the first law it explains
         for law in summary["laws"]:
@@ -567,11 +712,7 @@ class AttncheckFixture:
                 with open(report) as f:
                     detail = json.load(f)
                 problem = (detail.get("case") or {}).get("problem") or {}
-                shape = detail["shape"]
-                words = [_shape(shape)]
-                if shape.get("T_k", shape["T"]) != shape["T"] and problem.get("alignment"):
-                    words.append("alignment=" + problem["alignment"])  # the causal rule of T_q != T_k
-                lines.append("  minimal case: %s" % " ".join(words + _case_keywords(problem)))
+                lines.append("  minimal case: %s" % _minimal_case(detail["shape"], problem))
                 margin = _margin(detail.get("violation") or {})
                 if margin:
                     lines.append("  margin: %s" % margin)
@@ -587,6 +728,10 @@ class AttncheckFixture:
                     lines.append("  the function raised it (%d call%s); its traceback:" % (count, "" if count == 1 else "s"))
                     lines += ["    " + line for line in text.rstrip().splitlines()]
             # attncheck's own replay_command names a bare `attncheck`: rebuilt with the binary that ran.
+            repro = _write_reproduction(name, dtype, detail, impl, qualname, nodeid) if detail else None
+            if repro:
+                lines.append("  reproduce in Python (no attncheck): %s %s" % (shlex.quote(sys.executable),
+                                                                          shlex.quote(repro)))
             replay_file = entry or (report if detail and detail.get("case") else None)
             if replay_file:
                 lines.append("  replay: %s check --impl %s --replay %s" % (

@@ -58,6 +58,10 @@ def test_no_mask(attncheck, tmp_path):  # tmp_path: so that pytest's temporary f
     attncheck.check(no_mask, dtypes=("float64",), laws=("causal-perturbation", "row-stochastic"))
 
 
+def test_unmasked_oracle(attncheck):
+    attncheck.check(no_mask, dtypes=("float64",), laws=("oracle-agreement",))
+
+
 def test_window_ignored(attncheck):
     attncheck.check(window_ignored, dtypes=("float64",), laws=("oracle-agreement",), window=True)
 
@@ -78,7 +82,7 @@ def run(pytester, *args):
 
 
 def test_passes_on_a_correct_function_and_fails_on_a_buggy_one_with_the_minimal_case(pytester):
-    result = run(pytester, "--attncheck-cases", "30", "-k", "not backward and not window")
+    result = run(pytester, "--attncheck-cases", "30", "-k", "not backward and not window and not oracle")
     result.assert_outcomes(passed=1, failed=1)
     text = result.stdout.str()
     assert "attncheck: 1 law falsified by no_mask" in text
@@ -918,7 +922,7 @@ def test_no_half_kernel(attncheck):
 @pytest.mark.parametrize("tile", [1, 64])
 def test_tiled(attncheck, tile):
     attncheck.check(functools.partial(tiled, tile=tile), dtypes=("float32",), framework="torch",
-                    laws=("causal-perturbation",))
+                    laws=("causal-perturbation", "oracle-agreement"))
 
 
 def test_lambda_and_closure(attncheck):
@@ -1007,7 +1011,12 @@ def test_partials_lambdas_and_closures_are_checked(torch_run):
     # Each parametrized configuration is its own function: tile 1 lets a future key in, tile 64 does not (T <= 64).
     result.assert_outcomes(passed=2, failed=1)
     assert re.search(r"test_tiled\[1\] FAILED", text), text
-    assert "attncheck: 1 law falsified by partial-tiled" in text, text
+    assert "attncheck: 2 laws falsified by partial-tiled" in text, text
+    # The reproduction of a pickled partial runs on its own, and fails while the bug is there.
+    repro = re.search(r"reproduce in Python \(no attncheck\): \S+ (\S+\.py)\n", text).group(1)
+    run = subprocess.run([sys.executable, repro], capture_output=True, text=True, cwd="/",
+                         env={k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNCHECK")})
+    assert run.returncode == 1 and "FAILS" in run.stdout, (run.returncode, run.stdout, run.stderr)
     assert re.search(r"test_tiled\[64\] PASSED", text), text
     assert re.search(r"<lambda> at float32 .*: 1 held", text), text
     assert re.search(r"test_lambda_and_closure.<locals>.closure at float32 .*: 1 held", text), text
@@ -1025,3 +1034,28 @@ def test_a_device_torch_cannot_reach_is_a_refusal_that_names_it(torch_run):
     result, text, _ = torch_run("-k", "device_that_is_not_there")
     result.assert_outcomes(failed=1)
     assert re.search(r"serve\(framework=\"torch\", device='cuda:7'\): torch cannot make a tensor there: \w+", text), text
+
+
+def test_a_falsified_oracle_agreement_comes_with_a_python_reproduction_that_runs_on_its_own(pytester, tmp_path):
+    result = run(pytester, "--attncheck-cases", "30", "-k", "unmasked_oracle")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    found = re.search(r"reproduce in Python \(no attncheck\): (\S+) (\S+/repro/\S+/oracle-agreement-float64\.py)\n",
+                      text)
+    assert found, text
+    assert found.group(1) == sys.executable
+    repro = found.group(2)
+    assert os.path.exists(repro[:-3] + ".npz"), repro
+    # From elsewhere, with no attncheck binary reachable and no PYTHONPATH: the inputs, the call, the float64
+    # expectation; exit 1 while the bug is there.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNCHECK")}
+    env["PATH"] = "/usr/bin:/bin"
+    bug = subprocess.run([sys.executable, repro], capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert bug.returncode == 1, (bug.stdout, bug.stderr)
+    assert "expected (float64 oracle)" in bug.stdout and "FAILS:" in bug.stdout, bug.stdout
+    # The function fixed in its file: the same program exits 0.
+    kernels = pytester.path / "kernels.py"
+    kernels.write_text(kernels.read_text().replace(
+        "def no_mask(q, k, v, scale=None):", "def no_mask(q, k, v, scale=None):\n    return correct(q, k, v, scale)"))
+    fixed = subprocess.run([sys.executable, repro], capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert fixed.returncode == 0 and "agrees" in fixed.stdout, (fixed.stdout, fixed.stderr)

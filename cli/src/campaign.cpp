@@ -242,8 +242,8 @@ std::string minimal_shape(const fs::path& law_json) {
   try {
     const Json j = Json::parse(text);
     const Json& s = j.at("shape");
-    std::string out = "[" + std::to_string(s.at("B").get<Index>()) + "," + std::to_string(s.at("H").get<Index>()) +
-                      "," + std::to_string(s.at("T").get<Index>()) + "," + std::to_string(s.at("D").get<Index>()) + "]";
+    std::string out = "B=" + std::to_string(s.at("B").get<Index>()) + " H=" + std::to_string(s.at("H").get<Index>()) +
+                      " T=" + std::to_string(s.at("T").get<Index>()) + " D=" + std::to_string(s.at("D").get<Index>());
     if (s.contains("T_k")) out += " T_k=" + std::to_string(s["T_k"].get<Index>());
     if (s.contains("H_kv")) out += " H_kv=" + std::to_string(s["H_kv"].get<Index>());
     return out;
@@ -286,7 +286,16 @@ std::string overview_markdown(const Campaign& c, const fs::path& root, const Reg
   for (std::size_t n = 0; n < c.cells.size(); ++n) md += "---|";
   md += "\n";
   std::vector<int> falsified(c.cells.size(), 0);
+  std::vector<std::string> nowhere;  // laws not applicable in any run: listed under the table, not rows of n/a
   for (const std::string& law : laws) {
+    const bool applies = std::any_of(cells.begin(), cells.end(), [&](const auto& by_law) {
+      const auto it = by_law.find(law);
+      return it == by_law.end() || it->second.first != "n/a";
+    });
+    if (!applies) {
+      nowhere.push_back(law);
+      continue;
+    }
     md += "| `" + law + "` |";
     for (std::size_t n = 0; n < c.cells.size(); ++n) {
       const auto it = cells[n].find(law);
@@ -307,6 +316,11 @@ std::string overview_markdown(const Campaign& c, const fs::path& root, const Reg
   for (std::size_t n = 0; n < c.cells.size(); ++n)
     md += cells[n].empty() ? " · |" : " **" + std::to_string(falsified[n]) + "** |";
   md += "\n";
+  if (!nowhere.empty()) {
+    md += "\nNot applicable in any run (" + std::to_string(nowhere.size()) + " laws): ";
+    for (std::size_t n = 0; n < nowhere.size(); ++n) md += (n ? ", `" : "`") + nowhere[n] + "`";
+    md += ".\n";
+  }
   return md;
 }
 

@@ -730,15 +730,20 @@ TEST(Campaign, runsEveryCellWritesTheOverviewAndShardsToTheSameResult) {
   const fs::path file = tmp.path() / "zoo.json";
   std::ofstream(file) << R"({"name": "two", "implementations": ["reference", "mutant:mask-zero"],
                              "dtypes": ["float32", "float16"], "seeds": [3],
-                             "options": {"cases": 10, "properties": ["zero-future-weight", "first-position"]}})";
+                             "options": {"cases": 10, "properties": ["zero-future-weight", "first-position",
+                                                                     "batch-invariance"]}})";
   const fs::path whole = tmp.path() / "whole", sharded = tmp.path() / "sharded";
   const Result r = attncheck(reg, {"campaign", file.string(), "--report-dir", whole.string()});
   EXPECT_EQ(r.code, kFalsified) << r.out << r.err;
   EXPECT_TRUE(contains(r.out, "[4/4] mutant:mask-zero float16 seed 3: 2 of 2 laws falsified")) << r.out;
   const std::string overview = slurp(whole / "overview.md");
-  EXPECT_TRUE(contains(overview, "| `zero-future-weight` | ✓ | ✓ | [✗](mutant-mask-zero-float32-seed3/zero-future-weight.html) [1,1,1,1] T_k=2 |"))
+  EXPECT_TRUE(contains(overview, "| `zero-future-weight` | ✓ | ✓ | [✗](mutant-mask-zero-float32-seed3/zero-future-weight.html) B=1 H=1 T=1 D=1 T_k=2 |"))
       << overview;
   EXPECT_TRUE(contains(overview, "| **falsified** | **0** | **0** | **2** | **2** |")) << overview;
+  // A law that applies to no run is no row of n/a: it is named once under the table.
+  EXPECT_FALSE(contains(overview, "| `batch-invariance` |")) << overview;
+  EXPECT_TRUE(contains(overview, "Not applicable in any run (1 laws): `batch-invariance`.")) << overview;
+  EXPECT_TRUE(contains(slurp(whole / "index.html"), "<td class=\"falsified\"><a href=")) << "each verdict its colour";
   EXPECT_TRUE(fs::exists(whole / "index.html"));
   for (const char* shard : {"1/2", "0/2"}) {
     const Result s = attncheck(reg, {"campaign", file.string(), "--report-dir", sharded.string(), "--shard", shard});

@@ -120,11 +120,26 @@ std::vector<std::string> table_cells(std::string_view line) {
   return cells;
 }
 
+// The class of a cell that says a verdict, so that each has its colour (the page's style): falsified (a run's
+// "**falsified**", an overview's "[✗](law.html) shape"), held ("held", "✓"), not checked ("**not checked**", "?")
+// and not applicable ("n/a"); "" for any other cell.
+std::string_view verdict_class(std::string_view cell) {
+  if (cell == "**falsified**" || cell.starts_with("[✗]") || cell == "✗") return "falsified";
+  if (cell == "held" || cell == "✓") return "held";
+  if (cell == "**not checked**" || cell == "?") return "unchecked";
+  if (cell == "n/a") return "na";
+  return "";
+}
+
 std::string table_html(const std::vector<std::string_view>& lines) {
   const std::vector<std::string> header = table_cells(lines[0]);
   const std::vector<std::string> rule = lines.size() > 1 ? table_cells(lines[1]) : std::vector<std::string>{};
   const auto align = [&](std::size_t n) {
     return n < rule.size() && rule[n].ends_with(":") ? std::string(" class=\"num\"") : std::string();
+  };
+  const auto cell_class = [&](std::size_t n, std::string_view cell) {
+    const std::string_view verdict = verdict_class(cell);
+    return verdict.empty() ? align(n) : " class=\"" + std::string(verdict) + "\"";
   };
   std::string h = "<table>\n";
   bool any_header = false;
@@ -138,7 +153,8 @@ std::string table_html(const std::vector<std::string_view>& lines) {
   for (std::size_t r = 2; r < lines.size(); ++r) {
     const auto cells = table_cells(lines[r]);
     h += "<tr>";
-    for (std::size_t n = 0; n < cells.size(); ++n) h += "<td" + align(n) + ">" + inline_html(cells[n]) + "</td>";
+    for (std::size_t n = 0; n < cells.size(); ++n)
+      h += "<td" + cell_class(n, cells[n]) + ">" + inline_html(cells[n]) + "</td>";
     h += "</tr>\n";
   }
   return h + "</tbody>\n</table>\n";
@@ -227,7 +243,14 @@ std::string html_page(const std::string& title, const std::string& body) {
          "table { border-collapse: collapse; margin: 0.8em 0; display: block; overflow-x: auto; max-width: 100%; }\n"
          "th, td { border: 1px solid #ccc; padding: 0.25em 0.6em; text-align: left; vertical-align: top; }\n"
          "th { background: #f3f3f3; } td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }\n"
-         "code { background: #f3f3f3; padding: 0.1em 0.3em; border-radius: 3px; word-break: break-all; }\n"
+         // A long path in prose may wrap where it must; a law's name in a table never breaks inside a word.
+         "code { background: #f3f3f3; padding: 0.1em 0.3em; border-radius: 3px; overflow-wrap: break-word; }\n"
+         "td code { white-space: nowrap; }\n"
+         // The verdicts, each its colour (and its word or sign, for a reader who does not see colour).
+         "td.falsified { background: #fde0dc; color: #a50e0e; font-weight: 600; } td.falsified a { color: #a50e0e; }\n"
+         "td.held { background: #e6f4ea; color: #137333; }\n"
+         "td.unchecked { background: #fef7e0; color: #8a5a00; font-weight: 600; }\n"
+         "td.na { color: #999; }\n"
          "blockquote { border-left: 4px solid #d62728; margin: 1em 0; padding: 0.4em 1em; background: #fdf3f3; }\n"
          "figure { margin: 1em 0; overflow-x: auto; } figure svg { max-width: 100%; height: auto; }\n"
          "nav { margin-bottom: 1em; }\n"

@@ -1,5 +1,6 @@
 // The machine-readable side of a report: LAW.json (also the corpus entry), summary.json, junit.xml, the
 // replay commands, and the list of files a run writes.
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 
@@ -278,8 +279,17 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
   // ratio exists). Held laws have none to show.
   md += "| law | result | cases | shrink steps | calls | margin | report |\n|---|---|---:|---:|---:|---:|---|\n";
   const bool linked = report_ext == ".md" ? formats.md : true;
+  // The laws that do not apply are not rows (they would bury those that do): a list below, by reason.
+  std::vector<std::pair<std::string, std::vector<std::string>>> not_applicable;
   for (const auto& r : laws) {
     const LawResult& res = r.result;
+    if (res.status == LawStatus::not_applicable) {
+      const std::string why = res.note.empty() ? "(no reason given)" : res.note;
+      auto it = std::find_if(not_applicable.begin(), not_applicable.end(), [&](const auto& e) { return e.first == why; });
+      if (it == not_applicable.end()) it = not_applicable.insert(not_applicable.end(), {why, {}});
+      it->second.push_back(res.law);
+      continue;
+    }
     std::string report, margin;
     if (res.status == LawStatus::falsified && linked)
       report = "[" + res.law + std::string(report_ext) + "](" + res.law + std::string(report_ext) + ")";
@@ -292,6 +302,15 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
     md += "| `" + res.law + "` | " + status + " | " + std::to_string(res.cases_run) + " | " +
           std::to_string(res.shrink_steps) + " | " + std::to_string(res.calls) + " | " + margin + " | " + report +
           " |\n";
+  }
+  if (!not_applicable.empty()) {
+    md += "\nNot applicable to this implementation (" + std::to_string(laws.size() - std::size_t(applicable)) +
+          " laws), by reason:\n\n";
+    for (const auto& [why, names] : not_applicable) {
+      std::string list;
+      for (const std::string& n : names) list += (list.empty() ? "`" : ", `") + n + "`";
+      md += "- " + list + ": " + md_cell(why) + "\n";
+    }
   }
   if (falsified) {
     md += "\n## Falsified\n";

@@ -170,7 +170,7 @@ TEST(Html, indexIsSelfContainedAndLinksEveryFalsifiedLaw) {
     EXPECT_EQ(count(html, "<img"), 0u);
   }
   EXPECT_NE(index.find("<a href=\"zero-future-weight.html\">"), std::string::npos) << index;
-  EXPECT_NE(index.find("<td><code>row-stochastic</code></td><td>held</td>"), std::string::npos) << index;
+  EXPECT_NE(index.find("<td><code>row-stochastic</code></td><td class=\"held\">held</td>"), std::string::npos) << index;
   EXPECT_NE(page.find("<a href=\"index.html\">"), std::string::npos);
   // The description's markup characters are text, not markup.
   EXPECT_NE(page.find("a mask that leaks &lt;&amp;&gt; on purpose"), std::string::npos) << page;
@@ -206,6 +206,36 @@ TEST(Html, aLineThatLooksLikeAnImageButIsNoneIsAParagraph) {
   const std::string h = markdown_to_html("> crash\n![ not an image\nits stderr\n![ and again", {});
   EXPECT_NE(h.find("<p>![ not an image\nits stderr</p>"), std::string::npos) << h;
   EXPECT_NE(h.find("<p>![ and again</p>"), std::string::npos) << h;
+}
+
+// Each verdict cell carries its class (its colour in the page's style); other cells keep their alignment.
+TEST(Html, verdictCellsCarryTheirClass) {
+  const std::string h = markdown_to_html("| law | result | calls |\n|---|---|---:|\n| `a` | **falsified** | 3 |\n"
+                                         "| `b` | held | 1 |\n| `c` | n/a | 0 |\n| `d` | **not checked** | 0 |\n"
+                                         "| `e` | [✗](e.html) B=1 H=1 T=1 D=1 | ✓ |\n",
+                                         {});
+  for (const char* cls : {"falsified", "held", "na", "unchecked"})
+    EXPECT_NE(h.find("<td class=\"" + std::string(cls) + "\">"), std::string::npos) << cls << "\n" << h;
+  EXPECT_NE(h.find("<td class=\"falsified\"><a href=\"e.html\">"), std::string::npos) << h;
+  EXPECT_NE(h.find("<td class=\"num\">3</td>"), std::string::npos) << h;
+  EXPECT_EQ(h.find("<td class=\"held\">`b`"), std::string::npos) << h;
+}
+
+// The laws that do not apply are not rows of the summary's table but one list, by reason.
+TEST(Summary, lawsNotApplicableAreListedByReasonNotRows) {
+  std::vector<LawReport> laws = {held_law("row-stochastic"), held_law("gqa-head-sharing"),
+                                 held_law("gqa-equivalence")};
+  for (int n : {1, 2}) {
+    laws[n].result.status = LawStatus::not_applicable;
+    laws[n].result.note = "needs grouped-query attention";
+  }
+  const std::string md = summary_markdown(a_run(), laws, Formats{}, ".md");
+  EXPECT_NE(md.find("| `row-stochastic` | held |"), std::string::npos) << md;
+  EXPECT_EQ(md.find("| `gqa-head-sharing` |"), std::string::npos) << md;
+  EXPECT_NE(md.find("Not applicable to this implementation (2 laws), by reason:\n\n- `gqa-head-sharing`, "
+                    "`gqa-equivalence`: needs grouped-query attention\n"),
+            std::string::npos)
+      << md;
 }
 
 TEST(Junit, countsFailuresAndSkipsAndEscapesMessages) {

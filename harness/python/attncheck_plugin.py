@@ -75,6 +75,46 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
                      "block_mask": ("block_mask",), "dense_mask": ("dense_mask",)}
+# Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
+# (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
+FEATURE_FAMILIES = {
+    "heads and lengths": ("gqa", "key_lengths", "v_head_dim"),
+    "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
+                            "block_mask", "dense_mask", "bidirectional"),
+    "score modifiers": ("softcap", "alibi", "sinks"),
+    "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe"),
+    "how K and V come": ("paged", "strided", "layout_invariant"),
+    "claims about results": ("batch_invariant",),
+}
+FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
+# The words attncheck's messages use for a declaration, as a C plug-in makes it (ATTNCHECK_CAP_*, ATTNCHECK_CAP3_*,
+# Capabilities::*), and the serve() keyword that makes it here: python_words() rewrites the one into the other.
+ABI_WORDS = dict([("ATTNCHECK_CAP3_" + name.upper(), name) for name in FLAGS3]
+                 + [("ATTNCHECK_CAP_" + name.upper(), name) for name in ("gqa", "key_lengths", "window")]
+                 + [("Capabilities::" + member, name) for member, name in (
+                     ("gqa", "gqa"), ("key_padding", "key_lengths"), ("window", "window"),
+                     ("returns_weights", "returns_weights"), ("custom_scale", "custom_scale"),
+                     ("nonfinite_safe", "nonfinite_safe"), ("block_mask", "block_mask"), ("dense_mask", "dense_mask"),
+                     ("lse", "lse"), ("sinks", "sinks"), ("softcap", "softcap"), ("alibi", "alibi"),
+                     ("paged", "paged"), ("strided", "strided"), ("batch_invariant", "batch_invariant"))])
+
+
+def python_words(text):
+    """attncheck's message in the words of serve(): "(ATTNCHECK_CAP3_ALIBI, _SINKS)" becomes "(alibi=True,
+    sinks=True)", "(Capabilities::block_mask, dense_mask)" "(block_mask=True, dense_mask=True)"."""
+    import re
+
+    def group(match):
+        first = match.group(1)
+        rest = [r.strip() for r in (match.group(2) or "").split(",")[1:]]
+        # "_SINKS" after "ATTNCHECK_CAP3_ALIBI" has its prefix; "dense_mask" after "Capabilities::block_mask" too.
+        base = first[:first.rindex("_")] if first.startswith("ATTNCHECK_") else "Capabilities::"
+        words = [ABI_WORDS.get(n) for n in [first] + [base + r for r in rest]]
+        return match.group(0) if None in words else ", ".join("%s=True" % w for w in words)
+
+    return re.sub(r"((?:ATTNCHECK_CAP3?_|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group, text)
+
+
 # Version 3's page layouts (the caps frame's u32 after the head dims, and a paged forward frame's layout field).
 PAGE_LAYOUT_CODES = {"token-major": 1, "head-major": 2}
 PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
@@ -638,7 +678,24 @@ class _Errors:
                 f.write(json.dumps({"calls": self.calls, "failed": self.failed}) + "\n")
 
 
-def serve(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
+def serve(fn, features=(), **declarations):
+    """serve_declared(fn, **declarations), with every name in `features` (FEATURE_FAMILIES: "gqa", "window",
+    "softcap", "lse", "paged", ...) declared True: `serve(fn, features=("gqa", "window", "lse"))` is
+    `serve(fn, gqa=True, window=True, lse=True)`. The values that are not on/off (dtypes, alignments, page sizes,
+    empty_rows, framework, device, backward, ...) stay keywords."""
+    if isinstance(features, str):
+        features = (features,)
+    for name in features:
+        if name not in FEATURES:
+            raise ValueError("serve: features names %r, which is no feature (expected names among %s)" % (
+                name, "; ".join("%s: %s" % (family, ", ".join(names)) for family, names in FEATURE_FAMILIES.items())))
+        if declarations.get(name) is False:
+            raise ValueError("serve: %r is in features but %s=False as well" % (name, name))
+        declarations[name] = True
+    return serve_declared(fn, **declarations)
+
+
+def serve_declared(fn, name="python", description="", dtypes=("float32", "float64"), returns_weights=False,
           custom_scale=None, alignments=("top-left",), cross_lengths=True, max_T=0, nonfinite_safe=False,
           gqa=False, key_lengths=None, window=None, backward=None, empty_rows=None, head_dim_multiple=1,
           max_head_dim=0, head_dims=None, lse=False, sinks=False, softcap=False, alibi=False, bidirectional=False,

@@ -36,7 +36,7 @@ that ran, by its absolute path, and files in that folder, so they work from a sh
 
 Enable it with `-p attncheck_pytest` or `pytest_plugins = ["attncheck_pytest"]` in a conftest.py (or install
 the package, harness/python/pyproject.toml, which registers it). Options: --attncheck-cases N,
---attncheck-seed S, --attncheck-timeout SECONDS, --attncheck-bin PATH (default: $ATTNCHECK, else
+--attncheck-seed S, --attncheck-timeout SECONDS, --attncheck-progress auto|yes|no, --attncheck-bin PATH (default: $ATTNCHECK, else
 `attncheck` on PATH) and --attncheck-dir DIR.
 """
 
@@ -50,6 +50,54 @@ import shlex
 import shutil
 import subprocess
 import sys
+
+
+class _Progress:
+    """attncheck's progress line ([k/n] law: cases done; the time left) shown on the test's own terminal line while a
+    check runs, then the line restored as pytest left it: with --attncheck-progress=yes, or auto on a terminal."""
+
+    _LINE = re.compile(r"^\[\d+/\d+\] ")
+
+    def __init__(self, config):
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        self.tw = getattr(reporter, "_tw", None)
+        # pytest's capture holds fd 1 during a test: the terminal is reached with it suspended, as live logging does.
+        self.capture = config.pluginmanager.get_plugin("capturemanager")
+        wanted = config.getoption("--attncheck-progress")
+        self.enabled = self.tw is not None and (wanted == "yes" or (wanted == "auto" and reporter.isatty))
+
+    def run(self, argv, env):
+        """The finished process (returncode, stdout, stderr), as subprocess.run gives it."""
+        if not self.enabled:
+            return subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        import threading
+        proc = subprocess.Popen(argv + ["--progress"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                env=env)
+        out = []
+        reader = threading.Thread(target=lambda: out.append(proc.stdout.read()))
+        reader.start()
+        err = []
+        before = getattr(self.tw, "_current_line", "")  # what pytest wrote on this line: restored after
+        shown = False
+        for line in proc.stderr:
+            if not self._LINE.match(line):
+                err.append(line)
+                continue
+            width = max(20, self.tw.fullwidth - 1)
+            self._write("\r\033[K" + ("attncheck " + line.rstrip("\n"))[:width])
+            shown = True
+        proc.wait()
+        reader.join()
+        if shown:
+            self._write("\r\033[K" + before)
+            if hasattr(self.tw, "_current_line"):  # what pytest measures to right-align "[100%]": the line as it was
+                self.tw._current_line = before
+        return subprocess.CompletedProcess(argv, proc.returncode, "".join(out), "".join(err))
+
+    def _write(self, text):
+        import contextlib
+        with self.capture.global_and_fixture_disabled() if self.capture else contextlib.nullcontext():
+            self.tw.write(text, flush=True)
 
 
 def _missing_module(module, package, who="attncheck_pytest"):
@@ -135,7 +183,9 @@ import attncheck_plugin as client
 spec = importlib.util.spec_from_file_location("_attncheck_served", {wrapper!r})
 served = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(served)
-fn, declared = served.fn, served.kwargs
+fn, declared = served.fn, dict(served.kwargs)
+for name in declared.pop("features", ()):  # serve(fn, features=(...)): each name declared True
+    declared[name] = True
 
 case = np.load({npz!r})
 dtype = {dtype!r}
@@ -210,6 +260,9 @@ def pytest_addoption(parser):
                     help="seconds one call of the function may take (default: attncheck's)")
     group.addoption("--attncheck-bin", default=None,
                     help="the attncheck command (default: $ATTNCHECK, else attncheck on PATH)")
+    group.addoption("--attncheck-progress", choices=("auto", "yes", "no"), default="auto",
+                    help="show attncheck's progress (the law, the cases done, the time left) on the test's line "
+                         "while a check runs (default auto: when the terminal is one)")
     group.addoption("--attncheck-dir", default=None,
                     help="where failing cases are kept and replayed first on the next run, with the wrappers "
                          "and latest reports (default: .attncheck in the rootdir)")
@@ -485,6 +538,12 @@ def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
     return base + ".py"
 
 
+def _words(text):
+    """attncheck's text in the words of serve() (attncheck_plugin.python_words): "(sinks=True)", not a C name."""
+    import attncheck_plugin
+    return attncheck_plugin.python_words(text) if text else text
+
+
 def _client_file():
     import attncheck_plugin
     return attncheck_plugin.__file__
@@ -565,7 +624,7 @@ class AttncheckFixture:
 
     def check(self, fn, dtypes=("float32",), laws=None, cases=None, seed=None, timeout=None, **serve_kwargs):
         """Runs the laws (all, or those named in `laws`) on `fn` at each of `dtypes`; fails the test with every
-        falsified law. `serve_kwargs` go to attncheck_plugin.serve (returns_weights, alignments, max_T,
+        falsified law. `serve_kwargs` go to attncheck_plugin.serve (framework, device, features, returns_weights, alignments, max_T,
         nonfinite_safe, gqa, key_lengths, window, backward, empty_rows, lse, sinks, softcap, alibi, bidirectional,
         paged, page_sizes, page_layouts, documents, query_documents, chunked_local, prefix, right_window,
         block_mask, dense_mask, ...); `cases`, `seed`, `timeout` override the --attncheck-* options."""
@@ -627,7 +686,7 @@ class AttncheckFixture:
             if os.path.exists(path):
                 os.remove(path)
         env["ATTNCHECK_PYTHON_STATS"], env["ATTNCHECK_PYTHON_OUTPUT"] = stats, output
-        run = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        run = _Progress(self._config).run(argv, env)
         # The function's own output (its prints, its tracebacks, each distinct one once), then attncheck's: the
         # test's captured stderr, which pytest shows with a failure (and with -rP), as it does the test's own.
         if os.path.exists(output):
@@ -681,12 +740,12 @@ class AttncheckFixture:
             qualname, dtype, summary["seed"], summary["generator"]["cases"], counts)]
         if by_status["held"]:
             lines.append("  held: " + ", ".join(law["law"] for law in by_status["held"]))
-            lines += ["    %s: %s" % (law["law"], law["note"]) for law in by_status["held"] if law.get("note")]
+            lines += ["    %s: %s" % (law["law"], _words(law["note"])) for law in by_status["held"] if law.get("note")]
         if by_status["n/a"]:
             lines.append("  not applicable:")
             reasons = {}  # laws that are n/a for the same reason share a line (the five gradient laws, often)
             for law in by_status["n/a"]:
-                reasons.setdefault(law.get("note") or "(no reason given)", []).append(law["law"])
+                reasons.setdefault(_words(law.get("note")) or "(no reason given)", []).append(law["law"])
             lines += ["    %s: %s" % (", ".join(names), why) for why, names in reasons.items()]
         if by_status["falsified"]:
             lines.append("  falsified: " + ", ".join(
@@ -705,7 +764,7 @@ class AttncheckFixture:
             if law["status"] != "falsified":
                 continue
             name = law["law"]
-            lines = ["%s (%s): %s" % (name, dtype, law.get("message", "falsified"))]
+            lines = ["%s (%s): %s" % (name, dtype, _words(law.get("message", "falsified")))]
             report = os.path.join(report_dir, law["report_json"]) if "report_json" in law else None
             detail = None
             if report and os.path.exists(report):

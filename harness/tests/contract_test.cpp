@@ -221,13 +221,15 @@ TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
 }
 
 // The Python client's FLAGS2 and FLAGS3 (attncheck_plugin.py) are the table's bits, and serve() takes a keyword
-// named as each feature (the claims, which no call carries, included).
+// named as each feature (the claims, which no call carries, included); its FEATURES (the names `features=` takes)
+// are the table's on/off declarations, and ABI_WORDS turns each C name into the keyword.
 TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   const std::string cmd = "PYTHONPATH=" ATTNCHECK_PYTHON_DIR
                           " /usr/bin/python3 -c 'import attncheck_plugin as a, inspect, json; "
                           "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, \"call\": a.CALL_FLAGS, "
                           "\"caps\": a.CAPS_FLAGS, \"result\": a.RESULT_FLAGS, \"d_sinks\": a.GRADIENTS_D_SINKS, "
-                          "\"keywords\": list(inspect.signature(a.serve).parameters)}))'";
+                          "\"keywords\": list(inspect.signature(a.serve_declared).parameters), "
+                          "\"features\": a.FEATURES, \"abi_words\": a.ABI_WORDS}))'";
   std::unique_ptr<FILE, int (*)(FILE*)> pipe(::popen(cmd.c_str(), "r"), ::pclose);
   ASSERT_TRUE(pipe);
   std::string out;
@@ -240,6 +242,11 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
     if (f.flags3) flags3[std::string(f.name)] = f.flags3;
     const auto& kw = py.at("keywords");
     EXPECT_NE(std::find(kw.begin(), kw.end(), std::string(f.name)), kw.end()) << "serve() has no keyword " << f.name;
+    const auto& names = py.at("features");
+    if (f.id != Feature::backward)  // a function, not a flag
+      EXPECT_NE(std::find(names.begin(), names.end(), std::string(f.name)), names.end()) << "FEATURES lacks " << f.name;
+    if (f.c_name.starts_with("ATTNCHECK_"))  // a macro (the backward is declared by a function pointer instead)
+      EXPECT_EQ(py.at("abi_words").value(std::string(f.c_name), ""), f.name) << f.c_name;
   }
   EXPECT_EQ(py.at("flags2").get<decltype(flags2)>(), flags2);
   EXPECT_EQ(py.at("flags3").get<decltype(flags3)>(), flags3);

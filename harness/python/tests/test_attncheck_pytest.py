@@ -179,13 +179,17 @@ def test_a_passing_test_lists_the_laws_that_held_and_those_not_applicable_with_w
     for line in block[:next(n for n, line in enumerate(block) if not line.startswith("      "))]:
         names, why = line.strip().split(": ", 1)
         listed.update({name: why for name in names.split(", ")})
-    assert listed == {law["law"]: law["note"] for law in na}, summary
+    # ... in the words of serve(), the interface the function came through: "(key_lengths=True)", not the C names.
+    import attncheck_plugin
+    assert listed == {law["law"]: attncheck_plugin.python_words(law["note"]) for law in na}, summary
+    assert "ATTNCHECK_CAP" not in summary and "Capabilities::" not in summary, summary
+    assert "(key_lengths=True)" in summary and "(alibi=True, sinks=True)" in summary, summary
     # The same text is the test's report section "attncheck" (-rP shows it for a pass) ...
     assert re.search(r"-+ attncheck -+\ncorrect at float64 ", text), text
     # ... and a junit property, for CI dashboards.
     props = {p.get("name"): p.get("value") for p in ET.parse(pytester.path / "junit.xml").iter("property")}
     assert "held: " + ", ".join(held) in props["attncheck correct float64"], props
-    assert "%s: %s" % (na[-1]["law"], na[-1]["note"]) in props["attncheck correct float64"], props
+    assert "%s: %s" % (na[-1]["law"], attncheck_plugin.python_words(na[-1]["note"])) in props["attncheck correct float64"], props
 
 
 def test_quiet_keeps_one_line_per_check(pytester):
@@ -1059,3 +1063,57 @@ def test_a_falsified_oracle_agreement_comes_with_a_python_reproduction_that_runs
         "def no_mask(q, k, v, scale=None):", "def no_mask(q, k, v, scale=None):\n    return correct(q, k, v, scale)"))
     fixed = subprocess.run([sys.executable, repro], capture_output=True, text=True, cwd=str(tmp_path), env=env)
     assert fixed.returncode == 0 and "agrees" in fixed.stdout, (fixed.stdout, fixed.stderr)
+
+
+def test_features_declares_by_name_what_the_keywords_declare_one_by_one(tmp_path):
+    """serve(fn, features=(...)) is serve(fn, name=True, ...); a name that is no feature is refused, naming the
+    families; a feature also set False is refused."""
+    import attncheck_plugin
+    seen = {}
+
+    def fake(fn, **declared):
+        seen.update(declared)
+    real, attncheck_plugin.serve_declared = attncheck_plugin.serve_declared, fake
+    try:
+        attncheck_plugin.serve(len, features=("gqa", "window", "lse"), dtypes=("float64",))
+        assert seen == {"gqa": True, "window": True, "lse": True, "dtypes": ("float64",)}, seen
+        with pytest.raises(ValueError, match=r"features names 'windows', which is no feature \(expected names among "
+                                             r"heads and lengths: gqa, key_lengths, v_head_dim; masks beyond causal"):
+            attncheck_plugin.serve(len, features=("windows",))
+        with pytest.raises(ValueError, match=r"'lse' is in features but lse=False as well"):
+            attncheck_plugin.serve(len, features=("lse",), lse=False)
+    finally:
+        attncheck_plugin.serve_declared = real
+
+
+SLOW = '''
+import time
+
+from kernels import correct
+
+
+def slow(q, k, v, scale=None):
+    time.sleep(0.02)  # a slow function: a law of 100 cases takes seconds
+    return correct(q, k, v, scale)
+
+
+def test_slow(attncheck):
+    attncheck.check(slow, dtypes=("float64",), laws=("row-stochastic",))
+'''
+
+
+def test_progress_shows_the_law_the_cases_and_the_time_left_on_the_tests_line(pytester):
+    pytester.makepyfile(kernels=FUNCTIONS, test_slow=SLOW)
+    result = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-progress=yes")
+    result.assert_outcomes(passed=1)
+    text = result.stdout.str()
+    # Drawn over the test's line while the check runs (the laws it applies, cases done, the time left), then the
+    # line as pytest left it, with its outcome.
+    # (pytester's text has the carriage returns as line ends.)
+    assert re.search(r"test_slow\.py [\r\n]\x1b\[Kattncheck \[1/1\] row-stochastic: \d+/100 cases", text), repr(text)
+    assert re.search(r"\x1b\[Kattncheck \[1/1\] row-stochastic: \d+/100 cases; about \d+ s left[\r\n]", text), repr(text)
+    assert re.search(r"[\r\n]\x1b\[Ktest_slow\.py \.\s+\[100%\]\n", text), repr(text)
+    # Off: nothing drawn.
+    quiet = pytester.runpytest_subprocess("-p", "attncheck_pytest", "--attncheck-progress=no")
+    quiet.assert_outcomes(passed=1)
+    assert "\x1b[K" not in quiet.stdout.str(), repr(quiet.stdout.str())

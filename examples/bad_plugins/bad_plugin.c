@@ -186,7 +186,27 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin_table(void);
 #define ENTRY attncheck_plugin
 #endif
 
-#if defined(BAD_V3_HEAD_DIMS) || defined(BAD_V3_PAGED_NO_SIZES) || defined(BAD_HUGE_PAGES) || defined(BAD_LSE_FAR) || \
+#if defined(BAD_V4_SIZE) || defined(BAD_V4_FLAGS4)
+/* An ABI-4 table whose size is not one a table can have, or that declares an ATTNCHECK_CAP4_* bit this attncheck
+ * does not know: the loader must say what it expected. */
+ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* ENTRY(void) {
+  static const attncheck_plugin_v4 table = {
+#if defined(BAD_V4_SIZE)
+      .abi_version = ATTNCHECK_PLUGIN_ABI_V4,
+      .table_size = 12, /* no ABI-4 table is 12 bytes */
+#else
+      ATTNCHECK_PLUGIN_V4_HEADER,
+      .flags4 = 0x80000000u,
+#endif
+      .dtypes = ATTNCHECK_DTYPE_F32,
+      .flags = ATTNCHECK_CAP_CUSTOM_SCALE,
+      .name = "bad-plugin",
+      .description = "deliberately broken",
+      .forward = forward,
+  };
+  return (const attncheck_plugin_v1*)&table;
+}
+#elif defined(BAD_V3_HEAD_DIMS) || defined(BAD_V3_PAGED_NO_SIZES) || defined(BAD_HUGE_PAGES) || defined(BAD_LSE_FAR) || \
     defined(BAD_D_SINKS_FAR)
 /* An ABI-3 table declaring a head-dimension multiple of -8, or paged K and V (both layouts) without a page size:
  * the loader must say what it expected. Or pages of 2^20 keys (the largest the ABI allows), whose pools attncheck

@@ -382,8 +382,14 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
 #ifdef PAGED
   static const int64_t page_sizes[] = {1, 8, 16, 64, 256};
 #endif
+#ifdef ABI4
+  /* The same table as an ABI-4 one: ATTNCHECK_PLUGIN_V4_HEADER sets the version and the table's own size. */
+  static const attncheck_plugin_v4 table = {
+      ATTNCHECK_PLUGIN_V4_HEADER,
+#else
   static const attncheck_plugin_v3 table = {
       .abi_version = ATTNCHECK_PLUGIN_ABI_V3,
+#endif
       .dtypes = ATTNCHECK_DTYPE_F32 | ATTNCHECK_DTYPE_F64 | ATTNCHECK_DTYPE_BF16,
       .alignments = ATTNCHECK_ALIGN_TOP_LEFT | ATTNCHECK_ALIGN_BOTTOM_RIGHT,
 #if defined(BUG_MASK_FILL_ZERO)

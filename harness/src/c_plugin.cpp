@@ -1,4 +1,4 @@
-// The C ABI loader: dlopen, the ABI version check (1, 2 or 3), and forward and backward calls that detect output
+// The C ABI loader: dlopen, the ABI version check (1 to 4; from 4, the table's own size), and forward and backward calls that detect output
 // the plug-in did not write or wrote past (sentinel-filled buffers with a guard zone behind them).
 #include "c_plugin.hpp"
 
@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cstddef>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -508,6 +509,25 @@ class CPlugin final : public Implementation {
   Capabilities caps_;
 };
 
+// ABI 4: the table's own size, read first and never read past (a field it does not reach is neutral), then
+// flags4. This attncheck defines no ATTNCHECK_CAP4_* bit yet (docs/abi4.md designs them).
+void validate_v4(const std::string& name, const attncheck_plugin_v1* table) {
+  std::uint32_t size = 0;
+  std::memcpy(&size, reinterpret_cast<const char*>(table) + offsetof(attncheck_plugin_v4, table_size), sizeof size);
+  const std::string v3_hint =
+      "; declare the table as attncheck_plugin_v4 and set both fields with ATTNCHECK_PLUGIN_V4_HEADER, or, if it is "
+      "an attncheck_plugin_v3, set its abi_version to ATTNCHECK_PLUGIN_ABI_V3 (3)";
+  if (size % 8 != 0 || size < ATTNCHECK_PLUGIN_V4_MIN_SIZE || size > 4096)
+    throw SpecError(name + ": the plug-in's table has ABI version 4 but its table_size is " + std::to_string(size) +
+                    " (expected a multiple of 8 from " + std::to_string(ATTNCHECK_PLUGIN_V4_MIN_SIZE) +
+                    " to 4096: the sizeof of the attncheck_plugin_v4 it was compiled with)" + v3_hint);
+  const auto* v4 = reinterpret_cast<const attncheck_plugin_v4*>(table);
+  if (v4->flags4 != 0)
+    throw SpecError(name + ": the plug-in's flags4 are " + hex(v4->flags4) +
+                    " (expected 0: this attncheck knows no ATTNCHECK_CAP4_* bit yet; build the plug-in against this "
+                    "attncheck's attncheck/plugin.h)" + v3_hint);
+}
+
 // Refuses a table that claims what its version cannot carry, or whose ABI-2 tail is not what an ABI-2
 // table holds (most likely an attncheck_plugin_v1 that says ATTNCHECK_PLUGIN_ABI_VERSION).
 void validate_table(const std::string& name, std::uint32_t version, const attncheck_plugin_v1* table) {
@@ -545,12 +565,15 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
   Dl_info info{};
   if (v2->backward && ::dladdr(reinterpret_cast<void*>(v2->backward), &info) == 0)
     throw SpecError(name + ": the plug-in's backward pointer does not point into any loaded library" + v1_hint);
-  if (version != ATTNCHECK_PLUGIN_ABI_V3) return;
+  if (version < ATTNCHECK_PLUGIN_ABI_V3) return;
+  if (version >= ATTNCHECK_PLUGIN_ABI_V4) validate_v4(name, table);
   // ABI 3: the declarations. Anything outside them is refused with what was expected: a table whose tail is
   // not an ABI-3 tail (an ABI-2 table that says version 3) fails here too.
   const auto* v3 = reinterpret_cast<const attncheck_plugin_v3*>(table);
   const std::string v2_hint =
-      "; if the table is declared as attncheck_plugin_v2, set its abi_version to ATTNCHECK_PLUGIN_ABI_V2 (2)";
+      version == ATTNCHECK_PLUGIN_ABI_V3
+          ? "; if the table is declared as attncheck_plugin_v2, set its abi_version to ATTNCHECK_PLUGIN_ABI_V2 (2)"
+          : "";
   const auto refuse = [&](const std::string& what) { throw SpecError(name + ": the plug-in's " + what + v2_hint); };
   if (v3->flags3 & ~kAbi3Flags)
     refuse("flags3 are " + hex(v3->flags3) + " (expected a combination of ATTNCHECK_CAP3_* bits, within " +
@@ -664,9 +687,9 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
   // The version is the first field of every version of the table, so it can be read before trusting the rest.
   std::uint32_t version = 0;
   std::memcpy(&version, table, sizeof version);
-  if (version != ATTNCHECK_PLUGIN_ABI_V1 && version != ATTNCHECK_PLUGIN_ABI_V2 && version != ATTNCHECK_PLUGIN_ABI_V3)
+  if (version < ATTNCHECK_PLUGIN_ABI_V1 || version > ATTNCHECK_PLUGIN_ABI_V4)
     throw SpecError(name + ": the plug-in has ABI version " + std::to_string(version) +
-                    " but this attncheck loads ABI version 1, 2 or 3; rebuild it against this attncheck's "
+                    " but this attncheck loads ABI version 1, 2, 3 or 4; rebuild it against this attncheck's "
                     "attncheck/plugin.h");
   if (!table->forward) throw SpecError(name + ": the plug-in's table has no forward function");
   if (table->dtypes == 0 || (table->dtypes & ~0xFu))
@@ -682,7 +705,7 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
   validate_table(name, version, table);
   return std::make_shared<CPlugin>(
       name, table, version >= ATTNCHECK_PLUGIN_ABI_V2 ? reinterpret_cast<const attncheck_plugin_v2*>(table) : nullptr,
-      version == ATTNCHECK_PLUGIN_ABI_V3 ? reinterpret_cast<const attncheck_plugin_v3*>(table) : nullptr);
+      version >= ATTNCHECK_PLUGIN_ABI_V3 ? reinterpret_cast<const attncheck_plugin_v3*>(table) : nullptr);
 }
 
 

@@ -243,10 +243,12 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
     const auto& kw = py.at("keywords");
     EXPECT_NE(std::find(kw.begin(), kw.end(), std::string(f.name)), kw.end()) << "serve() has no keyword " << f.name;
     const auto& names = py.at("features");
-    if (f.id != Feature::backward)  // a function, not a flag
+    if (f.id != Feature::backward) {  // a function, not a flag
       EXPECT_NE(std::find(names.begin(), names.end(), std::string(f.name)), names.end()) << "FEATURES lacks " << f.name;
-    if (f.c_name.starts_with("ATTNCHECK_"))  // a macro (the backward is declared by a function pointer instead)
+    }
+    if (f.c_name.starts_with("ATTNCHECK_")) {  // a macro (the backward is declared by a function pointer instead)
       EXPECT_EQ(py.at("abi_words").value(std::string(f.c_name), ""), f.name) << f.c_name;
+    }
   }
   EXPECT_EQ(py.at("flags2").get<decltype(flags2)>(), flags2);
   EXPECT_EQ(py.at("flags3").get<decltype(flags3)>(), flags3);

@@ -15,6 +15,8 @@ extern "C" const std::size_t abi1_layout[];
 extern "C" const std::size_t abi1_layout_size;
 extern "C" const std::size_t abi2_layout[];
 extern "C" const std::size_t abi2_layout_size;
+extern "C" const std::size_t abi3_layout[];
+extern "C" const std::size_t abi3_layout_size;
 
 namespace {
 
@@ -174,6 +176,45 @@ TEST(PluginAbi, abi3KeepsEveryAbi2OffsetAndOnlyAppends) {
   // The current attncheck_plugin_v2 is the frozen one, field for field.
   EXPECT_EQ(sizeof(attncheck_plugin_v2), abi2_layout[29]);
   EXPECT_EQ(offsetof(attncheck_plugin_v2, backward), abi2_layout[28]);
+}
+
+// ABI 4 only appends: every ABI-3 offset (call, backward call, table, the structs a call points to) as the frozen
+// ABI-3 header compiled as C gives it is the current header's; attncheck_plugin_v4 starts with attncheck_plugin_v3's
+// fields, and its own size comes right after them.
+TEST(PluginAbi, abi4KeepsEveryAbi3OffsetAndOnlyAppends) {
+#define V4(f) offsetof(attncheck_plugin_v4, f)
+  const std::vector<std::size_t> now = {
+      offsetof(attncheck_call, dtype), offsetof(attncheck_call, alignment), offsetof(attncheck_call, has_scale),
+      offsetof(attncheck_call, scale), offsetof(attncheck_call, q), offsetof(attncheck_call, k),
+      offsetof(attncheck_call, v), offsetof(attncheck_call, output), offsetof(attncheck_call, weights),
+      offsetof(attncheck_call, key_lengths), offsetof(attncheck_call, window), offsetof(attncheck_call, causal),
+      offsetof(attncheck_call, reserved3), offsetof(attncheck_call, prefix_length),
+      offsetof(attncheck_call, window_right), offsetof(attncheck_call, chunk_size), offsetof(attncheck_call, q_doc_ids),
+      offsetof(attncheck_call, k_doc_ids), offsetof(attncheck_call, block_mask), offsetof(attncheck_call, dense_mask),
+      offsetof(attncheck_call, softcap), offsetof(attncheck_call, alibi_slopes), offsetof(attncheck_call, sinks),
+      offsetof(attncheck_call, lse), offsetof(attncheck_call, paged), abi3_layout[25],  // the call may grow: below
+      offsetof(attncheck_backward_call, forward), offsetof(attncheck_backward_call, d_output),
+      offsetof(attncheck_backward_call, dq), offsetof(attncheck_backward_call, dk), offsetof(attncheck_backward_call, dv),
+      offsetof(attncheck_backward_call, d_sinks), abi3_layout[32],  // grows too
+      V4(abi_version), V4(dtypes), V4(alignments), V4(flags), V4(max_T), V4(name), V4(description), V4(forward),
+      V4(empty_rows), V4(reserved), V4(backward), V4(flags3), V4(cross_lengths), V4(head_dim_multiple),
+      V4(max_head_dim), V4(head_dims), V4(num_head_dims), V4(page_sizes), V4(num_page_sizes), V4(page_layouts),
+      V4(reserved3), abi3_layout[54],  // the v4 table is longer
+      sizeof(attncheck_tensor_in), sizeof(attncheck_tensor_out), sizeof(attncheck_lse_out),
+      sizeof(attncheck_block_mask), sizeof(attncheck_dense_mask), sizeof(attncheck_paged_kv),
+      sizeof(attncheck_head_dim)};
+#undef V4
+  ASSERT_EQ(abi3_layout_size, now.size());
+  for (std::size_t i = 0; i < now.size(); ++i) EXPECT_EQ(abi3_layout[i], now[i]) << "layout entry " << i;
+  EXPECT_GE(sizeof(attncheck_call), abi3_layout[25]);
+  EXPECT_GE(sizeof(attncheck_backward_call), abi3_layout[32]);
+  // The table's own size is the first ABI-4 field, right after the ABI-3 ones; the current attncheck_plugin_v3 is
+  // the frozen one.
+  EXPECT_EQ(offsetof(attncheck_plugin_v4, table_size), abi3_layout[54]);
+  EXPECT_EQ(sizeof(attncheck_plugin_v3), abi3_layout[54]);
+  EXPECT_EQ(ATTNCHECK_PLUGIN_V4_MIN_SIZE, offsetof(attncheck_plugin_v4, flags4) + sizeof(std::uint32_t));
+  EXPECT_EQ(ATTNCHECK_PLUGIN_V4_SIZE % 8, 0u);
+  EXPECT_EQ(ATTNCHECK_PLUGIN_ABI_VERSION, ATTNCHECK_PLUGIN_ABI_V4);
 }
 
 }  // namespace

@@ -24,24 +24,33 @@
  * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix,
  * a right window, block masks, dense masks, strided inputs and V with a head dimension of its own (D_v != D) to a
  * plug-in that declares them; the invariances (layout, batch, determinism) are declared here and checked by the
- * laws docs/laws.md names. */
+ * laws docs/laws.md names.
+ *
+ * ABI 4 begins with the table's own size (docs/abi4.md designs the rest: quantised caches, selected keys and tree
+ * masks, RoPE, QK-norm, biases, temperature, dropout). An attncheck_plugin_v4 is an attncheck_plugin_v3 field for
+ * field, then table_size, which the loader reads before anything else of ABI 4 and never reads past: a field the
+ * table does not reach is its neutral value. So a source compiled against a later header, whose
+ * attncheck_plugin_v4 has grown, is read as the table it is; and ABI 4's fields are appended to attncheck_plugin_v4
+ * itself, feature by feature, without another version. Set both fields with ATTNCHECK_PLUGIN_V4_HEADER. */
 #ifndef ATTNCHECK_PLUGIN_H
 #define ATTNCHECK_PLUGIN_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-/** The versions of the table. attncheck loads both; a table with any other version is rejected, the numbers
- *  named. ABI 1 is an attncheck_plugin_v1 table, ABI 2 an attncheck_plugin_v2 table. */
+/** The versions of the table. attncheck loads each; a table with any other version is rejected, the numbers
+ *  named. ABI N is an attncheck_plugin_vN table. */
 #define ATTNCHECK_PLUGIN_ABI_V1 1u
 #define ATTNCHECK_PLUGIN_ABI_V2 2u
 #define ATTNCHECK_PLUGIN_ABI_V3 3u
-/** The newest ABI this header describes: the version of an attncheck_plugin_v3 table. A source names the
- *  version its table was written for (ATTNCHECK_PLUGIN_ABI_V3 beside an attncheck_plugin_v3 table), never this
- *  macro: rebuilt against a later header, a source that says ATTNCHECK_PLUGIN_ABI_VERSION claims a newer table
- *  than it has, and the loader would read a tail that is not there (it rejects a tail it can tell is garbage,
- *  but it cannot tell every time). */
-#define ATTNCHECK_PLUGIN_ABI_VERSION ATTNCHECK_PLUGIN_ABI_V3
+#define ATTNCHECK_PLUGIN_ABI_V4 4u
+/** The newest ABI this header describes: the version of an attncheck_plugin_v4 table. A source names the
+ *  version its table was written for (ATTNCHECK_PLUGIN_V4_HEADER in an attncheck_plugin_v4 table,
+ *  ATTNCHECK_PLUGIN_ABI_V3 beside an attncheck_plugin_v3 table), never this macro: rebuilt against a later header,
+ *  an ABI-1 to ABI-3 source that says ATTNCHECK_PLUGIN_ABI_VERSION claims a newer table than it has, and the
+ *  loader would read a tail that is not there (it rejects a tail it can tell is garbage, but it cannot tell every
+ *  time). From ABI 4 on the table says its own size, and the loader reads no further. */
+#define ATTNCHECK_PLUGIN_ABI_VERSION ATTNCHECK_PLUGIN_ABI_V4
 
 /** Marks the entry point exported from the plug-in's shared library. */
 #if defined(_WIN32)
@@ -313,7 +322,7 @@ typedef struct attncheck_plugin_v1 {
  *  ABI-2 fields. abi_version is ATTNCHECK_PLUGIN_ABI_V2; the entry point returns it cast to
  *  `const attncheck_plugin_v1*`, and the loader casts it back after reading the version. */
 typedef struct attncheck_plugin_v2 {
-  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V2 (= ATTNCHECK_PLUGIN_ABI_VERSION), first, always */
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V2, first, always */
   uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
   uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
   uint32_t flags;       /**< ATTNCHECK_CAP_* bits, the ABI-2 ones included */
@@ -335,7 +344,7 @@ typedef struct attncheck_head_dim {
 /** The ABI-3 table: every field of attncheck_plugin_v2 in the same order (so the same offsets), then the
  *  ABI-3 fields. abi_version is ATTNCHECK_PLUGIN_ABI_V3; returned cast to `const attncheck_plugin_v1*`. */
 typedef struct attncheck_plugin_v3 {
-  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V3 (= ATTNCHECK_PLUGIN_ABI_VERSION), first, always */
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V3, first, always */
   uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
   uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
   uint32_t flags;       /**< ATTNCHECK_CAP_* bits */
@@ -365,8 +374,50 @@ typedef struct attncheck_plugin_v3 {
   uint32_t reserved3; /**< 0 */
 } attncheck_plugin_v3;
 
+/** The ABI-4 table: every field of attncheck_plugin_v3 in the same order (so the same offsets), then table_size
+ *  and the ABI-4 fields. abi_version is ATTNCHECK_PLUGIN_ABI_V4; returned cast to `const attncheck_plugin_v1*`.
+ *  Later ABI-4 features append their fields here: a table compiled before them is shorter, says so in
+ *  table_size, and the loader takes every field past it as neutral (its feature not declared). */
+typedef struct attncheck_plugin_v4 {
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V4, first, always */
+  uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
+  uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
+  uint32_t flags;       /**< ATTNCHECK_CAP_* bits */
+  int64_t max_T;        /**< the largest T_q and T_k accepted; 0 means no limit */
+  const char* name;        /**< short name, e.g. "my-kernel" */
+  const char* description; /**< one line, may be NULL */
+  attncheck_forward_fn forward;
+  uint32_t empty_rows;            /**< one ATTNCHECK_EMPTY_ROWS_* value, ATTNCHECK_EMPTY_ROWS_ANY included */
+  uint32_t reserved;              /**< 0 */
+  attncheck_backward_fn backward; /**< NULL: forward only */
+  uint32_t flags3;                /**< ATTNCHECK_CAP3_* bits */
+  uint32_t cross_lengths;         /**< ATTNCHECK_CROSS_* bits: the T_q != T_k regimes accepted; 0: both */
+  int64_t head_dim_multiple;      /**< as in attncheck_plugin_v3 */
+  int64_t max_head_dim;
+  const attncheck_head_dim* head_dims;
+  size_t num_head_dims;
+  const int64_t* page_sizes;
+  size_t num_page_sizes;
+  uint32_t page_layouts;
+  uint32_t reserved3; /**< 0 */
+  /* ABI 4 */
+  /** sizeof the table as its source was compiled (ATTNCHECK_PLUGIN_V4_SIZE): a multiple of 8, at least
+   *  ATTNCHECK_PLUGIN_V4_MIN_SIZE and at most 4096. The loader reads no field past it. */
+  uint32_t table_size;
+  /** ATTNCHECK_CAP4_* bits (this header defines none yet: 0). */
+  uint32_t flags4;
+} attncheck_plugin_v4;
+
+/** The size of the attncheck_plugin_v4 this header describes, and the smallest an ABI-4 table can be (up to and
+ *  including flags4). */
+#define ATTNCHECK_PLUGIN_V4_SIZE ((uint32_t)sizeof(attncheck_plugin_v4))
+#define ATTNCHECK_PLUGIN_V4_MIN_SIZE ((uint32_t)(offsetof(attncheck_plugin_v4, flags4) + sizeof(uint32_t)))
+/** The first fields of an ABI-4 table, for a designated initializer: `static const attncheck_plugin_v4 table =
+ *  {ATTNCHECK_PLUGIN_V4_HEADER, .dtypes = ..., ...};` sets the version and the size from the one struct type. */
+#define ATTNCHECK_PLUGIN_V4_HEADER .abi_version = ATTNCHECK_PLUGIN_ABI_V4, .table_size = ATTNCHECK_PLUGIN_V4_SIZE
+
 /** The one entry point: returns a table with static storage duration (never NULL): an attncheck_plugin_v1,
- *  or an attncheck_plugin_v2 or attncheck_plugin_v3 cast to this type (its abi_version says which). */
+ *  or an attncheck_plugin_v2, _v3 or _v4 cast to this type (its abi_version says which). */
 ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void);
 
 #ifdef __cplusplus

@@ -1,0 +1,378 @@
+/* FROZEN: attncheck/plugin.h as it was under ABI 3 (harness/tests/abi3/), never edited: abi3_plugin.c builds
+ * against it, and abi3_layout.c gives its offsets to plugin_abi_test.cpp. */
+/* The attncheck plug-in ABI: a shared library exports one C function returning a table (ABI version first,
+ * then name, capabilities, a forward call and, from ABI 2, an optional backward call), and attncheck checks
+ * every law against it. Plain C99, only <stddef.h> and <stdint.h>; nothing may throw or longjmp across it:
+ * errors are status codes plus a message.
+ *
+ * Each ABI only appends: every ABI-1 and ABI-2 struct keeps its layout and offsets, so a plug-in built against
+ * an older header keeps loading unchanged (harness/tests/abi1/ and abi2/ hold frozen copies of those headers,
+ * and plug-ins built against them, and prove it).
+ *
+ * ABI 3 adds, as one revision for the attention people write now:
+ *  - declarations of what the implementation accepts, so attncheck never draws a case it does not support:
+ *    which cross-length regimes (T_q <= T_k, T_q >= T_k), which head dimensions (a multiple, a maximum, a
+ *    list), and the empty-row convention "unspecified output" (ATTNCHECK_EMPTY_ROWS_ANY);
+ *  - the log-sum-exp of every row as an extra output, and score modifiers: attention sinks, logit softcapping
+ *    and ALiBi;
+ *  - paged K and V (a page pool and a block table);
+ *  - masks beyond causal: documents (packed sequences), chunked local attention, a bidirectional prefix or no
+ *    causal rule at all, a right window, and block or dense masks;
+ *  - K and V head dimensions that differ (D_k != D_v, as MLA), and declared invariances (layout, batch,
+ *    determinism).
+ * Every ABI-3 call field has a neutral value (noted at each) that attncheck sends to a plug-in that does not
+ * declare the capability, so a plug-in reads only the fields of what it declares. This attncheck checks the
+ * declarations (cross lengths, head dims, empty rows) and sends calls with the LSE, sinks, softcap, ALiBi,
+ * causal = 0, paged K and V (in a declared page size and layout), documents, chunked local attention, a prefix,
+ * a right window, block masks, dense masks, strided inputs and V with a head dimension of its own (D_v != D) to a
+ * plug-in that declares them; the invariances (layout, batch, determinism) are declared here and checked by the
+ * laws docs/laws.md names. */
+#ifndef ATTNCHECK_PLUGIN_H
+#define ATTNCHECK_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/** The versions of the table. attncheck loads both; a table with any other version is rejected, the numbers
+ *  named. ABI 1 is an attncheck_plugin_v1 table, ABI 2 an attncheck_plugin_v2 table. */
+#define ATTNCHECK_PLUGIN_ABI_V1 1u
+#define ATTNCHECK_PLUGIN_ABI_V2 2u
+#define ATTNCHECK_PLUGIN_ABI_V3 3u
+/** The newest ABI this header describes: the version of an attncheck_plugin_v3 table. A source names the
+ *  version its table was written for (ATTNCHECK_PLUGIN_ABI_V3 beside an attncheck_plugin_v3 table), never this
+ *  macro: rebuilt against a later header, a source that says ATTNCHECK_PLUGIN_ABI_VERSION claims a newer table
+ *  than it has, and the loader would read a tail that is not there (it rejects a tail it can tell is garbage,
+ *  but it cannot tell every time). */
+#define ATTNCHECK_PLUGIN_ABI_VERSION ATTNCHECK_PLUGIN_ABI_V3
+
+/** Marks the entry point exported from the plug-in's shared library. */
+#if defined(_WIN32)
+#define ATTNCHECK_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define ATTNCHECK_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/** The entry point's symbol name, as the loader looks it up. */
+#define ATTNCHECK_PLUGIN_ENTRY_NAME "attncheck_plugin"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Element types, as bits of attncheck_plugin_v1.dtypes and as the value of attncheck_call.dtype.
+ * float16 and bfloat16 elements are passed as their raw 16-bit patterns (uint16_t). */
+#define ATTNCHECK_DTYPE_F32 0x1u  /**< IEEE binary32, `float` */
+#define ATTNCHECK_DTYPE_F64 0x2u  /**< IEEE binary64, `double` */
+#define ATTNCHECK_DTYPE_F16 0x4u  /**< IEEE binary16, raw bits in a uint16_t */
+#define ATTNCHECK_DTYPE_BF16 0x8u /**< bfloat16 (top half of a binary32), raw bits in a uint16_t */
+
+/* Causal alignment when T_q != T_k, as bits of attncheck_plugin_v1.alignments and attncheck_call.alignment. */
+#define ATTNCHECK_ALIGN_TOP_LEFT 0x1u     /**< query i sees keys j <= i (PyTorch's is_causal) */
+#define ATTNCHECK_ALIGN_BOTTOM_RIGHT 0x2u /**< query i sees keys j <= i + T_k - T_q (FlashAttention >= 2.1) */
+
+/* Capability flags, as bits of attncheck_plugin_v1.flags. */
+#define ATTNCHECK_CAP_RETURNS_WEIGHTS 0x1u /**< forward fills call->weights when it is not NULL */
+#define ATTNCHECK_CAP_CUSTOM_SCALE 0x2u    /**< forward honours call->scale when call->has_scale != 0 */
+#define ATTNCHECK_CAP_CROSS_LENGTHS 0x4u   /**< accepts T_q != T_k (with the alignments declared) */
+#define ATTNCHECK_CAP_NONFINITE_SAFE 0x8u  /**< a NaN/Inf in a future key or value never reaches an output */
+/* ABI 2 only: an ABI-1 table that sets one of these is rejected (it has no fields to carry them). */
+#define ATTNCHECK_CAP_GQA 0x10u         /**< k, v may have H_kv heads, H_kv dividing H; query head h reads kv head
+                                             h / (H / H_kv) (repeat_interleave, FlashAttention, ggml) */
+#define ATTNCHECK_CAP_KEY_LENGTHS 0x20u /**< honours call->key_lengths (key padding) */
+#define ATTNCHECK_CAP_WINDOW 0x40u      /**< honours call->window (a left sliding window) */
+
+/* What a query row that sees no key returns (all its keys padding, outside the window, or in its future),
+ * as attncheck_plugin_v2.empty_rows. Libraries disagree; attncheck's core returns zero. */
+#define ATTNCHECK_EMPTY_ROWS_UNSPECIFIED 0u /**< either is accepted; reports say which one it follows */
+#define ATTNCHECK_EMPTY_ROWS_ZERO 1u        /**< output 0, weights 0 (FlashAttention) */
+#define ATTNCHECK_EMPTY_ROWS_NAN 2u         /**< NaN (PyTorch's math path: softmax of an all -inf row) */
+/** ABI 3: the output (and weights, and LSE) of such a row is unspecified, anything at all, because the caller
+ *  discards it (Hugging Face's fully padded rows get uniform weights): laws skip those rows, reports say so. */
+#define ATTNCHECK_EMPTY_ROWS_ANY 3u
+
+/* ABI 3: the cross-length regimes accepted, as bits of attncheck_plugin_v3.cross_lengths; 0 means both (as in
+ * ABI 1 and 2). Only read when flags has ATTNCHECK_CAP_CROSS_LENGTHS. */
+#define ATTNCHECK_CROSS_Q_LE_K 0x1u /**< T_q < T_k: decode steps and prefill chunks against a cache */
+#define ATTNCHECK_CROSS_Q_GE_K 0x2u /**< T_q > T_k */
+
+/* ABI 3 capability flags, as bits of attncheck_plugin_v3.flags3. Each names the call fields it enables; a
+ * plug-in without the bit always gets those fields' neutral values. */
+#define ATTNCHECK_CAP3_LSE 0x1u              /**< fills call->lse when it is not NULL */
+#define ATTNCHECK_CAP3_SINKS 0x2u            /**< honours call->sinks (and, with a backward, fills d_sinks) */
+#define ATTNCHECK_CAP3_SOFTCAP 0x4u          /**< honours call->softcap */
+#define ATTNCHECK_CAP3_ALIBI 0x8u            /**< honours call->alibi_slopes */
+#define ATTNCHECK_CAP3_PAGED 0x10u           /**< honours call->paged, in the declared page sizes and layouts */
+#define ATTNCHECK_CAP3_DOCUMENTS 0x20u       /**< honours call->q_doc_ids and k_doc_ids (packed sequences) */
+#define ATTNCHECK_CAP3_CHUNKED_LOCAL 0x40u   /**< honours call->chunk_size (chunked local attention) */
+#define ATTNCHECK_CAP3_PREFIX 0x80u          /**< honours call->prefix_length (prefix-LM) */
+#define ATTNCHECK_CAP3_BIDIRECTIONAL 0x100u  /**< honours call->causal = 0 (no causal rule) */
+#define ATTNCHECK_CAP3_RIGHT_WINDOW 0x200u   /**< honours call->window_right */
+#define ATTNCHECK_CAP3_BLOCK_MASK 0x400u     /**< honours call->block_mask */
+#define ATTNCHECK_CAP3_DENSE_MASK 0x800u     /**< honours call->dense_mask */
+#define ATTNCHECK_CAP3_V_HEAD_DIM 0x1000u    /**< v may have its own head dimension D_v != D (output [B,H,T_q,D_v]) */
+#define ATTNCHECK_CAP3_STRIDED 0x2000u       /**< reads q, k, v through any strides: gaps, stride 0, views of one buffer */
+#define ATTNCHECK_CAP3_LAYOUT_INVARIANT 0x4000u /**< bit-identical results whatever the strides */
+#define ATTNCHECK_CAP3_BATCH_INVARIANT 0x8000u  /**< a sequence's results bit-identical whatever else is in the batch */
+#define ATTNCHECK_CAP3_DETERMINISTIC 0x10000u   /**< forward and backward bit-identical when repeated */
+/** With ATTNCHECK_CAP3_DOCUMENTS: q_doc_ids may give the queries documents of lengths of their own
+ *  (FlashAttention varlen's cu_seqlens_q != cu_seqlens_k), each document aligned on its own lengths
+ *  (attncheck_call.q_doc_ids says how). Without it, a query's id is always the one its aligned position gives. */
+#define ATTNCHECK_CAP3_QUERY_DOCUMENTS 0x20000u
+
+/* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
+#define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
+#define ATTNCHECK_PAGED_HEAD_MAJOR 0x2u  /**< a page pool [num_pages, H_kv, page_size, D] (FlashInfer HND) */
+
+/* ABI 3: the kinds of block in an attncheck_block_mask. */
+#define ATTNCHECK_BLOCK_EMPTY 0u   /**< every key of the block hidden */
+#define ATTNCHECK_BLOCK_PARTIAL 1u /**< the block's entries of the dense `partial` mask say */
+#define ATTNCHECK_BLOCK_FULL 2u    /**< every key of the block visible (to this family) */
+
+/* Status codes forward returns. */
+#define ATTNCHECK_OK 0          /**< output (and weights, when asked) written in full */
+#define ATTNCHECK_ERROR 1       /**< failed; a message says why */
+#define ATTNCHECK_UNSUPPORTED 2 /**< the call is outside what the plug-in supports; a message says what */
+
+/** An input tensor: [B,H,T,D] (element (b,h,i,d) at data + b*strides[0] + h*strides[1] + i*strides[2] +
+ *  d*strides[3], strides in elements, not bytes). */
+typedef struct attncheck_tensor_in {
+  const void* data;
+  int64_t shape[4];
+  int64_t strides[4];
+} attncheck_tensor_in;
+
+/** An output tensor the caller owns: [B,H,T_q,D] for the output, [B,H,T_q,T_k] for weights. Write every
+ *  element and nothing outside it. */
+typedef struct attncheck_tensor_out {
+  void* data;
+  int64_t shape[4];
+  int64_t strides[4];
+} attncheck_tensor_out;
+
+/** One forward call: output = softmax(mask(Q Kᵀ · scale)) V for each (b,h), the mask being causal (with
+ *  the call's alignment), and from ABI 2 also key padding and a sliding window. With aligned position
+ *  p = i (top-left) or i + T_k - T_q (bottom-right), query i of batch entry b sees exactly the keys j with
+ *  j <= p, j < key_lengths[b] (when given) and j >= p - window (when window >= 0). */
+typedef struct attncheck_call {
+  uint32_t dtype;     /**< one ATTNCHECK_DTYPE_* bit, the same for every tensor */
+  uint32_t alignment; /**< one ATTNCHECK_ALIGN_* bit; only matters when T_q != T_k */
+  int32_t has_scale;  /**< 0: use the default scale 1/sqrt(D); otherwise multiply QKᵀ by `scale` */
+  double scale;       /**< finite and > 0 when has_scale != 0 */
+  /** [B,H,T_q,D], [B,H_kv,T_k,D], [B,H_kv,T_k,D_v]; H_kv = H unless the plug-in declares ATTNCHECK_CAP_GQA, and
+   *  D_v = D unless it declares ATTNCHECK_CAP3_V_HEAD_DIM (then v.shape[3] says D_v) */
+  attncheck_tensor_in q, k, v;
+  attncheck_tensor_out output;   /**< [B,H,T_q,D_v] */
+  attncheck_tensor_out* weights; /**< [B,H,T_q,T_k], or NULL when not wanted (or not offered) */
+  /* ABI 2: an ABI-1 plug-in never reads the fields below, and attncheck never sends it a call that needs
+   * them (its flags cannot declare them). */
+  /** B entries: keys j >= key_lengths[b] of batch entry b are padding (0 <= key_lengths[b] <= T_k); NULL: no
+   *  padding. Always NULL unless the plug-in declares ATTNCHECK_CAP_KEY_LENGTHS. */
+  const int64_t* key_lengths;
+  /** < 0: no window; else the query at aligned position p sees keys p - window .. p only. Always < 0 unless
+   *  the plug-in declares ATTNCHECK_CAP_WINDOW. */
+  int64_t window;
+  /* ABI 3: an ABI-1 or ABI-2 plug-in never reads the fields below. Each has a neutral value, sent to a plug-in
+   * that does not declare its capability. The order in which the score of query i (aligned position p) and key
+   * j is built: s = scale·(q_i·k_j); then softcap: s = softcap·tanh(s/softcap); then ALiBi: s += slope_h·(j - p);
+   * then the mask (every family present must allow j, else s = -inf); then softmax over the visible keys and
+   * the sink logit of head h together, the sink's share dropped from the output. The LSE is the log-sum-exp of
+   * that softmax's terms (sink included): natural log, -inf for a row that sees no key and has no sink. */
+  /** 1: the causal rule (j <= p) applies; 0 (only with ATTNCHECK_CAP3_BIDIRECTIONAL): it does not, and every key
+   *  is visible but for padding, the window and the other mask families. ALiBi's p is still the aligned position.
+   *  Neutral: 1. */
+  int32_t causal;
+  uint32_t reserved3; /**< 0 */
+  /** Keys j < prefix_length are visible to every query (prefix-LM: the prefix attends bidirectionally), on top
+   *  of the causal rule. Neutral: 0. */
+  int64_t prefix_length;
+  /** < 0: none; else query p sees keys j <= p + window_right only (with `window`, a two-sided window; with the
+   *  causal rule 0 changes nothing). Neutral: -1. */
+  int64_t window_right;
+  /** <= 0: none; else query p sees only keys of its own chunk: j / chunk_size == p / chunk_size (Llama 4's
+   *  chunked local attention, positions aligned as p). Neutral: 0. */
+  int64_t chunk_size;
+  /** [B, T_q] and [B, T_k], row-major: the document of each query and key position; a query sees only keys of
+   *  its own document (packed sequences; causal inside a document through the causal rule). The key ids of a
+   *  batch entry are non-decreasing and >= 0 (documents are contiguous runs of keys; an id that steps by n + 1
+   *  means n empty documents between); a query's id is the id of the key at its aligned position p clamped to
+   *  [0, T_k - 1]. Both NULL or both given, in forward and backward calls. Neutral: NULL.
+   *  With ATTNCHECK_CAP3_QUERY_DOCUMENTS the query ids are free instead (non-decreasing; an id past the last
+   *  key's is a document without keys at the end): document d then holds queries [qs, qe) and keys [ks, ke),
+   *  and its query i sits at aligned position p = ks + (i - qs), plus (ke - ks) - (qe - qs) under bottom-right
+   *  alignment: each document aligned on its own lengths, as FlashAttention's varlen aligns each sequence. Every
+   *  rule that reads p (causal, windows, chunks, ALiBi) reads that one. Query ids that follow from the positions
+   *  give the same p as before. */
+  const int32_t* q_doc_ids;
+  const int32_t* k_doc_ids;
+  /** A block mask (FlexAttention's BlockMask), or NULL, in forward and backward calls. Neutral: NULL. */
+  const struct attncheck_block_mask* block_mask;
+  /** A dense boolean mask, or NULL, in forward and backward calls. Neutral: NULL. */
+  const struct attncheck_dense_mask* dense_mask;
+  /** > 0: logit softcapping, s = softcap·tanh(s/softcap) on the scaled score (Gemma 2); 0: none. Neutral: 0. */
+  double softcap;
+  /** H entries (one per query head), or NULL: ALiBi, s += alibi_slopes[h]·(j - p). Neutral: NULL. */
+  const double* alibi_slopes;
+  /** H entries (one per query head), or NULL: the sink logit of each head, an extra softmax column whose
+   *  weight is dropped (gpt-oss); -inf is no sink. Not scaled, capped or biased. The visible weights of a row
+   *  then sum to 1 - exp(sink - lse), and the LSE of a row that sees no key is its sink. Neutral: NULL. */
+  const double* sinks;
+  /** The log-sum-exp of every row, or NULL when not wanted (only a plug-in with ATTNCHECK_CAP3_LSE gets one):
+   *  [B,H,T_q] doubles the caller owns; write every element (-inf for a row that sees no key and has no sink).
+   *  Neutral: NULL. */
+  struct attncheck_lse_out* lse;
+  /** Paged K and V, or NULL (only a plug-in with ATTNCHECK_CAP3_PAGED gets one, in a page size and layout it
+   *  declares, and only in a forward call: a backward call is never paged). When given, q is as always, k.data
+   *  and v.data are NULL, k.shape and v.shape still say [B,H_kv,T_k,D] (T_k the call's key length, which the
+   *  alignment and the weights' shape use) and key_lengths is never NULL: it holds each sequence's length
+   *  (<= T_k; T_k each when the call has no padding), also for a plug-in without ATTNCHECK_CAP_KEY_LENGTHS.
+   *  Neutral: NULL. */
+  const struct attncheck_paged_kv* paged;
+} attncheck_call;
+
+/** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
+ *  keeps it in float32 widens it, exactly). Element (b,h,i) at data + b*strides[0] + h*strides[1] +
+ *  i*strides[2]: the strides need not be contiguous. */
+typedef struct attncheck_lse_out {
+  double* data;
+  int64_t shape[3];
+  int64_t strides[3];
+} attncheck_lse_out;
+
+/** ABI 3: a block mask. Query block m holds queries m*block_q .. (m+1)*block_q - 1 and key block n keys
+ *  n*block_k .. (n+1)*block_k - 1 (the last block of each may be short). The kind of block (b,h,m,n) is
+ *  kinds[b*kind_strides[0] + h*kind_strides[1] + m*kind_strides[2] + n*kind_strides[3]] (a stride 0
+ *  broadcasts over batch or heads); inside a PARTIAL block, key j is visible to query i when
+ *  partial[b*partial_strides[0] + h*partial_strides[1] + i*partial_strides[2] + j*partial_strides[3]] != 0. */
+typedef struct attncheck_block_mask {
+  int64_t block_q, block_k;
+  int64_t num_q_blocks, num_k_blocks; /**< ceil(T_q / block_q), ceil(T_k / block_k) */
+  const uint8_t* kinds;               /**< ATTNCHECK_BLOCK_* values */
+  int64_t kind_strides[4];
+  const uint8_t* partial;             /**< [B,H,T_q,T_k], read only inside PARTIAL blocks; NULL if none is */
+  int64_t partial_strides[4];
+} attncheck_block_mask;
+
+/** ABI 3: a dense boolean mask [B,H,T_q,T_k]: key j visible to query i of (b,h) when the byte at
+ *  data + b*strides[0] + h*strides[1] + i*strides[2] + j*strides[3] is not 0 (strides 0 broadcast). */
+typedef struct attncheck_dense_mask {
+  const uint8_t* data;
+  int64_t strides[4];
+} attncheck_dense_mask;
+
+/** ABI 3: paged K and V. Key t of sequence b lives in page block_table[b*block_table_stride + t/page_size],
+ *  slot t % page_size: element (t, g, d) of the K pool at k_pages.data + page*k_pages.strides[0] + ... in the
+ *  order of the layout ([page, slot, head, d] token-major or [page, head, slot, d] head-major). Slots past a
+ *  sequence's length, pages no table references, and table entries past ceil(len / page_size) hold anything
+ *  (NaN, Inf, out-of-range page numbers) and must never be read. Two sequences may share a page (a common
+ *  prefix), and the pages of a sequence need not be in order. attncheck passes pools at the call's dtype with
+ *  contiguous strides and block_table_stride = max_pages. */
+typedef struct attncheck_paged_kv {
+  uint32_t layout;   /**< one ATTNCHECK_PAGED_* bit */
+  uint32_t reserved; /**< 0 */
+  int64_t num_pages, page_size;
+  attncheck_tensor_in k_pages, v_pages; /**< shape in the layout's order; v_pages' last extent is D_v */
+  const int32_t* block_table;           /**< [B, max_pages] with row stride block_table_stride */
+  int64_t max_pages, block_table_stride;
+} attncheck_paged_kv;
+
+/** The forward call. Writes at most message_size bytes (NUL included) of explanation into `message`
+ *  when it does not return ATTNCHECK_OK. Must not throw, longjmp or keep pointers past the return. */
+typedef int32_t (*attncheck_forward_fn)(const attncheck_call* call, char* message, size_t message_size);
+
+/** One backward call (ABI 2): the gradients of L = sum(output ∘ d_output) with respect to q, k and v, for the
+ *  forward call `forward` describes (its inputs and options). In a backward call forward->output is a
+ *  scratch buffer [B,H,T_q,D] the plug-in may use (to recompute O, say); what it holds afterwards is ignored.
+ *  forward->weights is NULL. Every tensor has the call's dtype. */
+typedef struct attncheck_backward_call {
+  const attncheck_call* forward;
+  attncheck_tensor_in d_output; /**< dO [B,H,T_q,D_v], the output's shape */
+  /** dQ [B,H,T_q,D]; dK [B,H_kv,T_k,D], dV [B,H_kv,T_k,D_v]: the gradient of a kv head shared by a group of
+   *  query heads sums over the group. Write every element and nothing outside them. */
+  attncheck_tensor_out dq, dk, dv;
+  /* ABI 3 */
+  /** H entries when forward->sinks is given: the gradient of L with respect to each head's sink logit (summed
+   *  over batch entries and rows: -Σ exp(sink_h - lse_i)·(dO_i·O_i)), 0 for a sink of -inf; write every one.
+   *  Else NULL. */
+  double* d_sinks;
+} attncheck_backward_call;
+
+/** The backward call (ABI 2): same status codes and message rules as the forward call. */
+typedef int32_t (*attncheck_backward_fn)(const attncheck_backward_call* call, char* message, size_t message_size);
+
+/** The table a plug-in hands over. Its first field is always the ABI version, so any loader can read it. */
+typedef struct attncheck_plugin_v1 {
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V1 for this table, first, always */
+  uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
+  uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
+  uint32_t flags;       /**< ATTNCHECK_CAP_* bits */
+  int64_t max_T;        /**< the largest T_q and T_k accepted; 0 means no limit */
+  const char* name;        /**< short name, e.g. "my-kernel" */
+  const char* description; /**< one line, may be NULL */
+  attncheck_forward_fn forward;
+} attncheck_plugin_v1;
+
+/** The ABI-2 table: every field of attncheck_plugin_v1 in the same order (so the same offsets), then the
+ *  ABI-2 fields. abi_version is ATTNCHECK_PLUGIN_ABI_V2; the entry point returns it cast to
+ *  `const attncheck_plugin_v1*`, and the loader casts it back after reading the version. */
+typedef struct attncheck_plugin_v2 {
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V2 (= ATTNCHECK_PLUGIN_ABI_VERSION), first, always */
+  uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
+  uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
+  uint32_t flags;       /**< ATTNCHECK_CAP_* bits, the ABI-2 ones included */
+  int64_t max_T;        /**< the largest T_q and T_k accepted; 0 means no limit */
+  const char* name;        /**< short name, e.g. "my-kernel" */
+  const char* description; /**< one line, may be NULL */
+  attncheck_forward_fn forward;
+  /* ABI 2 */
+  uint32_t empty_rows;            /**< one ATTNCHECK_EMPTY_ROWS_* value */
+  uint32_t reserved;              /**< 0 */
+  attncheck_backward_fn backward; /**< NULL: forward only (attncheck then checks the forward laws only) */
+} attncheck_plugin_v2;
+
+/** ABI 3: a head dimension accepted: D_k = k, D_v = v (0: the same as k). */
+typedef struct attncheck_head_dim {
+  int64_t k, v;
+} attncheck_head_dim;
+
+/** The ABI-3 table: every field of attncheck_plugin_v2 in the same order (so the same offsets), then the
+ *  ABI-3 fields. abi_version is ATTNCHECK_PLUGIN_ABI_V3; returned cast to `const attncheck_plugin_v1*`. */
+typedef struct attncheck_plugin_v3 {
+  uint32_t abi_version; /**< ATTNCHECK_PLUGIN_ABI_V3 (= ATTNCHECK_PLUGIN_ABI_VERSION), first, always */
+  uint32_t dtypes;      /**< ATTNCHECK_DTYPE_* bits accepted (at least one) */
+  uint32_t alignments;  /**< ATTNCHECK_ALIGN_* bits honoured when T_q != T_k; top-left if 0 */
+  uint32_t flags;       /**< ATTNCHECK_CAP_* bits */
+  int64_t max_T;        /**< the largest T_q and T_k accepted; 0 means no limit */
+  const char* name;        /**< short name, e.g. "my-kernel" */
+  const char* description; /**< one line, may be NULL */
+  attncheck_forward_fn forward;
+  uint32_t empty_rows;            /**< one ATTNCHECK_EMPTY_ROWS_* value, ATTNCHECK_EMPTY_ROWS_ANY included */
+  uint32_t reserved;              /**< 0 */
+  attncheck_backward_fn backward; /**< NULL: forward only */
+  /* ABI 3 */
+  uint32_t flags3;        /**< ATTNCHECK_CAP3_* bits */
+  uint32_t cross_lengths; /**< ATTNCHECK_CROSS_* bits: the T_q != T_k regimes accepted; 0: both */
+  /** The head dimensions accepted: D (and D_v) a multiple of head_dim_multiple (0 or 1: any) and at most
+   *  max_head_dim (0: no limit); with head_dims (num_head_dims entries), only those. attncheck draws only such
+   *  D; UNSUPPORTED for one of them is a finding. */
+  int64_t head_dim_multiple;
+  int64_t max_head_dim;
+  const attncheck_head_dim* head_dims;
+  size_t num_head_dims;
+  /** With ATTNCHECK_CAP3_PAGED: the page sizes accepted (num_page_sizes entries, each in [1, 2^20]) and
+   *  ATTNCHECK_PAGED_* bits; at least one of each (the loader refuses a table declaring PAGED without). attncheck
+   *  draws paged calls only in these. */
+  const int64_t* page_sizes;
+  size_t num_page_sizes;
+  uint32_t page_layouts;
+  uint32_t reserved3; /**< 0 */
+} attncheck_plugin_v3;
+
+/** The one entry point: returns a table with static storage duration (never NULL): an attncheck_plugin_v1,
+ *  or an attncheck_plugin_v2 or attncheck_plugin_v3 cast to this type (its abi_version says which). */
+ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTNCHECK_PLUGIN_H */

@@ -265,6 +265,29 @@ std::string replay_refusal(const Law& law, const Implementation& impl, const rep
 }
 
 // The counterexample's geometry on one line: "B=1 H=1 T_q=1 T_k=17 D=1 (bottom-right)".
+// The call's other settings that are not their defaults (the cause is often one of them, not the shape): an
+// explicit scale, key lengths, the window, softcap, ALiBi slopes, sinks, paging and the memory layout.
+std::string call_keywords_line(const Problem& p) {
+  std::string s;
+  const auto add = [&](const std::string& what) { s += (s.empty() ? "" : "; ") + what; };
+  const auto list = [](const auto& values, auto&& text) {
+    std::string out = "{";
+    for (std::size_t n = 0; n < values.size(); ++n) out += (n ? ", " : "") + text(values[n]);
+    return out + "}";
+  };
+  const auto number = [](double x) { return format_number(x, 6); };
+  if (p.scale) add("scale " + number(*p.scale));
+  if (!p.key_lengths.empty()) add("key lengths " + list(p.key_lengths, [](Index x) { return std::to_string(x); }));
+  if (p.window) add("window " + std::to_string(*p.window));
+  if (p.softcap) add("softcap " + number(*p.softcap));
+  if (!p.alibi_slopes.empty()) add("ALiBi slopes " + list(p.alibi_slopes, number));
+  if (!p.sinks.empty()) add("sinks " + list(p.sinks, number));
+  if (p.paged)
+    add("paged: pages of " + std::to_string(p.paged->page_size) + ", " + page_layout_name(p.paged->layout));
+  if (p.layout != InputLayout::contiguous) add("layout " + input_layout_name(p.layout));
+  return s;
+}
+
 std::string shape_line(const Problem& p) {
   const Shape& q = p.q.shape();
   std::string s = "B=" + std::to_string(q.B) + " H=" + std::to_string(q.H);
@@ -275,6 +298,7 @@ std::string shape_line(const Problem& p) {
     s += " T_q=" + std::to_string(q.T) + " T_k=" + std::to_string(p.k.shape().T) + dims +
          (p.alignment == CausalAlignment::TopLeft ? " (top-left)" : " (bottom-right)");
   if (const std::string masks = mask_families_line(p); !masks.empty()) s += "; " + masks;
+  if (const std::string keywords = call_keywords_line(p); !keywords.empty()) s += "; " + keywords;
   return s;
 }
 

@@ -44,6 +44,15 @@ DType dtype_option(const std::string& name) {
   throw UsageError("--dtype: expected float32, float64, float16 or bfloat16 but got \"" + name + "\"");
 }
 
+// Refuses a dtype `impl` does not declare, naming the ones it accepts; `after` says what that means for the run.
+void check_dtype_declared(const Implementation& impl, DType dtype, const char* after) {
+  if (impl.capabilities().supports(dtype)) return;
+  std::string accepted;
+  for (const DType t : impl.capabilities().dtypes) accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
+  throw UsageError("--dtype: " + impl.name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) + " but got " +
+                   std::string(dtype_name(dtype)) + "; " + after);
+}
+
 std::vector<const Law*> select_laws(const CheckOptions& o, const Registry& reg) {
   if (reg.laws.empty()) throw std::logic_error("this build has no laws registered");
   std::vector<const Law*> out;
@@ -663,13 +672,7 @@ CheckPlan plan_check(const CheckOptions& o, const Registry& reg, ImplementationP
   }
   select_plan_laws(plan, o, reg);
   plan.impl = impl ? std::move(impl) : resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
-  if (!plan.impl->capabilities().supports(plan.dtype)) {
-    std::string accepted;
-    for (const DType t : plan.impl->capabilities().dtypes)
-      accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
-    throw UsageError("--dtype: " + plan.impl->name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) +
-                     " but got " + std::string(dtype_name(plan.dtype)) + "; no law could be checked");
-  }
+  check_dtype_declared(*plan.impl, plan.dtype, "no law could be checked");
   long_context_bounds(plan, o);
   reports::RunInfo& run = plan.run;
   run.implementation = plan.impl->name();
@@ -976,14 +979,7 @@ int run_dtypes(const CheckOptions& o, const Registry& reg, std::ostream& out, st
         throw UsageError("--dtype: expected each dtype once but got " + o.dtypes[i] + " twice");
   if (o.impl.empty()) return run_one(o, reg, out, err, err_is_terminal);  // plan_check says what --impl takes
   const ImplementationPtr impl = resolve_implementation(o.impl, reg, {.call_timeout_s = o.timeout});
-  for (const std::string& name : o.dtypes)
-    if (!impl->capabilities().supports(dtype_option(name))) {
-      std::string accepted;
-      for (const DType t : impl->capabilities().dtypes)
-        accepted += (accepted.empty() ? "" : ", ") + std::string(dtype_name(t));
-      throw UsageError("--dtype: " + impl->name() + " accepts " + (accepted.empty() ? "no dtype" : accepted) +
-                       " but got " + name + "; no law was checked at any dtype");
-    }
+  for (const std::string& name : o.dtypes) check_dtype_declared(*impl, dtype_option(name), "no law was checked at any dtype");
   const fs::path root = o.report_dir.empty() ? fs::path(kDefaultReportRoot) / reports::slug(impl->name())
                                              : fs::path(o.report_dir);
   std::vector<std::pair<std::string, int>> verdicts;

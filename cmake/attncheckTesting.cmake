@@ -32,7 +32,7 @@ function(attncheck_add_test)
   # headers) the executables then reuse: made once, not once per executable.
   if(NOT TARGET attncheck_test_main)
     add_library(attncheck_test_main OBJECT ${PROJECT_SOURCE_DIR}/cmake/test_main.cpp)
-    target_link_libraries(attncheck_test_main PRIVATE GTest::gtest rapidcheck Eigen3::Eigen attncheck_options)
+    target_link_libraries(attncheck_test_main PRIVATE GTest::gtest rapidcheck Eigen3::Eigen attncheck::attention attncheck_options)
     if(ATTNCHECK_SANITIZE)
       target_compile_definitions(attncheck_test_main PRIVATE ATTNCHECK_SANITIZED=1)  # as the executables
     endif()
@@ -40,7 +40,7 @@ function(attncheck_add_test)
                                                           ${ATTNCHECK_PCH_STD})
   endif()
   add_executable(${ARG_NAME} ${ARG_SOURCES} $<TARGET_OBJECTS:attncheck_test_main>)
-  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest attncheck_options)
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} GTest::gtest attncheck::attention attncheck_options)  # main() needs the core
   if(NOT ARG_LIBS STREQUAL "attncheck::plugin_api")  # that one sees the C header only
     target_precompile_headers(${ARG_NAME} REUSE_FROM attncheck_test_main)
   endif()

@@ -2,10 +2,13 @@
 // or a reproduce string, so a ctest run (in CI too) is the same run every time; `RC_PARAMS="seed=N"` explores.
 #include <gtest/gtest.h>
 
+#include "attncheck/allocator.hpp"
+
 #include <cstdlib>
 #include <string>
 
 int main(int argc, char** argv) {
+  attncheck::keep_freed_memory();
   // Before anything asks RapidCheck for its configuration, which it reads once, on first use.
   const char* given = std::getenv("RC_PARAMS");
   const std::string params = given ? given : "";

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <string>
 
+#include "attncheck/allocator.hpp"
 #include "attncheck/cli.hpp"
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -133,4 +134,12 @@ BENCHMARK(BM_zoo_black_box_kills)->Iterations(1)->UseRealTime()->Unit(benchmark:
 
 }  // namespace
 
-BENCHMARK_MAIN();
+// BENCHMARK_MAIN(), but with the allocator as attncheck's programs set it (attncheck/allocator.hpp).
+int main(int argc, char** argv) {
+  attncheck::keep_freed_memory();
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

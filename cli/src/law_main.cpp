@@ -7,6 +7,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "attncheck/allocator.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -54,6 +55,7 @@ int law_main_impl(int argc, char** argv, ImplementationPtr builtin);
 }
 
 int law_main(int argc, char** argv, ImplementationPtr builtin) {
+  keep_freed_memory();
   guard_process_tree();  // nothing a plug-in starts outlives this program
   return law_main_impl(argc, argv, std::move(builtin));
 }

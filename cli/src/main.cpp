@@ -4,9 +4,11 @@
 
 #include <iostream>
 
+#include "attncheck/allocator.hpp"
 #include "attncheck/cli.hpp"
 
 int main(int argc, char** argv) {
+  attncheck::keep_freed_memory();
   attncheck::cli::guard_processes();
   try {
     return attncheck::cli::run(argc, argv, attncheck::cli::default_registry(), std::cout, std::cerr,

@@ -19,6 +19,7 @@
 
 #include "../src/c_plugin.hpp"
 #include "../src/descendants.hpp"
+#include "attncheck/allocator.hpp"
 #include "attncheck/harness.hpp"
 
 namespace {
@@ -67,6 +68,7 @@ void reset_signals() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  attncheck::keep_freed_memory();  // the worker forked below keeps it, the plug-in's own allocations too
   const bool exec_mode = argc == 3 && std::string(argv[1]) == "--exec";
   if (argc != 2 && !exec_mode) {
     std::cerr << "usage: attncheck-plugin-host PATH.so | --exec COMMAND (started by attncheck for plugin:PATH.so "

@@ -13,6 +13,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "attncheck/allocator.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/mutants.hpp"
@@ -308,6 +309,7 @@ int run(const Options& o) {
 }  // namespace attncheck
 
 int main(int argc, char** argv) {
+  attncheck::keep_freed_memory();
   attncheck::Options o;
   CLI::App app{"Runs every law against every mutant and control of the zoo and writes the kill matrix"};
   app.add_option("--seed", o.seed, "RapidCheck seed of every run (the same seed reproduces the table)")

@@ -9,6 +9,7 @@ namespace attncheck {
 
 /// Runs `attncheck-law [--impl SPEC] [--law NAME]... [--dtype NAME]... [--cases N] [--seed S] ...` (see
 /// --help). With `builtin`, --impl may be omitted and checks `builtin`: a C++ project's main() is one line.
+/// It is that main(): it sets the process's allocator as attncheck's own programs do (attncheck/allocator.hpp).
 int law_main(int argc, char** argv, ImplementationPtr builtin = nullptr);
 
 }  // namespace attncheck

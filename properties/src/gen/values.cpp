@@ -65,13 +65,19 @@ namespace {
 // whose outputs pass BigCrush. It was rc::Random(key).next(), a Threefish block per entry: a quarter of the CPU
 // time of a run of every law, for one integer an entry. The randomness still comes from RapidCheck alone (`base`
 // is drawn from the case's rc::Random); this only spreads it over the coordinates.
-int coord_int(std::uint64_t base, Index b, Index h, Index i, Index d, int lim) {
-  std::uint64_t key = base;
-  for (const Index c : {b, h, i, d}) key = (key ^ std::uint64_t(c)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull;
+// The key is mixed one coordinate at a time, so a row's key (b, h, i) is mixed once and each entry of the row adds
+// its d (draw_values); coord_int is the two steps in one.
+std::uint64_t mix(std::uint64_t key, Index c) { return (key ^ std::uint64_t(c)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; }
+std::uint64_t row_key(std::uint64_t base, Index b, Index h, Index i) { return mix(mix(mix(base, b), h), i); }
+int entry_int(std::uint64_t row, Index d, int lim) {
+  std::uint64_t key = mix(row, d);
   key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ull;
   key = (key ^ (key >> 27)) * 0x94d049bb133111ebull;
   key ^= key >> 31;
   return int(key % std::uint64_t(2 * lim + 1)) - lim;
+}
+int coord_int(std::uint64_t base, Index b, Index h, Index i, Index d, int lim) {
+  return entry_int(row_key(base, b, h, i), d, lim);
 }
 
 // A small integer (|n| <= 64) or a power of two (2^e, e of any sign): what values shrink toward.
@@ -134,24 +140,27 @@ std::vector<double> generation::draw_values(const Shape& s, const Coords& at, Re
     return 0;
   };
   std::vector<double> values(std::size_t(s.numel()));
-  std::size_t n = 0;
-  for (Index bx = 0; bx < s.B; ++bx)
-    for (Index hx = 0; hx < s.H; ++hx)
-      for (Index ix = 0; ix < s.T; ++ix)
-        for (Index d = 0; d < s.D; ++d, ++n) {
-          const Index b = coord(at.b, bx), h = coord(at.h, hx), i = coord(at.i, ix), c = coord(at.d, d);
-          int r = 0;
-          switch (regime) {
-            case Regime::small_int: r = coord_int(base, b, h, i, c, 3); break;
-            case Regime::ties: r = coord_int(base, 0, 0, 0, 0, lim(kSteps)); break;
-            case Regime::one_hot:  // the row's hot column, drawn per row and folded into [0, D)
-              r = (d == std::abs(coord_int(base, b, h, i, 0, 1 << 20)) % s.D) ? 1 : 0;
-              break;
-            case Regime::sparse: r = coord_int(base, b, h, i, c, 4 * lim(kSteps)); break;
-            default: r = coord_int(base, b, h, i, c, lim(kSteps)); break;
+  // round_to's clamp and rounding, with the dtype chosen once per tensor rather than once per entry.
+  const double most = max_finite(dtype) / 2;
+  const int reach = regime == Regime::small_int ? 3 : regime == Regime::sparse ? 4 * lim(kSteps) : lim(kSteps);
+  const int tie = coord_int(base, 0, 0, 0, 0, lim(kSteps));  // the one value of a ties-regime tensor
+  visit_dtype(dtype, [&](auto tag) {
+    using S = decltype(tag);
+    std::size_t n = 0;
+    for (Index bx = 0; bx < s.B; ++bx)
+      for (Index hx = 0; hx < s.H; ++hx)
+        for (Index ix = 0; ix < s.T; ++ix) {
+          const std::uint64_t row = row_key(base, coord(at.b, bx), coord(at.h, hx), coord(at.i, ix));
+          // the row's hot column in the one-hot regime, drawn per row and folded into [0, D)
+          const Index hot = regime == Regime::one_hot ? std::abs(entry_int(row, 0, 1 << 20)) % s.D : -1;
+          for (Index d = 0; d < s.D; ++d, ++n) {
+            const int r = regime == Regime::ties      ? tie
+                          : regime == Regime::one_hot ? (d == hot ? 1 : 0)
+                                                      : entry_int(row, coord(at.d, d), reach);
+            values[n] = double(static_cast<S>(std::clamp(value(r), -most, most)));
           }
-          values[n] = round_to(dtype, value(r));
         }
+  });
   return values;
 }
 

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <thread>
 
+#include "attncheck/allocator.hpp"
 #include "attncheck/cancel.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/law.hpp"
@@ -53,16 +54,27 @@ constexpr double kMinDerivedTimeout = 1;
 // folder is appended to PYTHONPATH, so `exec:python3 my_attention.py` needs no setup.
 std::vector<std::string> child_environment() {
   std::vector<std::string> env;
-  std::string pythonpath;
+  std::string pythonpath, tunables;
+  bool has_tunables = false;
   for (char** e = environ; *e; ++e) {
     if (std::strncmp(*e, "PYTHONPATH=", 11) == 0)
       pythonpath = *e + 11;
-    else
+    else if (std::strncmp(*e, "GLIBC_TUNABLES=", 15) == 0) {
+      tunables = *e + 15;
+      has_tunables = true;
+    } else
       env.emplace_back(*e);
   }
   if (const std::string dir = python_client_dir(); !dir.empty())
     pythonpath += (pythonpath.empty() ? "" : ":") + dir;
   if (!pythonpath.empty()) env.push_back("PYTHONPATH=" + pythonpath);
+  // The child's allocator keeps what a call frees for the next call (attncheck/allocator.hpp), unless the user
+  // set that tunable: theirs wins.
+  for (const char* const* t = freed_memory_tunables(); *t; ++t) {
+    const std::string_view entry = *t, key = entry.substr(0, entry.find('=') + 1);
+    if (tunables.find(key) == std::string::npos) tunables += (tunables.empty() ? "" : ":") + std::string(entry);
+  }
+  if (!tunables.empty() || has_tunables) env.push_back("GLIBC_TUNABLES=" + tunables);
   // The plug-in host checks it was not orphaned before its parent-death signal took effect.
   std::erase_if(env, [](const std::string& e) { return e.starts_with("ATTNCHECK_PARENT_PID="); });
   env.push_back("ATTNCHECK_PARENT_PID=" + std::to_string(::getpid()));

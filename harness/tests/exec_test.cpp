@@ -12,6 +12,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "attncheck/harness.hpp"
@@ -1112,6 +1114,31 @@ TEST(Exec, anotherProtocolVersionNamesBoth) {
               std::string::npos)
         << e.what();
   }
+}
+
+// A child's allocator keeps what one call frees for the next (attncheck/allocator.hpp); a tunable the user set is
+// theirs, and the tunables of theirs that attncheck has no opinion on stay.
+TEST(Exec, aChildGetsTheAllocatorTunablesUnlessTheUserSetThem) {
+  const auto seen = [] {
+    try {
+      load_implementation("exec:sh -c 'echo \"tunables<$GLIBC_TUNABLES>\" >&2; exit 3'");
+    } catch (const SpecError& e) {
+      const std::string m = e.what();
+      const auto a = m.rfind("tunables<"), z = m.find('>', a);  // the child's stderr, after the command
+      return a == std::string::npos || z == std::string::npos ? "not in the message: " + m : m.substr(a + 9, z - a - 9);
+    }
+    return std::string("started");
+  };
+  const char* given = std::getenv("GLIBC_TUNABLES");
+  const std::optional<std::string> before = given ? std::optional<std::string>(given) : std::nullopt;
+  ::unsetenv("GLIBC_TUNABLES");
+  EXPECT_EQ(seen(), "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824");
+  ::setenv("GLIBC_TUNABLES", "glibc.malloc.trim_threshold=5:glibc.malloc.tcache_count=0", 1);
+  EXPECT_EQ(seen(), "glibc.malloc.trim_threshold=5:glibc.malloc.tcache_count=0:glibc.malloc.mmap_threshold=33554432");
+  if (before)
+    ::setenv("GLIBC_TUNABLES", before->c_str(), 1);
+  else
+    ::unsetenv("GLIBC_TUNABLES");
 }
 
 TEST(Exec, aChildThatFailsToStartShowsItsStderr) {

@@ -11,4 +11,9 @@ namespace attncheck {
 /// allocator. A library must not call it: the process belongs to whoever wrote main().
 void keep_freed_memory() noexcept;
 
+/// The same two settings as GLIBC_TUNABLES entries ("glibc.malloc.mmap_threshold=N", then the trim threshold),
+/// for the programs attncheck starts but did not write (an exec: client: numpy and torch allocate per call too).
+/// attncheck adds each to a child's GLIBC_TUNABLES unless the user's environment already sets that tunable.
+const char* const* freed_memory_tunables() noexcept;
+
 }  // namespace attncheck

@@ -331,8 +331,11 @@ double max_row_spread(const Problem& p) {
       const Eigen::MatrixXd scores = p.q.head(b, h) * p.k.head(b, h / group).transpose() * scale;
       for (Index i = 0; i < scores.rows(); ++i) {
         double lo = std::numeric_limits<double>::infinity(), hi = -lo;
-        for (Index j = 0; j < scores.cols(); ++j)
-          if (vis.visible(i, j)) lo = std::min(lo, scores(i, j)), hi = std::max(hi, scores(i, j));
+        vis.for_each_run(i, 0, scores.cols(), [&](Index a, Index e) {  // one run(i) a row, not one an entry
+          const auto run = scores.row(i).segment(a, e - a);
+          lo = std::min(lo, run.minCoeff());
+          hi = std::max(hi, run.maxCoeff());
+        });
         if (hi > lo && hi - lo <= 30) top = std::max(top, hi - lo);
       }
     }

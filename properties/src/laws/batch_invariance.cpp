@@ -73,7 +73,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
 
 std::optional<Violation> exact(const char* what, const Problem& p, const Tensor<double>& want,
                                const Tensor<double>& got, Index row0 = 0) {
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i + row0); };
+  const auto seen = seen_rows(p, row0);
   auto v = compare("batch-invariance", "output", want, got, nullptr, seen);
   if (v) v->message += ": " + std::string(what);
   return v;

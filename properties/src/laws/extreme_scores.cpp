@@ -94,7 +94,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Level lv = kLevels[std::size_t(int_param(c, "extreme-scores", "level", 0, Index(kLevels.size()) - 1))];
   const std::string regime = describe(lv, int_param(c, "extreme-scores", "in_keys", 0, 1) == 1);
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
+  const auto seen = seen_rows(p);
   const Outcome o = call(impl, p);
   OracleRun r = run_oracle(p);
   widen_by_reference_error(p, r);

@@ -27,7 +27,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   Tensor<double> tol = run_oracle(p).tol_out;
   tol.values() *= 2;
   // Rows that see no key follow the implementation's empty-row convention, checked by oracle-agreement.
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
+  const auto seen = seen_rows(p);
   auto v = compare("gqa-equivalence", "output", full.output, grouped.output, &tol, seen);
   if (v) {
     v->message += " (K and V with H_kv = " + std::to_string(p.kv_heads()) +

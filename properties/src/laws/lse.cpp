@@ -101,7 +101,7 @@ std::optional<Violation> check_consistency(const Implementation& impl, const Law
           tol(b, h, i, d) = r.tol_out(b, h, i, d) + (o_abs > 0 ? o_abs * std::expm1(tl(b, h, i, 0)) * std::max(f, 1.0) : 0.0);
         }
       }
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
+  const auto seen = seen_rows(p);
   auto v = compare("output-lse-consistency", "output", want, o.output, &tol, seen);
   if (v) {
     const auto& w = v->worst_index;
@@ -289,7 +289,7 @@ std::optional<Violation> check_merge(const Implementation& impl, const LawCase& 
       }
   std::string where = "queries " + std::to_string(c0) + ".." + std::to_string(T - 1) + " over keys split at";
   for (const Index x : cuts) where += " " + std::to_string(x);
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, c0 + i); };
+  const auto seen = seen_rows(p, c0);
   if (auto v = compare(law, "output", want, mine.out, &tol, seen)) {
     v->message += " (the parts merged by their LSEs against the call over all keys; " + where + ")";
     v->worst_index[2] += c0;

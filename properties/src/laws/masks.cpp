@@ -202,7 +202,7 @@ std::optional<Violation> check_segments(const char* law, bool chunks, const Impl
   Tensor<double> tol = run_oracle(p).tol_out;
   tol.values() *= 2;
   auto v = compare(law, "output", alone, whole.output, &tol,
-                   [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); });
+                   seen_rows(p));
   if (v) {
     const Index b = v->worst_index[0], i = v->worst_index[2];
     for (const Call& k : calls)
@@ -440,7 +440,7 @@ std::optional<Violation> check_permutation(const Implementation& impl, const Law
   Tensor<double> tol = run_oracle(p).tol_out;
   tol.values() *= 2;
   auto viol = compare(law, "output", a.output, b.output, &tol,
-                      [&](Index bb, Index h, Index i, Index) { return !sees_none(p, bb, h, i); });
+                      seen_rows(p));
   if (viol) {
     const std::string what = "keys and values permuted together: each batch entry's real keys rotated by " +
                              std::to_string(r) + (rev ? " and reversed" : "");

@@ -183,7 +183,7 @@ std::optional<Violation> check_softcap(const Implementation& impl, const LawCase
   const OracleRun rp = run_oracle(plain), rh = run_oracle(huge);
   Tensor<double> tol = rp.tol_out;
   tol.values() += rh.tol_out.values() + (rp.out.values() - rh.out.values()).cwiseAbs();
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
+  const auto seen = seen_rows(p);
   if (auto v = compare(law, "output", rp.out, a.output, &tol, seen)) {
     v->message += "; a softcap of 2^40 must be plain attention";
     v->call = huge;

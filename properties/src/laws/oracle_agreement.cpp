@@ -36,7 +36,7 @@ Verdict check_sampled_weights(const Implementation& impl, const Problem& p, cons
                                                                unit_roundoff(p.dtype))
                                                 : 0.0;
         }
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
+  const auto seen = seen_rows(p);
   return on_sample(compare("oracle-agreement", "weights", want, got.w, &tol, seen), got, p);
 }
 
@@ -73,7 +73,7 @@ Verdict check(const Implementation& impl, const LawCase& c) {
   Outcome o = call(impl, outputs_first(impl, p));  // weights only once the outputs pass
   OracleRun r = run_oracle(p);
   const Outcome mine = widen_by_reference_error(p, r);
-  const auto seen = [&](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
+  const auto seen = seen_rows(p);
   if (auto v = with_nonfinite_reason(compare("oracle-agreement", "output", r.out, o.output, &r.tol_out, seen), p)) {
     v->weights = o.weights;
     return v;
@@ -84,11 +84,12 @@ Verdict check(const Implementation& impl, const LawCase& c) {
   o.weights = weights_of(impl, c, o);
   if (o.weights) {
     // Future weights stay exact (tolerance 0) whatever the rule.
+    const Include hidden = hidden_keys(p);
     for (Index b = 0; b < r.tol_w.shape().B; ++b)
       for (Index h = 0; h < r.tol_w.shape().H; ++h)
         for (Index i = 0; i < r.tol_w.shape().T; ++i)
           for (Index j = 0; j < r.tol_w.shape().D; ++j)
-            if (!visible(p, b, h, i, j)) r.tol_w(b, h, i, j) = 0;
+            if (hidden(b, h, i, j)) r.tol_w(b, h, i, j) = 0;
     if (auto v = with_nonfinite_reason(compare("oracle-agreement", "weights", r.w, *o.weights, &r.tol_w, seen), p)) {
       v->weights = o.weights;
       return v;

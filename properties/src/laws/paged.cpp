@@ -39,11 +39,6 @@ std::string describe_plan(const Problem& p) {
   return s + ", free slots " + page_fill_name(plan.fill) + ")";
 }
 
-// Rows that see no key follow the implementation's empty-row convention (empty-row-convention's business).
-Include seen_rows(const Problem& p) {
-  return [&p](Index b, Index h, Index i, Index) { return !sees_none(p, b, h, i); };
-}
-
 /// The exact comparison of two calls whose problems differ only in how K and V are laid out: outputs, and the
 /// weights and LSE where both calls returned them, the same values (same_value).
 std::optional<Violation> same_outcomes(const char* law, const Implementation& impl, const Problem& a_p,

@@ -106,6 +106,13 @@ Index int_param(const LawCase& c, const char* law, const char* key, Index lo, In
 
 /// Which entries a comparison looks at: include(b, h, i, j).
 using Include = std::function<bool(Index, Index, Index, Index)>;
+/// The entries of an output [B,H,T_q,·] whose query row sees at least one key (a row that sees none follows the
+/// implementation's empty-row convention, empty-row-convention's business), offset by row0 when the compared
+/// tensor starts at query row0: each row's keys are found once, not once for each entry compare asks about.
+Include seen_rows(const Problem& p, Index row0 = 0);
+/// The entries (b, h, i, j) of the weights [B,H,T_q,T_k] whose key j is hidden from query i (!visible): each row's
+/// visible run found once for the entries of that row that compare asks about in order, not once an entry.
+Include hidden_keys(const Problem& p);
 /// The problem for a law's first call: p without its request for weights when they are costly (probed, see
 /// Capabilities::weights_probed), so the outputs are checked in one call and weights asked for only if needed.
 Problem outputs_first(const Implementation& impl, const Problem& p);

@@ -16,8 +16,7 @@ const char* kWhy =
 
 Verdict check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
-  return hidden_weights_are_zero("zero-future-weight", impl, p,
-                                 [&](Index b, Index h, Index i, Index j) { return !visible(p, b, h, i, j); });
+  return hidden_weights_are_zero("zero-future-weight", impl, p, hidden_keys(p));
 }
 
 }  // namespace zero_future_weight_law

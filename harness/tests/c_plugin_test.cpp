@@ -782,6 +782,29 @@ TEST(CPlugin, writingPastTheOutputIsAWrongSize) {
   EXPECT_NE(message_of(r).find("wrote past the end of its output [1,1,1,1]"), std::string::npos) << message_of(r);
 }
 
+// An output element the plug-in never wrote still holds its sentinel, in every call: the second call's buffer of the
+// same size is the first's memory, kept (c_plugin.cpp's KeptMappings), and its sentinels are written again.
+TEST(CPlugin, anOutputRowLeftUnwrittenIsAWrongSizeEvenInAReusedBuffer) {
+  for (const bool isolate : {true, false}) {
+    const auto impl = load_implementation(spec("bad_plugin_unwritten"), HarnessOptions{.isolate = isolate});
+    Problem p = test::wave_problem(DType::f32, 1, 1, 3, 3, 4);
+    const Outcome first = impl->forward(p);  // without a scale it writes every row
+    EXPECT_LT((first.output.values() - reference_implementation()->forward(p).output.values()).cwiseAbs().maxCoeff(),
+              1e-5);
+    p.scale = 0.5;  // the same buffers' sizes
+    try {
+      impl->forward(p);
+      ADD_FAILURE() << "a call that left its last row unwritten returned";
+    } catch (const ImplementationError& e) {
+      EXPECT_EQ(e.kind(), ImplementationError::Kind::wrong_size) << e.what();
+      EXPECT_NE(std::string(e.what()).find("left 4 of 12 elements of its output [1,1,3,4] unwritten (the first at "
+                                           "[0,0,2,0])"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Far past the sentinels: the inaccessible pages after them fault, and the worker says which buffer it was.
 TEST(CPlugin, writingFarPastTheDSinksIsACrashThatNamesThem) {
   const auto impl = load_implementation(spec("bad_plugin_d_sinks_far"));

@@ -55,9 +55,9 @@ function(attncheck_add_test)
       add_dependencies(asan-ci ${ARG_NAME})
     endif()
   endif()
-  # One LABELS pair per label: gtest_discover_tests flattens a list value, so a second label spilled into the
-  # property names (LABELS unit, then a property "plugin" set to "TIMEOUT", and neither TIMEOUT nor COST set; CMake
-  # issue 17812, as of 3.25), and ctest adds each LABELS to the ones before.
+  # One LABELS pair per label: gtest_discover_tests flattens a list value (CMake 3.25), so a second label spilled
+  # into the property names (LABELS unit, then a property "plugin" set to "TIMEOUT", and neither TIMEOUT nor COST
+  # set), and ctest adds each LABELS to the ones before.
   set(label_properties "")
   foreach(label IN LISTS ARG_LABELS)
     list(APPEND label_properties LABELS ${label})

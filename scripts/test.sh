@@ -19,7 +19,7 @@
 #   - built at -O1 with line tables only (-g1): ASan and UBSan reports still name file and line;
 #   - RapidCheck properties run 10 cases instead of 100 (the asan test preset's RC_PARAMS=max_success=10);
 #   - the law runs of the examples and plug-ins (attncheck_add_laws in examples/ and harness/tests/) run 5
-#     cases per law instead of 40 or 60 (attncheck_test_cases in cmake/attncheckTesting.cmake), all laws of
+#     cases per law instead of 20 or 30 (attncheck_test_cases in cmake/attncheckTesting.cmake), all laws of
 #     one implementation in one test (ATTNCHECK_LAWS_ONE_TEST: one start-up of the runner and the implementation);
 #   - the kill tests (mutants/tests/kill_test.cpp) are not built: whether a law kills a mutant and shrinks it to
 #     its minimal case, and whether a control holds, is the default build's question; the code they run (every
@@ -113,8 +113,8 @@ else
 fi
 part "asan tests"
 
-echo "== fuzz: each target for ${ATTNCHECK_FUZZ_SECONDS:-20}s"
-scripts/fuzz.sh "${ATTNCHECK_FUZZ_SECONDS:-20}"
+echo "== fuzz: each target for ${ATTNCHECK_FUZZ_SECONDS:-10}s"
+scripts/fuzz.sh "${ATTNCHECK_FUZZ_SECONDS:-10}"
 part "fuzz runs"
 
 echo "== times"

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
+#include <string_view>
 
 namespace attncheck {
 
@@ -157,6 +159,86 @@ std::vector<std::string> needs_outside(const Problem& p, const Capabilities& cap
   std::vector<std::string> words;
   for (Need& n : call_needs(p, caps)) words.push_back(std::move(n.words));
   return words;
+}
+
+DeclaredBy declared_by(std::string_view impl_name) {
+  if (impl_name.starts_with("plugin:")) return DeclaredBy::c_plugin;
+  if (impl_name.starts_with("exec:")) return DeclaredBy::exec_client;
+  return DeclaredBy::cpp;
+}
+
+namespace {
+
+// One on/off declaration's names: Capabilities' member, the C ABI's macro, serve()'s keyword.
+struct DeclarationName {
+  std::string_view member, c_name, keyword;
+};
+
+// The rows of kFeatures, then the on/off limits a reason may name.
+const std::vector<DeclarationName>& declaration_names() {
+  static const std::vector<DeclarationName> names = [] {
+    std::vector<DeclarationName> v;
+    for (const FeatureRow& f : kFeatures) v.push_back({f.member.empty() ? f.name : f.member, f.c_name, f.name});
+    v.push_back({"returns_weights", "ATTNCHECK_CAP_RETURNS_WEIGHTS", "returns_weights"});
+    v.push_back({"custom_scale", "ATTNCHECK_CAP_CUSTOM_SCALE", "custom_scale"});
+    v.push_back({"cross_lengths", "ATTNCHECK_CAP_CROSS_LENGTHS", "cross_lengths"});
+    v.push_back({"nonfinite_safe", "ATTNCHECK_CAP_NONFINITE_SAFE", "nonfinite_safe"});
+    return v;
+  }();
+  return names;
+}
+
+const DeclarationName* declaration_named(std::string_view token) {
+  constexpr std::string_view kMember = "Capabilities::";
+  for (const DeclarationName& d : declaration_names())
+    if (token.starts_with(kMember) ? token.substr(kMember.size()) == d.member : token == d.c_name) return &d;
+  return nullptr;
+}
+
+// A list of declarations, "Capabilities::a, b" or "ATTNCHECK_CAP3_A, _B" (the later names abbreviated), in the
+// words of `by`; empty when `inside` is not such a list.
+std::optional<std::string> declarations_in_words(std::string_view inside, DeclaredBy by) {
+  std::vector<std::string_view> tokens;
+  for (std::size_t at = 0;;) {
+    const std::size_t comma = inside.find(", ", at);
+    tokens.push_back(inside.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at));
+    if (comma == std::string_view::npos) break;
+    at = comma + 2;
+  }
+  const std::string_view first = tokens.front();
+  const std::string prefix = first.starts_with("Capabilities::")   ? "Capabilities::"
+                             : first.starts_with("ATTNCHECK_CAP3_") ? "ATTNCHECK_CAP3"
+                                                                    : "ATTNCHECK_CAP";
+  std::string out;
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const DeclarationName* d = declaration_named(i == 0 ? std::string(first) : prefix + std::string(tokens[i]));
+    if (!d) return std::nullopt;
+    out += i == 0 ? "" : ", ";
+    out += by == DeclaredBy::c_plugin ? std::string(d->c_name) : std::string(d->keyword) + "=True";
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string in_declaration_words(std::string_view text, DeclaredBy by) {
+  if (by == DeclaredBy::cpp) return std::string(text);
+  std::string out;
+  std::size_t at = 0;
+  // Each innermost parenthesised group: the last '(' before the next ')'.
+  for (std::size_t close; (close = text.find(')', at)) != std::string_view::npos; at = close + 1) {
+    const std::size_t open = text.rfind('(', close);
+    if (open == std::string_view::npos || open < at) {
+      out += text.substr(at, close + 1 - at);
+      continue;
+    }
+    const std::string_view inside = text.substr(open + 1, close - open - 1);
+    out += text.substr(at, open + 1 - at);
+    out += declarations_in_words(inside, by).value_or(std::string(inside));
+    out += ')';
+  }
+  out += text.substr(at);
+  return out;
 }
 
 std::string describe_capabilities(const Capabilities& caps) {

@@ -15,6 +15,7 @@
 
 #include "attncheck/cancel.hpp"
 #include "attncheck/format.hpp"
+#include "attncheck/features.hpp"
 #include "attncheck/law.hpp"
 #include "laws/support.hpp"
 
@@ -158,7 +159,7 @@ std::string why_not_applicable(const Law& law, const Implementation& impl, const
   std::string why_not = law.not_applicable ? law.not_applicable(g) : std::string();
   if (why_not.empty() && !g.caps.supports(g.dtype))
     why_not = impl.name() + " does not accept " + std::string(dtype_name(g.dtype));
-  return why_not;
+  return in_declaration_words(why_not, declared_by(impl.name()));  // as its author declares things
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <set>
 #include <vector>
 
+#include "attncheck/features.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/layouts.hpp"
 
@@ -109,6 +110,50 @@ TEST(Law, gqaAndCacheLawsSayWhyTheyDoNotApply) {
   Capabilities gqa = plain;
   gqa.gqa = true;
   EXPECT_EQ(reason("gqa-head-sharing", gqa), "");
+}
+
+// A law that does not apply names the declaration it needs as the implementation's author makes it: a C
+// plug-in's ATTNCHECK_CAP_* macro, an exec: client's serve() keyword (the laws write C++'s or the C ABI's).
+TEST(Law, notApplicableReasonsNameDeclarationsAsTheImplementationMakesThem) {
+  const std::string sinks = "needs ALiBi or sinks (ATTNCHECK_CAP3_ALIBI, _SINKS), which it does not declare";
+  EXPECT_EQ(in_declaration_words(sinks, DeclaredBy::exec_client),
+            "needs ALiBi or sinks (alibi=True, sinks=True), which it does not declare");
+  EXPECT_EQ(in_declaration_words(sinks, DeclaredBy::c_plugin),
+            "needs ALiBi or sinks (ATTNCHECK_CAP3_ALIBI, ATTNCHECK_CAP3_SINKS), which it does not declare");
+  EXPECT_EQ(in_declaration_words(sinks, DeclaredBy::cpp), sinks);
+  EXPECT_EQ(in_declaration_words("no (Capabilities::block_mask, dense_mask)", DeclaredBy::c_plugin),
+            "no (ATTNCHECK_CAP3_BLOCK_MASK, ATTNCHECK_CAP3_DENSE_MASK)");
+  EXPECT_EQ(in_declaration_words("x (Capabilities::key_padding) (Capabilities::window).", DeclaredBy::exec_client),
+            "x (key_lengths=True) (window=True).");
+  EXPECT_EQ(in_declaration_words("(Capabilities::nonfinite_safe)", DeclaredBy::c_plugin),
+            "(ATTNCHECK_CAP_NONFINITE_SAFE)");
+  EXPECT_EQ(in_declaration_words("GQA (1 kv head (Capabilities::gqa)) (a, b", DeclaredBy::exec_client),
+            "GQA (1 kv head (gqa=True)) (a, b");
+  for (const char* kept : {"(Capabilities::weights_probed)", "(Capabilities::window, nothing)", "(2 query heads)",
+                           "a) b (", "()"})
+    EXPECT_EQ(in_declaration_words(kept, DeclaredBy::exec_client), kept);
+
+  // Every law's reason, at every dtype, for an implementation that declares nothing it may leave out: none names
+  // a declaration another way.
+  Capabilities none;
+  none.dtypes = {DType::f64};
+  none.returns_weights = none.custom_scale = none.cross_lengths = false;
+  none.alignments = {CausalAlignment::TopLeft};
+  for (const auto& [name, foreign] : {std::pair<std::string, std::vector<std::string>>{"plugin:x.so", {"Capabilities::"}},
+                                      {"exec:x", {"Capabilities::", "ATTNCHECK_CAP"}}}) {
+    const ImplementationPtr impl = make_implementation(name, "", none, [](const Problem& p) {
+      return reference_implementation()->forward(p);
+    });
+    for (const Law& law : laws())
+      for (const DType t : kAllDtypes) {
+        GenConfig g;
+        g.caps = none;
+        g.dtype = t;
+        const std::string why = why_not_applicable(law, *impl, g);
+        for (const std::string& word : foreign)
+          EXPECT_EQ(why.find(word), std::string::npos) << law.name << " for " << name << ": " << why;
+      }
+  }
 }
 
 TEST(Law, keyPaddingInvariance) { expectHoldsOnReference("key-padding-invariance", kAllDtypes); }

@@ -50,8 +50,10 @@ struct FeatureRow {
   Feature id;
   /// The Python client's serve() keyword, and the feature's name wherever one word names it.
   std::string_view name;
-  /// The Capabilities member that declares it.
+  /// The Capabilities member that declares it, and that member's name where it is not `name` (messages about a
+  /// C++ implementation's declarations name the member: in_declaration_words).
   bool Capabilities::* declared;
+  std::string_view member{};
   /// The C ABI's bits: ATTNCHECK_CAP_* of the table's flags (ABI 1-2) and ATTNCHECK_CAP3_* of flags3 (ABI 3);
   /// the exec protocol's caps frame carries flags2 (version 2) and the same flags3 (version 3). 0: not that way
   /// (the backward is declared by its function pointer in the C ABI).
@@ -87,7 +89,8 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            return "grouped-query attention (" + n(p.kv_heads()) +
                   (p.kv_heads() == 1 ? " kv head for " : " kv heads for ") + n(p.q.shape().H) + " query heads)";
          }},
-    {.id = Feature::key_padding, .name = "key_lengths", .declared = &Capabilities::key_padding, .abi_flag = 0x20,
+    {.id = Feature::key_padding, .name = "key_lengths", .declared = &Capabilities::key_padding,
+     .member = "key_padding", .abi_flag = 0x20,
      .flags2 = 0x2, .c_name = "ATTNCHECK_CAP_KEY_LENGTHS", .words = "key padding", .words_off = "no key padding",
      .used = [](const Problem& p) { return !p.key_lengths.empty(); },
      .needs = [](const Problem&) { return std::string("key padding (key lengths)"); }},
@@ -251,5 +254,17 @@ inline FeatureSet declared_features(const Capabilities& caps) {
 
 /// The features a call `p` uses that `caps` does not declare, in the table's order.
 std::vector<Feature> undeclared_features(const Problem& p, const Capabilities& caps);
+
+/// How an implementation declares what it does: a C++ one by Capabilities' members, a C plug-in by its table's
+/// ATTNCHECK_CAP_* and ATTNCHECK_CAP3_* bits, an exec: client by serve()'s keywords.
+enum class DeclaredBy { cpp, c_plugin, exec_client };
+/// By the name --impl gives it: "plugin:..." a C plug-in, "exec:..." an exec: client, any other C++.
+DeclaredBy declared_by(std::string_view impl_name);
+/// `text` with each parenthesised list of declarations in it, as the laws write them ("(Capabilities::window)",
+/// "(ATTNCHECK_CAP3_ALIBI, _SINKS)", "(Capabilities::block_mask, dense_mask)"), in the words a C plug-in or an
+/// exec: client declares them with ("(ATTNCHECK_CAP_WINDOW)", "(alibi=True, sinks=True)"): a reason names what
+/// its reader would write. C++'s text is left as the laws wrote it, and so is a list holding a name that is no
+/// on/off declaration (the rows of kFeatures, and returns_weights, custom_scale, cross_lengths, nonfinite_safe).
+std::string in_declaration_words(std::string_view text, DeclaredBy by);
 
 }  // namespace attncheck

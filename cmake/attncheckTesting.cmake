@@ -75,3 +75,15 @@ function(attncheck_test_cases var n)
   endif()
   set(${var} ${n} PARENT_SCOPE)
 endfunction()
+
+# attncheck_add_benchmark(NAME name SOURCES ... LIBS ...): one Google Benchmark executable, whose main() is
+# cmake/bench_main.cpp (BENCHMARK_MAIN() with attncheck's allocator settings), compiled once for all of them.
+function(attncheck_add_benchmark)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;LIBS" ${ARGN})
+  if(NOT TARGET attncheck_bench_main)
+    add_library(attncheck_bench_main OBJECT ${PROJECT_SOURCE_DIR}/cmake/bench_main.cpp)
+    target_link_libraries(attncheck_bench_main PRIVATE benchmark::benchmark attncheck::attention attncheck_options)
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SOURCES} $<TARGET_OBJECTS:attncheck_bench_main>)
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_LIBS} benchmark::benchmark attncheck::attention attncheck_options)
+endfunction()

@@ -6,7 +6,6 @@
 #include <cmath>
 #include <limits>
 
-#include "attncheck/allocator.hpp"
 #include "attncheck/attention.hpp"
 
 namespace {
@@ -72,13 +71,3 @@ BENCHMARK(BM_core)->ArgNames({"T", "threads"})->ArgsProduct({{128, 512, 2048, 81
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace
-
-// BENCHMARK_MAIN(), but with the allocator as attncheck's programs set it (attncheck/allocator.hpp).
-int main(int argc, char** argv) {
-  attncheck::keep_freed_memory();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

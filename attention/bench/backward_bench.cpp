@@ -6,7 +6,6 @@
 
 #include <cmath>
 
-#include "attncheck/allocator.hpp"
 #include "attncheck/backward.hpp"
 
 namespace {
@@ -41,13 +40,3 @@ void BM_streamed_gradient_check(benchmark::State& state) {
 
 BENCHMARK(BM_core_backward)->ArgName("T")->Arg(128)->Arg(4096)->Arg(16384)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK(BM_streamed_gradient_check)->ArgName("T")->Arg(128)->Arg(4096)->Arg(16384)->UseRealTime()->Unit(benchmark::kSecond);
-
-// BENCHMARK_MAIN(), but with the allocator as attncheck's programs set it (attncheck/allocator.hpp).
-int main(int argc, char** argv) {
-  attncheck::keep_freed_memory();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

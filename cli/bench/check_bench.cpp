@@ -16,7 +16,6 @@
 #include <sstream>
 #include <string>
 
-#include "attncheck/allocator.hpp"
 #include "attncheck/cli.hpp"
 #include "attncheck/harness.hpp"
 #include "attncheck/law.hpp"
@@ -133,13 +132,3 @@ BENCHMARK_CAPTURE(BM_two_dtypes, torch, "torch")->Iterations(1)->UseRealTime()->
 BENCHMARK(BM_zoo_black_box_kills)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 
 }  // namespace
-
-// BENCHMARK_MAIN(), but with the allocator as attncheck's programs set it (attncheck/allocator.hpp).
-int main(int argc, char** argv) {
-  attncheck::keep_freed_memory();
-  benchmark::Initialize(&argc, argv);
-  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  benchmark::RunSpecifiedBenchmarks();
-  benchmark::Shutdown();
-  return 0;
-}

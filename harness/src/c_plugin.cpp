@@ -134,7 +134,11 @@ class KeptMappings {
   std::vector<Kept> kept_;
   std::size_t committed_ = 0;
 };
-KeptMappings g_kept_mappings;
+// Never destroyed: a buffer freed during exit (a call still running on another thread) must find it.
+KeptMappings& kept_mappings() {
+  static KeptMappings* const kept = new KeptMappings;
+  return *kept;
+}
 
 // Memory for one output buffer of n elements: n elements, then sentinels to the end of the page (at least
 // kGuardBytes of them), then kFarGuardBytes no one may touch. `what` ends the fault message ("plugin:x.so:
@@ -146,7 +150,7 @@ class GuardedArray {
     const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
     rw_bytes_ = (n * sizeof(S) + kGuardBytes + page - 1) / page * page;
     map_bytes_ = rw_bytes_ + kFarGuardBytes;
-    void* m = g_kept_mappings.take(map_bytes_, rw_bytes_);
+    void* m = kept_mappings().take(map_bytes_, rw_bytes_);
     if (!m) {
       m = ::mmap(nullptr, map_bytes_, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
       if (m == MAP_FAILED) throw std::bad_alloc();
@@ -182,7 +186,7 @@ class GuardedArray {
       slot_->begin.store(0, std::memory_order_release);
       slot_->end.store(0, std::memory_order_release);
     }
-    if (!g_kept_mappings.keep(data_, map_bytes_, rw_bytes_)) ::munmap(data_, map_bytes_);
+    if (!kept_mappings().keep(data_, map_bytes_, rw_bytes_)) ::munmap(data_, map_bytes_);
   }
   S* data() { return data_; }
   const S* data() const { return data_; }

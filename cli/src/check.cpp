@@ -85,7 +85,7 @@ Index declared_top_head_dim(const Capabilities& caps) {
   Index top = 0;
   if (caps.lists_head_dims()) {
     for (const Index d : caps.head_dims) top = std::max(top, d);
-    if (caps.v_head_dim)
+    if (caps.declares(Feature::v_head_dim))
       for (const auto& [k, v] : caps.head_dim_pairs) top = std::max({top, k, v});
   } else if (caps.max_head_dim > 0) {
     top = std::min(caps.max_head_dim, kMaxDeclaredDraw);
@@ -99,7 +99,7 @@ std::string declared_head_dims(const Capabilities& caps, Index max_D, bool above
   const auto add = [&](const std::string& d) { s += (s.empty() ? "" : ", ") + d; };
   for (const Index d : caps.head_dims)
     if ((d > max_D) == above && caps.supports_head_dim(d)) add(std::to_string(d));
-  if (caps.v_head_dim)
+  if (caps.declares(Feature::v_head_dim))
     for (const auto& [k, v] : caps.head_dim_pairs)
       if ((std::max(k, v) > max_D) == above) add(std::to_string(k) + "/" + std::to_string(v));
   return s;
@@ -219,7 +219,7 @@ void check_fits_in_memory(const GenConfig& g, const Capabilities& caps, const st
   // for V, held in the frame, by the child and at the call's dtype (as doubles, 4 copies: a floor).
   double pool_need = 0;
   Index page_size = 0;
-  if (caps.paged && !caps.page_sizes.empty()) {
+  if (caps.declares(Feature::paged) && !caps.page_sizes.empty()) {
     page_size = *std::max_element(caps.page_sizes.begin(), caps.page_sizes.end());
     const double H_kv = g.max_H_kv > 0 && !g.shape ? std::min(H, double(g.max_H_kv)) : H;
     const double pool_pages = B * std::ceil(T_k / double(page_size)) + 3;

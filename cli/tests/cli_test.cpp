@@ -620,7 +620,7 @@ TEST(Incomplete, aCampaignWithARunMissingOrIncompleteExitsIncomplete) {
 TEST(DeclaredDrawn, declaredHeadDimensionsAboveTheDefaultMaxDAreDrawn) {
   Capabilities caps = reference_implementation()->capabilities();
   caps.head_dims = {64, 128};
-  caps.v_head_dim = true;
+  caps.features.add(Feature::v_head_dim);
   caps.head_dim_pairs = {{192, 128}, {576, 512}};
   const ImplementationPtr ref = reference_implementation();
   Registry reg;

@@ -385,7 +385,7 @@ class CPlugin final : public Implementation {
       const bool want_w = p.want_weights && caps_.returns_weights;
       attncheck_tensor_out w_view = w.view();
       // The LSE, [B,H,T_q] doubles (held as [B,H,T_q,1]), only from a plug-in that declares it.
-      const bool want_lse = p.want_lse && caps_.lse;
+      const bool want_lse = p.want_lse && caps_.declares(Feature::lse);
       OutBuffer<double> lse(Shape{qs.B, qs.H, qs.T, 1}, name_, "lse");
       attncheck_lse_out lse_view{lse.data.data(), {qs.B, qs.H, qs.T}, {qs.H * qs.T, qs.T, 1}};
       // A paged call always carries every sequence's length (T_k each without key padding).
@@ -431,7 +431,7 @@ class CPlugin final : public Implementation {
   }
 
   Gradients backward(const Problem& p) const override {
-    if (!caps_.backward) return Implementation::backward(p);
+    if (!caps_.declares(Feature::backward)) return Implementation::backward(p);
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     if (p.paged) throw std::logic_error(name_ + ": a paged backward call (paged calls are forward only)");
     check_within_capabilities(p, caps_, name_, true);
@@ -684,8 +684,8 @@ Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attnc
   if (table->max_T > 0) caps.max_T = table->max_T;
   // An ABI-1 table cannot set the ABI-2 bits (the loader refused it), so these stay off for it.
   for (const FeatureRow& f : kFeatures)
-    if (f.abi_flag) caps.*f.declared = table->flags & f.abi_flag;
-  caps.backward = v2 && v2->backward;
+    if (f.abi_flag) caps.features.set(f.id, table->flags & f.abi_flag);
+  caps.features.set(Feature::backward, v2 && v2->backward);
   if (v2 && v2->empty_rows != ATTNCHECK_EMPTY_ROWS_UNSPECIFIED)
     caps.empty_rows = v2->empty_rows == ATTNCHECK_EMPTY_ROWS_NAN   ? EmptyRows::nan
                       : v2->empty_rows == ATTNCHECK_EMPTY_ROWS_ANY ? EmptyRows::any

@@ -129,25 +129,26 @@ std::size_t element_size(DType t) {
 void set_abi3_bools(Capabilities& caps, std::uint32_t flags3) {
   for (const FeatureRow& f : kFeatures)
     if (f.flags3)
-      caps.*f.declared = (flags3 & f.flags3) && (!f.requires_feature || (flags3 & feature(*f.requires_feature).flags3));
+      caps.features.set(f.id,
+                        (flags3 & f.flags3) && (!f.requires_feature || (flags3 & feature(*f.requires_feature).flags3)));
 }
 
 std::uint32_t abi3_bits(const Capabilities& caps) {
   std::uint32_t bits = 0;
   for (const FeatureRow& f : kFeatures)
-    if (caps.*f.declared) bits |= f.flags3;
+    if (caps.declares(f.id)) bits |= f.flags3;
   return bits;
 }
 
 void set_flags2_bools(Capabilities& caps, std::uint32_t flags2) {
   for (const FeatureRow& f : kFeatures)
-    if (f.flags2) caps.*f.declared = flags2 & f.flags2;
+    if (f.flags2) caps.features.set(f.id, flags2 & f.flags2);
 }
 
 std::uint32_t flags2_bits(const Capabilities& caps) {
   std::uint32_t bits = 0;
   for (const FeatureRow& f : kFeatures)
-    if (caps.*f.declared) bits |= f.flags2;
+    if (caps.declares(f.id)) bits |= f.flags2;
   return bits;
 }
 
@@ -304,7 +305,7 @@ Handshake decode_caps(std::string_view payload) {
         throw ProtocolError("caps frame: page size " + std::to_string(s) + " (expected in [1, 2^20])");
       h.caps.page_sizes.push_back(s);
     }
-    if (h.caps.paged && (h.caps.page_layouts == 0 || h.caps.page_sizes.empty()))
+    if (h.caps.declares(Feature::paged) && (h.caps.page_layouts == 0 || h.caps.page_sizes.empty()))
       throw ProtocolError("caps frame: flags3 declare paged K and V (0x10) but page layouts are " +
                           std::to_string(h.caps.page_layouts) + " and " + std::to_string(n_pages) +
                           " page sizes came (expected at least one layout, 1 token-major and/or 2 head-major, and "

@@ -149,7 +149,7 @@ class ExecImplementation final : public Implementation {
     ensure_started();
     const Shape qs = p.q.shape();
     const Shape want_w{qs.B, qs.H, qs.T, p.k.shape().T}, lse_shape{qs.B, qs.H, qs.T, 1};
-    const bool want_lse = p.want_lse && caps_.lse;  // asked only of a child that declared it
+    const bool want_lse = p.want_lse && caps_.declares(Feature::lse);  // asked only of a child that declared it
     Problem call = p;
     call.want_lse = want_lse;
     const std::size_t es = wire::element_size(p.dtype);
@@ -200,7 +200,7 @@ class ExecImplementation final : public Implementation {
   }
 
   Gradients backward(const Problem& p) const override {
-    if (!caps_.backward) return Implementation::backward(p);
+    if (!caps_.declares(Feature::backward)) return Implementation::backward(p);
     if (!p.d_output) throw std::logic_error(name_ + ": a backward call needs Problem::d_output");
     check_within_capabilities(p, caps_, name_, true);
     std::lock_guard lock(mu_);

@@ -81,7 +81,7 @@ TEST(CPlugin, frozenAbi1PluginLoadsAndHoldsEveryLaw) {
     const Capabilities& c = impl->capabilities();
     EXPECT_TRUE(c.returns_weights && c.custom_scale && c.cross_lengths && c.nonfinite_safe);
     // An ABI-1 table has no field for the ABI-2 capabilities: each is off, and no call ever needs them.
-    EXPECT_FALSE(c.gqa || c.key_padding || c.window || c.backward);
+    EXPECT_FALSE(c.features.intersects({Feature::gqa, Feature::key_padding, Feature::window, Feature::backward}));
     EXPECT_FALSE(c.empty_rows);
     EXPECT_THROW(impl->forward(abi2_problem(DType::f64)), std::logic_error);
     if (!isolate) continue;  // the laws once, through the worker as a run does
@@ -95,10 +95,10 @@ TEST(CPlugin, frozenAbi1PluginLoadsAndHoldsEveryLaw) {
 TEST(CPlugin, abi2ExampleDeclaresGqaKeyLengthsWindowAndBackward) {
   const auto impl = load_implementation(spec("attention_plugin"));
   const Capabilities& c = impl->capabilities();
-  EXPECT_TRUE(c.gqa && c.key_padding && c.window && c.backward);
+  EXPECT_TRUE(c.features.contains({Feature::gqa, Feature::key_padding, Feature::window, Feature::backward}));
   EXPECT_EQ(c.empty_rows, EmptyRows::zero);
   // A table without a backward entry gets no backward capability.
-  EXPECT_FALSE(load_implementation(spec("attention_plugin_empty_nan"))->capabilities().backward);
+  EXPECT_FALSE(load_implementation(spec("attention_plugin_empty_nan"))->capabilities().declares(Feature::backward));
 }
 
 TEST(CPlugin, abi2CallsCrossTheWorkerBitExactly) {
@@ -227,15 +227,21 @@ TEST(CPlugin, abi3ModifierFlagsSetTheCapabilitiesInAndOutOfProcess) {
   for (const bool isolate : {true, false}) {
     const Capabilities c =
         load_implementation(spec("attention_plugin_modifiers"), HarnessOptions{.isolate = isolate})->capabilities();
-    EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional) << isolate;
+    EXPECT_TRUE(
+        c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
+        << isolate;
     EXPECT_EQ(c.abi3_flags, 0x10Fu) << isolate;
     const Capabilities plain = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate})->capabilities();
-    EXPECT_FALSE(plain.lse || plain.sinks || plain.softcap || plain.alibi || plain.bidirectional) << isolate;
+    EXPECT_FALSE(plain.features.intersects(
+        {Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
+        << isolate;
   }
   // ABI-1 and ABI-2 tables have no flags3: none of them.
   for (const char* old : {"plugin:" ATTNCHECK_ABI1_PLUGIN, "plugin:" ATTNCHECK_ABI2_PLUGIN}) {
     const Capabilities c = load_implementation(old)->capabilities();
-    EXPECT_FALSE(c.lse || c.sinks || c.softcap || c.alibi || c.bidirectional) << old;
+    EXPECT_FALSE(
+        c.features.intersects({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
+        << old;
   }
 }
 
@@ -332,7 +338,9 @@ TEST(CPlugin, theMaskFieldsReachThePluginAsDefined) {
     for (const bool causal : {true, false}) {
       const auto echo = load_implementation("plugin:" ATTNCHECK_MASKS_ECHO_PLUGIN, HarnessOptions{.isolate = isolate});
       const Capabilities& c = echo->capabilities();
-      EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional) << isolate;
+      EXPECT_TRUE(c.features.contains(
+          {Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::bidirectional}))
+          << isolate;
       EXPECT_EQ(c.abi3_flags, 0x3E0u) << isolate;
       const Problem p = test::masks_problem(5, causal);
       const Outcome o = echo->forward(p);
@@ -384,7 +392,7 @@ TEST(CPlugin, theMaskFieldsReachThePluginAsDefined) {
 TEST(CPlugin, stridedInputsReachThePluginAndAKernelThatIgnoresThemIsCaught) {
   for (const bool isolate : {true, false}) {
     const auto right = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate});
-    EXPECT_TRUE(right->capabilities().strided && right->capabilities().layout_invariant);
+    EXPECT_TRUE(right->capabilities().features.contains({Feature::strided, Feature::layout_invariant}));
     const LawResult held = run("layout-invariance", *right);
     EXPECT_EQ(held.status, LawStatus::held) << message_of(held);
     const auto wrong = load_implementation(spec("attention_plugin_contiguous_reads"), HarnessOptions{.isolate = isolate});
@@ -403,7 +411,7 @@ TEST(CPlugin, stridedInputsReachThePluginAndAKernelThatIgnoresThemIsCaught) {
 TEST(CPlugin, aValueHeadDimOfItsOwnReachesThePluginAndAgreesWithTheReference) {
   for (const bool isolate : {true, false}) {
     const auto impl = load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate});
-    ASSERT_TRUE(impl->capabilities().v_head_dim);
+    ASSERT_TRUE(impl->capabilities().declares(Feature::v_head_dim));
     Problem p = test::wave_problem(DType::f64, 1, 2, 3, 4, 2);
     p.alignment = CausalAlignment::BottomRight;
     p.v = test::wave({1, 2, 4, 5}, DType::f64, 0.3);
@@ -430,8 +438,8 @@ TEST(CPlugin, theMasksExampleHonoursEveryFamilyAndAgreesWithTheReference) {
   const auto in_process = load_implementation(spec("attention_plugin_masks"), HarnessOptions{.isolate = false});
   const auto ref = reference_implementation();
   const Capabilities& c = isolated->capabilities();
-  EXPECT_TRUE(c.documents && c.query_documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional &&
-              c.backward);
+  EXPECT_TRUE(c.features.contains({Feature::documents, Feature::query_documents, Feature::chunked_local,
+                                   Feature::prefix, Feature::right_window, Feature::bidirectional, Feature::backward}));
   EXPECT_EQ(c.abi3_flags, 0x203E0u);
   const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
     double m = 0;
@@ -503,12 +511,13 @@ TEST(CPlugin, anUndeclaredMaskFamilyIsNeverSent) {
           EXPECT_NE(std::string(e.what()).find(flag[which]), std::string::npos) << e.what();
         }
         p.d_output = all.d_output;
-        if (!impl->capabilities().backward) continue;
+        if (!impl->capabilities().declares(Feature::backward)) continue;
         EXPECT_THROW(impl->backward(p), std::logic_error) << target << " " << which;
       }
     }
   const Capabilities plain = load_implementation(spec("attention_plugin"))->capabilities();
-  EXPECT_FALSE(plain.documents || plain.chunked_local || plain.prefix || plain.right_window);
+  EXPECT_FALSE(
+      plain.features.intersects({Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window}));
 }
 
 // The extents of test::cell_masks_problem's masks that the loader's strides must get right: kinds, partial cells and
@@ -525,7 +534,8 @@ TEST(CPlugin, theBlockMasksExampleReadsBlockAndDenseMasksThroughTheirStrides) {
   const auto ref = reference_implementation();
   for (const auto* impl : {&isolated, &in_process}) {
     const Capabilities& c = (*impl)->capabilities();
-    EXPECT_TRUE(c.block_mask && c.dense_mask && c.bidirectional && c.backward);
+    EXPECT_TRUE(
+        c.features.contains({Feature::block_mask, Feature::dense_mask, Feature::bidirectional, Feature::backward}));
     EXPECT_EQ(c.abi3_flags, 0xD00u);
   }
   const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
@@ -575,7 +585,7 @@ TEST(CPlugin, anUndeclaredBlockOrDenseMaskIsNeverSent) {
     for (const std::string& target :
          {spec("attention_plugin"), spec("attention_plugin_masks"), std::string("plugin:" ATTNCHECK_ABI2_PLUGIN)}) {
       const auto impl = load_implementation(target, HarnessOptions{.isolate = isolate});
-      EXPECT_FALSE(impl->capabilities().block_mask || impl->capabilities().dense_mask) << target;
+      EXPECT_FALSE(impl->capabilities().features.intersects({Feature::block_mask, Feature::dense_mask})) << target;
       for (const bool dense : {false, true}) {
         Problem p = test::cell_masks_problem(2);
         p.key_lengths.clear();  // only the mask outside the capabilities
@@ -585,7 +595,7 @@ TEST(CPlugin, anUndeclaredBlockOrDenseMaskIsNeverSent) {
           p.dense_mask.reset();
         const char* flag = dense ? "ATTNCHECK_CAP3_DENSE_MASK" : "ATTNCHECK_CAP3_BLOCK_MASK";
         for (const bool backward : {false, true}) {
-          if (backward && !impl->capabilities().backward) continue;
+          if (backward && !impl->capabilities().declares(Feature::backward)) continue;
           try {
             backward ? (void)impl->backward(p) : (void)impl->forward(p);
             ADD_FAILURE() << target << " got a " << flag;
@@ -619,15 +629,18 @@ TEST(CPlugin, thePagedExampleDeclaresPagingInAndOutOfProcess) {
   for (const bool isolate : {true, false}) {
     const Capabilities c =
         load_implementation(spec("attention_plugin_paged"), HarnessOptions{.isolate = isolate})->capabilities();
-    EXPECT_TRUE(c.paged && c.gqa && c.key_padding && c.v_head_dim) << isolate;  // V's pool may be D_v wide
+    EXPECT_TRUE(c.features.contains({Feature::paged, Feature::gqa, Feature::key_padding, Feature::v_head_dim}))
+        << isolate;  // V's pool may be D_v wide
     EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 8, 16, 64, 256})) << isolate;
     EXPECT_EQ(c.page_layouts, 3u) << isolate;
     EXPECT_EQ(c.abi3_flags, 0x10u | 0x1000u) << isolate;  // ATTNCHECK_CAP3_PAGED | ATTNCHECK_CAP3_V_HEAD_DIM
     EXPECT_TRUE(c.supports_paging(16, PageLayout::head_major) && !c.supports_paging(4, PageLayout::token_major));
-    EXPECT_FALSE(load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate})->capabilities().paged);
+    EXPECT_FALSE(load_implementation(spec("attention_plugin"), HarnessOptions{.isolate = isolate})
+                     ->capabilities()
+                     .declares(Feature::paged));
   }
   for (const char* old : {"plugin:" ATTNCHECK_ABI1_PLUGIN, "plugin:" ATTNCHECK_ABI2_PLUGIN})
-    EXPECT_FALSE(load_implementation(old)->capabilities().paged) << old;
+    EXPECT_FALSE(load_implementation(old)->capabilities().declares(Feature::paged)) << old;
 }
 
 // A paged call reaches the plug-in as the pools and the table alone: the example answers ATTNCHECK_ERROR when

@@ -78,7 +78,7 @@ std::optional<Problem> witness(Feature f) {
 // The reference's capabilities with every feature declared.
 Capabilities all_features() {
   Capabilities caps = reference_implementation()->capabilities();
-  for (const FeatureRow& r : kFeatures) caps.*r.declared = true;
+  caps.features = FeatureSet::all();
   return caps;
 }
 
@@ -86,16 +86,15 @@ Capabilities all_features() {
 Capabilities without(Feature f) {
   Capabilities caps = all_features();
   for (const FeatureRow& r : kFeatures)
-    if (r.id == f || r.requires_feature == f) caps.*r.declared = false;
+    if (r.id == f || r.requires_feature == f) caps.features.remove(r.id);
   return caps;
 }
 
 // Capabilities that declare `f` (and what it requires) and no other feature.
 Capabilities only(Feature f) {
   Capabilities caps;
-  for (const FeatureRow& r : kFeatures) caps.*r.declared = false;
-  caps.*feature(f).declared = true;
-  if (const auto& req = feature(f).requires_feature) caps.*feature(*req).declared = true;
+  caps.features = {f};
+  if (const auto& req = feature(f).requires_feature) caps.features.add(*req);
   if (f == Feature::paged) {
     caps.page_sizes = {16};
     caps.page_layouts = 1;
@@ -106,7 +105,7 @@ Capabilities only(Feature f) {
 std::set<Feature> declared_in(const Capabilities& caps) {
   std::set<Feature> out;
   for (const FeatureRow& r : kFeatures)
-    if (caps.*r.declared) out.insert(r.id);
+    if (caps.declares(r.id)) out.insert(r.id);
   return out;
 }
 

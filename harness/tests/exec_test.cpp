@@ -89,7 +89,7 @@ std::string numpy_example() { return python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "
 TEST(Exec, numpyExampleDeclaresEveryVersion2Capability) {
   REQUIRE_NUMPY();
   const Capabilities c = load_implementation(numpy_example())->capabilities();
-  EXPECT_TRUE(c.gqa && c.key_padding && c.window && c.backward);
+  EXPECT_TRUE(c.features.contains({Feature::gqa, Feature::key_padding, Feature::window, Feature::backward}));
   EXPECT_EQ(c.empty_rows, EmptyRows::zero);
 }
 
@@ -140,11 +140,12 @@ TEST(Exec, version3ModifiersLseAndDSinksCrossTheWireBitExactly) {
   const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
-  EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional);
+  EXPECT_TRUE(
+      c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}));
   // Paged K and V (0x10), the masks beyond causal (0x20, 0x40, 0x80, 0x200, block 0x400, dense 0x800, query
   // documents 0x20000) and V's own head dimension (0x1000) too.
   EXPECT_EQ(c.abi3_flags, 0x21FFFu);
-  EXPECT_TRUE(c.v_head_dim);
+  EXPECT_TRUE(c.declares(Feature::v_head_dim));
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::bf16}) {
       Problem p = modifiers_problem(causal);
@@ -172,7 +173,9 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
   for (const char* mode : {"", "dict"}) {
     const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", mode));
     const Capabilities& c = impl->capabilities();
-    EXPECT_TRUE(c.lse && c.sinks && c.softcap && c.alibi && c.bidirectional) << mode;
+    EXPECT_TRUE(
+        c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
+        << mode;
     for (const bool causal : {true, false}) {
       Problem p = modifiers_problem(causal);
       p.window.reset();  // the client declares no window
@@ -218,7 +221,8 @@ TEST(Exec, pythonClientPassesOnlyTheModifiersItDeclares) {
   REQUIRE_NUMPY();
   const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", "strict"));
   const Capabilities& c = impl->capabilities();
-  EXPECT_TRUE(c.lse && c.sinks && !c.softcap && !c.alibi && !c.bidirectional);
+  EXPECT_TRUE(c.features.contains({Feature::lse, Feature::sinks}) && !c.declares(Feature::softcap) &&
+              !c.declares(Feature::alibi) && !c.declares(Feature::bidirectional));
   Problem p = modifiers_problem(true);
   p.window.reset();
   p.d_output.reset();
@@ -249,7 +253,8 @@ TEST(Exec, maskCallsCrossTheWireBitExactly) {
   const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
-  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional);
+  EXPECT_TRUE(c.features.contains(
+      {Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::bidirectional}));
   for (const bool causal : {true, false})
     for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       const Problem p = masks_problem_at(t, causal);
@@ -286,7 +291,7 @@ const std::array<Index, 6> kCellExtents[] = {{1, 2, 2, 1, 2, 1}, {2, 1, 1, 2, 1,
 TEST(Exec, blockAndDenseMaskCallsCrossTheWireBitExactly) {
   const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
   const auto local = reference_implementation();
-  EXPECT_TRUE(served->capabilities().block_mask && served->capabilities().dense_mask);
+  EXPECT_TRUE(served->capabilities().features.contains({Feature::block_mask, Feature::dense_mask}));
   EXPECT_EQ(served->capabilities().abi3_flags & 0xC00u, 0xC00u);
   for (const auto& extents : kCellExtents)
     for (const bool causal : {true, false})
@@ -318,7 +323,8 @@ TEST(Exec, pythonClientPassesBlockAndDenseMasksAsDefined) {
   REQUIRE_NUMPY();
   const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_block_masks.py"));
   const Capabilities& c = impl->capabilities();
-  EXPECT_TRUE(c.block_mask && c.dense_mask && c.bidirectional && c.gqa && c.key_padding && c.window);
+  EXPECT_TRUE(c.features.contains({Feature::block_mask, Feature::dense_mask, Feature::bidirectional, Feature::gqa,
+                                   Feature::key_padding, Feature::window}));
   EXPECT_EQ(c.abi3_flags, 0xD00u);
   const auto ref = reference_implementation();
   for (const auto& extents : kCellExtents)
@@ -335,7 +341,7 @@ TEST(Exec, pythonClientPassesBlockAndDenseMasksAsDefined) {
         EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << which << causal;
       }
   const auto undeclared = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_packed.py"));
-  EXPECT_FALSE(undeclared->capabilities().block_mask || undeclared->capabilities().dense_mask);
+  EXPECT_FALSE(undeclared->capabilities().features.intersects({Feature::block_mask, Feature::dense_mask}));
   Problem masked = test::cell_masks_problem(2);
   masked.d_output.reset();
   EXPECT_THROW(undeclared->forward(masked), std::logic_error);
@@ -348,7 +354,8 @@ TEST(Exec, pythonClientPassesTheMaskKeywordsAsDefined) {
   REQUIRE_NUMPY();
   const auto echo = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/masks_client.py"));
   const Capabilities& c = echo->capabilities();
-  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional);
+  EXPECT_TRUE(c.features.contains(
+      {Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::bidirectional}));
   EXPECT_EQ(c.abi3_flags, 0x3E0u);
   const std::vector<std::vector<double>> k_ids = {{1, 1, 3, 3, 3, 4}, {0, 0, 0, 0, 0, 0}};
   const std::vector<std::vector<double>> q_ids = {{3, 3, 3, 4}, {0, 0, 0, 0}};
@@ -382,7 +389,8 @@ TEST(Exec, pythonClientPassesTheMaskKeywordsAsDefined) {
   EXPECT_EQ(n.output(0, 0, 1, 4), 1.0);
   const auto undeclared = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/masks_client.py", "none"));
   const Capabilities& u = undeclared->capabilities();
-  EXPECT_FALSE(u.documents || u.chunked_local || u.prefix || u.right_window || u.bidirectional);
+  EXPECT_FALSE(u.features.intersects(
+      {Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::bidirectional}));
   EXPECT_EQ(undeclared->forward(plain).output(0, 0, 1, 2), -1.0);  // the function raises when given a mask keyword
   Problem masked = test::masks_problem(5);
   masked.d_output.reset();
@@ -395,8 +403,8 @@ TEST(Exec, numpyPackedExampleAgreesWithTheReference) {
   REQUIRE_NUMPY();
   const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_packed.py"));
   const Capabilities& c = impl->capabilities();
-  EXPECT_TRUE(c.documents && c.chunked_local && c.prefix && c.right_window && c.bidirectional && c.gqa &&
-              c.key_padding && c.window);
+  EXPECT_TRUE(c.features.contains({Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window,
+                                   Feature::bidirectional, Feature::gqa, Feature::key_padding, Feature::window}));
   const auto ref = reference_implementation();
   for (int which = 0; which < 5; ++which)
     for (const bool causal : {true, false}) {
@@ -422,7 +430,7 @@ TEST(Exec, pagedCallsCrossTheWireBitExactly) {
   const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
   const auto local = reference_implementation();
   const Capabilities& c = served->capabilities();
-  EXPECT_TRUE(c.paged);
+  EXPECT_TRUE(c.declares(Feature::paged));
   EXPECT_EQ(c.page_sizes, local->capabilities().page_sizes);
   EXPECT_EQ(c.page_layouts, 3u);
   for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
@@ -454,7 +462,7 @@ TEST(Exec, pythonClientGetsAPagedCallAsPoolsAndABlockTable) {
   for (const std::string mode : {"", "head-major"}) {
     const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/paged_client.py", mode));
     const Capabilities& c = impl->capabilities();
-    EXPECT_TRUE(c.paged) << mode;
+    EXPECT_TRUE(c.declares(Feature::paged)) << mode;
     EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 2, 8, 16})) << mode;
     EXPECT_EQ(c.page_layouts, mode.empty() ? 3u : 2u) << mode;
     for (const DType t : {DType::f64, DType::bf16})
@@ -485,7 +493,8 @@ TEST(Exec, numpyPagedExampleAgreesWithTheReference) {
   REQUIRE_NUMPY();
   const auto impl = load_implementation(python_spec(ATTNCHECK_EXAMPLES_SOURCE_DIR "/python/numpy_paged.py"));
   const Capabilities& c = impl->capabilities();
-  EXPECT_TRUE(c.paged && c.gqa && c.key_padding && c.window && c.v_head_dim);
+  EXPECT_TRUE(
+      c.features.contains({Feature::paged, Feature::gqa, Feature::key_padding, Feature::window, Feature::v_head_dim}));
   EXPECT_EQ(c.page_sizes, (std::vector<Index>{1, 8, 16, 32}));
   EXPECT_EQ(c.page_layouts, 1u);
   const auto ref = reference_implementation();
@@ -508,7 +517,8 @@ TEST(Exec, aVersion1ClientStillWorks) {
                                         " " ATTNCHECK_TESTS_DIR "/bad_client.py weights");
   const Capabilities& c = impl->capabilities();
   EXPECT_TRUE(c.returns_weights);
-  EXPECT_FALSE(c.gqa || c.key_padding || c.window || c.backward || c.empty_rows);
+  EXPECT_FALSE(c.features.intersects({Feature::gqa, Feature::key_padding, Feature::window, Feature::backward}) ||
+               c.empty_rows);
   EXPECT_THROW(impl->forward(abi2_problem()), std::logic_error);  // never sent what it cannot read
   const LawResult r = run("oracle-agreement", *impl, 20);
   EXPECT_EQ(r.status, LawStatus::held) << message_of(r);
@@ -602,7 +612,8 @@ TEST(Exec, serveAnswersEachHelloInItsOwnVersion) {
       std::memcpy(&flags2, caps.data() + v1_size, 4);
       std::memcpy(&empty_rows, caps.data() + v1_size + 4, 4);
       const Capabilities& c = reference_implementation()->capabilities();
-      EXPECT_EQ(flags2, (c.gqa ? 1u : 0u) | (c.key_padding ? 2u : 0u) | (c.window ? 4u : 0u) | (c.backward ? 8u : 0u));
+      EXPECT_EQ(flags2, (c.declares(Feature::gqa) ? 1u : 0u) | (c.declares(Feature::key_padding) ? 2u : 0u) |
+                            (c.declares(Feature::window) ? 4u : 0u) | (c.declares(Feature::backward) ? 8u : 0u));
       EXPECT_EQ(empty_rows, 1u);  // the reference's convention: zero
     }
     const std::string bye = frame(6, {});

@@ -157,7 +157,7 @@ TEST(Probe, findsAMaskThatLetsTheFutureIn) {
 ImplementationPtr nan_rows_without_weights(std::optional<EmptyRows> declared) {
   Capabilities caps;
   caps.returns_weights = false;
-  caps.key_padding = caps.window = true;
+  caps.features.add({Feature::key_padding, Feature::window});
   caps.empty_rows = declared;
   const auto ref = reference_implementation();
   return make_implementation("nan-rows", "NaN where a query sees no key", caps, [ref](const Problem& p) {

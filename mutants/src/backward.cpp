@@ -145,8 +145,8 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
 // head dimension too (Capabilities::v_head_dim).
 Capabilities backward_capabilities(bool v_dims) {
   Capabilities c = zoo_capabilities();
-  c.gqa = c.key_padding = c.window = true;
-  c.v_head_dim = v_dims;
+  c.features.add({Feature::gqa, Feature::key_padding, Feature::window});
+  c.features.set(Feature::v_head_dim, v_dims);
   return c;
 }
 

@@ -116,10 +116,11 @@ std::vector<Mutant> backward_nan_mutants() {
   Capabilities full = reference_implementation()->capabilities();
   // The math-path backward differentiates plain scores: no softcap, ALiBi or sinks (and no d_sinks); and with a
   // sink no row is empty in the softmax, so the nan convention does not reach it.
-  full.sinks = full.softcap = full.alibi = false;
-  full.paged = false;  // a dense kernel
-  full.block_mask = full.dense_mask = false;  // controls of the empty-row convention, on the contiguous families
-  full.v_head_dim = false;  // its backward is written for one head dimension
+  full.features.remove({Feature::sinks, Feature::softcap, Feature::alibi});
+  full.features.remove(Feature::paged);  // a dense kernel
+  // Controls of the empty-row convention, on the contiguous families:
+  full.features.remove({Feature::block_mask, Feature::dense_mask});
+  full.features.remove(Feature::v_head_dim);  // its backward is written for one head dimension
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",
                              "correct; nan convention, the NaN of a row that sees no key stays in that row's dQ",

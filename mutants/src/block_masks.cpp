@@ -17,7 +17,7 @@ namespace {
 // tests are mostly square, and a square minimal case (T = 2) is one the shrinker always reaches.
 Capabilities cell_mask_capabilities(bool square = false) {
   Capabilities c = zoo_capabilities();
-  c.block_mask = c.dense_mask = c.bidirectional = true;
+  c.features.add({Feature::block_mask, Feature::dense_mask, Feature::bidirectional});
   if (square) c.cross_lengths = false;
   return c;
 }
@@ -25,7 +25,7 @@ Capabilities cell_mask_capabilities(bool square = false) {
 // The same for kernels written for grouped-query heads (H_kv | H).
 Capabilities gqa_cell_mask_capabilities() {
   Capabilities c = cell_mask_capabilities();
-  c.gqa = true;
+  c.features.add(Feature::gqa);
   return c;
 }
 

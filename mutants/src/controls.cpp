@@ -246,7 +246,7 @@ AttentionGradients<S> ftz_backward(const Tensor<S>& q, const Tensor<S>& k, const
 
 ImplementationPtr flush_to_zero() {
   Capabilities caps = zoo_capabilities();
-  caps.gqa = caps.key_padding = caps.window = true;
+  caps.features.add({Feature::gqa, Feature::key_padding, Feature::window});
   return make_implementation(
       "control:ftz", "correct; forward and FlashAttention-style backward under flush-to-zero (-Ofast), simulated",
       caps,

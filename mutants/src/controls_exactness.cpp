@@ -77,7 +77,7 @@ std::vector<Mutant> exactness_controls() {
   // that rows which see no key come up.
   Capabilities zeros = gqa_capabilities();
   zeros.nonfinite_safe = false;
-  zeros.key_padding = zeros.window = true;
+  zeros.features.add({Feature::key_padding, Feature::window});
   z.push_back(Mutant{
       .impl = head_impl(
           "control:signed-zeros", "correct; output as weights · V over every key, each sum from its first product",

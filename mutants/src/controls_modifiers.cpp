@@ -98,8 +98,8 @@ Tensor<S> flash_exp2_split(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 std::vector<Mutant> modifier_controls() {
   Capabilities caps = gqa_capabilities();
   caps.returns_weights = false;  // a flash kernel never materialises them
-  caps.key_padding = caps.window = true;
-  caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
+  caps.features.add({Feature::key_padding, Feature::window});
+  caps.features.add({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional});
   caps.reentrant = true;
   caps.empty_rows = EmptyRows::zero;
   std::vector<Mutant> z;

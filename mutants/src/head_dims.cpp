@@ -11,7 +11,7 @@ namespace {
 
 Capabilities v_head_dim_capabilities() {
   Capabilities c = gqa_capabilities();
-  c.v_head_dim = true;
+  c.features.add(Feature::v_head_dim);
   return c;
 }
 

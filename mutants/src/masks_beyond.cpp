@@ -14,8 +14,9 @@ namespace {
 // What these kernels declare: key padding, the left window, and every family beyond causal.
 Capabilities mask_family_capabilities() {
   Capabilities c = zoo_capabilities();
-  c.key_padding = c.window = true;
-  c.documents = c.chunked_local = c.prefix = c.right_window = c.bidirectional = true;
+  c.features.add({Feature::key_padding, Feature::window});
+  c.features.add(
+      {Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::bidirectional});
   return c;
 }
 
@@ -45,7 +46,7 @@ Index floor_div(Index a, Index b) { return Index(std::floor(double(a) / double(b
 // What the query-document kernels declare: the families above and query bounds of their own.
 Capabilities query_document_capabilities() {
   Capabilities c = mask_family_capabilities();
-  c.query_documents = true;
+  c.features.add(Feature::query_documents);
   return c;
 }
 

@@ -102,7 +102,7 @@ AttentionGradients<S> modified_backward(const Tensor<S>& q, const Tensor<S>& k, 
 Mutant grad_mutant(const char* name, const char* bug_line, GradBug bug, Abi3 mods, Shape minimal, const char* why,
                    std::vector<std::string> killed_by) {
   Capabilities caps = abi3_capabilities(mods);
-  caps.backward = true;
+  caps.features.add(Feature::backward);
   return Mutant{.impl = make_implementation(
                     std::string("mutant:") + name, bug_line, caps,
                     [](const Problem& p) { return reference_implementation()->forward(p); },

@@ -11,8 +11,8 @@ namespace {
 // What these kernels declare: the zoo's contract plus key lengths, and the window when `window`.
 Capabilities padding_capabilities(bool window) {
   Capabilities c = zoo_capabilities();
-  c.key_padding = true;
-  c.window = window;
+  c.features.add(Feature::key_padding);
+  c.features.set(Feature::window, window);
   return c;
 }
 
@@ -71,12 +71,13 @@ ImplementationPtr nan_for_empty_rows(std::string name, std::string description, 
   Capabilities caps = reference_implementation()->capabilities();
   // No sinks: a row with a sink always has a softmax term (its output is 0, the sink takes every weight), so
   // the nan convention does not reach it; this control turns every row without a key into NaN.
-  caps.sinks = false;
-  caps.paged = false;  // a dense kernel
-  caps.block_mask = caps.dense_mask = false;  // a control of the empty-row convention, on the contiguous families
-  caps.v_head_dim = false;  // as the zoo's other controls: one head dimension
+  caps.features.remove(Feature::sinks);
+  caps.features.remove(Feature::paged);  // a dense kernel
+  // A control of the empty-row convention, on the contiguous families:
+  caps.features.remove({Feature::block_mask, Feature::dense_mask});
+  caps.features.remove(Feature::v_head_dim);  // as the zoo's other controls: one head dimension
   caps.empty_rows = declared;
-  caps.backward = false;  // a forward-only control
+  caps.features.remove(Feature::backward);  // a forward-only control
   return make_implementation(std::move(name), std::move(description), caps, [](const Problem& p) {
     Outcome o = reference_implementation()->forward(p);
     const double nan = std::numeric_limits<double>::quiet_NaN();

@@ -224,8 +224,8 @@ Tensor<S> paged_kernel(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& 
 /// key padding (ragged sequences, as a paged cache always holds) and grouped queries.
 Capabilities paged_capabilities(std::vector<Index> page_sizes = {1, 8, 16, 64, 256}, std::uint32_t layouts = 3) {
   Capabilities c = gqa_capabilities();
-  c.key_padding = true;
-  c.paged = true;
+  c.features.add(Feature::key_padding);
+  c.features.add(Feature::paged);
   c.page_sizes = std::move(page_sizes);
   c.page_layouts = layouts;
   return c;

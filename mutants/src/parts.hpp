@@ -21,14 +21,14 @@ inline Capabilities zoo_capabilities() {
 
 /// `c` with batch invariance declared (ATTNCHECK_CAP3_BATCH_INVARIANT).
 inline Capabilities batch_invariant(Capabilities c) {
-  c.batch_invariant = true;
+  c.features.add(Feature::batch_invariant);
   return c;
 }
 
 /// The zoo's contract for kernels written for grouped-query attention (K and V with H_kv | H heads).
 inline Capabilities gqa_capabilities() {
   Capabilities c = zoo_capabilities();
-  c.gqa = true;
+  c.features.add(Feature::gqa);
   return c;
 }
 
@@ -39,10 +39,10 @@ struct Abi3 {
 };
 inline Capabilities abi3_capabilities(Abi3 f) {
   Capabilities c = gqa_capabilities();
-  c.lse = f.lse;
-  c.sinks = f.sinks;
-  c.softcap = f.softcap;
-  c.alibi = f.alibi;
+  c.features.set(Feature::lse, f.lse);
+  c.features.set(Feature::sinks, f.sinks);
+  c.features.set(Feature::softcap, f.softcap);
+  c.features.set(Feature::alibi, f.alibi);
   return c;
 }
 

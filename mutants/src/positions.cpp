@@ -9,7 +9,7 @@ namespace attncheck::zoo {
 
 std::vector<Mutant> position_mutants() {
   Capabilities caps = gqa_capabilities();
-  caps.key_padding = caps.window = true;
+  caps.features.add({Feature::key_padding, Feature::window});
   std::vector<Mutant> z;
   z.push_back(Mutant{
       .impl = rule_impl("mutant:position-int16", "the causal comparison on int16 positions",

@@ -31,7 +31,7 @@ Problem read_as(const Problem& p, const Address& address) {
 ImplementationPtr strided_impl(const char* name, const char* description, Address address,
                                std::optional<Address> backward = std::nullopt, bool returns_weights = true) {
   Capabilities caps = gqa_capabilities();
-  caps.strided = caps.layout_invariant = true;  // each reads values exactly, whatever the strides
+  caps.features.add({Feature::strided, Feature::layout_invariant});  // each reads values exactly, whatever the strides
   caps.returns_weights = returns_weights;
   BackwardFn bwd;
   if (backward)

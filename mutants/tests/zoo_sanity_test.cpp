@@ -540,7 +540,7 @@ TEST(Zoo, PhysicalOrderPagingDiffersAfterAPermutationAndPagePermutationAcceptsIt
 // so the probed weights are the reference's, and layout-invariance holds.
 TEST(Zoo, ProbedWeightsNeverGoThroughALayoutThatHidesV) {
   const Implementation& impl = *find_mutant("control:strided-probed-weights")->impl;
-  ASSERT_TRUE(impl.capabilities().weights_probed && impl.capabilities().layout_invariant);
+  ASSERT_TRUE(impl.capabilities().weights_probed && impl.capabilities().declares(Feature::layout_invariant));
   LawCase c;
   c.problem = quarters(3, {1, 1, 3, 2}, 3);
   c.problem.v = c.problem.k;
@@ -664,7 +664,7 @@ TEST(Zoo, everyEntryRunsOnDrawnCasesOfWhatItDeclares) {
       o.gen.dtype = t;
       o.gen.max_T = 24;
       for (const Law* law : {&exercise, &backward}) {
-        if (law == &backward && !m.impl->capabilities().backward) continue;
+        if (law == &backward && !m.impl->capabilities().declares(Feature::backward)) continue;
         const LawResult r = run_law(*law, *m.impl, o);
         // A mutant may fail a call (an error status, a wrong size): it was still called, and ran to the end.
         EXPECT_GE(r.calls, r.status == LawStatus::held ? 6 : 1) << m.impl->name() << " at " << dtype_name(t);

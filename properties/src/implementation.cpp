@@ -24,7 +24,7 @@ const char* alignment_words(CausalAlignment a) {
 
 bool Capabilities::supports_paging(Index page_size, PageLayout layout) const {
   const std::uint32_t bit = layout == PageLayout::token_major ? 1u : 2u;
-  return paged && (page_layouts & bit) &&
+  return declares(Feature::paged) && (page_layouts & bit) &&
          std::find(page_sizes.begin(), page_sizes.end(), page_size) != page_sizes.end();
 }
 
@@ -36,7 +36,7 @@ bool Capabilities::supports_head_dim(Index D) const {
 
 bool Capabilities::supports_head_dims(Index D_k, Index D_v) const {
   if (D_v == D_k) return supports_head_dim(D_k);
-  if (!v_head_dim) return false;
+  if (!declares(Feature::v_head_dim)) return false;
   if (lists_head_dims())
     return std::find(head_dim_pairs.begin(), head_dim_pairs.end(), std::pair{D_k, D_v}) != head_dim_pairs.end();
   const auto fits = [&](Index D) {
@@ -47,7 +47,7 @@ bool Capabilities::supports_head_dims(Index D_k, Index D_v) const {
 
 std::vector<Index> Capabilities::v_head_dims_with(Index D_k, Index max_D) const {
   std::vector<Index> out;
-  if (!v_head_dim) return out;
+  if (!declares(Feature::v_head_dim)) return out;
   if (lists_head_dims()) {
     for (const auto& [k, v] : head_dim_pairs)
       if (k == D_k && v != D_k && v <= max_D) out.push_back(v);
@@ -72,7 +72,7 @@ std::vector<Index> Capabilities::head_dims_up_to(Index max_D) const {
   if (lists_head_dims()) {  // D_k of the pairs too: such a D is drawn with its D_v
     for (const Index d : head_dims)
       if (d <= max_D && supports_head_dim(d)) out.push_back(d);
-    if (v_head_dim)
+    if (declares(Feature::v_head_dim))
       for (const auto& [k, v] : head_dim_pairs)
         if (k <= max_D && v <= max_D) out.push_back(k);
     std::sort(out.begin(), out.end());
@@ -89,7 +89,7 @@ Index Capabilities::smallest_head_dim() const {
     Index best = 0;
     for (const Index d : head_dims)
       if (supports_head_dim(d) && (best == 0 || d < best)) best = d;
-    if (v_head_dim)
+    if (declares(Feature::v_head_dim))
       for (const auto& [k, v] : head_dim_pairs)
         if (best == 0 || k < best) best = k;
     return best;
@@ -119,7 +119,7 @@ Outcome canonical_outcome(const Problem& p, const Capabilities& caps, Outcome o)
 std::vector<Feature> undeclared_features(const Problem& p, const Capabilities& caps) {
   std::vector<Feature> out;
   for (const FeatureRow& f : kFeatures)
-    if (f.used && f.used(p) && !(caps.*f.declared)) out.push_back(f.id);
+    if (f.used && f.used(p) && !caps.declares(f.id)) out.push_back(f.id);
   return out;
 }
 
@@ -137,7 +137,7 @@ std::vector<Need> call_needs(const Problem& p, const Capabilities& caps, bool fo
   else if (q.T > T_k && !caps.q_longer)
     limit("T_q > T_k (T_q = " + std::to_string(q.T) + ", T_k = " + std::to_string(T_k) + ")");
   // A D_v of its own without v_head_dim is the feature's row below; with it, the pair must be accepted.
-  if ((p.v_dim() == q.D || caps.v_head_dim) && !caps.supports_head_dims(q.D, p.v_dim()))
+  if ((p.v_dim() == q.D || caps.declares(Feature::v_head_dim)) && !caps.supports_head_dims(q.D, p.v_dim()))
     limit(p.v_dim() == q.D ? "head dimension D = " + std::to_string(q.D)
                                      : "head dimensions D = " + std::to_string(q.D) + ", D_v = " + std::to_string(p.v_dim()));
   if (!caps.supports(p.alignment)) limit(alignment_words(p.alignment));
@@ -148,7 +148,7 @@ std::vector<Need> call_needs(const Problem& p, const Capabilities& caps, bool fo
   for (const Feature f : undeclared_features(p, caps))
     if (!(forward_call && f == Feature::backward)) needs.push_back({f, feature(f).needs(p)});
   if (p.paged) {
-    if (caps.paged && !caps.supports_paging(p.paged->page_size, p.paged->layout))
+    if (caps.declares(Feature::paged) && !caps.supports_paging(p.paged->page_size, p.paged->layout))
       limit("pages of " + std::to_string(p.paged->page_size) + " (" + page_layout_name(p.paged->layout) + ")");
     if (p.d_output && !forward_call) limit("a paged backward call (attncheck sends none)");
   }
@@ -265,9 +265,9 @@ std::string describe_capabilities(const Capabilities& caps) {
   s += caps.custom_scale ? "; an explicit scale" : "; the default scale only";
   if (caps.max_T > 0) s += "; T up to " + std::to_string(caps.max_T);
   for (const FeatureRow& f : kFeatures) {
-    const std::string_view words = caps.*f.declared ? f.words : f.words_off;
+    const std::string_view words = caps.declares(f.id) ? f.words : f.words_off;
     if (!words.empty()) s += "; " + std::string(words);
-    if (f.id == Feature::paged && caps.paged) {  // the page sizes and layouts, limits of the paged row
+    if (f.id == Feature::paged && caps.declares(f.id)) {  // the page sizes and layouts, limits of the paged row
       s += " (pages of";
       for (std::size_t n = 0; n < caps.page_sizes.size(); ++n) s += (n ? ", " : " ") + std::to_string(caps.page_sizes[n]);
       s += std::string(caps.page_layouts & 1u ? ", token-major" : "") + (caps.page_layouts & 2u ? ", head-major" : "") + ")";
@@ -450,7 +450,7 @@ class CallableImplementation final : public Implementation {
         caps_(std::move(caps)),
         fn_(std::move(fn)),
         bwd_(std::move(bwd)) {
-    if (bwd_) caps_.backward = true;
+    if (bwd_) caps_.features.add(Feature::backward);
   }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
@@ -588,13 +588,11 @@ void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& 
 ImplementationPtr reference_implementation() {
   Capabilities caps;
   caps.nonfinite_safe = true;
-  caps.gqa = caps.key_padding = caps.window = true;
-  caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.bidirectional = true;
-  caps.documents = caps.chunked_local = caps.prefix = caps.right_window = true;
-  caps.query_documents = true;
-  caps.v_head_dim = true;
-  caps.block_mask = caps.dense_mask = true;
-  caps.paged = true;
+  caps.features = {Feature::gqa,          Feature::key_padding,     Feature::window,        Feature::lse,
+                   Feature::sinks,        Feature::softcap,         Feature::alibi,         Feature::bidirectional,
+                   Feature::documents,    Feature::query_documents, Feature::chunked_local, Feature::prefix,
+                   Feature::right_window, Feature::block_mask,      Feature::dense_mask,    Feature::v_head_dim,
+                   Feature::paged};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

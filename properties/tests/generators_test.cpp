@@ -639,7 +639,7 @@ TEST(Generators, pagingIsDrawnWhenDeclaredValidAndShrinksToThePlainestPlan) {
     EXPECT_EQ(p.paged->fill, PageFill::zero) << "seed " << seed;
   }
   Capabilities caps = reference_implementation()->capabilities();
-  caps.paged = false;
+  caps.features.remove(Feature::paged);
   const ImplementationPtr dense_only = make_implementation(
       "dense", "the reference, not paged", caps, [](const Problem& p) { return reference_implementation()->forward(p); });
   const LawResult none = run_law(probeLaw([](const LawCase& c) -> std::optional<Violation> {

@@ -108,7 +108,7 @@ TEST(Law, gqaAndCacheLawsSayWhyTheyDoNotApply) {
   EXPECT_EQ(r.status, LawStatus::not_applicable);
   EXPECT_FALSE(r.note.empty());
   Capabilities gqa = plain;
-  gqa.gqa = true;
+  gqa.features.add(Feature::gqa);
   EXPECT_EQ(reason("gqa-head-sharing", gqa), "");
 }
 
@@ -258,10 +258,11 @@ Outcome per_row_attention(const Problem& p) {
 // rounding apart fails it; without the claim the law does not apply, saying why.
 TEST(Law, batchInvariance) {
   Capabilities caps = reference_implementation()->capabilities();
-  caps.batch_invariant = true;
-  caps.returns_weights = caps.lse = caps.sinks = caps.softcap = caps.alibi = caps.backward = false;
-  caps.block_mask = caps.dense_mask = caps.paged = false;
-  caps.v_head_dim = false;  // per_row_attention has one head dimension
+  caps.features.add(Feature::batch_invariant);
+  caps.returns_weights = false;
+  caps.features.remove({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::backward});
+  caps.features.remove({Feature::block_mask, Feature::dense_mask, Feature::paged});
+  caps.features.remove(Feature::v_head_dim);  // per_row_attention has one head dimension
   const auto claimed = make_implementation("per-row", "each row alone in double, claiming batch invariance", caps,
                                            per_row_attention);
   const auto one_sequence = make_implementation("one-sequence-path", "B = 1 rounds its outputs to bfloat16", caps,
@@ -290,8 +291,8 @@ TEST(Law, batchInvariance) {
 // so); one that reads every buffer as contiguous [B,H,T,D] is falsified; one without strided inputs is n/a.
 TEST(Law, layoutInvariance) {
   Capabilities caps = reference_implementation()->capabilities();
-  caps.paged = caps.backward = false;
-  caps.strided = caps.layout_invariant = true;
+  caps.features.remove({Feature::paged, Feature::backward});
+  caps.features.add({Feature::strided, Feature::layout_invariant});
   const auto reading = [](bool strides) {
     return [strides](const Problem& p) {
       const LaidOutInputs<double> in = lay_out(p.q, p.k, p.v, p.layout);
@@ -328,7 +329,7 @@ TEST(Law, layoutInvariance) {
 TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
   const auto broken = [](const char* name, std::function<void(Problem&)> before) {
     Capabilities caps = reference_implementation()->capabilities();
-    caps.backward = false;
+    caps.features.remove(Feature::backward);
     return make_implementation(name, name, caps, [before](const Problem& p) {
       Problem q = p;
       before(q);
@@ -368,8 +369,9 @@ TEST(Law, theMaskLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
     EXPECT_EQ(r.status, LawStatus::falsified) << law << " did not catch " << impl->name();
   }
   Capabilities none = reference_implementation()->capabilities();
-  none.documents = none.chunked_local = none.bidirectional = none.prefix = none.right_window = none.window = false;
-  none.block_mask = none.dense_mask = false;
+  none.features.remove({Feature::documents, Feature::chunked_local, Feature::bidirectional, Feature::prefix,
+                        Feature::right_window, Feature::window});
+  none.features.remove({Feature::block_mask, Feature::dense_mask});
   const auto plain = make_implementation("plain", "plain", none, [](const Problem& p) {
     return reference_implementation()->forward(p);
   });
@@ -428,9 +430,10 @@ TEST(Law, theLseAndModifierLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
 // laws are unaffected.
 TEST(Law, gradientLawsNeedABackward) {
   Capabilities caps = reference_implementation()->capabilities();  // every forward law applies
-  caps.backward = false;
-  caps.batch_invariant = true;  // batch-invariance applies only under the claim (here only its applicability counts)
-  caps.strided = true;          // and layout-invariance only to strided inputs
+  caps.features.remove(Feature::backward);
+  caps.features.add(
+      Feature::batch_invariant);  // batch-invariance applies only under the claim (here only its applicability counts)
+  caps.features.add(Feature::strided);  // and layout-invariance only to strided inputs
   const auto forward_only = make_implementation("forward-only", "the reference forward, no backward", caps,
                                                 [](const Problem& p) { return reference_implementation()->forward(p); });
   for (const Law& l : laws()) {
@@ -477,7 +480,7 @@ TEST(Law, everyLawHasATest) {
 TEST(DerivedCalls, aWrongDerivedCallIsReportedAsThatCall) {
   const ImplementationPtr ref = reference_implementation();
   Capabilities caps = ref->capabilities();
-  caps.backward = false;
+  caps.features.remove(Feature::backward);
   const auto wrong_when = [&](std::function<bool(const Problem&)> wrong, const char* name) {
     return make_implementation(name, "the reference, off by one on one path", caps, [ref, wrong](const Problem& p) {
       Outcome o = ref->forward(p);

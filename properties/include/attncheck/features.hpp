@@ -17,42 +17,19 @@
 #include <string_view>
 #include <vector>
 
+#include "attncheck/feature_set.hpp"
 #include "attncheck/implementation.hpp"
 
 namespace attncheck {
 
-enum class Feature : std::uint8_t {
-  gqa,
-  key_padding,
-  window,
-  backward,
-  lse,
-  sinks,
-  softcap,
-  alibi,
-  bidirectional,
-  documents,
-  query_documents,
-  chunked_local,
-  prefix,
-  right_window,
-  block_mask,
-  dense_mask,
-  v_head_dim,
-  strided,
-  layout_invariant,
-  batch_invariant,
-  paged,
-};
 
 /// One feature: its names in every codec, its words for people, and what a call using it needs.
 struct FeatureRow {
   Feature id;
   /// The Python client's serve() keyword, and the feature's name wherever one word names it.
   std::string_view name;
-  /// The Capabilities member that declares it, and that member's name where it is not `name` (messages about a
-  /// C++ implementation's declarations name the member: in_declaration_words).
-  bool Capabilities::* declared;
+  /// The name a C++ implementation's declaration goes by in the laws' messages where it is not `name`
+  /// ("(Capabilities::key_padding)"): in_declaration_words recognises it there to write the C or Python words.
   std::string_view member{};
   /// The C ABI's bits: ATTNCHECK_CAP_* of the table's flags (ABI 1-2) and ATTNCHECK_CAP3_* of flags3 (ABI 3);
   /// the exec protocol's caps frame carries flags2 (version 2) and the same flags3 (version 3). 0: not that way
@@ -79,8 +56,8 @@ inline std::string n(Index x) { return std::to_string(x); }
 
 /// Every feature, in the order describe_capabilities and needs_outside list them (Feature's order: a row's index
 /// is its id, which a static_assert below checks).
-inline constexpr std::array<FeatureRow, 21> kFeatures{{
-    {.id = Feature::gqa, .name = "gqa", .declared = &Capabilities::gqa, .abi_flag = 0x10, .flags2 = 0x1,
+inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
+    {.id = Feature::gqa, .name = "gqa", .abi_flag = 0x10, .flags2 = 0x1,
      .c_name = "ATTNCHECK_CAP_GQA", .words = "grouped-query attention", .words_off = "no grouped-query attention",
      .used = [](const Problem& p) { return p.kv_heads() != p.q.shape().H; },
      .needs =
@@ -89,12 +66,12 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            return "grouped-query attention (" + n(p.kv_heads()) +
                   (p.kv_heads() == 1 ? " kv head for " : " kv heads for ") + n(p.q.shape().H) + " query heads)";
          }},
-    {.id = Feature::key_padding, .name = "key_lengths", .declared = &Capabilities::key_padding,
+    {.id = Feature::key_padding, .name = "key_lengths",
      .member = "key_padding", .abi_flag = 0x20,
      .flags2 = 0x2, .c_name = "ATTNCHECK_CAP_KEY_LENGTHS", .words = "key padding", .words_off = "no key padding",
      .used = [](const Problem& p) { return !p.key_lengths.empty(); },
      .needs = [](const Problem&) { return std::string("key padding (key lengths)"); }},
-    {.id = Feature::window, .name = "window", .declared = &Capabilities::window, .abi_flag = 0x40, .flags2 = 0x4,
+    {.id = Feature::window, .name = "window", .abi_flag = 0x40, .flags2 = 0x4,
      .c_name = "ATTNCHECK_CAP_WINDOW", .words = "windows", .words_off = "no window",
      .used = [](const Problem& p) { return p.window.has_value(); },
      .needs =
@@ -102,39 +79,39 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            using feature_words::n;
            return std::string("a window (" + n(*p.window) + ")");
          }},
-    {.id = Feature::backward, .name = "backward", .declared = &Capabilities::backward, .flags2 = 0x8,
+    {.id = Feature::backward, .name = "backward", .flags2 = 0x8,
      .c_name = "a backward function", .words = "a backward pass", .words_off = "no backward pass",
      .used = [](const Problem& p) { return p.d_output.has_value(); },
      .needs = [](const Problem&) { return std::string("a backward pass"); }},
-    {.id = Feature::lse, .name = "lse", .declared = &Capabilities::lse, .flags3 = 0x1, .c_name = "ATTNCHECK_CAP3_LSE",
+    {.id = Feature::lse, .name = "lse", .flags3 = 0x1, .c_name = "ATTNCHECK_CAP3_LSE",
      .words = "the log-sum-exp",
      .used = [](const Problem& p) { return p.want_lse; },
      .needs = [](const Problem&) { return std::string("the log-sum-exp"); },
      .ignored_when_undeclared = true},
-    {.id = Feature::sinks, .name = "sinks", .declared = &Capabilities::sinks, .flags3 = 0x2,
+    {.id = Feature::sinks, .name = "sinks", .flags3 = 0x2,
      .c_name = "ATTNCHECK_CAP3_SINKS", .words = "sinks",
      .used = [](const Problem& p) { return !p.sinks.empty(); },
      .needs = [](const Problem&) { return std::string("attention sinks"); }},
-    {.id = Feature::softcap, .name = "softcap", .declared = &Capabilities::softcap, .flags3 = 0x4,
+    {.id = Feature::softcap, .name = "softcap", .flags3 = 0x4,
      .c_name = "ATTNCHECK_CAP3_SOFTCAP", .words = "softcap",
      .used = [](const Problem& p) { return p.softcap.has_value(); },
      .needs =
          [](const Problem& p) {
            return std::string("logit softcapping (" + format_number(*p.softcap, 6) + ")");
          }},
-    {.id = Feature::alibi, .name = "alibi", .declared = &Capabilities::alibi, .flags3 = 0x8,
+    {.id = Feature::alibi, .name = "alibi", .flags3 = 0x8,
      .c_name = "ATTNCHECK_CAP3_ALIBI", .words = "ALiBi",
      .used = [](const Problem& p) { return !p.alibi_slopes.empty(); },
      .needs = [](const Problem&) { return std::string("ALiBi slopes"); }},
-    {.id = Feature::bidirectional, .name = "bidirectional", .declared = &Capabilities::bidirectional, .flags3 = 0x100,
+    {.id = Feature::bidirectional, .name = "bidirectional", .flags3 = 0x100,
      .c_name = "ATTNCHECK_CAP3_BIDIRECTIONAL", .words = "bidirectional",
      .used = [](const Problem& p) { return !p.causal; },
      .needs = [](const Problem&) { return std::string("no causal rule (bidirectional)"); }},
-    {.id = Feature::documents, .name = "documents", .declared = &Capabilities::documents, .flags3 = 0x20,
+    {.id = Feature::documents, .name = "documents", .flags3 = 0x20,
      .c_name = "ATTNCHECK_CAP3_DOCUMENTS", .words = "packed documents",
      .used = [](const Problem& p) { return !p.doc_bounds.empty(); },
      .needs = [](const Problem&) { return std::string("packed documents"); }},
-    {.id = Feature::query_documents, .name = "query_documents", .declared = &Capabilities::query_documents,
+    {.id = Feature::query_documents, .name = "query_documents",
      .flags3 = 0x20000, .c_name = "ATTNCHECK_CAP3_QUERY_DOCUMENTS", .requires_feature = Feature::documents,
      .words = "documents with query lengths of their own",
      .used = [](const Problem& p) { return !p.q_doc_bounds.empty(); },
@@ -142,7 +119,7 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
          [](const Problem&) {
            return std::string("documents with query lengths of their own (query document bounds)");
          }},
-    {.id = Feature::chunked_local, .name = "chunked_local", .declared = &Capabilities::chunked_local, .flags3 = 0x40,
+    {.id = Feature::chunked_local, .name = "chunked_local", .flags3 = 0x40,
      .c_name = "ATTNCHECK_CAP3_CHUNKED_LOCAL", .words = "chunked local attention",
      .used = [](const Problem& p) { return p.chunk_size != 0; },
      .needs =
@@ -150,7 +127,7 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            using feature_words::n;
            return std::string("chunked local attention (chunks of " + n(p.chunk_size) + ")");
          }},
-    {.id = Feature::prefix, .name = "prefix", .declared = &Capabilities::prefix, .flags3 = 0x80,
+    {.id = Feature::prefix, .name = "prefix", .flags3 = 0x80,
      .c_name = "ATTNCHECK_CAP3_PREFIX", .words = "a bidirectional prefix",
      .used = [](const Problem& p) { return p.prefix_length != 0; },
      .needs =
@@ -158,7 +135,7 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            using feature_words::n;
            return std::string("a bidirectional prefix (" + n(p.prefix_length) + ")");
          }},
-    {.id = Feature::right_window, .name = "right_window", .declared = &Capabilities::right_window, .flags3 = 0x200,
+    {.id = Feature::right_window, .name = "right_window", .flags3 = 0x200,
      .c_name = "ATTNCHECK_CAP3_RIGHT_WINDOW", .words = "right windows",
      .used = [](const Problem& p) { return p.window_right.has_value(); },
      .needs =
@@ -166,15 +143,15 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            using feature_words::n;
            return std::string("a right window (" + n(*p.window_right) + ")");
          }},
-    {.id = Feature::block_mask, .name = "block_mask", .declared = &Capabilities::block_mask, .flags3 = 0x400,
+    {.id = Feature::block_mask, .name = "block_mask", .flags3 = 0x400,
      .c_name = "ATTNCHECK_CAP3_BLOCK_MASK", .words = "block masks",
      .used = [](const Problem& p) { return p.block_mask.has_value(); },
      .needs = [](const Problem&) { return std::string("a block mask"); }},
-    {.id = Feature::dense_mask, .name = "dense_mask", .declared = &Capabilities::dense_mask, .flags3 = 0x800,
+    {.id = Feature::dense_mask, .name = "dense_mask", .flags3 = 0x800,
      .c_name = "ATTNCHECK_CAP3_DENSE_MASK", .words = "dense masks",
      .used = [](const Problem& p) { return p.dense_mask.has_value(); },
      .needs = [](const Problem&) { return std::string("a dense mask"); }},
-    {.id = Feature::v_head_dim, .name = "v_head_dim", .declared = &Capabilities::v_head_dim, .flags3 = 0x1000,
+    {.id = Feature::v_head_dim, .name = "v_head_dim", .flags3 = 0x1000,
      .c_name = "ATTNCHECK_CAP3_V_HEAD_DIM", .words = "a V head dimension of its own",
      .used = [](const Problem& p) { return p.v_dim() != p.q.shape().D; },
      .needs =
@@ -182,20 +159,20 @@ inline constexpr std::array<FeatureRow, 21> kFeatures{{
            using feature_words::n;
            return std::string("a V head dimension of its own (D_v = " + n(p.v_dim()) + ", D = " + n(p.q.shape().D) + ")");
          }},
-    {.id = Feature::strided, .name = "strided", .declared = &Capabilities::strided, .flags3 = 0x2000,
+    {.id = Feature::strided, .name = "strided", .flags3 = 0x2000,
      .c_name = "ATTNCHECK_CAP3_STRIDED", .words = "strided inputs",
      .used = [](const Problem& p) { return p.layout != InputLayout::contiguous; },
      .needs =
          [](const Problem& p) {
            return std::string("strided inputs (" + input_layout_name(p.layout) + ")");
          }},
-    {.id = Feature::layout_invariant, .name = "layout_invariant", .declared = &Capabilities::layout_invariant,
+    {.id = Feature::layout_invariant, .name = "layout_invariant",
      .flags3 = 0x4000, .c_name = "ATTNCHECK_CAP3_LAYOUT_INVARIANT", .requires_feature = Feature::strided,
      .words = "bit-identical whatever the strides"},
-    {.id = Feature::batch_invariant, .name = "batch_invariant", .declared = &Capabilities::batch_invariant,
+    {.id = Feature::batch_invariant, .name = "batch_invariant",
      .flags3 = 0x8000, .c_name = "ATTNCHECK_CAP3_BATCH_INVARIANT",
      .words = "bit-identical whatever else is in the batch"},
-    {.id = Feature::paged, .name = "paged", .declared = &Capabilities::paged, .flags3 = 0x10,
+    {.id = Feature::paged, .name = "paged", .flags3 = 0x10,
      .c_name = "ATTNCHECK_CAP3_PAGED", .words = "paged K and V",
      .used = [](const Problem& p) { return p.paged.has_value(); },
      .needs = [](const Problem&) { return std::string("paged K and V"); }},
@@ -207,55 +184,25 @@ constexpr bool rows_in_id_order() {
   return true;
 }
 static_assert(rows_in_id_order(), "kFeatures: every row at the index of its Feature");
+static_assert(kFeatures.size() == kFeatureCount, "kFeatures: a row for every Feature");
 
 /// The row of `f`.
 constexpr const FeatureRow& feature(Feature f) { return kFeatures[std::size_t(f)]; }
 
-/// Whether `caps` declares `f`.
-inline bool declares(const Capabilities& caps, Feature f) { return caps.*feature(f).declared; }
 
-/// A set of features, one bit per Feature.
-class FeatureSet {
- public:
-  constexpr FeatureSet() = default;
-  constexpr FeatureSet(std::initializer_list<Feature> fs) {
-    for (const Feature f : fs) bits_ |= bit(f);
-  }
-  /// Every feature of the table.
-  static constexpr FeatureSet all() {
-    FeatureSet s;
-    s.bits_ = (std::uint64_t{1} << kFeatures.size()) - 1;
-    return s;
-  }
-  constexpr bool has(Feature f) const { return (bits_ & bit(f)) != 0; }
-  constexpr bool empty() const { return bits_ == 0; }
-  constexpr FeatureSet& add(Feature f) {
-    bits_ |= bit(f);
-    return *this;
-  }
-  constexpr FeatureSet& remove(std::initializer_list<Feature> fs) {
-    for (const Feature f : fs) bits_ &= ~bit(f);
-    return *this;
-  }
-  friend constexpr bool operator==(FeatureSet, FeatureSet) = default;
-
- private:
-  static constexpr std::uint64_t bit(Feature f) { return std::uint64_t{1} << unsigned(f); }
-  std::uint64_t bits_ = 0;
-};
 
 /// The features `caps` declares (a feature that requires another only with it).
 inline FeatureSet declared_features(const Capabilities& caps) {
   FeatureSet s;
   for (const FeatureRow& f : kFeatures)
-    if (caps.*f.declared && (!f.requires_feature || caps.*feature(*f.requires_feature).declared)) s.add(f.id);
+    if (caps.declares(f.id) && (!f.requires_feature || caps.declares(*f.requires_feature))) s.add(f.id);
   return s;
 }
 
 /// The features a call `p` uses that `caps` does not declare, in the table's order.
 std::vector<Feature> undeclared_features(const Problem& p, const Capabilities& caps);
 
-/// How an implementation declares what it does: a C++ one by Capabilities' members, a C plug-in by its table's
+/// How an implementation declares what it does: a C++ one by Capabilities::features, a C plug-in by its table's
 /// ATTNCHECK_CAP_* and ATTNCHECK_CAP3_* bits, an exec: client by serve()'s keywords.
 enum class DeclaredBy { cpp, c_plugin, exec_client };
 /// By the name --impl gives it: "plugin:..." a C plug-in, "exec:..." an exec: client, any other C++.

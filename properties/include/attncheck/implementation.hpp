@@ -12,6 +12,7 @@
 
 #include "attncheck/attention.hpp"
 #include "attncheck/backward.hpp"
+#include "attncheck/feature_set.hpp"
 #include "attncheck/format.hpp"
 #include "attncheck/paged.hpp"
 
@@ -175,37 +176,6 @@ struct Capabilities {
   /// Claims boolean-mask (select) semantics: NaN or Inf in a masked score, key or value never reaches an
   /// output. Most additive-mask kernels compute 0·Inf = NaN there and do not claim it.
   bool nonfinite_safe = false;
-  /// Accepts K and V with fewer heads than Q (H_kv dividing H). Off by default: the generators never draw
-  /// H_kv < H for an implementation that does not declare it.
-  bool gqa = false;
-  /// ABI 3 (ATTNCHECK_CAP3_V_HEAD_DIM): V may have a head dimension D_v of its own (the output's; MLA's 576 and
-  /// 512, 192 and 128), every pair (D_k, D_v) that supports_head_dims accepts.
-  bool v_head_dim = false;
-  /// Honours Problem::key_lengths (key padding).
-  bool key_padding = false;
-  /// Honours Problem::window (a sliding window).
-  bool window = false;
-  /// Has a backward pass (Implementation::backward): the gradient laws apply.
-  bool backward = false;
-  /// ABI 3 (ATTNCHECK_CAP3_*): returns each row's log-sum-exp when asked (Problem::want_lse); honours sink
-  /// logits (and, with a backward, returns their gradient), logit softcapping, ALiBi slopes, and causal = false.
-  bool lse = false, sinks = false, softcap = false, alibi = false, bidirectional = false;
-  /// ABI 3, masks beyond causal (ATTNCHECK_CAP3_DOCUMENTS, _CHUNKED_LOCAL, _PREFIX, _RIGHT_WINDOW): honours
-  /// Problem::doc_bounds (packed documents), chunk_size, prefix_length and window_right.
-  bool documents = false, chunked_local = false, prefix = false, right_window = false;
-  /// ABI 3 (ATTNCHECK_CAP3_QUERY_DOCUMENTS, with documents): honours Problem::q_doc_bounds, documents whose
-  /// queries have lengths of their own (FlashAttention varlen's cu_seqlens_q != cu_seqlens_k), each aligned on its
-  /// own lengths.
-  bool query_documents = false;
-  /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): honours Problem::block_mask and dense_mask.
-  bool block_mask = false, dense_mask = false;
-  /// ABI 3 (ATTNCHECK_CAP3_STRIDED, _LAYOUT_INVARIANT): reads q, k and v through any strides (Problem::layout:
-  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are. Not where its pages
-  /// sit: page-permutation and shared-pages compare within the derived bound whatever is declared.
-  bool strided = false, layout_invariant = false;
-  /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,
-  /// whatever the batch size, and whatever number of its queries a call holds (the batch-invariance law).
-  bool batch_invariant = false;
   /// Calls may run concurrently from several threads and each call's result depends only on its problem (no
   /// state kept between calls): `--jobs` then checks several laws at once. Off by default: a plug-in, a
   /// subprocess or a stateful kernel is called one law after the other, in the serial order.
@@ -213,13 +183,16 @@ struct Capabilities {
   /// The convention it declares for rows that see no key; empty: either is accepted, and reports say which
   /// one it follows.
   std::optional<EmptyRows> empty_rows;
-  /// Takes K and V as a page pool and a block table (ATTNCHECK_CAP3_PAGED), in the page sizes of page_sizes
-  /// and the layouts of page_layouts (ATTNCHECK_PAGED_* bits: 1 token-major, 2 head-major).
-  bool paged = false;
+  /// The features it declares, one row of kFeatures (attncheck/features.hpp) each: what it does beyond plain
+  /// causal attention, beside the limits above and below. None by default.
+  FeatureSet features{};
+  bool declares(Feature f) const { return features.has(f); }
+  /// With `paged`: the page sizes it accepts and its layouts (ATTNCHECK_PAGED_* bits: 1 token-major, 2
+  /// head-major).
   std::vector<Index> page_sizes{};
   std::uint32_t page_layouts = 0;
   /// What an ABI-3 plug-in or a version-3 exec: client declares (attncheck/plugin.h): its ATTNCHECK_CAP3_* bits
-  /// (those above are also set as the bools), carried so that reports say what was declared.
+  /// (also set in `features`), carried so that reports say what was declared.
   std::uint32_t abi3_flags = 0;
   /// Head dimension pairs (D_k, D_v) with D_v != D_k in the declared list (with v_head_dim). A list given
   /// (head_dims or these) is the whole of what is accepted: D alone means D_v = D.

@@ -20,7 +20,7 @@ const char* kWhy =
     "Exact: no tolerance. Rows that see no key are left to empty-row-convention.";
 
 std::string not_applicable(const GenConfig& g) {
-  if (!g.caps.batch_invariant)
+  if (!g.caps.declares(Feature::batch_invariant))
     return "declares no batch invariance (ATTNCHECK_CAP3_BATCH_INVARIANT); paths-agree, decode-consistency and "
            "chunked-prefill hold batches and query counts to the derived bound";
   return needs_square_shapes(g);

@@ -72,14 +72,14 @@ RowConvention row_convention(const Outcome& o, Index b, Index h, Index i, const 
 Problem probe_case(const Capabilities& caps, DType dtype) {
   Problem p;
   p.dtype = dtype;
-  const Index T_q = caps.key_padding ? 1 : 2, D = std::max<Index>(caps.smallest_head_dim(), 1);
+  const Index T_q = caps.declares(Feature::key_padding) ? 1 : 2, D = std::max<Index>(caps.smallest_head_dim(), 1);
   p.q = Tensor<double>({1, 1, T_q, D});
   p.k = Tensor<double>({1, 1, 1, D});
   p.v = Tensor<double>({1, 1, 1, D});
   p.q.values().setOnes();
   p.k.values().setOnes();
   p.v.values().setOnes();
-  if (caps.key_padding) {
+  if (caps.declares(Feature::key_padding)) {
     p.key_lengths = {0};
     p.alignment = square_alignment(caps);
   } else {
@@ -100,8 +100,10 @@ std::string kind_word(EmptyRows e) { return e == EmptyRows::nan ? "NaN (nan)" : 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po;
   po.allow.remove({Feature::sinks});  // a sink gives such a row a softmax term: 0 under either convention
-  if (cfg.caps.key_padding) po.require.add(Feature::key_padding);  // padded cases often have a sequence of length 0
-  po.require_empty_row = !cfg.caps.key_padding;  // otherwise T_q > T_k, bottom-right: every case has such rows
+  // Padded cases often have a sequence of length 0; without key padding, T_q > T_k bottom-right gives every case
+  // such rows.
+  if (cfg.caps.declares(Feature::key_padding)) po.require.add(Feature::key_padding);
+  po.require_empty_row = !cfg.caps.declares(Feature::key_padding);
   return rc::gen::exec([cfg, po] {
     LawCase c = *gen_problem(cfg, po);
     // Every other case also calls the probe case at every dtype (one call each): the same fixed call in
@@ -164,7 +166,7 @@ std::string not_applicable(const GenConfig& g) {
   if (g.caps.empty_rows == EmptyRows::any)
     return "the implementation declares the output of a row that sees no key unspecified (every law skips those "
            "rows)";
-  if (g.caps.key_padding ||
+  if (g.caps.declares(Feature::key_padding) ||
       (g.caps.cross_lengths && g.caps.q_longer && g.caps.supports(CausalAlignment::BottomRight)))
     return "";
   return "the implementation cannot be asked for a row that sees no key (that needs key lengths, or T_q > T_k "

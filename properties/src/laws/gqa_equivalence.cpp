@@ -41,9 +41,10 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  return g.caps.gqa ? ""
-                    : "needs grouped-query attention (K and V with fewer heads than Q), which this implementation "
-                      "does not declare";
+  return g.caps.declares(Feature::gqa)
+             ? ""
+             : "needs grouped-query attention (K and V with fewer heads than Q), which this implementation "
+               "does not declare";
 }
 
 }  // namespace gqa_equivalence_law

@@ -75,7 +75,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  if (!g.caps.gqa)
+  if (!g.caps.declares(Feature::gqa))
     return "needs grouped-query attention (K and V with fewer heads than Q), which this implementation does not "
            "declare";
   return g.max_H < 2 ? "needs two query heads to share a kv head, but --max-H is 1" : "";

@@ -68,7 +68,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  return g.caps.key_padding ? "" : "the implementation does not honour key lengths (Capabilities::key_padding)";
+  return g.caps.declares(Feature::key_padding)
+             ? ""
+             : "the implementation does not honour key lengths (Capabilities::key_padding)";
 }
 
 }  // namespace key_padding_invariance_law

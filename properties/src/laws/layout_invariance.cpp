@@ -50,7 +50,7 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
     // one, so a case drawn first would stay at its smallest shape for the layout it was found in (two heads,
     // two queries for an interleaved buffer) once the layout moved on to padded.
     const InputLayout l = kLayouts[*rc::gen::inRange<std::size_t>(0, std::size(kLayouts))];
-    const bool grads = cfg.caps.backward && *rc::gen::inRange(0, 2) == 1;
+    const bool grads = cfg.caps.declares(Feature::backward) && *rc::gen::inRange(0, 2) == 1;
     LawCase c = grads ? *gen_gradients_with(cfg, po) : *gen_problem(cfg, po);
     // The problem made to fit the layout.
     Problem& p = c.problem;
@@ -82,7 +82,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   // Weights only where the implementation returns its own: probed weights are outputs of other calls (one-hot V,
   // through a layout the probe reaches, never V-is-K), so they say nothing the outputs compared here do not.
   const Outcome a = call(impl, outputs_first(impl, p)), b = call(impl, outputs_first(impl, laid));
-  const bool exact = impl.capabilities().layout_invariant;
+  const bool exact = impl.capabilities().declares(Feature::layout_invariant);
   std::optional<Tensor<double>> tol;
   if (!exact) {
     tol = run_oracle(p).tol_out;
@@ -114,7 +114,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  return g.caps.strided ? "" : "the implementation does not read strided inputs (ATTNCHECK_CAP3_STRIDED)";
+  return g.caps.declares(Feature::strided) ? ""
+                                           : "the implementation does not read strided inputs (ATTNCHECK_CAP3_STRIDED)";
 }
 
 }  // namespace layout_invariance_law

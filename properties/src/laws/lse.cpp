@@ -16,7 +16,9 @@ namespace lse_law {
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
 std::string needs_lse(const GenConfig& g) {
-  return g.caps.lse ? "" : "needs the log-sum-exp of every row (ATTNCHECK_CAP3_LSE), which this implementation does not return";
+  return g.caps.declares(Feature::lse)
+             ? ""
+             : "needs the log-sum-exp of every row (ATTNCHECK_CAP3_LSE), which this implementation does not return";
 }
 
 rc::Gen<LawCase> gen_with_lse(const GenConfig& cfg) {
@@ -147,7 +149,7 @@ rc::Gen<LawCase> gen_merge(const GenConfig& cfg) {
     c.params["parts"] = double(*rc::gen::inRange<Index>(2, 5));
     c.params["split_seed"] = double(*rc::gen::noShrink(rc::gen::inRange<Index>(0, kMaxSeed)));
     // The queries merged: the last one (decode), or, with causal = false declared, a chunk of the last n.
-    c.params["chunk"] = cfg.caps.bidirectional ? double(*rc::gen::inRange<Index>(1, 9)) : 1.0;
+    c.params["chunk"] = cfg.caps.declares(Feature::bidirectional) ? double(*rc::gen::inRange<Index>(1, 9)) : 1.0;
     return c;
   });
 }

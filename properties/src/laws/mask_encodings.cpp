@@ -49,12 +49,12 @@ bool has_kind(const BlockMask& m, BlockKind k) {
 
 std::vector<Encoding> encodings(const Problem& p, const Capabilities& caps) {
   std::vector<Encoding> out;
-  if (p.dense_mask && !p.block_mask && caps.block_mask) out.push_back(Encoding::dense_as_blocks);
-  if (p.block_mask && !p.dense_mask && caps.dense_mask) out.push_back(Encoding::blocks_as_dense);
+  if (p.dense_mask && !p.block_mask && caps.declares(Feature::block_mask)) out.push_back(Encoding::dense_as_blocks);
+  if (p.block_mask && !p.dense_mask && caps.declares(Feature::dense_mask)) out.push_back(Encoding::blocks_as_dense);
   if (p.block_mask && has_kind(*p.block_mask, BlockKind::Full)) out.push_back(Encoding::full_as_partial);
   if (p.block_mask && has_kind(*p.block_mask, BlockKind::Empty)) out.push_back(Encoding::empty_as_partial);
-  if (caps.block_mask) out.push_back(Encoding::families_as_blocks);
-  if (caps.dense_mask) out.push_back(Encoding::families_as_dense);
+  if (caps.declares(Feature::block_mask)) out.push_back(Encoding::families_as_blocks);
+  if (caps.declares(Feature::dense_mask)) out.push_back(Encoding::families_as_dense);
   return out;
 }
 
@@ -120,7 +120,7 @@ Problem with_encoding(const Problem& p, Encoding e, Index pick, const Capabiliti
       // with it, they replace every family but the padding (which the cells already honour).
       // Documents with query bounds of their own also move ALiBi's positions (a row's constant, but not the
       // sink's): with ALiBi they stay, and the cells are added to them.
-      if (caps.bidirectional && (p.q_doc_bounds.empty() || p.alibi_slopes.empty())) {
+      if (caps.declares(Feature::bidirectional) && (p.q_doc_bounds.empty() || p.alibi_slopes.empty())) {
         v.causal = false;
         v.prefix_length = 0;
         v.window.reset();
@@ -188,7 +188,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  if (!g.caps.block_mask && !g.caps.dense_mask)
+  if (!g.caps.declares(Feature::block_mask) && !g.caps.declares(Feature::dense_mask))
     return "the implementation declares neither block masks nor dense masks (Capabilities::block_mask, dense_mask)";
   return "";
 }

@@ -304,18 +304,21 @@ std::vector<Neutral> neutral_encodings(const Problem& p, const Capabilities& cap
     for (Index i = 0; i < T_q && no_negative; ++i) no_negative = vis.position(i) >= 0;
   }
   std::vector<Neutral> out;
-  if (caps.chunked_local && p.chunk_size == 0 && no_negative) out.push_back(Neutral::long_chunk);
-  if (caps.documents && p.doc_bounds.empty()) out.push_back(Neutral::one_document);
-  if (caps.prefix && p.causal && p.prefix_length <= 1 && no_negative) out.push_back(Neutral::prefix_one);
-  if (caps.prefix && !p.causal && p.prefix_length == 0) out.push_back(Neutral::prefix_bidirectional);
+  if (caps.declares(Feature::chunked_local) && p.chunk_size == 0 && no_negative) out.push_back(Neutral::long_chunk);
+  if (caps.declares(Feature::documents) && p.doc_bounds.empty()) out.push_back(Neutral::one_document);
+  if (caps.declares(Feature::prefix) && p.causal && p.prefix_length <= 1 && no_negative)
+    out.push_back(Neutral::prefix_one);
+  if (caps.declares(Feature::prefix) && !p.causal && p.prefix_length == 0) out.push_back(Neutral::prefix_bidirectional);
   // A right window of 0 cuts the prefix's keys after a query: neutral only when the prefix adds no key, that is
   // none, or 1 with no query before key 0 (a query at position -1 sees key 0 only through a prefix of 1).
   const bool prefix_adds_nothing = p.prefix_length == 0 || (p.prefix_length == 1 && no_negative);
-  if (caps.right_window && p.causal && prefix_adds_nothing && !p.window_right) out.push_back(Neutral::right_zero);
-  if (caps.right_window && caps.bidirectional && p.causal && prefix_adds_nothing && !p.window_right)
+  if (caps.declares(Feature::right_window) && p.causal && prefix_adds_nothing && !p.window_right)
+    out.push_back(Neutral::right_zero);
+  if (caps.features.contains({Feature::right_window, Feature::bidirectional}) && p.causal && prefix_adds_nothing &&
+      !p.window_right)
     out.push_back(Neutral::bidirectional_right_zero);
-  if (caps.window && !p.window) out.push_back(Neutral::long_left);
-  if (caps.right_window && !p.window_right) out.push_back(Neutral::long_right);
+  if (caps.declares(Feature::window) && !p.window) out.push_back(Neutral::long_left);
+  if (caps.declares(Feature::right_window) && !p.window_right) out.push_back(Neutral::long_right);
   return out;
 }
 
@@ -386,7 +389,8 @@ std::optional<Violation> check_neutral_masks(const Implementation& impl, const L
 
 std::string needs_mask_families(const GenConfig& g) {
   const Capabilities& c = g.caps;
-  if (!c.documents && !c.chunked_local && !c.prefix && !c.right_window && !c.window)
+  if (!c.features.intersects(
+          {Feature::documents, Feature::chunked_local, Feature::prefix, Feature::right_window, Feature::window}))
     return "the implementation declares none of documents, chunks, a prefix, a right window or a window";
   return "";
 }
@@ -467,12 +471,17 @@ Law hidden_keys() {
 
 Law packed_equals_separate() {
   using namespace masks_law;
-  return {"packed-equals-separate", "each packed document equals that document called alone", kWhyPacked,
+  return {"packed-equals-separate",
+          "each packed document equals that document called alone",
+          kWhyPacked,
           LawDoc{"40",
-                 "each packed document's rows equal that document called alone (positions from 0, prefix and padding moved with it)",
+                 "each packed document's rows equal that document called alone (positions from 0, prefix and padding "
+                 "moved with it)",
                  "twice the derived bound"},
           [](const GenConfig& g) {
-            return g.caps.documents ? std::string() : std::string("the implementation does not declare packed documents");
+            return g.caps.declares(Feature::documents)
+                       ? std::string()
+                       : std::string("the implementation does not declare packed documents");
           },
           gen_packed,
           [](const Implementation& impl, const LawCase& c) {
@@ -483,10 +492,13 @@ Law packed_equals_separate() {
 
 Law chunked_equals_separate() {
   using namespace masks_law;
-  return {"chunked-equals-separate", "chunked local attention equals one call per chunk", kWhyChunked,
-          LawDoc{"41", "chunked local attention equals one call per chunk without chunking",
-                 "twice the derived bound"},
-          [](const GenConfig& g) { return needs_square(g, g.caps.chunked_local, "chunked local attention"); },
+  return {"chunked-equals-separate",
+          "chunked local attention equals one call per chunk",
+          kWhyChunked,
+          LawDoc{"41", "chunked local attention equals one call per chunk without chunking", "twice the derived bound"},
+          [](const GenConfig& g) {
+            return needs_square(g, g.caps.declares(Feature::chunked_local), "chunked local attention");
+          },
           gen_chunked,
           [](const Implementation& impl, const LawCase& c) {
             return check_segments("chunked-equals-separate", true, impl, c);
@@ -506,15 +518,20 @@ Law neutral_masks() {
 Law bidirectional_permutation() {
   using namespace masks_law;
   return {"bidirectional-permutation",
-          "without the causal rule, permuting keys and values together leaves outputs unchanged", kWhyPermutation,
+          "without the causal rule, permuting keys and values together leaves outputs unchanged",
+          kWhyPermutation,
           LawDoc{"43",
-                 "without the causal rule (and without positional families), permuting keys and values together leaves outputs unchanged",
+                 "without the causal rule (and without positional families), permuting keys and values together leaves "
+                 "outputs unchanged",
                  "twice the derived bound"},
           [](const GenConfig& g) {
-            return g.caps.bidirectional ? std::string()
-                                        : std::string("the implementation does not declare causal = false");
+            return g.caps.declares(Feature::bidirectional)
+                       ? std::string()
+                       : std::string("the implementation does not declare causal = false");
           },
-          gen_permutation, check_permutation, 0};
+          gen_permutation,
+          check_permutation,
+          0};
 }
 
 }  // namespace attncheck::law_kit

@@ -59,7 +59,9 @@ const char* kSinkWhy =
     "and 0: convex-hull, which draws sinks.)";
 
 std::string needs_sinks(const GenConfig& g) {
-  return g.caps.sinks ? "" : "needs attention sinks (ATTNCHECK_CAP3_SINKS), which this implementation does not declare";
+  return g.caps.declares(Feature::sinks)
+             ? ""
+             : "needs attention sinks (ATTNCHECK_CAP3_SINKS), which this implementation does not declare";
 }
 
 rc::Gen<LawCase> gen_sinks(const GenConfig& cfg) {
@@ -105,7 +107,9 @@ const char* kSoftcapWhy =
     "a softcap applied after the mask, or on the unscaled scores, breaks it.";
 
 std::string needs_softcap(const GenConfig& g) {
-  return g.caps.softcap ? "" : "needs logit softcapping (ATTNCHECK_CAP3_SOFTCAP), which this implementation does not declare";
+  return g.caps.declares(Feature::softcap)
+             ? ""
+             : "needs logit softcapping (ATTNCHECK_CAP3_SOFTCAP), which this implementation does not declare";
 }
 
 rc::Gen<LawCase> gen_softcap(const GenConfig& cfg) {
@@ -206,7 +210,9 @@ const char* kNeutralWhy =
     "declares, on the case's other modifiers as drawn.";
 
 std::string needs_a_modifier(const GenConfig& g) {
-  return g.caps.alibi || g.caps.sinks ? "" : "needs ALiBi or sinks (ATTNCHECK_CAP3_ALIBI, _SINKS), which this implementation does not declare";
+  return g.caps.features.intersects({Feature::alibi, Feature::sinks})
+             ? ""
+             : "needs ALiBi or sinks (ATTNCHECK_CAP3_ALIBI, _SINKS), which this implementation does not declare";
 }
 
 std::optional<Violation> check_neutral(const Implementation& impl, const LawCase& c) {
@@ -229,12 +235,12 @@ std::optional<Violation> check_neutral(const Implementation& impl, const LawCase
     }
     return std::nullopt;
   };
-  if (caps.alibi) {
+  if (caps.declares(Feature::alibi)) {
     Problem q = plain;
     q.alibi_slopes.assign(std::size_t(H), 0.0);
     if (auto v = one(q, "ALiBi slopes of 0")) return v;
   }
-  if (caps.sinks) {
+  if (caps.declares(Feature::sinks)) {
     Problem q = plain;
     q.sinks.assign(std::size_t(H), kNegInf);
     if (auto v = sinks_of_minus_inf(law, impl, plain, q, base)) return v;

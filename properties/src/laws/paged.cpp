@@ -19,7 +19,7 @@ ProblemOptions paged_options() {
 }
 
 std::string needs_paging(const GenConfig& g) {
-  if (!g.caps.paged) return "the implementation does not take paged K and V (ATTNCHECK_CAP3_PAGED)";
+  if (!g.caps.declares(Feature::paged)) return "the implementation does not take paged K and V (ATTNCHECK_CAP3_PAGED)";
   if (g.caps.page_sizes.empty() || !(g.caps.page_layouts & 3u))
     return "the implementation declares paged K and V but no page size or no layout";
   return "";

@@ -134,7 +134,7 @@ Outcome call(const Implementation& impl, const Problem& p) {
   if (p.want_weights && !o.weights)
     throw ImplementationError(ImplementationError::Kind::protocol,
                               impl.name() + ": returned no weights although it declares that it returns them");
-  if (p.want_lse && impl.capabilities().lse && !o.lse)
+  if (p.want_lse && impl.capabilities().declares(Feature::lse) && !o.lse)
     throw ImplementationError(ImplementationError::Kind::protocol,
                               impl.name() + ": returned no log-sum-exp although it declares that it returns it");
   // Rows whose output the implementation declares unspecified are not read by any law.
@@ -279,7 +279,8 @@ Verdict on_sample(std::optional<Violation> v, const WeightSample& s, const Probl
 static_assert(kStreamedBackwardWeights == kMaterialisedWeights);
 
 std::string needs_backward(const GenConfig& g) {
-  if (!g.caps.backward) return "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
+  if (!g.caps.declares(Feature::backward))
+    return "needs a backward pass (dQ, dK, dV from dO), which this implementation does not have";
   // Any length: a long context's float64 oracle backward and its bound are streamed (streamed_gradient_check).
   return "";
 }

@@ -57,7 +57,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  return g.caps.window ? "" : "the implementation does not honour a sliding window (Capabilities::window)";
+  return g.caps.declares(Feature::window)
+             ? ""
+             : "the implementation does not honour a sliding window (Capabilities::window)";
 }
 
 }  // namespace window_perturbation_law

@@ -33,7 +33,8 @@ Verdict check(const Implementation& impl, const LawCase& c) {
 }
 
 std::string not_applicable(const GenConfig& g) {
-  if (!g.caps.window) return "the implementation does not honour a sliding window (Capabilities::window)";
+  if (!g.caps.declares(Feature::window))
+    return "the implementation does not honour a sliding window (Capabilities::window)";
   return needs_weights(g);
 }
 

@@ -1,0 +1,104 @@
+// The features of a call an implementation declares, one name each, and a set of them. The rest of each
+// feature's row (its bits, names and words in every codec, whether a call uses it) is kFeatures in
+// attncheck/features.hpp; Capabilities holds the limits and a FeatureSet of what is declared.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <initializer_list>
+
+namespace attncheck {
+
+enum class Feature : std::uint8_t {
+  /// K and V with fewer heads than Q (H_kv dividing H). Undeclared: the generators never draw H_kv < H.
+  gqa,
+  /// Problem::key_lengths (key padding).
+  key_padding,
+  /// Problem::window (a sliding window).
+  window,
+  /// A backward pass (Implementation::backward): the gradient laws apply.
+  backward,
+  /// ABI 3 (ATTNCHECK_CAP3_*): each row's log-sum-exp when asked (Problem::want_lse); sink logits (and, with a
+  /// backward, their gradient); logit softcapping; ALiBi slopes; causal = false.
+  lse,
+  sinks,
+  softcap,
+  alibi,
+  bidirectional,
+  /// ABI 3, masks beyond causal (ATTNCHECK_CAP3_DOCUMENTS): Problem::doc_bounds (packed documents).
+  documents,
+  /// ABI 3 (ATTNCHECK_CAP3_QUERY_DOCUMENTS, with documents): Problem::q_doc_bounds, documents whose queries have
+  /// lengths of their own (FlashAttention varlen's cu_seqlens_q != cu_seqlens_k), each aligned on its own lengths.
+  query_documents,
+  /// ABI 3 (ATTNCHECK_CAP3_CHUNKED_LOCAL, _PREFIX, _RIGHT_WINDOW): chunk_size, prefix_length and window_right.
+  chunked_local,
+  prefix,
+  right_window,
+  /// ABI 3 (ATTNCHECK_CAP3_BLOCK_MASK, _DENSE_MASK): Problem::block_mask and dense_mask.
+  block_mask,
+  dense_mask,
+  /// ABI 3 (ATTNCHECK_CAP3_V_HEAD_DIM): V may have a head dimension D_v of its own (the output's; MLA's 576 and
+  /// 512, 192 and 128), every pair (D_k, D_v) that Capabilities::supports_head_dims accepts.
+  v_head_dim,
+  /// ABI 3 (ATTNCHECK_CAP3_STRIDED, _LAYOUT_INVARIANT): reads q, k and v through any strides (Problem::layout:
+  /// gaps, stride 0, views of one buffer), and gives bit-identical results whatever they are. Not where its pages
+  /// sit: page-permutation and shared-pages compare within the derived bound whatever is declared.
+  strided,
+  layout_invariant,
+  /// ABI 3 (ATTNCHECK_CAP3_BATCH_INVARIANT): a sequence's results are bit-identical whatever else is in the batch,
+  /// whatever the batch size, and whatever number of its queries a call holds (the batch-invariance law).
+  batch_invariant,
+  /// K and V as a page pool and a block table (ATTNCHECK_CAP3_PAGED), in the page sizes and layouts of
+  /// Capabilities::page_sizes and page_layouts.
+  paged,
+};
+
+/// How many features there are (kFeatures has a row for each).
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::paged) + 1;
+static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
+
+/// A set of features, one bit per Feature.
+class FeatureSet {
+ public:
+  constexpr FeatureSet() = default;
+  constexpr FeatureSet(std::initializer_list<Feature> fs) {
+    for (const Feature f : fs) bits_ |= bit(f);
+  }
+  /// Every feature.
+  static constexpr FeatureSet all() {
+    FeatureSet s;
+    s.bits_ = (std::uint64_t{1} << kFeatureCount) - 1;
+    return s;
+  }
+  constexpr bool has(Feature f) const { return (bits_ & bit(f)) != 0; }
+  constexpr bool empty() const { return bits_ == 0; }
+  /// Whether every feature of `other` is in this set.
+  constexpr bool contains(FeatureSet other) const { return (bits_ & other.bits_) == other.bits_; }
+  /// Whether some feature of `other` is in this set.
+  constexpr bool intersects(FeatureSet other) const { return (bits_ & other.bits_) != 0; }
+  constexpr FeatureSet& add(Feature f) {
+    bits_ |= bit(f);
+    return *this;
+  }
+  constexpr FeatureSet& add(std::initializer_list<Feature> fs) {
+    for (const Feature f : fs) bits_ |= bit(f);
+    return *this;
+  }
+  constexpr FeatureSet& remove(Feature f) {
+    bits_ &= ~bit(f);
+    return *this;
+  }
+  constexpr FeatureSet& remove(std::initializer_list<Feature> fs) {
+    for (const Feature f : fs) bits_ &= ~bit(f);
+    return *this;
+  }
+  /// Adds `f` when `on`, removes it otherwise.
+  constexpr FeatureSet& set(Feature f, bool on) { return on ? add(f) : remove(f); }
+  friend constexpr bool operator==(FeatureSet, FeatureSet) = default;
+
+ private:
+  static constexpr std::uint64_t bit(Feature f) { return std::uint64_t{1} << unsigned(f); }
+  std::uint64_t bits_ = 0;
+};
+
+}  // namespace attncheck

@@ -87,32 +87,33 @@ FEATURE_FAMILIES = {
     "claims about results": ("batch_invariant",),
 }
 FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
-# The words attncheck's messages use for a declaration, as a C plug-in makes it (ATTNCHECK_CAP_*, ATTNCHECK_CAP3_*,
-# Capabilities::*), and the serve() keyword that makes it here: python_words() rewrites the one into the other.
+# The words attncheck's messages use for a declaration, as a C plug-in makes it (ATTNCHECK_CAP_*, ATTNCHECK_CAP3_*)
+# or a C++ implementation (Feature::*, Capabilities::*), and the serve() keyword that makes it here: python_words()
+# rewrites the one into the other.
 ABI_WORDS = dict([("ATTNCHECK_CAP3_" + name.upper(), name) for name in FLAGS3]
                  + [("ATTNCHECK_CAP_" + name.upper(), name) for name in ("gqa", "key_lengths", "window")]
-                 + [("Capabilities::" + member, name) for member, name in (
-                     ("gqa", "gqa"), ("key_padding", "key_lengths"), ("window", "window"),
-                     ("returns_weights", "returns_weights"), ("custom_scale", "custom_scale"),
-                     ("nonfinite_safe", "nonfinite_safe"), ("block_mask", "block_mask"), ("dense_mask", "dense_mask"),
-                     ("lse", "lse"), ("sinks", "sinks"), ("softcap", "softcap"), ("alibi", "alibi"),
-                     ("paged", "paged"), ("strided", "strided"), ("batch_invariant", "batch_invariant"))])
+                 + [("Feature::" + name, name) for name in FLAGS3]
+                 + [("Feature::" + member, name) for member, name in (
+                     ("gqa", "gqa"), ("key_padding", "key_lengths"), ("window", "window"))]
+                 + [("Capabilities::" + name, name) for name in (
+                     "returns_weights", "custom_scale", "cross_lengths", "nonfinite_safe")])
 
 
 def python_words(text):
     """attncheck's message in the words of serve(): "(ATTNCHECK_CAP3_ALIBI, _SINKS)" becomes "(alibi=True,
-    sinks=True)", "(Capabilities::block_mask, dense_mask)" "(block_mask=True, dense_mask=True)"."""
+    sinks=True)", "(Feature::block_mask, dense_mask)" "(block_mask=True, dense_mask=True)"."""
     import re
 
     def group(match):
         first = match.group(1)
         rest = [r.strip() for r in (match.group(2) or "").split(",")[1:]]
-        # "_SINKS" after "ATTNCHECK_CAP3_ALIBI" has its prefix; "dense_mask" after "Capabilities::block_mask" too.
-        base = first[:first.rindex("_")] if first.startswith("ATTNCHECK_") else "Capabilities::"
+        # "_SINKS" after "ATTNCHECK_CAP3_ALIBI" has its prefix; "dense_mask" after "Feature::block_mask" too.
+        base = first[:first.rindex("_")] if first.startswith("ATTNCHECK_") else first[:first.index("::") + 2]
         words = [ABI_WORDS.get(n) for n in [first] + [base + r for r in rest]]
         return match.group(0) if None in words else ", ".join("%s=True" % w for w in words)
 
-    return re.sub(r"((?:ATTNCHECK_CAP3?_|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group, text)
+    return re.sub(r"((?:ATTNCHECK_CAP3?_|Feature::|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group,
+                  text)
 
 
 # Version 3's page layouts (the caps frame's u32 after the head dims, and a paged forward frame's layout field).

@@ -142,7 +142,7 @@ AttentionGradients<S> flash_backward(const Tensor<S>& q, const Tensor<S>& k, con
 
 // What every backward entry declares: the zoo's contract, plus grouped heads, padding and windows (its
 // forward is the reference core, and its backward follows the problem's visibility rule); with `v_dims`, V's own
-// head dimension too (Capabilities::v_head_dim).
+// head dimension too (Feature::v_head_dim).
 Capabilities backward_capabilities(bool v_dims) {
   Capabilities c = zoo_capabilities();
   c.features.add({Feature::gqa, Feature::key_padding, Feature::window});

@@ -1,4 +1,4 @@
-// Kernels for V with a head dimension of its own (D_v != D, MLA's 576 and 512; Capabilities::v_head_dim), with
+// Kernels for V with a head dimension of its own (D_v != D, MLA's 576 and 512; Feature::v_head_dim), with
 // the mistakes of a kernel written for one head_dim: V read with K's row length, the output's columns counted
 // by D, the default scale taken from D_v; and a control that mixes V's columns in two blocks. Each is a correct
 // head (the reference's visibility, softmax and weights) but for its one mistake.

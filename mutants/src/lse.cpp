@@ -1,6 +1,6 @@
 // Mutants of the log-sum-exp a kernel returns (FlashAttention's softmax_lse, what split-KV and cascade merges
 // read), of a split-KV decode's merge of its partial results, and of the row max's starting value. Each
-// kernel declares the LSE (Capabilities::lse), so lse-oracle, output-lse-consistency and split-kv-merge apply.
+// kernel declares the LSE (Feature::lse), so lse-oracle, output-lse-consistency and split-kv-merge apply.
 #include <cmath>
 #include <limits>
 #include <vector>

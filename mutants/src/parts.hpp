@@ -33,7 +33,7 @@ inline Capabilities gqa_capabilities() {
 }
 
 /// The zoo's contract for kernels with ABI-3 features (grouped queries too): each true flag declares the
-/// log-sum-exp, sinks, softcap or ALiBi (Capabilities::lse, sinks, softcap, alibi).
+/// log-sum-exp, sinks, softcap or ALiBi (Feature::lse, sinks, softcap, alibi).
 struct Abi3 {
   bool lse = false, sinks = false, softcap = false, alibi = false;
 };

@@ -169,34 +169,36 @@ DeclaredBy declared_by(std::string_view impl_name) {
 
 namespace {
 
-// One on/off declaration's names: Capabilities' member, the C ABI's macro, serve()'s keyword.
+// One on/off declaration's names: C++'s (a Feature, or a Capabilities member for a limit that is on or off), the C
+// ABI's macro, serve()'s keyword.
 struct DeclarationName {
-  std::string_view member, c_name, keyword;
+  std::string cpp;
+  std::string_view c_name, keyword;
 };
 
 // The rows of kFeatures, then the on/off limits a reason may name.
 const std::vector<DeclarationName>& declaration_names() {
   static const std::vector<DeclarationName> names = [] {
     std::vector<DeclarationName> v;
-    for (const FeatureRow& f : kFeatures) v.push_back({f.member.empty() ? f.name : f.member, f.c_name, f.name});
-    v.push_back({"returns_weights", "ATTNCHECK_CAP_RETURNS_WEIGHTS", "returns_weights"});
-    v.push_back({"custom_scale", "ATTNCHECK_CAP_CUSTOM_SCALE", "custom_scale"});
-    v.push_back({"cross_lengths", "ATTNCHECK_CAP_CROSS_LENGTHS", "cross_lengths"});
-    v.push_back({"nonfinite_safe", "ATTNCHECK_CAP_NONFINITE_SAFE", "nonfinite_safe"});
+    for (const FeatureRow& f : kFeatures)
+      v.push_back({"Feature::" + std::string(f.member.empty() ? f.name : f.member), f.c_name, f.name});
+    v.push_back({"Capabilities::returns_weights", "ATTNCHECK_CAP_RETURNS_WEIGHTS", "returns_weights"});
+    v.push_back({"Capabilities::custom_scale", "ATTNCHECK_CAP_CUSTOM_SCALE", "custom_scale"});
+    v.push_back({"Capabilities::cross_lengths", "ATTNCHECK_CAP_CROSS_LENGTHS", "cross_lengths"});
+    v.push_back({"Capabilities::nonfinite_safe", "ATTNCHECK_CAP_NONFINITE_SAFE", "nonfinite_safe"});
     return v;
   }();
   return names;
 }
 
 const DeclarationName* declaration_named(std::string_view token) {
-  constexpr std::string_view kMember = "Capabilities::";
   for (const DeclarationName& d : declaration_names())
-    if (token.starts_with(kMember) ? token.substr(kMember.size()) == d.member : token == d.c_name) return &d;
+    if (token == d.cpp || token == d.c_name) return &d;
   return nullptr;
 }
 
-// A list of declarations, "Capabilities::a, b" or "ATTNCHECK_CAP3_A, _B" (the later names abbreviated), in the
-// words of `by`; empty when `inside` is not such a list.
+// A list of declarations, "Feature::a, b", "Capabilities::a, b" or "ATTNCHECK_CAP3_A, _B" (the later names
+// abbreviated), in the words of `by`; empty when `inside` is not such a list.
 std::optional<std::string> declarations_in_words(std::string_view inside, DeclaredBy by) {
   std::vector<std::string_view> tokens;
   for (std::size_t at = 0;;) {
@@ -206,7 +208,8 @@ std::optional<std::string> declarations_in_words(std::string_view inside, Declar
     at = comma + 2;
   }
   const std::string_view first = tokens.front();
-  const std::string prefix = first.starts_with("Capabilities::")   ? "Capabilities::"
+  const std::string prefix = first.starts_with("Feature::")        ? "Feature::"
+                             : first.starts_with("Capabilities::")   ? "Capabilities::"
                              : first.starts_with("ATTNCHECK_CAP3_") ? "ATTNCHECK_CAP3"
                                                                     : "ATTNCHECK_CAP";
   std::string out;

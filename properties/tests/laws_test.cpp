@@ -121,16 +121,16 @@ TEST(Law, notApplicableReasonsNameDeclarationsAsTheImplementationMakesThem) {
   EXPECT_EQ(in_declaration_words(sinks, DeclaredBy::c_plugin),
             "needs ALiBi or sinks (ATTNCHECK_CAP3_ALIBI, ATTNCHECK_CAP3_SINKS), which it does not declare");
   EXPECT_EQ(in_declaration_words(sinks, DeclaredBy::cpp), sinks);
-  EXPECT_EQ(in_declaration_words("no (Capabilities::block_mask, dense_mask)", DeclaredBy::c_plugin),
+  EXPECT_EQ(in_declaration_words("no (Feature::block_mask, dense_mask)", DeclaredBy::c_plugin),
             "no (ATTNCHECK_CAP3_BLOCK_MASK, ATTNCHECK_CAP3_DENSE_MASK)");
-  EXPECT_EQ(in_declaration_words("x (Capabilities::key_padding) (Capabilities::window).", DeclaredBy::exec_client),
+  EXPECT_EQ(in_declaration_words("x (Feature::key_padding) (Feature::window).", DeclaredBy::exec_client),
             "x (key_lengths=True) (window=True).");
   EXPECT_EQ(in_declaration_words("(Capabilities::nonfinite_safe)", DeclaredBy::c_plugin),
             "(ATTNCHECK_CAP_NONFINITE_SAFE)");
-  EXPECT_EQ(in_declaration_words("GQA (1 kv head (Capabilities::gqa)) (a, b", DeclaredBy::exec_client),
+  EXPECT_EQ(in_declaration_words("GQA (1 kv head (Feature::gqa)) (a, b", DeclaredBy::exec_client),
             "GQA (1 kv head (gqa=True)) (a, b");
-  for (const char* kept : {"(Capabilities::weights_probed)", "(Capabilities::window, nothing)", "(2 query heads)",
-                           "a) b (", "()"})
+  for (const char* kept : {"(Capabilities::weights_probed)", "(Feature::window, nothing)", "(Capabilities::window)",
+                           "(Feature::nonfinite_safe)", "(2 query heads)", "a) b (", "()"})
     EXPECT_EQ(in_declaration_words(kept, DeclaredBy::exec_client), kept);
 
   // Every law's reason, at every dtype, for an implementation that declares nothing it may leave out: none names

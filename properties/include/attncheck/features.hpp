@@ -22,14 +22,13 @@
 
 namespace attncheck {
 
-
 /// One feature: its names in every codec, its words for people, and what a call using it needs.
 struct FeatureRow {
   Feature id;
   /// The Python client's serve() keyword, and the feature's name wherever one word names it.
   std::string_view name;
   /// The name a C++ implementation's declaration goes by in the laws' messages where it is not `name`
-  /// ("(Capabilities::key_padding)"): in_declaration_words recognises it there to write the C or Python words.
+  /// ("(Feature::key_padding)"): in_declaration_words recognises it there to write the C or Python words.
   std::string_view member{};
   /// The C ABI's bits: ATTNCHECK_CAP_* of the table's flags (ABI 1-2) and ATTNCHECK_CAP3_* of flags3 (ABI 3);
   /// the exec protocol's caps frame carries flags2 (version 2) and the same flags3 (version 3). 0: not that way
@@ -189,8 +188,6 @@ static_assert(kFeatures.size() == kFeatureCount, "kFeatures: a row for every Fea
 /// The row of `f`.
 constexpr const FeatureRow& feature(Feature f) { return kFeatures[std::size_t(f)]; }
 
-
-
 /// The features `caps` declares (a feature that requires another only with it).
 inline FeatureSet declared_features(const Capabilities& caps) {
   FeatureSet s;
@@ -207,8 +204,8 @@ std::vector<Feature> undeclared_features(const Problem& p, const Capabilities& c
 enum class DeclaredBy { cpp, c_plugin, exec_client };
 /// By the name --impl gives it: "plugin:..." a C plug-in, "exec:..." an exec: client, any other C++.
 DeclaredBy declared_by(std::string_view impl_name);
-/// `text` with each parenthesised list of declarations in it, as the laws write them ("(Capabilities::window)",
-/// "(ATTNCHECK_CAP3_ALIBI, _SINKS)", "(Capabilities::block_mask, dense_mask)"), in the words a C plug-in or an
+/// `text` with each parenthesised list of declarations in it, as the laws write them ("(Feature::window)",
+/// "(ATTNCHECK_CAP3_ALIBI, _SINKS)", "(Feature::block_mask, dense_mask)"), in the words a C plug-in or an
 /// exec: client declares them with ("(ATTNCHECK_CAP_WINDOW)", "(alibi=True, sinks=True)"): a reason names what
 /// its reader would write. C++'s text is left as the laws wrote it, and so is a list holding a name that is no
 /// on/off declaration (the rows of kFeatures, and returns_weights, custom_scale, cross_lengths, nonfinite_safe).

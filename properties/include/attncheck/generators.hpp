@@ -20,7 +20,7 @@ namespace attncheck {
 /// the law and the implementation allow it.
 struct CaseShape {
   Index B = 1, H = 1, T_q = 1, T_k = 1, D = 1;
-  /// V's own head dimension (Capabilities::v_head_dim; MLA), its values keyed by dv_ids; 0: V has D, keyed by d_ids.
+  /// V's own head dimension (Feature::v_head_dim; MLA), its values keyed by dv_ids; 0: V has D, keyed by d_ids.
   Index D_v = 0;
   Index H_kv = 1;                                 ///< kv heads, dividing H (== H without grouped queries)
   CausalAlignment alignment = kDefaultAlignment;  ///< matters only when T_q != T_k
@@ -35,7 +35,7 @@ struct CaseShape {
   /// begins, as key coordinates (k_ids): a bound c starts a new document at the first key whose coordinate is
   /// >= c, so deleting a key keeps every other key in its document. Empty: none.
   std::vector<std::vector<Index>> doc_coords{};
-  /// The queries' own document bounds (Capabilities::query_documents), as query coordinates (q_ids), as many per
+  /// The queries' own document bounds (Feature::query_documents), as query coordinates (q_ids), as many per
   /// batch coordinate as doc_coords has: bound d starts document d + 1 at the first query whose coordinate is >=
   /// it. Empty: each query's document follows from its aligned position.
   std::vector<std::vector<Index>> q_doc_coords{};
@@ -152,7 +152,7 @@ struct ProblemOptions {
   /// Ask for the weights (when the implementation returns them). Laws that never read them say false: for a
   /// kernel whose weights are recovered by probing, each one costs extra calls.
   bool want_weights = true;
-  /// Ask for the log-sum-exp (when the implementation returns it: Capabilities::lse).
+  /// Ask for the log-sum-exp (when the implementation returns it: Feature::lse).
   bool want_lse = false;
   /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask.
   ProblemOptions no_cell_masks() const {

@@ -18,7 +18,7 @@
 
 namespace attncheck {
 
-/// How a problem's K and V are laid out in pages (Capabilities::paged): the plan its block table is
+/// How a problem's K and V are laid out in pages (Feature::paged): the plan its block table is
 /// derived from (Problem::paged_kv), deterministically for the problem's B and sequence lengths, so a law that
 /// slices a problem or changes its lengths keeps its paging. The problem's meaning is still its dense k and v.
 struct PagedPlan {
@@ -68,13 +68,13 @@ std::string input_layout_name(InputLayout l);
 struct Problem : AttentionOptions {
   DType dtype = DType::f32;
   /// q [B,H,T_q,D]; k [B,H_kv,T_k,D] with H_kv dividing H (grouped-query attention when H_kv < H); v
-  /// [B,H_kv,T_k,D_v], D_v = D unless the implementation declares Capabilities::v_head_dim (MLA: 576 and 512).
+  /// [B,H_kv,T_k,D_v], D_v = D unless the implementation declares Feature::v_head_dim (MLA: 576 and 512).
   Tensor<double> q{Shape{}}, k{Shape{}}, v{Shape{}};
   /// The scale, alignment, key lengths, windows, score modifiers, causal rule and masks are the base's
   /// (AttentionOptions); a problem is the core's call plus its tensors and how they cross to an implementation.
   /// K and V passed as a page pool and a block table (ABI 3); empty: dense. Forward calls only.
   std::optional<PagedPlan> paged{};
-  /// How q, k and v lie in memory in the call (Capabilities::strided; never with paged K and V). kv_broadcast
+  /// How q, k and v lie in memory in the call (Feature::strided; never with paged K and V). kv_broadcast
   /// needs every kv head equal, v_is_k needs v equal to k (the layout-invariance law draws them so).
   InputLayout layout = InputLayout::contiguous;
   bool want_weights = true;  ///< the law reads the weights; ignored by implementations that cannot return them
@@ -149,7 +149,7 @@ struct Outcome {
   Tensor<double> output{Shape{}};         ///< [B,H,T_q,D_v]
   std::optional<Tensor<double>> weights;  ///< [B,H,T_q,T_k], when the implementation returns them
   /// [B,H,T_q,1]: each row's log-sum-exp (natural log, over the modified scores and the sink; -inf for a row that
-  /// sees no key and has no sink), when the problem asks for it and the implementation returns it (Capabilities::lse).
+  /// sees no key and has no sink), when the problem asks for it and the implementation returns it (Feature::lse).
   std::optional<Tensor<double>> lse;
   int calls = 1;  ///< calls to the implementation this outcome took (more when its weights were probed)
 };

@@ -15,7 +15,7 @@ const char* kWhy =
     "0 (exp(-inf) = 0 in every dtype; a row that sees no key may return NaN under the nan convention). A "
     "padding mask applied to the queries, a length read from another batch entry, or padding masked with a "
     "finite -1e4 breaks it. Exact: no tolerance. Applies to implementations that honour key lengths "
-    "(Capabilities::key_padding).";
+    "(Feature::key_padding).";
 
 ProblemOptions padded() {
   ProblemOptions po;
@@ -70,7 +70,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 std::string not_applicable(const GenConfig& g) {
   return g.caps.declares(Feature::key_padding)
              ? ""
-             : "the implementation does not honour key lengths (Capabilities::key_padding)";
+             : "the implementation does not honour key lengths (Feature::key_padding)";
 }
 
 }  // namespace key_padding_invariance_law

@@ -189,7 +189,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 
 std::string not_applicable(const GenConfig& g) {
   if (!g.caps.declares(Feature::block_mask) && !g.caps.declares(Feature::dense_mask))
-    return "the implementation declares neither block masks nor dense masks (Capabilities::block_mask, dense_mask)";
+    return "the implementation declares neither block masks nor dense masks (Feature::block_mask, dense_mask)";
   return "";
 }
 

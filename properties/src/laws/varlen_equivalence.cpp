@@ -82,7 +82,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 
 std::string not_applicable(const GenConfig& g) {
   if (!g.caps.declares(Feature::key_padding))
-    return "the implementation does not honour key lengths (Capabilities::key_padding)";
+    return "the implementation does not honour key lengths (Feature::key_padding)";
   if (!g.caps.cross_lengths || !g.caps.q_longer)
     return "needs calls with T_q > T_k (a sequence alone has fewer keys than queries)";
   if (!g.caps.supports(CausalAlignment::TopLeft)) return "needs top-left alignment";

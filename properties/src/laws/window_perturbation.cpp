@@ -12,7 +12,7 @@ const char* kWhy =
     "included, and NaN or Inf for a kernel that claims select semantics) must leave the outputs of t and every "
     "later query bit-identical: masked terms add exact zeros and never raise the running max. A window that is "
     "too wide, measured from the wrong position, or applied only in some tiles lets an old value in. Exact: "
-    "no tolerance. Applies to implementations that honour windows (Capabilities::window).";
+    "no tolerance. Applies to implementations that honour windows (Feature::window).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
@@ -59,7 +59,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
 std::string not_applicable(const GenConfig& g) {
   return g.caps.declares(Feature::window)
              ? ""
-             : "the implementation does not honour a sliding window (Capabilities::window)";
+             : "the implementation does not honour a sliding window (Feature::window)";
 }
 
 }  // namespace window_perturbation_law

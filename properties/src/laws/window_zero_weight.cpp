@@ -13,7 +13,7 @@ const char* kWhy =
     "a NaN weight is the nan convention). A window one key too wide, a window measured from the query index "
     "instead of its aligned position, or a window applied only inside the diagonal tile of a tiled kernel "
     "leaves weight there. Exact: no tolerance. Applies to implementations that honour windows "
-    "(Capabilities::window).";
+    "(Feature::window).";
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po;
@@ -34,7 +34,7 @@ Verdict check(const Implementation& impl, const LawCase& c) {
 
 std::string not_applicable(const GenConfig& g) {
   if (!g.caps.declares(Feature::window))
-    return "the implementation does not honour a sliding window (Capabilities::window)";
+    return "the implementation does not honour a sliding window (Feature::window)";
   return needs_weights(g);
 }
 

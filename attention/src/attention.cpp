@@ -95,8 +95,8 @@ HeadTrace<S> attend_bool(const char* who, const ConstRef<S>& q, const ConstRef<S
   HeadTrace<S> t;
   t.scale = scale;
   t.scores = scaled_scores<S>(q, k, scale);
-  // Softcap, then ALiBi, on the visible scores (a hidden one is never read: its value stays as it was).
-  if (mods.softcap || mods.alibi_slope != 0)
+  // Softcap, then ALiBi and the bias, on the visible scores (a hidden one is never read: it stays as it was).
+  if (mods.modifies_scores())
     for (Index i = 0; i < t.scores.rows(); ++i)
       for (Index j = 0; j < t.scores.cols(); ++j)
         if (mask.visible(i, j)) t.scores(i, j) = modified_score<A>(t.scores(i, j), mods, i, j);
@@ -222,8 +222,9 @@ void require_no_rule_options(const AttentionOptions& opts) {
                      "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
-  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty())
-    throw ValueError("attention: softcap, alibi_slopes and sinks apply to the causal path (ALiBi needs positions)");
+  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias)
+    throw ValueError("attention: softcap, alibi_slopes, sinks and bias apply to the causal path (ALiBi needs "
+                     "positions; fold a bias into the additive mask)");
 }
 
 }  // namespace
@@ -245,10 +246,32 @@ void check_dense(const char* who, const char* name, const DenseMask& m, Index B,
   if (m.T_k != T_k) bad("T_k differs");
   if (m.cells.size() != std::size_t(m.B * m.H * m.T_q * m.T_k)) bad("the cell count is not B·H·T_q·T_k");
 }
+
+// A bias must be [B or 1, H or 1, T_q, T_k] with that many finite values.
+void check_bias(const char* who, const ScoreBias& bias, Index B, Index H, Index T_q, Index T_k) {
+  const auto bad = [&](const std::string& why) {
+    throw ShapeError(std::string(who) + ": bias is [" + std::to_string(bias.B) + "," + std::to_string(bias.H) + "," +
+                     std::to_string(bias.T_q) + "," + std::to_string(bias.T_k) + "] with " +
+                     std::to_string(bias.values.size()) + " values; expected [" + std::to_string(B) + " or 1," +
+                     std::to_string(H) + " or 1," + (T_q < 0 ? std::string("T_q") : std::to_string(T_q)) + "," +
+                     std::to_string(T_k) + "]: " + why);
+  };
+  if (bias.B != 1 && bias.B != B) bad("B differs");
+  if (bias.H != 1 && bias.H != H) bad("H differs");
+  if (T_q >= 0 && bias.T_q != T_q) bad("T_q differs");
+  if (bias.T_q < 0) bad("T_q is negative");
+  if (bias.T_k != T_k) bad("T_k differs");
+  if (bias.values.size() != std::size_t(bias.B * bias.H * bias.T_q * bias.T_k)) bad("the value count is not B·H·T_q·T_k");
+  for (std::size_t n = 0; n < bias.values.size(); ++n)
+    if (!std::isfinite(bias.values[n]))
+      throw ValueError(std::string(who) + ": bias value " + std::to_string(n) + " is " +
+                       format_number(bias.values[n], 17) + "; each must be finite (a key to hide goes in a mask)");
+}
 }  // namespace
 
 void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k, Index T_q) {
   if (o.dense_mask) check_dense(who, "dense_mask", *o.dense_mask, B, H, T_q, T_k);
+  if (o.bias) check_bias(who, *o.bias, B, H, T_q, T_k);
   if (o.block_mask) {
     const BlockMask& m = *o.block_mask;
     const std::string pre = std::string(who) + ": block_mask ";
@@ -422,6 +445,10 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
   HeadModifiers m;
   m.softcap = opts.softcap;
   if (!opts.alibi_slopes.empty()) m.alibi_slope = opts.alibi_slopes.at(std::size_t(h));
+  if (opts.bias) {
+    m.bias = opts.bias->head(b, h);
+    m.bias_cols = opts.bias->T_k;
+  }
   if (!opts.sinks.empty()) m.sink = opts.sinks.at(std::size_t(h));
   m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
   if (!opts.q_doc_bounds.empty()) {

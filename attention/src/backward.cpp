@@ -54,7 +54,7 @@
 //     the larger of this one and that one plus the two oracles' difference.
 // 11. Modifiers. Softcap multiplies dS_ij by f_ij = 1 - tanh²(s_raw/cap) ∈ [0, 1]: every bound above stays one
 //     (|f| ≤ 1), and f's own evaluation (tanh to a few ulp, the square, the subtraction) adds 5u_a·m_ij to dS.
-//     ALiBi only shifts scores (its rounding is in ρ, tolerance.cpp). A sink adds one softmax term (in ρ) and
+//     ALiBi and an additive bias only shift scores (their rounding is in ρ, tolerance.cpp). A sink adds one softmax term (in ρ) and
 //     its gradient d_sink_h = -Σ_{b,i} P_s,i·Δ_i, P_s,i = exp(σ_h - lse_i): with ε_s,i = min(1, P_s,i·ρ_i) + 2ν
 //     the error in P_s,i, |δ(P_s,i·Δ_i)| ≤ ε_s,i·(Ā_i + |δΔ_i|) + P_s,i·|δΔ_i| + u_a·P_s,i·Ā_i, and the sum over
 //     n = B·T_q rows adds γ_n·Σ P_s,i·Ā_i.

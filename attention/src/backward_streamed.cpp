@@ -229,7 +229,7 @@ template <class S, bool kBound> class Streamed {
     sc.s_raw.matrix().noalias() = Q * K.transpose();
     sc.s_raw *= scale_;
     const HeadModifiers& md = mods(b, h);
-    if (md.softcap || md.alibi_slope != 0) {
+    if (md.modifies_scores()) {
       sc.s.resize(n, w);
       for (Index r = 0; r < n; ++r)
         for (Index c = 0; c < w; ++c) sc.s(r, c) = modified_score<A>(sc.s_raw(r, c), md, i0 + r, j0 + c);

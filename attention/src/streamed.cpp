@@ -88,7 +88,7 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
     st.s.resize(n, w);
     st.s.matrix().noalias() = qb * kt.transpose();
     st.s *= scale;
-    if (mods.softcap || mods.alibi_slope != 0)  // softcap, then ALiBi (a hidden entry is modified but never read)
+    if (mods.modifies_scores())  // softcap, then ALiBi and the bias (a hidden entry is modified but never read)
       for (Index r = 0; r < n; ++r)
         for (Index c = 0; c < w; ++c) st.s(r, c) = modified_score<A>(st.s(r, c), mods, i0 + r, j0 + c);
     if constexpr (kBounds) {

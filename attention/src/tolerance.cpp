@@ -71,7 +71,9 @@
 // 7. Modifiers (HeadModifiers). Softcap s = cap·tanh(s_raw/cap) has derivative ≤ 1, so step 1's error in s_raw
 //    passes through at most as large; tanh to a few ulp, the division and the product add ≤ 5u_a·|s_raw|. ALiBi
 //    adds b = slope·(j - p): the slope rounded to the accumulation type and the product, 2u_a·|b|, and the sum
-//    (covered by the 4u_a·max|s| of step 1, taken over the larger of |s_raw| and the modified |s|). A sink σ is
+//    (covered by the 4u_a·max|s| of step 1, taken over the larger of |s_raw| and the modified |s|). An additive
+//    bias b_ij (AttentionOptions::bias) holds values of the call's dtype, exact in the accumulation type: only its
+//    sum, covered the same way (max|s| then over |s_raw| ≤ scale·Σ|q||k| and the modified |s|). A sink σ is
 //    one more softmax term: its rounding u_a·|σ| (in max|s|), and T_vis + 1 terms in γ_T and λ.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
@@ -324,7 +326,9 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
     const KeyRange kr = vis.keys(i);
     const Index p = mods.position(i);
     const double bias_max = std::abs(mods.alibi_slope) * double(std::max(std::abs(kr.begin - p), std::abs(kr.end - 1 - p)));
-    const double s_max = mods.softcap ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
+    // |s_raw| ≤ abs_dot; without a softcap or a bias tensor also ≤ |s| + |ALiBi's b|, which is tighter.
+    const double s_max =
+        mods.softcap || mods.bias ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
     const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max;
     const double r = terms.rho_w(abs_dot(i), s_max, n_vis + (sink ? 1 : 0), mod_err);
     if (rho_w) (*rho_w)(i) = r;

@@ -36,6 +36,7 @@ Row by_hand(const Tensor<double>& q, const Tensor<double>& k, const Tensor<doubl
     x *= scale;
     if (o.softcap) x = *o.softcap * std::tanh(x / *o.softcap);
     if (!o.alibi_slopes.empty()) x += o.alibi_slopes[std::size_t(h)] * double(j - p);
+    if (o.bias) x += (*o.bias)(b, h, i, j);
     s[std::size_t(j)] = x;
   }
   double total = o.sinks.empty() ? 0.0 : std::exp(o.sinks[std::size_t(h)]);
@@ -50,13 +51,21 @@ Row by_hand(const Tensor<double>& q, const Tensor<double>& k, const Tensor<doubl
   return r;
 }
 
-AttentionOptions all_modifiers(Index H) {
+// A bias [1, H, T_q, T_k] (broadcast over the batch) of multiples of 1/8 in [-2, 2): exact in half precision.
+ScoreBias wave_bias(Index H, Index T_q, Index T_k) {
+  ScoreBias bias{.B = 1, .H = H, .T_q = T_q, .T_k = T_k};
+  for (Index n = 0; n < H * T_q * T_k; ++n) bias.values.push_back(std::floor(16 * std::sin(0.7 * double(n) + 0.3)) / 8);
+  return bias;
+}
+
+AttentionOptions all_modifiers(Index H, Index T_q, Index T_k) {
   AttentionOptions o;
   o.softcap = 1.5;
   for (Index h = 0; h < H; ++h) {
     o.alibi_slopes.push_back(std::ldexp(1.0, -int(h) - 1));
     o.sinks.push_back(0.25 * double(h) - 0.5);
   }
+  o.bias = wave_bias(H, T_q, T_k);
   return o;
 }
 
@@ -65,7 +74,7 @@ TEST(Modifiers, everyPathComputesTheWrittenOutFormula) {
   const Tensor<double> q = wave<double>(qs, 0.1, 2.0), k = wave<double>(ks, 0.7, 2.0), v = wave<double>(ks, 1.3, 1.0);
   for (const bool causal : {true, false})
     for (const CausalAlignment a : {CausalAlignment::TopLeft, CausalAlignment::BottomRight}) {
-      AttentionOptions o = all_modifiers(2);
+      AttentionOptions o = all_modifiers(2, 5, 7);
       o.causal = causal;
       o.alignment = a;
       Tensor<double> w{Shape{}}, lse{Shape{}}, lse_streamed{Shape{}};
@@ -140,12 +149,93 @@ TEST(Modifiers, badModifiersAreNamed) {
   EXPECT_THROW(attention<double>(x, x, x, o), ValueError);
 }
 
+TEST(Modifiers, badBiasesAreNamed) {
+  const Shape s{2, 2, 3, 3};
+  const Tensor<double> x = wave<double>(s, 0.3, 1.0);
+  AttentionOptions o;
+  const auto message = [&] {
+    try {
+      attention<double>(x, x, x, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  o.bias = wave_bias(3, 3, 3);
+  EXPECT_EQ(message(), "attention: bias is [1,3,3,3] with 27 values; expected [2 or 1,2 or 1,3,3]: H differs");
+  o.bias = wave_bias(2, 3, 2);
+  EXPECT_EQ(message(), "attention: bias is [1,2,3,2] with 12 values; expected [2 or 1,2 or 1,3,3]: T_k differs");
+  o.bias = wave_bias(2, 3, 3);
+  o.bias->values.pop_back();
+  EXPECT_EQ(message(),
+            "attention: bias is [1,2,3,3] with 17 values; expected [2 or 1,2 or 1,3,3]: the value count is not B·H·T_q·T_k");
+  o.bias = wave_bias(2, 3, 3);
+  o.bias->values[4] = kInf;
+  EXPECT_EQ(message(), "attention: bias value 4 is inf; each must be finite (a key to hide goes in a mask)");
+  o.bias = wave_bias(2, 3, 3);
+  EXPECT_THROW(attention<double>(x, x, x, BoolMask::causal(3, 3), o), ValueError);  // an explicit mask is the rule
+}
+
+// A bias of slope·(j - p) is ALiBi, bit for bit (both add the same exact value in the same place, after the
+// softcap); a bias [1, 1, T_q, T_k] is the same bias written out for every batch entry and head; a bias constant
+// along each row changes nothing (softmax is shift-invariant) but the LSE, which it shifts by the constant.
+TEST(Modifiers, aBiasIsAddedWhereAlibiIs) {
+  const Shape qs{2, 2, 6, 4}, ks{2, 1, 9, 4};
+  const Tensor<float> q = wave<float>(qs, 0.2, 3.0), k = wave<float>(ks, 0.9, 3.0), v = wave<float>(ks, 1.1, 1.0);
+  for (const bool causal : {true, false}) {
+    AttentionOptions alibi;
+    alibi.causal = causal;
+    alibi.alignment = CausalAlignment::BottomRight;
+    alibi.softcap = 2.0;
+    alibi.alibi_slopes = {0.5, 0.125};
+    AttentionOptions biased = alibi;
+    biased.alibi_slopes.clear();
+    biased.bias = ScoreBias{.B = 1, .H = 2, .T_q = 6, .T_k = 9};
+    for (Index h = 0; h < 2; ++h)
+      for (Index i = 0; i < 6; ++i)
+        for (Index j = 0; j < 9; ++j) biased.bias->values.push_back(alibi.alibi_slopes[std::size_t(h)] * double(j - (i + 3)));
+    for (const bool streamed : {false, true}) {
+      Tensor<float> w{Shape{}}, w_biased{Shape{}};
+      Tensor<double> lse{Shape{}}, lse_biased{Shape{}};
+      const Tensor<float> out = attention<float>(q, k, v, alibi, streamed ? nullptr : &w, &lse);
+      EXPECT_EQ(attention<float>(q, k, v, biased, streamed ? nullptr : &w_biased, &lse_biased).values(), out.values());
+      EXPECT_EQ(lse_biased.values(), lse.values());
+      if (!streamed) EXPECT_EQ(w_biased.values(), w.values());
+    }
+    const AttentionGradients<float> g = attention_backward<float>(q, k, v, q, alibi);
+    const AttentionGradients<float> g_biased = attention_backward<float>(q, k, v, q, biased);
+    EXPECT_EQ(g_biased.dq.values(), g.dq.values());
+    EXPECT_EQ(g_biased.dk.values(), g.dk.values());
+    EXPECT_EQ(g_biased.dv.values(), g.dv.values());
+    // Broadcast over the batch and the heads: the same values, written out.
+    AttentionOptions one = alibi, every = alibi;
+    one.alibi_slopes.clear();
+    every.alibi_slopes.clear();
+    one.bias = wave_bias(1, 6, 9);
+    every.bias = ScoreBias{.B = 2, .H = 2, .T_q = 6, .T_k = 9};
+    for (Index n = 0; n < 4; ++n)
+      every.bias->values.insert(every.bias->values.end(), one.bias->values.begin(), one.bias->values.end());
+    EXPECT_EQ(attention<float>(q, k, v, one).values(), attention<float>(q, k, v, every).values());
+  }
+  // Row-constant, in float64 (the shift is exact there up to the sum's rounding).
+  const Tensor<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  AttentionOptions shifted;
+  shifted.bias = ScoreBias{.B = 2, .H = 2, .T_q = 6, .T_k = 9};
+  for (Index n = 0; n < 2 * 2 * 6; ++n) shifted.bias->values.insert(shifted.bias->values.end(), 9, 0.25 * double(n % 7) - 1);
+  Tensor<double> lse{Shape{}}, lse_shifted{Shape{}};
+  const Tensor<double> plain = attention<double>(qd, kd, vd, {}, nullptr, &lse);
+  const Tensor<double> out = attention<double>(qd, kd, vd, shifted, nullptr, &lse_shifted);
+  for (Index n = 0; n < plain.size(); ++n) EXPECT_NEAR(out.values()[n], plain.values()[n], 1e-14);
+  for (Index r = 0; r < lse.size(); ++r)
+    EXPECT_NEAR(lse_shifted.values()[r] - lse.values()[r], 0.25 * double(r % 7) - 1, 1e-14);
+}
+
 // L = Σ dO ∘ attention: the backward's dQ, dK, dV and d_sinks against central differences.
 TEST(Modifiers, theBackwardMatchesCentralDifferences) {
   const Shape qs{1, 2, 4, 3}, ks{1, 1, 5, 3};
   Tensor<double> q = wave<double>(qs, 0.1, 1.5), k = wave<double>(ks, 0.7, 1.5), v = wave<double>(ks, 1.3, 1.5);
   const Tensor<double> dO = wave<double>(qs, 2.9, 1.0);
-  AttentionOptions o = all_modifiers(2);
+  AttentionOptions o = all_modifiers(2, 4, 5);
   o.alignment = CausalAlignment::BottomRight;
   const auto loss = [&] { return attention<double>(q, k, v, o).values().dot(dO.values()); };
   const AttentionGradients<double> g = attention_backward<double>(q, k, v, dO, o);
@@ -185,7 +275,7 @@ TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {
   const Shape s{1, 2, 40, 16};
   const Tensor<Eigen::half> q = wave<Eigen::half>(s, 0.2, 4.0), k = wave<Eigen::half>(s, 0.5, 4.0),
                             v = wave<Eigen::half>(s, 0.8, 1.0);
-  const AttentionOptions o = all_modifiers(2);
+  const AttentionOptions o = all_modifiers(2, 40, 40);
   Tensor<double> lse{Shape{}}, want{Shape{}};
   attention<Eigen::half>(q, k, v, o, nullptr, &lse);
   oracle(q, k, v, o, nullptr, &want);

@@ -5,7 +5,8 @@
 //   Q,K,V    [T,d]   = X W               (batched: Q [B,H,T_q,D], K,V [B,H,T_k,D])
 //   scores   [T_q,T_k] = Q Kᵀ · scale    scale defaults to 1/√D
 //   modified [T_q,T_k]                   score modifiers, in this order (causal path, AttentionOptions):
-//                                         softcap s = cap·tanh(s/cap), then ALiBi s += slope_h·(j - p)
+//                                         softcap s = cap·tanh(s/cap), then ALiBi s += slope_h·(j - p) and
+//                                         the additive bias s += bias_bhij
 //   masked   [T_q,T_k]                   causal mask: select (BoolMask) or add (AdditiveMask)
 //   weights  [T_q,T_k] = softmax over the key axis (each row sums to 1; with a sink logit σ_h, the softmax
 //                        has one more column, exp(σ_h - lse), that is dropped: the row sums to 1 - p_sink)
@@ -26,6 +27,20 @@
 #include "attncheck/tensor.hpp"
 
 namespace attncheck {
+
+/// An additive score bias [B or 1, H or 1, T_q, T_k] (1 broadcasts): T5's relative position buckets, a learned
+/// bias, a FlexAttention score_mod written out as a tensor. Each value is added to its score after the softcap,
+/// where ALiBi's is (so slope·(j - p) as a bias is ALiBi), before the mask.
+struct ScoreBias {
+  Index B = 1, H = 1, T_q = 0, T_k = 0;
+  std::vector<double> values{};  ///< [B,H,T_q,T_k] row-major; each finite
+  /// Head (b, h)'s T_q x T_k values, row-major (broadcast over B or H where that extent is 1).
+  const double* head(Index b, Index h) const {
+    return values.data() + std::size_t(((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * T_q * T_k);
+  }
+  double operator()(Index b, Index h, Index i, Index j) const { return head(b, h)[std::size_t(i * T_k + j)]; }
+  bool operator==(const ScoreBias&) const = default;
+};
 
 /// Options shared by every path.
 struct AttentionOptions {
@@ -50,6 +65,8 @@ struct AttentionOptions {
   /// value and is dropped from the weights and the output; included in the LSE. Empty: none; otherwise H
   /// entries, each finite or -inf (a sink of -inf is plain attention).
   std::vector<double> sinks{};
+  /// An additive bias on the scores, after the softcap, where ALiBi is added. Empty: none. Causal path only.
+  std::optional<ScoreBias> bias{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
   /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
@@ -97,16 +114,23 @@ bool visibility_per_head(const AttentionOptions& opts);
 struct HeadModifiers {
   std::optional<double> softcap{};
   double alibi_slope = 0;        ///< 0: no bias
+  /// The head's additive bias, T_q x T_k row-major with rows of bias_cols (points into AttentionOptions::bias);
+  /// null: none.
+  const double* bias = nullptr;
+  Index bias_cols = 0;
   std::optional<double> sink{};  ///< the sink logit (may be -inf); empty: none
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }
-  bool any() const { return softcap || alibi_slope != 0 || sink; }
+  /// Whether a score is changed (softcap, ALiBi or a bias); a sink changes the softmax, not a score.
+  bool modifies_scores() const { return softcap || alibi_slope != 0 || bias; }
+  bool any() const { return modifies_scores() || sink; }
 };
 /// The modifiers query head h of batch entry b gets under these options (T_q queries over T_k keys); points into
 /// opts.
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k);
-/// The modified score: softcap then ALiBi, as every path computes it (in the accumulation type A).
+/// The modified score: softcap, then ALiBi, then the bias, as every path computes it (in the accumulation type A;
+/// a bias value is one of the call's dtype, exact in A).
 template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index j) {
   using std::tanh;
   if (m.softcap) {
@@ -114,6 +138,7 @@ template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index 
     s = cap * tanh(s / cap);
   }
   if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(j - m.position(i));
+  if (m.bias) s += static_cast<A>(m.bias[i * m.bias_cols + j]);
   return s;
 }
 

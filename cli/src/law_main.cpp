@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
 
 #include "attncheck/allocator.hpp"
@@ -61,152 +62,198 @@ int law_main(int argc, char** argv, ImplementationPtr builtin) {
 }
 
 namespace {
-int law_main_impl(int argc, char** argv, ImplementationPtr builtin) {
-  CLI::App app{"Checks the laws of scaled causal attention against one implementation"};
-  std::string spec;
+// What the command line asked for.
+struct LawMainArgs {
+  std::string spec, reproduce;
   std::vector<std::string> law_names, dtype_names;
   int cases = 100, max_T = 64;
   std::uint64_t seed = 0;
   double timeout = default_call_timeout();
-  bool list = false, no_isolate = false, probe = false;
-  std::string reproduce;
-  app.add_option("--impl", spec, "plugin:PATH.so or exec:COMMAND");
-  app.add_option("--law", law_names, "a law to check (repeatable; default: every law)");
-  app.add_option("--dtype", dtype_names,
+  bool timeout_given = false, list = false, no_isolate = false, probe = false;
+};
+
+// Parses the command line into `a`; an exit code when the program ends here (--help, a parse error).
+std::optional<int> parse_law_main(int argc, char** argv, LawMainArgs& a) {
+  CLI::App app{"Checks the laws of scaled causal attention against one implementation"};
+  app.add_option("--impl", a.spec, "plugin:PATH.so or exec:COMMAND");
+  app.add_option("--law", a.law_names, "a law to check (repeatable; default: every law)");
+  app.add_option("--dtype", a.dtype_names,
                  "float32, float64, float16 or bfloat16 (repeatable; default: every dtype the implementation accepts)");
-  app.add_option("--cases", cases, "cases per law and dtype")->check(CLI::PositiveNumber);
-  app.add_option("--seed", seed, "RapidCheck seed; the same seed replays the same run");
-  app.add_option("--max-T", max_T, "usual upper bound on T")->check(CLI::PositiveNumber);
-  auto* timeout_opt = app.add_option("--timeout", timeout, "seconds a plug-in may take per call, and to start")
+  app.add_option("--cases", a.cases, "cases per law and dtype")->check(CLI::PositiveNumber);
+  app.add_option("--seed", a.seed, "RapidCheck seed; the same seed replays the same run");
+  app.add_option("--max-T", a.max_T, "usual upper bound on T")->check(CLI::PositiveNumber);
+  auto* timeout_opt = app.add_option("--timeout", a.timeout, "seconds a plug-in may take per call, and to start")
                           ->check(CLI::PositiveNumber);
-  app.add_option("--reproduce", reproduce, "RapidCheck reproduce string of one falsified law (from a report)");
-  app.add_flag("--no-isolate", no_isolate, "load a plugin: shared library into this process (a crash ends the run)");
-  app.add_flag("--probe", probe, "print the scale and causal alignment the implementation really uses");
-  app.add_flag("--list", list, "print the law names, one per line, and exit");
+  app.add_option("--reproduce", a.reproduce, "RapidCheck reproduce string of one falsified law (from a report)");
+  app.add_flag("--no-isolate", a.no_isolate, "load a plugin: shared library into this process (a crash ends the run)");
+  app.add_flag("--probe", a.probe, "print the scale and causal alignment the implementation really uses");
+  app.add_flag("--list", a.list, "print the law names, one per line, and exit");
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;
   }
-  if (list) {
-    for (const Law& l : laws()) std::cout << l.name << "\n";
-    return 0;
-  }
+  a.timeout_given = timeout_opt->count() > 0;
+  return std::nullopt;
+}
 
-  if (spec.empty() && !builtin) {
-    std::cerr << "attncheck-law: --impl is required (plugin:PATH.so or exec:COMMAND)\n";
-    return 2;
-  }
+// The laws named (every law when none is); empty after naming an unknown one on stderr.
+std::optional<std::vector<const Law*>> selected_laws(const std::vector<std::string>& names) {
   std::vector<const Law*> selected;
-  for (const auto& n : law_names) {
+  for (const auto& n : names) {
     const Law* l = find_law(n);
     if (!l) {
       std::cerr << "attncheck-law: unknown law '" << n << "' (attncheck-law --list prints the names)\n";
-      return 2;
+      return std::nullopt;
     }
     selected.push_back(l);
   }
-  if (law_names.empty())
+  if (names.empty())
     for (const Law& l : laws()) selected.push_back(&l);
+  return selected;
+}
+
+// The dtypes named; empty after naming an unknown one on stderr.
+std::optional<std::vector<DType>> named_dtypes(const std::vector<std::string>& names) {
   std::vector<DType> dtypes;
-  for (const auto& n : dtype_names) {
+  for (const auto& n : names) {
     const auto t = parse_dtype(n);
     if (!t) {
       std::cerr << "attncheck-law: unknown dtype '" << n << "' (expected float32, float64, float16 or bfloat16)\n";
-      return 2;
+      return std::nullopt;
     }
     dtypes.push_back(*t);
   }
+  return dtypes;
+}
 
-  // A builtin gets the checks and the weight recovery a loaded plug-in gets.
+// The implementation to check: the builtin, with the checks and the weight recovery a loaded plug-in gets, or
+// the one --impl loads (null after naming a bad spec on stderr).
+ImplementationPtr open_implementation(const LawMainArgs& a, ImplementationPtr builtin) {
   ImplementationPtr impl = builtin ? checked_implementation(builtin) : nullptr;
   if (impl && !impl->capabilities().returns_weights) impl = with_recovered_weights(impl);
   try {
-    if (!spec.empty())
-      impl = load_implementation(spec, HarnessOptions{.call_timeout_s = timeout,
-                                                      .startup_timeout_s = timeout_opt->count() ? timeout : default_startup_timeout(),
-                                                      .isolate = !no_isolate});
+    if (!a.spec.empty())
+      impl = load_implementation(a.spec, HarnessOptions{.call_timeout_s = a.timeout,
+                                                        .startup_timeout_s = a.timeout_given ? a.timeout
+                                                                                             : default_startup_timeout(),
+                                                        .isolate = !a.no_isolate});
   } catch (const SpecError& e) {
     std::cerr << "attncheck-law: " << e.what() << "\n";
+    return nullptr;
+  }
+  return impl;
+}
+
+// The minimal case of a falsified law, tensors and all.
+void describe_case(std::ostream& details, const LawCase& c, const std::optional<Violation>& violation) {
+  const Problem& p = c.problem;
+  const Shape q = p.q.shape();
+  details << "  minimal case: B=" << q.B << " H=" << q.H << " T_q=" << q.T << " T_k=" << p.k.shape().T
+          << " D=" << q.D << (p.v_dim() != q.D ? " D_v=" + std::to_string(p.v_dim()) : std::string()) << ", scale "
+          << (p.scale ? format_number(*p.scale) : "default (1/sqrt(D))") << ", "
+          << (p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right") << "\n";
+  // The masks beyond causal, when the case has them (the document bounds: where each document ends).
+  if (const std::string masks = mask_families_line(p); !masks.empty()) details << "    masks: " << masks << "\n";
+  for (const auto& [k, val] : c.params) details << "    " << k << " = " << format_number(val) << "\n";
+  print_tensor(details, "q", p.q);
+  print_tensor(details, "k", p.k);
+  print_tensor(details, "v", p.v);
+  if (const auto& var = c.variant) {  // a relational law's second call
+    details << "    and the call it is compared with:\n";
+    print_tensor(details, "q'", var->q);
+    print_tensor(details, "k'", var->k);
+    print_tensor(details, "v'", var->v);
+  }
+  if (violation && violation->expected) print_tensor(details, "expected", *violation->expected);
+  if (violation && violation->actual) print_tensor(details, "actual", *violation->actual);
+}
+
+// A falsified law's paragraph: what broke, the minimal case, and the command that replays it.
+void describe_falsified(std::ostream& details, const LawMainArgs& a, const char* argv0, const Implementation& impl,
+                        const Law& law, DType t, const LawResult& r) {
+  details << "\n" << law.name << " falsified by " << impl.name() << " at " << dtype_name(t) << ":\n";
+  if (r.violation) {
+    const Violation& v = *r.violation;
+    details << "  " << v.message << "\n";
+    if (!v.worst_index.empty())
+      details << "  worst " << v.quantity << index_string(v.worst_index)
+              << ": |actual - expected| = " << format_number(v.magnitude) << ", allowed " << format_number(v.tolerance)
+              << "\n";
+  }
+  if (r.minimal_case) describe_case(details, *r.minimal_case, r.violation);
+  // This very program with the spec it was given: a runner of attncheck_add_laws(TARGET exe) has no spec, and its
+  // implementation's name is not one.
+  const std::string replay = shell_quote(argv0) + (a.spec.empty() ? "" : " --impl " + shell_quote(a.spec)) +
+                             (a.no_isolate ? " --no-isolate" : "") + " --law " + law.name + " --dtype " +
+                             std::string(dtype_name(t)) + " --seed " + std::to_string(a.seed) + " --max-T " +
+                             std::to_string(a.max_T) + " --reproduce " + shell_quote(r.reproduce);
+  details << "  replay: " << replay << "\n";
+}
+
+// One law at one dtype: its line on stdout, and its paragraph in `details` when falsified.
+LawStatus run_one(const LawMainArgs& a, const char* argv0, const Implementation& impl, const Law& law, DType t,
+                  std::ostream& details) {
+  RunOptions ro;
+  ro.cases = a.cases;
+  ro.seed = a.seed;
+  ro.gen.dtype = t;
+  ro.gen.max_T = a.max_T;
+  ro.reproduce = a.reproduce;
+  const LawResult r = run_law(law, impl, ro);
+  std::printf("%-28s %-9s ", law.name.c_str(), std::string(dtype_name(t)).c_str());
+  if (r.status == LawStatus::held) {
+    std::printf("held (%d cases, %.2f s)\n", r.cases_run, r.seconds);
+  } else if (r.status == LawStatus::not_applicable) {
+    std::printf("not applicable: %s\n", r.note.c_str());
+  } else if (r.status == LawStatus::not_checked) {
+    std::printf("NOT CHECKED: %s\n", r.note.c_str());
+  } else {
+    std::printf("FALSIFIED after %d cases (%d shrinks)\n", r.cases_run, r.shrink_steps);
+    describe_falsified(details, a, argv0, impl, law, t, r);
+  }
+  std::fflush(stdout);
+  return r.status;
+}
+
+int law_main_impl(int argc, char** argv, ImplementationPtr builtin) {
+  LawMainArgs a;
+  if (const std::optional<int> done = parse_law_main(argc, argv, a)) return *done;
+  if (a.list) {
+    for (const Law& l : laws()) std::cout << l.name << "\n";
+    return 0;
+  }
+  if (a.spec.empty() && !builtin) {
+    std::cerr << "attncheck-law: --impl is required (plugin:PATH.so or exec:COMMAND)\n";
     return 2;
   }
+  const auto selected = selected_laws(a.law_names);
+  if (!selected) return 2;
+  auto dtypes = named_dtypes(a.dtype_names);
+  if (!dtypes) return 2;
+  const ImplementationPtr impl = open_implementation(a, builtin);
+  if (!impl) return 2;
   const Capabilities& caps = impl->capabilities();
   std::cout << impl->name() << ": " << impl->description() << "\n";
-  if (probe) std::cout << probe_conventions(*impl).summary << "\n";
+  if (a.probe) std::cout << probe_conventions(*impl).summary << "\n";
 
   std::vector<std::string> not_checked;
-  if (dtypes.empty()) {
+  if (dtypes->empty())
     for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16}) {
       if (caps.supports(t))
-        dtypes.push_back(t);
+        dtypes->push_back(t);
       else
         not_checked.push_back(std::string(dtype_name(t)));
     }
-  }
-
   int falsified = 0, incomplete = 0;
   std::ostringstream details;
   try {
-    for (const DType t : dtypes) {
-      for (const Law* law : selected) {
-        RunOptions ro;
-        ro.cases = cases;
-        ro.seed = seed;
-        ro.gen.dtype = t;
-        ro.gen.max_T = max_T;
-        ro.reproduce = reproduce;
-        const LawResult r = run_law(*law, *impl, ro);
-        std::printf("%-28s %-9s ", law->name.c_str(), std::string(dtype_name(t)).c_str());
-        if (r.status == LawStatus::held) {
-          std::printf("held (%d cases, %.2f s)\n", r.cases_run, r.seconds);
-        } else if (r.status == LawStatus::not_applicable) {
-          std::printf("not applicable: %s\n", r.note.c_str());
-        } else if (r.status == LawStatus::not_checked) {
-          ++incomplete;
-          std::printf("NOT CHECKED: %s\n", r.note.c_str());
-        } else {
-          ++falsified;
-          std::printf("FALSIFIED after %d cases (%d shrinks)\n", r.cases_run, r.shrink_steps);
-          details << "\n" << law->name << " falsified by " << impl->name() << " at " << dtype_name(t) << ":\n";
-          if (r.violation) {
-            const Violation& v = *r.violation;
-            details << "  " << v.message << "\n";
-            if (!v.worst_index.empty())
-              details << "  worst " << v.quantity << index_string(v.worst_index)
-                      << ": |actual - expected| = " << format_number(v.magnitude) << ", allowed " << format_number(v.tolerance) << "\n";
-          }
-          if (r.minimal_case) {
-            const Problem& p = r.minimal_case->problem;
-            const Shape q = p.q.shape();
-            details << "  minimal case: B=" << q.B << " H=" << q.H << " T_q=" << q.T << " T_k=" << p.k.shape().T
-                    << " D=" << q.D << (p.v_dim() != q.D ? " D_v=" + std::to_string(p.v_dim()) : std::string()) << ", scale " << (p.scale ? format_number(*p.scale) : "default (1/sqrt(D))") << ", "
-                    << (p.alignment == CausalAlignment::TopLeft ? "top-left" : "bottom-right") << "\n";
-            // The masks beyond causal, when the case has them (the document bounds: where each document ends).
-            if (const std::string masks = mask_families_line(p); !masks.empty()) details << "    masks: " << masks << "\n";
-            for (const auto& [k, val] : r.minimal_case->params) details << "    " << k << " = " << format_number(val) << "\n";
-            print_tensor(details, "q", p.q);
-            print_tensor(details, "k", p.k);
-            print_tensor(details, "v", p.v);
-            if (const auto& var = r.minimal_case->variant) {  // a relational law's second call
-              details << "    and the call it is compared with:\n";
-              print_tensor(details, "q'", var->q);
-              print_tensor(details, "k'", var->k);
-              print_tensor(details, "v'", var->v);
-            }
-            if (r.violation && r.violation->expected) print_tensor(details, "expected", *r.violation->expected);
-            if (r.violation && r.violation->actual) print_tensor(details, "actual", *r.violation->actual);
-          }
-          // This very program with the spec it was given: a runner of attncheck_add_laws(TARGET exe) has no
-          // spec, and its implementation's name is not one.
-          std::string replay = shell_quote(argv[0]) + (spec.empty() ? "" : " --impl " + shell_quote(spec)) +
-                               (no_isolate ? " --no-isolate" : "") + " --law " + law->name + " --dtype " +
-                               std::string(dtype_name(t)) + " --seed " + std::to_string(seed) + " --max-T " +
-                               std::to_string(max_T) + " --reproduce " + shell_quote(r.reproduce);
-          details << "  replay: " << replay << "\n";
-        }
-        std::fflush(stdout);
+    for (const DType t : *dtypes)
+      for (const Law* law : *selected) {
+        const LawStatus s = run_one(a, argv[0], *impl, *law, t, details);
+        falsified += s == LawStatus::falsified;
+        incomplete += s == LawStatus::not_checked;
       }
-    }
   } catch (const std::exception& e) {
     std::cerr << "attncheck-law: internal error: " << e.what() << "\n";
     return 3;

@@ -219,6 +219,37 @@ Json block_to_json(const BlockMask& m) {
   return j;
 }
 
+Json bias_to_json(const ScoreBias& bias) {
+  Json rows = Json::array();
+  for (Index r = 0; r < bias.B * bias.H * bias.T_q; ++r) {
+    Json row = Json::array();
+    for (Index j = 0; j < bias.T_k; ++j) row.push_back(number_to_json(bias.values[std::size_t(r * bias.T_k + j)]));
+    rows.push_back(row);
+  }
+  return Json{{"B", bias.B}, {"H", bias.H}, {"values", rows}};
+}
+
+// The bias's shape and its rows; check_call (the one check of a call) then says whether each value is finite.
+ScoreBias bias_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
+  const std::string expected = "{\"B\": " + std::to_string(B) + " or 1, \"H\": " + std::to_string(H) +
+                               " or 1, \"values\": B·H·T_q rows of T_k = " + std::to_string(T_k) + " numbers}";
+  if (!j.is_object()) fail(what, expected, j);
+  const auto dim = [&](const char* key, Index full) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number_integer() || (it->get<std::int64_t>() != 1 && it->get<std::int64_t>() != full))
+      fail(what, expected, j);
+    return Index(it->get<std::int64_t>());
+  };
+  ScoreBias bias{.B = dim("B", B), .H = dim("H", H), .T_q = T_q, .T_k = T_k};
+  const auto it = j.find("values");
+  if (it == j.end() || !it->is_array() || Index(it->size()) != bias.B * bias.H * T_q) fail(what, expected, j);
+  for (const Json& row : *it) {
+    if (!row.is_array() || Index(row.size()) != T_k) fail(sub(what, "values"), expected, row);
+    for (const Json& x : row) bias.values.push_back(number_from_json(x, sub(what, "values")));
+  }
+  return bias;
+}
+
 BlockMask block_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
   const std::string expected = "{\"block_q\", \"block_k\": integers >= 1, \"B\": " + std::to_string(B) +
                                " or 1, \"H\": " + std::to_string(H) +
@@ -282,6 +313,7 @@ Json to_json(const Problem& p) {
   if (!p.q_doc_bounds.empty()) j["q_doc_bounds"] = p.q_doc_bounds;
   if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
+  if (p.bias) j["bias"] = bias_to_json(*p.bias);
   if (p.want_lse) j["want_lse"] = true;
   if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
@@ -373,6 +405,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
     p.block_mask = block_from_json(*it, sub(what, "block_mask"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("dense_mask"); it != j.end())
     p.dense_mask = dense_from_json(*it, sub(what, "dense_mask"), q.B, q.H, q.T, k.T);
+  if (const auto it = j.find("bias"); it != j.end()) p.bias = bias_from_json(*it, sub(what, "bias"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

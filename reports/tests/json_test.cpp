@@ -122,6 +122,38 @@ TEST(ReportJson, modifiersRoundTripAndBadOnesAreRefused) {
   EXPECT_THROW(problem_from_json(bad, "p"), FormatError);
 }
 
+// An additive bias round-trips bit for bit, broadcast extents included; a bias of the wrong extent or with a
+// non-finite value is refused naming the field.
+TEST(ReportJson, aBiasRoundTripsAndABadOneIsRefused) {
+  Problem p = awkward_problem(0);  // B 1, H 2, T_q 3, T_k 5
+  p.bias = ScoreBias{.B = 1, .H = 2, .T_q = 3, .T_k = 5};
+  for (int n = 0; n < 30; ++n) p.bias->values.push_back(std::ldexp(double(n % 7) - 3.3, n % 5 - 2));
+  Problem back = problem_from_json(Json::parse(dump_pretty(to_json(p))), "p");
+  ASSERT_TRUE(back.bias.has_value());
+  EXPECT_EQ(*back.bias, *p.bias);
+  p.bias = ScoreBias{.B = 1, .H = 1, .T_q = 3, .T_k = 5, .values = std::vector<double>(15, -0.75)};
+  back = problem_from_json(to_json(p), "p");
+  EXPECT_EQ(*back.bias, *p.bias);
+  EXPECT_FALSE(to_json(awkward_problem(0)).contains("bias"));  // none written without one: old hashes stay
+  const auto refused = [&](Json j) {
+    try {
+      problem_from_json(j, "p");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  Json bad = to_json(p);
+  bad["bias"]["H"] = 3;
+  EXPECT_NE(refused(bad).find("p.bias"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["bias"]["values"][1] = Json::array({1.0, 2.0});
+  EXPECT_NE(refused(bad).find("p.bias.values"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["bias"]["values"][2][4] = "inf";
+  EXPECT_NE(refused(bad).find("bias value 14 is inf"), std::string::npos) << refused(bad);
+}
+
 // A paged problem stores its plan (the table is derived from it, and written too for the person reading); a bad
 // plan is refused naming the field and what was expected.
 TEST(ReportJson, pagedPlanRoundTripsAndABadOneIsRefusedNamingTheField) {

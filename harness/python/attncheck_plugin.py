@@ -54,7 +54,7 @@ except ImportError:  # the interpreter that runs the client has no numpy: say wh
            else ", or run the client with /usr/bin/python3: --impl exec:'/usr/bin/python3 my_attention.py'"),
         name="numpy") from None
 
-PROTOCOL_VERSION = 3  # the newest this client speaks; it answers an older attncheck in that one's version
+PROTOCOL_VERSION = 4  # the newest this client speaks; it answers an older attncheck in that one's version
 MAGIC = b"ATNC"
 HELLO, CAPS, REFUSE, FORWARD, RESULT, BYE, BACKWARD, GRADIENTS = 1, 2, 3, 4, 5, 6, 7, 8
 OK, ERROR, UNSUPPORTED, WRONG_SIZE = 0, 1, 2, 3
@@ -71,6 +71,8 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
+# Version 4's flags4 (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md): none is defined yet; the caps frame carries 0.
+FLAGS4 = {}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -857,6 +859,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
         caps += b"".join(struct.pack("<qq", d, 0) for d in head_dims)
         caps += struct.pack("<II", sum(PAGE_LAYOUT_CODES[layout] for layout in set(page_layouts)), len(page_sizes))
         caps += b"".join(struct.pack("<q", size) for size in page_sizes)
+        if version >= 4:
+            caps += struct.pack("<I", sum(FLAGS4[key] for key, on in declared.items() if on and key in FLAGS4))
     elif needs_v3:
         ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 3, but this attncheck "
                                  "speaks version %d; use a newer attncheck" % (", ".join(needs_v3), version)))

@@ -362,13 +362,13 @@ constexpr std::int64_t kMaxExtent = std::int64_t{1} << 16, kMaxSeqLen = std::int
 
 class CPlugin final : public Implementation {
  public:
-  // `v2` is the same table as `table` when its version is 2 or 3, else null; `v3` when it is 3.
+  // `v2` is the same table as `table` when its version is 2 or more, else null; `v3` from 3 on, `v4` from 4 on.
   CPlugin(std::string name, const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2,
-          const attncheck_plugin_v3* v3)
+          const attncheck_plugin_v3* v3, const attncheck_plugin_v4* v4)
       : name_(std::move(name)), table_(table), v2_(v2) {
     description_ = printable_text(std::string(table->name) +
                                   (table->description ? std::string(": ") + table->description : ""));
-    caps_ = declared_capabilities(table, v2, v3);
+    caps_ = declared_capabilities(table, v2, v3, v4);
   }
   const std::string& name() const override { return name_; }
   const std::string& description() const override { return description_; }
@@ -558,7 +558,7 @@ class CPlugin final : public Implementation {
 };
 
 // ABI 4: the table's own size, read first and never read past (a field it does not reach is neutral), then
-// flags4. This attncheck defines no ATTNCHECK_CAP4_* bit yet (docs/abi4.md designs them).
+// flags4: the ATTNCHECK_CAP4_* bits of the feature table's rows (docs/abi4.md designs them), and no other.
 void validate_v4(const std::string& name, const attncheck_plugin_v1* table) {
   std::uint32_t size = 0;
   std::memcpy(&size, reinterpret_cast<const char*>(table) + offsetof(attncheck_plugin_v4, table_size), sizeof size);
@@ -570,10 +570,11 @@ void validate_v4(const std::string& name, const attncheck_plugin_v1* table) {
                     " (expected a multiple of 8 from " + std::to_string(ATTNCHECK_PLUGIN_V4_MIN_SIZE) +
                     " to 4096: the sizeof of the attncheck_plugin_v4 it was compiled with)" + v3_hint);
   const auto* v4 = reinterpret_cast<const attncheck_plugin_v4*>(table);
-  if (v4->flags4 != 0)
+  if (v4->flags4 & ~wire::kFeatureFlags4)
     throw SpecError(name + ": the plug-in's flags4 are " + hex(v4->flags4) +
-                    " (expected 0: this attncheck knows no ATTNCHECK_CAP4_* bit yet; build the plug-in against this "
-                    "attncheck's attncheck/plugin.h)" + v3_hint);
+                    (wire::kFeatureFlags4 ? " (expected ATTNCHECK_CAP4_* bits within " + hex(wire::kFeatureFlags4)
+                                          : std::string(" (expected 0: this attncheck knows no ATTNCHECK_CAP4_* bit yet")) +
+                    "; build the plug-in against this attncheck's attncheck/plugin.h)" + v3_hint);
 }
 
 // Refuses a table that claims what its version cannot carry, or whose ABI-2 tail is not what an ABI-2
@@ -668,7 +669,7 @@ void validate_table(const std::string& name, std::uint32_t version, const attnch
 }  // namespace
 
 Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2,
-                                   const attncheck_plugin_v3* v3) {
+                                   const attncheck_plugin_v3* v3, const attncheck_plugin_v4* v4) {
   Capabilities caps;
   caps.dtypes.clear();
   for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
@@ -709,6 +710,7 @@ Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attnc
     for (std::size_t n = 0; n < v3->num_page_sizes; ++n) caps.page_sizes.push_back(v3->page_sizes[n]);
     caps.page_layouts = v3->page_layouts;
   }
+  if (v4) wire::set_flags4_bools(caps, v4->flags4);  // validate_v4 checked the size reaches it, and its bits
   return caps;
 }
 
@@ -753,7 +755,8 @@ ImplementationPtr load_c_plugin(const std::string& path, const std::string& name
   validate_table(name, version, table);
   return std::make_shared<CPlugin>(
       name, table, version >= ATTNCHECK_PLUGIN_ABI_V2 ? reinterpret_cast<const attncheck_plugin_v2*>(table) : nullptr,
-      version >= ATTNCHECK_PLUGIN_ABI_V3 ? reinterpret_cast<const attncheck_plugin_v3*>(table) : nullptr);
+      version >= ATTNCHECK_PLUGIN_ABI_V3 ? reinterpret_cast<const attncheck_plugin_v3*>(table) : nullptr,
+      version >= ATTNCHECK_PLUGIN_ABI_V4 ? reinterpret_cast<const attncheck_plugin_v4*>(table) : nullptr);
 }
 
 

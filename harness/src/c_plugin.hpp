@@ -14,10 +14,10 @@ namespace attncheck::detail {
 /// (flags its version cannot carry, a bad empty_rows).
 ImplementationPtr load_c_plugin(const std::string& path, const std::string& name);
 
-/// What a plug-in's table declares: `v2` is the table when its version is 2 or 3 (else null), `v3` when it is 3.
-/// The table must have passed the loader's checks (load_c_plugin).
+/// What a plug-in's table declares: `v2` is the table when its version is 2 or more (else null), `v3` from 3 on,
+/// `v4` from 4 on. The table must have passed the loader's checks (load_c_plugin).
 Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attncheck_plugin_v2* v2,
-                                   const attncheck_plugin_v3* v3);
+                                   const attncheck_plugin_v3* v3, const attncheck_plugin_v4* v4 = nullptr);
 
 /// Throws std::logic_error (an internal error: a law's bug, not the implementation's) when `p` needs what `caps`
 /// does not declare (call_needs: a limit or a feature, but the LSE, which a call may ask of anyone), or when its

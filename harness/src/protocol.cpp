@@ -152,6 +152,18 @@ std::uint32_t flags2_bits(const Capabilities& caps) {
   return bits;
 }
 
+void set_flags4_bools(Capabilities& caps, std::uint32_t flags4) {
+  for (const FeatureRow& f : kFeatures)
+    if (f.flags4) caps.features.set(f.id, flags4 & f.flags4);
+}
+
+std::uint32_t flags4_bits(const Capabilities& caps) {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures)
+    if (caps.declares(f.id)) bits |= f.flags4;
+  return bits;
+}
+
 std::string encode_hello() {
   Writer w;
   // Version 1 first: a version-1 client stops unless this field is 1. The newest version follows.
@@ -207,6 +219,7 @@ std::string encode_caps(const Handshake& h) {
     w.u32(std::uint32_t(h.caps.page_sizes.size()));
     for (const Index s : h.caps.page_sizes) w.i64(s);
   }
+  if (h.version >= 4) w.u32(flags4_bits(h.caps));
   return frame(FrameType::caps, w.bytes());
 }
 
@@ -310,6 +323,14 @@ Handshake decode_caps(std::string_view payload) {
                           std::to_string(h.caps.page_layouts) + " and " + std::to_string(n_pages) +
                           " page sizes came (expected at least one layout, 1 token-major and/or 2 head-major, and "
                           "at least one page size)");
+  }
+  if (h.version >= 4) {
+    const std::uint32_t flags4 = r.u32();
+    if (flags4 & ~kFeatureFlags4)
+      throw ProtocolError("caps frame: flags4 bits are " + std::to_string(flags4) + " (expected ATTNCHECK_CAP4_* bits" +
+                          (kFeatureFlags4 ? ", within " + std::to_string(kFeatureFlags4) : std::string(": none yet")) +
+                          ")");
+    set_flags4_bools(h.caps, flags4);
   }
   return h;
 }

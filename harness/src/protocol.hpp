@@ -21,7 +21,7 @@ static_assert(std::endian::native == std::endian::little,
 
 /// The newest protocol version this build speaks (PROTOCOL.md, "Versions"); it also speaks every version from
 /// kOldestProtocolVersion on, and the two sides use the lower of their two newest versions.
-inline constexpr std::uint32_t kProtocolVersion = 3;
+inline constexpr std::uint32_t kProtocolVersion = 4;
 inline constexpr std::uint32_t kOldestProtocolVersion = 1;
 /// Every frame starts with these four bytes, so a child that prints text is caught at once.
 inline constexpr std::array<char, 4> kMagic{'A', 'T', 'N', 'C'};
@@ -50,6 +50,12 @@ inline constexpr std::uint32_t kFeatureFlags3 = [] {
 inline constexpr std::uint32_t kFeatureFlags2 = [] {
   std::uint32_t bits = 0;
   for (const FeatureRow& f : kFeatures) bits |= f.flags2;
+  return bits;
+}();
+/// Version 4's flags4 (the ATTNCHECK_CAP4_* values): every bit the feature table defines; any other is refused.
+inline constexpr std::uint32_t kFeatureFlags4 = [] {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures) bits |= f.flags4;
   return bits;
 }();
 
@@ -108,6 +114,9 @@ std::uint32_t abi3_bits(const Capabilities& caps);
 /// The same for version 2's flags2 bits (GQA, key lengths, window, backward).
 void set_flags2_bools(Capabilities& caps, std::uint32_t flags2);
 std::uint32_t flags2_bits(const Capabilities& caps);
+/// The same for version 4's flags4 bits (ABI 4's ATTNCHECK_CAP4_*).
+void set_flags4_bools(Capabilities& caps, std::uint32_t flags4);
+std::uint32_t flags4_bits(const Capabilities& caps);
 
 /// Status codes of a result frame (the C ABI's ATTNCHECK_OK/ERROR/UNSUPPORTED, plus one the host reports).
 enum Status : std::int32_t { ok = 0, error = 1, unsupported = 2, wrong_size = 3 };

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <filesystem>
@@ -191,6 +192,34 @@ TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
     const Capabilities c =
         detail::declared_capabilities(v1, reinterpret_cast<const attncheck_plugin_v2*>(&t), &t);
     EXPECT_EQ(declared_in(c), want) << f.name;
+  }
+}
+
+// Version 4's caps frame ends with flags4: a bit the table does not define is refused naming it, and a version-3
+// frame (an older client's) has none and still reads.
+TEST(Contract, theVersion4CapsFrameCarriesFlags4AndAVersion3OneStillReads) {
+  wire::Handshake h;
+  h.caps = all_features();
+  h.name = "contract";
+  for (const std::uint32_t version : {3u, 4u}) {
+    h.version = version;
+    const std::string payload = wire::encode_caps(h).substr(wire::kHeaderSize);
+    const wire::Handshake d = wire::decode_caps(payload);
+    EXPECT_EQ(d.version, version);
+    EXPECT_EQ(declared_in(d.caps), declared_in(h.caps)) << version;
+    if (version == 4) {  // flags4 is the frame's last u32
+      std::string bad = payload;
+      const std::uint32_t unknown = 0x80000000u;
+      std::memcpy(bad.data() + bad.size() - 4, &unknown, 4);
+      try {
+        wire::decode_caps(bad);
+        ADD_FAILURE() << "flags4 0x80000000 read";
+      } catch (const wire::ProtocolError& e) {
+        EXPECT_NE(std::string(e.what()).find("flags4 bits are 2147483648 (expected ATTNCHECK_CAP4_* bits"),
+                  std::string::npos)
+            << e.what();
+      }
+    }
   }
 }
 

@@ -1119,9 +1119,9 @@ TEST(Exec, aChildThatPrintsTextInsteadOfFramesIsASpecError) {
 TEST(Exec, anotherProtocolVersionNamesBoth) {
   try {
     load_implementation("exec:" + kPython + " " ATTNCHECK_TESTS_DIR "/wrong_version.py");
-    ADD_FAILURE() << "accepted protocol version 4";
+    ADD_FAILURE() << "accepted protocol version 5";
   } catch (const SpecError& e) {
-    EXPECT_NE(std::string(e.what()).find("speaks protocol version 4 but this attncheck speaks versions 1 to 3"),
+    EXPECT_NE(std::string(e.what()).find("speaks protocol version 5 but this attncheck speaks versions 1 to 4"),
               std::string::npos)
         << e.what();
   }

@@ -34,7 +34,10 @@ struct FeatureRow {
   /// the exec protocol's caps frame carries flags2 (version 2) and the same flags3 (version 3). 0: not that way
   /// (the backward is declared by its function pointer in the C ABI).
   std::uint32_t abi_flag = 0, flags2 = 0, flags3 = 0;
-  /// How a C plug-in declares it, for messages: the ATTNCHECK_CAP_* or ATTNCHECK_CAP3_* macro's name.
+  /// ABI 4's ATTNCHECK_CAP4_* bit of an attncheck_plugin_v4's flags4, which the exec protocol's caps frame carries
+  /// as its u32 flags4 from version 4 (docs/abi4.md). 0: not that way.
+  std::uint32_t flags4 = 0;
+  /// How a C plug-in declares it, for messages: the ATTNCHECK_CAP_*, ATTNCHECK_CAP3_* or ATTNCHECK_CAP4_* macro's name.
   std::string_view c_name;
   /// A feature it is only declared with (query documents with documents; layout invariance with strides).
   std::optional<Feature> requires_feature{};

@@ -16,7 +16,9 @@
  * k_doc_ids, the queries' ids their own, each document aligned on its own lengths; chunked local attention, a
  * bidirectional prefix, a right window) and causal = 0; with -DBLOCK_MASKS,
  * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
- * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0. Every build honours
+ * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
+ * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward).
+ * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
 #include <attncheck/plugin.h>
@@ -179,8 +181,20 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
   return 1;
 }
 
+/* The additive bias of (b, h, i, j) (ABI 4's call->bias, of the call's dtype, read through its strides: 0 over a
+ * broadcast extent), 0 without one. */
+static double bias_of(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j) {
+  attncheck_tensor_in t;
+  if (!call->bias) return 0.0;
+  t.data = call->bias->data;
+  memcpy(t.shape, call->bias->shape, sizeof t.shape);
+  memcpy(t.strides, call->bias->strides, sizeof t.strides);
+  return load(&t, call->dtype, b, h, i, j);
+}
+
 /* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): softcap, then
- * ALiBi (the order attncheck/plugin.h gives). *ds, when not NULL, gets its derivative with respect to s. */
+ * ALiBi, then the additive bias (the order attncheck/plugin.h gives). *ds, when not NULL, gets its derivative with
+ * respect to s (a bias, like ALiBi, only shifts the score). */
 static double modified(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j, double s,
                        double* ds) {
   double slope_term = call->alibi_slopes ? call->alibi_slopes[h] * (double)(j - position(call, b, i)) : 0.0;
@@ -190,7 +204,7 @@ static double modified(const attncheck_call* call, int64_t b, int64_t h, int64_t
     s = call->softcap * t;
     if (ds) *ds = 1.0 - t * t;
   }
-  return s + slope_term;
+  return (s + slope_term) + bias_of(call, b, h, i, j);
 }
 
 /* The sink logit of query head h: -inf (none) without call->sinks. */
@@ -467,6 +481,9 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
 #endif
       .max_T = 4096,
       .forward = forward,
+#ifdef ABI4
+      .flags4 = ATTNCHECK_CAP4_BIAS, /* ABI 4's additive bias, forward and backward (call->bias) */
+#endif
   };
   return (const attncheck_plugin_v1*)&table;
 }

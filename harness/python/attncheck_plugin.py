@@ -71,19 +71,19 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "chunked_local": 0x40, "prefix": 0x80, "bidirectional": 0x100, "right_window": 0x200, "block_mask": 0x400,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
-# Version 4's flags4 (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md): none is defined yet; the caps frame carries 0.
-FLAGS4 = {}
+# Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
+FLAGS4 = {"bias": 0x1}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
-                     "block_mask": ("block_mask",), "dense_mask": ("dense_mask",)}
+                     "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",)}
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
     "heads and lengths": ("gqa", "key_lengths", "v_head_dim"),
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
-    "score modifiers": ("softcap", "alibi", "sinks"),
+    "score modifiers": ("softcap", "alibi", "sinks", "bias"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "claims about results": ("batch_invariant",),
@@ -94,7 +94,8 @@ FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
 # rewrites the one into the other.
 ABI_WORDS = dict([("ATTNCHECK_CAP3_" + name.upper(), name) for name in FLAGS3]
                  + [("ATTNCHECK_CAP_" + name.upper(), name) for name in ("gqa", "key_lengths", "window")]
-                 + [("Feature::" + name, name) for name in FLAGS3]
+                 + [("ATTNCHECK_CAP4_" + name.upper(), name) for name in FLAGS4]
+                 + [("Feature::" + name, name) for name in list(FLAGS3) + list(FLAGS4)]
                  + [("Feature::" + member, name) for member, name in (
                      ("gqa", "gqa"), ("key_padding", "key_lengths"), ("window", "window"))]
                  + [("Capabilities::" + name, name) for name in (
@@ -114,7 +115,7 @@ def python_words(text):
         words = [ABI_WORDS.get(n) for n in [first] + [base + r for r in rest]]
         return match.group(0) if None in words else ", ".join("%s=True" % w for w in words)
 
-    return re.sub(r"((?:ATTNCHECK_CAP3?_|Feature::|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group,
+    return re.sub(r"((?:ATTNCHECK_CAP[34]?_|Feature::|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group,
                   text)
 
 
@@ -130,7 +131,8 @@ PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 # v_head_dim=True: an i64 D_v follows k's shape, and v, and in a backward frame dO, have it).
 CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
-              "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072}
+              "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
+              "bias": 262144}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -397,6 +399,13 @@ def _read_call(payload, backward):
         off += dense_mask.size
     dtype = DTYPE_NAMES[dcode]
     size = np.dtype(WIRE[dtype]).itemsize
+    bias = None
+    if fflags & CALL_FLAGS["bias"]:  # version 4: i64 B_b, H_b, then the values at the call's dtype
+        Bb, Hb = struct.unpack_from("<2q", payload, off)
+        off += 16
+        n = Bb * Hb * T_q * T_k
+        bias = _decode(payload[off:off + n * size], dtype, (Bb, Hb, T_q, T_k))
+        off += n * size
     paged = None
     if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
         lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
@@ -425,7 +434,7 @@ def _read_call(payload, backward):
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
-              "block_mask": block_mask, "dense_mask": dense_mask}
+              "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -585,6 +594,8 @@ class _Torch:
         for key in ("key_lengths", "alibi_slopes", "sinks", "q_doc_ids", "k_doc_ids", "dense_mask"):
             if kw[key] is not None:
                 kw[key] = self.tensor(kw[key])
+        if kw.get("bias") is not None:  # at the call's dtype, as q, k and v
+            kw["bias"] = self.tensor(kw["bias"], dtype)
         mask = kw["block_mask"]
         if mask is not None:
             kw["block_mask"] = BlockMask(mask.block_q, mask.block_k, self.tensor(mask.kinds),
@@ -705,7 +716,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
-          framework="numpy", device=None):
+          bias=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -758,6 +769,10 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `v_head_dim=True` declares that v may have a head dimension D_v of its own (MLA's 576 and 512): v is then
     [B,H_kv,T_k,D_v] and the output (and dO) [B,H,T_q,D_v]; fn reads it from v's shape (no keyword), or, in a
     paged call, from the last extent of paged.v_pages (its rows D_v wide).
+    Protocol version 4 (ABI 4) adds `bias=True`: fn (and a backward) gets `bias`, None or an array [B or 1, H or 1,
+    T_q, T_k] at the call's dtype, added to each score after the softcap, where ALiBi's term is added, before the
+    mask (an extent of 1 broadcasts). An attncheck that speaks only version 3 cannot send it: the client then refuses
+    to serve, saying so.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -766,7 +781,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("block_mask", block_mask), ("dense_mask", dense_mask),
                                               ("batch_invariant", batch_invariant),
                                               ("query_documents", query_documents), ("strided", strided),
-                                              ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim))}
+                                              ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim),
+                                              ("bias", bias))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -832,6 +848,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                       ("head_dims=%r" % (head_dims,), bool(head_dims)),
                                       ("empty_rows='any'", empty_rows == "any"))
                 + tuple(("%s=True" % key, on) for key, on in declared.items()) if on]
+    needs_v4 = ["%s=True" % key for key in FLAGS4 if declared[key]]  # and what only version 4 can
 
     ch = _Channel()
     ftype, payload = ch.read()
@@ -853,7 +870,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
         flags2 = sum(FLAGS2[key] for key, on in declared2.items() if on)
         caps += struct.pack("<II", flags2, EMPTY_ROWS_CODES[empty_rows] if version >= 3 or empty_rows != "any" else 0)
     if version >= 3:
-        flags3 = sum(FLAGS3[key] for key, on in declared.items() if on)
+        flags3 = sum(FLAGS3[key] for key, on in declared.items() if on and key in FLAGS3)
         caps += struct.pack("<IIqqI", flags3, CROSS_LENGTHS_CODES.get(cross_lengths, 0), head_dim_multiple,
                             max_head_dim, len(head_dims))
         caps += b"".join(struct.pack("<qq", d, 0) for d in head_dims)
@@ -861,6 +878,11 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
         caps += b"".join(struct.pack("<q", size) for size in page_sizes)
         if version >= 4:
             caps += struct.pack("<I", sum(FLAGS4[key] for key, on in declared.items() if on and key in FLAGS4))
+        elif needs_v4:
+            ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 4, but this "
+                                     "attncheck speaks version %d; use a newer attncheck"
+                                     % (", ".join(needs_v4), version)))
+            sys.exit(2)
     elif needs_v3:
         ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 3, but this attncheck "
                                  "speaks version %d; use a newer attncheck" % (", ".join(needs_v3), version)))

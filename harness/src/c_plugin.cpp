@@ -291,6 +291,27 @@ void cell_strides(Index B, Index H, Index rows, Index cols, std::int64_t (&s)[4]
   s[3] = 1;
 }
 
+// A problem's bias as the ABI passes it: its values at the call's dtype (exact: the problem's are of that dtype),
+// row-major strides with 0 over a broadcast extent. Null when the problem has none.
+template <class S>
+struct BiasArg {
+  std::vector<S> values;
+  attncheck_bias abi{};
+  const attncheck_bias* ptr = nullptr;
+  explicit BiasArg(const Problem& p) {
+    if (!p.bias) return;
+    const ScoreBias& b = *p.bias;
+    values.reserve(b.values.size());
+    for (const double x : b.values) values.push_back(static_cast<S>(x));
+    abi.data = values.data();
+    const std::int64_t shape[4] = {b.B, b.H, b.T_q, b.T_k};
+    std::copy(shape, shape + 4, abi.shape);
+    cell_strides(b.B, b.H, b.T_q, b.T_k, abi.strides);
+    ptr = &abi;
+  }
+  BiasArg(const BiasArg&) = delete;  // ptr points into this object
+};
+
 void fill_cell_masks(const Problem& p, CellMasks& c) {
   if (p.block_mask) {
     const BlockMask& m = *p.block_mask;
@@ -346,13 +367,18 @@ constexpr bool abi_bits_match() {
   std::size_t abi_rows = 0, abi3_rows = 0;
   for (const AbiBit& a : abi)
     if (feature(a.feature).abi_flag != a.bit || feature(a.feature).c_name != a.macro) return false;
+  constexpr AbiBit abi4[] = {ATTNCHECK_ABI_BIT(bias, ATTNCHECK_CAP4_BIAS)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
+  for (const AbiBit& a : abi4)
+    if (feature(a.feature).flags4 != a.bit || feature(a.feature).c_name != a.macro) return false;
+  std::size_t abi4_rows = 0;
   for (const FeatureRow& r : kFeatures) {
     abi_rows += r.abi_flag ? 1 : 0;
     abi3_rows += r.flags3 ? 1 : 0;
+    abi4_rows += r.flags4 ? 1 : 0;
   }
-  return abi_rows == std::size(abi) && abi3_rows == std::size(abi3) &&
+  return abi_rows == std::size(abi) && abi3_rows == std::size(abi3) && abi4_rows == std::size(abi4) &&
          (wire::kFeatureFlags3 | ATTNCHECK_CAP3_DETERMINISTIC) == kAbi3Flags;
 }
 #undef ATTNCHECK_ABI_BIT
@@ -398,6 +424,8 @@ class CPlugin final : public Implementation {
       std::optional<LaidOutInputs<S>> laid;
       if (p.layout != InputLayout::contiguous) laid = lay_out(q, k, v, p.layout);
       attncheck_call call = make_call(p, q, k, v, lengths, docs, cells, laid ? &*laid : nullptr);
+      const BiasArg<S> bias(p);  // outlives the call
+      call.bias = bias.ptr;
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -448,6 +476,8 @@ class CPlugin final : public Implementation {
       std::optional<LaidOutInputs<S>> laid;
       if (p.layout != InputLayout::contiguous) laid = lay_out(q, k, v, p.layout);
       attncheck_call call = make_call(p, q, k, v, lengths, docs, cells, laid ? &*laid : nullptr);
+      const BiasArg<S> bias(p);  // outlives the call
+      call.bias = bias.ptr;
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).

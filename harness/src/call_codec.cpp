@@ -171,7 +171,7 @@ std::string call_payload(const Problem& p) {
         (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
-        (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u));
+        (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -220,6 +220,18 @@ std::string call_payload(const Problem& p) {
     }
   }
   if (p.dense_mask) put_cells(w, *p.dense_mask, p.q.shape().T, p.k.shape().T, "the dense mask");
+  if (p.bias) {  // version 4 (PROTOCOL.md, "Additive bias"): i64 B_b, i64 H_b, then the values at the call's dtype
+    const ScoreBias& b = *p.bias;
+    if (b.T_q != p.q.shape().T || b.T_k != p.k.shape().T || b.values.size() != std::size_t(b.B * b.H * b.T_q * b.T_k))
+      throw std::logic_error("encode_forward: a bias [" + std::to_string(b.B) + "," + std::to_string(b.H) + "," +
+                             std::to_string(b.T_q) + "," + std::to_string(b.T_k) + "] with " +
+                             std::to_string(b.values.size()) + " values for " + to_string(p.q.shape()));
+    w.i64(b.B);
+    w.i64(b.H);
+    Tensor<double> t(Shape{b.B, b.H, b.T_q, b.T_k});
+    std::copy(b.values.begin(), b.values.end(), t.data());
+    w.bytes() += to_bytes(t, p.dtype);
+  }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
     return std::move(w.bytes());
@@ -450,6 +462,18 @@ void read_cell_masks(Reader& r, const char* what, std::uint32_t flags, Problem& 
 
 void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, const Shape& ks);
 
+// The additive bias of a frame (flag 262144): B_b and H_b, each the call's or 1, then B_b·H_b·T_q·T_k values at the
+// call's dtype (r.raw refuses a count the bytes left cannot hold); check_call then says whether each is finite.
+ScoreBias read_bias(Reader& r, const char* what, DType dtype, const Shape& qs, const Shape& ks) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  const std::int64_t Bb = r.i64(), Hb = r.i64();
+  check_broadcast(fail, "bias B", Bb, qs.B, "B");
+  check_broadcast(fail, "bias H", Hb, qs.H, "H (query heads)");
+  const Shape s{Bb, Hb, qs.T, ks.T};
+  const Tensor<double> t = from_bytes(r.raw(std::size_t(s.numel()) * element_size(dtype)), s, dtype);
+  return ScoreBias{.B = Bb, .H = Hb, .T_q = qs.T, .T_k = ks.T, .values = {t.data(), t.data() + t.size()}};
+}
+
 // The masks beyond causal of a frame (flags 1024 to 32768), read into p: the prefix, the right window, the chunk
 // size, the document ids turned back into doc_bounds (the query ids checked against them), the block mask and the
 // dense mask.
@@ -536,12 +560,12 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   p.dtype = dtype_from_code(r.u32());
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
-  if (flags & ~0x3FFFFu)
+  if (flags & ~kCallFlags)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x3ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0x7ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
                         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension)");
+                        "dimension, 262144 bias)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -594,6 +618,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     throw ProtocolError(e.what());
   }
   read_masks(r, what, flags, p, qs, ks);
+  if (flags & call_bias) p.bias = read_bias(r, what, p.dtype, qs, ks);
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.

@@ -528,6 +528,51 @@ const std::array<Index, 6> kCellExtents[] = {{1, 2, 2, 1, 2, 1}, {2, 1, 1, 2, 1,
 // them through the strides the loader fills (stride 0 over a broadcast extent), in process and through the plug-in
 // host (where they cross the exec protocol first), and agrees with the reference forward and backward; its weights
 // are 0 exactly where the masks hide a key, per head.
+// ABI 4: the example's ABI-4 build declares the additive bias (flags4 ATTNCHECK_CAP4_BIAS) and reads call->bias
+// through its strides, broadcast (stride 0) or not, forward and backward, in and out of process; a plug-in that does
+// not declare it is never sent one.
+TEST(CPlugin, theAbi4ExampleReadsTheBiasThroughItsStrides) {
+  const auto isolated = load_implementation(spec("attention_plugin_v4"));
+  const auto in_process = load_implementation(spec("attention_plugin_v4"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  EXPECT_TRUE(isolated->capabilities().declares(Feature::bias));
+  EXPECT_TRUE(in_process->capabilities().declares(Feature::bias));
+  EXPECT_FALSE(load_implementation(spec("attention_plugin"))->capabilities().declares(Feature::bias));
+  const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
+    double m = 0;
+    for (Index n = 0; n < x.size(); ++n) m = std::max(m, std::abs(x.values()[n] - y.values()[n]));
+    return m;
+  };
+  for (const auto [B_b, H_b] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
+    Problem p = test::wave_problem(DType::f64, 2, 2, 3, 5, 2);
+    p.alignment = CausalAlignment::BottomRight;
+    p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+    p.bias = ScoreBias{.B = B_b, .H = H_b, .T_q = 3, .T_k = 5, .values = {}};
+    for (Index n = 0; n < B_b * H_b * 15; ++n) p.bias->values.push_back(0.25 * double((n * 7) % 13) - 1.5);
+    const std::string what = std::to_string(B_b) + "x" + std::to_string(H_b);
+    const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << what;
+    // float64, T_k = 5, D = 2, |values| <= 1.5: 1e-13 is hundreds of ulps; leaving the bias out (or reading it at
+    // the wrong strides) moves the output by more than 0.01.
+    EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
+    Problem unbiased = p;
+    unbiased.bias.reset();
+    EXPECT_GT(worst(ref->forward(unbiased).output, r.output), 1e-2) << what;
+    const Gradients ga = isolated->backward(p), gr = ref->backward(p);
+    EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;
+    EXPECT_LT(worst(ga.dk, gr.dk), 1e-13) << what;
+    EXPECT_LT(worst(ga.dv, gr.dv), 1e-13) << what;
+  }
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 5, 2);
+  p.bias = ScoreBias{.B = 1, .H = 1, .T_q = 3, .T_k = 5, .values = std::vector<double>(15, 0.5)};
+  try {
+    load_implementation(spec("attention_plugin"))->forward(p);
+    ADD_FAILURE() << "a bias was sent to a plug-in that does not declare it";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("an additive bias ([1,1,3,5])"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CPlugin, theBlockMasksExampleReadsBlockAndDenseMasksThroughTheirStrides) {
   const auto isolated = load_implementation(spec("attention_plugin_block_masks"));
   const auto in_process = load_implementation(spec("attention_plugin_block_masks"), HarnessOptions{.isolate = false});

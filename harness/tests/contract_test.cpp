@@ -70,6 +70,10 @@ std::optional<Problem> witness(Feature f) {
     case Feature::v_head_dim: p.v = test::wave({1, 2, 4, 3}, DType::f64, 0.3); break;
     case Feature::strided: p.layout = InputLayout::token_major; break;
     case Feature::paged: p.paged = PagedPlan{}; break;
+    case Feature::bias:  // broadcast over the batch, one [T_q, T_k] per head
+      p.bias = ScoreBias{.B = 1, .H = 2, .T_q = 3, .T_k = 4, .values = {}};
+      for (int n = 0; n < 24; ++n) p.bias->values.push_back(0.25 * double(n % 5) - 0.5);
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant: return std::nullopt;
   }
@@ -171,14 +175,16 @@ TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
     h.name = "contract";
     const wire::Handshake d = wire::decode_caps(wire::encode_caps(h).substr(wire::kHeaderSize));
     EXPECT_EQ(declared_in(d.caps), want) << f.name;
-    // The C ABI: an ABI-3 table with the feature's bits (the backward by its function).
-    attncheck_plugin_v3 t{};
-    t.abi_version = ATTNCHECK_PLUGIN_ABI_V3;
+    // The C ABI: an ABI-4 table with the feature's bits (the backward by its function).
+    attncheck_plugin_v4 t{};
+    t.abi_version = ATTNCHECK_PLUGIN_ABI_V4;
+    t.table_size = ATTNCHECK_PLUGIN_V4_SIZE;
     t.dtypes = ATTNCHECK_DTYPE_F64;
     t.name = "contract";
     for (const Feature g : want) {
       t.flags |= feature(g).abi_flag;
       t.flags3 |= feature(g).flags3;
+      t.flags4 |= feature(g).flags4;
     }
     if (f.id == Feature::backward)
       t.backward = [](const attncheck_backward_call*, char*, size_t) -> std::int32_t { return ATTNCHECK_OK; };
@@ -190,7 +196,8 @@ TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
     }
     const auto* v1 = reinterpret_cast<const attncheck_plugin_v1*>(&t);
     const Capabilities c =
-        detail::declared_capabilities(v1, reinterpret_cast<const attncheck_plugin_v2*>(&t), &t);
+        detail::declared_capabilities(v1, reinterpret_cast<const attncheck_plugin_v2*>(&t),
+                                      reinterpret_cast<const attncheck_plugin_v3*>(&t), &t);
     EXPECT_EQ(declared_in(c), want) << f.name;
   }
 }
@@ -206,7 +213,10 @@ TEST(Contract, theVersion4CapsFrameCarriesFlags4AndAVersion3OneStillReads) {
     const std::string payload = wire::encode_caps(h).substr(wire::kHeaderSize);
     const wire::Handshake d = wire::decode_caps(payload);
     EXPECT_EQ(d.version, version);
-    EXPECT_EQ(declared_in(d.caps), declared_in(h.caps)) << version;
+    std::set<Feature> want = declared_in(h.caps);
+    if (version < 4)  // ABI 4's features are not in a version-3 frame: such a client is never sent them
+      std::erase_if(want, [](Feature f) { return feature(f).flags4 != 0; });
+    EXPECT_EQ(declared_in(d.caps), want) << version;
     if (version == 4) {  // flags4 is the frame's last u32
       std::string bad = payload;
       const std::uint32_t unknown = 0x80000000u;
@@ -254,7 +264,7 @@ TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
 TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   const std::string cmd = "PYTHONPATH=" ATTNCHECK_PYTHON_DIR
                           " /usr/bin/python3 -c 'import attncheck_plugin as a, inspect, json; "
-                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, \"call\": a.CALL_FLAGS, "
+                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, \"flags4\": a.FLAGS4, \"call\": a.CALL_FLAGS, "
                           "\"caps\": a.CAPS_FLAGS, \"result\": a.RESULT_FLAGS, \"d_sinks\": a.GRADIENTS_D_SINKS, "
                           "\"keywords\": list(inspect.signature(a.serve_declared).parameters), "
                           "\"features\": a.FEATURES, \"abi_words\": a.ABI_WORDS}))'";
@@ -264,10 +274,11 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, n);
   const nlohmann::json py = nlohmann::json::parse(out);
-  std::map<std::string, std::uint32_t> flags2, flags3;
+  std::map<std::string, std::uint32_t> flags2, flags3, flags4;
   for (const FeatureRow& f : kFeatures) {
     if (f.flags2) flags2[std::string(f.name)] = f.flags2;
     if (f.flags3) flags3[std::string(f.name)] = f.flags3;
+    if (f.flags4) flags4[std::string(f.name)] = f.flags4;
     const auto& kw = py.at("keywords");
     EXPECT_NE(std::find(kw.begin(), kw.end(), std::string(f.name)), kw.end()) << "serve() has no keyword " << f.name;
     const auto& names = py.at("features");
@@ -280,6 +291,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   }
   EXPECT_EQ(py.at("flags2").get<decltype(flags2)>(), flags2);
   EXPECT_EQ(py.at("flags3").get<decltype(flags3)>(), flags3);
+  EXPECT_EQ(py.at("flags4").get<decltype(flags4)>(), flags4);
   // The frames' other flags: a call's, the caps frame's, a result's and a gradients frame's.
   using namespace wire;
   const std::map<std::string, std::uint32_t> call{
@@ -288,7 +300,8 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"sinks", call_sinks},         {"lse", call_lse},               {"not_causal", call_not_causal},
       {"paged", call_paged},         {"prefix", call_prefix},         {"window_right", call_window_right},
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
-      {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim}};
+      {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
+      {"bias", call_bias}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

@@ -127,6 +127,14 @@ Problem modifiers_problem(bool causal) {
   return p;
 }
 
+// An additive bias [B_b, H_b, T_q, T_k] for p (B_b, H_b each p's or 1) of multiples of 1/4 in [-1.5, 1.5]: exact in
+// every dtype, and large enough that leaving it out moves the output.
+ScoreBias modifiers_bias(const Problem& p, Index B_b, Index H_b) {
+  ScoreBias bias{.B = B_b, .H = H_b, .T_q = p.q.shape().T, .T_k = p.k.shape().T, .values = {}};
+  for (Index n = 0; n < B_b * H_b * bias.T_q * bias.T_k; ++n) bias.values.push_back(0.25 * double((n * 7) % 13) - 1.5);
+  return bias;
+}
+
 double worst(const Tensor<double>& a, const Tensor<double>& b) {
   double m = 0;
   for (Index n = 0; n < a.size(); ++n)
@@ -176,9 +184,11 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
     EXPECT_TRUE(
         c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
         << mode;
+    EXPECT_TRUE(c.declares(Feature::bias)) << mode;  // version 4
     for (const bool causal : {true, false}) {
       Problem p = modifiers_problem(causal);
       p.window.reset();  // the client declares no window
+      p.bias = modifiers_bias(p, causal ? 1 : 2, causal ? 4 : 1);  // broadcast over B, then over H
       const Outcome a = impl->forward(p), r = ref->forward(p);
       ASSERT_TRUE(a.lse && a.weights) << mode;
       // float64, T_k = 5, D = 2: numpy and the core round a handful of products, tanh, exp, log differently.
@@ -249,6 +259,34 @@ Problem masks_problem_at(DType dtype, bool causal, Index D = 2) {
 // empty ones, chunks, a prefix, a right window, causal or not) crosses as its fields and document ids, is decoded
 // back into the same visibility, and is answered bit for bit as the reference answers it in process, forward and
 // backward.
+// ABI 4's additive bias, broadcast or not, in forward and backward frames at every dtype: the served reference
+// answers what the local one does, bit for bit, and a bias left out would show.
+TEST(Exec, aBiasCrossesTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_TRUE(served->capabilities().declares(Feature::bias));
+  for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
+    for (const auto [B_b, H_b] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 4}, {2, 4}}) {
+      Problem p = modifiers_problem(true);
+      p.dtype = t;
+      p.q = test::wave(p.q.shape(), t, 0.1);
+      p.k = test::wave(p.k.shape(), t, 0.2);
+      p.v = test::wave(p.v.shape(), t, 0.3);
+      p.d_output = test::wave(p.q.shape(), t, 0.4);
+      p.bias = modifiers_bias(p, B_b, H_b);
+      const std::string what = std::string(dtype_name(t)) + " " + std::to_string(B_b) + "x" + std::to_string(H_b);
+      const Outcome a = served->forward(p), b = local->forward(p);
+      EXPECT_EQ(a.output.values(), b.output.values()) << what;
+      Problem unbiased = p;
+      unbiased.bias.reset();
+      EXPECT_GT(worst(local->forward(unbiased).output, b.output), 1e-2) << what;
+      const Gradients ga = served->backward(p), gb = local->backward(p);
+      EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
+      EXPECT_EQ(ga.dk.values(), gb.dk.values()) << what;
+      EXPECT_EQ(ga.dv.values(), gb.dv.values()) << what;
+    }
+}
+
 TEST(Exec, maskCallsCrossTheWireBitExactly) {
   const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
   const auto local = reference_implementation();
@@ -1079,11 +1117,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 131072 is refused, naming the new bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 262144 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 262144u;
+  const std::uint32_t high = flags | 524288u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "16384 block mask, 32768 dense mask, 65536 layout, 131072 V head dimension)");
+  refused(unknown, "16384 block mask, 32768 dense mask, 65536 layout, 131072 V head dimension, 262144 bias)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

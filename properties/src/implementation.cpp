@@ -595,7 +595,7 @@ ImplementationPtr reference_implementation() {
                    Feature::sinks,        Feature::softcap,         Feature::alibi,         Feature::bidirectional,
                    Feature::documents,    Feature::query_documents, Feature::chunked_local, Feature::prefix,
                    Feature::right_window, Feature::block_mask,      Feature::dense_mask,    Feature::v_head_dim,
-                   Feature::paged};
+                   Feature::paged,        Feature::bias};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -126,6 +126,9 @@ extern "C" {
  *  (attncheck_call.q_doc_ids says how). Without it, a query's id is always the one its aligned position gives. */
 #define ATTNCHECK_CAP3_QUERY_DOCUMENTS 0x20000u
 
+/* ABI 4: flags4 of an attncheck_plugin_v4 (docs/abi4.md designs the rest). */
+#define ATTNCHECK_CAP4_BIAS 0x1u /**< an additive score bias (attncheck_call.bias) */
+
 /* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
 #define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
 #define ATTNCHECK_PAGED_HEAD_MAJOR 0x2u  /**< a page pool [num_pages, H_kv, page_size, D] (FlashInfer HND) */
@@ -234,6 +237,11 @@ typedef struct attncheck_call {
    *  (<= T_k; T_k each when the call has no padding), also for a plug-in without ATTNCHECK_CAP_KEY_LENGTHS.
    *  Neutral: NULL. */
   const struct attncheck_paged_kv* paged;
+  /* ABI 4: the fields below are read only by a plug-in whose flags4 declare their feature (a table of ABI 1 to 3
+   * never reaches them). */
+  /** An additive bias on the scores (ATTNCHECK_CAP4_BIAS), or NULL, in forward and backward calls: s +=
+   *  bias[b,h,i,j] after the scale and the softcap, where ALiBi's term is added, before the mask. Neutral: NULL. */
+  const struct attncheck_bias* bias;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -265,6 +273,16 @@ typedef struct attncheck_dense_mask {
   const uint8_t* data;
   int64_t strides[4];
 } attncheck_dense_mask;
+
+/** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
+ *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +
+ *  i*strides[2] + j*strides[3] (strides in elements; 0 over an extent of 1, which broadcasts). Every value is
+ *  finite; a key to hide comes in a mask, never as -inf here. */
+typedef struct attncheck_bias {
+  const void* data;
+  int64_t shape[4]; /**< B or 1, H or 1, T_q, T_k */
+  int64_t strides[4];
+} attncheck_bias;
 
 /** ABI 3: paged K and V. Key t of sequence b lives in page block_table[b*block_table_stride + t/page_size],
  *  slot t % page_size: element (t, g, d) of the K pool at k_pages.data + page*k_pages.strides[0] + ... in the
@@ -404,7 +422,7 @@ typedef struct attncheck_plugin_v4 {
   /** sizeof the table as its source was compiled (ATTNCHECK_PLUGIN_V4_SIZE): a multiple of 8, at least
    *  ATTNCHECK_PLUGIN_V4_MIN_SIZE and at most 4096. The loader reads no field past it. */
   uint32_t table_size;
-  /** ATTNCHECK_CAP4_* bits (this header defines none yet: 0). */
+  /** ATTNCHECK_CAP4_* bits. */
   uint32_t flags4;
 } attncheck_plugin_v4;
 

@@ -51,10 +51,12 @@ enum class Feature : std::uint8_t {
   /// K and V as a page pool and a block table (ATTNCHECK_CAP3_PAGED), in the page sizes and layouts of
   /// Capabilities::page_sizes and page_layouts.
   paged,
+  /// ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias (Problem::bias, [B or 1, H or 1, T_q, T_k]).
+  bias,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::paged) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::bias) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -178,6 +178,14 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .c_name = "ATTNCHECK_CAP3_PAGED", .words = "paged K and V",
      .used = [](const Problem& p) { return p.paged.has_value(); },
      .needs = [](const Problem&) { return std::string("paged K and V"); }},
+    {.id = Feature::bias, .name = "bias", .flags4 = 0x1, .c_name = "ATTNCHECK_CAP4_BIAS", .words = "additive biases",
+     .used = [](const Problem& p) { return p.bias.has_value(); },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("an additive bias ([" + n(p.bias->B) + "," + n(p.bias->H) + "," + n(p.bias->T_q) + "," +
+                              n(p.bias->T_k) + "])");
+         }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -291,6 +291,9 @@ std::string call_keywords_line(const Problem& p) {
   if (p.softcap) add("softcap " + number(*p.softcap));
   if (!p.alibi_slopes.empty()) add("ALiBi slopes " + list(p.alibi_slopes, number));
   if (!p.sinks.empty()) add("sinks " + list(p.sinks, number));
+  if (p.bias)
+    add("bias [" + std::to_string(p.bias->B) + "," + std::to_string(p.bias->H) + "," + std::to_string(p.bias->T_q) +
+        "," + std::to_string(p.bias->T_k) + "] " + list(p.bias->values, number));
   if (p.paged)
     add("paged: pages of " + std::to_string(p.paged->page_size) + ", " + page_layout_name(p.paged->layout));
   if (p.layout != InputLayout::contiguous) add("layout " + input_layout_name(p.layout));

@@ -159,6 +159,11 @@ void describe_case(std::ostream& details, const LawCase& c, const std::optional<
   print_tensor(details, "q", p.q);
   print_tensor(details, "k", p.k);
   print_tensor(details, "v", p.v);
+  if (p.bias) {  // [B_b, H_b, T_q, T_k], printed as q is
+    Tensor<double> bias(Shape{p.bias->B, p.bias->H, p.bias->T_q, p.bias->T_k});
+    std::copy(p.bias->values.begin(), p.bias->values.end(), bias.data());
+    print_tensor(details, "bias", bias);
+  }
   if (const auto& var = c.variant) {  // a relational law's second call
     details << "    and the call it is compared with:\n";
     print_tensor(details, "q'", var->q);

@@ -195,6 +195,11 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:query-documents-top-left", {.T_k = 2, .alignment = kBR, .doc_bounds = {{}}, .q_doc_bounds = {{}}}},
     // Either alignment (the bug is in the addresses): a second key, a second query, or (GQA) a second query head
     // a padded head away.
+    {"mutant:bias-ignored", {.T_k = 2, .alignment = kBR}},
+    {"mutant:bias-head0-everywhere", {.T_k = 2, .alignment = kBR, .H_kv = 1}},
+    {"mutant:bias-batch0-everywhere", {.T_k = 2, .alignment = kBR}},
+    {"mutant:bias-strides-swapped", {.T_k = 2}},
+    {"mutant:bias-scaled", {.T_k = 2, .alignment = kBR, .explicit_scale = true}},
     {"mutant:strides-assumed-contiguous", {.T_k = 2}},
     {"mutant:strides-assumed-contiguous", {.T_k = 2, .alignment = kBR}},
     {"mutant:strides-assumed-contiguous", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},

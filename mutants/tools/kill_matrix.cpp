@@ -78,6 +78,11 @@ std::string problem_line(const Problem& p) {
   };
   list("ALiBi slopes", p.alibi_slopes);
   list("sinks", p.sinks);
+  if (p.bias) {  // its values as a [B_b, H_b, T_q, T_k] tensor
+    Tensor<double> t(Shape{p.bias->B, p.bias->H, p.bias->T_q, p.bias->T_k});
+    std::copy(p.bias->values.begin(), p.bias->values.end(), t.data());
+    s += ", bias " + shape_str(t.shape()) + " = " + values(t);
+  }
   if (p.paged) {  // where K and V sit: a paged kernel's bug is in that arithmetic
     const PagedKV pk = p.paged_kv();
     s += ", pages of " + std::to_string(pk.page_size) + " (" + page_layout_name(pk.layout) + ", " +

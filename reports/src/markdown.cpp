@@ -208,6 +208,14 @@ std::string shape_table(const Problem& p) {
     md += "\nALiBi slopes per query head: " + list(p.alibi_slopes) + " (score += slope·(j - p), p the query's aligned position)\n";
   if (!p.sinks.empty())
     md += "\nsinks per query head: " + list(p.sinks) + " (one more softmax logit in every row, with no value)\n";
+  if (p.bias) {  // one line per (b, h, query) row
+    const ScoreBias& b = *p.bias;
+    md += "\nadditive bias [" + std::to_string(b.B) + "," + std::to_string(b.H) + "," + std::to_string(b.T_q) + "," +
+          std::to_string(b.T_k) + "] (score += bias after the softcap, where ALiBi's term is; an extent of 1 is " +
+          "shared):\n";
+    for (Index r = 0; r < b.B * b.H * b.T_q; ++r)
+      md += "  " + list(std::vector<double>(b.values.begin() + r * b.T_k, b.values.begin() + (r + 1) * b.T_k)) + "\n";
+  }
   if (p.want_lse) md += "\nthe log-sum-exp of every row is asked for\n";
   if (p.paged) md += "\n" + paged_lines(p);
   return md;

@@ -137,7 +137,9 @@ struct ProblemOptions {
   ///  - v_head_dim: a quarter of the cases, V with a head dimension D_v of its own, shrinking toward D_v = D;
   ///  - block_mask, dense_mask: a third of the cases each way. Their cells are positional: a law whose derived
   ///    calls slice, move or permute keys or queries removes them (no_cell_masks); one that keeps every position
-  ///    (and slices only whole batch entries and heads, slice_problem) keeps them.
+  ///    (and slices only whole batch entries and heads, slice_problem) keeps them;
+  ///  - bias: an additive bias in a third of the cases (gen_modifiers), broadcast or not over the batch and the
+  ///    heads. Its values are per (query, key) cell, so no_cell_masks removes it with the masks.
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all();
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
@@ -154,10 +156,10 @@ struct ProblemOptions {
   bool want_weights = true;
   /// Ask for the log-sum-exp (when the implementation returns it: Feature::lse).
   bool want_lse = false;
-  /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask.
+  /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask, no bias.
   ProblemOptions no_cell_masks() const {
     ProblemOptions o = *this;
-    o.allow.remove({Feature::block_mask, Feature::dense_mask});
+    o.allow.remove({Feature::block_mask, Feature::dense_mask, Feature::bias});
     return o;
   }
   /// The options of a law that needs the causal rule in row order (a later token never reaches an earlier row):
@@ -198,8 +200,13 @@ struct Modifiers {
   std::optional<double> softcap{};
   int alibi = 0;   ///< 0 none, 1 geometric, 2 a slope of 1 everywhere
   int sinks = -1;  ///< -1 none, else the offset into the sink values
-  /// Sets p's softcap, alibi_slopes and sinks for its H query heads at coordinates h_ids (empty: 0, 1, ...).
-  void apply(Problem& p, const std::vector<Index>& h_ids) const;
+  /// -1 none; else an additive bias whose values follow from this seed and each cell's coordinates
+  /// (b_ids, h_ids, q_ids, k_ids), so that deleting a head, a query or a key keeps the others' values.
+  int bias = -1;
+  /// The bias's extents: 0 [B,H,T_q,T_k], 1 [1,H,..] (one per head), 2 [B,1,..] (one per batch entry), 3 [1,1,..].
+  int bias_extent = 0;
+  /// Sets p's softcap, alibi_slopes, sinks and bias for the case's coordinates (empty ids: 0, 1, ...).
+  void apply(Problem& p, const CaseShape& s) const;
 };
 rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread = 0);
 

@@ -404,9 +404,9 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     // Last: shrinking a modifier re-draws nothing else, and an implementation without any draws nothing more.
     const FeatureSet declared = declared_features(cfg.caps);
     const bool any_modifier = opts.may_use(Feature::softcap, declared) || opts.may_use(Feature::alibi, declared) ||
-                              opts.may_use(Feature::sinks, declared);
+                              opts.may_use(Feature::sinks, declared) || opts.may_use(Feature::bias, declared);
     if (any_modifier)
-      (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s.h_ids);
+      (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)
     if (!d_output && opts.may_use(Feature::paged, declared)) p.paged = *gen_paged_plan(cfg, opts);
     c.tags = shape_tags(p);

@@ -1,4 +1,4 @@
-// Score modifiers (softcap, ALiBi, sinks) and paged-KV plans, drawn for the laws that allow them.
+// Score modifiers (softcap, ALiBi, sinks, an additive bias) and paged-KV plans, drawn for the laws that allow them.
 #include "parts.hpp"
 
 #include <algorithm>
@@ -16,7 +16,7 @@ using namespace generation;
 rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread) {
   const FeatureSet declared = declared_features(cfg.caps);
   const bool softcap = opts.may_use(Feature::softcap, declared), alibi = opts.may_use(Feature::alibi, declared),
-             sinks = opts.may_use(Feature::sinks, declared);
+             sinks = opts.may_use(Feature::sinks, declared), bias = opts.may_use(Feature::bias, declared);
   return rc::gen::exec([=] {
     Modifiers m;
     // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
@@ -40,6 +40,13 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
     }
     if (alibi) m.alibi = choose(opts.require.has(Feature::alibi), 0, std::vector<std::pair<std::size_t, int>>{{1, 1}, {1, 2}});
     if (sinks) m.sinks = choose(opts.require.has(Feature::sinks), -1, std::vector<std::pair<std::size_t, int>>{{2, 0}, {1, 3}});
+    // Drawn last, and only where it may be used: an implementation without it keeps every earlier draw.
+    if (bias) {
+      m.bias = choose(opts.require.has(Feature::bias), -1, std::vector<std::pair<std::size_t, int>>{{1, 0}, {1, 1}});
+      // Shrinking toward one bias for all (3), then per head, per batch entry, and one per (b, h).
+      m.bias_extent = *weighted_choice<int>({{2, 3}, {1, 1}, {1, 2}, {2, 0}});
+      if (m.bias < 0) m.bias_extent = 0;
+    }
     return m;
   });
 }
@@ -73,10 +80,28 @@ rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const Pro
   });
 }
 
-void Modifiers::apply(Problem& p, const std::vector<Index>& h_ids) const {
+namespace {
+// A bias value for the cell at coordinates (b, h, i, j) under `seed`: a multiple of 1/4 in [-2, 2), exact in every
+// dtype (bfloat16 has 8 significant bits), so the call's bias is the problem's. splitmix64 of the coordinates: the
+// same on every platform, and a cell keeps its value when others are deleted.
+double bias_value(int seed, Index b, Index h, Index i, Index j) {
+  std::uint64_t x = std::uint64_t(seed) * 0x9E3779B97F4A7C15ull;
+  for (const Index c : {b, h, i, j}) {
+    x += std::uint64_t(c) + 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    x ^= x >> 31;
+  }
+  return double(Index(x % 16)) / 4 - 2;
+}
+
+Index id_of(const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; }
+}  // namespace
+
+void Modifiers::apply(Problem& p, const CaseShape& s) const {
   static constexpr double kSinks[] = {0.0, 1.0, -1.0, 2.5, -3.0, 6.0};
   const Index H = p.q.shape().H;
-  const auto id = [&](Index h) { return h_ids.empty() ? h : h_ids[std::size_t(h)]; };
+  const auto id = [&](Index h) { return id_of(s.h_ids, h); };
   p.softcap = softcap;
   p.alibi_slopes.clear();
   p.sinks.clear();
@@ -85,6 +110,25 @@ void Modifiers::apply(Problem& p, const std::vector<Index>& h_ids) const {
     if (alibi == 2) p.alibi_slopes.push_back(1.0);
     if (sinks >= 0) p.sinks.push_back(kSinks[std::size_t(id(h) + sinks) % 6]);
   }
+  p.bias.reset();
+  if (bias < 0) return;
+  const Index B = p.q.shape().B, T_q = p.q.shape().T, T_k = p.k.shape().T;
+  // Only where [B,H,T_q,T_k] is small enough to hold per cell (2^18 values, 2 MiB), as the dense masks: a long
+  // context's bias would be gigabytes (a kernel computes such a bias from positions, ALiBi's way).
+  if (double(B) * double(H) * double(T_q) * double(T_k) > double(1 << 18)) return;
+  ScoreBias sb{.B = bias_extent == 0 || bias_extent == 2 ? B : 1,
+               .H = bias_extent == 0 || bias_extent == 1 ? H : 1,
+               .T_q = T_q,
+               .T_k = T_k,
+               .values = {}};
+  sb.values.reserve(std::size_t(sb.B * sb.H * T_q * T_k));
+  for (Index b = 0; b < sb.B; ++b)
+    for (Index h = 0; h < sb.H; ++h)
+      for (Index i = 0; i < T_q; ++i)
+        for (Index j = 0; j < T_k; ++j)
+          sb.values.push_back(bias_value(bias, sb.B == 1 ? 0 : id_of(s.b_ids, b), sb.H == 1 ? 0 : id(h),
+                                         id_of(s.q_ids, i), id_of(s.k_ids, j)));
+  p.bias = std::move(sb);
 }
 
 }  // namespace attncheck

@@ -98,11 +98,11 @@ std::optional<Violation> check_sinks(const Implementation& impl, const LawCase& 
 
 const char* kSoftcapWhy =
     "Logit softcapping (Gemma 2) maps each scaled score to c tanh(s/c), inside (-c, c), before the mask: two "
-    "visible weights of a row then differ by a factor below e^(2c) (times e^(|slope| (span)) with ALiBi, which "
-    "is added after), a hidden weight stays exactly 0 (zero-future-weight draws softcaps), and a cap of 2^40 is "
+    "visible weights of a row then differ by a factor below e^(2c) (times e^(|slope| (span)) with ALiBi, and "
+    "e^(max - min) of the row's additive bias, both added after), a hidden weight stays exactly 0 (zero-future-weight draws softcaps), and a cap of 2^40 is "
     "plain attention (c tanh(s/c) = s (1 - (s/c)^2/3 ...)). The law checks the ratio of the largest to the "
     "smallest visible weight of every row (from the weights, or from one-hot probes of sampled keys) against "
-    "e^(2c + ALiBi span) (1 + rho)^2, rho the row's derived relative weight error; then the call with a cap of "
+    "e^(2c + ALiBi span + bias spread) (1 + rho)^2, rho the row's derived relative weight error; then the call with a cap of "
     "2^40 against the plain call's oracle within both calls' derived bounds. tanh(s) c instead of c tanh(s/c), "
     "a softcap applied after the mask, or on the unscaled scores, breaks it.";
 
@@ -157,7 +157,18 @@ std::optional<Violation> check_softcap(const Implementation& impl, const LawCase
         }
         if (j_lo < 0 || hi == 0) continue;
         const KeyRange kr = vis.keys(i);  // the ALiBi span: between the farthest visible keys
-        const double span = slope * double(kr.size() - 1);
+        // And the additive bias's spread over the row's visible keys, added after the cap as ALiBi is.
+        double bias_lo = 0, bias_hi = 0;
+        if (p.bias) {
+          bias_lo = std::numeric_limits<double>::infinity(), bias_hi = -bias_lo;
+          for (Index j = kr.begin; j < kr.end; ++j)
+            if (vis.visible(i, j)) {
+              bias_lo = std::min(bias_lo, (*p.bias)(b, h, i, j));
+              bias_hi = std::max(bias_hi, (*p.bias)(b, h, i, j));
+            }
+        }
+        const double alibi_span = slope * double(kr.size() - 1), bias_span = std::max(0.0, bias_hi - bias_lo);
+        const double span = alibi_span + bias_span;
         // A weight too small for the dtype (flushed or subnormal) has no ratio to speak of: skip the row. From 64
         // times the smallest normal up, a weight rounded to the dtype is off by at most u_s of itself, which ρ holds.
         // (The bound was 64·N/u: 8 in float16, above every weight, so no float16 row was ever checked.)
@@ -171,7 +182,9 @@ std::optional<Violation> check_softcap(const Implementation& impl, const LawCase
           v.tolerance = limit;
           v.message = "softcap-bound: in row " + idx({b, h, i}) + " the weight of key " + std::to_string(j_hi) + " (" +
                       num(hi) + ") is " + num(hi / lo) + " times that of key " + std::to_string(j_lo) + " (" + num(lo) +
-                      "), more than e^(2 x " + num(cap) + (span > 0 ? " + ALiBi span " + num(span) : std::string()) +
+                      "), more than e^(2 x " + num(cap) +
+                      (alibi_span > 0 ? " + ALiBi span " + num(alibi_span) : std::string()) +
+                      (bias_span > 0 ? " + bias spread " + num(bias_span) : std::string()) +
                       ") allows (" + num(limit) + ", rounding included)";
           if (!sampled) v.weights = w;
           return v;
@@ -272,7 +285,7 @@ Law softcap_bound() {
   return {"softcap-bound", "a softcap c keeps a row's visible weights within e^(2c) of each other; c = 2^40 is none",
           kSoftcapWhy,
           LawDoc{"26",
-                 "with a softcap c, a row's visible weights stay within e^(2c) (× e^(ALiBi span)) of each other; c = 2⁴⁰ is plain attention",
+                 "with a softcap c, a row's visible weights stay within e^(2c) (× e^(ALiBi span + bias spread)) of each other; c = 2⁴⁰ is plain attention",
                  "(1 + ρ)² / both derived bounds"},
           needs_softcap, gen_softcap, check_softcap, 0};
 }

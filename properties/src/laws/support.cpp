@@ -512,6 +512,12 @@ DenseMask dense_entry(const DenseMask& m, Index b, Index h) {
 Problem slice_problem(const Problem& p, Index b, Index h) {
   Problem one = p;
   if (p.dense_mask) one.dense_mask = dense_entry(*p.dense_mask, b, h);
+  if (p.bias) {  // the (b, h) entry, broadcast or not, as a [1,1,T_q,T_k] bias
+    const ScoreBias& bias = *p.bias;
+    const double* at = bias.head(b, h);
+    one.bias = ScoreBias{.B = 1, .H = 1, .T_q = bias.T_q, .T_k = bias.T_k,
+                         .values = {at, at + bias.T_q * bias.T_k}};
+  }
   if (p.block_mask) {
     BlockMask& m = *one.block_mask;
     m.B = m.H = 1;

@@ -198,6 +198,8 @@ if calls.check_device():
 takes = client._keywords(fn, "fn", [m for m in client.MODIFIER_KEYWORDS if declared.get(m)])
 # The values as the wire brings them: float32, float64, float16, and bfloat16 as the float32 that holds it.
 host = {{"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32}}[dtype]
+# The additive bias [B|1, H|1, T_q, T_k], at the call's dtype as q, k and v (its values are exact there).
+keywords["bias"] = case["bias"].astype(host) if "bias" in case.files else None
 
 
 def call(q, k, v):
@@ -523,6 +525,10 @@ def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
     for key in ("alibi_slopes", "sinks"):
         if problem.get(key):
             arrays[key] = np.array([float(x) for x in problem[key]], dtype=np.float64)
+    if problem.get("bias"):  # {"B", "H", "values": its B·H·T_q rows of T_k}: the call's bias, which the case needs
+        bias = problem["bias"]
+        arrays["bias"] = np.array(bias["values"], dtype=object).astype(np.float64).reshape(
+            bias["B"], bias["H"], arrays["q"].shape[2], arrays["k"].shape[2])
     np.savez(base + ".npz", **arrays)
     keywords = {"scale": None if problem.get("scale") is None else float(problem["scale"]),
                 "alignment": problem.get("alignment", "top-left"), "dtype": dtype, "window": problem.get("window"),

@@ -41,13 +41,29 @@ def window_ignored(q, k, v, scale=None, window=None, **ignored):
     return correct(q, k, v, scale)
 
 
+def biased(q, k, v, scale=None, bias=None):
+    """Correct with an additive bias [B|1, H|1, T_q, T_k] added to the scaled scores."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    if bias is not None:
+        s = s + bias.astype(np.float64)
+    s = np.where(np.tril(np.ones((T_q, T_k), dtype=bool)), s, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+def bias_ignored(q, k, v, scale=None, bias=None):
+    """The bug: declares an additive bias and attends without it."""
+    return correct(q, k, v, scale)
+
+
 def zero_backward(q, k, v, d_output, scale=None):
     """The bug: no gradient at all."""
     return np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
 '''
 
 TESTS = '''
-from kernels import correct, no_mask, window_ignored, zero_backward
+from kernels import bias_ignored, correct, no_mask, window_ignored, zero_backward
 
 
 def test_correct(attncheck):
@@ -64,6 +80,10 @@ def test_unmasked_oracle(attncheck):
 
 def test_window_ignored(attncheck):
     attncheck.check(window_ignored, dtypes=("float64",), laws=("oracle-agreement",), window=True)
+
+
+def test_bias_ignored_oracle(attncheck):
+    attncheck.check(bias_ignored, dtypes=("float64",), laws=("oracle-agreement",), bias=True)
 
 
 def test_zero_backward(attncheck):
@@ -1062,6 +1082,31 @@ def test_a_falsified_oracle_agreement_comes_with_a_python_reproduction_that_runs
     kernels.write_text(kernels.read_text().replace(
         "def no_mask(q, k, v, scale=None):", "def no_mask(q, k, v, scale=None):\n    return correct(q, k, v, scale)"))
     fixed = subprocess.run([sys.executable, repro], capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert fixed.returncode == 0 and "agrees" in fixed.stdout, (fixed.stdout, fixed.stderr)
+
+
+def test_a_reproduction_carries_the_cases_bias(pytester, tmp_path):
+    # A function that ignores its bias fails only where the case has one: the reproduction must call it with that
+    # bias (without it, the function would agree with an expectation computed with it, or the program would lie).
+    result = run(pytester, "--attncheck-cases", "30", "-k", "bias_ignored")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert re.search(r"minimal case: B=1 H=1 T=\d+ D=1.* bias\n", text), text
+    repro = re.search(r"reproduce in Python \(no attncheck\): \S+ (\S+/oracle-agreement-float64\.py)\n", text)
+    assert repro, text
+    import numpy as np
+    with np.load(repro.group(1)[:-3] + ".npz") as case:
+        assert case["bias"].ndim == 4 and case["bias"].shape[2:] == (case["q"].shape[2], case["k"].shape[2])
+        assert np.any(case["bias"] != 0), case["bias"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNCHECK")}
+    bug = subprocess.run([sys.executable, repro.group(1)], capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert bug.returncode == 1 and "FAILS:" in bug.stdout, (bug.stdout, bug.stderr)
+    kernels = pytester.path / "kernels.py"
+    kernels.write_text(kernels.read_text().replace(
+        "    return correct(q, k, v, scale)\n\n\ndef zero_backward",
+        "    return biased(q, k, v, scale, bias)\n\n\ndef zero_backward"))
+    fixed = subprocess.run([sys.executable, repro.group(1)], capture_output=True, text=True, cwd=str(tmp_path),
+                           env=env)
     assert fixed.returncode == 0 and "agrees" in fixed.stdout, (fixed.stdout, fixed.stderr)
 
 

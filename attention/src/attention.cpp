@@ -6,6 +6,7 @@
 #include "streamed.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -263,9 +264,10 @@ void check_bias(const char* who, const ScoreBias& bias, Index B, Index H, Index 
   if (bias.T_k != T_k) bad("T_k differs");
   if (bias.values.size() != std::size_t(bias.B * bias.H * bias.T_q * bias.T_k)) bad("the value count is not B·H·T_q·T_k");
   for (std::size_t n = 0; n < bias.values.size(); ++n)
-    if (!std::isfinite(bias.values[n]))
+    if (std::isnan(bias.values[n]) || bias.values[n] == std::numeric_limits<double>::infinity())
       throw ValueError(std::string(who) + ": bias value " + std::to_string(n) + " is " +
-                       format_number(bias.values[n], 17) + "; each must be finite (a key to hide goes in a mask)");
+                       format_number(bias.values[n], 17) +
+                       "; each must be finite or -inf (a bias of -inf hides its cell as a mask does)");
 }
 }  // namespace
 
@@ -431,14 +433,26 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
   if (!opts.q_doc_bounds.empty()) vis.q_doc_bounds = &opts.q_doc_bounds.at(std::size_t(b));
   if (opts.block_mask) vis.block = &*opts.block_mask;
   if (opts.dense_mask) vis.dense = &*opts.dense_mask;
+  // A bias of -inf hides its cell: the head's cells are scanned so that a finite bias keeps the runs unbroken.
+  if (opts.bias) {
+    const double* at = opts.bias->head(b, h);
+    if (std::find(at, at + opts.bias->T_q * opts.bias->T_k, -std::numeric_limits<double>::infinity()) !=
+        at + opts.bias->T_q * opts.bias->T_k)
+      vis.bias = &*opts.bias;
+  }
   vis.batch = b;
   vis.head = h;
   return vis;
 }
 
+bool bias_hides_cells(const ScoreBias& bias) {
+  return std::find(bias.values.begin(), bias.values.end(), -std::numeric_limits<double>::infinity()) !=
+         bias.values.end();
+}
+
 bool visibility_per_head(const AttentionOptions& opts) {
   return (opts.block_mask && (opts.block_mask->H > 1 || opts.block_mask->partial.H > 1)) ||
-         (opts.dense_mask && opts.dense_mask->H > 1);
+         (opts.dense_mask && opts.dense_mask->H > 1) || (opts.bias && opts.bias->H > 1 && bias_hides_cells(*opts.bias));
 }
 
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k) {
@@ -491,7 +505,8 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   // One mask per batch entry and head where they differ (one for all when nothing varies).
   const bool per_b = !opts.key_lengths.empty() || !opts.doc_bounds.empty() ||
                      (opts.block_mask && (opts.block_mask->B > 1 || opts.block_mask->partial.B > 1)) ||
-                     (opts.dense_mask && opts.dense_mask->B > 1);
+                     (opts.dense_mask && opts.dense_mask->B > 1) ||
+                     (opts.bias && opts.bias->B > 1 && bias_hides_cells(*opts.bias));
   const Index nb = per_b ? B : 1, nh = visibility_per_head(opts) ? q.shape().H : 1;
   std::vector<BoolMask> masks;
   for (Index b = 0; b < nb; ++b)

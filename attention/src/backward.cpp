@@ -54,10 +54,14 @@
 //     the larger of this one and that one plus the two oracles' difference.
 // 11. Modifiers. Softcap multiplies dS_ij by f_ij = 1 - tanh²(s_raw/cap) ∈ [0, 1]: every bound above stays one
 //     (|f| ≤ 1), and f's own evaluation (tanh to a few ulp, the square, the subtraction) adds 5u_a·m_ij to dS.
-//     ALiBi and an additive bias only shift scores (their rounding is in ρ, tolerance.cpp). A sink adds one softmax term (in ρ) and
-//     its gradient d_sink_h = -Σ_{b,i} P_s,i·Δ_i, P_s,i = exp(σ_h - lse_i): with ε_s,i = min(1, P_s,i·ρ_i) + 2ν
-//     the error in P_s,i, |δ(P_s,i·Δ_i)| ≤ ε_s,i·(Ā_i + |δΔ_i|) + P_s,i·|δΔ_i| + u_a·P_s,i·Ā_i, and the sum over
-//     n = B·T_q rows adds γ_n·Σ P_s,i·Ā_i.
+//     ALiBi and an additive bias only shift scores (their rounding is in ρ, tolerance.cpp). A sink adds one softmax
+//     term (in ρ) and its gradient d_sink_h = -Σ_{b,i} P_s,i·Δ_i, P_s,i = exp(σ_h - lse_i): with ε_s,i = min(1,
+//     P_s,i·ρ_i) + 2ν the error in P_s,i, |δ(P_s,i·Δ_i)| ≤ ε_s,i·(Ā_i + |δΔ_i|) + P_s,i·|δΔ_i| + u_a·P_s,i·Ā_i, and the
+//     sum over n = B·T_q rows adds γ_n·Σ P_s,i·Ā_i.
+// 12. dBias. An additive bias is added to the modified score, so dBias_ij = dS_ij before softcap's f_ij: step 5's
+//     e_ij without f's 5u_a·m_ij. A bias broadcast over n = (B/B_b)·(H/H_b) heads sums n such terms in the
+//     accumulation type: Σ e_ij + γ_n·Σ m_ij, then rounded to the dtype (u_s·|dBias|) with the floor and n·ν of
+//     step 9. A hidden cell's dBias is exactly 0.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -99,6 +103,15 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   const A scale_a = static_cast<A>(scale);
   AttentionGradients<S> g{Tensor<S>(qs), Tensor<S>(ks), Tensor<S>(v.shape())};
   std::vector<A> d_sinks(opts.sinks.size(), A(0));
+  // dBias: each (b', h') entry of the bias sums, in A, the dS (before softcap's derivative) of the heads it is read
+  // for, in (b, h) order; rounded to S once.
+  std::vector<Matrix<A>> d_bias;
+  if (opts.bias) d_bias.assign(std::size_t(opts.bias->B * opts.bias->H), Matrix<A>::Zero(qs.T, ks.T));
+  const auto bias_entry = [&](Index b, Index h) -> Matrix<A>* {
+    if (d_bias.empty()) return nullptr;
+    const ScoreBias& sb = *opts.bias;
+    return &d_bias[std::size_t((sb.B == 1 ? 0 : b) * sb.H + (sb.H == 1 ? 0 : h))];
+  };
   const bool per_head = visibility_per_head(opts);
   for (Index b = 0; b < qs.B; ++b) {
     Visibility vis = visibility(opts, b, qs.T, ks.T);
@@ -122,6 +135,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
         const Matrix<A>& P = trace.weights;
         const Matrix<A> Qa = Q.template cast<A>(), dO = Matrix<S>(d_output.head(b, h)).template cast<A>();
         Matrix<A> dS = Matrix<A>::Zero(qs.T, ks.T), dQ = Matrix<A>::Zero(qs.T, qs.D);
+        Matrix<A>* const dB = bias_entry(b, h);
         for (Index i = 0; i < qs.T; ++i) {
           const KeyRange r = vis.keys(i);
           if (r.empty()) continue;  // sees no key: no gradient to or from this row
@@ -135,6 +149,8 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
             const A delta = Pi.cwiseProduct(dP).sum();
             const Eigen::Matrix<A, 1, Eigen::Dynamic> dSi = Pi.cwiseProduct((dP.array() - delta).matrix());
             for (std::size_t n = 0; n < seen.size(); ++n) dS(i, seen[n]) = dSi(Index(n));
+            if (dB)
+              for (std::size_t n = 0; n < seen.size(); ++n) (*dB)(i, seen[n]) += dSi(Index(n));
             if (mods.sink && *mods.sink != -std::numeric_limits<double>::infinity())
               d_sinks[std::size_t(h)] -= std::exp(static_cast<A>(*mods.sink) - trace.lse(i, 0)) * delta;
             if (mods.softcap) {
@@ -152,6 +168,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
           const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va.middleRows(r.begin, r.size()).transpose();
           const A delta = Pi.cwiseProduct(dP).sum();
           dS.row(i).segment(r.begin, r.size()) = Pi.cwiseProduct((dP.array() - delta).matrix());
+          if (dB) dB->row(i).segment(r.begin, r.size()) += dS.row(i).segment(r.begin, r.size());
           if (mods.sink && *mods.sink != -std::numeric_limits<double>::infinity())  // the sink's column: dP = 0
             d_sinks[std::size_t(h)] -= std::exp(static_cast<A>(*mods.sink) - trace.lse(i, 0)) * delta;
           if (mods.softcap) {  // through s = cap·tanh(s_raw/cap): dS_raw = dS·(1 - tanh²(s_raw/cap))
@@ -172,6 +189,12 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
     }
   }
   for (const A d : d_sinks) g.dsinks.push_back(double(d));
+  if (opts.bias) {
+    const ScoreBias& sb = *opts.bias;
+    g.dbias = Tensor<S>(Shape{sb.B, sb.H, qs.T, ks.T});
+    for (Index e = 0; e < sb.B * sb.H; ++e)
+      g.dbias->head(e / sb.H, e % sb.H) = d_bias[std::size_t(e)].template cast<S>();
+  }
   return g;
 }
 
@@ -201,6 +224,15 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(v.shape())};
   r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   std::vector<double> sink_terms(opts.sinks.size(), 0.0);  // Σ P_s,i·Ā_i per head (step 11)
+  // dBias (step 12): Σ e_ij per entry now, and Σ m_ij for the sum's own rounding.
+  Tensor<double> bias_m{Shape{}};
+  Index bias_terms = 0;  // how many (b, h) one entry sums
+  if (opts.bias) {
+    const Shape bs{opts.bias->B, opts.bias->H, qs.T, ks.T};
+    r.tolerance.dbias = Tensor<double>(bs);
+    bias_m = Tensor<double>(bs);
+    bias_terms = (qs.B / opts.bias->B) * (qs.H / opts.bias->H);
+  }
   const bool per_head = visibility_per_head(opts);
   for (Index b = 0; b < qs.B; ++b) {
     Visibility vis = visibility(opts, b, qs.T, ks.T);
@@ -221,6 +253,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
       auto tq = r.tolerance.dq.head(b, h);
       auto tk = r.tolerance.dk.head(b, kv);
       auto tv = r.tolerance.dv.head(b, kv);
+      const Index bb = opts.bias && opts.bias->B > 1 ? b : 0, bh = opts.bias && opts.bias->H > 1 ? h : 0;
       for (Index i = 0; i < qs.T; ++i) {
         // The span of the visible keys; with a block or dense mask, the hidden keys inside it are skipped.
         const KeyRange keys = vis.keys(i);
@@ -257,6 +290,10 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs() +     // step 7
                        flushed * Q.row(i).cwiseAbs().cwiseMax(1.0);
           tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
+          if (opts.bias) {                                                                    // step 12
+            (*r.tolerance.dbias)(bb, bh, i, j) += safety * (e - f_err * m);
+            bias_m(bb, bh, i, j) += m;
+          }
         }
       }
     }
@@ -272,6 +309,10 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   finish(r.tolerance.dq, r.oracle.dq, ks.T, std::max(1.0, scale));
   finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H), std::max(1.0, scale));
   finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H), 1.0);
+  if (opts.bias) {  // step 12: the sum over bias_terms heads, then the final rounding and floor
+    r.tolerance.dbias->values() += safety * gamma(bias_terms, u_a) * bias_m.values();
+    finish(*r.tolerance.dbias, *r.oracle.dbias, bias_terms, 1.0);
+  }
   return r;
 }
 
@@ -302,6 +343,7 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
   widen(r.tolerance.dq, f.tolerance.dq, r.oracle.dq, f.oracle.dq);
   widen(r.tolerance.dk, f.tolerance.dk, r.oracle.dk, f.oracle.dk);
   widen(r.tolerance.dv, f.tolerance.dv, r.oracle.dv, f.oracle.dv);
+  if (opts.bias) widen(*r.tolerance.dbias, *f.tolerance.dbias, *r.oracle.dbias, *f.oracle.dbias);
   for (std::size_t h = 0; h < r.tolerance.dsinks.size(); ++h)
     r.tolerance.dsinks[h] = std::max(r.tolerance.dsinks[h],
                                      f.tolerance.dsinks[h] + std::abs(r.oracle.dsinks[h] - f.oracle.dsinks[h]));

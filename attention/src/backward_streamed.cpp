@@ -13,6 +13,8 @@
 //   pass 3 (key tiles):    dS = P∘(dP - Δ) (times 1 - tanh²(s_raw/cap) with softcap), dV_t += Pᵀ dO_b,
 //                          dK_t += dSᵀ Q_b over the group's query heads; with the bound, steps 4-5, 7, 8
 //   pass 4 (query blocks): dQ_b += dS K_t; with the bound, step 6
+//   pass 5 (bias blocks):  with an additive bias, dBias rows of one bias entry: dS (before softcap's derivative)
+//                          summed over the (b, h) it is read for, in (b, h) order; with the bound, step 12
 // Each item of a pass writes only its own rows (a block's row statistics and dQ, a key tile's dK and dV) and
 // sums in a fixed order (tiles ascending, the group's heads ascending, d_sinks over (b, i) after the pass), so
 // the bits do not depend on the threads. The materialised path (backward.cpp) computes the same sums in
@@ -143,6 +145,15 @@ template <class S, bool kBound> class Streamed {
     parallel(q_items, [&](Index n, Scratch<A>& sc) { row_sums(n, sc); });
     parallel(k_items, [&](Index n, Scratch<A>& sc) { key_tile(n, sc, g, tol); });
     parallel(q_items, [&](Index n, Scratch<A>& sc) { query_block(n, sc, g, tol); });
+    if (opts_.bias) {
+      const Shape bs{opts_.bias->B, opts_.bias->H, T_q, ks_.T};
+      g.dbias = Tensor<S>(bs);
+      if constexpr (kBound) {
+        tol->dbias = Tensor<double>(bs);
+        bias_m_ = Tensor<double>(bs);
+      }
+      parallel(bs.B * bs.H * blocks_, [&](Index n, Scratch<A>& sc) { bias_block(n, sc, g, tol); });
+    }
     // d_sinks[h] = -Σ_{b,i} P_sink,i·Δ_i, summed in (b, i) order as backward.cpp does.
     if (!opts_.sinks.empty()) {
       std::vector<A> d_sinks(std::size_t(H), A(0));
@@ -167,6 +178,8 @@ template <class S, bool kBound> class Streamed {
   }
 
   const std::vector<double>& sink_terms() const { return sink_terms_; }
+  /// The bound's Σ m_ij per dBias entry (step 12), after run().
+  const Tensor<double>& bias_m() const { return bias_m_; }
 
   // Pass 1 alone: each row's ρ_i, [B,H,T_q,1].
   Tensor<double> weight_errors() {
@@ -520,6 +533,40 @@ template <class S, bool kBound> class Streamed {
     if constexpr (kBound) tol->dq.head(b, h).middleRows(i0, n) = sc.tol_q;
   }
 
+  // Pass 5: the dBias rows of one query block of one bias entry, over the (b, h) it is read for.
+  void bias_block(Index item, Scratch<A>& sc, AttentionGradients<S>& g, AttentionGradients<double>* tol) {
+    const ScoreBias& sb = *opts_.bias;
+    const Index blk = item % blocks_, entry = item / blocks_, bb = entry / sb.H, bh = entry % sb.H;
+    const Index i0 = blk * kBlockQ, n = std::min(qs_.T, i0 + kBlockQ) - i0;
+    sc.acc_q.setZero(n, ks_.T);  // this block's rows of the entry, in A
+    if constexpr (kBound) {
+      sc.tol_q.setZero(n, ks_.T);
+      sc.tol_k.setZero(n, ks_.T);  // Σ m_ij
+    }
+    for (Index b = sb.B == 1 ? 0 : bb; b < (sb.B == 1 ? qs_.B : bb + 1); ++b)
+      for (Index h = sb.H == 1 ? 0 : bh; h < (sb.H == 1 ? qs_.H : bh + 1); ++h)
+        block_tiles(b, h, blk, [&](Index j0, Index w) {
+          if (!cells(sc, b, h, i0, n, j0, w)) return;
+          scores(sc, b, h, i0, n, j0, w);
+          probabilities(sc, b, h, i0, n, j0, w);
+          sc.ds.resize(n, w);  // dS = P∘(dP - Δ), before softcap's derivative
+          for (Index r = 0; r < n; ++r) sc.ds.row(r) = sc.p.row(r) * (sc.dp.row(r) - delta_[row(b, h, i0 + r)]);
+          sc.acc_q.middleCols(j0, w) += sc.ds.matrix();
+          if constexpr (kBound) {
+            bound_a_eps(sc, b, h, i0, n, j0, w);
+            bound_errors(sc, b, h, i0, n);
+            const double f_err = mods(b, h).softcap ? 5 * bt_.u_a : 0.0;
+            sc.tol_q.middleCols(j0, w) += (bt_.safety * (sc.e - f_err * sc.mm)).matrix();
+            sc.tol_k.middleCols(j0, w) += sc.mm.matrix();
+          }
+        });
+    g.dbias->head(bb, bh).middleRows(i0, n) = sc.acc_q.template cast<S>();
+    if constexpr (kBound) {
+      tol->dbias->head(bb, bh).middleRows(i0, n) = sc.tol_q;
+      bias_m_.head(bb, bh).middleRows(i0, n) = sc.tol_k;
+    }
+  }
+
   std::optional<Tensor<A>> q_store_, k_store_, v_store_, do_store_;
   const Tensor<A>&q_, &k_, &v_, &do_;
   const AttentionOptions& opts_;
@@ -538,6 +585,7 @@ template <class S, bool kBound> class Streamed {
   std::vector<A> m_, l_, delta_, sink_row_;
   std::vector<Index> n_vis_;
   std::vector<double> rho_, a_bar_, d_delta_, sink_tol_row_, sink_term_row_, sink_terms_;
+  Tensor<double> bias_m_{Shape{}};
 };
 
 // D_v is v's own: dO [B,H,T_q,D_v], v [B,H_kv,T_k,D_v].
@@ -588,6 +636,11 @@ GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tens
   finish(r.tolerance.dq, r.oracle.dq, ks.T, std::max(1.0, scale));
   finish(r.tolerance.dk, r.oracle.dk, qs.T * (qs.H / ks.H), std::max(1.0, scale));
   finish(r.tolerance.dv, r.oracle.dv, qs.T * (qs.H / ks.H), 1.0);
+  if (opts.bias) {  // step 12: the sum over the heads one entry is read for, then the final rounding and floor
+    const Index terms = (qs.B / opts.bias->B) * (qs.H / opts.bias->H);
+    r.tolerance.dbias->values() += safety * gamma(terms, bt.u_a) * engine.bias_m().values();
+    finish(*r.tolerance.dbias, *r.oracle.dbias, terms, 1.0);
+  }
   return r;
 }
 
@@ -637,6 +690,7 @@ GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, cons
   widen_tol(r.tolerance.dq, f.tolerance.dq, r.oracle.dq, f.oracle.dq);
   widen_tol(r.tolerance.dk, f.tolerance.dk, r.oracle.dk, f.oracle.dk);
   widen_tol(r.tolerance.dv, f.tolerance.dv, r.oracle.dv, f.oracle.dv);
+  if (opts.bias) widen_tol(*r.tolerance.dbias, *f.tolerance.dbias, *r.oracle.dbias, *f.oracle.dbias);
   for (std::size_t h = 0; h < r.tolerance.dsinks.size(); ++h)
     r.tolerance.dsinks[h] = std::max(r.tolerance.dsinks[h],
                                      f.tolerance.dsinks[h] + std::abs(r.oracle.dsinks[h] - f.oracle.dsinks[h]));

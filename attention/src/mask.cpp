@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <limits>
 
+#include "attncheck/attention.hpp"
+
 namespace attncheck {
 
 Index last_visible_key(Index i, Index T_q, Index T_k, CausalAlignment a) {
@@ -122,6 +124,10 @@ DenseMask dense_of(const BlockMask& m, Index T_q, Index T_k) {
   return d;
 }
 
+bool Visibility::bias_hides(Index i, Index j) const {
+  return (*bias)(batch, head, i, j) == -std::numeric_limits<double>::infinity();
+}
+
 std::string Visibility::hidden_by(Index i, Index j) const {
   if (visible(i, j)) return {};
   const Index p = position(i);
@@ -133,6 +139,7 @@ std::string Visibility::hidden_by(Index i, Index j) const {
   if (doc_bounds && key_document(j) != query_document(i)) return "document";
   if (j >= 0 && j < T_k && block && !block->visible(batch, head, i, j)) return "block mask";
   if (j >= 0 && j < T_k && dense && !dense->visible(batch, head, i, j)) return "dense mask";
+  if (j >= 0 && j < T_k && bias && bias_hides(i, j)) return "bias";
   return "out of range";
 }
 

@@ -171,7 +171,13 @@ TEST(Modifiers, badBiasesAreNamed) {
             "attention: bias is [1,2,3,3] with 17 values; expected [2 or 1,2 or 1,3,3]: the value count is not B·H·T_q·T_k");
   o.bias = wave_bias(2, 3, 3);
   o.bias->values[4] = kInf;
-  EXPECT_EQ(message(), "attention: bias value 4 is inf; each must be finite (a key to hide goes in a mask)");
+  EXPECT_EQ(message(),
+            "attention: bias value 4 is inf; each must be finite or -inf (a bias of -inf hides its cell as a "
+            "mask does)");
+  o.bias->values[4] = std::nan("");
+  EXPECT_EQ(message(),
+            "attention: bias value 4 is nan; each must be finite or -inf (a bias of -inf hides its cell as a "
+            "mask does)");
   o.bias = wave_bias(2, 3, 3);
   EXPECT_THROW(attention<double>(x, x, x, BoolMask::causal(3, 3), o), ValueError);  // an explicit mask is the rule
 }
@@ -230,6 +236,46 @@ TEST(Modifiers, aBiasIsAddedWhereAlibiIs) {
     EXPECT_NEAR(lse_shifted.values()[r] - lse.values()[r], 0.25 * double(r % 7) - 1, 1e-14);
 }
 
+// A bias of -inf is the mask: every path (materialised, streamed, backward) gives bit for bit what the same case gives
+// with those cells hidden by a dense mask, a row whose every visible cell is -inf included (an empty row: 0, LSE
+// -inf), with a bias per batch entry and head so that the hidden cells differ between heads.
+TEST(Modifiers, aBiasOfMinusInfIsTheMask) {
+  const Shape qs{2, 2, 6, 4}, ks{2, 1, 9, 4};
+  const Tensor<float> q = wave<float>(qs, 0.2, 3.0), k = wave<float>(ks, 0.9, 3.0), v = wave<float>(ks, 1.1, 1.0);
+  AttentionOptions biased, masked;
+  biased.alignment = masked.alignment = CausalAlignment::BottomRight;
+  biased.softcap = masked.softcap = 2.0;
+  biased.bias = ScoreBias{.B = 2, .H = 2, .T_q = 6, .T_k = 9};
+  masked.bias = biased.bias;
+  masked.dense_mask = DenseMask{.B = 2, .H = 2, .T_q = 6, .T_k = 9};
+  for (Index n = 0; n < 2 * 2 * 6 * 9; ++n) {
+    const Index i = (n / 9) % 6, bh = n / 54;
+    const bool hide = n % 3 == 1 || (i == 2 && bh == 1);  // a third of the cells, and all of row 2 of (0, 1)
+    biased.bias->values.push_back(hide ? -kInf : 0.25 * double(n % 5));
+    masked.bias->values.push_back(hide ? 0.0 : 0.25 * double(n % 5));
+    masked.dense_mask->cells.push_back(hide ? 0 : 1);
+  }
+  for (const bool streamed : {false, true}) {
+    Tensor<float> w{Shape{}}, w_masked{Shape{}};
+    Tensor<double> lse{Shape{}}, lse_masked{Shape{}};
+    const Tensor<float> out = attention<float>(q, k, v, biased, streamed ? nullptr : &w, &lse);
+    EXPECT_EQ(out.values(), attention<float>(q, k, v, masked, streamed ? nullptr : &w_masked, &lse_masked).values());
+    EXPECT_EQ(lse.values(), lse_masked.values());
+    if (!streamed) {
+      EXPECT_EQ(w.values(), w_masked.values());
+    }
+    EXPECT_TRUE(out.values().allFinite());
+    EXPECT_EQ(lse(0, 1, 2, 0), -kInf);  // the row that sees no key
+    for (Index c = 0; c < 4; ++c) EXPECT_EQ(out(0, 1, 2, c), 0.0f);
+  }
+  const AttentionGradients<float> g = attention_backward<float>(q, k, v, q, biased);
+  const AttentionGradients<float> g_masked = attention_backward<float>(q, k, v, q, masked);
+  EXPECT_EQ(g.dq.values(), g_masked.dq.values());
+  EXPECT_EQ(g.dk.values(), g_masked.dk.values());
+  EXPECT_EQ(g.dv.values(), g_masked.dv.values());
+  EXPECT_TRUE(g.dq.values().allFinite() && g.dk.values().allFinite() && g.dv.values().allFinite());
+}
+
 // L = Σ dO ∘ attention: the backward's dQ, dK, dV and d_sinks against central differences.
 TEST(Modifiers, theBackwardMatchesCentralDifferences) {
   const Shape qs{1, 2, 4, 3}, ks{1, 1, 5, 3};
@@ -260,6 +306,17 @@ TEST(Modifiers, theBackwardMatchesCentralDifferences) {
     o.sinks[s] = s0;
     EXPECT_NEAR(g.dsinks[s], (up - down) / (2 * h), 1e-7);
   }
+  ASSERT_TRUE(g.dbias);
+  ASSERT_EQ(g.dbias->shape(), (Shape{1, 2, 4, 5}));  // the bias's own shape: one per head
+  for (std::size_t n = 0; n < o.bias->values.size(); ++n) {
+    const double b0 = o.bias->values[n];
+    o.bias->values[n] = b0 + h;
+    const double up = loss();
+    o.bias->values[n] = b0 - h;
+    const double down = loss();
+    o.bias->values[n] = b0;
+    EXPECT_NEAR(g.dbias->values()[Index(n)], (up - down) / (2 * h), 1e-7) << "bias entry " << n;
+  }
   // The derived bound holds for the float32 reference (the check the gradient laws make).
   const auto f = [](const Tensor<double>& t) { return t.cast<float>(); };
   const AttentionGradients<float> gf = attention_backward<float>(f(q), f(k), f(v), f(dO), o);
@@ -269,6 +326,60 @@ TEST(Modifiers, theBackwardMatchesCentralDifferences) {
     EXPECT_LE(std::abs(gf.dsinks[s] - c.oracle.dsinks[s]), c.tolerance.dsinks[s]);
     EXPECT_LT(c.tolerance.dsinks[s], 0.01 * std::abs(c.oracle.dsinks[s]));  // not vacuous: a 1% error is caught
   }
+  ASSERT_TRUE(gf.dbias && c.oracle.dbias && c.tolerance.dbias);
+  const double scale = c.oracle.dbias->values().cwiseAbs().maxCoeff();
+  for (Index n = 0; n < c.oracle.dbias->size(); ++n) {
+    EXPECT_LE(std::abs(gf.dbias->values()[n] - c.oracle.dbias->values()[n]), c.tolerance.dbias->values()[n]) << n;
+    EXPECT_LT(c.tolerance.dbias->values()[n], 0.01 * scale) << n;  // not vacuous
+  }
+}
+
+// dBias is dS summed over the bias's broadcast axes: a bias [1, 1, T_q, T_k] gets the sum of what the same values
+// written out for every (b, h) get; each row of it sums to 0 without sinks (Σ_j P_ij (dP_ij - Δ_i) = 0); a hidden
+// cell's is exactly 0; and the streamed path (and its bound) gives what the materialised one gives.
+TEST(Modifiers, dBiasSumsOverTheBroadcastAxesOnEveryPath) {
+  const Shape qs{2, 2, 6, 4}, ks{2, 1, 9, 4};
+  const Tensor<double> q = wave<double>(qs, 0.2, 2.0), k = wave<double>(ks, 0.9, 2.0), v = wave<double>(ks, 1.1, 1.0),
+                       dO = wave<double>(qs, 2.3, 1.0);
+  AttentionOptions one, every;
+  one.alignment = every.alignment = CausalAlignment::BottomRight;
+  one.softcap = every.softcap = 2.0;
+  one.window = every.window = 4;
+  one.bias = wave_bias(1, 6, 9);
+  every.bias = ScoreBias{.B = 2, .H = 2, .T_q = 6, .T_k = 9};
+  for (Index n = 0; n < 4; ++n)
+    every.bias->values.insert(every.bias->values.end(), one.bias->values.begin(), one.bias->values.end());
+  const AttentionGradients<double> g1 = attention_backward<double>(q, k, v, dO, one),
+                                   g4 = attention_backward<double>(q, k, v, dO, every);
+  ASSERT_TRUE(g1.dbias && g4.dbias);
+  ASSERT_EQ(g1.dbias->shape(), (Shape{1, 1, 6, 9}));
+  ASSERT_EQ(g4.dbias->shape(), (Shape{2, 2, 6, 9}));
+  EXPECT_EQ(g1.dq.values(), g4.dq.values());
+  for (Index i = 0; i < 6; ++i) {
+    double row = 0;
+    for (Index j = 0; j < 9; ++j) {
+      double sum = 0;
+      for (Index b = 0; b < 2; ++b)
+        for (Index h = 0; h < 2; ++h) sum += (*g4.dbias)(b, h, i, j);
+      EXPECT_NEAR((*g1.dbias)(0, 0, i, j), sum, 1e-14) << i << "," << j;
+      const Index p = i + 3;
+      if (j > p || j < p - 4) {
+        EXPECT_EQ((*g1.dbias)(0, 0, i, j), 0.0) << "hidden " << i << "," << j;
+      }
+      row += (*g1.dbias)(0, 0, i, j);
+    }
+    EXPECT_NEAR(row, 0.0, 1e-14) << "row " << i;
+  }
+  const AttentionGradients<double> s1 = streaming_oracle_backward<double>(q, k, v, dO, one);
+  ASSERT_TRUE(s1.dbias);
+  ASSERT_EQ(s1.dbias->shape(), g1.dbias->shape());
+  for (Index n = 0; n < s1.dbias->size(); ++n) EXPECT_NEAR(s1.dbias->values()[n], g1.dbias->values()[n], 1e-14);
+  const GradientCheck m = gradient_check(DType::bf16, q, k, v, dO, one),
+                      s = streamed_gradient_check(DType::bf16, q, k, v, dO, one);
+  ASSERT_TRUE(s.tolerance.dbias && m.tolerance.dbias);
+  ASSERT_EQ(s.tolerance.dbias->shape(), m.tolerance.dbias->shape());
+  for (Index n = 0; n < m.tolerance.dbias->size(); ++n)
+    EXPECT_NEAR(s.tolerance.dbias->values()[n], m.tolerance.dbias->values()[n], 1e-12 * m.tolerance.dbias->values()[n]);
 }
 
 TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {

@@ -17,7 +17,8 @@
  * bidirectional prefix, a right window) and causal = 0; with -DBLOCK_MASKS,
  * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
- * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward).
+ * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward) and its
+ * gradient (backward_call->d_bias).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -337,6 +338,12 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
   double* dq = malloc(sizeof(double) * (size_t)D);
   double* dsinks = calloc((size_t)H, sizeof(double));
   int32_t status = ATTNCHECK_OK;
+#ifdef ABI4
+  /* dBias (ATTNCHECK_CAP4_BIAS_GRAD): dZ summed over the axes the bias broadcasts over, in double. */
+  const int64_t Bb = bc->d_bias.data ? bc->d_bias.shape[0] : 0, Hb = bc->d_bias.data ? bc->d_bias.shape[1] : 0;
+  double* dbias = bc->d_bias.data ? calloc((size_t)(Bb * Hb * Tq * Tk), sizeof(double)) : NULL;
+  if (bc->d_bias.data && !dbias) status = ATTNCHECK_ERROR;
+#endif
   if (Tk > 4096 || !dk || !dv || !dq || !dsinks) {
     snprintf(message, message_size, "T_k = %lld: more than 4096, or out of memory", (long long)Tk);
     status = Tk > 4096 ? ATTNCHECK_UNSUPPORTED : ATTNCHECK_ERROR;
@@ -369,6 +376,9 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
               s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
             modified(call, b, h, i, j, s * scale, &dz_ds);
             const double ds = w[j] * (dp - delta) * dz_ds;
+#ifdef ABI4
+            if (dbias) dbias[(((Bb == 1 ? 0 : b) * Hb + (Hb == 1 ? 0 : h)) * Tq + i) * Tk + j] += w[j] * (dp - delta);
+#endif
             for (int64_t d = 0; d < D; ++d) {
               dq[d] += scale * ds * load(&call->k, call->dtype, b, g, j, d);
               dk[j * D + d] += scale * ds * load(&call->q, call->dtype, b, h, i, d);
@@ -384,6 +394,12 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
     }
   if (status == ATTNCHECK_OK && bc->d_sinks)
     for (int64_t h = 0; h < H; ++h) bc->d_sinks[h] = dsinks[h];
+#ifdef ABI4
+  if (status == ATTNCHECK_OK && dbias)
+    for (int64_t n = 0; n < Bb * Hb * Tq * Tk; ++n)
+      store(&bc->d_bias, call->dtype, n / (Hb * Tq * Tk), n / (Tq * Tk) % Hb, n / Tk % Tq, n % Tk, dbias[n]);
+  free(dbias);
+#endif
   free(dk);
   free(dv);
   free(dq);
@@ -482,7 +498,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .max_T = 4096,
       .forward = forward,
 #ifdef ABI4
-      .flags4 = ATTNCHECK_CAP4_BIAS, /* ABI 4's additive bias, forward and backward (call->bias) */
+      .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD, /* ABI 4's additive bias (call->bias), and dBias */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -21,3 +21,18 @@ def attention(q, k, v, scale=None):
 
 def test_attention(attncheck):
     attncheck.check(attention, dtypes=("bfloat16", "float32"), framework="torch", backward="autograd")
+
+
+# A learned additive bias (T5's buckets, a FlexAttention score_mod written out) with its gradient: autograd takes
+# d_bias too (bias_grad=True makes the bias a leaf), summed over the axes the bias broadcasts over by torch itself.
+def biased(q, k, v, scale=None, bias=None):
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    if bias is not None:
+        s = s + bias.float()
+    causal = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+    return (s.masked_fill(~causal, float("-inf")).softmax(-1) @ v.float()).to(q.dtype)
+
+
+def test_a_learned_bias_and_its_gradient(attncheck):
+    attncheck.check(biased, dtypes=("float32",), framework="torch", backward="autograd", bias=True, bias_grad=True,
+                    laws=("oracle-agreement", "bias-row-shift", "bias-minus-inf", "grad-oracle", "grad-bias"))

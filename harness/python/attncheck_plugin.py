@@ -72,7 +72,7 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
-FLAGS4 = {"bias": 0x1}
+FLAGS4 = {"bias": 0x1, "bias_grad": 0x2}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -84,7 +84,7 @@ FEATURE_FAMILIES = {
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
     "score modifiers": ("softcap", "alibi", "sinks", "bias"),
-    "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe"),
+    "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "claims about results": ("batch_invariant",),
 }
@@ -139,7 +139,7 @@ LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
 # The caps frame's flags (every version), a result frame's and a gradients frame's.
 CAPS_FLAGS = {"returns_weights": 1, "custom_scale": 2, "cross_lengths": 4, "nonfinite_safe": 8}
 RESULT_FLAGS = {"weights": 1, "lse": 2}
-GRADIENTS_D_SINKS = 1
+GRADIENTS_D_SINKS, GRADIENTS_D_BIAS = 1, 2
 LAYOUT_NAMES = {1: "token-major", 2: "padded", 3: "kv-broadcast", 4: "kv-interleaved", 5: "v-is-k"}
 
 
@@ -615,16 +615,18 @@ class _Torch:
             return x.cpu().numpy()
         return np.asarray(x)
 
-    def autograd(self, fn, inputs, kw, d_output):
-        """(dq, dk, dv[, d_sinks]) of fn's output against d_output, by torch.autograd (serve(..., backward="autograd")):
-        q, k, v (and the sinks, when the call has them) become leaves that require grad, fn runs with grad enabled,
-        and an input fn's output does not depend on gets a zero gradient."""
+    def autograd(self, fn, inputs, kw, d_output, bias_grad=False):
+        """(dq, dk, dv[, d_sinks][, d_bias]) of fn's output against d_output, by torch.autograd (serve(...,
+        backward="autograd")): q, k, v (and the sinks, when the call has them, and the bias with `bias_grad`) become
+        leaves that require grad, fn runs with grad enabled, and an input fn's output does not depend on gets a zero
+        gradient."""
         torch = self.torch
         leaves = [t.detach().requires_grad_(True) for t in inputs[:3]]
         kw = dict(kw)
-        if kw.get("sinks") is not None:
-            kw["sinks"] = kw["sinks"].detach().requires_grad_(True)
-            leaves.append(kw["sinks"])
+        for key in ("sinks",) + (("bias",) if bias_grad else ()):
+            if kw.get(key) is not None:
+                kw[key] = kw[key].detach().requires_grad_(True)
+                leaves.append(kw[key])
         with torch.enable_grad():
             result = fn(*leaves[:3], **kw)
             out = result.get("output") if isinstance(result, dict) else result[0] if isinstance(result, tuple) else result
@@ -716,7 +718,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
-          bias=False, framework="numpy", device=None):
+          bias=False, bias_grad=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -771,8 +773,11 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     paged call, from the last extent of paged.v_pages (its rows D_v wide).
     Protocol version 4 (ABI 4) adds `bias=True`: fn (and a backward) gets `bias`, None or an array [B or 1, H or 1,
     T_q, T_k] at the call's dtype, added to each score after the softcap, where ALiBi's term is added, before the
-    mask (an extent of 1 broadcasts). An attncheck that speaks only version 3 cannot send it: the client then refuses
-    to serve, saying so.
+    mask (an extent of 1 broadcasts); a value of -inf hides its cell as a mask does. `bias_grad=True` (with
+    `bias=True` and a backward) declares that the backward returns dBias too, last: (dq, dk, dv[, d_sinks], d_bias)
+    when the call has a bias, d_bias in the bias's shape (dS summed over the axes it broadcasts over); with
+    backward="autograd" the bias is a leaf and its gradient is taken too. An attncheck that speaks only version 3
+    cannot send them: the client then refuses to serve, saying so.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -782,10 +787,13 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("batch_invariant", batch_invariant),
                                               ("query_documents", query_documents), ("strided", strided),
                                               ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim),
-                                              ("bias", bias))}
+                                              ("bias", bias), ("bias_grad", bias_grad))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
+    if bias_grad and not (bias and backward is not None):
+        raise ValueError("serve: bias_grad=True needs bias=True and a backward (dBias is what the backward returns "
+                         "for the bias it was given)")
     if query_documents and not documents:
         raise ValueError("serve: query_documents=True needs documents=True (query ids of their own come with the "
                          "key ids)")
@@ -903,7 +911,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
             errors.close()
             sys.exit(0)
         if ftype == BACKWARD:
-            _answer_backward(ch, fn if autograd else backward, backward_takes, payload, calls, errors, autograd)
+            _answer_backward(ch, fn if autograd else backward, backward_takes, payload, calls, errors, autograd,
+                             bias_grad)
             continue
         if ftype != FORWARD:
             raise ProtocolError("expected a forward or backward frame, got type %d" % ftype)
@@ -960,9 +969,10 @@ def _unpack_result(result, returns_weights, returns_lse, name, array=np.asarray)
     return out, weights, lse, None
 
 
-def _answer_backward(ch, backward, takes, payload, calls, errors, autograd):
+def _answer_backward(ch, backward, takes, payload, calls, errors, autograd, bias_grad=False):
     """One gradients frame for a backward frame: (dq, dk, dv) from `backward` (or, with `autograd`, from
-    torch.autograd through the forward `backward` then is), or the failure."""
+    torch.autograd through the forward `backward` then is), or the failure; with `bias_grad` and a bias in the call,
+    d_bias last."""
     if backward is None:
         raise ProtocolError("got a backward frame, but serve() was given no backward function")
     arrays, kwargs, dtype, _, _, layout = _read_call(payload, backward=True)
@@ -970,27 +980,40 @@ def _answer_backward(ch, backward, takes, payload, calls, errors, autograd):
     errors.called(dtype)
     try:
         keywords = {key: kwargs[key] for key in takes}
+        # With a bias in the call and bias_grad=True: d_bias last (its gradient, the bias's shape).
+        with_sinks, with_bias = kwargs["sinks"] is not None, bias_grad and kwargs.get("bias") is not None
         if autograd:
-            grads = calls.autograd(backward, [q, k, v], keywords, d_output)
+            grads = calls.autograd(backward, [q, k, v], keywords, d_output, with_bias)
         else:
             grads = backward(q, k, v, d_output, **keywords)
         # With sinks in the call: (dq, dk, dv, d_sinks), d_sinks [H] (a backward declared with sinks=True); without,
-        # a fourth gradient (None, say) is dropped.
-        with_sinks = kwargs["sinks"] is not None
-        if isinstance(grads, (tuple, list)) and len(grads) == 4 and not with_sinks:
-            grads = grads[:3]
-        grads = [calls.array(g) for g in grads] if isinstance(grads, (tuple, list)) else []
+        # a fourth gradient (None, say) is dropped, and so is a last one (a d_bias of None) where no bias came.
+        if isinstance(grads, (tuple, list)):
+            grads = list(grads)
+            d_bias = grads.pop() if with_bias and grads else None
+            if bias_grad and not with_bias and len(grads) == 4 + with_sinks and grads[-1] is None:
+                grads.pop()  # the d_bias of a call without a bias
+            if len(grads) == 4 and not with_sinks:
+                grads = grads[:3]
+            grads = [calls.array(g) for g in grads] + ([] if d_bias is None else [calls.array(d_bias)])
+        else:
+            grads = []
     except Exception as e:
         ch.write(GRADIENTS, _failure(ERROR, errors.raised(dtype, e)))
         return
-    if (len(grads) != 3 + with_sinks or any(g.ndim != 4 for g in grads[:3])
-            or (with_sinks and grads[3].ndim != 1)):
-        ch.write(GRADIENTS, _failure(WRONG_SIZE, "%s returned %s; expected (dq, dk, dv%s), dq, dk, dv 4-D%s"
+    bias_shape = tuple(kwargs["bias"].shape) if with_bias else None
+    if (len(grads) != 3 + with_sinks + with_bias or any(g.ndim != 4 for g in grads[:3])
+            or (with_sinks and grads[3].ndim != 1) or (with_bias and tuple(grads[-1].shape) != bias_shape)):
+        ch.write(GRADIENTS, _failure(WRONG_SIZE, "%s returned %s; expected (dq, dk, dv%s%s), dq, dk, dv 4-D%s%s"
                                      % (getattr(backward, "__name__", "backward"), [g.shape for g in grads] or "no tuple",
-                                        ", d_sinks" if with_sinks else "",
-                                        " and d_sinks [H]" if with_sinks else "")))
+                                        ", d_sinks" if with_sinks else "", ", d_bias" if with_bias else "",
+                                        " and d_sinks [H]" if with_sinks else "",
+                                        " and d_bias the bias's shape %s" % (list(bias_shape),) if with_bias else "")))
         return
-    reply = struct.pack("<iI", OK, GRADIENTS_D_SINKS if with_sinks else 0) + _string("") + _tensors(*((g, dtype) for g in grads[:3]))
+    flags = (GRADIENTS_D_SINKS if with_sinks else 0) | (GRADIENTS_D_BIAS if with_bias else 0)
+    reply = struct.pack("<iI", OK, flags) + _string("") + _tensors(*((g, dtype) for g in grads[:3]))
     if with_sinks:
         reply += struct.pack("<q", grads[3].size) + np.ascontiguousarray(grads[3], dtype="<f8").tobytes()
+    if with_bias:
+        reply += _tensors((grads[-1], dtype))
     ch.write(GRADIENTS, reply)

@@ -367,7 +367,8 @@ constexpr bool abi_bits_match() {
   std::size_t abi_rows = 0, abi3_rows = 0;
   for (const AbiBit& a : abi)
     if (feature(a.feature).abi_flag != a.bit || feature(a.feature).c_name != a.macro) return false;
-  constexpr AbiBit abi4[] = {ATTNCHECK_ABI_BIT(bias, ATTNCHECK_CAP4_BIAS)};
+  constexpr AbiBit abi4[] = {ATTNCHECK_ABI_BIT(bias, ATTNCHECK_CAP4_BIAS),
+                             ATTNCHECK_ABI_BIT(bias_grad, ATTNCHECK_CAP4_BIAS_GRAD)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -484,8 +485,17 @@ class CPlugin final : public Implementation {
       const std::size_t H = std::size_t(q.shape().H);
       GuardedArray<double> d_sinks(p.sinks.empty() ? 0 : H, name_ + ": wrote far past the end of its d_sinks (" +
                                                                std::to_string(H) + " doubles, one per query head)");
-      const attncheck_backward_call bcall{&call, in_tensor(d_out), dq.view(), dk.view(), dv.view(),
-                                          p.sinks.empty() ? nullptr : d_sinks.data()};
+      // d_bias: the bias's shape, for a plug-in that declares ATTNCHECK_CAP4_BIAS_GRAD (else data is NULL).
+      std::optional<OutBuffer<S>> d_bias;
+      if (p.bias && caps_.declares(Feature::bias_grad))
+        d_bias.emplace(Shape{p.bias->B, p.bias->H, p.bias->T_q, p.bias->T_k}, name_, "d_bias");
+      const attncheck_backward_call bcall{&call,
+                                          in_tensor(d_out),
+                                          dq.view(),
+                                          dk.view(),
+                                          dv.view(),
+                                          p.sinks.empty() ? nullptr : d_sinks.data(),
+                                          d_bias ? d_bias->view() : attncheck_tensor_out{}};
       char message[1024] = {};
       check_status(v2_->backward(&bcall, message, sizeof message), message, "backward");
       // dK and dV have k's shape: a plug-in that writes one per query head writes past them.
@@ -496,6 +506,10 @@ class CPlugin final : public Implementation {
       g.dk = dk.take(name_, "dk", " (dk has k's shape [B,H_kv,T_k,D]" + group);
       g.dv = dv.take(name_, "dv", " (dv has v's shape [B,H_kv,T_k,D_v]" + group);
       if (!p.sinks.empty()) g.dsinks = take_d_sinks(d_sinks, H);
+      if (d_bias)
+        g.dbias = d_bias->take(name_, "d_bias",
+                               " (d_bias has the bias's shape [B or 1, H or 1, T_q, T_k]: dS summed over the axes the "
+                               "bias broadcasts over)");
       return g;
     });
   }

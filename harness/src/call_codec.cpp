@@ -739,13 +739,14 @@ Result decode_result(std::string_view payload, DType dtype) {
 std::string encode_gradients(const Gradients& g, DType dtype) {
   Writer w;
   w.i32(ok);
-  w.u32(g.dsinks.empty() ? 0u : gradients_d_sinks);
+  w.u32((g.dsinks.empty() ? 0u : gradients_d_sinks) | (g.dbias ? gradients_d_bias : 0u));
   w.str("");
   for (const Tensor<double>* t : {&g.dq, &g.dk, &g.dv}) put_tensor(w, *t, dtype);
   if (!g.dsinks.empty()) {
     w.i64(std::int64_t(g.dsinks.size()));
     for (const double x : g.dsinks) w.f64(x);
   }
+  if (g.dbias) put_tensor(w, *g.dbias, dtype);  // version 4: the bias's shape, then its values
   return frame(FrameType::gradients, w.bytes());
 }
 
@@ -754,7 +755,7 @@ GradientsResult decode_gradients(std::string_view payload, DType dtype) {
   GradientsResult res;
   res.status = r.i32();
   const std::uint32_t flags = r.u32();
-  check_status_and_flags("gradients frame", res.status, flags, 1u, "0, or 1 d_sinks");
+  check_status_and_flags("gradients frame", res.status, flags, 3u, "a combination of 1 d_sinks and 2 d_bias");
   res.message = r.str();
   if (res.status != ok) return res;
   for (std::size_t i = 0; i < 3; ++i) {
@@ -770,6 +771,10 @@ GradientsResult decode_gradients(std::string_view payload, DType dtype) {
     std::vector<double> d(static_cast<std::size_t>(n));
     for (double& x : d) x = r.f64();
     res.d_sinks = std::move(d);
+  }
+  if (flags & gradients_d_bias) {
+    res.d_bias_shape = get_shape(r);
+    res.d_bias_bytes = r.raw(nbytes(*res.d_bias_shape, dtype));
   }
   expect_end(r, "gradients frame");
   return res;

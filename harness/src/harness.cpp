@@ -38,7 +38,7 @@ class CheckedImplementation final : public Implementation {
   // The gradient laws call the backward through this wrapper.
   Gradients backward(const Problem& p) const override {
     Gradients g = inner_->backward(p);
-    check_gradients_shape(p, g, name());
+    check_gradients_shape(p, g, name(), capabilities());
     return g;
   }
 

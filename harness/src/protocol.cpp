@@ -154,7 +154,9 @@ std::uint32_t flags2_bits(const Capabilities& caps) {
 
 void set_flags4_bools(Capabilities& caps, std::uint32_t flags4) {
   for (const FeatureRow& f : kFeatures)
-    if (f.flags4) caps.features.set(f.id, flags4 & f.flags4);
+    if (f.flags4)
+      caps.features.set(f.id,
+                        (flags4 & f.flags4) && (!f.requires_feature || (flags4 & feature(*f.requires_feature).flags4)));
 }
 
 std::uint32_t flags4_bits(const Capabilities& caps) {

@@ -70,7 +70,7 @@ enum CapsFlags : std::uint32_t {
 enum CrossRegimes : std::uint32_t { regime_q_shorter = 1, regime_q_longer = 2 };
 /// A result frame's flags, and a gradients frame's.
 enum ResultFlags : std::uint32_t { result_weights = 1, result_lse = 2 };
-enum GradientsFlags : std::uint32_t { gradients_d_sinks = 1 };
+enum GradientsFlags : std::uint32_t { gradients_d_sinks = 1, gradients_d_bias = 2 };
 
 /// The bits of a forward (and backward) frame's flags field; PROTOCOL.md, "forward".
 enum CallFlags : std::uint32_t {
@@ -244,6 +244,9 @@ struct GradientsResult {
   std::array<std::array<std::int64_t, 4>, 3> shapes{};  ///< dq, dk, dv
   std::array<std::string_view, 3> bytes;
   std::optional<std::vector<double>> d_sinks;  ///< version 3: as many as the child sent
+  /// Version 4: dBias, its shape as the child sent it and its bytes at the call's dtype.
+  std::optional<std::array<std::int64_t, 4>> d_bias_shape;
+  std::string_view d_bias_bytes;
 };
 
 std::string encode_gradients(const Gradients& g, DType dtype);

@@ -105,7 +105,9 @@ int serve(const std::function<ImplementationPtr()>& make, int in_fd, int out_fd)
           const Problem p = wire::decode_backward(payload);
           std::string reply;
           try {
-            reply = wire::encode_gradients(impl->backward(p), p.dtype);
+            Gradients g = impl->backward(p);
+            if (!impl->capabilities().declares(Feature::bias_grad)) g.dbias.reset();  // undeclared
+            reply = wire::encode_gradients(g, p.dtype);
           } catch (const std::exception&) {
             reply = failure_reply(wire::FrameType::gradients);
           }

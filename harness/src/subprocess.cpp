@@ -209,7 +209,9 @@ class ExecImplementation final : public Implementation {
     const Shape qs = p.q.shape(), ks = p.k.shape();
     // As for a forward: a wrong-size answer up to twice the expected size is decoded and reported as such.
     const std::size_t expected =
-        std::size_t(qs.numel() + ks.numel() + p.v.shape().numel()) * wire::element_size(p.dtype) + std::size_t(qs.H) * 8;
+        std::size_t(qs.numel() + ks.numel() + p.v.shape().numel() + (p.bias ? Index(p.bias->values.size()) : 0)) *
+            wire::element_size(p.dtype) +
+        std::size_t(qs.H) * 8;
     const std::string payload =
         timed_exchange(wire::encode_backward(p), wire::FrameType::gradients, 2 * expected + (1u << 20));
     wire::GradientsResult r;
@@ -238,6 +240,15 @@ class ExecImplementation final : public Implementation {
     }
     // d_sinks: as many as came (check_gradients_shape names a count other than H); none asked, none kept.
     if (r.d_sinks && !p.sinks.empty()) g.dsinks = std::move(*r.d_sinks);
+    // d_bias: in the bias's shape (check_gradients_shape names a missing one where dBias is declared).
+    if (r.d_bias_shape && p.bias) {
+      const Shape want{p.bias->B, p.bias->H, p.bias->T_q, p.bias->T_k};
+      if (*r.d_bias_shape != std::array<std::int64_t, 4>{want.B, want.H, want.T, want.D})
+        throw ImplementationError(
+            Kind::wrong_size, name_ + ": d_bias is " + wire::shape_string(*r.d_bias_shape) + " but must be " +
+                                  to_string(want) + " (the bias's shape: dS summed over the axes it broadcasts over)");
+      g.dbias = wire::from_bytes(r.d_bias_bytes, want, p.dtype);
+    }
     return g;
   }
 

@@ -537,6 +537,7 @@ TEST(CPlugin, theAbi4ExampleReadsTheBiasThroughItsStrides) {
   const auto ref = reference_implementation();
   EXPECT_TRUE(isolated->capabilities().declares(Feature::bias));
   EXPECT_TRUE(in_process->capabilities().declares(Feature::bias));
+  EXPECT_TRUE(isolated->capabilities().declares(Feature::bias_grad));
   EXPECT_FALSE(load_implementation(spec("attention_plugin"))->capabilities().declares(Feature::bias));
   const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
     double m = 0;
@@ -558,10 +559,16 @@ TEST(CPlugin, theAbi4ExampleReadsTheBiasThroughItsStrides) {
     Problem unbiased = p;
     unbiased.bias.reset();
     EXPECT_GT(worst(ref->forward(unbiased).output, r.output), 1e-2) << what;
-    const Gradients ga = isolated->backward(p), gr = ref->backward(p);
+    const Gradients ga = isolated->backward(p), gb = in_process->backward(p), gr = ref->backward(p);
     EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;
     EXPECT_LT(worst(ga.dk, gr.dk), 1e-13) << what;
     EXPECT_LT(worst(ga.dv, gr.dv), 1e-13) << what;
+    // dBias (ATTNCHECK_CAP4_BIAS_GRAD) in the bias's shape, through d_bias's strides, summed where it broadcasts.
+    ASSERT_TRUE(ga.dbias && gb.dbias && gr.dbias) << what;
+    ASSERT_EQ(ga.dbias->shape(), (Shape{B_b, H_b, 3, 5})) << what;
+    EXPECT_EQ(ga.dbias->values(), gb.dbias->values()) << what;
+    EXPECT_LT(worst(*ga.dbias, *gr.dbias), 1e-13) << what;
+    EXPECT_GT(gr.dbias->values().cwiseAbs().maxCoeff(), 1e-3) << what;
   }
   Problem p = test::wave_problem(DType::f64, 1, 2, 3, 5, 2);
   p.bias = ScoreBias{.B = 1, .H = 1, .T_q = 3, .T_k = 5, .values = std::vector<double>(15, 0.5)};

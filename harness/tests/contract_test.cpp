@@ -75,7 +75,8 @@ std::optional<Problem> witness(Feature f) {
       for (int n = 0; n < 24; ++n) p.bias->values.push_back(0.25 * double(n % 5) - 0.5);
       break;
     case Feature::layout_invariant:
-    case Feature::batch_invariant: return std::nullopt;
+    case Feature::batch_invariant:
+    case Feature::bias_grad: return std::nullopt;
   }
   return p;
 }

@@ -184,7 +184,7 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
     EXPECT_TRUE(
         c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
         << mode;
-    EXPECT_TRUE(c.declares(Feature::bias)) << mode;  // version 4
+    EXPECT_TRUE(c.declares(Feature::bias) && c.declares(Feature::bias_grad)) << mode;  // version 4
     for (const bool causal : {true, false}) {
       Problem p = modifiers_problem(causal);
       p.window.reset();  // the client declares no window
@@ -201,6 +201,11 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
       ASSERT_EQ(g.dsinks.size(), 4u) << mode;
       for (std::size_t h = 0; h < 4; ++h) EXPECT_NEAR(g.dsinks[h], gr.dsinks[h], 1e-13) << mode << h;
       EXPECT_GT(std::abs(g.dsinks[0]), 1e-3);
+      // dBias in the bias's shape, summed over its broadcast axis, as the core sums it.
+      ASSERT_TRUE(g.dbias && gr.dbias) << mode;
+      ASSERT_EQ(g.dbias->shape(), gr.dbias->shape()) << mode;
+      EXPECT_LT(worst(*g.dbias, *gr.dbias), 1e-13) << mode;
+      EXPECT_GT(gr.dbias->values().cwiseAbs().maxCoeff(), 1e-3);
     }
   }
 }
@@ -264,7 +269,7 @@ Problem masks_problem_at(DType dtype, bool causal, Index D = 2) {
 TEST(Exec, aBiasCrossesTheWireBitExactly) {
   const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
   const auto local = reference_implementation();
-  EXPECT_TRUE(served->capabilities().declares(Feature::bias));
+  EXPECT_TRUE(served->capabilities().declares(Feature::bias) && served->capabilities().declares(Feature::bias_grad));
   for (const DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const auto [B_b, H_b] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 4}, {2, 4}}) {
       Problem p = modifiers_problem(true);
@@ -284,6 +289,9 @@ TEST(Exec, aBiasCrossesTheWireBitExactly) {
       EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
       EXPECT_EQ(ga.dk.values(), gb.dk.values()) << what;
       EXPECT_EQ(ga.dv.values(), gb.dv.values()) << what;
+      ASSERT_TRUE(ga.dbias && gb.dbias) << what;
+      ASSERT_EQ(ga.dbias->shape(), (Shape{B_b, H_b, p.q.shape().T, p.k.shape().T})) << what;
+      EXPECT_EQ(ga.dbias->values(), gb.dbias->values()) << what;
     }
 }
 

@@ -1,5 +1,5 @@
 """A child for the exec: tests that declares protocol version 3's modifiers and the LSE (numpy, float64): softcap,
-ALiBi, sinks (with d_sinks in the backward) and causal = False, and version 4's additive bias. `dict` as the first argument returns a dict
+ALiBi, sinks (with d_sinks in the backward) and causal = False, and version 4's additive bias (with d_bias). `dict` as the first argument returns a dict
 instead of a tuple; `strict` raises when it gets a modifier keyword it did not declare (it declares only the LSE
 and sinks then), so a test can see that nothing undeclared is passed."""
 import sys
@@ -78,12 +78,16 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
     d_k = (scale * d_s.swapaxes(-1, -2) @ q).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
     d_v = (p.swapaxes(-1, -2) @ d_o).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
     d_sinks = -(p_sink * delta).sum(axis=(0, 2, 3))
-    return (d_q, d_k, d_v) + ((d_sinks,) if sinks is not None else ())
+    d_bias = None
+    if bias is not None:  # dZ, summed over the axes the bias broadcasts over
+        d_z = p * (d_p - delta)
+        d_bias = d_z.sum(axis=tuple(a for a in (0, 1) if bias.shape[a] == 1), keepdims=True)
+    return (d_q, d_k, d_v) + ((d_sinks,) if sinks is not None else ()) + ((d_bias,) if bias is not None else ())
 
 
 if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
-        lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True)
+        lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

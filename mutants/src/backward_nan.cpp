@@ -116,7 +116,7 @@ std::vector<Mutant> backward_nan_mutants() {
   Capabilities full = reference_implementation()->capabilities();
   // The math-path backward differentiates plain scores: no softcap, ALiBi or sinks (and no d_sinks); and with a
   // sink no row is empty in the softmax, so the nan convention does not reach it.
-  full.features.remove({Feature::sinks, Feature::softcap, Feature::alibi, Feature::bias});
+  full.features.remove({Feature::sinks, Feature::softcap, Feature::alibi, Feature::bias, Feature::bias_grad});
   full.features.remove(Feature::paged);  // a dense kernel
   // Controls of the empty-row convention, on the contiguous families:
   full.features.remove({Feature::block_mask, Feature::dense_mask});

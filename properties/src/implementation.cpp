@@ -466,7 +466,7 @@ class CallableImplementation final : public Implementation {
   Gradients backward(const Problem& p) const override {
     if (!bwd_) return Implementation::backward(p);
     Gradients g = bwd_(p);
-    check_gradients_shape(p, g, name_);
+    check_gradients_shape(p, g, name_, caps_);
     return g;
   }
 
@@ -538,7 +538,7 @@ class RecoveredWeights final : public Implementation {
   // The gradient laws call the backward through this wrapper.
   Gradients backward(const Problem& p) const override {
     Gradients g = inner_->backward(p);
-    check_gradients_shape(p, g, name());
+    check_gradients_shape(p, g, name(), capabilities());
     return g;
   }
 
@@ -554,7 +554,17 @@ ImplementationPtr with_recovered_weights(ImplementationPtr impl) {
   return std::make_shared<RecoveredWeights>(std::move(impl));
 }
 
-void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name) {
+void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name,
+                           const Capabilities& caps) {
+  if (p.bias && caps.declares(Feature::bias_grad) && caps.declares(Feature::bias)) {
+    const Shape want{p.bias->B, p.bias->H, p.bias->T_q, p.bias->T_k};
+    if (!g.dbias || g.dbias->shape() != want)
+      throw ImplementationError(
+          ImplementationError::Kind::wrong_size,
+          impl_name + (!g.dbias ? ": returned no d_bias" : ": d_bias is " + to_string(g.dbias->shape())) +
+              " but must be " + to_string(want) +
+              " (it declares dBias, Feature::bias_grad: the bias's shape, dS summed over the axes it broadcasts over)");
+  }
   if (!p.sinks.empty() && g.dsinks.size() != p.sinks.size())
     throw ImplementationError(ImplementationError::Kind::wrong_size,
                               impl_name + ": d_sinks has " + std::to_string(g.dsinks.size()) + " entries but must have " +
@@ -591,11 +601,16 @@ void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& 
 ImplementationPtr reference_implementation() {
   Capabilities caps;
   caps.nonfinite_safe = true;
-  caps.features = {Feature::gqa,          Feature::key_padding,     Feature::window,        Feature::lse,
-                   Feature::sinks,        Feature::softcap,         Feature::alibi,         Feature::bidirectional,
-                   Feature::documents,    Feature::query_documents, Feature::chunked_local, Feature::prefix,
-                   Feature::right_window, Feature::block_mask,      Feature::dense_mask,    Feature::v_head_dim,
-                   Feature::paged,        Feature::bias};
+  caps.features = {Feature::gqa,           Feature::key_padding,
+                   Feature::window,        Feature::lse,
+                   Feature::sinks,         Feature::softcap,
+                   Feature::alibi,         Feature::bidirectional,
+                   Feature::documents,     Feature::query_documents,
+                   Feature::chunked_local, Feature::prefix,
+                   Feature::right_window,  Feature::block_mask,
+                   Feature::dense_mask,    Feature::v_head_dim,
+                   Feature::paged,         Feature::bias,
+                   Feature::bias_grad};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -25,7 +25,8 @@ const std::vector<Law>& laws() {
                             hidden_keys(),             packed_equals_separate(), chunked_equals_separate(),
                             neutral_masks(),           bidirectional_permutation(), mask_encodings(),
                             extreme_scores(),          batch_invariance(),   grad_determinism(),
-                            layout_invariance()};
+                            layout_invariance(),         bias_row_shift(),
+                            bias_minus_inf(),            grad_bias()};
   }();
   return all;
 }

@@ -426,6 +426,41 @@ TEST(Law, theLseAndModifierLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
   }
 }
 
+TEST(Law, biasRowShift) { expectHoldsOnReference("bias-row-shift", kAllDtypes); }
+TEST(Law, biasMinusInf) { expectHoldsOnReference("bias-minus-inf", kAllDtypes); }
+TEST(Law, gradBias) { expectHoldsOnReference("grad-bias", kAllDtypes); }
+
+// The bias's laws draw T <= 512 (a bias per cell, 2^18 cells) whatever --max-T asks, and say why they do not apply
+// where the run asks for more (a pinned long shape, --min-T past 512) or the implementation takes no bias.
+TEST(Law, theBiasLawsDrawWhatABiasPerCellAllowsAndSayWhyNot) {
+  for (const char* name : {"bias-row-shift", "bias-minus-inf"}) {
+    const Law& law = *find_law(name);
+    RunOptions big;
+    big.cases = 3;
+    big.gen.min_T = 300;
+    big.gen.max_T = big.gen.max_T_tail = 2048;
+    big.gen.max_B = big.gen.max_H = 1;
+    big.gen.max_D = 2;
+    EXPECT_EQ(run_law(law, *reference_implementation(), big).status, LawStatus::held) << name;
+    RunOptions pinned;
+    pinned.gen.shape = std::array<Index, 5>{1, 1, 1024, 1024, 8};
+    LawResult r = run_law(law, *reference_implementation(), pinned);
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << name;
+    EXPECT_NE(r.note.find("2^18 cells"), std::string::npos) << r.note;
+    RunOptions long_min;
+    long_min.gen.min_T = 600;
+    long_min.gen.max_T = long_min.gen.max_T_tail = 600;
+    r = run_law(law, *reference_implementation(), long_min);
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << name;
+    EXPECT_NE(r.note.find("T >= 600"), std::string::npos) << r.note;
+    const auto plain = make_implementation("plain", "no bias declared", Capabilities{},
+                                           [](const Problem& p) { return reference_implementation()->forward(p); });
+    r = run_law(law, *plain, RunOptions{});
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << name;
+    EXPECT_NE(r.note.find("ATTNCHECK_CAP4_BIAS"), std::string::npos) << r.note;
+  }
+}
+
 // A gradient law is not applicable, with its reason, to an implementation without a backward; the forward
 // laws are unaffected.
 TEST(Law, gradientLawsNeedABackward) {
@@ -468,7 +503,8 @@ TEST(Law, everyLawHasATest) {
                                         "grad-finite-difference", "hidden-keys", "packed-equals-separate",
                                         "chunked-equals-separate", "neutral-masks", "bidirectional-permutation",
                                         "mask-encodings", "extreme-scores", "batch-invariance",
-                                        "grad-determinism", "layout-invariance"};
+                                        "grad-determinism", "layout-invariance", "bias-row-shift",
+                                        "bias-minus-inf", "grad-bias"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -33,12 +33,22 @@ namespace attncheck {
 /// where ALiBi's is (so slope·(j - p) as a bias is ALiBi), before the mask.
 struct ScoreBias {
   Index B = 1, H = 1, T_q = 0, T_k = 0;
-  std::vector<double> values{};  ///< [B,H,T_q,T_k] row-major; each finite
+  /// [B,H,T_q,T_k] row-major; each finite, or -inf: a bias of -inf hides its cell exactly as a mask does (the
+  /// cell is not visible: Visibility::bias), so a row whose every visible cell is -inf sees no key.
+  std::vector<double> values{};
   /// Head (b, h)'s T_q x T_k values, row-major (broadcast over B or H where that extent is 1).
   const double* head(Index b, Index h) const {
     return values.data() + std::size_t(((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * T_q * T_k);
   }
   double operator()(Index b, Index h, Index i, Index j) const { return head(b, h)[std::size_t(i * T_k + j)]; }
+  /// The same bias written out for every one of B batch entries and H heads: [B, H, T_q, T_k].
+  ScoreBias written_out(Index B_out, Index H_out) const {
+    ScoreBias w{.B = B_out, .H = H_out, .T_q = T_q, .T_k = T_k, .values = {}};
+    w.values.reserve(std::size_t(B_out * H_out * T_q * T_k));
+    for (Index b = 0; b < B_out; ++b)
+      for (Index h = 0; h < H_out; ++h) w.values.insert(w.values.end(), head(b, h), head(b, h) + T_q * T_k);
+    return w;
+  }
   bool operator==(const ScoreBias&) const = default;
 };
 
@@ -109,6 +119,8 @@ void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v,
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k, Index h = 0);
 /// Whether the visibility differs between the heads of a batch entry (a block or dense mask with H > 1).
 bool visibility_per_head(const AttentionOptions& opts);
+/// Whether the bias holds a -inf (which hides its cell).
+bool bias_hides_cells(const ScoreBias& bias);
 
 /// One head's score modifiers, as attend() takes them: query i sits at aligned position p = position(i).
 struct HeadModifiers {

@@ -13,8 +13,12 @@
 //
 // Score modifiers (AttentionOptions): softcap multiplies dS by its derivative 1 - tanh²(s_raw/cap) before dQ and
 // dK; ALiBi adds a constant (nothing to differentiate); a sink σ_h is a softmax column with no value, so its dP
-// is 0 and its dS is -P_sink·Δ_i: d_sinks[h] = -Σ_{b,i} exp(σ_h - lse_i)·Δ_i.
+// is 0 and its dS is -P_sink·Δ_i: d_sinks[h] = -Σ_{b,i} exp(σ_h - lse_i)·Δ_i. An additive bias is added to the
+// modified score, so its gradient is dS itself (before softcap's derivative, which belongs to s_raw), summed over
+// the bias's broadcast axes: dBias[b', h', i, j] = Σ over the (b, h) it is read for of dS_bhij, 0 on hidden cells.
 #pragma once
+
+#include <optional>
 
 #include "attncheck/attention.hpp"
 #include "attncheck/tolerance.hpp"
@@ -27,6 +31,9 @@ template <class S> struct AttentionGradients {
   /// With sinks: H entries, the gradient of each head's sink logit (summed over batch entries and rows, in the
   /// accumulation type, widened); empty otherwise.
   std::vector<double> dsinks{};
+  /// With an additive bias: the gradient of L with respect to it, in the bias's shape [B or 1, H or 1, T_q, T_k]
+  /// (dS summed over its broadcast axes in the accumulation type, rounded to S once); empty otherwise.
+  std::optional<Tensor<S>> dbias{};
 };
 
 /// Above this many weights (B·H·T_q·T_k, 2^22: 32 MiB of doubles) attention_backward streams (below, it

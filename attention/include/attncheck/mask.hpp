@@ -13,6 +13,8 @@
 
 namespace attncheck {
 
+struct ScoreBias;  // attncheck/attention.hpp
+
 /// Which keys a query may see when T_q != T_k.
 ///  - TopLeft: query i sees keys j <= i (PyTorch's `is_causal`). The default.
 ///  - BottomRight: query i sees keys j <= i + T_k - T_q (FlashAttention >= 2.1, KV-cache decoding): the
@@ -118,6 +120,10 @@ struct Visibility {
   /// A block mask and a dense mask, or null; point into the options. Read at (batch, head).
   const BlockMask* block = nullptr;
   const DenseMask* dense = nullptr;
+  /// An additive bias that holds a -inf (AttentionOptions::bias), or null: a bias of -inf hides its cell exactly
+  /// as a mask does, so every path, oracle and bound treats it as hidden and never adds -inf to a score. Null for
+  /// a finite bias, whose cells are all visible. Points into the options; read at (batch, head).
+  const ScoreBias* bias = nullptr;
   Index batch = 0, head = 0;
 
   /// The aligned position p of query i.
@@ -126,11 +132,14 @@ struct Visibility {
   /// unless a block or dense mask hides it.
   KeyRange run(Index i) const;
   /// Whether a block or dense mask applies (then the visible keys of a row may have gaps).
-  bool has_cells() const { return block != nullptr || dense != nullptr; }
-  /// Whether the block and dense masks allow key j to query i (true without them).
+  bool has_cells() const { return block != nullptr || dense != nullptr || bias != nullptr; }
+  /// Whether the block and dense masks and the bias's -inf cells allow key j to query i (true without them).
   bool cells_allow(Index i, Index j) const {
-    return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j));
+    return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j)) &&
+           (!bias || !bias_hides(i, j));
   }
+  /// Whether the bias is -inf at cell (i, j) of this visibility's (batch, head).
+  bool bias_hides(Index i, Index j) const;
   bool visible(Index i, Index j) const { return run(i).contains(j) && cells_allow(i, j); }
   /// The span of the keys query i sees: from the first visible key to one past the last (empty when it sees
   /// none); exactly the keys it sees without a block or dense mask.
@@ -156,7 +165,7 @@ struct Visibility {
   Index query_document(Index i) const;
   Index key_document(Index j) const;
   /// Which family hides key j from query i, in the order above ("causal", "padding", "window", "right window",
-  /// "chunk", "document", "block mask", "dense mask"); empty when j is visible.
+  /// "chunk", "document", "block mask", "dense mask", "bias"); empty when j is visible.
   std::string hidden_by(Index i, Index j) const;
 };
 

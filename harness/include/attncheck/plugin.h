@@ -128,6 +128,8 @@ extern "C" {
 
 /* ABI 4: flags4 of an attncheck_plugin_v4 (docs/abi4.md designs the rest). */
 #define ATTNCHECK_CAP4_BIAS 0x1u /**< an additive score bias (attncheck_call.bias) */
+/** With ATTNCHECK_CAP4_BIAS and a backward: fills attncheck_backward_call.d_bias, the bias's gradient. */
+#define ATTNCHECK_CAP4_BIAS_GRAD 0x2u
 
 /* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
 #define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
@@ -240,7 +242,9 @@ typedef struct attncheck_call {
   /* ABI 4: the fields below are read only by a plug-in whose flags4 declare their feature (a table of ABI 1 to 3
    * never reaches them). */
   /** An additive bias on the scores (ATTNCHECK_CAP4_BIAS), or NULL, in forward and backward calls: s +=
-   *  bias[b,h,i,j] after the scale and the softcap, where ALiBi's term is added, before the mask. Neutral: NULL. */
+   *  bias[b,h,i,j] after the scale and the softcap, where ALiBi's term is added, before the mask. A value of -inf
+   *  hides its cell exactly as a mask does (a row whose every visible cell is -inf sees no key and follows the
+   *  empty-row convention); +inf and NaN never come. Neutral: NULL. */
   const struct attncheck_bias* bias;
 } attncheck_call;
 
@@ -319,6 +323,12 @@ typedef struct attncheck_backward_call {
    *  over batch entries and rows: -Σ exp(sink_h - lse_i)·(dO_i·O_i)), 0 for a sink of -inf; write every one.
    *  Else NULL. */
   double* d_sinks;
+  /* ABI 4 */
+  /** With forward->bias given and ATTNCHECK_CAP4_BIAS_GRAD declared: the gradient of L with respect to the bias,
+   *  of the call's dtype and the bias's shape [B or 1, H or 1, T_q, T_k] (dS, the gradient of each score after
+   *  the softcap, summed over the axes the bias broadcasts over; 0 on a hidden cell); write every element. Else
+   *  its data is NULL. */
+  attncheck_tensor_out d_bias;
 } attncheck_backward_call;
 
 /** The backward call (ABI 2): same status codes and message rules as the forward call. */

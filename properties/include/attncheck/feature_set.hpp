@@ -53,10 +53,13 @@ enum class Feature : std::uint8_t {
   paged,
   /// ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias (Problem::bias, [B or 1, H or 1, T_q, T_k]).
   bias,
+  /// ABI 4 (ATTNCHECK_CAP4_BIAS_GRAD, with the bias and a backward): the backward returns dBias
+  /// (Gradients::dbias, the bias's shape: dS summed over its broadcast axes).
+  bias_grad,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::bias) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::bias_grad) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

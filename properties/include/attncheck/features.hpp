@@ -186,6 +186,8 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
            return std::string("an additive bias ([" + n(p.bias->B) + "," + n(p.bias->H) + "," + n(p.bias->T_q) + "," +
                               n(p.bias->T_k) + "])");
          }},
+    {.id = Feature::bias_grad, .name = "bias_grad", .flags4 = 0x2, .c_name = "ATTNCHECK_CAP4_BIAS_GRAD",
+     .requires_feature = Feature::bias, .words = "dBias from the backward"},
 }};
 
 constexpr bool rows_in_id_order() {

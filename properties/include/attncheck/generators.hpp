@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -117,6 +118,9 @@ rc::Gen<double> gen_magnitude();
 
 /// Rounds x to the nearest value of `dtype` (saturating at half the dtype's largest finite value).
 double round_to(DType dtype, double x);
+/// A 64-bit hash of `coordinates` under `seed` (splitmix64's finalizer, one coordinate at a time): the same on every
+/// platform, so a choice keyed by a cell's coordinates survives shrinking the cells around it.
+std::uint64_t coordinate_hash(std::uint64_t seed, std::initializer_list<Index> coordinates);
 
 /// Options for gen_problem (and gen_shape). Each `allow_` is further gated by the implementation's
 /// capabilities.

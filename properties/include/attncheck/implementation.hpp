@@ -315,8 +315,8 @@ template <class F> Gradients run_backward_typed(const Problem& p, F&& f) {
     using S = decltype(tag);
     const AttentionGradients<S> g = f(p.q.template cast<S>(), p.k.template cast<S>(), p.v.template cast<S>(),
                                       p.d_output->template cast<S>(), p);
-    return Gradients{g.dq.template cast<double>(), g.dk.template cast<double>(), g.dv.template cast<double>(),
-                     g.dsinks};
+    return Gradients{g.dq.template cast<double>(), g.dk.template cast<double>(), g.dv.template cast<double>(), g.dsinks,
+                     g.dbias ? std::optional(g.dbias->template cast<double>()) : std::nullopt};
   });
 }
 
@@ -344,7 +344,8 @@ ImplementationPtr reference_implementation();
 /// naming what was expected and what came.
 void check_outcome_shape(const Problem& p, const Outcome& o, const std::string& impl_name);
 /// The same for gradients: dQ like q, dK and dV like k.
-void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name);
+void check_gradients_shape(const Problem& p, const Gradients& g, const std::string& impl_name,
+                           const Capabilities& caps);
 
 /// For an implementation that declares EmptyRows::any: `o` with every row that sees no key set to the zero
 /// convention (output 0, weights 0), so that no law reads what those rows hold; otherwise `o` unchanged.

@@ -441,13 +441,16 @@ rc::Gen<LawCase> gen_gradient_case(const GenConfig& config, const ProblemOptions
     const double n_rows = double(p.q.shape().T) * double(p.q.shape().H / p.kv_heads());
     const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(p.q.shape().D));
     const double c_dp = double(p.v.shape().D) * max_abs(*p.d_output) * max_abs(p.v);
+    // dBias (returned at the dtype) sums |dS_ij| <= 2c over the n_b heads a bias entry is read for.
+    const double n_b = p.bias ? double(p.q.shape().B / p.bias->B) * double(p.q.shape().H / p.bias->H) : 0.0;
     const double bound = std::max({2 * c_dp * scale * max_abs(p.k), 2 * c_dp * scale * max_abs(p.q) * n_rows,
-                                   n_rows * max_abs(*p.d_output)}) *
+                                   n_rows * max_abs(*p.d_output), 2 * c_dp * n_b}) *
                          (1 + 1e-9);  // the bound's own rounding, a few ulp
     if (std::isfinite(bound) && bound <= room) return c;
     const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, *p.d_output, p.options());
-    const double g_max = std::max({g.dq.values().cwiseAbs().maxCoeff(), g.dk.values().cwiseAbs().maxCoeff(),
-                                   g.dv.values().cwiseAbs().maxCoeff()});
+    const double g_max =
+        std::max({g.dq.values().cwiseAbs().maxCoeff(), g.dk.values().cwiseAbs().maxCoeff(),
+                  g.dv.values().cwiseAbs().maxCoeff(), g.dbias ? g.dbias->values().cwiseAbs().maxCoeff() : 0.0});
     if (g_max > room) {
       const int e = int(std::ceil(std::log2(g_max / room)));
       for (double& x : p.d_output->values()) x = round_to(dtype, std::ldexp(x, -e));

@@ -80,19 +80,23 @@ rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const Pro
   });
 }
 
-namespace {
-// A bias value for the cell at coordinates (b, h, i, j) under `seed`: a multiple of 1/4 in [-2, 2), exact in every
-// dtype (bfloat16 has 8 significant bits), so the call's bias is the problem's. splitmix64 of the coordinates: the
-// same on every platform, and a cell keeps its value when others are deleted.
-double bias_value(int seed, Index b, Index h, Index i, Index j) {
-  std::uint64_t x = std::uint64_t(seed) * 0x9E3779B97F4A7C15ull;
-  for (const Index c : {b, h, i, j}) {
+std::uint64_t coordinate_hash(std::uint64_t seed, std::initializer_list<Index> coordinates) {
+  std::uint64_t x = seed * 0x9E3779B97F4A7C15ull;
+  for (const Index c : coordinates) {
     x += std::uint64_t(c) + 0x9E3779B97F4A7C15ull;
     x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
     x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
     x ^= x >> 31;
   }
-  return double(Index(x % 16)) / 4 - 2;
+  return x;
+}
+
+namespace {
+// A bias value for the cell at coordinates (b, h, i, j) under `seed`: a multiple of 1/4 in [-2, 2), exact in every
+// dtype (bfloat16 has 8 significant bits), so the call's bias is the problem's. coordinate_hash: the same on every
+// platform, and a cell keeps its value when others are deleted.
+double bias_value(int seed, Index b, Index h, Index i, Index j) {
+  return double(Index(coordinate_hash(std::uint64_t(seed), {b, h, i, j}) % 16)) / 4 - 2;
 }
 
 Index id_of(const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; }

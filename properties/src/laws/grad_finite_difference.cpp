@@ -15,7 +15,9 @@ namespace grad_finite_difference_law {
 
 const char* kWhy =
     "The backward must be the derivative of the forward it ships with: for L(x) = sum(dO o O(x)) and a random "
-    "direction d of q, of k, of v and (with sinks) of the sink logits in turn, <grad, d> must equal the central difference "
+    "direction d of q, of k, of v, (with sinks) of the sink logits and (with dBias) of the bias in turn, <grad, d> "
+    "must "
+    "equal the central difference "
     "D(h) = (L(x + h d) - L(x - h d)) / 2h of the implementation's own forward. Step: d is scaled like the "
     "inputs, and h = u^(1/3) / max(1, sigma), sigma the largest rate at which a score moves along d, so no score "
     "moves by more than u^(1/3) (about 6e-6): the balance of truncation (~h^2) and rounding (~u/h). Tolerance: "
@@ -128,10 +130,40 @@ Violation directional_violation(const std::string& grad, const std::string& alon
   v.actual = Tensor<double>({1, 1, 1, 1});
   v.actual->values()[0] = analytic;
   v.message = "grad-finite-difference: along " + along + ", the " + grad + " of the backward give" +
-              (grad == "d_sinks" ? "" : "s") + " a derivative of " + num(analytic) +
+              (grad == "d_sinks" || grad == "d_bias" ? "" : "s") + " a derivative of " + num(analytic) +
               " but central differences of its forward give " + num(central) + " (off by " + num(diff) +
               ", tolerance " + num(tol) + "; step " + num(step) + ")";
   return v;
+}
+
+// A gradient that is a vector of parameters (the sink logits, the bias's values) along direction `dir`: each moves
+// a score at |dir_k| per unit step, so h = u^(1/3) / max(1, max|dir|); `along(x, step)` moves problem x by step·dir.
+template <class Along>
+std::optional<Violation> along_direction(const Implementation& impl, const Problem& p, const char* name,
+                                         const char* what, const std::vector<double>& grad,
+                                         const std::vector<double>& dir, const std::vector<double>& grad_tolerance,
+                                         double eps_L, Along&& along) {
+  const double u = unit_roundoff(DType::f64);
+  double rate = 0, analytic = 0, grad_tol = 0, abs_sum = 0;
+  for (std::size_t k = 0; k < dir.size(); ++k) {
+    rate = std::max(rate, std::abs(dir[k]));
+    analytic += grad[k] * dir[k];
+    grad_tol += grad_tolerance[k] * std::abs(dir[k]);
+    abs_sum += std::abs(grad[k] * dir[k]);
+  }
+  if (rate == 0) return std::nullopt;
+  const double h = std::cbrt(u) / std::max(1.0, rate);
+  const auto central = [&](double step) {
+    Problem up = p, down = p;
+    along(up, step);
+    along(down, -step);
+    return (loss(impl, up) - loss(impl, down)) / (2 * step);
+  };
+  const double D_h = central(h), D_half = central(h / 2);
+  const double tol =
+      kSafety * (std::abs(D_h - D_half) / 3 + 2 * eps_L / h) + grad_tol + gamma(Index(dir.size()), u) * abs_sum;
+  if (std::isfinite(analytic) && std::abs(analytic - D_half) <= tol) return std::nullopt;
+  return directional_violation(name, what, analytic, D_half, tol, h / 2);
 }
 
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
@@ -178,32 +210,32 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (!p.sinks.empty() && g.dsinks.size() == p.sinks.size()) {
     rc::Random r(seed + 3);
     std::vector<double> ds(p.sinks.size(), 0.0);
-    double rate = 0, analytic = 0, grad_tol = 0, abs_sum = 0;
-    for (std::size_t h = 0; h < ds.size(); ++h) {
-      if (!std::isfinite(p.sinks[h])) continue;
-      ds[h] = double(r.next() % 2049) / 1024.0 - 1.0;
-      rate = std::max(rate, std::abs(ds[h]));  // a sink's logit moves at |ds| per unit step
-      analytic += g.dsinks[h] * ds[h];
-      grad_tol += oracle.tolerance.dsinks[h] * std::abs(ds[h]);
-      abs_sum += std::abs(g.dsinks[h] * ds[h]);
-    }
-    if (rate > 0) {
-      const double h = std::cbrt(u) / std::max(1.0, rate);
-      const auto central = [&](double step) {
-        Problem up = p, down = p;
-        for (std::size_t k = 0; k < ds.size(); ++k) {
-          up.sinks[k] += step * ds[k];
-          down.sinks[k] -= step * ds[k];
-        }
-        return (loss(impl, up) - loss(impl, down)) / (2 * step);
-      };
-      const double D_h = central(h), D_half = central(h / 2);
-      const double tol = kSafety * (std::abs(D_h - D_half) / 3 + 2 * eps_L / h) + grad_tol +
-                         gamma(Index(ds.size()), u) * abs_sum;
-      const double diff = std::abs(analytic - D_half);
-      if (!(std::isfinite(analytic) && diff <= tol))
-        return directional_violation("d_sinks", "a random direction of the sink logits", analytic, D_half, tol, h / 2);
-    }
+    for (std::size_t h = 0; h < ds.size(); ++h)
+      if (std::isfinite(p.sinks[h])) ds[h] = double(r.next() % 2049) / 1024.0 - 1.0;
+    const auto along = [&](Problem& x, double step) {
+      for (std::size_t k = 0; k < ds.size(); ++k) x.sinks[k] += step * ds[k];
+    };
+    if (auto v = along_direction(impl, p, "d_sinks", "a random direction of the sink logits", g.dsinks, ds,
+                                 oracle.tolerance.dsinks, eps_L, along))
+      return v;
+  }
+  // dBias, along a random direction of the bias in its own shape (a cell a bias of -inf hides stays hidden).
+  if (p.bias && g.dbias && oracle.tolerance.dbias) {
+    const ScoreBias& b = *p.bias;
+    Tensor<double> at(g.dbias->shape());
+    for (Index n = 0; n < at.size(); ++n)
+      at.values()[n] = std::isfinite(b.values[std::size_t(n)]) ? b.values[std::size_t(n)] : 0;
+    Tensor<double> d = direction(at, seed + 4);
+    for (Index n = 0; n < d.size(); ++n)
+      if (!std::isfinite(b.values[std::size_t(n)])) d.values()[n] = 0;
+    const std::vector<double> grad(g.dbias->values().begin(), g.dbias->values().end()),
+        dir(d.values().begin(), d.values().end()),
+        tol(oracle.tolerance.dbias->values().begin(), oracle.tolerance.dbias->values().end());
+    const auto along = [&](Problem& x, double step) {
+      for (std::size_t k = 0; k < dir.size(); ++k) x.bias->values[k] += step * dir[k];
+    };
+    if (auto v = along_direction(impl, p, "d_bias", "a random direction of the bias", grad, dir, tol, eps_L, along))
+      return v;
   }
   return std::nullopt;
 }
@@ -224,7 +256,8 @@ Law grad_finite_difference() {
           "float64: the backward agrees with central differences of the same forward (derived step and bound)",
           kWhy,
           LawDoc{"38",
-                 "float64: ⟨grad, d⟩ equals central differences of the same forward along random directions of q, k and v",
+                 "float64: ⟨grad, d⟩ equals central differences of the same forward along random directions of q, k, "
+                 "v, the sinks and the bias",
                  "step h = u^⅓ / max(1, σ); Richardson |D(h)−D(h/2)|/3 + 2ε_L/h (doubled) + gradient-side bound"},
           applies,
           gen,

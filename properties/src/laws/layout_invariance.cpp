@@ -106,6 +106,7 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (!exact) {  // each within tol of the float64 oracle's gradients, so within 2 tol of each other
     gtol = run_gradient_oracle(p).tolerance;
     for (Tensor<double>* t : {&gtol->dq, &gtol->dk, &gtol->dv}) t->values() *= 2;
+    if (gtol->dbias) gtol->dbias->values() *= 2;
     for (double& t : gtol->dsinks) t *= 2;
   }
   auto g = compare_gradients(law, ga, gb, gtol ? &*gtol : nullptr);

@@ -34,23 +34,6 @@ const Tensor<double>& lse_of(const Implementation& impl, const Outcome& o) {
   return *o.lse;
 }
 
-// The oracle's LSE bound, widened by FlashAttention's rule as oracle-agreement does: twice the reference's own
-// error at the dtype on the same inputs, plus u_a·max(1, |lse|).
-Tensor<double> lse_bound(const Problem& p, const OracleRun& r) {
-  Problem mine = p;
-  mine.want_weights = false;
-  mine.want_lse = true;
-  const Outcome ref = reference_implementation()->forward(mine);
-  Tensor<double> tol = r.tol_lse;
-  const double u_a = accumulation_roundoff(p.dtype);
-  for (Index n = 0; n < tol.size(); ++n) {
-    const double want = r.lse.values()[n];
-    if (!std::isfinite(want)) continue;  // exactly -inf
-    tol.values()[n] = std::max(tol.values()[n], 2 * std::abs(ref.lse->values()[n] - want) + u_a * std::max(1.0, std::abs(want)));
-  }
-  return tol;
-}
-
 const char* kOracleWhy =
     "A kernel that returns the log-sum-exp of each row (FlashAttention's softmax_lse, FlashInfer's, the LSE a "
     "split-KV or cascade merge reads) must return lse_i = log(sum over visible keys j of exp(s_ij), plus exp(sink)), "

@@ -62,5 +62,9 @@ Law extreme_scores();
 Law batch_invariance();
 Law grad_determinism();  // (bwd)
 Law layout_invariance();
+// The additive bias (ABI 4).
+Law bias_row_shift();
+Law bias_minus_inf();
+Law grad_bias();  // (bwd)
 
 }  // namespace attncheck::law_kit

@@ -80,6 +80,7 @@ std::string why_hidden(const Problem& p, Index b, Index h, Index i, Index j) {
            (k == BlockKind::Empty ? "empty" : "partial, its cell hidden") + ")";
   }
   if (family == "dense mask") return "hidden from " + q + " by the dense mask (head " + std::to_string(h) + ")";
+  if (family == "bias") return "hidden from " + q + " by a bias of -inf";
   return "hidden from " + q;
 }
 
@@ -288,7 +289,9 @@ std::string needs_backward(const GenConfig& g) {
 Gradients call_backward(const Implementation& impl, const Problem& p) {
   throw_if_cancelled("a law's backward call");
   Gradients g = impl.backward(p);
-  check_gradients_shape(p, g, impl.name());
+  check_gradients_shape(p, g, impl.name(), impl.capabilities());
+  // dBias only from an implementation that declares it (one built on another's backward may return another's).
+  if (!impl.capabilities().declares(Feature::bias_grad) || !p.bias) g.dbias.reset();
   return g;
 }
 
@@ -350,6 +353,11 @@ std::optional<Violation> compare_gradients(const std::string& what, const Gradie
     }
     if (auto v = compare(what, "d_sinks", e, a, tol ? &t : nullptr, {})) return v;
   }
+  // dBias, in the bias's shape (present only where the implementation declares it: call_backward).
+  if (expected.dbias && actual.dbias && actual.dbias->shape() == expected.dbias->shape())
+    if (auto v =
+            compare(what, "d_bias", *expected.dbias, *actual.dbias, tol && tol->dbias ? &*tol->dbias : nullptr, {}))
+      return v;
   return std::nullopt;
 }
 
@@ -392,6 +400,22 @@ OracleRun run_oracle(const Problem& p) {
     }
   }
   return r;
+}
+
+Tensor<double> lse_bound(const Problem& p, const OracleRun& r) {
+  Problem mine = p;
+  mine.want_weights = false;
+  mine.want_lse = true;
+  const Outcome ref = reference_implementation()->forward(mine);
+  Tensor<double> tol = r.tol_lse;
+  const double u_a = accumulation_roundoff(p.dtype);
+  for (Index n = 0; n < tol.size(); ++n) {
+    const double want = r.lse.values()[n];
+    if (!std::isfinite(want)) continue;  // exactly -inf
+    tol.values()[n] =
+        std::max(tol.values()[n], 2 * std::abs(ref.lse->values()[n] - want) + u_a * std::max(1.0, std::abs(want)));
+  }
+  return tol;
 }
 
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,

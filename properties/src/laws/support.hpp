@@ -169,7 +169,10 @@ struct OracleRun {
   double weight_tol(const Problem& p, Index b, Index h, Index i, Index j) const;
 };
 OracleRun run_oracle(const Problem& p);
-
+/// The oracle's LSE bound for p (r = run_oracle(p)), widened by FlashAttention's rule as oracle-agreement does:
+/// twice the reference's own error at the dtype on the same inputs, plus u_a·max(1, |lse|); 0 where the LSE is
+/// exactly -inf.
+Tensor<double> lse_bound(const Problem& p, const OracleRun& r);
 
 /// Compares actual with expected element by element: first any non-finite value where the expected one is
 /// finite (NaN and Inf come before error metrics), then the largest |actual - expected| / tol. `tol` null

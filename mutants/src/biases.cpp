@@ -101,6 +101,17 @@ HeadOut<Scalar<M>> online_unguarded(const M& Q, const M& K, const M& V, const He
   return r;
 }
 
+// A kernel with ALiBi and an additive bias whose ALiBi term has its sign flipped, slope (p - j) (its bias path is
+// right): the two disagree wherever a row sees two keys and the slope is not 0.
+template <class M>
+HeadOut<Scalar<M>> alibi_flipped_with_bias(const M& Q, const M& K, const M& V, const HeadCtx& c) {
+  using A = Scalar<M>;
+  Matrix<A> s = scores(Q, K, c.resolved_scale());
+  for (Index i = 0; i < s.rows(); ++i)
+    for (Index j = 0; j < s.cols(); ++j) s(i, j) += A(c.alibi_slope) * A(c.position(i) - j) + A(c.bias_at(i, j));
+  return attend_where(s, V, [&](Index i, Index j) { return c.visible(i, j); });
+}
+
 // ---- dBias -----------------------------------------------------------------------------------------------------
 
 // The per-(b, h) score gradient dS [B, H, T_q, T_k] of p (its bias written out for every head: the reference's
@@ -304,6 +315,21 @@ std::vector<Mutant> bias_mutants() {
       .why_minimal = "one query whose one key has a bias of -inf, its value other than 0",
       .killed_by = {"bias-minus-inf"},
   });
+  {
+    Capabilities caps = gqa_capabilities();
+    caps.features.add({Feature::bias, Feature::alibi, Feature::key_padding});
+    z.push_back(Mutant{
+        .impl = head_impl(
+            "mutant:alibi-flipped-beside-a-bias", "ALiBi's sign flipped in a kernel whose bias path is right",
+            [](const auto& Q, const auto& K, const auto& V, const HeadCtx& c) { return alibi_flipped_with_bias(Q, K, V, c); },
+            caps),
+        .bug = "ALiBi with its sign flipped, slope (p - j), in a kernel that also takes an additive bias whose path is "
+               "right: the same scores passed as a bias give other weights than passed as ALiBi",
+        .minimal_shape = {1, 1, 1, 1},
+        .why_minimal = "one query over two keys (T_k = 2, bottom-right) and a slope: with one key ALiBi adds 0",
+        .killed_by = {"oracle-agreement", "alibi-as-bias"},
+    });
+  }
   z.push_back(Mutant{
       .impl = dbias_impl("mutant:dbias-zero", "dBias never computed (zeros)",
                          [](const Problem& p) {

@@ -204,6 +204,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:bias-missing-from-the-lse", {.T_k = 1}},
     {"mutant:bias-minus-inf-unguarded", {.T_k = 2, .alignment = kBR}},
     {"mutant:bias-minus-inf-as-lowest", {.T_k = 1}},
+    {"mutant:alibi-flipped-beside-a-bias", {.T_k = 2, .alignment = kBR, .alibi = true}},
     {"mutant:dbias-zero", {.T_k = 2, .alignment = kBR}},
     {"mutant:dbias-head0-only", {.T_k = 2, .alignment = kBR, .H_kv = 1}},
     {"mutant:dbias-after-softcap", {.T_k = 2, .alignment = kBR, .softcap = true}},

@@ -26,7 +26,8 @@ const std::vector<Law>& laws() {
                             neutral_masks(),           bidirectional_permutation(), mask_encodings(),
                             extreme_scores(),          batch_invariance(),   grad_determinism(),
                             layout_invariance(),         bias_row_shift(),
-                            bias_minus_inf(),            grad_bias()};
+                            bias_minus_inf(),            grad_bias(),
+                            alibi_as_bias()};
   }();
   return all;
 }

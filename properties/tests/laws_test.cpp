@@ -429,6 +429,7 @@ TEST(Law, theLseAndModifierLawsFailOnABrokenReferenceAndSayWhyTheyDoNotApply) {
 TEST(Law, biasRowShift) { expectHoldsOnReference("bias-row-shift", kAllDtypes); }
 TEST(Law, biasMinusInf) { expectHoldsOnReference("bias-minus-inf", kAllDtypes); }
 TEST(Law, gradBias) { expectHoldsOnReference("grad-bias", kAllDtypes); }
+TEST(Law, alibiAsBias) { expectHoldsOnReference("alibi-as-bias", kAllDtypes); }
 
 // The bias's laws draw T <= 512 (a bias per cell, 2^18 cells) whatever --max-T asks, and say why they do not apply
 // where the run asks for more (a pinned long shape, --min-T past 512) or the implementation takes no bias.
@@ -504,7 +505,7 @@ TEST(Law, everyLawHasATest) {
                                         "chunked-equals-separate", "neutral-masks", "bidirectional-permutation",
                                         "mask-encodings", "extreme-scores", "batch-invariance",
                                         "grad-determinism", "layout-invariance", "bias-row-shift",
-                                        "bias-minus-inf", "grad-bias"};
+                                        "bias-minus-inf", "grad-bias", "alibi-as-bias"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

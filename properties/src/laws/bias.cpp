@@ -272,6 +272,88 @@ std::optional<Violation> check_minus_inf(const Implementation& impl, const LawCa
                "a bias of -inf must give the call that hides the same cells with a dense mask");
 }
 
+// ---- alibi-as-bias -------------------------------------------------------------------------------------------
+
+const char* kAlibiWhy =
+    "ALiBi adds slope_h (j - p) to the score of key j for a query at aligned position p, after the softcap, exactly "
+    "where an additive bias goes: the call with ALiBi slopes and the same call with the bias b_hij = slope_h (j - p) "
+    "instead (p as the call's alignment and documents place each query) are the same attention. The law compares "
+    "the two calls' outputs (and LSEs, where returned) within both calls' derived bounds plus what their float64 "
+    "oracles differ by (nothing where the bias is exact in the dtype, as the drawn slopes 2^-k and 1 make it; a slope "
+    "that does not fit is rounded with the bias, and the oracles say by how much). A kernel whose ALiBi has its sign "
+    "flipped, reads another head's slope, or measures from the query's row instead of its aligned position (which "
+    "moves the LSE) breaks it against its own bias path, and a bias path that drops or misplaces the bias breaks it "
+    "against ALiBi.";
+
+std::string needs_alibi_and_bias(const GenConfig& g) {
+  if (auto why = needs_bias(g); !why.empty()) return why;
+  if (!g.caps.declares(Feature::alibi))
+    return "needs ALiBi (ATTNCHECK_CAP3_ALIBI) beside the additive bias, which this implementation does not declare";
+  return "";
+}
+
+rc::Gen<LawCase> gen_alibi(const GenConfig& cfg) {
+  ProblemOptions po = outputs_only();
+  po.require.add(Feature::alibi);
+  po.allow.remove(Feature::bias);  // the law writes ALiBi as the bias itself
+  po.want_lse = cfg.caps.declares(Feature::lse);
+  return gen_problem(capped(cfg), po);
+}
+
+// p without ALiBi and with slope_h (j - p) as its bias, [B, H, T_q, T_k] (positions may differ by batch entry), each
+// value rounded to the dtype as a call carries it.
+Problem alibi_as_bias(const Problem& p) {
+  const Shape& s = p.q.shape();
+  const Index T_k = p.k.shape().T;
+  Problem q = p;
+  q.alibi_slopes.clear();
+  ScoreBias b{.B = s.B, .H = s.H, .T_q = s.T, .T_k = T_k, .values = {}};
+  b.values.reserve(std::size_t(s.B * s.H * s.T * T_k));
+  for (Index bb = 0; bb < s.B; ++bb)
+    for (Index h = 0; h < s.H; ++h) {
+      const Visibility vis = p.visibility(bb, h);
+      const double slope = p.alibi_slopes[std::size_t(h)];
+      for (Index i = 0; i < s.T; ++i)
+        for (Index j = 0; j < T_k; ++j) b.values.push_back(round_to(p.dtype, slope * double(j - vis.position(i))));
+    }
+  q.bias = std::move(b);
+  return q;
+}
+
+std::optional<Violation> check_alibi(const Implementation& impl, const LawCase& c) {
+  const char* law = "alibi-as-bias";
+  Problem p = outputs_first(impl, c.problem);
+  p.want_weights = false;
+  if (p.alibi_slopes.empty() || p.bias) return std::nullopt;  // a stored case the law does not draw
+  const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
+  if (double(T_q) * double(T_k) > kMaxCells)
+    throw std::invalid_argument(std::string(law) + ": a case of T_q x T_k = " + std::to_string(T_q) + " x " +
+                                std::to_string(T_k) + " is past the 2^18 bias cells the law holds");
+  const Problem q = alibi_as_bias(p);
+  const Outcome a = call(impl, p), b = call(impl, q);
+  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
+  const std::string what = "the case with its ALiBi slopes written as the bias slope_h (j - p) instead";
+  const auto seen = seen_rows(p);
+  Tensor<double> tol = ra.tol_out;
+  tol.values() += rb.tol_out.values() + (ra.out.values() - rb.out.values()).cwiseAbs();
+  std::optional<Violation> v = compare(law, "output", a.output, b.output, &tol, seen);
+  if (!v && p.want_lse && a.lse && b.lse) {
+    Tensor<double> tl = lse_bound(p, ra);
+    const Tensor<double> tb = lse_bound(q, rb);
+    for (Index n = 0; n < tl.size(); ++n) {
+      const double gap = std::abs(ra.lse.values()[n] - rb.lse.values()[n]);
+      tl.values()[n] += tb.values()[n] + (std::isfinite(gap) ? gap : 0.0);
+    }
+    v = compare(law, "lse", *a.lse, *b.lse, &tl, seen);
+  }
+  if (v) {
+    v->message += "; ALiBi and the bias slope_h (j - p) are the same attention (" + what + " vs. the case as drawn)";
+    v->call = q;
+    v->call_what = what;
+  }
+  return v;
+}
+
 // ---- grad-bias -------------------------------------------------------------------------------------------------
 
 const char* kGradWhy =
@@ -403,6 +485,14 @@ Law bias_minus_inf() {
           gen_minus_inf,
           check_minus_inf,
           0};
+}
+
+Law alibi_as_bias() {
+  using namespace bias_law;
+  return {"alibi-as-bias", "ALiBi slopes give what the bias slope_h (j - p) gives", kAlibiWhy,
+          LawDoc{"52", "the call with ALiBi and the same call with the bias slope_h·(j − p) instead agree",
+                 "both calls' derived bounds (lse-oracle's for the LSE)"},
+          needs_alibi_and_bias, gen_alibi, check_alibi, 0};
 }
 
 Law grad_bias() {

@@ -66,5 +66,6 @@ Law layout_invariance();
 Law bias_row_shift();
 Law bias_minus_inf();
 Law grad_bias();  // (bwd)
+Law alibi_as_bias();
 
 }  // namespace attncheck::law_kit

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -223,9 +224,9 @@ void require_no_rule_options(const AttentionOptions& opts) {
                      "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
-  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias)
-    throw ValueError("attention: softcap, alibi_slopes, sinks and bias apply to the causal path (ALiBi needs "
-                     "positions; fold a bias into the additive mask)");
+  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || opts.temperature)
+    throw ValueError("attention: softcap, alibi_slopes, sinks, bias and temperature apply to the causal path (ALiBi "
+                     "needs positions; fold a bias into the additive mask, a temperature into q)");
 }
 
 }  // namespace
@@ -271,9 +272,31 @@ void check_bias(const char* who, const ScoreBias& bias, Index B, Index H, Index 
 }
 }  // namespace
 
+namespace {
+// A temperature must be [B or 1, H or 1, T_q] with that many values, each finite and > 0.
+void check_temperature(const char* who, const QueryTemperature& t, Index B, Index H, Index T_q) {
+  const auto bad = [&](const std::string& why) {
+    throw ShapeError(std::string(who) + ": temperature is [" + std::to_string(t.B) + "," + std::to_string(t.H) +
+                     "," + std::to_string(t.T_q) + "] with " + std::to_string(t.values.size()) + " values; expected [" +
+                     std::to_string(B) + " or 1," + std::to_string(H) + " or 1," +
+                     (T_q < 0 ? std::string("T_q") : std::to_string(T_q)) + "]: " + why);
+  };
+  if (t.B != 1 && t.B != B) bad("B differs");
+  if (t.H != 1 && t.H != H) bad("H differs");
+  if (T_q >= 0 && t.T_q != T_q) bad("T_q differs");
+  if (t.T_q < 0) bad("T_q is negative");
+  if (t.values.size() != std::size_t(t.B * t.H * t.T_q)) bad("the value count is not B·H·T_q");
+  for (std::size_t n = 0; n < t.values.size(); ++n)
+    if (!(std::isfinite(t.values[n]) && t.values[n] > 0))
+      throw ValueError(std::string(who) + ": temperature value " + std::to_string(n) + " is " +
+                       format_number(t.values[n], 17) + "; each must be finite and > 0 (it divides the scores)");
+}
+}  // namespace
+
 void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k, Index T_q) {
   if (o.dense_mask) check_dense(who, "dense_mask", *o.dense_mask, B, H, T_q, T_k);
   if (o.bias) check_bias(who, *o.bias, B, H, T_q, T_k);
+  if (o.temperature) check_temperature(who, *o.temperature, B, H, T_q);
   if (o.block_mask) {
     const BlockMask& m = *o.block_mask;
     const std::string pre = std::string(who) + ": block_mask ";
@@ -456,7 +479,11 @@ bool visibility_per_head(const AttentionOptions& opts) {
 }
 
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k) {
+  if (opts.temperature)
+    throw std::logic_error("head_modifiers: the temperature must be folded into q first (fold_temperature, "
+                           "folded_options)");
   HeadModifiers m;
+  m.tempered = opts.temperature_folded;
   m.softcap = opts.softcap;
   if (!opts.alibi_slopes.empty()) m.alibi_slope = opts.alibi_slopes.at(std::size_t(h));
   if (opts.bias) {
@@ -472,6 +499,28 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
   return m;
 }
 
+template <class S> Tensor<S> fold_temperature(const Tensor<S>& q, const AttentionOptions& opts) {
+  if (!opts.temperature) return q;
+  const Shape& s = q.shape();
+  Tensor<S> r(s);
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) {
+      const double* tau = opts.temperature->head(b, h);
+      for (Index i = 0; i < s.T; ++i)
+        for (Index c = 0; c < s.D; ++c) r(b, h, i, c) = static_cast<S>(static_cast<double>(q(b, h, i, c)) / tau[i]);
+    }
+  return r;
+}
+
+AttentionOptions folded_options(const AttentionOptions& opts) {
+  AttentionOptions o = opts;
+  if (o.temperature) {
+    o.temperature.reset();
+    o.temperature_folded = true;
+  }
+  return o;
+}
+
 double RowStats::lse(Index b, Index h, Index i) const {
   return sum(b, h, i) == 0 ? -std::numeric_limits<double>::infinity() : max(b, h, i) + std::log(sum(b, h, i));
 }
@@ -482,6 +531,7 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   check_batched("attention", q.shape(), k.shape(), v.shape());
   const Index B = q.shape().B, T_q = q.shape().T, T_k = k.shape().T;
   check_options("attention", opts, B, q.shape().H, T_k, T_q);
+  if (opts.temperature) return attention<S>(fold_temperature(q, opts), k, v, folded_options(opts), weights, lse);
   if (!weights) {  // nothing asks for [T_q,T_k]: stream it
     if (!lse)
       return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
@@ -546,6 +596,11 @@ Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Te
   constexpr const char* who = "streaming_oracle";
   check_batched(who, q.shape(), k.shape(), v.shape());
   check_options(who, opts, q.shape().B, q.shape().H, k.shape().T, q.shape().T);
+  if (opts.temperature)
+    return detail::streamed_forward<double>(fold_temperature(q.template cast<double>(), opts), k.template cast<double>(),
+                                            v.template cast<double>(), folded_options(opts),
+                                            resolve_scale(opts.scale, q.shape().D, who), stats ? &stats->values : nullptr,
+                                            stats != nullptr);
   return detail::streamed_forward<double>(q.template cast<double>(), k.template cast<double>(),
                                           v.template cast<double>(), opts, resolve_scale(opts.scale, q.shape().D, who),
                                           stats ? &stats->values : nullptr, stats != nullptr);
@@ -556,8 +611,10 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
   if (!visibility(opts, b, q.shape().T, k.shape().T, h).visible(i, j) || stats.sum(b, h, i) == 0) return 0;
   const double scale = resolve_scale(opts.scale, q.shape().D, "streamed_weight");
   const Index g = kv_head(h, q.shape().H, k.shape().H);
-  const double s = modified_score<double>(q.head(b, h).row(i).dot(k.head(b, g).row(j)) * scale,
-                                          head_modifiers(opts, b, h, q.shape().T, k.shape().T), i, j);
+  const double tau = opts.temperature ? (*opts.temperature)(b, h, i) : 1.0;  // q_i/τ, as fold_temperature has it
+  const Eigen::RowVectorXd q_i = q.head(b, h).row(i) / tau;
+  const double s = modified_score<double>(q_i.dot(k.head(b, g).row(j)) * scale,
+                                          head_modifiers(folded_options(opts), b, h, q.shape().T, k.shape().T), i, j);
   return std::exp(s - stats.max(b, h, i)) / stats.sum(b, h, i);
 }
 
@@ -579,7 +636,8 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
   template Tensor<double> oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&, const AttentionOptions&, \
                                  Tensor<double>*, Tensor<double>*);                                           \
   template Tensor<double> streaming_oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,              \
-                                           const AttentionOptions&, RowStats*);
+                                           const AttentionOptions&, RowStats*);                               \
+  template Tensor<S> fold_temperature(const Tensor<S>&, const AttentionOptions&);
 
 ATTNCHECK_INSTANTIATE(float)
 ATTNCHECK_INSTANTIATE(double)

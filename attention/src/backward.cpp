@@ -62,6 +62,12 @@
 //     e_ij without f's 5u_a·m_ij. A bias broadcast over n = (B/B_b)·(H/H_b) heads sums n such terms in the
 //     accumulation type: Σ e_ij + γ_n·Σ m_ij, then rounded to the dtype (u_s·|dBias|) with the floor and n·ν of
 //     step 9. A hidden cell's dBias is exactly 0.
+// 13. Temperature. The call with τ is the call on q' = q/τ (fold_temperature), whose gradients dK, dV, dBias and the
+//     sinks' are those of the call with τ, and dQ_i = dQ'_i/τ_i: the bound is taken on q' with two more terms. dK_jc's
+//     terms scale·dS_ij·q'_ic read q'_ic as the kernel rounded it, 3u_s relative at most (tolerance.cpp step 8), so
+//     step 7's coefficient grows by 3u_s; dQ_ic is dQ'_ic's bound over τ_i, plus 3u_s·|dQ_ic| for τ (or 1/τ)
+//     rounded to the dtype, the division or product, and the quotient rounded again to the dtype, and step 9's
+//     storage floor again (dQ'_ic's, divided by τ_i > 1, is smaller than the quotient's own).
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -97,6 +103,11 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   constexpr const char* who = "attention_backward";
   const Shape qs = q.shape(), ks = k.shape();
   check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
+  if (opts.temperature) {  // step 13: the call on q/τ, then dQ = dQ'/τ
+    AttentionGradients<S> g = attention_backward<S>(fold_temperature(q, opts), k, v, d_output, folded_options(opts));
+    detail::unfold_temperature(g, *opts.temperature);
+    return g;
+  }
   if (double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
     return detail::streamed_backward<S>(q, k, v, d_output, opts);  // backward_streamed.cpp
   const double scale = resolve_scale(opts.scale, qs.D, who);
@@ -221,6 +232,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   const double nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
   const Index D_v = v.shape().D;  // dP_ij = dO_i·v_j sums over V's head dimension (step 2)
   const double g_D = gamma(D_v, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
+  const double q_fold = opts.temperature_folded ? 3 * u_s : 0.0;  // step 13: q'_ic's own rounding in dK
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(v.shape())};
   r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   std::vector<double> sink_terms(opts.sinks.size(), 0.0);  // Σ P_s,i·Ā_i per head (step 11)
@@ -287,7 +299,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           const double flushed = safety * nu * std::max(1.0, scale) * (2 + G);                      // step 9b
           tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs() +     // step 6
                        flushed * K.row(j).cwiseAbs().cwiseMax(1.0);
-          tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a) * m) * Q.row(i).cwiseAbs() +     // step 7
+          tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a + q_fold) * m) * Q.row(i).cwiseAbs() +  // 7, 13
                        flushed * Q.row(i).cwiseAbs().cwiseMax(1.0);
           tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
           if (opts.bias) {                                                                    // step 12
@@ -329,6 +341,12 @@ bool daz(DType dtype, Tensor<double>& t) {
 GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
                              const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
   const Shape qs = q.shape();
+  if (opts.temperature) {  // step 13
+    check_shapes("gradient_check", qs, k.shape(), v.shape(), d_output.shape(), opts);
+    GradientCheck r = gradient_check(dtype, fold_temperature(q, opts), k, v, d_output, folded_options(opts), safety);
+    detail::unfold_temperature(r, *opts.temperature, dtype, safety);
+    return r;
+  }
   if (double(qs.B) * double(qs.H) * double(qs.T) * double(k.shape().T) > kStreamedBackwardWeights)
     return streamed_gradient_check(dtype, q, k, v, d_output, opts, safety);  // the same bound, O(T·D) memory
   GradientCheck r = gradient_check_at(dtype, q, k, v, d_output, opts, safety);
@@ -349,6 +367,41 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
                                      f.tolerance.dsinks[h] + std::abs(r.oracle.dsinks[h] - f.oracle.dsinks[h]));
   return r;
 }
+
+namespace detail {
+
+template <class S>
+void unfold_temperature(AttentionGradients<S>& g, const QueryTemperature& t) {
+  using A = Acc<S>;
+  const Shape& s = g.dq.shape();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i) {
+        const A tau = static_cast<A>(t(b, h, i));
+        for (Index c = 0; c < s.D; ++c) g.dq(b, h, i, c) = static_cast<S>(static_cast<A>(g.dq(b, h, i, c)) / tau);
+      }
+}
+
+void unfold_temperature(GradientCheck& r, const QueryTemperature& t, DType dtype, double safety) {
+  unfold_temperature(r.oracle, t);
+  const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype);
+  const double floor = storage_floor(dtype);  // the quotient stored again (step 9): dQ'/τ's floor shrank by τ
+  const Shape& s = r.oracle.dq.shape();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index i = 0; i < s.T; ++i)
+        for (Index c = 0; c < s.D; ++c) {  // step 13
+          double& tol = r.tolerance.dq(b, h, i, c);
+          tol = tol / t(b, h, i) + safety * 3 * u_s * std::abs(r.oracle.dq(b, h, i, c)) + floor;
+        }
+}
+
+template void unfold_temperature(AttentionGradients<float>&, const QueryTemperature&);
+template void unfold_temperature(AttentionGradients<double>&, const QueryTemperature&);
+template void unfold_temperature(AttentionGradients<Eigen::half>&, const QueryTemperature&);
+template void unfold_temperature(AttentionGradients<Eigen::bfloat16>&, const QueryTemperature&);
+
+}  // namespace detail
 
 #define ATTNCHECK_INSTANTIATE_BACKWARD(S)                                                                        \
   template AttentionGradients<S> attention_backward(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,         \

@@ -60,6 +60,7 @@ template <class A> A rescale(A m_old, A m_new) {
 struct BoundTerms {
   DType dtype = DType::f64;
   double safety = 2, u_s = 0, u_a = 0, tiny = 0, floor = 0, nu = 0, g_D = 0, g_n = 0;
+  double q_fold = 0;  // backward.cpp step 13: q'_ic's own rounding where q holds a folded temperature
 };
 
 // Scratch of one thread, reused across tiles.
@@ -392,6 +393,7 @@ template <class S, bool kBound> class Streamed {
       if constexpr (kBound) {
         RowScoreStats& s = st[std::size_t(r)];
         s.n_vis = n_vis[std::size_t(r)];
+        s.tempered = md.tempered;
         const bool sink = md.sink && std::isfinite(*md.sink);
         if (sink) s.s_max = std::max(s.s_max, std::abs(*md.sink));
         if (s.n_vis > 0 && md.alibi_slope != 0) {  // |j - p| is largest at the first or the last visible key
@@ -471,7 +473,8 @@ template <class S, bool kBound> class Streamed {
         if constexpr (kBound) {
           bound_a_eps(sc, b, h, i0, n, j0, w);
           bound_errors(sc, b, h, i0, n);
-          sc.t = bt_.safety * scale_d_ * (sc.e + (bt_.g_n + 2 * bt_.u_s + bt_.u_a) * sc.mm);  // step 7
+          sc.t =
+              bt_.safety * scale_d_ * (sc.e + (bt_.g_n + 2 * bt_.u_s + bt_.u_a + bt_.q_fold) * sc.mm);  // steps 7, 13
           sc.tol_k.noalias() += sc.t.matrix().transpose() * Q.cwiseAbs();
           sc.tol_k.noalias() += sc.fl.matrix().transpose() * Q.cwiseAbs().cwiseMax(1.0);  // step 9b
           sc.t = bt_.safety * (sc.eps + bt_.g_n * sc.p);  // step 8
@@ -620,6 +623,7 @@ GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tens
   bt.nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
   bt.g_D = gamma(v.shape().D, bt.u_a);  // dP_ij = dO_i·v_j over D_v terms
   bt.g_n = gamma(qs.T * (qs.H / ks.H), bt.u_a);
+  bt.q_fold = opts.temperature_folded ? 3 * bt.u_s : 0.0;
   GradientCheck r;
   Streamed<double, true> engine(q, k, v, d_output, opts, scale, bt);
   r.oracle = engine.run(&r.tolerance);
@@ -670,6 +674,13 @@ AttentionGradients<double> streaming_oracle_backward(const Tensor<S>& q, const T
                                                      const Tensor<S>& d_output, const AttentionOptions& opts) {
   constexpr const char* who = "streaming_oracle_backward";
   check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
+  if (opts.temperature) {  // backward.cpp step 13: the call on q/τ, then dQ = dQ'/τ
+    AttentionGradients<double> g = detail::streamed_backward<double>(
+        fold_temperature(q.template cast<double>(), opts), k.template cast<double>(), v.template cast<double>(),
+        d_output.template cast<double>(), folded_options(opts));
+    detail::unfold_temperature(g, *opts.temperature);
+    return g;
+  }
   return detail::streamed_backward<double>(q.template cast<double>(), k.template cast<double>(),
                                            v.template cast<double>(), d_output.template cast<double>(), opts);
 }
@@ -678,6 +689,12 @@ GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, cons
                                       const Tensor<double>& v, const Tensor<double>& d_output,
                                       const AttentionOptions& opts, double safety) {
   check_streamed_shapes("streamed_gradient_check", q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
+  if (opts.temperature) {  // backward.cpp step 13
+    GradientCheck r =
+        streamed_gradient_check(dtype, fold_temperature(q, opts), k, v, d_output, folded_options(opts), safety);
+    detail::unfold_temperature(r, *opts.temperature, dtype, safety);
+    return r;
+  }
   GradientCheck r = streamed_check_at(dtype, q, k, v, d_output, opts, safety);
   Tensor<double> q0 = q, k0 = k, v0 = v, d0 = d_output;
   const bool flushed[] = {daz(dtype, q0), daz(dtype, k0), daz(dtype, v0), daz(dtype, d0)};
@@ -704,7 +721,10 @@ Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>&
   BoundTerms bt;
   bt.dtype = dtype;
   // Pass 1 reads neither V nor dO: k and q stand in for them.
-  return Streamed<double, true>(q, k, k, q, opts, resolve_scale(opts.scale, q.shape().D, who), bt).weight_errors();
+  const Tensor<double> q_folded = fold_temperature(q, opts);
+  return Streamed<double, true>(q_folded, k, k, q_folded, folded_options(opts),
+                                resolve_scale(opts.scale, q.shape().D, who), bt)
+      .weight_errors();
 }
 
 #define ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(S)                                                              \

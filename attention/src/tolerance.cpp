@@ -75,6 +75,14 @@
 //    bias b_ij (AttentionOptions::bias) holds values of the call's dtype, exact in the accumulation type: only its
 //    sum, covered the same way (max|s| then over |s_raw| ≤ scale·Σ|q||k| and the modified |s|). A sink σ is
 //    one more softmax term: its rounding u_a·|σ| (in max|s|), and T_vis + 1 terms in γ_T and λ.
+// 8. Temperature. s_ij = scale·(q_i·k_j)/τ_i is attention on q'_i = q_i/τ_i, and the bound above is taken on q'
+//    (every entry point folds it: fold_temperature), so it already holds for a kernel that rounds nothing more.
+//    A kernel may fold τ in its own way, each one rounding more: (a) q·(1/τ) in the dtype (τ or 1/τ rounded to
+//    the dtype, the quotient, the product: u_s each), or q/τ rounded once as the reference does; (b) the score
+//    divided by τ in the accumulation type, or τ folded into the scale (τ rounded, the division: u_a·|s| each).
+//    (a) errs on each q'_ic by at most 3u_s relative, so on s_ij by 3u_s·scale·Σ_c|q'_ic k_jc| (the oracle's own
+//    q/τ in double, 2^-53 relative, inside it); (b) by 2u_a·|s_ij|. Δ_i grows by their sum, 3u_s·max(abs_dot) +
+//    2u_a·max|s|, with abs_dot and s those of q'.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -165,7 +173,9 @@ struct RowTerms {
 double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, bool sink, bool softcap) {
   if (r.n_vis <= 0) return 0.0;  // an empty row: zero
   const double u_a = accumulation_roundoff(dtype);
-  const double mod_err = (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed;  // steps 7, 4b
+  const double temper = r.tempered ? 3 * unit_roundoff(dtype) * r.abs_dot + 2 * u_a * r.s_max : 0.0;  // step 8
+  const double mod_err =
+      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper;  // steps 7, 4b, 8
   return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
 }
 
@@ -187,6 +197,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
   for (Index i = 0; i < T_q; ++i) {
     RowScoreStats r;
+    r.tempered = mods.tempered;
     r.s_max = sink ? std::abs(*mods.sink) : 0.0;
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
@@ -329,7 +340,8 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
     // |s_raw| ≤ abs_dot; without a softcap or a bias tensor also ≤ |s| + |ALiBi's b|, which is tighter.
     const double s_max =
         mods.softcap || mods.bias ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
-    const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max;
+    const double temper = mods.tempered ? 3 * terms.u_s * abs_dot(i) + 2 * u_a * s_max : 0.0;  // step 8
+    const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max + temper;
     const double r = terms.rho_w(abs_dot(i), s_max, n_vis + (sink ? 1 : 0), mod_err);
     if (rho_w) (*rho_w)(i) = r;
     const Eigen::RowVectorXd v_col_max = range.min.row(i).cwiseAbs().cwiseMax(range.max.row(i).cwiseAbs());

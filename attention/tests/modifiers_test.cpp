@@ -8,6 +8,7 @@
 
 #include "attncheck/attention.hpp"
 #include "attncheck/backward.hpp"
+#include "attncheck/format.hpp"
 #include "attncheck/tolerance.hpp"
 #include "wave.hpp"
 
@@ -34,6 +35,7 @@ Row by_hand(const Tensor<double>& q, const Tensor<double>& k, const Tensor<doubl
     double x = 0;
     for (Index c = 0; c < D; ++c) x += q(b, h, i, c) * k(b, g, j, c);
     x *= scale;
+    if (o.temperature) x /= (*o.temperature)(b, h, i);
     if (o.softcap) x = *o.softcap * std::tanh(x / *o.softcap);
     if (!o.alibi_slopes.empty()) x += o.alibi_slopes[std::size_t(h)] * double(j - p);
     if (o.bias) x += (*o.bias)(b, h, i, j);
@@ -58,6 +60,14 @@ ScoreBias wave_bias(Index H, Index T_q, Index T_k) {
   return bias;
 }
 
+// A temperature [B, H|1, T_q] of values in [0.5, 3] (at most 4 significant bits: exact in half precision).
+QueryTemperature wave_temperature(Index B, Index H, Index T_q) {
+  QueryTemperature t{.B = B, .H = H, .T_q = T_q};
+  for (Index n = 0; n < B * H * T_q; ++n)
+    t.values.push_back(1.75 + std::round(10 * std::sin(0.9 * double(n) + 0.4)) / 8);
+  return t;
+}
+
 AttentionOptions all_modifiers(Index H, Index T_q, Index T_k) {
   AttentionOptions o;
   o.softcap = 1.5;
@@ -77,6 +87,7 @@ TEST(Modifiers, everyPathComputesTheWrittenOutFormula) {
       AttentionOptions o = all_modifiers(2, 5, 7);
       o.causal = causal;
       o.alignment = a;
+      if (causal) o.temperature = wave_temperature(2, 1, 5);  // one per batch entry and query, broadcast over heads
       Tensor<double> w{Shape{}}, lse{Shape{}}, lse_streamed{Shape{}};
       const Tensor<double> out = attention<double>(q, k, v, o, &w, &lse);
       const Tensor<double> streamed = attention<double>(q, k, v, o, nullptr, &lse_streamed);
@@ -180,6 +191,165 @@ TEST(Modifiers, badBiasesAreNamed) {
             "mask does)");
   o.bias = wave_bias(2, 3, 3);
   EXPECT_THROW(attention<double>(x, x, x, BoolMask::causal(3, 3), o), ValueError);  // an explicit mask is the rule
+}
+
+TEST(Modifiers, badTemperaturesAreNamed) {
+  const Shape s{2, 2, 3, 3};
+  const Tensor<double> x = wave<double>(s, 0.3, 1.0);
+  AttentionOptions o;
+  const auto message = [&] {
+    try {
+      attention<double>(x, x, x, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  o.temperature = wave_temperature(1, 3, 3);
+  EXPECT_EQ(message(), "attention: temperature is [1,3,3] with 9 values; expected [2 or 1,2 or 1,3]: H differs");
+  o.temperature = wave_temperature(2, 2, 2);
+  EXPECT_EQ(message(), "attention: temperature is [2,2,2] with 8 values; expected [2 or 1,2 or 1,3]: T_q differs");
+  o.temperature = wave_temperature(2, 2, 3);
+  o.temperature->values.pop_back();
+  EXPECT_EQ(message(),
+            "attention: temperature is [2,2,3] with 11 values; expected [2 or 1,2 or 1,3]: the value count is not "
+            "B·H·T_q");
+  for (const double bad : {0.0, -1.0, kInf, std::nan("")}) {
+    o.temperature = wave_temperature(2, 2, 3);
+    o.temperature->values[5] = bad;
+    EXPECT_EQ(message(), "attention: temperature value 5 is " + format_number(bad, 17) +
+                             "; each must be finite and > 0 (it divides the scores)");
+  }
+  o.temperature = wave_temperature(2, 2, 3);
+  EXPECT_THROW(attention<double>(x, x, x, BoolMask::causal(3, 3), o), ValueError);  // an explicit mask is the rule
+  EXPECT_THROW(head_modifiers(o, 0, 0, 3, 3), std::logic_error);  // a head's modifiers come after the folding
+}
+
+// A temperature divides query i's scores by τ_i: it is the call on q_i/τ_i. For powers of two that quotient is exact,
+// so every path (materialised, streamed, the LSE, the backward with dQ = dQ'/τ) gives bit for bit what the call on
+// the divided q gives; a broadcast temperature is the same values written out; and the backward of a general τ
+// matches central differences.
+TEST(Modifiers, aTemperatureIsTheQueryDividedByIt) {
+  const Shape qs{2, 2, 6, 4}, ks{2, 1, 9, 4};
+  const Tensor<float> q = wave<float>(qs, 0.2, 3.0), k = wave<float>(ks, 0.9, 3.0), v = wave<float>(ks, 1.1, 1.0);
+  AttentionOptions hot;
+  hot.alignment = CausalAlignment::BottomRight;
+  hot.softcap = 2.0;
+  hot.sinks = {0.5, -1.0};
+  AttentionOptions plain = hot;
+  hot.temperature = QueryTemperature{.B = 2, .H = 2, .T_q = 6};
+  Tensor<float> divided = q;
+  for (Index b = 0; b < 2; ++b)
+    for (Index h = 0; h < 2; ++h)
+      for (Index i = 0; i < 6; ++i) {
+        const double tau = std::ldexp(1.0, int((b + 3 * h + 5 * i) % 5) - 2);  // 1/4 .. 4
+        hot.temperature->values.push_back(tau);
+        for (Index c = 0; c < 4; ++c) divided(b, h, i, c) = float(double(q(b, h, i, c)) / tau);
+      }
+  for (const bool streamed : {false, true}) {
+    Tensor<float> w{Shape{}}, w_plain{Shape{}};
+    Tensor<double> lse{Shape{}}, lse_plain{Shape{}};
+    const Tensor<float> out = attention<float>(q, k, v, hot, streamed ? nullptr : &w, &lse);
+    EXPECT_EQ(out.values(), attention<float>(divided, k, v, plain, streamed ? nullptr : &w_plain, &lse_plain).values());
+    EXPECT_EQ(lse.values(), lse_plain.values());
+    if (!streamed) EXPECT_EQ(w.values(), w_plain.values());
+  }
+  const Tensor<float> dO = wave<float>(qs, 2.3, 1.0);
+  const AttentionGradients<float> g = attention_backward<float>(q, k, v, dO, hot),
+                                  g_plain = attention_backward<float>(divided, k, v, dO, plain);
+  EXPECT_EQ(g.dk.values(), g_plain.dk.values());
+  EXPECT_EQ(g.dv.values(), g_plain.dv.values());
+  for (Index b = 0; b < 2; ++b)
+    for (Index h = 0; h < 2; ++h)
+      for (Index i = 0; i < 6; ++i)
+        for (Index c = 0; c < 4; ++c)
+          EXPECT_EQ(g.dq(b, h, i, c), float(double(g_plain.dq(b, h, i, c)) / (*hot.temperature)(b, h, i)));
+  // Broadcast over the batch and the heads: the same values, written out.
+  AttentionOptions one = plain, every = plain;
+  one.temperature = wave_temperature(1, 1, 6);
+  every.temperature = QueryTemperature{.B = 2, .H = 2, .T_q = 6};
+  for (Index n = 0; n < 4; ++n)
+    every.temperature->values.insert(every.temperature->values.end(), one.temperature->values.begin(),
+                                     one.temperature->values.end());
+  EXPECT_EQ(attention<float>(q, k, v, one).values(), attention<float>(q, k, v, every).values());
+  EXPECT_EQ(attention_backward<float>(q, k, v, dO, one).dq.values(),
+            attention_backward<float>(q, k, v, dO, every).dq.values());
+  // The float64 backward of a general temperature against central differences, dQ and dK.
+  Tensor<double> qd = q.cast<double>(), kd = k.cast<double>();
+  const Tensor<double> vd = v.cast<double>(), dOd = dO.cast<double>();
+  AttentionOptions general = plain;
+  general.temperature = wave_temperature(2, 2, 6);
+  const auto loss = [&] { return attention<double>(qd, kd, vd, general).values().dot(dOd.values()); };
+  const AttentionGradients<double> gd = attention_backward<double>(qd, kd, vd, dOd, general);
+  const double step = 1e-5;
+  for (auto [x, grad] : {std::pair{&qd, &gd.dq}, {&kd, &gd.dk}})
+    for (Index n = 0; n < x->size(); ++n) {
+      const double x0 = x->values()[n];
+      x->values()[n] = x0 + step;
+      const double up = loss();
+      x->values()[n] = x0 - step;
+      const double down = loss();
+      x->values()[n] = x0;
+      EXPECT_NEAR(grad->values()[n], (up - down) / (2 * step), 1e-7) << "entry " << n;
+    }
+  // The streamed oracle backward (and its bound) gives what the materialised one gives.
+  const AttentionGradients<double> sd = streaming_oracle_backward<double>(qd, kd, vd, dOd, general);
+  for (Index n = 0; n < sd.dq.size(); ++n) EXPECT_NEAR(sd.dq.values()[n], gd.dq.values()[n], 1e-13);
+  const GradientCheck m = gradient_check(DType::f16, qd, kd, vd, dOd, general),
+                      s = streamed_gradient_check(DType::f16, qd, kd, vd, dOd, general);
+  for (Index n = 0; n < m.tolerance.dq.size(); ++n)
+    EXPECT_NEAR(s.tolerance.dq.values()[n], m.tolerance.dq.values()[n], 1e-12 * m.tolerance.dq.values()[n]);
+  for (Index n = 0; n < m.tolerance.dk.size(); ++n)
+    EXPECT_NEAR(s.tolerance.dk.values()[n], m.tolerance.dk.values()[n], 1e-12 * m.tolerance.dk.values()[n]);
+}
+
+// The derived bounds hold for a correct kernel that folds τ differently from the reference: q·(1/τ) with 1/τ rounded
+// to half precision first (tolerance.cpp step 8 (a)), at float16, forward and backward; and they are not vacuous.
+TEST(Modifiers, aTemperatureFoldedAnotherWayIsWithinTheBound) {
+  const Shape qs{1, 2, 24, 8};
+  const Tensor<Eigen::half> q = wave<Eigen::half>(qs, 0.2, 1.5), k = wave<Eigen::half>(qs, 0.5, 1.5),
+                            v = wave<Eigen::half>(qs, 0.8, 1.0), dO = wave<Eigen::half>(qs, 1.7, 1.0);
+  AttentionOptions o;
+  o.temperature = QueryTemperature{.B = 1, .H = 1, .T_q = 24};
+  for (Index i = 0; i < 24; ++i) o.temperature->values.push_back(0.5 + 0.0625 * double((7 * i) % 40));  // 0.5 .. 2.94
+  Tensor<Eigen::half> folded = q;
+  for (Index h = 0; h < 2; ++h)
+    for (Index i = 0; i < 24; ++i) {
+      const Eigen::half inv = Eigen::half(1.0 / (*o.temperature)(0, 0, i));
+      for (Index c = 0; c < 8; ++c) folded(0, h, i, c) = Eigen::half(float(q(0, h, i, c)) * float(inv));
+    }
+  const Tensor<Eigen::half> out = attention<Eigen::half>(folded, k, v);
+  Tensor<double> w{Shape{}};
+  const Tensor<double> want = oracle(q, k, v, o, &w);
+  const Tensor<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  const AttentionOptions f = folded_options(o);
+  const Tensor<double> q_folded = fold_temperature(qd, o);
+  double worst = 0;
+  for (Index h = 0; h < 2; ++h) {
+    const HeadTolerance tol =
+        head_tolerance(DType::f16, q_folded.head(0, h), kd.head(0, h), vd.head(0, h), BoolMask::causal(24, 24),
+                       0.25 * std::sqrt(2.0), want.head(0, h), w.head(0, h), 2.0, head_modifiers(f, 0, h, 24, 24));
+    for (Index i = 0; i < 24; ++i)
+      for (Index c = 0; c < 8; ++c) {
+        const double err = std::abs(double(out(0, h, i, c)) - want(0, h, i, c));
+        EXPECT_LE(err, tol.output(i, c)) << h << "," << i << "," << c;
+        EXPECT_LT(tol.output(i, c), 0.1);  // not vacuous: a 10% error of an O(1) output is caught
+        worst = std::max(worst, err);
+      }
+  }
+  EXPECT_GT(worst, 0.0);  // the other folding does round differently
+  const AttentionGradients<Eigen::half> g = attention_backward<Eigen::half>(folded, k, v, dO);
+  const GradientCheck c = gradient_check(DType::f16, qd, kd, vd, dO.cast<double>(), o);
+  for (Index n = 0; n < g.dk.size(); ++n)
+    EXPECT_LE(std::abs(double(g.dk.values()[n]) - c.oracle.dk.values()[n]), c.tolerance.dk.values()[n]) << n;
+  for (Index b = 0; b < 1; ++b)
+    for (Index h = 0; h < 2; ++h)
+      for (Index i = 0; i < 24; ++i)
+        for (Index d = 0; d < 8; ++d) {  // this kernel's dQ' times 1/τ: dQ
+          const double inv = double(Eigen::half(1.0 / (*o.temperature)(0, 0, i)));
+          const double dq = double(Eigen::half(float(g.dq(b, h, i, d)) * float(inv)));
+          EXPECT_LE(std::abs(dq - c.oracle.dq(b, h, i, d)), c.tolerance.dq(b, h, i, d)) << h << "," << i << "," << d;
+        }
 }
 
 // A bias of slope·(j - p) is ALiBi, bit for bit (both add the same exact value in the same place, after the

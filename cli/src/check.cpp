@@ -294,6 +294,9 @@ std::string call_keywords_line(const Problem& p) {
   if (p.bias)
     add("bias [" + std::to_string(p.bias->B) + "," + std::to_string(p.bias->H) + "," + std::to_string(p.bias->T_q) +
         "," + std::to_string(p.bias->T_k) + "] " + list(p.bias->values, number));
+  if (p.temperature)
+    add("temperature [" + std::to_string(p.temperature->B) + "," + std::to_string(p.temperature->H) + "," +
+        std::to_string(p.temperature->T_q) + "] " + list(p.temperature->values, number));
   if (p.paged)
     add("paged: pages of " + std::to_string(p.paged->page_size) + ", " + page_layout_name(p.paged->layout));
   if (p.layout != InputLayout::contiguous) add("layout " + input_layout_name(p.layout));

@@ -164,6 +164,11 @@ void describe_case(std::ostream& details, const LawCase& c, const std::optional<
     std::copy(p.bias->values.begin(), p.bias->values.end(), bias.data());
     print_tensor(details, "bias", bias);
   }
+  if (p.temperature) {  // [B_t, H_t, T_q], printed as a [B_t, H_t, T_q, 1] tensor
+    Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
+    std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());
+    print_tensor(details, "temperature", t);
+  }
   if (const auto& var = c.variant) {  // a relational law's second call
     details << "    and the call it is compared with:\n";
     print_tensor(details, "q'", var->q);

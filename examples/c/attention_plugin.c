@@ -17,8 +17,8 @@
  * bidirectional prefix, a right window) and causal = 0; with -DBLOCK_MASKS,
  * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
- * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward) and its
- * gradient (backward_call->d_bias).
+ * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward), its
+ * gradient (backward_call->d_bias) and per-query temperatures (call->temperature).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -193,17 +193,27 @@ static double bias_of(const attncheck_call* call, int64_t b, int64_t h, int64_t 
   return load(&t, call->dtype, b, h, i, j);
 }
 
-/* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): softcap, then
- * ALiBi, then the additive bias (the order attncheck/plugin.h gives). *ds, when not NULL, gets its derivative with
- * respect to s (a bias, like ALiBi, only shifts the score). */
+/* The temperature of query i of (b, h) (ABI 4's call->temperature, read through its strides: 0 over a broadcast
+ * extent), 1 without one. */
+static double temperature_of(const attncheck_call* call, int64_t b, int64_t h, int64_t i) {
+  if (!call->temperature) return 1.0;
+  return call->temperature[b * call->temperature_strides[0] + h * call->temperature_strides[1] +
+                           i * call->temperature_strides[2]];
+}
+
+/* The modified score of query i (head h) and key j from its scaled score s = scale·(q_i·k_j): divided by the
+ * query's temperature, then softcap, ALiBi and the additive bias (the order attncheck/plugin.h gives). *ds, when
+ * not NULL, gets its derivative with respect to s (a bias, like ALiBi, only shifts the score). */
 static double modified(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j, double s,
                        double* ds) {
   double slope_term = call->alibi_slopes ? call->alibi_slopes[h] * (double)(j - position(call, b, i)) : 0.0;
-  if (ds) *ds = 1.0;
+  const double tau = temperature_of(call, b, h, i);
+  s /= tau;
+  if (ds) *ds = 1.0 / tau;
   if (call->softcap > 0) {
     const double t = tanh(s / call->softcap);
     s = call->softcap * t;
-    if (ds) *ds = 1.0 - t * t;
+    if (ds) *ds *= 1.0 - t * t;
   }
   return (s + slope_term) + bias_of(call, b, h, i, j);
 }
@@ -498,7 +508,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .max_T = 4096,
       .forward = forward,
 #ifdef ABI4
-      .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD, /* ABI 4's additive bias (call->bias), and dBias */
+      .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE, /* the bias, dBias, τ */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -36,3 +36,17 @@ def biased(q, k, v, scale=None, bias=None):
 def test_a_learned_bias_and_its_gradient(attncheck):
     attncheck.check(biased, dtypes=("float32",), framework="torch", backward="autograd", bias=True, bias_grad=True,
                     laws=("oracle-agreement", "bias-row-shift", "bias-minus-inf", "grad-oracle", "grad-bias"))
+
+
+# Llama 4's attention temperature tuning, in attention: each query's scores divided by its temperature (the
+# position-dependent factor 1/τ multiplies q), with autograd taking dq through the division.
+def tempered(q, k, v, scale=None, temperature=None):
+    qf = q.float() if temperature is None else q.float() / temperature.float()[..., None]
+    s = (qf @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    causal = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+    return (s.masked_fill(~causal, float("-inf")).softmax(-1) @ v.float()).to(q.dtype)
+
+
+def test_a_per_query_temperature(attncheck):
+    attncheck.check(tempered, dtypes=("bfloat16", "float32"), framework="torch", backward="autograd", temperature=True,
+                    laws=("oracle-agreement", "temperature-as-query-scale", "grad-oracle", "causal-perturbation"))

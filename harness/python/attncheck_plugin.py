@@ -72,18 +72,19 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
-FLAGS4 = {"bias": 0x1, "bias_grad": 0x2}
+FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
-                     "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",)}
+                     "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",),
+                     "temperature": ("temperature",)}
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
     "heads and lengths": ("gqa", "key_lengths", "v_head_dim"),
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
-    "score modifiers": ("softcap", "alibi", "sinks", "bias"),
+    "score modifiers": ("softcap", "alibi", "sinks", "bias", "temperature"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "claims about results": ("batch_invariant",),
@@ -132,7 +133,7 @@ PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
-              "bias": 262144}
+              "bias": 262144, "temperature": 524288}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -406,6 +407,14 @@ def _read_call(payload, backward):
         n = Bb * Hb * T_q * T_k
         bias = _decode(payload[off:off + n * size], dtype, (Bb, Hb, T_q, T_k))
         off += n * size
+    temperature = None
+    if fflags & CALL_FLAGS["temperature"]:  # version 4: i64 B_t, H_t, then B_t*H_t*T_q f64 values
+        Bt, Ht = struct.unpack_from("<2q", payload, off)
+        off += 16
+        temperature = np.frombuffer(payload, dtype="<f8", count=Bt * Ht * T_q, offset=off).reshape(Bt, Ht, T_q)
+        off += 8 * Bt * Ht * T_q
+        # q's own type, so that q / temperature[..., None] stays at it (bfloat16's float32 holds the value as is)
+        temperature = temperature.astype(np.float32 if dtype == "bfloat16" else WIRE[dtype])
     paged = None
     if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
         lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
@@ -434,7 +443,8 @@ def _read_call(payload, backward):
               "key_lengths": key_lengths, "window": window, "softcap": softcap, "alibi_slopes": alibi_slopes,
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
-              "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias}
+              "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
+              "temperature": temperature}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -594,8 +604,9 @@ class _Torch:
         for key in ("key_lengths", "alibi_slopes", "sinks", "q_doc_ids", "k_doc_ids", "dense_mask"):
             if kw[key] is not None:
                 kw[key] = self.tensor(kw[key])
-        if kw.get("bias") is not None:  # at the call's dtype, as q, k and v
-            kw["bias"] = self.tensor(kw["bias"], dtype)
+        for key in ("bias", "temperature"):  # at the call's dtype, as q, k and v
+            if kw.get(key) is not None:
+                kw[key] = self.tensor(kw[key], dtype)
         mask = kw["block_mask"]
         if mask is not None:
             kw["block_mask"] = BlockMask(mask.block_q, mask.block_k, self.tensor(mask.kinds),
@@ -718,7 +729,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
-          bias=False, bias_grad=False, framework="numpy", device=None):
+          bias=False, bias_grad=False, temperature=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -776,8 +787,11 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     mask (an extent of 1 broadcasts); a value of -inf hides its cell as a mask does. `bias_grad=True` (with
     `bias=True` and a backward) declares that the backward returns dBias too, last: (dq, dk, dv[, d_sinks], d_bias)
     when the call has a bias, d_bias in the bias's shape (dS summed over the axes it broadcasts over); with
-    backward="autograd" the bias is a leaf and its gradient is taken too. An attncheck that speaks only version 3
-    cannot send them: the client then refuses to serve, saying so.
+    backward="autograd" the bias is a leaf and its gradient is taken too. `temperature=True`: fn (and a backward) gets
+    `temperature`, None or an array [B or 1, H or 1, T_q] of q's type, every value > 0: query i's scaled scores are
+    divided by its temperature before the softcap, which is attention on q / temperature[..., None] (Llama 4's
+    attention temperature tuning multiplies q by 1/temperature); a backward's dq is the gradient of q itself. An
+    attncheck that speaks only version 3 cannot send them: the client then refuses to serve, saying so.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -787,7 +801,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("batch_invariant", batch_invariant),
                                               ("query_documents", query_documents), ("strided", strided),
                                               ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim),
-                                              ("bias", bias), ("bias_grad", bias_grad))}
+                                              ("bias", bias), ("bias_grad", bias_grad),
+                                              ("temperature", temperature))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

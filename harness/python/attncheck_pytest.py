@@ -200,6 +200,8 @@ takes = client._keywords(fn, "fn", [m for m in client.MODIFIER_KEYWORDS if decla
 host = {{"float32": np.float32, "float64": np.float64, "float16": np.float16, "bfloat16": np.float32}}[dtype]
 # The additive bias [B|1, H|1, T_q, T_k], at the call's dtype as q, k and v (its values are exact there).
 keywords["bias"] = case["bias"].astype(host) if "bias" in case.files else None
+# The per-query temperature [B|1, H|1, T_q], in q's type as the client gives it.
+keywords["temperature"] = case["temperature"].astype(host) if "temperature" in case.files else None
 
 
 def call(q, k, v):
@@ -461,7 +463,7 @@ def _case_keywords(problem):
         out.append("documents (key bounds)=%s" % json.dumps(problem["doc_bounds"]).replace(" ", ""))
     if problem.get("q_doc_bounds"):
         out.append("documents (query bounds)=%s" % json.dumps(problem["q_doc_bounds"]).replace(" ", ""))
-    for key in ("block_mask", "dense_mask", "bias"):
+    for key in ("block_mask", "dense_mask", "bias", "temperature"):
         if problem.get(key):
             out.append(key)
     if problem.get("paged"):
@@ -529,13 +531,18 @@ def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
         bias = problem["bias"]
         arrays["bias"] = np.array(bias["values"], dtype=object).astype(np.float64).reshape(
             bias["B"], bias["H"], arrays["q"].shape[2], arrays["k"].shape[2])
+    if problem.get("temperature"):  # {"B", "H", "values": its B·H rows of T_q}: the call's temperature
+        t = problem["temperature"]
+        arrays["temperature"] = np.array(t["values"], dtype=object).astype(np.float64).reshape(
+            t["B"], t["H"], arrays["q"].shape[2])
     np.savez(base + ".npz", **arrays)
     keywords = {"scale": None if problem.get("scale") is None else float(problem["scale"]),
                 "alignment": problem.get("alignment", "top-left"), "dtype": dtype, "window": problem.get("window"),
                 "softcap": None if problem.get("softcap") is None else float(problem["softcap"]),
                 "causal": problem.get("causal", True), "paged": None, "prefix_length": problem.get("prefix_length", 0),
                 "window_right": problem.get("window_right"), "chunk_size": problem.get("chunk_size", 0),
-                "q_doc_ids": None, "k_doc_ids": None, "block_mask": None, "dense_mask": None, "bias": None}
+                "q_doc_ids": None, "k_doc_ids": None, "block_mask": None, "dense_mask": None, "bias": None,
+                "temperature": None}
     with open(base + ".py", "w") as f:
         f.write(_REPRO.format(qualname=qualname, dtype=dtype, nodeid=nodeid, case=_minimal_case(detail.get("shape"), problem),
                               npz_name=os.path.basename(base + ".npz"), python=sys.executable, py=base + ".py",

@@ -368,7 +368,8 @@ constexpr bool abi_bits_match() {
   for (const AbiBit& a : abi)
     if (feature(a.feature).abi_flag != a.bit || feature(a.feature).c_name != a.macro) return false;
   constexpr AbiBit abi4[] = {ATTNCHECK_ABI_BIT(bias, ATTNCHECK_CAP4_BIAS),
-                             ATTNCHECK_ABI_BIT(bias_grad, ATTNCHECK_CAP4_BIAS_GRAD)};
+                             ATTNCHECK_ABI_BIT(bias_grad, ATTNCHECK_CAP4_BIAS_GRAD),
+                             ATTNCHECK_ABI_BIT(temperature, ATTNCHECK_CAP4_TEMPERATURE)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -560,6 +561,13 @@ class CPlugin final : public Implementation {
     call.softcap = p.softcap.value_or(0.0);
     call.alibi_slopes = p.alibi_slopes.empty() ? nullptr : p.alibi_slopes.data();
     call.sinks = p.sinks.empty() ? nullptr : p.sinks.data();
+    if (p.temperature) {  // ABI 4: the problem's own doubles, [B|1, H|1, T_q] row-major, 0 over a broadcast extent
+      const QueryTemperature& t = *p.temperature;
+      call.temperature = t.values.data();
+      call.temperature_strides[0] = t.B == 1 ? 0 : t.H * t.T_q;
+      call.temperature_strides[1] = t.H == 1 ? 0 : t.T_q;
+      call.temperature_strides[2] = 1;
+    }
     return call;
   }
 

@@ -171,7 +171,8 @@ std::string call_payload(const Problem& p) {
         (p.window_right ? call_window_right : 0u) | (p.chunk_size != 0 ? call_chunk : 0u) |
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
-        (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u));
+        (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
+        (p.temperature ? call_temperature : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -231,6 +232,16 @@ std::string call_payload(const Problem& p) {
     Tensor<double> t(Shape{b.B, b.H, b.T_q, b.T_k});
     std::copy(b.values.begin(), b.values.end(), t.data());
     w.bytes() += to_bytes(t, p.dtype);
+  }
+  if (p.temperature) {  // version 4 (PROTOCOL.md, "Temperature"): i64 B_t, i64 H_t, then B_t·H_t·T_q f64 values
+    const QueryTemperature& t = *p.temperature;
+    if (t.T_q != p.q.shape().T || t.values.size() != std::size_t(t.B * t.H * t.T_q))
+      throw std::logic_error("encode_forward: a temperature [" + std::to_string(t.B) + "," + std::to_string(t.H) + "," +
+                             std::to_string(t.T_q) + "] with " + std::to_string(t.values.size()) + " values for " +
+                             to_string(p.q.shape()));
+    w.i64(t.B);
+    w.i64(t.H);
+    for (const double x : t.values) w.f64(x);
   }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
@@ -474,6 +485,18 @@ ScoreBias read_bias(Reader& r, const char* what, DType dtype, const Shape& qs, c
   return ScoreBias{.B = Bb, .H = Hb, .T_q = qs.T, .T_k = ks.T, .values = {t.data(), t.data() + t.size()}};
 }
 
+// The per-query temperature of a frame (flag 524288): B_t and H_t, each the call's or 1, then B_t·H_t·T_q f64 values
+// (r.raw refuses a count the bytes left cannot hold); check_call then says whether each is finite and > 0.
+QueryTemperature read_temperature(Reader& r, const char* what, const Shape& qs) {
+  const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
+  const std::int64_t Bt = r.i64(), Ht = r.i64();
+  check_broadcast(fail, "temperature B", Bt, qs.B, "B");
+  check_broadcast(fail, "temperature H", Ht, qs.H, "H (query heads)");
+  const Shape s{Bt, Ht, qs.T, 1};
+  const Tensor<double> t = from_bytes(r.raw(std::size_t(s.numel()) * 8), s, DType::f64);
+  return QueryTemperature{.B = Bt, .H = Ht, .T_q = qs.T, .values = {t.data(), t.data() + t.size()}};
+}
+
 // The masks beyond causal of a frame (flags 1024 to 32768), read into p: the prefix, the right window, the chunk
 // size, the document ids turned back into doc_bounds (the query ids checked against them), the block mask and the
 // dense mask.
@@ -562,10 +585,10 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   const std::uint32_t flags = r.u32();
   if (flags & ~kCallFlags)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x7ffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0xfffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
                         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension, 262144 bias)");
+                        "dimension, 262144 bias, 524288 temperature)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -619,6 +642,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   }
   read_masks(r, what, flags, p, qs, ks);
   if (flags & call_bias) p.bias = read_bias(r, what, p.dtype, qs, ks);
+  if (flags & call_temperature) p.temperature = read_temperature(r, what, qs);
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.

@@ -580,6 +580,49 @@ TEST(CPlugin, theAbi4ExampleReadsTheBiasThroughItsStrides) {
   }
 }
 
+// The ABI-4 build declares per-query temperatures (ATTNCHECK_CAP4_TEMPERATURE) and reads call->temperature through
+// its strides, broadcast (stride 0) or not, forward and backward (dq that of q itself), in and out of process; a
+// plug-in that does not declare it is never sent one.
+TEST(CPlugin, theAbi4ExampleReadsTheTemperatureThroughItsStrides) {
+  const auto isolated = load_implementation(spec("attention_plugin_v4"));
+  const auto in_process = load_implementation(spec("attention_plugin_v4"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  EXPECT_TRUE(isolated->capabilities().declares(Feature::temperature));
+  EXPECT_FALSE(load_implementation(spec("attention_plugin"))->capabilities().declares(Feature::temperature));
+  const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
+    double m = 0;
+    for (Index n = 0; n < x.size(); ++n) m = std::max(m, std::abs(x.values()[n] - y.values()[n]));
+    return m;
+  };
+  for (const auto [B_t, H_t] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
+    Problem p = test::wave_problem(DType::f64, 2, 2, 3, 5, 2);
+    p.alignment = CausalAlignment::BottomRight;
+    p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+    p.temperature = QueryTemperature{.B = B_t, .H = H_t, .T_q = 3, .values = {}};
+    for (Index n = 0; n < B_t * H_t * 3; ++n) p.temperature->values.push_back(0.25 + 0.375 * double((n * 5) % 7));
+    const std::string what = std::to_string(B_t) + "x" + std::to_string(H_t);
+    const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << what;
+    EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
+    Problem plain = p;  // leaving the temperature out (or reading it at the wrong strides) moves the output
+    plain.temperature.reset();
+    EXPECT_GT(worst(ref->forward(plain).output, r.output), 1e-2) << what;
+    const Gradients ga = isolated->backward(p), gb = in_process->backward(p), gr = ref->backward(p);
+    EXPECT_EQ(ga.dq.values(), gb.dq.values()) << what;
+    EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;
+    EXPECT_LT(worst(ga.dk, gr.dk), 1e-13) << what;
+    EXPECT_LT(worst(ga.dv, gr.dv), 1e-13) << what;
+  }
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 5, 2);
+  p.temperature = QueryTemperature{.B = 1, .H = 1, .T_q = 3, .values = {0.5, 1, 2}};
+  try {
+    load_implementation(spec("attention_plugin"))->forward(p);
+    ADD_FAILURE() << "a temperature was sent to a plug-in that does not declare it";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("a per-query temperature ([1,1,3])"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CPlugin, theBlockMasksExampleReadsBlockAndDenseMasksThroughTheirStrides) {
   const auto isolated = load_implementation(spec("attention_plugin_block_masks"));
   const auto in_process = load_implementation(spec("attention_plugin_block_masks"), HarnessOptions{.isolate = false});

@@ -74,6 +74,9 @@ std::optional<Problem> witness(Feature f) {
       p.bias = ScoreBias{.B = 1, .H = 2, .T_q = 3, .T_k = 4, .values = {}};
       for (int n = 0; n < 24; ++n) p.bias->values.push_back(0.25 * double(n % 5) - 0.5);
       break;
+    case Feature::temperature:  // one per batch entry and query, broadcast over the heads
+      p.temperature = QueryTemperature{.B = 1, .H = 1, .T_q = 3, .values = {0.5, 1.25, 3}};
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad: return std::nullopt;
@@ -302,7 +305,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"paged", call_paged},         {"prefix", call_prefix},         {"window_right", call_window_right},
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
-      {"bias", call_bias}};
+      {"bias", call_bias},           {"temperature", call_temperature}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

@@ -135,6 +135,13 @@ ScoreBias modifiers_bias(const Problem& p, Index B_b, Index H_b) {
   return bias;
 }
 
+// A temperature [B_t, H_t, T_q] of values in [0.5, 2.75], no two neighbours alike.
+QueryTemperature modifiers_temperature(const Problem& p, Index B_t, Index H_t) {
+  QueryTemperature t{.B = B_t, .H = H_t, .T_q = p.q.shape().T, .values = {}};
+  for (Index n = 0; n < B_t * H_t * t.T_q; ++n) t.values.push_back(0.5 + 0.25 * double((n * 5) % 10));
+  return t;
+}
+
 double worst(const Tensor<double>& a, const Tensor<double>& b) {
   double m = 0;
   for (Index n = 0; n < a.size(); ++n)
@@ -184,11 +191,13 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
     EXPECT_TRUE(
         c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
         << mode;
-    EXPECT_TRUE(c.declares(Feature::bias) && c.declares(Feature::bias_grad)) << mode;  // version 4
+    EXPECT_TRUE(c.declares(Feature::bias) && c.declares(Feature::bias_grad) && c.declares(Feature::temperature))
+        << mode;  // version 4
     for (const bool causal : {true, false}) {
       Problem p = modifiers_problem(causal);
       p.window.reset();  // the client declares no window
       p.bias = modifiers_bias(p, causal ? 1 : 2, causal ? 4 : 1);  // broadcast over B, then over H
+      p.temperature = modifiers_temperature(p, causal ? 2 : 1, causal ? 1 : 4);  // over H, then over B
       const Outcome a = impl->forward(p), r = ref->forward(p);
       ASSERT_TRUE(a.lse && a.weights) << mode;
       // float64, T_k = 5, D = 2: numpy and the core round a handful of products, tanh, exp, log differently.
@@ -1125,11 +1134,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 262144 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 524288 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 524288u;
+  const std::uint32_t high = flags | 1048576u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "16384 block mask, 32768 dense mask, 65536 layout, 131072 V head dimension, 262144 bias)");
+  refused(unknown, "65536 layout, 131072 V head dimension, 262144 bias, 524288 temperature)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

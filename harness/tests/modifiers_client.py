@@ -1,5 +1,6 @@
 """A child for the exec: tests that declares protocol version 3's modifiers and the LSE (numpy, float64): softcap,
-ALiBi, sinks (with d_sinks in the backward) and causal = False, and version 4's additive bias (with d_bias). `dict` as the first argument returns a dict
+ALiBi, sinks (with d_sinks in the backward) and causal = False, and version 4's additive bias (with d_bias) and
+per-query temperatures. `dict` as the first argument returns a dict
 instead of a tuple; `strict` raises when it gets a modifier keyword it did not declare (it declares only the LSE
 and sinks then), so a test can see that nothing undeclared is passed."""
 import sys
@@ -11,7 +12,7 @@ import attncheck_plugin
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 
 
-def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal, bias=None):
+def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal, bias=None, temperature=None):
     """Everything the forward and backward need, float64: K and V repeated over each group, the raw scaled scores
     S, dZ/dS, the visibility, the weights P [B,H,T_q,T_k], the sink's share [B,H,T_q,1] and the LSE."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
@@ -26,8 +27,11 @@ def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, 
     vis = vis[:, None]
     s = q @ k.swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
     z, dz_ds = s, np.ones_like(s)
+    if temperature is not None:  # [B or 1, H or 1, T_q]: each query's scores divided by its own
+        tau = temperature.astype(np.float64)[..., None]
+        z, dz_ds = s / tau, np.broadcast_to(1 / tau, s.shape)
     if softcap is not None:
-        z, dz_ds = softcap * np.tanh(s / softcap), 1 - np.tanh(s / softcap) ** 2
+        z, dz_ds = softcap * np.tanh(z / softcap), dz_ds * (1 - np.tanh(z / softcap) ** 2)
     if alibi_slopes is not None:
         z = z + alibi_slopes[:, None, None] * (j - pos)
     if bias is not None:  # [B or 1, H or 1, T_q, T_k]: numpy broadcasts an extent of 1
@@ -53,9 +57,9 @@ def strict_attention(q, k, v, scale=None, alignment="top-left", key_lengths=None
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-              sinks=None, causal=True, bias=None):
+              sinks=None, causal=True, bias=None, temperature=None):
     _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal,
-                                        bias)
+                                        bias, temperature)
     out = p @ v
     if MODE == "dict":
         return {"output": out, "weights": p, "lse": lse[..., 0]}  # lse [B,H,T_q]: the client adds the 1
@@ -63,13 +67,13 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softc
 
 
 def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-             sinks=None, causal=True, bias=None):
+             sinks=None, causal=True, bias=None, temperature=None):
     """dP = dO Vᵀ, Δ = rowsum(P ∘ dP), dZ = P ∘ (dP − Δ), dS = dZ ∘ dZ/dS; dQ = scale·dS K, dK = scale·dSᵀ Q,
     dV = Pᵀ dO, summed over each kv head's group; d_sinks[h] = −Σ_{b,i} P_sink Δ."""
     B, H_kv, T_k, D = k.shape
     scale = scale or 1 / np.sqrt(q.shape[3])
     q, k, v, s, dz_ds, vis, p, p_sink, _ = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes,
-                                                 sinks, causal, bias)
+                                                 sinks, causal, bias, temperature)
     d_o = d_output.astype(np.float64)
     d_p = np.where(vis, d_o @ v.swapaxes(-1, -2), 0.0)
     delta = (p * d_p).sum(axis=-1, keepdims=True)
@@ -87,7 +91,8 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
 
 if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
-        lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True)
+        lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
+        temperature=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

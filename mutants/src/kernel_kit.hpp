@@ -35,6 +35,7 @@ struct HeadCtx {
   std::optional<double> sink{};     ///< the head's sink logit (may be -inf); empty: none
   Index position_offset = 0;        ///< p = i + position_offset: 0 top-left, T_k - T_q bottom-right
   const ScoreBias* bias = nullptr;  ///< the problem's additive bias (ABI 4), read at (b, h); null: none
+  const QueryTemperature* temperature = nullptr;  ///< the problem's temperature (ABI 4), read at (b, h); null: none
 
   /// 1/√D unless the problem overrides it: the correct default.
   double resolved_scale() const { return scale ? *scale : 1.0 / std::sqrt(static_cast<double>(D)); }
@@ -60,6 +61,8 @@ struct HeadCtx {
   bool visible(Index i, Index j) const { return visibility().visible(i, j); }
   /// The additive bias of cell (i, j) of this head: 0 without one.
   double bias_at(Index i, Index j) const { return bias ? (*bias)(b, h, i, j) : 0.0; }
+  /// Query i's temperature: 1 without one.
+  double temperature_at(Index i) const { return temperature ? (*temperature)(b, h, i) : 1.0; }
   /// Query i's aligned position p (what ALiBi measures from).
   Index position(Index i) const { return q_doc_bounds ? visibility().position(i) : i + position_offset; }
 };
@@ -178,6 +181,7 @@ Tensor<S> per_head_in(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v
   c.block_mask = p.block_mask ? &*p.block_mask : nullptr;
   c.dense_mask = p.dense_mask ? &*p.dense_mask : nullptr;
   c.bias = p.bias ? &*p.bias : nullptr;
+  c.temperature = p.temperature ? &*p.temperature : nullptr;
   c.position_offset = p.alignment == CausalAlignment::BottomRight ? c.T_k - c.T_q : 0;
   for (Index b = 0; b < s.B; ++b)
     for (Index h = 0; h < s.H; ++h) {

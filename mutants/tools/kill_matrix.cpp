@@ -83,6 +83,12 @@ std::string problem_line(const Problem& p) {
     std::copy(p.bias->values.begin(), p.bias->values.end(), t.data());
     s += ", bias " + shape_str(t.shape()) + " = " + values(t);
   }
+  if (p.temperature) {  // its values as a [B_t, H_t, T_q, 1] tensor
+    Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
+    std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());
+    s += ", temperature [" + std::to_string(p.temperature->B) + "," + std::to_string(p.temperature->H) + "," +
+         std::to_string(p.temperature->T_q) + "] = " + values(t);
+  }
   if (p.paged) {  // where K and V sit: a paged kernel's bug is in that arithmetic
     const PagedKV pk = p.paged_kv();
     s += ", pages of " + std::to_string(pk.page_size) + " (" + page_layout_name(pk.layout) + ", " +

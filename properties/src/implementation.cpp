@@ -610,7 +610,7 @@ ImplementationPtr reference_implementation() {
                    Feature::right_window,  Feature::block_mask,
                    Feature::dense_mask,    Feature::v_head_dim,
                    Feature::paged,         Feature::bias,
-                   Feature::bias_grad};
+                   Feature::bias_grad,     Feature::temperature};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -261,7 +261,7 @@ TEST(Law, batchInvariance) {
   caps.features.add(Feature::batch_invariant);
   caps.returns_weights = false;
   caps.features.remove({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::backward});
-  caps.features.remove({Feature::block_mask, Feature::dense_mask, Feature::paged});
+  caps.features.remove({Feature::block_mask, Feature::dense_mask, Feature::paged, Feature::bias, Feature::temperature});
   caps.features.remove(Feature::v_head_dim);  // per_row_attention has one head dimension
   const auto claimed = make_implementation("per-row", "each row alone in double, claiming batch invariance", caps,
                                            per_row_attention);
@@ -430,6 +430,7 @@ TEST(Law, biasRowShift) { expectHoldsOnReference("bias-row-shift", kAllDtypes); 
 TEST(Law, biasMinusInf) { expectHoldsOnReference("bias-minus-inf", kAllDtypes); }
 TEST(Law, gradBias) { expectHoldsOnReference("grad-bias", kAllDtypes); }
 TEST(Law, alibiAsBias) { expectHoldsOnReference("alibi-as-bias", kAllDtypes); }
+TEST(Law, temperatureAsQueryScale) { expectHoldsOnReference("temperature-as-query-scale", kAllDtypes); }
 
 // The bias's laws draw T <= 512 (a bias per cell, 2^18 cells) whatever --max-T asks, and say why they do not apply
 // where the run asks for more (a pinned long shape, --min-T past 512) or the implementation takes no bias.
@@ -505,7 +506,8 @@ TEST(Law, everyLawHasATest) {
                                         "chunked-equals-separate", "neutral-masks", "bidirectional-permutation",
                                         "mask-encodings", "extreme-scores", "batch-invariance",
                                         "grad-determinism", "layout-invariance", "bias-row-shift",
-                                        "bias-minus-inf", "grad-bias", "alibi-as-bias"};
+                                        "bias-minus-inf", "grad-bias", "alibi-as-bias",
+                                        "temperature-as-query-scale"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

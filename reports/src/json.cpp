@@ -219,20 +219,22 @@ Json block_to_json(const BlockMask& m) {
   return j;
 }
 
-Json bias_to_json(const ScoreBias& bias) {
-  Json rows = Json::array();
-  for (Index r = 0; r < bias.B * bias.H * bias.T_q; ++r) {
+// Values [B|1, H|1, rows, cols] as {"B", "H", "values": B·H·rows rows of cols numbers}: a bias, a temperature
+// (cols = T_q, rows = 1).
+Json broadcast_rows_to_json(Index B, Index H, Index rows, Index cols, const std::vector<double>& values) {
+  Json out = Json::array();
+  for (Index r = 0; r < B * H * rows; ++r) {
     Json row = Json::array();
-    for (Index j = 0; j < bias.T_k; ++j) row.push_back(number_to_json(bias.values[std::size_t(r * bias.T_k + j)]));
-    rows.push_back(row);
+    for (Index j = 0; j < cols; ++j) row.push_back(number_to_json(values[std::size_t(r * cols + j)]));
+    out.push_back(row);
   }
-  return Json{{"B", bias.B}, {"H", bias.H}, {"values", rows}};
+  return Json{{"B", B}, {"H", H}, {"values", out}};
 }
 
-// The bias's shape and its rows; check_call (the one check of a call) then says whether each value is finite.
-ScoreBias bias_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
-  const std::string expected = "{\"B\": " + std::to_string(B) + " or 1, \"H\": " + std::to_string(H) +
-                               " or 1, \"values\": B·H·T_q rows of T_k = " + std::to_string(T_k) + " numbers}";
+// The inverse: B and H (each the call's or 1) into *B_out and *H_out, and the values; `expected` says what should
+// have come. check_call (the one check of a call) then says whether each value is allowed.
+std::vector<double> broadcast_rows_from_json(const Json& j, const std::string& what, const std::string& expected,
+                                             Index B, Index H, Index rows, Index cols, Index* B_out, Index* H_out) {
   if (!j.is_object()) fail(what, expected, j);
   const auto dim = [&](const char* key, Index full) {
     const auto it = j.find(key);
@@ -240,14 +242,39 @@ ScoreBias bias_from_json(const Json& j, const std::string& what, Index B, Index 
       fail(what, expected, j);
     return Index(it->get<std::int64_t>());
   };
-  ScoreBias bias{.B = dim("B", B), .H = dim("H", H), .T_q = T_q, .T_k = T_k};
+  *B_out = dim("B", B);
+  *H_out = dim("H", H);
   const auto it = j.find("values");
-  if (it == j.end() || !it->is_array() || Index(it->size()) != bias.B * bias.H * T_q) fail(what, expected, j);
+  if (it == j.end() || !it->is_array() || Index(it->size()) != *B_out * *H_out * rows) fail(what, expected, j);
+  std::vector<double> values;
   for (const Json& row : *it) {
-    if (!row.is_array() || Index(row.size()) != T_k) fail(sub(what, "values"), expected, row);
-    for (const Json& x : row) bias.values.push_back(number_from_json(x, sub(what, "values")));
+    if (!row.is_array() || Index(row.size()) != cols) fail(sub(what, "values"), expected, row);
+    for (const Json& x : row) values.push_back(number_from_json(x, sub(what, "values")));
   }
+  return values;
+}
+
+Json bias_to_json(const ScoreBias& bias) {
+  return broadcast_rows_to_json(bias.B, bias.H, bias.T_q, bias.T_k, bias.values);
+}
+
+ScoreBias bias_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
+  const std::string expected = "{\"B\": " + std::to_string(B) + " or 1, \"H\": " + std::to_string(H) +
+                               " or 1, \"values\": B·H·T_q rows of T_k = " + std::to_string(T_k) + " numbers}";
+  ScoreBias bias{.T_q = T_q, .T_k = T_k};
+  bias.values = broadcast_rows_from_json(j, what, expected, B, H, T_q, T_k, &bias.B, &bias.H);
   return bias;
+}
+
+// A temperature as B·H rows of T_q numbers.
+Json temperature_to_json(const QueryTemperature& t) { return broadcast_rows_to_json(t.B, t.H, 1, t.T_q, t.values); }
+
+QueryTemperature temperature_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q) {
+  const std::string expected = "{\"B\": " + std::to_string(B) + " or 1, \"H\": " + std::to_string(H) +
+                               " or 1, \"values\": B·H rows of T_q = " + std::to_string(T_q) + " numbers}";
+  QueryTemperature t{.T_q = T_q};
+  t.values = broadcast_rows_from_json(j, what, expected, B, H, 1, T_q, &t.B, &t.H);
+  return t;
 }
 
 BlockMask block_from_json(const Json& j, const std::string& what, Index B, Index H, Index T_q, Index T_k) {
@@ -314,6 +341,7 @@ Json to_json(const Problem& p) {
   if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
   if (p.bias) j["bias"] = bias_to_json(*p.bias);
+  if (p.temperature) j["temperature"] = temperature_to_json(*p.temperature);
   if (p.want_lse) j["want_lse"] = true;
   if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
@@ -406,6 +434,8 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("dense_mask"); it != j.end())
     p.dense_mask = dense_from_json(*it, sub(what, "dense_mask"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("bias"); it != j.end()) p.bias = bias_from_json(*it, sub(what, "bias"), q.B, q.H, q.T, k.T);
+  if (const auto it = j.find("temperature"); it != j.end())
+    p.temperature = temperature_from_json(*it, sub(what, "temperature"), q.B, q.H, q.T);
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

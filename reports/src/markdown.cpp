@@ -216,6 +216,13 @@ std::string shape_table(const Problem& p) {
     for (Index r = 0; r < b.B * b.H * b.T_q; ++r)
       md += "  " + list(std::vector<double>(b.values.begin() + r * b.T_k, b.values.begin() + (r + 1) * b.T_k)) + "\n";
   }
+  if (p.temperature) {  // one line per (b, h)
+    const QueryTemperature& t = *p.temperature;
+    md += "\nper-query temperature [" + std::to_string(t.B) + "," + std::to_string(t.H) + "," + std::to_string(t.T_q) +
+          "] (query i's scaled scores divided by its temperature, before the softcap; an extent of 1 is shared):\n";
+    for (Index r = 0; r < t.B * t.H; ++r)
+      md += "  " + list(std::vector<double>(t.values.begin() + r * t.T_q, t.values.begin() + (r + 1) * t.T_q)) + "\n";
+  }
   if (p.want_lse) md += "\nthe log-sum-exp of every row is asked for\n";
   if (p.paged) md += "\n" + paged_lines(p);
   return md;

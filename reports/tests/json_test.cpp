@@ -154,6 +154,34 @@ TEST(ReportJson, aBiasRoundTripsAndABadOneIsRefused) {
   EXPECT_NE(refused(bad).find("bias value 14 is inf"), std::string::npos) << refused(bad);
 }
 
+// A temperature round-trips bit for bit, broadcast extents included; one of the wrong extent, or one that is not
+// > 0, is refused naming the field.
+TEST(ReportJson, aTemperatureRoundTripsAndABadOneIsRefused) {
+  Problem p = awkward_problem(0);  // B 1, H 2, T_q 3
+  p.temperature = QueryTemperature{.B = 1, .H = 2, .T_q = 3, .values = {0.5, 1.0 / 3, 2.75, 1e-3, 7.0, 1.0}};
+  Problem back = problem_from_json(Json::parse(dump_pretty(to_json(p))), "p");
+  ASSERT_TRUE(back.temperature.has_value());
+  EXPECT_EQ(*back.temperature, *p.temperature);
+  EXPECT_FALSE(to_json(awkward_problem(0)).contains("temperature"));  // none written without one: old hashes stay
+  const auto refused = [&](Json j) {
+    try {
+      problem_from_json(j, "p");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  Json bad = to_json(p);
+  bad["temperature"]["B"] = 2;
+  EXPECT_NE(refused(bad).find("p.temperature"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["temperature"]["values"][1] = Json::array({1.0, 2.0});
+  EXPECT_NE(refused(bad).find("p.temperature.values"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["temperature"]["values"][1][0] = 0.0;
+  EXPECT_NE(refused(bad).find("temperature value 3 is 0"), std::string::npos) << refused(bad);
+}
+
 // A paged problem stores its plan (the table is derived from it, and written too for the person reading); a bad
 // plan is refused naming the field and what was expected.
 TEST(ReportJson, pagedPlanRoundTripsAndABadOneIsRefusedNamingTheField) {

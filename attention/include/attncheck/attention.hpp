@@ -52,6 +52,20 @@ struct ScoreBias {
   bool operator==(const ScoreBias&) const = default;
 };
 
+/// A per-query temperature [B or 1, H or 1, T_q] (1 broadcasts): query i of head h in batch entry b has its
+/// scaled scores divided by τ_bhi before the softcap, s = scale·(q_i·k_j)/τ_bhi, which is attention on the query
+/// q_i/τ_bhi (Llama 4's attention temperature tuning multiplies q by its factor 1/τ). Each value finite and > 0.
+struct QueryTemperature {
+  Index B = 1, H = 1, T_q = 0;
+  std::vector<double> values{};  ///< [B,H,T_q] row-major
+  /// Head (b, h)'s T_q values (broadcast over B or H where that extent is 1).
+  const double* head(Index b, Index h) const {
+    return values.data() + std::size_t(((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * T_q);
+  }
+  double operator()(Index b, Index h, Index i) const { return head(b, h)[std::size_t(i)]; }
+  bool operator==(const QueryTemperature&) const = default;
+};
+
 /// Options shared by every path.
 struct AttentionOptions {
   /// Multiplies QKᵀ; when empty, 1/√D. Must be finite and positive.
@@ -77,6 +91,12 @@ struct AttentionOptions {
   std::vector<double> sinks{};
   /// An additive bias on the scores, after the softcap, where ALiBi is added. Empty: none. Causal path only.
   std::optional<ScoreBias> bias{};
+  /// A per-query temperature: each query's scaled scores divided by its τ, before the softcap. Empty: none.
+  /// Causal path only. Every entry point folds it into q (fold_temperature) before anything else reads q.
+  std::optional<QueryTemperature> temperature{};
+  /// Set by folded_options, never by a caller: q already holds q/τ. Only the bounds read it, to add the
+  /// roundings of the folding a kernel may do in its own way (tolerance.cpp step 8, backward.cpp step 13).
+  bool temperature_folded = false;
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
   /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
@@ -122,6 +142,13 @@ bool visibility_per_head(const AttentionOptions& opts);
 /// Whether the bias holds a -inf (which hides its cell).
 bool bias_hides_cells(const ScoreBias& bias);
 
+/// q [B,H,T_q,D] with each query row divided by its temperature under opts (each element computed in double and
+/// rounded to S once, as a kernel that scales q in the dtype does); q itself without a temperature. opts must
+/// have been checked against q (check_options).
+template <class S> Tensor<S> fold_temperature(const Tensor<S>& q, const AttentionOptions& opts);
+/// opts without its temperature and with temperature_folded set: the options of the call on fold_temperature's q.
+AttentionOptions folded_options(const AttentionOptions& opts);
+
 /// One head's score modifiers, as attend() takes them: query i sits at aligned position p = position(i).
 struct HeadModifiers {
   std::optional<double> softcap{};
@@ -131,6 +158,8 @@ struct HeadModifiers {
   const double* bias = nullptr;
   Index bias_cols = 0;
   std::optional<double> sink{};  ///< the sink logit (may be -inf); empty: none
+  /// q holds a folded temperature (AttentionOptions::temperature_folded): no score changes, the bounds widen.
+  bool tempered = false;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }
@@ -139,7 +168,7 @@ struct HeadModifiers {
   bool any() const { return modifies_scores() || sink; }
 };
 /// The modifiers query head h of batch entry b gets under these options (T_q queries over T_k keys); points into
-/// opts.
+/// opts. A temperature must have been folded into q first (fold_temperature): std::logic_error otherwise.
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k);
 /// The modified score: softcap, then ALiBi, then the bias, as every path computes it (in the accumulation type A;
 /// a bias value is one of the call's dtype, exact in A).

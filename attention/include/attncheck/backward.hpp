@@ -91,6 +91,11 @@ Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>&
                                               const AttentionOptions& opts);
 
 namespace detail {
+/// backward.cpp step 13: the gradients of the call on fold_temperature's q turned into those of the call with the
+/// temperature: dQ_i = dQ'_i/τ_i, in Acc<S> and rounded to S (the other gradients are unchanged).
+template <class S> void unfold_temperature(AttentionGradients<S>& g, const QueryTemperature& t);
+/// The same for a check: the oracle's dQ divided, and its bound divided and widened by the division's roundings.
+void unfold_temperature(GradientCheck& r, const QueryTemperature& t, DType dtype, double safety);
 /// attention_backward's streamed path (inputs already checked).
 template <class S>
 AttentionGradients<S> streamed_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,

@@ -49,6 +49,8 @@ struct RowScoreStats {
   /// 4b): 0 unless an input lies within a factor 1/scale of the subnormal range. Not collected by the streamed paths.
   double flushed = 0;
   Index n_vis = 0;
+  /// q holds a folded temperature (HeadModifiers::tempered): the folding's roundings (tolerance.cpp step 8).
+  bool tempered = false;
 };
 /// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a
 /// softcap applies), for callers that stream the scores instead of materialising them: 0 when n_vis is 0.

@@ -130,6 +130,8 @@ extern "C" {
 #define ATTNCHECK_CAP4_BIAS 0x1u /**< an additive score bias (attncheck_call.bias) */
 /** With ATTNCHECK_CAP4_BIAS and a backward: fills attncheck_backward_call.d_bias, the bias's gradient. */
 #define ATTNCHECK_CAP4_BIAS_GRAD 0x2u
+/** A per-query temperature (attncheck_call.temperature). */
+#define ATTNCHECK_CAP4_TEMPERATURE 0x4u
 
 /* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
 #define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
@@ -246,6 +248,14 @@ typedef struct attncheck_call {
    *  hides its cell exactly as a mask does (a row whose every visible cell is -inf sees no key and follows the
    *  empty-row convention); +inf and NaN never come. Neutral: NULL. */
   const struct attncheck_bias* bias;
+  /** A per-query temperature (ATTNCHECK_CAP4_TEMPERATURE), or NULL, in forward and backward calls: query i of head h
+   *  in batch entry b has its scaled scores divided by tau = temperature[b*temperature_strides[0] +
+   *  h*temperature_strides[1] + i*temperature_strides[2]] (strides in elements, 0 over an extent of 1, which
+   *  broadcasts) before the softcap: s = scale*(q_i . k_j)/tau, which is attention on the query q_i/tau (Llama 4's
+   *  attention temperature tuning multiplies q by its 1/tau). Each tau is finite and > 0. In a backward call dq is
+   *  the gradient of q itself (dq_i = dq'_i/tau for q' = q/tau). Neutral: NULL. */
+  const double* temperature;
+  int64_t temperature_strides[3];
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that

@@ -60,10 +60,26 @@ def bias_ignored(q, k, v, scale=None, bias=None):
 def zero_backward(q, k, v, d_output, scale=None):
     """The bug: no gradient at all."""
     return np.zeros(q.shape), np.zeros(k.shape), np.zeros(v.shape)
+
+
+def tempered(q, k, v, scale=None, temperature=None):
+    """Correct with a per-query temperature [B|1, H|1, T_q] dividing each query's scaled scores."""
+    T_q, T_k, D = q.shape[2], k.shape[2], q.shape[3]
+    s = q.astype(np.float64) @ k.astype(np.float64).swapaxes(-1, -2) * (scale or 1 / np.sqrt(D))
+    if temperature is not None:
+        s = s / temperature.astype(np.float64)[..., None]
+    s = np.where(np.tril(np.ones((T_q, T_k), dtype=bool)), s, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+
+
+def temperature_ignored(q, k, v, scale=None, temperature=None):
+    """The bug: declares a temperature and attends without it."""
+    return correct(q, k, v, scale)
 '''
 
 TESTS = '''
-from kernels import bias_ignored, correct, no_mask, window_ignored, zero_backward
+from kernels import bias_ignored, correct, no_mask, temperature_ignored, window_ignored, zero_backward
 
 
 def test_correct(attncheck):
@@ -84,6 +100,10 @@ def test_window_ignored(attncheck):
 
 def test_bias_ignored_oracle(attncheck):
     attncheck.check(bias_ignored, dtypes=("float64",), laws=("oracle-agreement",), bias=True)
+
+
+def test_temperature_ignored_oracle(attncheck):
+    attncheck.check(temperature_ignored, dtypes=("float64",), laws=("oracle-agreement",), temperature=True)
 
 
 def test_zero_backward(attncheck):
@@ -1105,6 +1125,31 @@ def test_a_reproduction_carries_the_cases_bias(pytester, tmp_path):
     kernels.write_text(kernels.read_text().replace(
         "    return correct(q, k, v, scale)\n\n\ndef zero_backward",
         "    return biased(q, k, v, scale, bias)\n\n\ndef zero_backward"))
+    fixed = subprocess.run([sys.executable, repro.group(1)], capture_output=True, text=True, cwd=str(tmp_path),
+                           env=env)
+    assert fixed.returncode == 0 and "agrees" in fixed.stdout, (fixed.stdout, fixed.stderr)
+
+
+def test_a_reproduction_carries_the_cases_temperature(pytester, tmp_path):
+    # A function that ignores its temperature fails only where the case has one: the reproduction must call it with
+    # that temperature, or it would agree with an expectation computed with it.
+    result = run(pytester, "--attncheck-cases", "30", "-k", "temperature_ignored")
+    result.assert_outcomes(failed=1)
+    text = result.stdout.str()
+    assert re.search(r"minimal case: B=1 H=1 T=\d+ D=1.* temperature\n", text), text
+    repro = re.search(r"reproduce in Python \(no attncheck\): \S+ (\S+/oracle-agreement-float64\.py)\n", text)
+    assert repro, text
+    import numpy as np
+    with np.load(repro.group(1)[:-3] + ".npz") as case:
+        assert case["temperature"].ndim == 3 and case["temperature"].shape[2] == case["q"].shape[2]
+        assert np.any(case["temperature"] != 1), case["temperature"]
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "ATTNCHECK")}
+    bug = subprocess.run([sys.executable, repro.group(1)], capture_output=True, text=True, cwd=str(tmp_path), env=env)
+    assert bug.returncode == 1 and "FAILS:" in bug.stdout, (bug.stdout, bug.stderr)
+    kernels = pytester.path / "kernels.py"
+    kernels.write_text(kernels.read_text().replace(
+        "    \"\"\"The bug: declares a temperature and attends without it.\"\"\"\n    return correct(q, k, v, scale)",
+        "    return tempered(q, k, v, scale, temperature)"))
     fixed = subprocess.run([sys.executable, repro.group(1)], capture_output=True, text=True, cwd=str(tmp_path),
                            env=env)
     assert fixed.returncode == 0 and "agrees" in fixed.stdout, (fixed.stdout, fixed.stderr)

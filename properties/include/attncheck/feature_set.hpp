@@ -56,10 +56,13 @@ enum class Feature : std::uint8_t {
   /// ABI 4 (ATTNCHECK_CAP4_BIAS_GRAD, with the bias and a backward): the backward returns dBias
   /// (Gradients::dbias, the bias's shape: dS summed over its broadcast axes).
   bias_grad,
+  /// ABI 4 (ATTNCHECK_CAP4_TEMPERATURE): a per-query temperature (Problem::temperature, [B or 1, H or 1, T_q]) that
+  /// divides each query's scaled scores, before the softcap.
+  temperature,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::bias_grad) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::temperature) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -188,6 +188,15 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
          }},
     {.id = Feature::bias_grad, .name = "bias_grad", .flags4 = 0x2, .c_name = "ATTNCHECK_CAP4_BIAS_GRAD",
      .requires_feature = Feature::bias, .words = "dBias from the backward"},
+    {.id = Feature::temperature, .name = "temperature", .flags4 = 0x4, .c_name = "ATTNCHECK_CAP4_TEMPERATURE",
+     .words = "per-query temperatures",
+     .used = [](const Problem& p) { return p.temperature.has_value(); },
+     .needs =
+         [](const Problem& p) {
+           using feature_words::n;
+           return std::string("a per-query temperature ([" + n(p.temperature->B) + "," + n(p.temperature->H) + "," +
+                              n(p.temperature->T_q) + "])");
+         }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -143,7 +143,9 @@ struct ProblemOptions {
   ///    calls slice, move or permute keys or queries removes them (no_cell_masks); one that keeps every position
   ///    (and slices only whole batch entries and heads, slice_problem) keeps them;
   ///  - bias: an additive bias in a third of the cases (gen_modifiers), broadcast or not over the batch and the
-  ///    heads. Its values are per (query, key) cell, so no_cell_masks removes it with the masks.
+  ///    heads. Its values are per (query, key) cell, so no_cell_masks removes it with the masks;
+  ///  - temperature: a per-query temperature in a third of the cases (gen_modifiers), broadcast or not. Its values
+  ///    are per query row, so no_cell_masks removes it too (a law that moves or slices queries would carry it).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all();
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
@@ -160,10 +162,11 @@ struct ProblemOptions {
   bool want_weights = true;
   /// Ask for the log-sum-exp (when the implementation returns it: Feature::lse).
   bool want_lse = false;
-  /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask, no bias.
+  /// The options of a law whose derived calls slice or move keys or queries: no block or dense mask, no bias, no
+  /// temperature.
   ProblemOptions no_cell_masks() const {
     ProblemOptions o = *this;
-    o.allow.remove({Feature::block_mask, Feature::dense_mask, Feature::bias});
+    o.allow.remove({Feature::block_mask, Feature::dense_mask, Feature::bias, Feature::temperature});
     return o;
   }
   /// The options of a law that needs the causal rule in row order (a later token never reaches an earlier row):
@@ -209,7 +212,11 @@ struct Modifiers {
   int bias = -1;
   /// The bias's extents: 0 [B,H,T_q,T_k], 1 [1,H,..] (one per head), 2 [B,1,..] (one per batch entry), 3 [1,1,..].
   int bias_extent = 0;
-  /// Sets p's softcap, alibi_slopes, sinks and bias for the case's coordinates (empty ids: 0, 1, ...).
+  /// -1 none; else a per-query temperature whose values (in [1/2, 3], exact in every dtype) follow from this seed
+  /// and each query's coordinates (b_ids, h_ids, q_ids), with extents as the bias's ([B|1, H|1, T_q]).
+  int temperature = -1;
+  int temperature_extent = 0;
+  /// Sets p's softcap, alibi_slopes, sinks, bias and temperature for the case's coordinates (empty ids: 0, 1, ...).
   void apply(Problem& p, const CaseShape& s) const;
 };
 rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread = 0);

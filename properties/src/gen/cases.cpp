@@ -404,7 +404,8 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     // Last: shrinking a modifier re-draws nothing else, and an implementation without any draws nothing more.
     const FeatureSet declared = declared_features(cfg.caps);
     const bool any_modifier = opts.may_use(Feature::softcap, declared) || opts.may_use(Feature::alibi, declared) ||
-                              opts.may_use(Feature::sinks, declared) || opts.may_use(Feature::bias, declared);
+                              opts.may_use(Feature::sinks, declared) || opts.may_use(Feature::bias, declared) ||
+                              opts.may_use(Feature::temperature, declared);
     if (any_modifier)
       (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)
@@ -434,7 +435,8 @@ rc::Gen<LawCase> gen_gradient_case(const GenConfig& config, const ProblemOptions
     const double room = max_finite(dtype) / 8;
     // A bound on every gradient first, in O(T·D): with c = D_v·max|dO|·max|v| ≥ |dP_ij| ≥ |Δ_i|, |dS_ij| ≤
     // 2c·P_ij (softcap's derivative is at most 1) and each row's weights sum to at most 1, so |dQ| ≤ 2c·scale·
-    // max|k|, |dK| ≤ 2c·scale·max|q|·n and |dV| ≤ n·max|dO| over n = group·T_q rows. Where it fits (every case
+    // max|k|, |dK| ≤ 2c·scale·max|q|·n and |dV| ≤ n·max|dO| over n = group·T_q rows (dQ and dK each times 1/τ at
+    // most under a temperature: the scores' derivative by q or k carries scale/τ_i). Where it fits (every case
     // but float16's large ones) the oracle's exact maximum would not scale dO either, and is not computed: the
     // case is the same, and a long context is spared a float64 backward per case.
     const auto max_abs = [](const Tensor<double>& t) { return t.values().cwiseAbs().maxCoeff(); };
@@ -443,9 +445,12 @@ rc::Gen<LawCase> gen_gradient_case(const GenConfig& config, const ProblemOptions
     const double c_dp = double(p.v.shape().D) * max_abs(*p.d_output) * max_abs(p.v);
     // dBias (returned at the dtype) sums |dS_ij| <= 2c over the n_b heads a bias entry is read for.
     const double n_b = p.bias ? double(p.q.shape().B / p.bias->B) * double(p.q.shape().H / p.bias->H) : 0.0;
-    const double bound = std::max({2 * c_dp * scale * max_abs(p.k), 2 * c_dp * scale * max_abs(p.q) * n_rows,
-                                   n_rows * max_abs(*p.d_output), 2 * c_dp * n_b}) *
-                         (1 + 1e-9);  // the bound's own rounding, a few ulp
+    const double inv_tau =
+        p.temperature ? 1 / *std::min_element(p.temperature->values.begin(), p.temperature->values.end()) : 1.0;
+    const double bound =
+        std::max({2 * c_dp * scale * inv_tau * max_abs(p.k), 2 * c_dp * scale * inv_tau * max_abs(p.q) * n_rows,
+                  n_rows * max_abs(*p.d_output), 2 * c_dp * n_b}) *
+        (1 + 1e-9);  // the bound's own rounding, a few ulp
     if (std::isfinite(bound) && bound <= room) return c;
     const AttentionGradients<double> g = oracle_backward<double>(p.q, p.k, p.v, *p.d_output, p.options());
     const double g_max =

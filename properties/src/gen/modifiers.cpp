@@ -1,4 +1,5 @@
-// Score modifiers (softcap, ALiBi, sinks, an additive bias) and paged-KV plans, drawn for the laws that allow them.
+// Score modifiers (softcap, ALiBi, sinks, an additive bias, a temperature) and paged-KV plans, drawn for the laws that
+// allow them.
 #include "parts.hpp"
 
 #include <algorithm>
@@ -16,7 +17,8 @@ using namespace generation;
 rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opts, double max_spread) {
   const FeatureSet declared = declared_features(cfg.caps);
   const bool softcap = opts.may_use(Feature::softcap, declared), alibi = opts.may_use(Feature::alibi, declared),
-             sinks = opts.may_use(Feature::sinks, declared), bias = opts.may_use(Feature::bias, declared);
+             sinks = opts.may_use(Feature::sinks, declared), bias = opts.may_use(Feature::bias, declared),
+             temperature = opts.may_use(Feature::temperature, declared);
   return rc::gen::exec([=] {
     Modifiers m;
     // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
@@ -46,6 +48,15 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
       // Shrinking toward one bias for all (3), then per head, per batch entry, and one per (b, h).
       m.bias_extent = *weighted_choice<int>({{2, 3}, {1, 1}, {1, 2}, {2, 0}});
       if (m.bias < 0) m.bias_extent = 0;
+    }
+    // Later still, for the same reason.
+    if (temperature) {
+      m.temperature =
+          choose(opts.require.has(Feature::temperature), -1, std::vector<std::pair<std::size_t, int>>{{1, 0}, {1, 1}});
+      // Shrinking toward one temperature per query for every batch entry and head (Llama 4's), then per head, per
+      // batch entry, and one per (b, h, i).
+      m.temperature_extent = *weighted_choice<int>({{2, 3}, {1, 1}, {1, 2}, {1, 0}});
+      if (m.temperature < 0) m.temperature_extent = 0;
     }
     return m;
   });
@@ -99,6 +110,13 @@ double bias_value(int seed, Index b, Index h, Index i, Index j) {
   return double(Index(coordinate_hash(std::uint64_t(seed), {b, h, i, j}) % 16)) / 4 - 2;
 }
 
+// A temperature for query (b, h, i) under `seed`: one of nine values in [1/2, 3] with at most 3 significant bits
+// (exact in every dtype, so the call's is the problem's), powers of two and not, keyed by coordinates as the bias is.
+double temperature_value(int seed, Index b, Index h, Index i) {
+  static constexpr double kTemperatures[] = {0.5, 0.625, 0.75, 0.875, 1.0, 1.25, 1.5, 2.0, 3.0};
+  return kTemperatures[coordinate_hash(std::uint64_t(seed) + 0x7E3Dull, {b, h, i}) % 9];
+}
+
 Index id_of(const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; }
 }  // namespace
 
@@ -114,24 +132,38 @@ void Modifiers::apply(Problem& p, const CaseShape& s) const {
     if (alibi == 2) p.alibi_slopes.push_back(1.0);
     if (sinks >= 0) p.sinks.push_back(kSinks[std::size_t(id(h) + sinks) % 6]);
   }
+  p.temperature.reset();
+  if (temperature >= 0) {
+    // Keyed by the coordinates of the axes it has (by the extent, not the size: a head a shrink kept alone keeps
+    // its own values).
+    const bool per_b = temperature_extent == 0 || temperature_extent == 2,
+               per_h = temperature_extent == 0 || temperature_extent == 1;
+    QueryTemperature t{.B = per_b ? p.q.shape().B : 1, .H = per_h ? H : 1, .T_q = p.q.shape().T, .values = {}};
+    t.values.reserve(std::size_t(t.B * t.H * t.T_q));
+    for (Index b = 0; b < t.B; ++b)
+      for (Index h = 0; h < t.H; ++h)
+        for (Index i = 0; i < t.T_q; ++i)
+          t.values.push_back(
+              temperature_value(temperature, per_b ? id_of(s.b_ids, b) : 0, per_h ? id(h) : 0, id_of(s.q_ids, i)));
+    p.temperature = std::move(t);
+  }
   p.bias.reset();
   if (bias < 0) return;
   const Index B = p.q.shape().B, T_q = p.q.shape().T, T_k = p.k.shape().T;
   // Only where [B,H,T_q,T_k] is small enough to hold per cell (2^18 values, 2 MiB), as the dense masks: a long
   // context's bias would be gigabytes (a kernel computes such a bias from positions, ALiBi's way).
   if (double(B) * double(H) * double(T_q) * double(T_k) > double(1 << 18)) return;
-  ScoreBias sb{.B = bias_extent == 0 || bias_extent == 2 ? B : 1,
-               .H = bias_extent == 0 || bias_extent == 1 ? H : 1,
-               .T_q = T_q,
-               .T_k = T_k,
-               .values = {}};
+  // Keyed by the coordinates of the axes it has (by the extent, not the size: a head a shrink kept alone keeps its
+  // own values).
+  const bool per_b = bias_extent == 0 || bias_extent == 2, per_h = bias_extent == 0 || bias_extent == 1;
+  ScoreBias sb{.B = per_b ? B : 1, .H = per_h ? H : 1, .T_q = T_q, .T_k = T_k, .values = {}};
   sb.values.reserve(std::size_t(sb.B * sb.H * T_q * T_k));
   for (Index b = 0; b < sb.B; ++b)
     for (Index h = 0; h < sb.H; ++h)
       for (Index i = 0; i < T_q; ++i)
         for (Index j = 0; j < T_k; ++j)
-          sb.values.push_back(bias_value(bias, sb.B == 1 ? 0 : id_of(s.b_ids, b), sb.H == 1 ? 0 : id(h),
-                                         id_of(s.q_ids, i), id_of(s.k_ids, j)));
+          sb.values.push_back(
+              bias_value(bias, per_b ? id_of(s.b_ids, b) : 0, per_h ? id(h) : 0, id_of(s.q_ids, i), id_of(s.k_ids, j)));
   p.bias = std::move(sb);
 }
 

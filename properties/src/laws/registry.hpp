@@ -67,5 +67,7 @@ Law bias_row_shift();
 Law bias_minus_inf();
 Law grad_bias();  // (bwd)
 Law alibi_as_bias();
+// The per-query temperature (ABI 4).
+Law temperature_as_query_scale();
 
 }  // namespace attncheck::law_kit

@@ -165,10 +165,11 @@ namespace {
 
 
 // The streamed oracle of a long context: outputs and their bound in O(T·D), weights on demand.
-OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts) {
+OracleRun run_streamed_oracle(const Problem& p, const AttentionOptions& opts_in) {
+  const AttentionOptions opts = folded_options(opts_in);  // the bound's modifiers (the oracle folds it itself)
   OracleRun r;
   r.streamed = true;
-  r.out = streaming_oracle<double>(p.q, p.k, p.v, opts, &r.stats);
+  r.out = streaming_oracle<double>(p.q, p.k, p.v, opts_in, &r.stats);
   r.tol_out = Tensor<double>(r.out.shape());
   const Shape& s = p.q.shape();
   r.rho_w = Tensor<double>({s.B, s.H, s.T, 1});
@@ -366,11 +367,19 @@ Eigen::VectorXd row_abs_score_bound(const Problem& p, Index b, Index h) {
   Eigen::VectorXd s = row_score_bound(p.q.head(b, h), p.k.head(b, kv_of(p, h)), vis, scale_of(p));
   const double slope = p.alibi_slopes.empty() ? 0.0 : std::abs(p.alibi_slopes[std::size_t(h)]);
   const double sink = p.sinks.empty() || !std::isfinite(p.sinks[std::size_t(h)]) ? 0.0 : std::abs(p.sinks[std::size_t(h)]);
+  const double* bias = p.bias ? p.bias->head(b, h) : nullptr;
   for (Index i = 0; i < s.size(); ++i) {
     const KeyRange r = vis.keys(i);
     if (r.empty()) continue;
+    if (p.temperature) s(i) /= (*p.temperature)(b, h, i);  // the raw score divided, before the softcap
     const Index pos = vis.position(i);
     s(i) += slope * double(std::max(std::abs(r.begin - pos), std::abs(r.end - 1 - pos)));
+    if (bias) {  // a -inf hides its cell: only finite values add
+      double most = 0;
+      for (Index j = 0; j < p.bias->T_k; ++j)
+        if (const double x = bias[i * p.bias->T_k + j]; std::isfinite(x)) most = std::max(most, std::abs(x));
+      s(i) += most;
+    }
     s(i) = std::max(s(i), sink);
   }
   return s;
@@ -382,6 +391,9 @@ OracleRun run_oracle(const Problem& p) {
   opts.scale = scale_of(p);
   if (long_context(p)) return run_streamed_oracle(p, opts);
   r.out = attention<double>(p.q, p.k, p.v, opts, &r.w, &r.lse);
+  // The bound is taken on the call with the temperature folded into q (tolerance.cpp step 8).
+  const Tensor<double> q = fold_temperature(p.q, opts);
+  const AttentionOptions folded = folded_options(opts);
   r.tol_out = Tensor<double>(r.out.shape());
   r.tol_w = Tensor<double>(r.w.shape());
   r.tol_lse = Tensor<double>(r.lse.shape());
@@ -390,12 +402,12 @@ OracleRun run_oracle(const Problem& p) {
     for (Index h = 0; h < s.H; ++h) {
       const BoolMask mask = BoolMask::of(p.visibility(b, h));  // (per head: a block or dense mask may differ)
       const Index g = kv_of(p, h);
-      const HeadModifiers mods = head_modifiers(opts, b, h, s.T, p.k.shape().T);
-      const HeadTolerance t = head_tolerance(p.dtype, p.q.head(b, h), p.k.head(b, g), p.v.head(b, g), mask,
-                                             *opts.scale, r.out.head(b, h), r.w.head(b, h), kSafety, mods);
+      const HeadModifiers mods = head_modifiers(folded, b, h, s.T, p.k.shape().T);
+      const HeadTolerance t = head_tolerance(p.dtype, q.head(b, h), p.k.head(b, g), p.v.head(b, g), mask, *opts.scale,
+                                             r.out.head(b, h), r.w.head(b, h), kSafety, mods);
       r.tol_out.head(b, h) = t.output;
       r.tol_w.head(b, h) = t.weights;
-      const Eigen::VectorXd rho = weight_relative_error(p.dtype, p.q.head(b, h), p.k.head(b, g), mask, *opts.scale, mods);
+      const Eigen::VectorXd rho = weight_relative_error(p.dtype, q.head(b, h), p.k.head(b, g), mask, *opts.scale, mods);
       for (Index i = 0; i < s.T; ++i) r.tol_lse(b, h, i, 0) = lse_tolerance(p.dtype, rho(i), r.lse(b, h, i, 0), kSafety);
     }
   }
@@ -541,6 +553,11 @@ Problem slice_problem(const Problem& p, Index b, Index h) {
     const double* at = bias.head(b, h);
     one.bias = ScoreBias{.B = 1, .H = 1, .T_q = bias.T_q, .T_k = bias.T_k,
                          .values = {at, at + bias.T_q * bias.T_k}};
+  }
+  if (p.temperature) {  // the (b, h) entry's T_q values, as a [1,1,T_q] temperature
+    const double* at = p.temperature->head(b, h);
+    one.temperature =
+        QueryTemperature{.B = 1, .H = 1, .T_q = p.temperature->T_q, .values = {at, at + p.temperature->T_q}};
   }
   if (p.block_mask) {
     BlockMask& m = *one.block_mask;

@@ -224,9 +224,9 @@ void require_no_rule_options(const AttentionOptions& opts) {
                      "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
-  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || opts.temperature)
-    throw ValueError("attention: softcap, alibi_slopes, sinks, bias and temperature apply to the causal path (ALiBi "
-                     "needs positions; fold a bias into the additive mask, a temperature into q)");
+  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || opts.temperature || opts.rope)
+    throw ValueError("attention: softcap, alibi_slopes, sinks, bias, temperature and rope apply to the causal path "
+                     "(ALiBi needs positions; fold a bias into the additive mask, a temperature or rope into q and k)");
 }
 
 }  // namespace
@@ -293,8 +293,33 @@ void check_temperature(const char* who, const QueryTemperature& t, Index B, Inde
 }
 }  // namespace
 
+namespace {
+// A rope's own fields and its positions ([B, T_q] and [B, T_k]); its rotary_dim against D is fold_rope's.
+void check_rope(const char* who, const Rope& r, Index B, Index T_k, Index T_q) {
+  const std::string pre = std::string(who) + ": rope ";
+  if (r.rotary_dim < 2 || r.rotary_dim % 2 != 0)
+    throw ValueError(pre + "rotary_dim is " + std::to_string(r.rotary_dim) + "; expected an even number >= 2");
+  if (!(std::isfinite(r.base) && r.base > 0))
+    throw ValueError(pre + "base is " + format_number(r.base, 17) + "; expected finite and > 0");
+  if (!(std::isfinite(r.factor) && r.factor > 0))
+    throw ValueError(pre + "factor is " + format_number(r.factor, 17) + "; expected finite and > 0");
+  const auto positions = [&](const char* name, const std::vector<Index>& p, Index T) {
+    if (T >= 0 && p.size() != std::size_t(B * T))
+      throw ShapeError(pre + name + " has " + std::to_string(p.size()) + " entries; expected B·T = " +
+                       std::to_string(B) + "·" + std::to_string(T) + " = " + std::to_string(B * T));
+    for (std::size_t n = 0; n < p.size(); ++n)
+      if (p[n] < 0 || p[n] > (Index{1} << 40))
+        throw ValueError(pre + name + "[" + std::to_string(n) + "] is " + std::to_string(p[n]) +
+                         "; expected a position id in [0, 2^40]");
+  };
+  positions("q_positions", r.q_positions, T_q);
+  positions("k_positions", r.k_positions, T_k);
+}
+}  // namespace
+
 void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k, Index T_q) {
   if (o.dense_mask) check_dense(who, "dense_mask", *o.dense_mask, B, H, T_q, T_k);
+  if (o.rope) check_rope(who, *o.rope, B, T_k, T_q);
   if (o.bias) check_bias(who, *o.bias, B, H, T_q, T_k);
   if (o.temperature) check_temperature(who, *o.temperature, B, H, T_q);
   if (o.block_mask) {
@@ -387,6 +412,9 @@ void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v,
   check_batched(who, q, k, v);
   if (opts.scale) resolve_scale(opts.scale, q.D, who);
   check_options(who, opts, q.B, q.H, k.T, q.T);
+  if (opts.rope && opts.rope->rotary_dim > q.D)
+    throw ShapeError(std::string(who) + ": rope rotary_dim is " + std::to_string(opts.rope->rotary_dim) +
+                     "; expected an even number in [2, D = " + std::to_string(q.D) + "]");
 }
 
 double resolve_scale(const std::optional<double>& scale, Index D, const char* who) {
@@ -479,11 +507,15 @@ bool visibility_per_head(const AttentionOptions& opts) {
 }
 
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k) {
-  if (opts.temperature)
-    throw std::logic_error("head_modifiers: the temperature must be folded into q first (fold_temperature, "
-                           "folded_options)");
+  if (has_prologue(opts))
+    throw std::logic_error("head_modifiers: the temperature and rope must be folded into q and k first "
+                           "(fold_queries, fold_keys, folded_options)");
   HeadModifiers m;
   m.tempered = opts.temperature_folded;
+  if (opts.rope_folded) {
+    m.rope = &*opts.rope_folded;
+    m.rope_batch = b;
+  }
   m.softcap = opts.softcap;
   if (!opts.alibi_slopes.empty()) m.alibi_slope = opts.alibi_slopes.at(std::size_t(h));
   if (opts.bias) {
@@ -512,11 +544,50 @@ template <class S> Tensor<S> fold_temperature(const Tensor<S>& q, const Attentio
   return r;
 }
 
+template <class S>
+Tensor<S> fold_rope(const Tensor<S>& x, const Rope& rope, const std::vector<Index>& positions, const char* who) {
+  const Shape& s = x.shape();
+  if (rope.rotary_dim > s.D || rope.rotary_dim < 2 || rope.rotary_dim % 2 != 0)
+    throw ShapeError(std::string(who) + ": rope rotary_dim is " + std::to_string(rope.rotary_dim) +
+                     "; expected an even number in [2, D = " + std::to_string(s.D) + "]");
+  if (positions.size() != std::size_t(s.B * s.T))
+    throw ShapeError(std::string(who) + ": rope positions have " + std::to_string(positions.size()) +
+                     " entries; expected B·T = " + std::to_string(s.B * s.T) + " for " + to_string(s));
+  Tensor<S> r = x;
+  for (Index b = 0; b < s.B; ++b)
+    for (Index t = 0; t < s.T; ++t) {
+      const Index pos = positions[std::size_t(b * s.T + t)];
+      for (Index m = 0; m < rope.rotary_dim / 2; ++m) {
+        const double theta = rope.angle(pos, m), c = std::cos(theta), sn = std::sin(theta);
+        const auto [a, e] = rope.pair(m);
+        for (Index h = 0; h < s.H; ++h) {
+          const double xa = static_cast<double>(x(b, h, t, a)), xe = static_cast<double>(x(b, h, t, e));
+          r(b, h, t, a) = static_cast<S>(xa * c - xe * sn);
+          r(b, h, t, e) = static_cast<S>(xe * c + xa * sn);
+        }
+      }
+    }
+  return r;
+}
+
+template <class S> Tensor<S> fold_queries(const Tensor<S>& q, const AttentionOptions& opts, const char* who) {
+  if (!opts.rope) return fold_temperature(q, opts);
+  return fold_temperature(fold_rope(q, *opts.rope, opts.rope->q_positions, who), opts);
+}
+
+template <class S> Tensor<S> fold_keys(const Tensor<S>& k, const AttentionOptions& opts, const char* who) {
+  return opts.rope ? fold_rope(k, *opts.rope, opts.rope->k_positions, who) : k;
+}
+
 AttentionOptions folded_options(const AttentionOptions& opts) {
   AttentionOptions o = opts;
   if (o.temperature) {
     o.temperature.reset();
     o.temperature_folded = true;
+  }
+  if (o.rope) {
+    o.rope_folded = std::move(o.rope);
+    o.rope.reset();
   }
   return o;
 }
@@ -531,7 +602,9 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   check_batched("attention", q.shape(), k.shape(), v.shape());
   const Index B = q.shape().B, T_q = q.shape().T, T_k = k.shape().T;
   check_options("attention", opts, B, q.shape().H, T_k, T_q);
-  if (opts.temperature) return attention<S>(fold_temperature(q, opts), k, v, folded_options(opts), weights, lse);
+  if (has_prologue(opts))
+    return attention<S>(fold_queries(q, opts, "attention"), fold_keys(k, opts, "attention"), v, folded_options(opts),
+                        weights, lse);
   if (!weights) {  // nothing asks for [T_q,T_k]: stream it
     if (!lse)
       return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
@@ -596,9 +669,10 @@ Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Te
   constexpr const char* who = "streaming_oracle";
   check_batched(who, q.shape(), k.shape(), v.shape());
   check_options(who, opts, q.shape().B, q.shape().H, k.shape().T, q.shape().T);
-  if (opts.temperature)
-    return detail::streamed_forward<double>(fold_temperature(q.template cast<double>(), opts), k.template cast<double>(),
-                                            v.template cast<double>(), folded_options(opts),
+  if (has_prologue(opts))
+    return detail::streamed_forward<double>(fold_queries(q.template cast<double>(), opts, who),
+                                            fold_keys(k.template cast<double>(), opts, who), v.template cast<double>(),
+                                            folded_options(opts),
                                             resolve_scale(opts.scale, q.shape().D, who), stats ? &stats->values : nullptr,
                                             stats != nullptr);
   return detail::streamed_forward<double>(q.template cast<double>(), k.template cast<double>(),
@@ -611,9 +685,24 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
   if (!visibility(opts, b, q.shape().T, k.shape().T, h).visible(i, j) || stats.sum(b, h, i) == 0) return 0;
   const double scale = resolve_scale(opts.scale, q.shape().D, "streamed_weight");
   const Index g = kv_head(h, q.shape().H, k.shape().H);
-  const double tau = opts.temperature ? (*opts.temperature)(b, h, i) : 1.0;  // q_i/τ, as fold_temperature has it
-  const Eigen::RowVectorXd q_i = q.head(b, h).row(i) / tau;
-  const double s = modified_score<double>(q_i.dot(k.head(b, g).row(j)) * scale,
+  // q_i and k_j as fold_queries and fold_keys have them: rotated, then q_i/τ.
+  Eigen::RowVectorXd q_i = q.head(b, h).row(i), k_j = k.head(b, g).row(j);
+  if (opts.rope) {
+    const Index T_q = q.shape().T, T_k = k.shape().T;
+    const auto rotate = [&](Eigen::RowVectorXd& x, Index pos) {
+      for (Index m = 0; m < opts.rope->rotary_dim / 2; ++m) {
+        const double theta = opts.rope->angle(pos, m), c = std::cos(theta), sn = std::sin(theta);
+        const auto [a, e] = opts.rope->pair(m);
+        const double xa = x(a), xe = x(e);
+        x(a) = xa * c - xe * sn;
+        x(e) = xe * c + xa * sn;
+      }
+    };
+    rotate(q_i, opts.rope->q_positions[std::size_t(b * T_q + i)]);
+    rotate(k_j, opts.rope->k_positions[std::size_t(b * T_k + j)]);
+  }
+  if (opts.temperature) q_i /= (*opts.temperature)(b, h, i);
+  const double s = modified_score<double>(q_i.dot(k_j) * scale,
                                           head_modifiers(folded_options(opts), b, h, q.shape().T, k.shape().T), i, j);
   return std::exp(s - stats.max(b, h, i)) / stats.sum(b, h, i);
 }
@@ -637,7 +726,10 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
                                  Tensor<double>*, Tensor<double>*);                                           \
   template Tensor<double> streaming_oracle(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,              \
                                            const AttentionOptions&, RowStats*);                               \
-  template Tensor<S> fold_temperature(const Tensor<S>&, const AttentionOptions&);
+  template Tensor<S> fold_temperature(const Tensor<S>&, const AttentionOptions&);                              \
+  template Tensor<S> fold_rope(const Tensor<S>&, const Rope&, const std::vector<Index>&, const char*);         \
+  template Tensor<S> fold_queries(const Tensor<S>&, const AttentionOptions&, const char*);                     \
+  template Tensor<S> fold_keys(const Tensor<S>&, const AttentionOptions&, const char*);
 
 ATTNCHECK_INSTANTIATE(float)
 ATTNCHECK_INSTANTIATE(double)

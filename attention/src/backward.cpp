@@ -68,6 +68,14 @@
 //     step 7's coefficient grows by 3u_s; dQ_ic is dQ'_ic's bound over τ_i, plus 3u_s·|dQ_ic| for τ (or 1/τ)
 //     rounded to the dtype, the division or product, and the quotient rounded again to the dtype, and step 9's
 //     storage floor again (dQ'_ic's, divided by τ_i > 1, is smaller than the quotient's own).
+// 14. Rotary position embeddings. The call with a rope is the call on q' = R_q q and k' = R_k k (fold_queries,
+//     fold_keys), so dQ = R_qᵀ dQ' and dK = R_kᵀ dK' (R_k the same for every query head of a kv group: positions are
+//     per token). The kernel's own rotation errs on each element of a pair by ε(pos)·(|x_a| + |x_b|)
+//     (tolerance.cpp step 9) ≤ √2·ε·(|x'_a| + |x'_b|): dK_jc's terms scale·dS_ij·q'_ic then add scale·m_ij times
+//     that bound of q'_ic, and dQ_ic's the same with k'_jc. Turning a gradient pair back (unfold_prologue) sums the
+//     two elements' bounds (|cos|, |sin| ≤ 1), adds the rotation's own ε·(|g_a| + |g_b|), and stores again: u_s·|g|
+//     and the floor. ε's 5u_a·|θ| grows with the position: a rotation computed in float at position 10^5 is off by
+//     about 10^-2.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -103,9 +111,10 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   constexpr const char* who = "attention_backward";
   const Shape qs = q.shape(), ks = k.shape();
   check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
-  if (opts.temperature) {  // step 13: the call on q/τ, then dQ = dQ'/τ
-    AttentionGradients<S> g = attention_backward<S>(fold_temperature(q, opts), k, v, d_output, folded_options(opts));
-    detail::unfold_temperature(g, *opts.temperature);
+  if (has_prologue(opts)) {  // steps 13-14: the call on the folded q and k, then dQ = R_qᵀ (dQ'/τ), dK = R_kᵀ dK'
+    AttentionGradients<S> g = attention_backward<S>(fold_queries(q, opts, who), fold_keys(k, opts, who), v,
+                                                    d_output, folded_options(opts));
+    detail::unfold_prologue(g, opts);
     return g;
   }
   if (double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
@@ -262,6 +271,25 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
       const Eigen::VectorXd rho = weight_relative_error(dtype, Q, K, mask, scale, mods);
       const double f_err = mods.softcap ? 5 * u_a : 0.0;  // step 11
       const Matrix<double> A = dO.cwiseAbs() * V.cwiseAbs().transpose();  // A_ij = Σ_c |dO_ic||v_jc|
+      // Step 14: the kernel's own rotation of q and k errs by √2·ε·(|x'_a| + |x'_b|) on each element of a pair
+      // (tolerance.cpp step 9 with |x_a| + |x_b| ≤ √2‖x_p‖ ≤ √2(|x'_a| + |x'_b|)): those bounds per element, to
+      // multiply m_ij (dK's terms read q', dQ's read k').
+      Matrix<double> q_rot, k_rot;
+      if (mods.rope) {
+        const auto rotation_bound = [&](const Matrix<double>& x, const std::vector<Index>& pos, Index T) {
+          Matrix<double> e = Matrix<double>::Zero(x.rows(), x.cols());
+          for (Index t = 0; t < x.rows(); ++t) {
+            const double eps = std::sqrt(2.0) * rope_rotation_error(dtype, *mods.rope, pos[std::size_t(b * T + t)]);
+            for (Index m = 0; m < mods.rope->rotary_dim / 2; ++m) {
+              const auto [a, c] = mods.rope->pair(m);
+              e(t, a) = e(t, c) = eps * (std::abs(x(t, a)) + std::abs(x(t, c)));
+            }
+          }
+          return e;
+        };
+        q_rot = rotation_bound(Q, mods.rope->q_positions, qs.T);
+        k_rot = rotation_bound(K, mods.rope->k_positions, ks.T);
+      }
       auto tq = r.tolerance.dq.head(b, h);
       auto tk = r.tolerance.dk.head(b, kv);
       auto tv = r.tolerance.dv.head(b, kv);
@@ -301,6 +329,10 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
                        flushed * K.row(j).cwiseAbs().cwiseMax(1.0);
           tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a + q_fold) * m) * Q.row(i).cwiseAbs() +  // 7, 13
                        flushed * Q.row(i).cwiseAbs().cwiseMax(1.0);
+          if (mods.rope) {  // step 14
+            tq.row(i) += safety * scale * m * k_rot.row(j);
+            tk.row(j) += safety * scale * m * q_rot.row(i);
+          }
           tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
           if (opts.bias) {                                                                    // step 12
             (*r.tolerance.dbias)(bb, bh, i, j) += safety * (e - f_err * m);
@@ -341,10 +373,12 @@ bool daz(DType dtype, Tensor<double>& t) {
 GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
                              const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
   const Shape qs = q.shape();
-  if (opts.temperature) {  // step 13
-    check_shapes("gradient_check", qs, k.shape(), v.shape(), d_output.shape(), opts);
-    GradientCheck r = gradient_check(dtype, fold_temperature(q, opts), k, v, d_output, folded_options(opts), safety);
-    detail::unfold_temperature(r, *opts.temperature, dtype, safety);
+  if (has_prologue(opts)) {  // steps 13-14
+    constexpr const char* who = "gradient_check";
+    check_shapes(who, qs, k.shape(), v.shape(), d_output.shape(), opts);
+    GradientCheck r = gradient_check(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
+                                     folded_options(opts), safety);
+    detail::unfold_prologue(r, opts, dtype, safety);
     return r;
   }
   if (double(qs.B) * double(qs.H) * double(qs.T) * double(k.shape().T) > kStreamedBackwardWeights)
@@ -370,36 +404,93 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
 
 namespace detail {
 
-template <class S>
-void unfold_temperature(AttentionGradients<S>& g, const QueryTemperature& t) {
-  using A = Acc<S>;
-  const Shape& s = g.dq.shape();
+namespace {
+// x [B,H,T,D] (a gradient) with each token's rotated pairs turned back, x_a <- c·x_a + s·x_b, x_b <- c·x_b - s·x_a
+// (Rᵀ), in the accumulation type A and rounded to S.
+template <class A, class S> void unrotate(Tensor<S>& x, const Rope& rope, const std::vector<Index>& positions) {
+  const Shape& s = x.shape();
   for (Index b = 0; b < s.B; ++b)
-    for (Index h = 0; h < s.H; ++h)
-      for (Index i = 0; i < s.T; ++i) {
-        const A tau = static_cast<A>(t(b, h, i));
-        for (Index c = 0; c < s.D; ++c) g.dq(b, h, i, c) = static_cast<S>(static_cast<A>(g.dq(b, h, i, c)) / tau);
+    for (Index t = 0; t < s.T; ++t)
+      for (Index m = 0; m < rope.rotary_dim / 2; ++m) {
+        const double theta = rope.angle(positions[std::size_t(b * s.T + t)], m);
+        const A c = static_cast<A>(std::cos(theta)), sn = static_cast<A>(std::sin(theta));
+        const auto [a, e] = rope.pair(m);
+        for (Index h = 0; h < s.H; ++h) {
+          const A xa = static_cast<A>(x(b, h, t, a)), xe = static_cast<A>(x(b, h, t, e));
+          x(b, h, t, a) = static_cast<S>(c * xa + sn * xe);
+          x(b, h, t, e) = static_cast<S>(c * xe - sn * xa);
+        }
       }
 }
 
-void unfold_temperature(GradientCheck& r, const QueryTemperature& t, DType dtype, double safety) {
-  unfold_temperature(r.oracle, t);
-  const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype);
-  const double floor = storage_floor(dtype);  // the quotient stored again (step 9): dQ'/τ's floor shrank by τ
-  const Shape& s = r.oracle.dq.shape();
+// Step 14 on a bound: the gradient's pairs turned back (as unrotate) with their bounds, tol_a + tol_b (|cos|, |sin|
+// <= 1), the rotation's own error ε(pos)·(|g_a| + |g_b|) and the result stored again (u_s·|g| and the floor).
+void unrotate_bound(Tensor<double>& g, Tensor<double>& tol, const Rope& rope, const std::vector<Index>& positions,
+                    DType dtype, double safety) {
+  const Tensor<double> g0 = g, t0 = tol;
+  unrotate<double>(g, rope, positions);
+  const double u_s = unit_roundoff(dtype), floor = storage_floor(dtype);
+  const Shape& s = g.shape();
   for (Index b = 0; b < s.B; ++b)
-    for (Index h = 0; h < s.H; ++h)
-      for (Index i = 0; i < s.T; ++i)
-        for (Index c = 0; c < s.D; ++c) {  // step 13
-          double& tol = r.tolerance.dq(b, h, i, c);
-          tol = tol / t(b, h, i) + safety * 3 * u_s * std::abs(r.oracle.dq(b, h, i, c)) + floor;
+    for (Index t = 0; t < s.T; ++t) {
+      const double eps = rope_rotation_error(dtype, rope, positions[std::size_t(b * s.T + t)]);
+      for (Index m = 0; m < rope.rotary_dim / 2; ++m) {
+        const auto [a, e] = rope.pair(m);
+        for (Index h = 0; h < s.H; ++h) {
+          const double both = t0(b, h, t, a) + t0(b, h, t, e),
+                       rot = safety * eps * (std::abs(g0(b, h, t, a)) + std::abs(g0(b, h, t, e)));
+          tol(b, h, t, a) = both + rot + safety * u_s * std::abs(g(b, h, t, a)) + floor;
+          tol(b, h, t, e) = both + rot + safety * u_s * std::abs(g(b, h, t, e)) + floor;
         }
+      }
+    }
+}
+}  // namespace
+
+template <class S> void unfold_prologue(AttentionGradients<S>& g, const AttentionOptions& opts) {
+  using A = Acc<S>;
+  if (opts.temperature) {  // step 13: dQ'/τ
+    const QueryTemperature& t = *opts.temperature;
+    const Shape& s = g.dq.shape();
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i) {
+          const A tau = static_cast<A>(t(b, h, i));
+          for (Index c = 0; c < s.D; ++c) g.dq(b, h, i, c) = static_cast<S>(static_cast<A>(g.dq(b, h, i, c)) / tau);
+        }
+  }
+  if (opts.rope) {  // step 14: R_qᵀ dQ, R_kᵀ dK
+    unrotate<A>(g.dq, *opts.rope, opts.rope->q_positions);
+    unrotate<A>(g.dk, *opts.rope, opts.rope->k_positions);
+  }
 }
 
-template void unfold_temperature(AttentionGradients<float>&, const QueryTemperature&);
-template void unfold_temperature(AttentionGradients<double>&, const QueryTemperature&);
-template void unfold_temperature(AttentionGradients<Eigen::half>&, const QueryTemperature&);
-template void unfold_temperature(AttentionGradients<Eigen::bfloat16>&, const QueryTemperature&);
+void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, DType dtype, double safety) {
+  const double u_s = unit_roundoff(dtype);
+  const double floor = storage_floor(dtype);  // the quotient stored again (step 9): dQ'/τ's floor shrank by τ
+  if (opts.temperature) {
+    const QueryTemperature& t = *opts.temperature;
+    const Shape& s = r.oracle.dq.shape();
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i)
+          for (Index c = 0; c < s.D; ++c) {  // step 13
+            double& g = r.oracle.dq(b, h, i, c);
+            g /= t(b, h, i);
+            double& tol = r.tolerance.dq(b, h, i, c);
+            tol = tol / t(b, h, i) + safety * 3 * u_s * std::abs(g) + floor;
+          }
+  }
+  if (opts.rope) {  // step 14
+    unrotate_bound(r.oracle.dq, r.tolerance.dq, *opts.rope, opts.rope->q_positions, dtype, safety);
+    unrotate_bound(r.oracle.dk, r.tolerance.dk, *opts.rope, opts.rope->k_positions, dtype, safety);
+  }
+}
+
+template void unfold_prologue(AttentionGradients<float>&, const AttentionOptions&);
+template void unfold_prologue(AttentionGradients<double>&, const AttentionOptions&);
+template void unfold_prologue(AttentionGradients<Eigen::half>&, const AttentionOptions&);
+template void unfold_prologue(AttentionGradients<Eigen::bfloat16>&, const AttentionOptions&);
 
 }  // namespace detail
 

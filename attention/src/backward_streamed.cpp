@@ -674,11 +674,11 @@ AttentionGradients<double> streaming_oracle_backward(const Tensor<S>& q, const T
                                                      const Tensor<S>& d_output, const AttentionOptions& opts) {
   constexpr const char* who = "streaming_oracle_backward";
   check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
-  if (opts.temperature) {  // backward.cpp step 13: the call on q/τ, then dQ = dQ'/τ
+  if (has_prologue(opts)) {  // backward.cpp steps 13-14: the call on the folded q and k, then dQ and dK turned back
     AttentionGradients<double> g = detail::streamed_backward<double>(
-        fold_temperature(q.template cast<double>(), opts), k.template cast<double>(), v.template cast<double>(),
-        d_output.template cast<double>(), folded_options(opts));
-    detail::unfold_temperature(g, *opts.temperature);
+        fold_queries(q.template cast<double>(), opts, who), fold_keys(k.template cast<double>(), opts, who),
+        v.template cast<double>(), d_output.template cast<double>(), folded_options(opts));
+    detail::unfold_prologue(g, opts);
     return g;
   }
   return detail::streamed_backward<double>(q.template cast<double>(), k.template cast<double>(),
@@ -688,11 +688,15 @@ AttentionGradients<double> streaming_oracle_backward(const Tensor<S>& q, const T
 GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
                                       const Tensor<double>& v, const Tensor<double>& d_output,
                                       const AttentionOptions& opts, double safety) {
-  check_streamed_shapes("streamed_gradient_check", q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
-  if (opts.temperature) {  // backward.cpp step 13
-    GradientCheck r =
-        streamed_gradient_check(dtype, fold_temperature(q, opts), k, v, d_output, folded_options(opts), safety);
-    detail::unfold_temperature(r, *opts.temperature, dtype, safety);
+  constexpr const char* who = "streamed_gradient_check";
+  check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
+  // RoPE's bound (backward.cpp step 14 on the terms of dQ and dK) is derived on the materialised path only.
+  if (opts.rope || opts.rope_folded)
+    throw std::logic_error(std::string(who) + ": no streamed bound for RoPE yet (its cases stay below 2^22 weights)");
+  if (has_prologue(opts)) {  // backward.cpp step 13
+    GradientCheck r = streamed_gradient_check(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
+                                              folded_options(opts), safety);
+    detail::unfold_prologue(r, opts, dtype, safety);
     return r;
   }
   GradientCheck r = streamed_check_at(dtype, q, k, v, d_output, opts, safety);
@@ -720,8 +724,10 @@ Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>&
   check_streamed_shapes(who, q.shape(), k.shape(), k.shape(), q.shape(), opts);
   BoundTerms bt;
   bt.dtype = dtype;
+  if (opts.rope || opts.rope_folded)
+    throw std::logic_error(std::string(who) + ": no streamed bound for RoPE yet (its cases stay below 2^22 weights)");
   // Pass 1 reads neither V nor dO: k and q stand in for them.
-  const Tensor<double> q_folded = fold_temperature(q, opts);
+  const Tensor<double> q_folded = fold_queries(q, opts, who);
   return Streamed<double, true>(q_folded, k, k, q_folded, folded_options(opts),
                                 resolve_scale(opts.scale, q.shape().D, who), bt)
       .weight_errors();

@@ -83,6 +83,15 @@
 //    (a) errs on each q'_ic by at most 3u_s relative, so on s_ij by 3u_s·scale·Σ_c|q'_ic k_jc| (the oracle's own
 //    q/τ in double, 2^-53 relative, inside it); (b) by 2u_a·|s_ij|. Δ_i grows by their sum, 3u_s·max(abs_dot) +
 //    2u_a·max|s|, with abs_dot and s those of q'.
+// 9. Rotary position embeddings. The bound is taken on q' = R_q q and k' = R_k k, rotated in double from the
+//    declared frequencies; a kernel rotates in its own arithmetic. Its angle pos/factor·base^(-2m/r) rounds (the
+//    frequency's pow to a few ulp, the position and the product: 5u_a·|θ|, which grows with the position), cos and
+//    sin round (2u_a) and may be stored in the dtype (u_s, as Hugging Face's cos/sin caches are), and
+//    x_a·cos - x_b·sin rounds its two products and its sum in the dtype (2u_s): each element of a rotated pair errs
+//    by at most ε(pos)·(|x_a| + |x_b|), ε(pos) = 5u_a·max_m|θ_m(pos)| + 4u_a + 3u_s (rope_rotation_error). On a score,
+//    Σ_c |δq'_c||k'_c| ≤ ε_q Σ_pairs (|q_a| + |q_b|)(|k'_a| + |k'_b|) ≤ 2ε_q Σ_pairs ‖q_p‖‖k'_p‖ ≤ 2ε_q‖q'‖‖k'‖
+//    (a rotation keeps each pair's norm; Cauchy-Schwarz twice), and the same for k: Δ_i grows by
+//    2(ε_q,i + max_j ε_k,j)·scale·‖q'_i‖·max_j‖k'_j‖ over the visible keys j (first order).
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -175,7 +184,7 @@ double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, b
   const double u_a = accumulation_roundoff(dtype);
   const double temper = r.tempered ? 3 * unit_roundoff(dtype) * r.abs_dot + 2 * u_a * r.s_max : 0.0;  // step 8
   const double mod_err =
-      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper;  // steps 7, 4b, 8
+      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope;  // steps 7, 4b, 8, 9
   return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
 }
 
@@ -194,10 +203,20 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   if (!q_tiny.isZero(0) || !k_tiny.isZero(0))
     flushed = (q_tiny * k.cwiseAbs().transpose() + q.cwiseAbs() * k_tiny.transpose()) * std::abs(scale);
   const bool sink = mods.sink && std::isfinite(*mods.sink);
+  // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).
+  Eigen::VectorXd q_norm, k_norm, eps_k;
+  if (mods.rope) {
+    q_norm = q.rowwise().norm();
+    k_norm = k.rowwise().norm();
+    eps_k.resize(T_k);
+    for (Index j = 0; j < T_k; ++j)
+      eps_k(j) = rope_rotation_error(dtype, *mods.rope, mods.rope->k_positions[std::size_t(mods.rope_batch * T_k + j)]);
+  }
   Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
   for (Index i = 0; i < T_q; ++i) {
     RowScoreStats r;
     r.tempered = mods.tempered;
+    double k_most = 0, eps_k_most = 0;
     r.s_max = sink ? std::abs(*mods.sink) : 0.0;
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
@@ -207,6 +226,15 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
       r.s_max = std::max({r.s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
       r.bias_max = std::max(r.bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
       if (flushed.size() > 0) r.flushed = std::max(r.flushed, flushed(i, j));
+      if (mods.rope) {
+        k_most = std::max(k_most, k_norm(j));
+        eps_k_most = std::max(eps_k_most, eps_k(j));
+      }
+    }
+    if (mods.rope && r.n_vis > 0) {
+      const double eps_q =
+          rope_rotation_error(dtype, *mods.rope, mods.rope->q_positions[std::size_t(mods.rope_batch * T_q + i)]);
+      r.rope = 2 * (eps_q + eps_k_most) * std::abs(scale) * q_norm(i) * k_most;
     }
     rho(i) = row_weight_relative_error(dtype, D, r, sink, mods.softcap.has_value());
   }
@@ -323,6 +351,9 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety,
                                          const HeadModifiers& mods) {
   const Index T_q = vis.T_q, D = v.cols();  // D_k: the scores' dot products; D = D_v: the output's columns
+  if (mods.rope)  // step 9 needs the rotated q and k, which the row statistics do not hold
+    throw std::logic_error("streamed_output_tolerance: no streamed bound for RoPE yet (its cases stay below 2^22 "
+                           "weights)");
   const RowTerms terms(dtype, D_k, safety);
   const double u_a = accumulation_roundoff(dtype);
   const bool sink = mods.sink && std::isfinite(*mods.sink);
@@ -348,6 +379,11 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
     terms.output(r, n_vis, v_col_max, oracle_output.row(i), tol.row(i));
   }
   return tol;
+}
+
+double rope_rotation_error(DType dtype, const Rope& rope, Index pos) {
+  const double u_a = accumulation_roundoff(dtype), u_s = unit_roundoff(dtype);
+  return 5 * u_a * rope.max_angle(pos) + 4 * u_a + 3 * u_s;  // step 9
 }
 
 double weight_tolerance(DType dtype, double w, double rho_w, double safety) {

@@ -552,6 +552,277 @@ TEST(Modifiers, dBiasSumsOverTheBroadcastAxesOnEveryPath) {
     EXPECT_NEAR(s.tolerance.dbias->values()[n], m.tolerance.dbias->values()[n], 1e-12 * m.tolerance.dbias->values()[n]);
 }
 
+// ---- Rotary position embeddings --------------------------------------------------------------------------------
+
+// A rope of rotary_dim r over B sequences: queries at `q_start + i`, keys at `k_start + j` (per batch entry b, the
+// starts shifted by 3b so that entries differ).
+Rope test_rope(RopeVariant variant, Index r, Index B, Index T_q, Index T_k, Index q_start, Index k_start) {
+  Rope rope{.variant = variant, .rotary_dim = r, .base = 10000, .factor = 1};
+  for (Index b = 0; b < B; ++b) {
+    for (Index i = 0; i < T_q; ++i) rope.q_positions.push_back(q_start + 3 * b + i);
+    for (Index j = 0; j < T_k; ++j) rope.k_positions.push_back(k_start + 3 * b + j);
+  }
+  return rope;
+}
+
+// x rotated by hand: pair m of (half-split) (m, m + r/2) or (interleaved) (2m, 2m+1) by pos·base^(-2m/r), in double,
+// rounded to S once.
+template <class S>
+Tensor<S> rotated(const Tensor<S>& x, const Rope& rope, const std::vector<Index>& positions) {
+  Tensor<S> r = x;
+  const Shape& s = x.shape();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index t = 0; t < s.T; ++t)
+        for (Index m = 0; m < rope.rotary_dim / 2; ++m) {
+          const Index a = rope.variant == RopeVariant::half_split ? m : 2 * m,
+                      e = rope.variant == RopeVariant::half_split ? m + rope.rotary_dim / 2 : 2 * m + 1;
+          const double theta = double(positions[std::size_t(b * s.T + t)]) / rope.factor *
+                               std::pow(rope.base, -2.0 * double(m) / double(rope.rotary_dim));
+          const double xa = double(x(b, h, t, a)), xe = double(x(b, h, t, e));
+          r(b, h, t, a) = S(xa * std::cos(theta) - xe * std::sin(theta));
+          r(b, h, t, e) = S(xe * std::cos(theta) + xa * std::sin(theta));
+        }
+  return r;
+}
+
+TEST(Modifiers, badRopesAreNamed) {
+  const Shape s{2, 2, 3, 4};
+  const Tensor<double> x = wave<double>(s, 0.3, 1.0);
+  AttentionOptions o;
+  const auto message = [&] {
+    try {
+      attention<double>(x, x, x, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  o.rope = test_rope(RopeVariant::half_split, 3, 2, 3, 3, 0, 0);
+  EXPECT_EQ(message(), "attention: rope rotary_dim is 3; expected an even number >= 2");
+  o.rope = test_rope(RopeVariant::half_split, 6, 2, 3, 3, 0, 0);
+  EXPECT_EQ(message(), "attention: rope rotary_dim is 6; expected an even number in [2, D = 4]");
+  o.rope = test_rope(RopeVariant::half_split, 4, 2, 3, 3, 0, 0);
+  o.rope->k_positions.pop_back();
+  EXPECT_EQ(message(), "attention: rope k_positions has 5 entries; expected B·T = 2·3 = 6");
+  o.rope = test_rope(RopeVariant::half_split, 4, 2, 3, 3, 0, 0);
+  o.rope->q_positions[4] = -1;
+  EXPECT_EQ(message(), "attention: rope q_positions[4] is -1; expected a position id in [0, 2^40]");
+  o.rope = test_rope(RopeVariant::half_split, 4, 2, 3, 3, 0, 0);
+  o.rope->base = 0;
+  EXPECT_EQ(message(), "attention: rope base is 0; expected finite and > 0");
+  o.rope = test_rope(RopeVariant::half_split, 4, 2, 3, 3, 0, 0);
+  EXPECT_THROW(attention<double>(x, x, x, BoolMask::causal(3, 3), o), ValueError);  // an explicit mask is the rule
+  EXPECT_THROW(head_modifiers(o, 0, 0, 3, 3), std::logic_error);  // a head's modifiers come after the folding
+}
+
+// A rope is the call on rotated inputs: every path (materialised, streamed, the LSE, the backward with dQ = R_qᵀ dQ'
+// and dK = R_kᵀ dK') gives what the call without it gives on q and k rotated by hand, for both variants and a
+// rotary_dim below D, with grouped kv heads and a temperature beside it; position 0 everywhere is the identity, bit
+// for bit.
+TEST(Modifiers, aRopeIsTheCallOnRotatedInputs) {
+  const Shape qs{2, 2, 5, 6}, ks{2, 1, 7, 6};
+  const Tensor<float> q = wave<float>(qs, 0.2, 2.0), k = wave<float>(ks, 0.9, 2.0), v = wave<float>(ks, 1.1, 1.0),
+                      dO = wave<float>(qs, 2.3, 1.0);
+  for (const RopeVariant variant : {RopeVariant::half_split, RopeVariant::interleaved}) {
+    AttentionOptions plain;
+    plain.alignment = CausalAlignment::BottomRight;
+    plain.softcap = 3.0;
+    AttentionOptions roped = plain;
+    roped.rope = test_rope(variant, 4, 2, 5, 7, 2, 0);
+    const Tensor<float> qr = rotated(q, *roped.rope, roped.rope->q_positions),
+                        kr = rotated(k, *roped.rope, roped.rope->k_positions);
+    for (const bool streamed : {false, true}) {
+      Tensor<float> w{Shape{}}, w_plain{Shape{}};
+      Tensor<double> lse{Shape{}}, lse_plain{Shape{}};
+      EXPECT_EQ(attention<float>(q, k, v, roped, streamed ? nullptr : &w, &lse).values(),
+                attention<float>(qr, kr, v, plain, streamed ? nullptr : &w_plain, &lse_plain).values());
+      EXPECT_EQ(lse.values(), lse_plain.values());
+      if (!streamed) EXPECT_EQ(w.values(), w_plain.values());
+    }
+    // The backward: the plain call's gradients turned back by Rᵀ (in float, as the core does; compared to 1e-6).
+    const AttentionGradients<float> g = attention_backward<float>(q, k, v, dO, roped),
+                                    gp = attention_backward<float>(qr, kr, v, dO, plain);
+    EXPECT_EQ(g.dv.values(), gp.dv.values());
+    Rope back = *roped.rope;  // Rᵀ is the rotation by -θ: negated positions
+    for (Index& x : back.q_positions) x = -x;
+    for (Index& x : back.k_positions) x = -x;
+    const Tensor<float> dq = rotated(gp.dq, back, back.q_positions), dk = rotated(gp.dk, back, back.k_positions);
+    for (Index n = 0; n < dq.size(); ++n) EXPECT_NEAR(g.dq.values()[n], dq.values()[n], 1e-6) << n;
+    for (Index n = 0; n < dk.size(); ++n) EXPECT_NEAR(g.dk.values()[n], dk.values()[n], 1e-6) << n;
+    // Position 0 everywhere rotates by 0: cos 0 = 1 and sin 0 = 0 exactly.
+    AttentionOptions zero = roped;
+    std::fill(zero.rope->q_positions.begin(), zero.rope->q_positions.end(), 0);
+    std::fill(zero.rope->k_positions.begin(), zero.rope->k_positions.end(), 0);
+    EXPECT_EQ(attention<float>(q, k, v, zero).values(), attention<float>(q, k, v, plain).values());
+    // With a temperature too: the rotated query divided by it.
+    AttentionOptions both = roped;
+    both.temperature = wave_temperature(2, 1, 5);
+    AttentionOptions tempered = plain;
+    tempered.temperature = both.temperature;
+    EXPECT_EQ(attention<float>(q, k, v, both).values(), attention<float>(qr, kr, v, tempered).values());
+  }
+}
+
+// In float64: the output depends on the positions only through their differences (every position moved by 1000), the
+// interleaved rope is the half-split one on head dimensions permuted so that (2m, 2m+1) become (m, m + r/2), and the
+// backward (rope, temperature and softcap at once) matches central differences.
+TEST(Modifiers, aRopeIsRelativeAndItsVariantsAPermutation) {
+  const Shape qs{1, 2, 5, 6}, ks{1, 2, 7, 6};
+  Tensor<double> q = wave<double>(qs, 0.2, 1.5), k = wave<double>(ks, 0.9, 1.5);
+  const Tensor<double> v = wave<double>(ks, 1.1, 1.0), dO = wave<double>(qs, 2.3, 1.0);
+  AttentionOptions o;
+  o.alignment = CausalAlignment::BottomRight;
+  o.rope = test_rope(RopeVariant::half_split, 6, 1, 5, 7, 2, 0);
+  AttentionOptions shifted = o;
+  for (Index& x : shifted.rope->q_positions) x += 1000;
+  for (Index& x : shifted.rope->k_positions) x += 1000;
+  const Tensor<double> out = attention<double>(q, k, v, o), moved = attention<double>(q, k, v, shifted);
+  for (Index n = 0; n < out.size(); ++n) EXPECT_NEAR(moved.values()[n], out.values()[n], 1e-12) << n;
+  // Interleaved on permuted dims: dim 2m of the permuted vector is dim m of the original, 2m+1 is m + r/2.
+  const auto permuted = [](const Tensor<double>& x) {
+    Tensor<double> r = x;
+    const Shape& s = x.shape();
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index t = 0; t < s.T; ++t)
+          for (Index m = 0; m < 3; ++m) {
+            r(b, h, t, 2 * m) = x(b, h, t, m);
+            r(b, h, t, 2 * m + 1) = x(b, h, t, m + 3);
+          }
+    return r;
+  };
+  AttentionOptions inter = o;
+  inter.rope->variant = RopeVariant::interleaved;
+  const Tensor<double> out_inter = attention<double>(permuted(q), permuted(k), v, inter);
+  for (Index n = 0; n < out.size(); ++n) EXPECT_NEAR(out_inter.values()[n], out.values()[n], 1e-12) << n;
+  EXPECT_GT((attention<double>(q, k, v, inter).values() - out.values()).cwiseAbs().maxCoeff(), 1e-3);  // not the same
+  // Central differences of dQ and dK with a rope (interleaved, rotary_dim 4 < D), a temperature and a softcap.
+  AttentionOptions all = inter;
+  all.rope->rotary_dim = 4;
+  all.temperature = wave_temperature(1, 2, 5);
+  all.softcap = 2.0;
+  const auto loss = [&] { return attention<double>(q, k, v, all).values().dot(dO.values()); };
+  const AttentionGradients<double> g = attention_backward<double>(q, k, v, dO, all);
+  const double step = 1e-5;
+  for (auto [x, grad] : {std::pair{&q, &g.dq}, {&k, &g.dk}})
+    for (Index n = 0; n < x->size(); ++n) {
+      const double x0 = x->values()[n];
+      x->values()[n] = x0 + step;
+      const double up = loss();
+      x->values()[n] = x0 - step;
+      const double down = loss();
+      x->values()[n] = x0;
+      EXPECT_NEAR(grad->values()[n], (up - down) / (2 * step), 1e-7) << "entry " << n;
+    }
+  const AttentionGradients<double> sg = streaming_oracle_backward<double>(q, k, v, dO, all);
+  for (Index n = 0; n < sg.dq.size(); ++n) EXPECT_NEAR(sg.dq.values()[n], g.dq.values()[n], 1e-13);
+  for (Index n = 0; n < sg.dk.size(); ++n) EXPECT_NEAR(sg.dk.values()[n], g.dk.values()[n], 1e-13);
+}
+
+// The derived bounds hold for a correct kernel that rotates in its own arithmetic: the angle pos·base^(-2m/r) in
+// float, cos and sin rounded to half precision, the rotation's products and sum in half (Hugging Face's
+// apply_rotary_pos_emb at float16), at positions from 0 and from 3·10^4 (where the float angle itself is off by up to
+// 10^-3: the bound grows with the position); at float16, forward and backward; not vacuous at small positions.
+class RopeBound : public testing::TestWithParam<Index> {};
+INSTANTIATE_TEST_SUITE_P(Starts, RopeBound, testing::Values(Index{0}, Index{30000}));
+TEST_P(RopeBound, aRopeRotatedAnotherWayIsWithinTheBound) {
+  using H = Eigen::half;
+  const Shape qs{1, 2, 16, 8};
+  const Tensor<H> q = wave<H>(qs, 0.2, 1.5), k = wave<H>(qs, 0.5, 1.5), v = wave<H>(qs, 0.8, 1.0),
+                  dO = wave<H>(qs, 1.7, 1.0);
+  AttentionOptions o;
+  o.rope = test_rope(RopeVariant::half_split, 8, 1, 16, 16, GetParam(), GetParam());
+  // The kernel's own rotation.
+  const auto rotate = [&](const Tensor<H>& x, const std::vector<Index>& pos) {
+    Tensor<H> r = x;
+    for (Index h = 0; h < 2; ++h)
+      for (Index t = 0; t < 16; ++t)
+        for (Index m = 0; m < 4; ++m) {
+          const float inv = std::pow(10000.0f, -2.0f * float(m) / 8.0f), theta = float(pos[std::size_t(t)]) * inv;
+          const H c = H(std::cos(theta)), sn = H(std::sin(theta));
+          const H xa = x(0, h, t, m), xe = x(0, h, t, m + 4);
+          r(0, h, t, m) = H(float(H(float(xa) * float(c))) - float(H(float(xe) * float(sn))));
+          r(0, h, t, m + 4) = H(float(H(float(xe) * float(c))) + float(H(float(xa) * float(sn))));
+        }
+    return r;
+  };
+  const Tensor<H> qr = rotate(q, o.rope->q_positions), kr = rotate(k, o.rope->k_positions);
+  const Tensor<H> out = attention<H>(qr, kr, v);
+  Tensor<double> w{Shape{}};
+  const Tensor<double> want = oracle(q, k, v, o, &w);
+  const Tensor<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  const AttentionOptions f = folded_options(o);
+  const Tensor<double> q_f = fold_queries(qd, o, "test"), k_f = fold_keys(kd, o, "test");
+  double worst = 0;
+  for (Index h = 0; h < 2; ++h) {
+    const HeadTolerance tol =
+        head_tolerance(DType::f16, q_f.head(0, h), k_f.head(0, h), vd.head(0, h), BoolMask::causal(16, 16),
+                       1 / std::sqrt(8.0), want.head(0, h), w.head(0, h), 2.0, head_modifiers(f, 0, h, 16, 16));
+    for (Index i = 0; i < 16; ++i)
+      for (Index c = 0; c < 8; ++c) {
+        const double err = std::abs(double(out(0, h, i, c)) - want(0, h, i, c));
+        EXPECT_LE(err, tol.output(i, c)) << h << "," << i << "," << c;
+        if (GetParam() == 0) {
+          EXPECT_LT(tol.output(i, c), 0.15);  // not vacuous: a rotation by the wrong angle moves outputs by O(1)
+        }
+        worst = std::max(worst, err);
+      }
+  }
+  EXPECT_GT(worst, 0.0);
+  // The backward: this kernel's gradients of its rotated inputs, turned back by its own rotation's transpose.
+  const AttentionGradients<H> g = attention_backward<H>(qr, kr, v, dO);
+  std::vector<Index> back_q = o.rope->q_positions, back_k = o.rope->k_positions;
+  for (Index& x : back_q) x = -x;
+  for (Index& x : back_k) x = -x;
+  const Tensor<H> dq = rotate(g.dq, back_q), dk = rotate(g.dk, back_k);
+  const GradientCheck c = gradient_check(DType::f16, qd, kd, vd, dO.cast<double>(), o);
+  for (Index n = 0; n < dq.size(); ++n)
+    EXPECT_LE(std::abs(double(dq.values()[n]) - c.oracle.dq.values()[n]), c.tolerance.dq.values()[n]) << n;
+  for (Index n = 0; n < dk.size(); ++n)
+    EXPECT_LE(std::abs(double(dk.values()[n]) - c.oracle.dk.values()[n]), c.tolerance.dk.values()[n]) << n;
+}
+
+// In float32 the angle's own rounding dominates: at position 3·10^4 a float angle is off by up to 10^-3 radians, a
+// thousand times float's rounding of a score, so without step 9's 5u_a·|θ| this correct kernel would be falsified.
+TEST(Modifiers, aRopeInFloatAtALargePositionIsWithinTheBound) {
+  const Shape qs{1, 1, 8, 8};
+  const Tensor<float> q = wave<float>(qs, 0.2, 1.5), k = wave<float>(qs, 0.5, 1.5), v = wave<float>(qs, 0.8, 1.0);
+  AttentionOptions o;
+  o.rope = test_rope(RopeVariant::half_split, 8, 1, 8, 8, 30011, 30011);
+  const auto rotate = [&](const Tensor<float>& x, const std::vector<Index>& pos) {
+    Tensor<float> r = x;
+    for (Index t = 0; t < 8; ++t)
+      for (Index m = 0; m < 4; ++m) {
+        const float theta = float(pos[std::size_t(t)]) * std::pow(10000.0f, -2.0f * float(m) / 8.0f);
+        const float c = std::cos(theta), sn = std::sin(theta), xa = x(0, 0, t, m), xe = x(0, 0, t, m + 4);
+        r(0, 0, t, m) = xa * c - xe * sn;
+        r(0, 0, t, m + 4) = xe * c + xa * sn;
+      }
+    return r;
+  };
+  Tensor<float> w_kernel{Shape{}};
+  attention<float>(rotate(q, o.rope->q_positions), rotate(k, o.rope->k_positions), v, {}, &w_kernel);
+  Tensor<double> w{Shape{}};
+  const Tensor<double> want = oracle(q, k, v, o, &w);
+  const AttentionOptions f = folded_options(o);
+  const Tensor<double> q_f = fold_queries(q.cast<double>(), o, "test"), k_f = fold_keys(k.cast<double>(), o, "test");
+  const HeadTolerance tol = head_tolerance(DType::f32, q_f.head(0, 0), k_f.head(0, 0), v.cast<double>().head(0, 0),
+                                           BoolMask::causal(8, 8), 1 / std::sqrt(8.0), want.head(0, 0), w.head(0, 0),
+                                           2.0, head_modifiers(f, 0, 0, 8, 8));
+  const HeadTolerance plain = head_tolerance(DType::f32, q_f.head(0, 0), k_f.head(0, 0), v.cast<double>().head(0, 0),
+                                             BoolMask::causal(8, 8), 1 / std::sqrt(8.0), want.head(0, 0),
+                                             w.head(0, 0), 2.0, head_modifiers(AttentionOptions{}, 0, 0, 8, 8));
+  bool beyond_plain = false;
+  for (Index i = 0; i < 8; ++i)
+    for (Index j = 0; j <= i; ++j) {
+      const double err = std::abs(double(w_kernel(0, 0, i, j)) - w(0, 0, i, j));
+      EXPECT_LE(err, tol.weights(i, j)) << i << "," << j;
+      beyond_plain = beyond_plain || err > plain.weights(i, j);
+    }
+  EXPECT_TRUE(beyond_plain) << "the float angle's error shows beyond the bound without step 9";
+}
+
 TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {
   const Shape s{1, 2, 40, 16};
   const Tensor<Eigen::half> q = wave<Eigen::half>(s, 0.2, 4.0), k = wave<Eigen::half>(s, 0.5, 4.0),

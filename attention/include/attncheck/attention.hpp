@@ -19,7 +19,11 @@
 // all-zero weights and a zero output, never NaN.
 #pragma once
 
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "attncheck/dtype.hpp"
@@ -66,6 +70,35 @@ struct QueryTemperature {
   bool operator==(const QueryTemperature&) const = default;
 };
 
+/// Rotary position embeddings applied to q and k inside the call (ABI 4: FlashInfer, vLLM and TensorRT-LLM fuse
+/// them into attention). Head dimensions below rotary_dim are rotated in pairs by the angle of their token's own
+/// position id; those past it are untouched. Pair m < rotary_dim/2 is (m, m + rotary_dim/2) (half_split: GPT-NeoX,
+/// Llama's rotate_half) or (2m, 2m + 1) (interleaved: GPT-J), rotated by θ = (pos/factor)·base^(-2m/rotary_dim):
+/// x'_a = x_a·cos θ - x_b·sin θ, x'_b = x_b·cos θ + x_a·sin θ. So q'_i·k'_j depends on the two positions only
+/// through their difference.
+enum class RopeVariant : std::uint8_t { half_split, interleaved };
+struct Rope {
+  RopeVariant variant = RopeVariant::half_split;
+  Index rotary_dim = 0;  ///< even, in [2, D]
+  double base = 10000;   ///< finite and > 0 (10^4 in Llama 2, 5·10^5 in Llama 3)
+  double factor = 1;     ///< linear position scaling: positions divided by it; finite and > 0
+  std::vector<Index> q_positions{};  ///< [B, T_q] row-major: each query's position id, in [0, 2^40]
+  std::vector<Index> k_positions{};  ///< [B, T_k]: each key's
+  /// The two head dimensions pair m rotates.
+  std::pair<Index, Index> pair(Index m) const {
+    return variant == RopeVariant::half_split ? std::pair{m, m + rotary_dim / 2} : std::pair{2 * m, 2 * m + 1};
+  }
+  /// Pair m's angle at position pos, in double.
+  double angle(Index pos, Index m) const {
+    return double(pos) / factor * std::pow(base, -2.0 * double(m) / double(rotary_dim));
+  }
+  /// The largest |angle| of any pair at position pos.
+  double max_angle(Index pos) const {
+    return std::abs(double(pos)) / factor * std::max(1.0, std::pow(base, -double(rotary_dim - 2) / double(rotary_dim)));
+  }
+  bool operator==(const Rope&) const = default;
+};
+
 /// Options shared by every path.
 struct AttentionOptions {
   /// Multiplies QKᵀ; when empty, 1/√D. Must be finite and positive.
@@ -97,6 +130,12 @@ struct AttentionOptions {
   /// Set by folded_options, never by a caller: q already holds q/τ. Only the bounds read it, to add the
   /// roundings of the folding a kernel may do in its own way (tolerance.cpp step 8, backward.cpp step 13).
   bool temperature_folded = false;
+  /// Rotary position embeddings of q and k (before the scale, the temperature and the softcap). Empty: none.
+  /// Causal path only. Every entry point folds them into q and k (fold_queries, fold_keys) first.
+  std::optional<Rope> rope{};
+  /// Set by folded_options, never by a caller: the rope q and k already went through. Only the bounds read it
+  /// (tolerance.cpp step 9, backward.cpp step 14).
+  std::optional<Rope> rope_folded{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
   /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
@@ -146,7 +185,19 @@ bool bias_hides_cells(const ScoreBias& bias);
 /// rounded to S once, as a kernel that scales q in the dtype does); q itself without a temperature. opts must
 /// have been checked against q (check_options).
 template <class S> Tensor<S> fold_temperature(const Tensor<S>& q, const AttentionOptions& opts);
-/// opts without its temperature and with temperature_folded set: the options of the call on fold_temperature's q.
+/// x [B,H,T,D] (q or k) with each token's head dimensions below rotary_dim rotated by its position (positions[b·T +
+/// t]), each element computed in double and rounded to S once. Throws ShapeError naming `who` when rotary_dim does
+/// not fit D or the positions do not fit [B, T].
+template <class S>
+Tensor<S> fold_rope(const Tensor<S>& x, const Rope& rope, const std::vector<Index>& positions, const char* who);
+/// What the call does to q before the scores: the rope, then the temperature (q itself without either).
+template <class S> Tensor<S> fold_queries(const Tensor<S>& q, const AttentionOptions& opts, const char* who);
+/// What the call does to k: the rope (k itself without one).
+template <class S> Tensor<S> fold_keys(const Tensor<S>& k, const AttentionOptions& opts, const char* who);
+/// Whether opts has a prologue the entry points fold into q and k (a temperature, a rope).
+inline bool has_prologue(const AttentionOptions& opts) { return opts.temperature || opts.rope; }
+/// opts without its temperature and rope, marked as folded (temperature_folded, rope_folded): the options of the call
+/// on fold_queries' q and fold_keys' k.
 AttentionOptions folded_options(const AttentionOptions& opts);
 
 /// One head's score modifiers, as attend() takes them: query i sits at aligned position p = position(i).
@@ -160,6 +211,10 @@ struct HeadModifiers {
   std::optional<double> sink{};  ///< the sink logit (may be -inf); empty: none
   /// q holds a folded temperature (AttentionOptions::temperature_folded): no score changes, the bounds widen.
   bool tempered = false;
+  /// q and k went through this rope (AttentionOptions::rope_folded), at batch entry rope_batch: the bounds widen by
+  /// its rotation's rounding (tolerance.cpp step 9). Null: none.
+  const Rope* rope = nullptr;
+  Index rope_batch = 0;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }
@@ -168,7 +223,8 @@ struct HeadModifiers {
   bool any() const { return modifies_scores() || sink; }
 };
 /// The modifiers query head h of batch entry b gets under these options (T_q queries over T_k keys); points into
-/// opts. A temperature must have been folded into q first (fold_temperature): std::logic_error otherwise.
+/// opts. A temperature or rope must have been folded into q and k first (folded_options): std::logic_error
+/// otherwise.
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k);
 /// The modified score: softcap, then ALiBi, then the bias, as every path computes it (in the accumulation type A;
 /// a bias value is one of the call's dtype, exact in A).

@@ -91,11 +91,12 @@ Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>&
                                               const AttentionOptions& opts);
 
 namespace detail {
-/// backward.cpp step 13: the gradients of the call on fold_temperature's q turned into those of the call with the
-/// temperature: dQ_i = dQ'_i/τ_i, in Acc<S> and rounded to S (the other gradients are unchanged).
-template <class S> void unfold_temperature(AttentionGradients<S>& g, const QueryTemperature& t);
-/// The same for a check: the oracle's dQ divided, and its bound divided and widened by the division's roundings.
-void unfold_temperature(GradientCheck& r, const QueryTemperature& t, DType dtype, double safety);
+/// backward.cpp steps 13-14: the gradients of the call on fold_queries' q and fold_keys' k (under folded_options)
+/// turned into those of the call with its prologue: dQ = R_qᵀ (dQ'/τ) and dK = R_kᵀ dK', in Acc<S> and rounded to S
+/// (dV, dBias and the sinks' are unchanged).
+template <class S> void unfold_prologue(AttentionGradients<S>& g, const AttentionOptions& opts);
+/// The same for a check: the oracle's dQ and dK turned back, and their bounds with them (steps 13-14).
+void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, DType dtype, double safety);
 /// attention_backward's streamed path (inputs already checked).
 template <class S>
 AttentionGradients<S> streamed_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,

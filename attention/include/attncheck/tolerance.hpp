@@ -51,6 +51,8 @@ struct RowScoreStats {
   Index n_vis = 0;
   /// q holds a folded temperature (HeadModifiers::tempered): the folding's roundings (tolerance.cpp step 8).
   bool tempered = false;
+  /// The score error of a kernel's own rotation of q and k (tolerance.cpp step 9); 0 without a rope.
+  double rope = 0;
 };
 /// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a
 /// softcap applies), for callers that stream the scores instead of materialising them: 0 when n_vis is 0.
@@ -94,6 +96,10 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w,
                                          double safety = 2.0, const HeadModifiers& mods = {});
+
+/// ε(pos) of tolerance.cpp step 9: each element of a pair a kernel rotates at position pos errs by at most
+/// ε·(|x_a| + |x_b|), ε = 5u_a·max|θ(pos)| + 4u_a + 3u_s.
+double rope_rotation_error(DType dtype, const Rope& rope, Index pos);
 
 /// Allowed |actual - oracle| on one visible weight whose oracle value is w, in a row with relative error
 /// ρ_w (head_tolerance's weight bound, element by element).

@@ -97,14 +97,15 @@ Verdict check(const Implementation& impl, const LawCase& c) {
   const double floors = smallest_normal(p.dtype == DType::f64 ? DType::f64 : DType::f32) + storage_floor(p.dtype);
   const double g_n = gamma(s.T * (s.H / p.kv_heads()), u_a);
   Tensor<double> want(p.v.shape()), tol(p.v.shape());
-  // ρ with the head's modifiers, on q with its temperature folded in (tolerance.cpp steps 7 and 8).
+  // ρ with the head's modifiers, on q and k with their prologue folded in (tolerance.cpp steps 7 to 9).
   const AttentionOptions folded = folded_options(p.options());
-  const Tensor<double> q = fold_temperature(p.q, p.options());
+  const Tensor<double> q = fold_queries(p.q, p.options(), "grad-dv-weights"),
+                       k = fold_keys(p.k, p.options(), "grad-dv-weights");
   for (Index b = 0; b < s.B; ++b) {
     for (Index h = 0; h < s.H; ++h) {
       const BoolMask mask = BoolMask::of(p.visibility(b, h));
       const Index kv = kv_of(p, h);
-      const Eigen::VectorXd rho = weight_relative_error(p.dtype, q.head(b, h), p.k.head(b, kv), mask, scale_of(p),
+      const Eigen::VectorXd rho = weight_relative_error(p.dtype, q.head(b, h), k.head(b, kv), mask, scale_of(p),
                                                         head_modifiers(folded, b, h, s.T, p.k.shape().T));
       for (Index i = 0; i < s.T; ++i) {
         // A row that sees no key adds nothing to dV (its weights are 0, or NaN under the nan convention, where

@@ -391,8 +391,8 @@ OracleRun run_oracle(const Problem& p) {
   opts.scale = scale_of(p);
   if (long_context(p)) return run_streamed_oracle(p, opts);
   r.out = attention<double>(p.q, p.k, p.v, opts, &r.w, &r.lse);
-  // The bound is taken on the call with the temperature folded into q (tolerance.cpp step 8).
-  const Tensor<double> q = fold_temperature(p.q, opts);
+  // The bound is taken on the call with its prologue folded into q and k (tolerance.cpp steps 8 and 9).
+  const Tensor<double> q = fold_queries(p.q, opts, "oracle"), k = fold_keys(p.k, opts, "oracle");
   const AttentionOptions folded = folded_options(opts);
   r.tol_out = Tensor<double>(r.out.shape());
   r.tol_w = Tensor<double>(r.w.shape());
@@ -403,11 +403,11 @@ OracleRun run_oracle(const Problem& p) {
       const BoolMask mask = BoolMask::of(p.visibility(b, h));  // (per head: a block or dense mask may differ)
       const Index g = kv_of(p, h);
       const HeadModifiers mods = head_modifiers(folded, b, h, s.T, p.k.shape().T);
-      const HeadTolerance t = head_tolerance(p.dtype, q.head(b, h), p.k.head(b, g), p.v.head(b, g), mask, *opts.scale,
+      const HeadTolerance t = head_tolerance(p.dtype, q.head(b, h), k.head(b, g), p.v.head(b, g), mask, *opts.scale,
                                              r.out.head(b, h), r.w.head(b, h), kSafety, mods);
       r.tol_out.head(b, h) = t.output;
       r.tol_w.head(b, h) = t.weights;
-      const Eigen::VectorXd rho = weight_relative_error(p.dtype, q.head(b, h), p.k.head(b, g), mask, *opts.scale, mods);
+      const Eigen::VectorXd rho = weight_relative_error(p.dtype, q.head(b, h), k.head(b, g), mask, *opts.scale, mods);
       for (Index i = 0; i < s.T; ++i) r.tol_lse(b, h, i, 0) = lse_tolerance(p.dtype, rho(i), r.lse(b, h, i, 0), kSafety);
     }
   }

@@ -74,7 +74,7 @@
 //     (tolerance.cpp step 9) ≤ √2·ε·(|x'_a| + |x'_b|): dK_jc's terms scale·dS_ij·q'_ic then add scale·m_ij times
 //     that bound of q'_ic, and dQ_ic's the same with k'_jc. Turning a gradient pair back (unfold_prologue) sums the
 //     two elements' bounds (|cos|, |sin| ≤ 1), adds the rotation's own ε·(|g_a| + |g_b|), and stores again: u_s·|g|
-//     and the floor. ε's 5u_a·|θ| grows with the position: a rotation computed in float at position 10^5 is off by
+//     and the floor. ε's 5u_f·|θ| grows with the position: a rotation computed in float at position 10^5 is off by
 //     about 10^-2.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"

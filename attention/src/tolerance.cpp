@@ -85,10 +85,12 @@
 //    2u_a·max|s|, with abs_dot and s those of q'.
 // 9. Rotary position embeddings. The bound is taken on q' = R_q q and k' = R_k k, rotated in double from the
 //    declared frequencies; a kernel rotates in its own arithmetic. Its angle pos/factor·base^(-2m/r) rounds (the
-//    frequency's pow to a few ulp, the position and the product: 5u_a·|θ|, which grows with the position), cos and
-//    sin round (2u_a) and may be stored in the dtype (u_s, as Hugging Face's cos/sin caches are), and
-//    x_a·cos - x_b·sin rounds its two products and its sum in the dtype (2u_s): each element of a rotated pair errs
-//    by at most ε(pos)·(|x_a| + |x_b|), ε(pos) = 5u_a·max_m|θ_m(pos)| + 4u_a + 3u_s (rope_rotation_error). On a score,
+//    frequency's pow to a few ulp, the position and the product: 5u_f·|θ|, which grows with the position) and cos and
+//    sin round (2u_f), in float whatever the dtype (u_f = 2^-24: Hugging Face's rotary embedding computes inv_freq,
+//    the angles, cos and sin in float32 even for a float64 model); cos and sin may be stored in the dtype (u_s, as
+//    its caches are) and x_a·cos - x_b·sin rounds its two products and its sum in the dtype or the accumulation type
+//    (2u_a + 2u_s, whichever it is): each element of a rotated pair errs by at most ε(pos)·(|x_a| + |x_b|),
+//    ε(pos) = 5u_f·max_m|θ_m(pos)| + 2u_f + 2u_a + 3u_s (rope_rotation_error). On a score,
 //    Σ_c |δq'_c||k'_c| ≤ ε_q Σ_pairs (|q_a| + |q_b|)(|k'_a| + |k'_b|) ≤ 2ε_q Σ_pairs ‖q_p‖‖k'_p‖ ≤ 2ε_q‖q'‖‖k'‖
 //    (a rotation keeps each pair's norm; Cauchy-Schwarz twice), and the same for k: Δ_i grows by
 //    2(ε_q,i + max_j ε_k,j)·scale·‖q'_i‖·max_j‖k'_j‖ over the visible keys j (first order).
@@ -382,8 +384,8 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
 }
 
 double rope_rotation_error(DType dtype, const Rope& rope, Index pos) {
-  const double u_a = accumulation_roundoff(dtype), u_s = unit_roundoff(dtype);
-  return 5 * u_a * rope.max_angle(pos) + 4 * u_a + 3 * u_s;  // step 9
+  const double u_a = accumulation_roundoff(dtype), u_s = unit_roundoff(dtype), u_f = unit_roundoff(DType::f32);
+  return 5 * u_f * rope.max_angle(pos) + 2 * u_f + 2 * u_a + 3 * u_s;  // step 9: the angle, cos and sin in float
 }
 
 double weight_tolerance(DType dtype, double w, double rho_w, double safety) {

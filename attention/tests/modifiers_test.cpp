@@ -784,7 +784,7 @@ TEST_P(RopeBound, aRopeRotatedAnotherWayIsWithinTheBound) {
 }
 
 // In float32 the angle's own rounding dominates: at position 3·10^4 a float angle is off by up to 10^-3 radians, a
-// thousand times float's rounding of a score, so without step 9's 5u_a·|θ| this correct kernel would be falsified.
+// thousand times float's rounding of a score, so without step 9's 5u_f·|θ| this correct kernel would be falsified.
 TEST(Modifiers, aRopeInFloatAtALargePositionIsWithinTheBound) {
   const Shape qs{1, 1, 8, 8};
   const Tensor<float> q = wave<float>(qs, 0.2, 1.5), k = wave<float>(qs, 0.5, 1.5), v = wave<float>(qs, 0.8, 1.0);

@@ -294,6 +294,12 @@ std::string call_keywords_line(const Problem& p) {
   if (p.bias)
     add("bias [" + std::to_string(p.bias->B) + "," + std::to_string(p.bias->H) + "," + std::to_string(p.bias->T_q) +
         "," + std::to_string(p.bias->T_k) + "] " + list(p.bias->values, number));
+  if (p.rope)
+    add(std::string("rope ") + (p.rope->variant == RopeVariant::half_split ? "half-split" : "interleaved") +
+        ", rotary_dim " + std::to_string(p.rope->rotary_dim) + ", base " + number(p.rope->base) +
+        (p.rope->factor != 1 ? ", factor " + number(p.rope->factor) : std::string()) + ", q positions " +
+        list(p.rope->q_positions, [](Index x) { return std::to_string(x); }) + ", k positions " +
+        list(p.rope->k_positions, [](Index x) { return std::to_string(x); }));
   if (p.temperature)
     add("temperature [" + std::to_string(p.temperature->B) + "," + std::to_string(p.temperature->H) + "," +
         std::to_string(p.temperature->T_q) + "] " + list(p.temperature->values, number));

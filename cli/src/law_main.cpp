@@ -164,6 +164,17 @@ void describe_case(std::ostream& details, const LawCase& c, const std::optional<
     std::copy(p.bias->values.begin(), p.bias->values.end(), bias.data());
     print_tensor(details, "bias", bias);
   }
+  if (p.rope) {  // its fields and each token's position
+    const auto ids = [](const std::vector<Index>& xs) {
+      std::string out;
+      for (const Index x : xs) out += (out.empty() ? "" : ", ") + std::to_string(x);
+      return out;
+    };
+    details << "    rope: " << (p.rope->variant == RopeVariant::half_split ? "half-split" : "interleaved")
+            << ", rotary_dim " << p.rope->rotary_dim << ", base " << format_number(p.rope->base) << ", factor "
+            << format_number(p.rope->factor) << "; q positions " << ids(p.rope->q_positions) << "; k positions "
+            << ids(p.rope->k_positions) << "\n";
+  }
   if (p.temperature) {  // [B_t, H_t, T_q], printed as a [B_t, H_t, T_q, 1] tensor
     Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
     std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());

@@ -18,7 +18,8 @@
  * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
  * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward), its
- * gradient (backward_call->d_bias) and per-query temperatures (call->temperature).
+ * gradient (backward_call->d_bias), per-query temperatures (call->temperature) and rotary embeddings in both
+ * pairings (call->rope).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -75,6 +76,54 @@ static double kv(const attncheck_call* call, int which, int64_t b, int64_t g, in
   return pk->layout == ATTNCHECK_PAGED_TOKEN_MAJOR ? load(pool, call->dtype, page, slot, g, d)
                                                    : load(pool, call->dtype, page, g, slot, d);
 }
+
+/* The rope's pair of head dimension d (its first element *a, second *e and index *m), for d < rotary_dim. */
+static void rope_pair(const attncheck_rope* r, int64_t d, int64_t* a, int64_t* e, int64_t* m) {
+  const int64_t half = r->rotary_dim / 2;
+  *m = r->variant == ATTNCHECK_ROPE_INTERLEAVED ? d / 2 : d % half;
+  *a = r->variant == ATTNCHECK_ROPE_INTERLEAVED ? 2 * *m : *m;
+  *e = r->variant == ATTNCHECK_ROPE_INTERLEAVED ? 2 * *m + 1 : *m + half;
+}
+
+/* The angle of pair m at token t of batch entry b: of q's positions (which 0) or k's (which 1). */
+static double rope_angle(const attncheck_call* call, int which, int64_t b, int64_t t, int64_t m) {
+  const attncheck_rope* r = call->rope;
+  const int64_t T = which ? call->k.shape[2] : call->q.shape[2];
+  const double pos = (double)(which ? r->k_positions : r->q_positions)[b * T + t];
+  const double factor = r->scaling == ATTNCHECK_ROPE_SCALING_LINEAR ? r->scaling_params[0] : 1.0;
+  return pos / factor * pow(r->base, -2.0 * (double)m / (double)r->rotary_dim);
+}
+
+/* Element d of q (which 0: head h, query t) or k (which 1: kv head h, key t) as the scores read it: rotated by its
+ * token's position under ABI 4's rope (call->rope), as stored otherwise. */
+static double qk(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, int64_t d) {
+  int64_t a, e, m;
+  double theta, xa, xe;
+  if (!call->rope || d >= call->rope->rotary_dim)
+    return which ? kv(call, 0, b, h, t, d) : load(&call->q, call->dtype, b, h, t, d);
+  rope_pair(call->rope, d, &a, &e, &m);
+  theta = rope_angle(call, which, b, t, m);
+  xa = which ? kv(call, 0, b, h, t, a) : load(&call->q, call->dtype, b, h, t, a);
+  xe = which ? kv(call, 0, b, h, t, e) : load(&call->q, call->dtype, b, h, t, e);
+  return d == a ? xa * cos(theta) - xe * sin(theta) : xe * cos(theta) + xa * sin(theta);
+}
+
+#if !defined(BUG_MASK_FILL_ZERO) && !defined(EMPTY_ROWS_NAN) && !defined(DECLARED) && \
+    !defined(BUG_DECLARED_TOO_MUCH) && !defined(PAGED) /* the builds with a backward */
+/* A gradient row g[0..D) of the rotated q (which 0) or k (which 1) at token t turned back by R^T: the gradient of q
+ * or k itself. */
+static void rope_back(const attncheck_call* call, int which, int64_t b, int64_t t, double* g) {
+  if (!call->rope) return;
+  for (int64_t m = 0; m < call->rope->rotary_dim / 2; ++m) {
+    int64_t a, e, mm;
+    const double theta = rope_angle(call, which, b, t, m);
+    rope_pair(call->rope, call->rope->variant == ATTNCHECK_ROPE_INTERLEAVED ? 2 * m : m, &a, &e, &mm);
+    const double ga = g[a], ge = g[e];
+    g[a] = cos(theta) * ga + sin(theta) * ge;
+    g[e] = cos(theta) * ge - sin(theta) * ga;
+  }
+}
+#endif
 
 /* A paged call's table entries that hold keys (the first ceil(key_lengths[b] / page_size) of each sequence)
  * name pages of the pool: an ATTNCHECK_ERROR naming the first that does not. */
@@ -240,7 +289,7 @@ static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_
       continue;
     }
 #endif
-    for (int64_t d = 0; d < D; ++d) s += load(&call->q, call->dtype, b, h, i, d) * kv(call, 0, b, g, j, d);
+    for (int64_t d = 0; d < D; ++d) s += qk(call, 0, b, h, i, d) * qk(call, 1, b, g, j, d);
     s = modified(call, b, h, i, j, s * scale, NULL);
 #ifdef BUG_MASK_FILL_ZERO
     w[j] = lo <= j && j <= hi ? s : 0.0; /* BUG: a masked score of 0 still gets weight exp(0 - max) */
@@ -383,21 +432,23 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
             for (int64_t d = 0; d < Dv; ++d)
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
             for (int64_t d = 0; d < D; ++d)
-              s += load(&call->q, call->dtype, b, h, i, d) * load(&call->k, call->dtype, b, g, j, d);
+              s += qk(call, 0, b, h, i, d) * qk(call, 1, b, g, j, d);
             modified(call, b, h, i, j, s * scale, &dz_ds);
             const double ds = w[j] * (dp - delta) * dz_ds;
 #ifdef ABI4
             if (dbias) dbias[(((Bb == 1 ? 0 : b) * Hb + (Hb == 1 ? 0 : h)) * Tq + i) * Tk + j] += w[j] * (dp - delta);
 #endif
             for (int64_t d = 0; d < D; ++d) {
-              dq[d] += scale * ds * load(&call->k, call->dtype, b, g, j, d);
-              dk[j * D + d] += scale * ds * load(&call->q, call->dtype, b, h, i, d);
+              dq[d] += scale * ds * qk(call, 1, b, g, j, d);
+              dk[j * D + d] += scale * ds * qk(call, 0, b, h, i, d);
             }
             for (int64_t d = 0; d < Dv; ++d) dv[j * Dv + d] += w[j] * load(&bc->d_output, call->dtype, b, h, i, d);
           }
+          rope_back(call, 0, b, i, dq); /* the gradient of q' = R q is R^T of q''s */
           for (int64_t d = 0; d < D; ++d) store(&bc->dq, call->dtype, b, h, i, d, dq[d]);
         }
       for (int64_t j = 0; j < Tk; ++j) {
+        rope_back(call, 1, b, j, dk + j * D);
         for (int64_t d = 0; d < D; ++d) store(&bc->dk, call->dtype, b, g, j, d, dk[j * D + d]);
         for (int64_t d = 0; d < Dv; ++d) store(&bc->dv, call->dtype, b, g, j, d, dv[j * Dv + d]);
       }
@@ -508,7 +559,8 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .max_T = 4096,
       .forward = forward,
 #ifdef ABI4
-      .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE, /* the bias, dBias, τ */
+      .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE | ATTNCHECK_CAP4_ROPE |
+                ATTNCHECK_CAP4_ROPE_INTERLEAVED, /* the bias, dBias, τ, both pairings of rotary embeddings */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -50,3 +50,28 @@ def tempered(q, k, v, scale=None, temperature=None):
 def test_a_per_query_temperature(attncheck):
     attncheck.check(tempered, dtypes=("bfloat16", "float32"), framework="torch", backward="autograd", temperature=True,
                     laws=("oracle-agreement", "temperature-as-query-scale", "grad-oracle", "causal-perturbation"))
+
+
+# Rotary embeddings fused into attention, as Hugging Face's apply_rotary_pos_emb writes them (rotate_half: the
+# half-split pairing), with the angles in float32; autograd takes dq and dk through the rotation.
+def rotary(q, k, v, scale=None, rope=None):
+    def rotate(x, positions):
+        if rope is None:
+            return x.float()
+        half = rope.rotary_dim // 2
+        inv_freq = rope.base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / rope.rotary_dim)
+        angles = (positions.double()[..., None] / rope.factor * inv_freq).float()  # [B, T, half]
+        cos, sin = torch.cat([angles.cos()] * 2, -1)[:, None], torch.cat([angles.sin()] * 2, -1)[:, None]
+        r, rest = x.float()[..., :rope.rotary_dim], x.float()[..., rope.rotary_dim:]
+        rotated = r * cos + torch.cat([-r[..., half:], r[..., :half]], -1) * sin
+        return torch.cat([rotated, rest], -1)
+    qr, kr = rotate(q, None if rope is None else rope.q_positions), rotate(k, None if rope is None else rope.k_positions)
+    s = (qr @ kr.transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    causal = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+    return (s.masked_fill(~causal, float("-inf")).softmax(-1) @ v.float()).to(q.dtype)
+
+
+def test_rotary_embeddings(attncheck):
+    attncheck.check(rotary, dtypes=("bfloat16", "float32"), framework="torch", backward="autograd", rope=True,
+                    laws=("oracle-agreement", "rope-as-rotated-inputs", "rope-relative-positions", "grad-oracle",
+                          "causal-perturbation"))

@@ -72,12 +72,12 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
-FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4}
+FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
                      "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",),
-                     "temperature": ("temperature",)}
+                     "temperature": ("temperature",), "rope": ("rope",), "rope_interleaved": ("rope",)}
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -85,6 +85,7 @@ FEATURE_FAMILIES = {
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
     "score modifiers": ("softcap", "alibi", "sinks", "bias", "temperature"),
+    "prologues": ("rope", "rope_interleaved"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "claims about results": ("batch_invariant",),
@@ -133,7 +134,7 @@ PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
-              "bias": 262144, "temperature": 524288}
+              "bias": 262144, "temperature": 524288, "rope": 1048576}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -415,6 +416,16 @@ def _read_call(payload, backward):
         off += 8 * Bt * Ht * T_q
         # q's own type, so that q / temperature[..., None] stays at it (bfloat16's float32 holds the value as is)
         temperature = temperature.astype(np.float32 if dtype == "bfloat16" else WIRE[dtype])
+    rope = None
+    if fflags & CALL_FLAGS["rope"]:  # version 4: u32 variant, u32 0, i64 rotary_dim, f64 base, f64 factor, positions
+        vcode, _, rotary_dim, base, factor = struct.unpack_from("<IIqdd", payload, off)
+        off += 32
+        q_positions = np.frombuffer(payload, dtype="<i8", count=qs[0] * T_q, offset=off).reshape(qs[0], T_q)
+        off += 8 * qs[0] * T_q
+        k_positions = np.frombuffer(payload, dtype="<i8", count=qs[0] * T_k, offset=off).reshape(qs[0], T_k)
+        off += 8 * qs[0] * T_k
+        rope = Rope("half-split" if vcode == 1 else "interleaved", int(rotary_dim), float(base), float(factor),
+                    q_positions.astype(np.int64), k_positions.astype(np.int64))
     paged = None
     if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
         lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
@@ -444,7 +455,7 @@ def _read_call(payload, backward):
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
-              "temperature": temperature}
+              "temperature": temperature, "rope": rope}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -488,6 +499,29 @@ def block_mask_to_dense(mask):
             (1, 1, mask.T_q, mask.T_k), dtype=torch.bool, device=kinds.device)
     kinds = kinds[:, :, :mask.T_q, :mask.T_k]
     return (kinds == BlockMask.FULL) | ((kinds == BlockMask.PARTIAL) & partial)
+
+
+class Rope:
+    """Rotary position embeddings of q and k in the call (serve(..., rope=True) for half-split pairs,
+    rope_interleaved=True for interleaved ones). Head dimensions below rotary_dim are rotated in pairs by the angle of
+    their token's own position id, those past it untouched: pair m < rotary_dim // 2 is (m, m + rotary_dim // 2)
+    ("half-split": GPT-NeoX, Llama's rotate_half) or (2m, 2m + 1) ("interleaved": GPT-J), rotated by
+    theta = (position / factor) * base ** (-2m / rotary_dim): x'_a = x_a cos - x_b sin, x'_b = x_b cos + x_a sin.
+    q_positions [B, T_q] and k_positions [B, T_k] are int64 arrays (tensors with framework="torch")."""
+
+    def __init__(self, variant, rotary_dim, base, factor, q_positions, k_positions):
+        self.variant, self.rotary_dim, self.base, self.factor = variant, rotary_dim, base, factor
+        self.q_positions, self.k_positions = q_positions, k_positions
+
+    def pairs(self):
+        """The head dimensions (a, b) of each pair, in pair order."""
+        half = self.rotary_dim // 2
+        return [(m, m + half) if self.variant == "half-split" else (2 * m, 2 * m + 1) for m in range(half)]
+
+    def __repr__(self):
+        return "Rope(%s, rotary_dim %d, base %g, factor %g, positions %s and %s)" % (
+            self.variant, self.rotary_dim, self.base, self.factor, list(self.q_positions.shape),
+            list(self.k_positions.shape))
 
 
 class PagedKV:
@@ -611,6 +645,10 @@ class _Torch:
         if mask is not None:
             kw["block_mask"] = BlockMask(mask.block_q, mask.block_k, self.tensor(mask.kinds),
                                          None if mask.partial is None else self.tensor(mask.partial), mask.T_q, mask.T_k)
+        rope = kw.get("rope")
+        if rope is not None:
+            kw["rope"] = Rope(rope.variant, rope.rotary_dim, rope.base, rope.factor, self.tensor(rope.q_positions),
+                              self.tensor(rope.k_positions))
         paged = kw["paged"]
         if paged is not None:
             kw["paged"] = PagedKV(self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype),
@@ -729,7 +767,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
-          bias=False, bias_grad=False, temperature=False, framework="numpy", device=None):
+          bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, framework="numpy",
+          device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -790,8 +829,12 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     backward="autograd" the bias is a leaf and its gradient is taken too. `temperature=True`: fn (and a backward) gets
     `temperature`, None or an array [B or 1, H or 1, T_q] of q's type, every value > 0: query i's scaled scores are
     divided by its temperature before the softcap, which is attention on q / temperature[..., None] (Llama 4's
-    attention temperature tuning multiplies q by 1/temperature); a backward's dq is the gradient of q itself. An
-    attncheck that speaks only version 3 cannot send them: the client then refuses to serve, saying so.
+    attention temperature tuning multiplies q by 1/temperature); a backward's dq is the gradient of q itself.
+    `rope=True` (half-split pairs) and `rope_interleaved=True` (interleaved pairs): fn (and a backward) gets `rope`,
+    None or a Rope (variant, rotary_dim, base, factor, q_positions [B, T_q], k_positions [B, T_k]): q and k are
+    rotated by their tokens' positions before the scores (a backward's dq and dk are the gradients of q and k
+    themselves). An attncheck that speaks only version 3 cannot send them: the client then refuses to serve, saying
+    so.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -802,7 +845,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("query_documents", query_documents), ("strided", strided),
                                               ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim),
                                               ("bias", bias), ("bias_grad", bias_grad),
-                                              ("temperature", temperature))}
+                                              ("temperature", temperature), ("rope", rope),
+                                              ("rope_interleaved", rope_interleaved))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

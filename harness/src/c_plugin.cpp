@@ -312,6 +312,26 @@ struct BiasArg {
   BiasArg(const BiasArg&) = delete;  // ptr points into this object
 };
 
+// A problem's rope as the ABI passes it (its positions are the problem's own int64s). Null when it has none.
+struct RopeArg {
+  attncheck_rope abi{};
+  const attncheck_rope* ptr = nullptr;
+  explicit RopeArg(const Problem& p) {
+    static_assert(sizeof(Index) == sizeof(std::int64_t), "positions passed as int64_t");
+    if (!p.rope) return;
+    const Rope& r = *p.rope;
+    abi.variant = r.variant == RopeVariant::half_split ? ATTNCHECK_ROPE_HALF_SPLIT : ATTNCHECK_ROPE_INTERLEAVED;
+    abi.scaling = r.factor == 1 ? ATTNCHECK_ROPE_SCALING_NONE : ATTNCHECK_ROPE_SCALING_LINEAR;
+    abi.rotary_dim = r.rotary_dim;
+    abi.base = r.base;
+    abi.scaling_params[0] = r.factor;
+    abi.q_positions = reinterpret_cast<const std::int64_t*>(r.q_positions.data());
+    abi.k_positions = reinterpret_cast<const std::int64_t*>(r.k_positions.data());
+    ptr = &abi;
+  }
+  RopeArg(const RopeArg&) = delete;  // ptr points into this object
+};
+
 void fill_cell_masks(const Problem& p, CellMasks& c) {
   if (p.block_mask) {
     const BlockMask& m = *p.block_mask;
@@ -369,7 +389,9 @@ constexpr bool abi_bits_match() {
     if (feature(a.feature).abi_flag != a.bit || feature(a.feature).c_name != a.macro) return false;
   constexpr AbiBit abi4[] = {ATTNCHECK_ABI_BIT(bias, ATTNCHECK_CAP4_BIAS),
                              ATTNCHECK_ABI_BIT(bias_grad, ATTNCHECK_CAP4_BIAS_GRAD),
-                             ATTNCHECK_ABI_BIT(temperature, ATTNCHECK_CAP4_TEMPERATURE)};
+                             ATTNCHECK_ABI_BIT(temperature, ATTNCHECK_CAP4_TEMPERATURE),
+                             ATTNCHECK_ABI_BIT(rope, ATTNCHECK_CAP4_ROPE),
+                             ATTNCHECK_ABI_BIT(rope_interleaved, ATTNCHECK_CAP4_ROPE_INTERLEAVED)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -428,6 +450,8 @@ class CPlugin final : public Implementation {
       attncheck_call call = make_call(p, q, k, v, lengths, docs, cells, laid ? &*laid : nullptr);
       const BiasArg<S> bias(p);  // outlives the call
       call.bias = bias.ptr;
+      const RopeArg rope(p);
+      call.rope = rope.ptr;
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -480,6 +504,8 @@ class CPlugin final : public Implementation {
       attncheck_call call = make_call(p, q, k, v, lengths, docs, cells, laid ? &*laid : nullptr);
       const BiasArg<S> bias(p);  // outlives the call
       call.bias = bias.ptr;
+      const RopeArg rope(p);
+      call.rope = rope.ptr;
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).

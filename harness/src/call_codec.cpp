@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <optional>
@@ -172,7 +173,7 @@ std::string call_payload(const Problem& p) {
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
-        (p.temperature ? call_temperature : 0u));
+        (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -242,6 +243,16 @@ std::string call_payload(const Problem& p) {
     w.i64(t.B);
     w.i64(t.H);
     for (const double x : t.values) w.f64(x);
+  }
+  if (p.rope) {  // version 4 (PROTOCOL.md, "Rotary embeddings"): its fields, then B·T_q and B·T_k i64 positions
+    const Rope& r = *p.rope;
+    w.u32(r.variant == RopeVariant::half_split ? 1u : 2u);
+    w.u32(0);
+    w.i64(r.rotary_dim);
+    w.f64(r.base);
+    w.f64(r.factor);
+    for (const Index x : r.q_positions) w.i64(x);
+    for (const Index x : r.k_positions) w.i64(x);
   }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
@@ -497,6 +508,38 @@ QueryTemperature read_temperature(Reader& r, const char* what, const Shape& qs) 
   return QueryTemperature{.B = Bt, .H = Ht, .T_q = qs.T, .values = {t.data(), t.data() + t.size()}};
 }
 
+// The rope of a frame (flag 1048576): u32 variant (1 half-split, 2 interleaved), u32 0, i64 rotary_dim, f64 base,
+// f64 factor, then B·T_q and B·T_k i64 positions (r.raw refuses a count the bytes left cannot hold); check_call then
+// says whether each field and position is allowed.
+Rope read_rope(Reader& r, const char* what, const Shape& qs, const Shape& ks) {
+  const std::uint32_t variant = r.u32(), reserved = r.u32();
+  if ((variant != 1 && variant != 2) || reserved != 0)
+    throw ProtocolError(std::string(what) + ": rope variant " + std::to_string(variant) + " and reserved " +
+                        std::to_string(reserved) + " (expected 1 half-split or 2 interleaved, and 0)");
+  Rope rope{.variant = variant == 1 ? RopeVariant::half_split : RopeVariant::interleaved};
+  rope.rotary_dim = r.i64();
+  rope.base = r.f64();
+  rope.factor = r.f64();
+  // B·T positions, bounded by what is left before anything is allocated (the product may reach 2^64).
+  const auto positions = [&](Index T, const char* name) {
+    if (std::uint64_t(T) > r.left() / 8 / std::uint64_t(std::max<Index>(qs.B, 1)))
+      throw ProtocolError(std::string(what) + ": rope " + name + " of " + std::to_string(qs.B) + " x " +
+                          std::to_string(T) + " positions but " + std::to_string(r.left()) + " bytes are left");
+    const Index n = qs.B * T;
+    const std::string_view raw = r.raw(std::size_t(n) * 8);
+    std::vector<Index> out(static_cast<std::size_t>(n));
+    for (Index i = 0; i < n; ++i) {
+      std::int64_t x;
+      std::memcpy(&x, raw.data() + 8 * i, 8);
+      out[std::size_t(i)] = x;
+    }
+    return out;
+  };
+  rope.q_positions = positions(qs.T, "q_positions");
+  rope.k_positions = positions(ks.T, "k_positions");
+  return rope;
+}
+
 // The masks beyond causal of a frame (flags 1024 to 32768), read into p: the prefix, the right window, the chunk
 // size, the document ids turned back into doc_bounds (the query ids checked against them), the block mask and the
 // dense mask.
@@ -585,10 +628,10 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   const std::uint32_t flags = r.u32();
   if (flags & ~kCallFlags)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0xfffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0x1fffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
                         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension, 262144 bias, 524288 temperature)");
+                        "dimension, 262144 bias, 524288 temperature, 1048576 rope)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -643,6 +686,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   read_masks(r, what, flags, p, qs, ks);
   if (flags & call_bias) p.bias = read_bias(r, what, p.dtype, qs, ks);
   if (flags & call_temperature) p.temperature = read_temperature(r, what, qs);
+  if (flags & call_rope) p.rope = read_rope(r, what, qs, ks);
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.

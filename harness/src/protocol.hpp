@@ -94,9 +94,10 @@ enum CallFlags : std::uint32_t {
   call_v_head_dim = 131072,  ///< version 3: an i64 D_v follows k's shape; v is [B,H_kv,T_k,D_v] (never with paging)
   call_bias = 262144,        ///< version 4: an additive bias follows the masks (its B and H, then its values)
   call_temperature = 524288,  ///< version 4: a per-query temperature follows the bias (its B and H, then f64 values)
+  call_rope = 1048576,        ///< version 4: a rope follows the temperature (its fields, then q's and k's positions)
 };
 /// Every call flag.
-inline constexpr std::uint32_t kCallFlags = 0xFFFFFu;
+inline constexpr std::uint32_t kCallFlags = 0x1FFFFFu;
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
 /// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with

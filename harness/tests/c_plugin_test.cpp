@@ -623,6 +623,56 @@ TEST(CPlugin, theAbi4ExampleReadsTheTemperatureThroughItsStrides) {
   }
 }
 
+// The ABI-4 build declares rotary embeddings in both pairings (ATTNCHECK_CAP4_ROPE, _ROPE_INTERLEAVED) and reads
+// call->rope (its variant, rotary_dim, base, linear factor and each token's position id), forward and backward (dq and
+// dk turned back by R^T), in and out of process; a plug-in that does not declare it is never sent one.
+TEST(CPlugin, theAbi4ExampleRotatesQAndKByTheirPositions) {
+  const auto isolated = load_implementation(spec("attention_plugin_v4"));
+  const auto in_process = load_implementation(spec("attention_plugin_v4"), HarnessOptions{.isolate = false});
+  const auto ref = reference_implementation();
+  EXPECT_TRUE(isolated->capabilities().declares(Feature::rope));
+  EXPECT_TRUE(isolated->capabilities().declares(Feature::rope_interleaved));
+  EXPECT_FALSE(load_implementation(spec("attention_plugin"))->capabilities().declares(Feature::rope));
+  const auto worst = [](const Tensor<double>& x, const Tensor<double>& y) {
+    double m = 0;
+    for (Index n = 0; n < x.size(); ++n) m = std::max(m, std::abs(x.values()[n] - y.values()[n]));
+    return m;
+  };
+  for (const RopeVariant variant : {RopeVariant::half_split, RopeVariant::interleaved})
+    for (const double factor : {1.0, 4.0}) {
+      Problem p = test::wave_problem(DType::f64, 2, 2, 3, 5, 6);
+      p.alignment = CausalAlignment::BottomRight;
+      p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
+      p.rope = Rope{.variant = variant, .rotary_dim = 4, .base = 500000, .factor = factor};
+      for (Index b = 0; b < 2; ++b) {
+        for (Index i = 0; i < 3; ++i) p.rope->q_positions.push_back(100 * b + 2 + i + 7);
+        for (Index j = 0; j < 5; ++j) p.rope->k_positions.push_back(100 * b + j + 7);
+      }
+      const std::string what = std::string(variant == RopeVariant::half_split ? "half-split" : "interleaved") +
+                               " factor " + std::to_string(factor);
+      const Outcome a = isolated->forward(p), b = in_process->forward(p), r = ref->forward(p);
+      EXPECT_EQ(a.output.values(), b.output.values()) << what;
+      EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
+      Problem plain = p;  // without the rope (or with positions, pairs or factor read wrong) the output moves
+      plain.rope.reset();
+      EXPECT_GT(worst(ref->forward(plain).output, r.output), 1e-3) << what;
+      const Gradients ga = isolated->backward(p), gr = ref->backward(p);
+      EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;
+      EXPECT_LT(worst(ga.dk, gr.dk), 1e-13) << what;
+      EXPECT_LT(worst(ga.dv, gr.dv), 1e-13) << what;
+    }
+  Problem p = test::wave_problem(DType::f64, 1, 2, 3, 5, 2);
+  p.rope = Rope{.rotary_dim = 2, .q_positions = {0, 1, 2}, .k_positions = {0, 1, 2, 3, 4}};
+  try {
+    load_implementation(spec("attention_plugin"))->forward(p);
+    ADD_FAILURE() << "a rope was sent to a plug-in that does not declare it";
+  } catch (const std::logic_error& e) {
+    EXPECT_NE(std::string(e.what()).find("rotary embeddings of q and k (half-split pairs, rotary_dim 2)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(CPlugin, theBlockMasksExampleReadsBlockAndDenseMasksThroughTheirStrides) {
   const auto isolated = load_implementation(spec("attention_plugin_block_masks"));
   const auto in_process = load_implementation(spec("attention_plugin_block_masks"), HarnessOptions{.isolate = false});

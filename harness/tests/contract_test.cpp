@@ -77,6 +77,15 @@ std::optional<Problem> witness(Feature f) {
     case Feature::temperature:  // one per batch entry and query, broadcast over the heads
       p.temperature = QueryTemperature{.B = 1, .H = 1, .T_q = 3, .values = {0.5, 1.25, 3}};
       break;
+    case Feature::rope:
+    case Feature::rope_interleaved:  // rotary_dim 2 of D = 2, a decode-like offset
+      p.rope = Rope{.variant = f == Feature::rope ? RopeVariant::half_split : RopeVariant::interleaved,
+                    .rotary_dim = 2,
+                    .base = 10000,
+                    .factor = 2,
+                    .q_positions = {7, 8, 9},
+                    .k_positions = {6, 7, 8, 9}};
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad: return std::nullopt;
@@ -305,7 +314,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"paged", call_paged},         {"prefix", call_prefix},         {"window_right", call_window_right},
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
-      {"bias", call_bias},           {"temperature", call_temperature}};
+      {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

@@ -191,13 +191,23 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
     EXPECT_TRUE(
         c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
         << mode;
-    EXPECT_TRUE(c.declares(Feature::bias) && c.declares(Feature::bias_grad) && c.declares(Feature::temperature))
+    EXPECT_TRUE(c.declares(Feature::bias) && c.declares(Feature::bias_grad) && c.declares(Feature::temperature) &&
+                c.declares(Feature::rope) && c.declares(Feature::rope_interleaved))
         << mode;  // version 4
     for (const bool causal : {true, false}) {
       Problem p = modifiers_problem(causal);
       p.window.reset();  // the client declares no window
       p.bias = modifiers_bias(p, causal ? 1 : 2, causal ? 4 : 1);  // broadcast over B, then over H
       p.temperature = modifiers_temperature(p, causal ? 2 : 1, causal ? 1 : 4);  // over H, then over B
+      // Rotary embeddings, one pairing each way, positions from 3 (queries bottom-right of their keys).
+      p.rope = Rope{.variant = causal ? RopeVariant::half_split : RopeVariant::interleaved,
+                    .rotary_dim = p.q.shape().D - p.q.shape().D % 2,
+                    .base = 100,
+                    .factor = causal ? 1.0 : 2.0};
+      for (Index b = 0; b < p.q.shape().B; ++b) {
+        for (Index i = 0; i < p.q.shape().T; ++i) p.rope->q_positions.push_back(3 + b + i);
+        for (Index j = 0; j < p.k.shape().T; ++j) p.rope->k_positions.push_back(3 + b + j);
+      }
       const Outcome a = impl->forward(p), r = ref->forward(p);
       ASSERT_TRUE(a.lse && a.weights) << mode;
       // float64, T_k = 5, D = 2: numpy and the core round a handful of products, tanh, exp, log differently.
@@ -1134,11 +1144,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 524288 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 1048576 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 1048576u;
+  const std::uint32_t high = flags | 2097152u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "65536 layout, 131072 V head dimension, 262144 bias, 524288 temperature)");
+  refused(unknown, "131072 V head dimension, 262144 bias, 524288 temperature, 1048576 rope)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

@@ -12,10 +12,25 @@ import attncheck_plugin
 MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 
 
-def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal, bias=None, temperature=None):
+def rotate(x, rope, positions, back=False):
+    """x [B, H, T, D] with each token's pairs below rope.rotary_dim rotated by its position (by minus it: back)."""
+    x = x.astype(np.float64).copy()
+    out = x.copy()
+    for m, (a, e) in enumerate(rope.pairs()):
+        theta = positions.astype(np.float64) / rope.factor * rope.base ** (-2.0 * m / rope.rotary_dim)  # [B, T]
+        c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :] * (-1 if back else 1)
+        out[..., a] = x[..., a] * c - x[..., e] * s
+        out[..., e] = x[..., e] * c + x[..., a] * s
+    return out
+
+
+def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal, bias=None, temperature=None,
+          rope=None):
     """Everything the forward and backward need, float64: K and V repeated over each group, the raw scaled scores
     S, dZ/dS, the visibility, the weights P [B,H,T_q,T_k], the sink's share [B,H,T_q,1] and the LSE."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    if rope is not None:  # version 4: q and k rotated by their tokens' positions first
+        q, k = rotate(q, rope, rope.q_positions), rotate(k, rope, rope.k_positions)
     B, H, T_q, D = q.shape
     T_k = k.shape[2]
     k, v = np.repeat(k, H // k.shape[1], axis=1), np.repeat(v, H // k.shape[1], axis=1)
@@ -57,9 +72,9 @@ def strict_attention(q, k, v, scale=None, alignment="top-left", key_lengths=None
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-              sinks=None, causal=True, bias=None, temperature=None):
+              sinks=None, causal=True, bias=None, temperature=None, rope=None):
     _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal,
-                                        bias, temperature)
+                                        bias, temperature, rope)
     out = p @ v
     if MODE == "dict":
         return {"output": out, "weights": p, "lse": lse[..., 0]}  # lse [B,H,T_q]: the client adds the 1
@@ -67,13 +82,13 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softc
 
 
 def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-             sinks=None, causal=True, bias=None, temperature=None):
+             sinks=None, causal=True, bias=None, temperature=None, rope=None):
     """dP = dO Vᵀ, Δ = rowsum(P ∘ dP), dZ = P ∘ (dP − Δ), dS = dZ ∘ dZ/dS; dQ = scale·dS K, dK = scale·dSᵀ Q,
     dV = Pᵀ dO, summed over each kv head's group; d_sinks[h] = −Σ_{b,i} P_sink Δ."""
     B, H_kv, T_k, D = k.shape
     scale = scale or 1 / np.sqrt(q.shape[3])
     q, k, v, s, dz_ds, vis, p, p_sink, _ = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes,
-                                                 sinks, causal, bias, temperature)
+                                                 sinks, causal, bias, temperature, rope)
     d_o = d_output.astype(np.float64)
     d_p = np.where(vis, d_o @ v.swapaxes(-1, -2), 0.0)
     delta = (p * d_p).sum(axis=-1, keepdims=True)
@@ -82,6 +97,8 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
     d_k = (scale * d_s.swapaxes(-1, -2) @ q).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
     d_v = (p.swapaxes(-1, -2) @ d_o).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
     d_sinks = -(p_sink * delta).sum(axis=(0, 2, 3))
+    if rope is not None:  # the gradients of the rotated q and k turned back by R^T
+        d_q, d_k = rotate(d_q, rope, rope.q_positions, back=True), rotate(d_k, rope, rope.k_positions, back=True)
     d_bias = None
     if bias is not None:  # dZ, summed over the axes the bias broadcasts over
         d_z = p * (d_p - delta)
@@ -92,7 +109,7 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
 if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
         lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
-        temperature=True)
+        temperature=True, rope=True, rope_interleaved=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

@@ -83,6 +83,17 @@ std::string problem_line(const Problem& p) {
     std::copy(p.bias->values.begin(), p.bias->values.end(), t.data());
     s += ", bias " + shape_str(t.shape()) + " = " + values(t);
   }
+  if (p.rope) {  // its fields and positions
+    const auto ids = [](const std::vector<Index>& xs) {
+      std::string out;
+      for (const Index x : xs) out += (out.empty() ? "" : ", ") + std::to_string(x);
+      return "(" + out + ")";
+    };
+    s += std::string(", rope ") + (p.rope->variant == RopeVariant::half_split ? "half-split" : "interleaved") +
+         " rotary_dim " + std::to_string(p.rope->rotary_dim) + " base " + fmt(p.rope->base) +
+         (p.rope->factor != 1 ? " factor " + fmt(p.rope->factor) : std::string()) + " at q " +
+         ids(p.rope->q_positions) + ", k " + ids(p.rope->k_positions);
+  }
   if (p.temperature) {  // its values as a [B_t, H_t, T_q, 1] tensor
     Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
     std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());

@@ -211,6 +211,7 @@ std::optional<std::string> declarations_in_words(std::string_view inside, Declar
   const std::string prefix = first.starts_with("Feature::")        ? "Feature::"
                              : first.starts_with("Capabilities::")   ? "Capabilities::"
                              : first.starts_with("ATTNCHECK_CAP3_") ? "ATTNCHECK_CAP3"
+                             : first.starts_with("ATTNCHECK_CAP4_") ? "ATTNCHECK_CAP4"
                                                                     : "ATTNCHECK_CAP";
   std::string out;
   for (std::size_t i = 0; i < tokens.size(); ++i) {
@@ -610,7 +611,8 @@ ImplementationPtr reference_implementation() {
                    Feature::right_window,  Feature::block_mask,
                    Feature::dense_mask,    Feature::v_head_dim,
                    Feature::paged,         Feature::bias,
-                   Feature::bias_grad,     Feature::temperature};
+                   Feature::bias_grad,     Feature::temperature,
+                   Feature::rope,          Feature::rope_interleaved};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -27,7 +27,8 @@ const std::vector<Law>& laws() {
                             extreme_scores(),          batch_invariance(),   grad_determinism(),
                             layout_invariance(),         bias_row_shift(),
                             bias_minus_inf(),            grad_bias(),
-                            alibi_as_bias(),             temperature_as_query_scale()};
+                            alibi_as_bias(),             temperature_as_query_scale(),
+                            rope_as_rotated_inputs(),    rope_relative_positions()};
   }();
   return all;
 }

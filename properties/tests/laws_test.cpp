@@ -123,6 +123,8 @@ TEST(Law, notApplicableReasonsNameDeclarationsAsTheImplementationMakesThem) {
   EXPECT_EQ(in_declaration_words(sinks, DeclaredBy::cpp), sinks);
   EXPECT_EQ(in_declaration_words("no (Feature::block_mask, dense_mask)", DeclaredBy::c_plugin),
             "no (ATTNCHECK_CAP3_BLOCK_MASK, ATTNCHECK_CAP3_DENSE_MASK)");
+  EXPECT_EQ(in_declaration_words("(ATTNCHECK_CAP4_ROPE, _ROPE_INTERLEAVED)", DeclaredBy::exec_client),
+            "(rope=True, rope_interleaved=True)");
   EXPECT_EQ(in_declaration_words("x (Feature::key_padding) (Feature::window).", DeclaredBy::exec_client),
             "x (key_lengths=True) (window=True).");
   EXPECT_EQ(in_declaration_words("(Capabilities::nonfinite_safe)", DeclaredBy::c_plugin),
@@ -431,6 +433,8 @@ TEST(Law, biasMinusInf) { expectHoldsOnReference("bias-minus-inf", kAllDtypes); 
 TEST(Law, gradBias) { expectHoldsOnReference("grad-bias", kAllDtypes); }
 TEST(Law, alibiAsBias) { expectHoldsOnReference("alibi-as-bias", kAllDtypes); }
 TEST(Law, temperatureAsQueryScale) { expectHoldsOnReference("temperature-as-query-scale", kAllDtypes); }
+TEST(Law, ropeAsRotatedInputs) { expectHoldsOnReference("rope-as-rotated-inputs", kAllDtypes); }
+TEST(Law, ropeRelativePositions) { expectHoldsOnReference("rope-relative-positions", kAllDtypes); }
 
 // The bias's laws draw T <= 512 (a bias per cell, 2^18 cells) whatever --max-T asks, and say why they do not apply
 // where the run asks for more (a pinned long shape, --min-T past 512) or the implementation takes no bias.
@@ -507,7 +511,8 @@ TEST(Law, everyLawHasATest) {
                                         "mask-encodings", "extreme-scores", "batch-invariance",
                                         "grad-determinism", "layout-invariance", "bias-row-shift",
                                         "bias-minus-inf", "grad-bias", "alibi-as-bias",
-                                        "temperature-as-query-scale"};
+                                        "temperature-as-query-scale", "rope-as-rotated-inputs",
+                                        "rope-relative-positions"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

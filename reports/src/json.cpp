@@ -266,6 +266,61 @@ ScoreBias bias_from_json(const Json& j, const std::string& what, Index B, Index 
   return bias;
 }
 
+// A rope: its variant, rotary_dim, base, factor, and B rows of q's and of k's position ids.
+Json rope_to_json(const Rope& r, Index B) {
+  const auto rows = [&](const std::vector<Index>& p) {
+    Json out = Json::array();
+    const std::size_t T = B > 0 ? p.size() / std::size_t(B) : 0;
+    for (Index b = 0; b < B; ++b) out.push_back(Json(std::vector<Index>(p.begin() + b * T, p.begin() + (b + 1) * T)));
+    return out;
+  };
+  return Json{{"variant", r.variant == RopeVariant::half_split ? "half-split" : "interleaved"},
+              {"rotary_dim", r.rotary_dim},
+              {"base", number_to_json(r.base)},
+              {"factor", number_to_json(r.factor)},
+              {"q_positions", rows(r.q_positions)},
+              {"k_positions", rows(r.k_positions)}};
+}
+
+// The inverse; check_call then says whether each field and position is allowed.
+Rope rope_from_json(const Json& j, const std::string& what, Index B, Index T_q, Index T_k) {
+  const std::string expected =
+      "{\"variant\": \"half-split\" or \"interleaved\", \"rotary_dim\": an even integer, "
+      "\"base\", \"factor\": numbers, \"q_positions\": B = " +
+      std::to_string(B) + " rows of T_q = " + std::to_string(T_q) +
+      " integers, \"k_positions\": B rows of T_k = " + std::to_string(T_k) + "}";
+  if (!j.is_object()) fail(what, expected, j);
+  Rope r;
+  const auto v = j.find("variant");
+  if (v == j.end() || !v->is_string() || (*v != "half-split" && *v != "interleaved"))
+    fail(sub(what, "variant"), expected, j);
+  r.variant = *v == "half-split" ? RopeVariant::half_split : RopeVariant::interleaved;
+  const auto d = j.find("rotary_dim");
+  if (d == j.end() || !d->is_number_integer()) fail(sub(what, "rotary_dim"), expected, j);
+  r.rotary_dim = Index(d->get<std::int64_t>());
+  for (const auto& [key, field] : {std::pair{"base", &r.base}, {"factor", &r.factor}}) {
+    const auto it = j.find(key);
+    if (it == j.end()) fail(sub(what, key), expected, j);
+    *field = number_from_json(*it, sub(what, key));
+  }
+  const auto rows = [&](const char* key, Index T) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_array() || Index(it->size()) != B) fail(sub(what, key), expected, j);
+    std::vector<Index> out;
+    for (const Json& row : *it) {
+      if (!row.is_array() || Index(row.size()) != T) fail(sub(what, key), expected, row);
+      for (const Json& x : row) {
+        if (!x.is_number_integer()) fail(sub(what, key), expected, x);
+        out.push_back(Index(x.get<std::int64_t>()));
+      }
+    }
+    return out;
+  };
+  r.q_positions = rows("q_positions", T_q);
+  r.k_positions = rows("k_positions", T_k);
+  return r;
+}
+
 // A temperature as B·H rows of T_q numbers.
 Json temperature_to_json(const QueryTemperature& t) { return broadcast_rows_to_json(t.B, t.H, 1, t.T_q, t.values); }
 
@@ -342,6 +397,7 @@ Json to_json(const Problem& p) {
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
   if (p.bias) j["bias"] = bias_to_json(*p.bias);
   if (p.temperature) j["temperature"] = temperature_to_json(*p.temperature);
+  if (p.rope) j["rope"] = rope_to_json(*p.rope, p.q.shape().B);
   if (p.want_lse) j["want_lse"] = true;
   if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
@@ -436,6 +492,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("bias"); it != j.end()) p.bias = bias_from_json(*it, sub(what, "bias"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("temperature"); it != j.end())
     p.temperature = temperature_from_json(*it, sub(what, "temperature"), q.B, q.H, q.T);
+  if (const auto it = j.find("rope"); it != j.end()) p.rope = rope_from_json(*it, sub(what, "rope"), q.B, q.T, k.T);
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

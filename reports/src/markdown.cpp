@@ -216,6 +216,22 @@ std::string shape_table(const Problem& p) {
     for (Index r = 0; r < b.B * b.H * b.T_q; ++r)
       md += "  " + list(std::vector<double>(b.values.begin() + r * b.T_k, b.values.begin() + (r + 1) * b.T_k)) + "\n";
   }
+  if (p.rope) {  // its fields, then each batch entry's positions
+    const Rope& r = *p.rope;
+    const Index B = p.q.shape().B, T_q = p.q.shape().T, T_k = p.k.shape().T;
+    md += std::string("\nrotary embeddings: ") + (r.variant == RopeVariant::half_split ? "half-split" : "interleaved") +
+          " pairs, rotary_dim " + std::to_string(r.rotary_dim) + ", base " + num(r.base, true) + ", factor " +
+          num(r.factor, true) + " (q and k rotated by their tokens' positions before the scores):\n";
+    const auto ids = [](auto from, auto to) {
+      std::string out;
+      for (auto it = from; it != to; ++it) out += (out.empty() ? "" : ", ") + std::to_string(*it);
+      return out;
+    };
+    for (Index b = 0; b < B; ++b)
+      md += "  entry " + std::to_string(b) + ": q at " +
+            ids(r.q_positions.begin() + b * T_q, r.q_positions.begin() + (b + 1) * T_q) + "; k at " +
+            ids(r.k_positions.begin() + b * T_k, r.k_positions.begin() + (b + 1) * T_k) + "\n";
+  }
   if (p.temperature) {  // one line per (b, h)
     const QueryTemperature& t = *p.temperature;
     md += "\nper-query temperature [" + std::to_string(t.B) + "," + std::to_string(t.H) + "," + std::to_string(t.T_q) +

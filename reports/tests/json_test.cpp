@@ -182,6 +182,42 @@ TEST(ReportJson, aTemperatureRoundTripsAndABadOneIsRefused) {
   EXPECT_NE(refused(bad).find("temperature value 3 is 0"), std::string::npos) << refused(bad);
 }
 
+// A rope round-trips (its variant, rotary_dim, base, factor and positions); one with a bad field or position is
+// refused naming the field.
+TEST(ReportJson, aRopeRoundTripsAndABadOneIsRefused) {
+  Problem p = awkward_problem(0);  // B 1, H 2, T_q 3, T_k 5
+  p.rope = Rope{.variant = RopeVariant::interleaved,
+                .rotary_dim = 2,
+                .base = 5e5,
+                .factor = 1.0 / 3,
+                .q_positions = {40002, 40003, 40004},
+                .k_positions = {0, 1, 40000, 40001, 40002}};
+  Problem back = problem_from_json(Json::parse(dump_pretty(to_json(p))), "p");
+  ASSERT_TRUE(back.rope.has_value());
+  EXPECT_EQ(*back.rope, *p.rope);
+  EXPECT_FALSE(to_json(awkward_problem(0)).contains("rope"));  // none written without one: old hashes stay
+  const auto refused = [&](Json j) {
+    try {
+      problem_from_json(j, "p");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  Json bad = to_json(p);
+  bad["rope"]["variant"] = "neox";
+  EXPECT_NE(refused(bad).find("p.rope.variant"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["rope"]["k_positions"][0] = Json::array({1, 2});
+  EXPECT_NE(refused(bad).find("p.rope.k_positions"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["rope"]["rotary_dim"] = 3;
+  EXPECT_NE(refused(bad).find("rope rotary_dim is 3"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["rope"]["q_positions"][0][1] = -4;
+  EXPECT_NE(refused(bad).find("rope q_positions[1] is -4"), std::string::npos) << refused(bad);
+}
+
 // A paged problem stores its plan (the table is derived from it, and written too for the person reading); a bad
 // plan is refused naming the field and what was expected.
 TEST(ReportJson, pagedPlanRoundTripsAndABadOneIsRefusedNamingTheField) {

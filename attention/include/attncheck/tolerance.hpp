@@ -98,7 +98,7 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          double safety = 2.0, const HeadModifiers& mods = {});
 
 /// ε(pos) of tolerance.cpp step 9: each element of a pair a kernel rotates at position pos errs by at most
-/// ε·(|x_a| + |x_b|), ε = 5u_a·max|θ(pos)| + 4u_a + 3u_s.
+/// ε·(|x_a| + |x_b|), ε = 5u_f·max|θ(pos)| + 2u_f + 2u_a + 3u_s (u_f float's: the angle, cos and sin in float).
 double rope_rotation_error(DType dtype, const Rope& rope, Index pos);
 
 /// Allowed |actual - oracle| on one visible weight whose oracle value is w, in a row with relative error

@@ -132,6 +132,16 @@ extern "C" {
 #define ATTNCHECK_CAP4_BIAS_GRAD 0x2u
 /** A per-query temperature (attncheck_call.temperature). */
 #define ATTNCHECK_CAP4_TEMPERATURE 0x4u
+/** Rotary position embeddings of q and k in the call (attncheck_call.rope), half-split pairs (GPT-NeoX, Llama's
+ *  rotate_half) and, with the second bit, interleaved pairs (GPT-J): a kernel declares those it implements. */
+#define ATTNCHECK_CAP4_ROPE 0x8u
+#define ATTNCHECK_CAP4_ROPE_INTERLEAVED 0x10u
+
+/* ABI 4: the values of attncheck_rope.variant and .scaling. */
+#define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
+#define ATTNCHECK_ROPE_INTERLEAVED 0x2u  /**< pair m is (2m, 2m + 1) */
+#define ATTNCHECK_ROPE_SCALING_NONE 0u   /**< the positions as they are */
+#define ATTNCHECK_ROPE_SCALING_LINEAR 1u /**< each position divided by scaling_params[0] */
 
 /* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
 #define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
@@ -256,6 +266,10 @@ typedef struct attncheck_call {
    *  the gradient of q itself (dq_i = dq'_i/tau for q' = q/tau). Neutral: NULL. */
   const double* temperature;
   int64_t temperature_strides[3];
+  /** Rotary position embeddings of q and k (ATTNCHECK_CAP4_ROPE or _ROPE_INTERLEAVED, whichever rope->variant is),
+   *  or NULL, in forward and backward calls: applied to q and k before the scores (then the scale, the temperature,
+   *  the softcap). In a backward call dq and dk are the gradients of q and k themselves. Neutral: NULL. */
+  const struct attncheck_rope* rope;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -287,6 +301,24 @@ typedef struct attncheck_dense_mask {
   const uint8_t* data;
   int64_t strides[4];
 } attncheck_dense_mask;
+
+/** ABI 4 (ATTNCHECK_CAP4_ROPE, _ROPE_INTERLEAVED): rotary position embeddings. Head dimensions c < rotary_dim
+ *  are rotated in pairs by the angle of their token's own position id; those past it are untouched. Pair m <
+ *  rotary_dim/2 is (m, m + rotary_dim/2) (ATTNCHECK_ROPE_HALF_SPLIT) or (2m, 2m + 1) (ATTNCHECK_ROPE_INTERLEAVED),
+ *  rotated by theta = pos'·base^(-2m/rotary_dim), pos' the position (divided by scaling_params[0] under
+ *  ATTNCHECK_ROPE_SCALING_LINEAR): x'_a = x_a cos theta - x_b sin theta, x'_b = x_b cos theta + x_a sin theta. */
+typedef struct attncheck_rope {
+  uint32_t variant;             /**< ATTNCHECK_ROPE_HALF_SPLIT or ATTNCHECK_ROPE_INTERLEAVED */
+  uint32_t scaling;             /**< ATTNCHECK_ROPE_SCALING_NONE or _LINEAR */
+  int64_t rotary_dim;           /**< even, in [2, D] */
+  double base;                  /**< finite and > 0 (10000 in Llama 2, 500000 in Llama 3) */
+  double scaling_params[4];     /**< [0]: the linear factor (> 0); the rest 0, for later scalings */
+  const int64_t* q_positions;   /**< [B, T_q] row-major: each query's position id, in [0, 2^40] */
+  const int64_t* k_positions;   /**< [B, T_k]: each key's */
+  const int64_t* mrope_sections;  /**< NULL (MRoPE's sections: not sent yet) */
+  size_t num_mrope_sections;      /**< 0 */
+  struct attncheck_tensor_out* k_rotated_out; /**< NULL (the rotated K written back: not asked for yet) */
+} attncheck_rope;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
  *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +

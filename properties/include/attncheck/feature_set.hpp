@@ -59,10 +59,15 @@ enum class Feature : std::uint8_t {
   /// ABI 4 (ATTNCHECK_CAP4_TEMPERATURE): a per-query temperature (Problem::temperature, [B or 1, H or 1, T_q]) that
   /// divides each query's scaled scores, before the softcap.
   temperature,
+  /// ABI 4 (ATTNCHECK_CAP4_ROPE, _ROPE_INTERLEAVED): rotary position embeddings of q and k in the call
+  /// (Problem::rope), half-split (GPT-NeoX, Llama) and interleaved (GPT-J) pairs: one row each, as a kernel
+  /// implements one of them.
+  rope,
+  rope_interleaved,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::temperature) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::rope_interleaved) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

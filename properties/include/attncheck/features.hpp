@@ -197,6 +197,22 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
            return std::string("a per-query temperature ([" + n(p.temperature->B) + "," + n(p.temperature->H) + "," +
                               n(p.temperature->T_q) + "])");
          }},
+    {.id = Feature::rope, .name = "rope", .flags4 = 0x8, .c_name = "ATTNCHECK_CAP4_ROPE",
+     .words = "rotary embeddings (half-split)",
+     .used = [](const Problem& p) { return p.rope && p.rope->variant == RopeVariant::half_split; },
+     .needs =
+         [](const Problem& p) {
+           return "rotary embeddings of q and k (half-split pairs, rotary_dim " + std::to_string(p.rope->rotary_dim) +
+                  ")";
+         }},
+    {.id = Feature::rope_interleaved, .name = "rope_interleaved", .flags4 = 0x10,
+     .c_name = "ATTNCHECK_CAP4_ROPE_INTERLEAVED", .words = "rotary embeddings (interleaved)",
+     .used = [](const Problem& p) { return p.rope && p.rope->variant == RopeVariant::interleaved; },
+     .needs =
+         [](const Problem& p) {
+           return "rotary embeddings of q and k (interleaved pairs, rotary_dim " + std::to_string(p.rope->rotary_dim) +
+                  ")";
+         }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -145,7 +145,9 @@ struct ProblemOptions {
   ///  - bias: an additive bias in a third of the cases (gen_modifiers), broadcast or not over the batch and the
   ///    heads. Its values are per (query, key) cell, so no_cell_masks removes it with the masks;
   ///  - temperature: a per-query temperature in a third of the cases (gen_modifiers), broadcast or not. Its values
-  ///    are per query row, so no_cell_masks removes it too (a law that moves or slices queries would carry it).
+  ///    are per query row, so no_cell_masks removes it too (a law that moves or slices queries would carry it);
+  ///  - rope, rope_interleaved: rotary embeddings in a third of the cases up to 2^18 weights, in a declared variant;
+  ///    their positions are per token, so no_cell_masks removes them too.
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all();
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
@@ -166,7 +168,8 @@ struct ProblemOptions {
   /// temperature.
   ProblemOptions no_cell_masks() const {
     ProblemOptions o = *this;
-    o.allow.remove({Feature::block_mask, Feature::dense_mask, Feature::bias, Feature::temperature});
+    o.allow.remove({Feature::block_mask, Feature::dense_mask, Feature::bias, Feature::temperature, Feature::rope,
+                    Feature::rope_interleaved});
     return o;
   }
   /// The options of a law that needs the causal rule in row order (a later token never reaches an earlier row):
@@ -216,6 +219,15 @@ struct Modifiers {
   /// and each query's coordinates (b_ids, h_ids, q_ids), with extents as the bias's ([B|1, H|1, T_q]).
   int temperature = -1;
   int temperature_extent = 0;
+  /// -1 none; else a rope (rotary embeddings of q and k, where B·H·T_q·T_k <= 2^18): its declared variant, its
+  /// rotary_dim (0: 2, 1: 4 or D - D % 2 if less, 2: D - D % 2), base, linear factor, and positions (each token's
+  /// index plus rope_offset, or free ids keyed by coordinates).
+  int rope = -1;
+  RopeVariant rope_variant = RopeVariant::half_split;
+  int rope_dim = 0;
+  double rope_base = 10000, rope_factor = 1;
+  Index rope_offset = 0;
+  bool rope_free = false;
   /// Sets p's softcap, alibi_slopes, sinks, bias and temperature for the case's coordinates (empty ids: 0, 1, ...).
   void apply(Problem& p, const CaseShape& s) const;
 };

@@ -405,7 +405,8 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     const FeatureSet declared = declared_features(cfg.caps);
     const bool any_modifier = opts.may_use(Feature::softcap, declared) || opts.may_use(Feature::alibi, declared) ||
                               opts.may_use(Feature::sinks, declared) || opts.may_use(Feature::bias, declared) ||
-                              opts.may_use(Feature::temperature, declared);
+                              opts.may_use(Feature::temperature, declared) || opts.may_use(Feature::rope, declared) ||
+                              opts.may_use(Feature::rope_interleaved, declared);
     if (any_modifier)
       (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)

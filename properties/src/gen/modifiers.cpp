@@ -19,6 +19,8 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
   const bool softcap = opts.may_use(Feature::softcap, declared), alibi = opts.may_use(Feature::alibi, declared),
              sinks = opts.may_use(Feature::sinks, declared), bias = opts.may_use(Feature::bias, declared),
              temperature = opts.may_use(Feature::temperature, declared);
+  const bool half_split = opts.may_use(Feature::rope, declared),
+             interleaved = opts.may_use(Feature::rope_interleaved, declared);
   return rc::gen::exec([=] {
     Modifiers m;
     // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
@@ -57,6 +59,30 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
       // batch entry, and one per (b, h, i).
       m.temperature_extent = *weighted_choice<int>({{2, 3}, {1, 1}, {1, 2}, {1, 0}});
       if (m.temperature < 0) m.temperature_extent = 0;
+    }
+    // Later still: a rope, in a declared variant, shrinking toward none, then the plainest one.
+    if (half_split || interleaved) {
+      const bool required = opts.require.has(Feature::rope) || opts.require.has(Feature::rope_interleaved);
+      m.rope = choose(required, -1, std::vector<std::pair<std::size_t, int>>{{1, 0}, {1, 1}});
+      std::vector<std::pair<std::size_t, RopeVariant>> variants;
+      if (half_split) variants.push_back({1, RopeVariant::half_split});
+      if (interleaved) variants.push_back({1, RopeVariant::interleaved});
+      m.rope_variant = *weighted_choice<RopeVariant>(variants);
+      // rotary_dim 2, then up to 4, then every pair: a fixed rotary_dim keeps its pairs while D is cut from its end.
+      m.rope_dim = *weighted_choice<int>({{1, 0}, {2, 1}, {1, 2}});
+      m.rope_base = *weighted_choice<double>({{3, 10000.0}, {1, 500000.0}, {1, 100.0}});
+      m.rope_factor = *weighted_choice<double>({{3, 1.0}, {1, 2.0}, {1, 8.0}});
+      m.rope_offset = *weighted_choice<Index>({{3, 0}, {1, 5}, {1, 1000}, {1, 40000}});
+      m.rope_free = *weighted_choice<bool>({{3, false}, {1, true}});
+      if (m.rope < 0) {  // the plainest fields, as a case without a rope has them
+        const Modifiers none{};
+        m.rope_variant = none.rope_variant;
+        m.rope_dim = none.rope_dim;
+        m.rope_base = none.rope_base;
+        m.rope_factor = none.rope_factor;
+        m.rope_offset = none.rope_offset;
+        m.rope_free = none.rope_free;
+      }
     }
     return m;
   });
@@ -131,6 +157,33 @@ void Modifiers::apply(Problem& p, const CaseShape& s) const {
     if (alibi == 1) p.alibi_slopes.push_back(std::ldexp(1.0, -int(std::min<Index>(id(h), 60)) - 1));
     if (alibi == 2) p.alibi_slopes.push_back(1.0);
     if (sinks >= 0) p.sinks.push_back(kSinks[std::size_t(id(h) + sinks) % 6]);
+  }
+  p.rope.reset();
+  // Only where the bound is materialised (2^18 weights, as the bias): RoPE's bound has no streamed form yet.
+  if (const Index D = p.q.shape().D, T_q = p.q.shape().T, T_k = p.k.shape().T, B = p.q.shape().B;
+      rope >= 0 && D >= 2 && double(B) * double(H) * double(T_q) * double(T_k) <= double(1 << 18)) {
+    const Index full = D - D % 2;
+    Rope r{.variant = rope_variant,
+           .rotary_dim = rope_dim == 0   ? 2
+                         : rope_dim == 1 ? std::min<Index>(4, full)
+                                         : full,
+           .base = rope_base,
+           .factor = rope_factor};
+    // Positions: each token's index (a query's aligned one, 0 for a query before the keys) plus an offset, or free
+    // ids (packed sequences, trees) keyed by coordinates; a deleted token takes its position with it.
+    const Index shift = p.alignment == CausalAlignment::BottomRight ? T_k - T_q : 0;
+    for (Index b = 0; b < B; ++b) {
+      const Index bid = id_of(s.b_ids, b);
+      for (Index i = 0; i < T_q; ++i)
+        r.q_positions.push_back(
+            rope_free ? Index(coordinate_hash(std::uint64_t(rope) + 0x90E, {bid, 0, id_of(s.q_ids, i)}) % 65536)
+                      : rope_offset + std::max<Index>(0, shift + i));
+      for (Index j = 0; j < T_k; ++j)
+        r.k_positions.push_back(
+            rope_free ? Index(coordinate_hash(std::uint64_t(rope) + 0x90E, {bid, 1, id_of(s.k_ids, j)}) % 65536)
+                      : rope_offset + j);
+    }
+    p.rope = std::move(r);
   }
   p.temperature.reset();
   if (temperature >= 0) {

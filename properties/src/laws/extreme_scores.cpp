@@ -75,9 +75,10 @@ void make_extreme(Problem& p, const Level& lv, bool in_keys) {
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     // A softcap squashes the offset away and a sink stays at its own logit (the row's mass goes to it):
-    // neither is this law's business (softcap-bound, sink-mass).
+    // neither is this law's business (softcap-bound, sink-mass). A rope would rotate the offset's channel into
+    // another: the scores would no longer all sit at the offset.
     ProblemOptions po = outputs_only();
-    po.allow.remove({Feature::softcap, Feature::sinks});
+    po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved});
     LawCase c = *gen_problem(cfg, po);
     std::vector<std::pair<std::size_t, std::size_t>> levels;
     for (std::size_t n = 0; n < kLevels.size(); ++n) levels.emplace_back(1, n);

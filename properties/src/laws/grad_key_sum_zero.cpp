@@ -17,10 +17,11 @@ const char* kWhy =
     "is itself within t_jc of the exact value, so |sum_j dK_jc| <= 2 sum_j t_jc + gamma_T(u_double) sum_j "
     "|dK_jc| (the sum taken here, in double).";
 
-// Σ_j dS_ij = Δ_i·p_sink with a sink, and a softcap scales each dS_ij by its own derivative: neither is drawn.
+// Σ_j dS_ij = Δ_i·p_sink with a sink, a softcap scales each dS_ij by its own derivative, and a rope turns each dK_j
+// back by its own key's rotation (dK_j = R_jᵀ dK'_j, whose sum is not 0): none is drawn.
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po = outputs_only();
-  po.allow.remove({Feature::softcap, Feature::sinks});
+  po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved});
   return rc::gen::map(gen_gradient_case(cfg, po), [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
 }
 

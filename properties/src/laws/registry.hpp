@@ -69,5 +69,8 @@ Law grad_bias();  // (bwd)
 Law alibi_as_bias();
 // The per-query temperature (ABI 4).
 Law temperature_as_query_scale();
+// Rotary position embeddings (ABI 4).
+Law rope_as_rotated_inputs();
+Law rope_relative_positions();
 
 }  // namespace attncheck::law_kit

@@ -23,9 +23,10 @@ constexpr double kLargeShifts[] = {1e4, 1e5, 1e6};
 
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
-    // A softcap bends the row's scores and a sink stays where it is: neither moves with the row. ALiBi does.
+    // A softcap bends the row's scores and a sink stays where it is: neither moves with the row. ALiBi does. A rope
+    // rotates the added vector by each key's own position, so the row's scores move by different amounts.
     ProblemOptions po;
-    po.allow.remove({Feature::softcap, Feature::sinks});
+    po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved});
     LawCase c = *gen_problem(cfg, po);
     const Shape& ks = c.problem.k.shape();
     const double m = *gen_magnitude();

@@ -554,6 +554,11 @@ Problem slice_problem(const Problem& p, Index b, Index h) {
     one.bias = ScoreBias{.B = 1, .H = 1, .T_q = bias.T_q, .T_k = bias.T_k,
                          .values = {at, at + bias.T_q * bias.T_k}};
   }
+  if (p.rope) {  // batch entry b's positions
+    const Index T_q = p.q.shape().T, T_k = p.k.shape().T;
+    one.rope->q_positions.assign(p.rope->q_positions.begin() + b * T_q, p.rope->q_positions.begin() + (b + 1) * T_q);
+    one.rope->k_positions.assign(p.rope->k_positions.begin() + b * T_k, p.rope->k_positions.begin() + (b + 1) * T_k);
+  }
   if (p.temperature) {  // the (b, h) entry's T_q values, as a [1,1,T_q] temperature
     const double* at = p.temperature->head(b, h);
     one.temperature =

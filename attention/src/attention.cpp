@@ -224,7 +224,7 @@ void require_no_rule_options(const AttentionOptions& opts) {
                      "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
-  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || opts.temperature || opts.rope)
+  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || has_prologue(opts))
     throw ValueError("attention: softcap, alibi_slopes, sinks, bias, temperature and rope apply to the causal path "
                      "(ALiBi needs positions; fold a bias into the additive mask, a temperature or rope into q and k)");
 }
@@ -317,8 +317,25 @@ void check_rope(const char* who, const Rope& r, Index B, Index T_k, Index T_q) {
 }
 }  // namespace
 
+namespace {
+// A QK-norm's eps and weights (their count against D is fold_qk_norm's and check_call's).
+void check_qk_norm(const char* who, const QkNorm& n) {
+  const std::string pre = std::string(who) + ": qk_norm ";
+  if (!(std::isfinite(n.eps) && n.eps > 0))
+    throw ValueError(pre + "eps is " + format_number(n.eps, 17) + "; expected finite and > 0");
+  if (n.q_weight.empty() && n.k_weight.empty())
+    throw ValueError(pre + "has neither q_weight nor k_weight; expected at least one side normalised");
+  for (const auto& [name, w] : {std::pair{"q_weight", &n.q_weight}, {"k_weight", &n.k_weight}})
+    for (std::size_t c = 0; c < w->size(); ++c)
+      if (!std::isfinite((*w)[c]))
+        throw ValueError(pre + name + "[" + std::to_string(c) + "] is " + format_number((*w)[c], 17) +
+                         "; expected finite");
+}
+}  // namespace
+
 void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k, Index T_q) {
   if (o.dense_mask) check_dense(who, "dense_mask", *o.dense_mask, B, H, T_q, T_k);
+  if (o.qk_norm) check_qk_norm(who, *o.qk_norm);
   if (o.rope) check_rope(who, *o.rope, B, T_k, T_q);
   if (o.bias) check_bias(who, *o.bias, B, H, T_q, T_k);
   if (o.temperature) check_temperature(who, *o.temperature, B, H, T_q);
@@ -412,6 +429,11 @@ void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v,
   check_batched(who, q, k, v);
   if (opts.scale) resolve_scale(opts.scale, q.D, who);
   check_options(who, opts, q.B, q.H, k.T, q.T);
+  if (opts.qk_norm)
+    for (const auto& [name, w] : {std::pair{"q_weight", &opts.qk_norm->q_weight}, {"k_weight", &opts.qk_norm->k_weight}})
+      if (!w->empty() && Index(w->size()) != q.D)
+        throw ShapeError(std::string(who) + ": qk_norm " + name + " has " + std::to_string(w->size()) +
+                         " entries; expected D = " + std::to_string(q.D));
   if (opts.rope && opts.rope->rotary_dim > q.D)
     throw ShapeError(std::string(who) + ": rope rotary_dim is " + std::to_string(opts.rope->rotary_dim) +
                      "; expected an even number in [2, D = " + std::to_string(q.D) + "]");
@@ -516,6 +538,7 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.rope = &*opts.rope_folded;
     m.rope_batch = b;
   }
+  if (opts.qk_norm_folded) m.qk_norm = &*opts.qk_norm_folded;
   m.softcap = opts.softcap;
   if (!opts.alibi_slopes.empty()) m.alibi_slope = opts.alibi_slopes.at(std::size_t(h));
   if (opts.bias) {
@@ -570,13 +593,39 @@ Tensor<S> fold_rope(const Tensor<S>& x, const Rope& rope, const std::vector<Inde
   return r;
 }
 
+template <class S>
+Tensor<S> fold_qk_norm(const Tensor<S>& x, const QkNorm& norm, const std::vector<double>& weight, const char* who) {
+  const Shape& s = x.shape();
+  if (Index(weight.size()) != s.D)
+    throw ShapeError(std::string(who) + ": qk_norm weights have " + std::to_string(weight.size()) +
+                     " entries; expected D = " + std::to_string(s.D));
+  Tensor<S> r(s);
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index t = 0; t < s.T; ++t) {
+        double ms = 0;
+        for (Index c = 0; c < s.D; ++c) ms += static_cast<double>(x(b, h, t, c)) * static_cast<double>(x(b, h, t, c));
+        ms /= double(s.D);
+        const double rms = norm.eps_outside ? std::sqrt(ms) + norm.eps : std::sqrt(ms + norm.eps);
+        for (Index c = 0; c < s.D; ++c)
+          r(b, h, t, c) = static_cast<S>(static_cast<double>(x(b, h, t, c)) / rms * weight[std::size_t(c)]);
+      }
+  return r;
+}
+
 template <class S> Tensor<S> fold_queries(const Tensor<S>& q, const AttentionOptions& opts, const char* who) {
-  if (!opts.rope) return fold_temperature(q, opts);
-  return fold_temperature(fold_rope(q, *opts.rope, opts.rope->q_positions, who), opts);
+  Tensor<S> x = opts.qk_norm && !opts.qk_norm->q_weight.empty()
+                    ? fold_qk_norm(q, *opts.qk_norm, opts.qk_norm->q_weight, who)
+                    : q;
+  if (opts.rope) x = fold_rope(x, *opts.rope, opts.rope->q_positions, who);
+  return fold_temperature(x, opts);
 }
 
 template <class S> Tensor<S> fold_keys(const Tensor<S>& k, const AttentionOptions& opts, const char* who) {
-  return opts.rope ? fold_rope(k, *opts.rope, opts.rope->k_positions, who) : k;
+  Tensor<S> x = opts.qk_norm && !opts.qk_norm->k_weight.empty()
+                    ? fold_qk_norm(k, *opts.qk_norm, opts.qk_norm->k_weight, who)
+                    : k;
+  return opts.rope ? fold_rope(x, *opts.rope, opts.rope->k_positions, who) : x;
 }
 
 AttentionOptions folded_options(const AttentionOptions& opts) {
@@ -588,6 +637,10 @@ AttentionOptions folded_options(const AttentionOptions& opts) {
   if (o.rope) {
     o.rope_folded = std::move(o.rope);
     o.rope.reset();
+  }
+  if (o.qk_norm) {
+    o.qk_norm_folded = std::move(o.qk_norm);
+    o.qk_norm.reset();
   }
   return o;
 }
@@ -687,6 +740,18 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
   const Index g = kv_head(h, q.shape().H, k.shape().H);
   // q_i and k_j as fold_queries and fold_keys have them: rotated, then q_i/τ.
   Eigen::RowVectorXd q_i = q.head(b, h).row(i), k_j = k.head(b, g).row(j);
+  if (opts.qk_norm) {  // as fold_qk_norm has it
+    const auto normalise = [&](Eigen::RowVectorXd& x, const std::vector<double>& w) {
+      if (w.empty()) return;
+      double ms = 0;
+      for (Index c = 0; c < x.size(); ++c) ms += x(c) * x(c);
+      ms /= double(x.size());
+      const double rms = opts.qk_norm->eps_outside ? std::sqrt(ms) + opts.qk_norm->eps : std::sqrt(ms + opts.qk_norm->eps);
+      for (Index c = 0; c < x.size(); ++c) x(c) = x(c) / rms * w[std::size_t(c)];
+    };
+    normalise(q_i, opts.qk_norm->q_weight);
+    normalise(k_j, opts.qk_norm->k_weight);
+  }
   if (opts.rope) {
     const Index T_q = q.shape().T, T_k = k.shape().T;
     const auto rotate = [&](Eigen::RowVectorXd& x, Index pos) {
@@ -728,6 +793,7 @@ double streamed_weight(const Tensor<double>& q, const Tensor<double>& k, const A
                                            const AttentionOptions&, RowStats*);                               \
   template Tensor<S> fold_temperature(const Tensor<S>&, const AttentionOptions&);                              \
   template Tensor<S> fold_rope(const Tensor<S>&, const Rope&, const std::vector<Index>&, const char*);         \
+  template Tensor<S> fold_qk_norm(const Tensor<S>&, const QkNorm&, const std::vector<double>&, const char*);  \
   template Tensor<S> fold_queries(const Tensor<S>&, const AttentionOptions&, const char*);                     \
   template Tensor<S> fold_keys(const Tensor<S>&, const AttentionOptions&, const char*);
 

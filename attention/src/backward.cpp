@@ -76,6 +76,13 @@
 //     two elements' bounds (|cos|, |sin| ≤ 1), adds the rotation's own ε·(|g_a| + |g_b|), and stores again: u_s·|g|
 //     and the floor. ε's 5u_f·|θ| grows with the position: a rotation computed in float at position 10^5 is off by
 //     about 10^-2.
+// 15. QK-norm. The call with it is the call on y = w ⊙ x / r for q and k (fold_queries, fold_keys, before the rope), so
+//     dx = Jᵀ dy: dx_c = w_c dy_c / r - x_c (Σ_d w_d dy_d x_d) / (D s r²), s = sqrt(mean x² + eps) = r with eps inside
+//     the root, or sqrt(mean x²) with it outside (r = s + eps). A kernel's own normalisation errs on each y_c by
+//     ε_n·|y_c| relative (tolerance.cpp step 10), which dK's terms (reading q') and dQ's (reading k') add as
+//     ε_n·m_ij·|y|, like step 13's. Turning a gradient back sums Jᵀ's absolute entries times the bounds
+//     (|w_c|/r·t_c + |x_c|/(D s r²)·Σ_d|w_d x_d| t_d), adds the kernel's own evaluation of Jᵀ (γ_D + 6u_a relative on
+//     each of its two terms) and stores again (u_s·|dx| and the floor).
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -114,7 +121,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   if (has_prologue(opts)) {  // steps 13-14: the call on the folded q and k, then dQ = R_qᵀ (dQ'/τ), dK = R_kᵀ dK'
     AttentionGradients<S> g = attention_backward<S>(fold_queries(q, opts, who), fold_keys(k, opts, who), v,
                                                     d_output, folded_options(opts));
-    detail::unfold_prologue(g, opts);
+    detail::unfold_prologue(g, opts, q, k);
     return g;
   }
   if (double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
@@ -241,7 +248,11 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   const double nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
   const Index D_v = v.shape().D;  // dP_ij = dO_i·v_j sums over V's head dimension (step 2)
   const double g_D = gamma(D_v, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
-  const double q_fold = opts.temperature_folded ? 3 * u_s : 0.0;  // step 13: q'_ic's own rounding in dK
+  // Steps 13 and 15: q'_ic's own rounding in dK's terms (a folded temperature, a normalisation), k'_jc's in dQ's.
+  const double q_fold = (opts.temperature_folded ? 3 * u_s : 0.0) +
+                        (opts.qk_norm_folded && !opts.qk_norm_folded->q_weight.empty() ? qk_norm_error(dtype, qs.D) : 0.0);
+  const double k_fold =
+      opts.qk_norm_folded && !opts.qk_norm_folded->k_weight.empty() ? qk_norm_error(dtype, qs.D) : 0.0;
   r.tolerance = {Tensor<double>(qs), Tensor<double>(ks), Tensor<double>(v.shape())};
   r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   std::vector<double> sink_terms(opts.sinks.size(), 0.0);  // Σ P_s,i·Ā_i per head (step 11)
@@ -325,7 +336,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           const double m = (P(i, j) + eps(j)) * G;
           const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu + f_err * m;  // steps 5, 11
           const double flushed = safety * nu * std::max(1.0, scale) * (2 + G);                      // step 9b
-          tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a) * m) * K.row(j).cwiseAbs() +     // step 6
+          tq.row(i) += safety * scale * (e + (g_T + 2 * u_s + u_a + k_fold) * m) * K.row(j).cwiseAbs() +  // 6, 15
                        flushed * K.row(j).cwiseAbs().cwiseMax(1.0);
           tk.row(j) += safety * scale * (e + (g_n + 2 * u_s + u_a + q_fold) * m) * Q.row(i).cwiseAbs() +  // 7, 13
                        flushed * Q.row(i).cwiseAbs().cwiseMax(1.0);
@@ -378,7 +389,7 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
     check_shapes(who, qs, k.shape(), v.shape(), d_output.shape(), opts);
     GradientCheck r = gradient_check(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
                                      folded_options(opts), safety);
-    detail::unfold_prologue(r, opts, dtype, safety);
+    detail::unfold_prologue(r, opts, q, k, dtype, safety);
     return r;
   }
   if (double(qs.B) * double(qs.H) * double(qs.T) * double(k.shape().T) > kStreamedBackwardWeights)
@@ -447,7 +458,65 @@ void unrotate_bound(Tensor<double>& g, Tensor<double>& tol, const Rope& rope, co
 }
 }  // namespace
 
-template <class S> void unfold_prologue(AttentionGradients<S>& g, const AttentionOptions& opts) {
+namespace {
+// Step 15: a gradient g of the normalised rows y = w ⊙ x / r of x turned into the gradient of x, in A and rounded to
+// S: dx_c = w_c g_c / r - x_c (Σ_d w_d g_d x_d) / (D s r²), s = sqrt(mean x² + eps) = r (eps inside) or
+// sqrt(mean x²) (outside, r = s + eps).
+template <class A, class S>
+void unnormalise(Tensor<S>& g, const Tensor<S>& x, const QkNorm& norm, const std::vector<double>& w) {
+  const Shape& sh = g.shape();
+  for (Index b = 0; b < sh.B; ++b)
+    for (Index h = 0; h < sh.H; ++h)
+      for (Index t = 0; t < sh.T; ++t) {
+        A ms = 0, dot = 0;
+        for (Index c = 0; c < sh.D; ++c) {
+          const A xc = static_cast<A>(x(b, h, t, c));
+          ms += xc * xc;
+          dot += static_cast<A>(w[std::size_t(c)]) * static_cast<A>(g(b, h, t, c)) * xc;
+        }
+        ms /= A(sh.D);
+        const A sq = std::sqrt(norm.eps_outside ? ms : ms + static_cast<A>(norm.eps));
+        const A r = norm.eps_outside ? sq + static_cast<A>(norm.eps) : sq;
+        for (Index c = 0; c < sh.D; ++c)
+          g(b, h, t, c) = static_cast<S>(static_cast<A>(w[std::size_t(c)]) * static_cast<A>(g(b, h, t, c)) / r -
+                                         static_cast<A>(x(b, h, t, c)) * dot / (A(sh.D) * sq * r * r));
+      }
+}
+
+// Step 15 on a bound: the oracle's g turned back as unnormalise does, and its bound with it: |w_c|/r·t_c +
+// |x_c|/(D s r²)·Σ_d|w_d x_d| t_d for the bounds t of g, the kernel's own evaluation (γ_D + 6u_a relative on each of
+// the two terms: its r and its sum), and the result stored again (u_s·|dx| and the floor).
+void unnormalise_bound(Tensor<double>& g, Tensor<double>& tol, const Tensor<double>& x, const QkNorm& norm,
+                       const std::vector<double>& w, DType dtype, double safety) {
+  const Shape& sh = g.shape();
+  const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype), floor = storage_floor(dtype);
+  const double eval = gamma(sh.D, u_a) + 6 * u_a;
+  const Tensor<double> g0 = g, t0 = tol;
+  unnormalise<double>(g, x, norm, w);
+  for (Index b = 0; b < sh.B; ++b)
+    for (Index h = 0; h < sh.H; ++h)
+      for (Index t = 0; t < sh.T; ++t) {
+        double ms = 0, wxt = 0, wxg = 0;
+        for (Index c = 0; c < sh.D; ++c) {
+          ms += x(b, h, t, c) * x(b, h, t, c);
+          wxt += std::abs(w[std::size_t(c)] * x(b, h, t, c)) * t0(b, h, t, c);
+          wxg += std::abs(w[std::size_t(c)] * x(b, h, t, c) * g0(b, h, t, c));
+        }
+        ms /= double(sh.D);
+        const double sq = std::sqrt(norm.eps_outside ? ms : ms + norm.eps), r = norm.eps_outside ? sq + norm.eps : sq;
+        const double k = 1 / (double(sh.D) * sq * r * r);
+        for (Index c = 0; c < sh.D; ++c) {
+          const double wc = std::abs(w[std::size_t(c)]), xc = std::abs(x(b, h, t, c));
+          tol(b, h, t, c) = wc / r * t0(b, h, t, c) + xc * k * wxt +
+                            safety * eval * (wc * std::abs(g0(b, h, t, c)) / r + xc * k * wxg) +
+                            safety * u_s * std::abs(g(b, h, t, c)) + floor;
+        }
+      }
+}
+}  // namespace
+
+template <class S>
+void unfold_prologue(AttentionGradients<S>& g, const AttentionOptions& opts, const Tensor<S>& q, const Tensor<S>& k) {
   using A = Acc<S>;
   if (opts.temperature) {  // step 13: dQ'/τ
     const QueryTemperature& t = *opts.temperature;
@@ -463,9 +532,14 @@ template <class S> void unfold_prologue(AttentionGradients<S>& g, const Attentio
     unrotate<A>(g.dq, *opts.rope, opts.rope->q_positions);
     unrotate<A>(g.dk, *opts.rope, opts.rope->k_positions);
   }
+  if (opts.qk_norm) {  // step 15: through the normalisation
+    if (!opts.qk_norm->q_weight.empty()) unnormalise<A>(g.dq, q, *opts.qk_norm, opts.qk_norm->q_weight);
+    if (!opts.qk_norm->k_weight.empty()) unnormalise<A>(g.dk, k, *opts.qk_norm, opts.qk_norm->k_weight);
+  }
 }
 
-void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, DType dtype, double safety) {
+void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, const Tensor<double>& q, const Tensor<double>& k,
+                     DType dtype, double safety) {
   const double u_s = unit_roundoff(dtype);
   const double floor = storage_floor(dtype);  // the quotient stored again (step 9): dQ'/τ's floor shrank by τ
   if (opts.temperature) {
@@ -485,12 +559,20 @@ void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, DType dtype
     unrotate_bound(r.oracle.dq, r.tolerance.dq, *opts.rope, opts.rope->q_positions, dtype, safety);
     unrotate_bound(r.oracle.dk, r.tolerance.dk, *opts.rope, opts.rope->k_positions, dtype, safety);
   }
+  if (opts.qk_norm) {  // step 15
+    const QkNorm& n = *opts.qk_norm;
+    if (!n.q_weight.empty()) unnormalise_bound(r.oracle.dq, r.tolerance.dq, q, n, n.q_weight, dtype, safety);
+    if (!n.k_weight.empty()) unnormalise_bound(r.oracle.dk, r.tolerance.dk, k, n, n.k_weight, dtype, safety);
+  }
 }
 
-template void unfold_prologue(AttentionGradients<float>&, const AttentionOptions&);
-template void unfold_prologue(AttentionGradients<double>&, const AttentionOptions&);
-template void unfold_prologue(AttentionGradients<Eigen::half>&, const AttentionOptions&);
-template void unfold_prologue(AttentionGradients<Eigen::bfloat16>&, const AttentionOptions&);
+#define ATTNCHECK_INSTANTIATE_UNFOLD(S) \
+  template void unfold_prologue(AttentionGradients<S>&, const AttentionOptions&, const Tensor<S>&, const Tensor<S>&);
+ATTNCHECK_INSTANTIATE_UNFOLD(float)
+ATTNCHECK_INSTANTIATE_UNFOLD(double)
+ATTNCHECK_INSTANTIATE_UNFOLD(Eigen::half)
+ATTNCHECK_INSTANTIATE_UNFOLD(Eigen::bfloat16)
+#undef ATTNCHECK_INSTANTIATE_UNFOLD
 
 }  // namespace detail
 

@@ -60,7 +60,7 @@ template <class A> A rescale(A m_old, A m_new) {
 struct BoundTerms {
   DType dtype = DType::f64;
   double safety = 2, u_s = 0, u_a = 0, tiny = 0, floor = 0, nu = 0, g_D = 0, g_n = 0;
-  double q_fold = 0;  // backward.cpp step 13: q'_ic's own rounding where q holds a folded temperature
+  double q_fold = 0, k_fold = 0;  // backward.cpp steps 13, 15: q'_ic's (k'_jc's) own rounding in dK's (dQ's) terms
 };
 
 // Scratch of one thread, reused across tiles.
@@ -394,6 +394,7 @@ template <class S, bool kBound> class Streamed {
         RowScoreStats& s = st[std::size_t(r)];
         s.n_vis = n_vis[std::size_t(r)];
         s.tempered = md.tempered;
+        if (md.qk_norm) s.qk_norm = qk_norm_score_error(bt_.dtype, qs_.D, *md.qk_norm, s.abs_dot);
         const bool sink = md.sink && std::isfinite(*md.sink);
         if (sink) s.s_max = std::max(s.s_max, std::abs(*md.sink));
         if (s.n_vis > 0 && md.alibi_slope != 0) {  // |j - p| is largest at the first or the last visible key
@@ -509,7 +510,8 @@ template <class S, bool kBound> class Streamed {
         sc.t.resize(n, w);
         for (Index r = 0; r < n; ++r) {  // step 6
           const double g_T = gamma(n_vis_[row(b, h, i0 + r)], bt_.u_a);
-          sc.t.row(r) = bt_.safety * scale_d_ * (sc.e.row(r) + (g_T + 2 * bt_.u_s + bt_.u_a) * sc.mm.row(r));
+          sc.t.row(r) =
+              bt_.safety * scale_d_ * (sc.e.row(r) + (g_T + 2 * bt_.u_s + bt_.u_a + bt_.k_fold) * sc.mm.row(r));
         }
       }
       if (sc.vis.all()) {  // every row sees the whole tile: one product
@@ -623,7 +625,10 @@ GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tens
   bt.nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
   bt.g_D = gamma(v.shape().D, bt.u_a);  // dP_ij = dO_i·v_j over D_v terms
   bt.g_n = gamma(qs.T * (qs.H / ks.H), bt.u_a);
-  bt.q_fold = opts.temperature_folded ? 3 * bt.u_s : 0.0;
+  // backward.cpp steps 13 and 15: q'_ic's own rounding in dK's terms, k'_jc's in dQ's.
+  bt.q_fold = (opts.temperature_folded ? 3 * bt.u_s : 0.0) +
+              (opts.qk_norm_folded && !opts.qk_norm_folded->q_weight.empty() ? qk_norm_error(dtype, qs.D) : 0.0);
+  bt.k_fold = opts.qk_norm_folded && !opts.qk_norm_folded->k_weight.empty() ? qk_norm_error(dtype, qs.D) : 0.0;
   GradientCheck r;
   Streamed<double, true> engine(q, k, v, d_output, opts, scale, bt);
   r.oracle = engine.run(&r.tolerance);
@@ -674,11 +679,13 @@ AttentionGradients<double> streaming_oracle_backward(const Tensor<S>& q, const T
                                                      const Tensor<S>& d_output, const AttentionOptions& opts) {
   constexpr const char* who = "streaming_oracle_backward";
   check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
-  if (has_prologue(opts)) {  // backward.cpp steps 13-14: the call on the folded q and k, then dQ and dK turned back
-    AttentionGradients<double> g = detail::streamed_backward<double>(
-        fold_queries(q.template cast<double>(), opts, who), fold_keys(k.template cast<double>(), opts, who),
-        v.template cast<double>(), d_output.template cast<double>(), folded_options(opts));
-    detail::unfold_prologue(g, opts);
+  if (has_prologue(opts)) {  // backward.cpp steps 13-15: the call on the folded q and k, then dQ and dK turned back
+    const Tensor<double> qd = q.template cast<double>(), kd = k.template cast<double>();
+    AttentionGradients<double> g =
+        detail::streamed_backward<double>(fold_queries(qd, opts, who), fold_keys(kd, opts, who),
+                                          v.template cast<double>(), d_output.template cast<double>(),
+                                          folded_options(opts));
+    detail::unfold_prologue(g, opts, qd, kd);
     return g;
   }
   return detail::streamed_backward<double>(q.template cast<double>(), k.template cast<double>(),
@@ -696,7 +703,7 @@ GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, cons
   if (has_prologue(opts)) {  // backward.cpp step 13
     GradientCheck r = streamed_gradient_check(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
                                               folded_options(opts), safety);
-    detail::unfold_prologue(r, opts, dtype, safety);
+    detail::unfold_prologue(r, opts, q, k, dtype, safety);
     return r;
   }
   GradientCheck r = streamed_check_at(dtype, q, k, v, d_output, opts, safety);

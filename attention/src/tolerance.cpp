@@ -94,6 +94,11 @@
 //    Σ_c |δq'_c||k'_c| ≤ ε_q Σ_pairs (|q_a| + |q_b|)(|k'_a| + |k'_b|) ≤ 2ε_q Σ_pairs ‖q_p‖‖k'_p‖ ≤ 2ε_q‖q'‖‖k'‖
 //    (a rotation keeps each pair's norm; Cauchy-Schwarz twice), and the same for k: Δ_i grows by
 //    2(ε_q,i + max_j ε_k,j)·scale·‖q'_i‖·max_j‖k'_j‖ over the visible keys j (first order).
+// 10. QK-norm. The bound is taken on y = w ⊙ x / r for the normalised side(s), computed in double. A kernel's mean of
+//    squares errs by γ_D relative (its square root by half that), the eps's sum, the root, the division and the
+//    weight's product by u_a each, and the weight and y are held in the dtype (2u_s): each y_c errs by at most
+//    ε_n·|y_c|, ε_n = γ_D/2 + 5u_a + 2u_s (qk_norm_error). On a score that is (ε_q + ε_k)·scale·Σ_c|q'_c k'_c|: Δ_i
+//    grows by (ε_q + ε_k)·abs_dot, each ε 0 for a side that is not normalised.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -186,7 +191,7 @@ double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, b
   const double u_a = accumulation_roundoff(dtype);
   const double temper = r.tempered ? 3 * unit_roundoff(dtype) * r.abs_dot + 2 * u_a * r.s_max : 0.0;  // step 8
   const double mod_err =
-      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope;  // steps 7, 4b, 8, 9
+      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope + r.qk_norm;  // 4b, 7-10
   return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
 }
 
@@ -233,6 +238,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
         eps_k_most = std::max(eps_k_most, eps_k(j));
       }
     }
+    if (mods.qk_norm) r.qk_norm = qk_norm_score_error(dtype, D, *mods.qk_norm, r.abs_dot);
     if (mods.rope && r.n_vis > 0) {
       const double eps_q =
           rope_rotation_error(dtype, *mods.rope, mods.rope->q_positions[std::size_t(mods.rope_batch * T_q + i)]);
@@ -374,13 +380,24 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
     const double s_max =
         mods.softcap || mods.bias ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
     const double temper = mods.tempered ? 3 * terms.u_s * abs_dot(i) + 2 * u_a * s_max : 0.0;  // step 8
-    const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max + temper;
+    const double normed = mods.qk_norm ? qk_norm_score_error(dtype, D_k, *mods.qk_norm, abs_dot(i)) : 0.0;  // 10
+    const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max + temper + normed;
     const double r = terms.rho_w(abs_dot(i), s_max, n_vis + (sink ? 1 : 0), mod_err);
     if (rho_w) (*rho_w)(i) = r;
     const Eigen::RowVectorXd v_col_max = range.min.row(i).cwiseAbs().cwiseMax(range.max.row(i).cwiseAbs());
     terms.output(r, n_vis, v_col_max, oracle_output.row(i), tol.row(i));
   }
   return tol;
+}
+
+double qk_norm_error(DType dtype, Index D) {
+  const double u_a = accumulation_roundoff(dtype);
+  return gamma(D, u_a) / 2 + 5 * u_a + 2 * unit_roundoff(dtype);  // step 10
+}
+
+double qk_norm_score_error(DType dtype, Index D, const QkNorm& norm, double abs_dot) {
+  const double eps = qk_norm_error(dtype, D);
+  return ((norm.q_weight.empty() ? 0.0 : eps) + (norm.k_weight.empty() ? 0.0 : eps)) * abs_dot;  // step 10
 }
 
 double rope_rotation_error(DType dtype, const Rope& rope, Index pos) {

@@ -823,6 +823,176 @@ TEST(Modifiers, aRopeInFloatAtALargePositionIsWithinTheBound) {
   EXPECT_TRUE(beyond_plain) << "the float angle's error shows beyond the bound without step 9";
 }
 
+// ---- QK-norm ---------------------------------------------------------------------------------------------------
+
+// Per-dimension weights near 1 (multiples of 1/8, exact in half precision).
+std::vector<double> norm_weights(Index D, double phase) {
+  std::vector<double> w;
+  for (Index c = 0; c < D; ++c) w.push_back(1 + std::round(4 * std::sin(phase + 1.3 * double(c))) / 8);
+  return w;
+}
+
+// x normalised by hand: each row x / r ⊙ w, r = sqrt(mean x² + eps) or sqrt(mean x²) + eps, in double, rounded once.
+template <class S> Tensor<S> normalised(const Tensor<S>& x, const QkNorm& n, const std::vector<double>& w) {
+  Tensor<S> r = x;
+  const Shape& s = x.shape();
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index t = 0; t < s.T; ++t) {
+        double ms = 0;
+        for (Index c = 0; c < s.D; ++c) ms += double(x(b, h, t, c)) * double(x(b, h, t, c));
+        ms /= double(s.D);
+        const double rms = n.eps_outside ? std::sqrt(ms) + n.eps : std::sqrt(ms + n.eps);
+        for (Index c = 0; c < s.D; ++c) r(b, h, t, c) = S(double(x(b, h, t, c)) / rms * w[std::size_t(c)]);
+      }
+  return r;
+}
+
+TEST(Modifiers, badQkNormsAreNamed) {
+  const Shape s{1, 2, 3, 4};
+  const Tensor<double> x = wave<double>(s, 0.3, 1.0);
+  AttentionOptions o;
+  const auto message = [&] {
+    try {
+      attention<double>(x, x, x, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  o.qk_norm = QkNorm{.q_weight = norm_weights(3, 0.1)};
+  EXPECT_EQ(message(), "attention: qk_norm weights have 3 entries; expected D = 4");
+  o.qk_norm = QkNorm{.q_weight = norm_weights(4, 0.1), .eps = 0};
+  EXPECT_EQ(message(), "attention: qk_norm eps is 0; expected finite and > 0");
+  o.qk_norm = QkNorm{};
+  EXPECT_EQ(message(), "attention: qk_norm has neither q_weight nor k_weight; expected at least one side normalised");
+  o.qk_norm = QkNorm{.k_weight = norm_weights(4, 0.1)};
+  o.qk_norm->k_weight[2] = std::nan("");
+  EXPECT_EQ(message(), "attention: qk_norm k_weight[2] is nan; expected finite");
+  o.qk_norm = QkNorm{.q_weight = norm_weights(4, 0.1)};
+  EXPECT_THROW(head_modifiers(o, 0, 0, 3, 3), std::logic_error);  // a head's modifiers come after the folding
+}
+
+// QK-norm is the call on normalised inputs: every path gives bit for bit what the call without it gives on q and k
+// normalised by hand (either side or both, eps inside or outside the root), and before a rope; the backward turns dQ
+// and dK back through the normalisation (central differences in float64, with a rope and a temperature too); and
+// a row scaled by c > 0 changes nothing but through eps.
+TEST(Modifiers, aQkNormIsTheCallOnNormalisedInputs) {
+  const Shape qs{2, 2, 5, 6}, ks{2, 1, 7, 6};
+  const Tensor<float> q = wave<float>(qs, 0.2, 2.0), k = wave<float>(ks, 0.9, 2.0), v = wave<float>(ks, 1.1, 1.0);
+  for (const bool outside : {false, true})
+    for (const int sides : {1, 2, 3}) {
+      AttentionOptions plain;
+      plain.alignment = CausalAlignment::BottomRight;
+      AttentionOptions normed = plain;
+      normed.qk_norm = QkNorm{.q_weight = sides & 1 ? norm_weights(6, 0.4) : std::vector<double>{},
+                              .k_weight = sides & 2 ? norm_weights(6, 2.1) : std::vector<double>{},
+                              .eps = 1e-3,
+                              .eps_outside = outside};
+      const Tensor<float> qn = sides & 1 ? normalised(q, *normed.qk_norm, normed.qk_norm->q_weight) : q,
+                          kn = sides & 2 ? normalised(k, *normed.qk_norm, normed.qk_norm->k_weight) : k;
+      for (const bool streamed : {false, true}) {
+        Tensor<double> lse{Shape{}}, lse_plain{Shape{}};
+        Tensor<float> w{Shape{}}, w_plain{Shape{}};
+        EXPECT_EQ(attention<float>(q, k, v, normed, streamed ? nullptr : &w, &lse).values(),
+                  attention<float>(qn, kn, v, plain, streamed ? nullptr : &w_plain, &lse_plain).values());
+        EXPECT_EQ(lse.values(), lse_plain.values());
+      }
+      AttentionOptions both = normed;  // then a rope: the normalised rows rotated
+      both.rope = test_rope(RopeVariant::interleaved, 4, 2, 5, 7, 3, 1);
+      AttentionOptions roped = plain;
+      roped.rope = both.rope;
+      EXPECT_EQ(attention<float>(q, k, v, both).values(), attention<float>(qn, kn, v, roped).values());
+    }
+  // A query row and a key row scaled by 2^3 change only the eps's share of r.
+  Tensor<double> qd = q.cast<double>(), kd = k.cast<double>();
+  const Tensor<double> vd = v.cast<double>(), dO = wave<double>(qs, 2.3, 1.0);
+  AttentionOptions o;
+  o.alignment = CausalAlignment::BottomRight;
+  o.qk_norm = QkNorm{.q_weight = norm_weights(6, 0.4), .k_weight = norm_weights(6, 2.1), .eps = 1e-12};
+  Tensor<double> scaled_q = qd, scaled_k = kd;
+  for (Index c = 0; c < 6; ++c) {
+    scaled_q(1, 0, 2, c) *= 8;
+    scaled_k(0, 0, 3, c) *= 8;
+  }
+  const Tensor<double> out = attention<double>(qd, kd, vd, o), out_scaled = attention<double>(scaled_q, scaled_k, vd, o);
+  for (Index n = 0; n < out.size(); ++n) EXPECT_NEAR(out_scaled.values()[n], out.values()[n], 1e-12) << n;
+  // Central differences with QK-norm (eps inside, then outside), a rope and a temperature.
+  for (const bool outside : {false, true}) {
+    AttentionOptions all = o;
+    all.qk_norm->eps = 0.05;
+    all.qk_norm->eps_outside = outside;
+    all.rope = test_rope(RopeVariant::half_split, 4, 2, 5, 7, 2, 0);
+    all.temperature = wave_temperature(2, 1, 5);
+    const auto loss = [&] { return attention<double>(qd, kd, vd, all).values().dot(dO.values()); };
+    const AttentionGradients<double> g = attention_backward<double>(qd, kd, vd, dO, all);
+    const double step = 1e-5;
+    for (auto [x, grad] : {std::pair{&qd, &g.dq}, {&kd, &g.dk}})
+      for (Index n = 0; n < x->size(); ++n) {
+        const double x0 = x->values()[n];
+        x->values()[n] = x0 + step;
+        const double up = loss();
+        x->values()[n] = x0 - step;
+        const double down = loss();
+        x->values()[n] = x0;
+        EXPECT_NEAR(grad->values()[n], (up - down) / (2 * step), 1e-7) << outside << " entry " << n;
+      }
+  }
+}
+
+// The derived bounds hold for a correct kernel that normalises in its own arithmetic (the mean of squares and the
+// root in float, the weights and the result in half precision: an RMSNorm at float16), forward and backward; and they
+// are not vacuous.
+TEST(Modifiers, aQkNormComputedAnotherWayIsWithinTheBound) {
+  using H = Eigen::half;
+  const Shape qs{1, 2, 16, 8};
+  const Tensor<H> q = wave<H>(qs, 0.2, 3.0), k = wave<H>(qs, 0.5, 3.0), v = wave<H>(qs, 0.8, 1.0),
+                  dO = wave<H>(qs, 1.7, 1.0);
+  AttentionOptions o;
+  o.qk_norm = QkNorm{.q_weight = norm_weights(8, 0.4), .k_weight = norm_weights(8, 2.1), .eps = 1e-6};
+  const auto normalise = [&](const Tensor<H>& x, const std::vector<double>& w) {
+    Tensor<H> r = x;
+    for (Index h = 0; h < 2; ++h)
+      for (Index t = 0; t < 16; ++t) {
+        float ms = 0;
+        for (Index c = 0; c < 8; ++c) ms += float(x(0, h, t, c)) * float(x(0, h, t, c));
+        const float inv = 1.0f / std::sqrt(ms / 8.0f + 1e-6f);
+        for (Index c = 0; c < 8; ++c) r(0, h, t, c) = H(float(H(float(x(0, h, t, c)) * inv)) * float(H(float(w[std::size_t(c)]))));
+      }
+    return r;
+  };
+  const Tensor<H> qn = normalise(q, o.qk_norm->q_weight), kn = normalise(k, o.qk_norm->k_weight);
+  const Tensor<H> out = attention<H>(qn, kn, v);
+  Tensor<double> w{Shape{}};
+  const Tensor<double> want = oracle(q, k, v, o, &w);
+  const Tensor<double> qd = q.cast<double>(), kd = k.cast<double>(), vd = v.cast<double>();
+  const AttentionOptions f = folded_options(o);
+  const Tensor<double> q_f = fold_queries(qd, o, "test"), k_f = fold_keys(kd, o, "test");
+  double worst = 0;
+  for (Index h = 0; h < 2; ++h) {
+    const HeadTolerance tol =
+        head_tolerance(DType::f16, q_f.head(0, h), k_f.head(0, h), vd.head(0, h), BoolMask::causal(16, 16),
+                       1 / std::sqrt(8.0), want.head(0, h), w.head(0, h), 2.0, head_modifiers(f, 0, h, 16, 16));
+    for (Index i = 0; i < 16; ++i)
+      for (Index c = 0; c < 8; ++c) {
+        const double err = std::abs(double(out(0, h, i, c)) - want(0, h, i, c));
+        EXPECT_LE(err, tol.output(i, c)) << h << "," << i << "," << c;
+        EXPECT_LT(tol.output(i, c), 0.15);  // not vacuous
+        worst = std::max(worst, err);
+      }
+  }
+  EXPECT_GT(worst, 0.0);
+  // The backward: this kernel's gradients of its normalised inputs, turned back through the normalisation in float.
+  const AttentionGradients<H> g = attention_backward<H>(qn, kn, v, dO);
+  const GradientCheck c = gradient_check(DType::f16, qd, kd, vd, dO.cast<double>(), o);
+  AttentionGradients<H> back = g;
+  detail::unfold_prologue(back, o, q, k);
+  for (Index n = 0; n < back.dq.size(); ++n)
+    EXPECT_LE(std::abs(double(back.dq.values()[n]) - c.oracle.dq.values()[n]), c.tolerance.dq.values()[n]) << n;
+  for (Index n = 0; n < back.dk.size(); ++n)
+    EXPECT_LE(std::abs(double(back.dk.values()[n]) - c.oracle.dk.values()[n]), c.tolerance.dk.values()[n]) << n;
+}
+
 TEST(Modifiers, theLseOfLowPrecisionIsWithinItsDerivedBound) {
   const Shape s{1, 2, 40, 16};
   const Tensor<Eigen::half> q = wave<Eigen::half>(s, 0.2, 4.0), k = wave<Eigen::half>(s, 0.5, 4.0),

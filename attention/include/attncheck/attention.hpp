@@ -99,6 +99,17 @@ struct Rope {
   bool operator==(const Rope&) const = default;
 };
 
+/// QK-norm (ABI 4: Qwen3, Gemma 3 and OLMo 2 normalise each head's q and k before the rope): each row x of q (and
+/// of k) becomes w ⊙ x / r, with r = sqrt(mean_c x_c² + eps) (eps inside the square root, RMSNorm as written) or
+/// sqrt(mean_c x_c²) + eps (outside). A side without weights is not normalised.
+struct QkNorm {
+  std::vector<double> q_weight{};  ///< [D], each finite; empty: q is not normalised
+  std::vector<double> k_weight{};  ///< [D]; empty: k is not normalised
+  double eps = 1e-6;               ///< finite and > 0
+  bool eps_outside = false;        ///< true: r = sqrt(mean x²) + eps
+  bool operator==(const QkNorm&) const = default;
+};
+
 /// Options shared by every path.
 struct AttentionOptions {
   /// Multiplies QKᵀ; when empty, 1/√D. Must be finite and positive.
@@ -136,6 +147,10 @@ struct AttentionOptions {
   /// Set by folded_options, never by a caller: the rope q and k already went through. Only the bounds read it
   /// (tolerance.cpp step 9, backward.cpp step 14).
   std::optional<Rope> rope_folded{};
+  /// QK-norm of q and k (first of all: before the rope). Empty: none. Causal path only; folded as the rope is.
+  std::optional<QkNorm> qk_norm{};
+  /// Set by folded_options: q and k already went through this QK-norm (tolerance.cpp step 10, backward.cpp step 15).
+  std::optional<QkNorm> qk_norm_folded{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
   /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
@@ -190,12 +205,16 @@ template <class S> Tensor<S> fold_temperature(const Tensor<S>& q, const Attentio
 /// not fit D or the positions do not fit [B, T].
 template <class S>
 Tensor<S> fold_rope(const Tensor<S>& x, const Rope& rope, const std::vector<Index>& positions, const char* who);
-/// What the call does to q before the scores: the rope, then the temperature (q itself without either).
+/// x [B,H,T,D] with each row normalised by QK-norm with `weight` ([D]), in double and rounded to S once. Throws
+/// ShapeError naming `who` when the weights do not fit D.
+template <class S>
+Tensor<S> fold_qk_norm(const Tensor<S>& x, const QkNorm& norm, const std::vector<double>& weight, const char* who);
+/// What the call does to q before the scores: QK-norm, the rope, then the temperature (q itself without any).
 template <class S> Tensor<S> fold_queries(const Tensor<S>& q, const AttentionOptions& opts, const char* who);
-/// What the call does to k: the rope (k itself without one).
+/// What the call does to k: QK-norm, then the rope (k itself without either).
 template <class S> Tensor<S> fold_keys(const Tensor<S>& k, const AttentionOptions& opts, const char* who);
 /// Whether opts has a prologue the entry points fold into q and k (a temperature, a rope).
-inline bool has_prologue(const AttentionOptions& opts) { return opts.temperature || opts.rope; }
+inline bool has_prologue(const AttentionOptions& opts) { return opts.temperature || opts.rope || opts.qk_norm; }
 /// opts without its temperature and rope, marked as folded (temperature_folded, rope_folded): the options of the call
 /// on fold_queries' q and fold_keys' k.
 AttentionOptions folded_options(const AttentionOptions& opts);
@@ -215,6 +234,9 @@ struct HeadModifiers {
   /// its rotation's rounding (tolerance.cpp step 9). Null: none.
   const Rope* rope = nullptr;
   Index rope_batch = 0;
+  /// q and k went through this QK-norm (AttentionOptions::qk_norm_folded): the bounds widen by its rounding
+  /// (tolerance.cpp step 10). Null: none.
+  const QkNorm* qk_norm = nullptr;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }

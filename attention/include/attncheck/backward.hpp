@@ -94,9 +94,12 @@ namespace detail {
 /// backward.cpp steps 13-14: the gradients of the call on fold_queries' q and fold_keys' k (under folded_options)
 /// turned into those of the call with its prologue: dQ = R_qᵀ (dQ'/τ) and dK = R_kᵀ dK', in Acc<S> and rounded to S
 /// (dV, dBias and the sinks' are unchanged).
-template <class S> void unfold_prologue(AttentionGradients<S>& g, const AttentionOptions& opts);
-/// The same for a check: the oracle's dQ and dK turned back, and their bounds with them (steps 13-14).
-void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, DType dtype, double safety);
+/// q and k are the call's own (unfolded) inputs, which the QK-norm's Jacobian reads (step 15).
+template <class S>
+void unfold_prologue(AttentionGradients<S>& g, const AttentionOptions& opts, const Tensor<S>& q, const Tensor<S>& k);
+/// The same for a check: the oracle's dQ and dK turned back, and their bounds with them (steps 13-15).
+void unfold_prologue(GradientCheck& r, const AttentionOptions& opts, const Tensor<double>& q, const Tensor<double>& k,
+                     DType dtype, double safety);
 /// attention_backward's streamed path (inputs already checked).
 template <class S>
 AttentionGradients<S> streamed_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,

@@ -53,6 +53,8 @@ struct RowScoreStats {
   bool tempered = false;
   /// The score error of a kernel's own rotation of q and k (tolerance.cpp step 9); 0 without a rope.
   double rope = 0;
+  /// The score error of a kernel's own QK-norm (tolerance.cpp step 10); 0 without one.
+  double qk_norm = 0;
 };
 /// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a
 /// softcap applies), for callers that stream the scores instead of materialising them: 0 when n_vis is 0.
@@ -96,6 +98,13 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          const Eigen::VectorXd& abs_dot, const Eigen::VectorXd& abs_score,
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w,
                                          double safety = 2.0, const HeadModifiers& mods = {});
+
+/// ε_n of tolerance.cpp step 10: each element of a row a kernel normalises (QK-norm over D dims) errs by at most
+/// ε_n times itself, ε_n = γ_D/2 + 5u_a + 2u_s.
+double qk_norm_error(DType dtype, Index D);
+/// Step 10's score error of a row whose largest scale·Σ|q'_c k'_c| is abs_dot: (ε_q + ε_k)·abs_dot over the
+/// normalised sides.
+double qk_norm_score_error(DType dtype, Index D, const QkNorm& norm, double abs_dot);
 
 /// ε(pos) of tolerance.cpp step 9: each element of a pair a kernel rotates at position pos errs by at most
 /// ε·(|x_a| + |x_b|), ε = 5u_f·max|θ(pos)| + 2u_f + 2u_a + 3u_s (u_f float's: the angle, cos and sin in float).

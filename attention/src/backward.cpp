@@ -81,8 +81,8 @@
 //     the root, or sqrt(mean x²) with it outside (r = s + eps). A kernel's own normalisation errs on each y_c by
 //     ε_n·|y_c| relative (tolerance.cpp step 10), which dK's terms (reading q') and dQ's (reading k') add as
 //     ε_n·m_ij·|y|, like step 13's. Turning a gradient back sums Jᵀ's absolute entries times the bounds
-//     (|w_c|/r·t_c + |x_c|/(D s r²)·Σ_d|w_d x_d| t_d), adds the kernel's own evaluation of Jᵀ (γ_D + 6u_a relative on
-//     each of its two terms) and stores again (u_s·|dx| and the floor).
+//     (|w_c|/r·t_c + |x_c|/(D s r²)·Σ_d|w_d x_d| t_d), adds the kernel's own evaluation of Jᵀ in float (γ_D + 6u_f
+//     relative on each of its two terms, u_f = 2^-24, as step 10's forward) and stores again (u_s·|dx|, the floor).
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -477,20 +477,22 @@ void unnormalise(Tensor<S>& g, const Tensor<S>& x, const QkNorm& norm, const std
         ms /= A(sh.D);
         const A sq = std::sqrt(norm.eps_outside ? ms : ms + static_cast<A>(norm.eps));
         const A r = norm.eps_outside ? sq + static_cast<A>(norm.eps) : sq;
+        // A zero row with eps outside the root (sq = 0): x_c/sq stays within ±1 and dot is 0, so the term is 0.
+        const A second = sq > 0 ? dot / (A(sh.D) * sq * r * r) : A(0);
         for (Index c = 0; c < sh.D; ++c)
           g(b, h, t, c) = static_cast<S>(static_cast<A>(w[std::size_t(c)]) * static_cast<A>(g(b, h, t, c)) / r -
-                                         static_cast<A>(x(b, h, t, c)) * dot / (A(sh.D) * sq * r * r));
+                                         static_cast<A>(x(b, h, t, c)) * second);
       }
 }
 
 // Step 15 on a bound: the oracle's g turned back as unnormalise does, and its bound with it: |w_c|/r·t_c +
-// |x_c|/(D s r²)·Σ_d|w_d x_d| t_d for the bounds t of g, the kernel's own evaluation (γ_D + 6u_a relative on each of
-// the two terms: its r and its sum), and the result stored again (u_s·|dx| and the floor).
+// |x_c|/(D s r²)·Σ_d|w_d x_d| t_d for the bounds t of g, the kernel's own evaluation in float (γ_D + 6u_f relative on
+// each of the two terms: its r and its sum), and the result stored again (u_s·|dx| and the floor).
 void unnormalise_bound(Tensor<double>& g, Tensor<double>& tol, const Tensor<double>& x, const QkNorm& norm,
                        const std::vector<double>& w, DType dtype, double safety) {
   const Shape& sh = g.shape();
-  const double u_s = unit_roundoff(dtype), u_a = accumulation_roundoff(dtype), floor = storage_floor(dtype);
-  const double eval = gamma(sh.D, u_a) + 6 * u_a;
+  const double u_s = unit_roundoff(dtype), u_f = unit_roundoff(DType::f32), floor = storage_floor(dtype);
+  const double eval = gamma(sh.D, u_f) + 6 * u_f;
   const Tensor<double> g0 = g, t0 = tol;
   unnormalise<double>(g, x, norm, w);
   for (Index b = 0; b < sh.B; ++b)
@@ -504,7 +506,7 @@ void unnormalise_bound(Tensor<double>& g, Tensor<double>& tol, const Tensor<doub
         }
         ms /= double(sh.D);
         const double sq = std::sqrt(norm.eps_outside ? ms : ms + norm.eps), r = norm.eps_outside ? sq + norm.eps : sq;
-        const double k = 1 / (double(sh.D) * sq * r * r);
+        const double k = sq > 0 ? 1 / (double(sh.D) * sq * r * r) : 0.0;  // a zero row: the term is 0
         for (Index c = 0; c < sh.D; ++c) {
           const double wc = std::abs(w[std::size_t(c)]), xc = std::abs(x(b, h, t, c));
           tol(b, h, t, c) = wc / r * t0(b, h, t, c) + xc * k * wxt +

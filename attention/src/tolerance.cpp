@@ -96,9 +96,10 @@
 //    2(ε_q,i + max_j ε_k,j)·scale·‖q'_i‖·max_j‖k'_j‖ over the visible keys j (first order).
 // 10. QK-norm. The bound is taken on y = w ⊙ x / r for the normalised side(s), computed in double. A kernel's mean of
 //    squares errs by γ_D relative (its square root by half that), the eps's sum, the root, the division and the
-//    weight's product by u_a each, and the weight and y are held in the dtype (2u_s): each y_c errs by at most
-//    ε_n·|y_c|, ε_n = γ_D/2 + 5u_a + 2u_s (qk_norm_error). On a score that is (ε_q + ε_k)·scale·Σ_c|q'_c k'_c|: Δ_i
-//    grows by (ε_q + ε_k)·abs_dot, each ε 0 for a side that is not normalised.
+//    weight's product by a unit roundoff each, in float whatever the dtype (an RMSNorm layer computes in float32:
+//    Hugging Face's casts even a float64 row down to it), and the weight and y are held in the dtype (2u_s): each
+//    y_c errs by at most ε_n·|y_c|, ε_n = γ_D(u_f)/2 + 5u_f + 2u_s (qk_norm_error, u_f = 2^-24). On a score that is
+//    (ε_q + ε_k)·scale·Σ_c|q'_c k'_c|: Δ_i grows by (ε_q + ε_k)·abs_dot, each ε 0 for a side not normalised.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -391,8 +392,8 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
 }
 
 double qk_norm_error(DType dtype, Index D) {
-  const double u_a = accumulation_roundoff(dtype);
-  return gamma(D, u_a) / 2 + 5 * u_a + 2 * unit_roundoff(dtype);  // step 10
+  const double u_f = unit_roundoff(DType::f32);
+  return gamma(D, u_f) / 2 + 5 * u_f + 2 * unit_roundoff(dtype);  // step 10: the norm in float
 }
 
 double qk_norm_score_error(DType dtype, Index D, const QkNorm& norm, double abs_dot) {

@@ -300,6 +300,14 @@ std::string call_keywords_line(const Problem& p) {
         (p.rope->factor != 1 ? ", factor " + number(p.rope->factor) : std::string()) + ", q positions " +
         list(p.rope->q_positions, [](Index x) { return std::to_string(x); }) + ", k positions " +
         list(p.rope->k_positions, [](Index x) { return std::to_string(x); }));
+  if (p.qk_norm)
+    add(std::string("QK-norm of ") +
+        (p.qk_norm->q_weight.empty()   ? "k"
+         : p.qk_norm->k_weight.empty() ? "q"
+                                       : "q and k") +
+        ", eps " + number(p.qk_norm->eps) + (p.qk_norm->eps_outside ? " outside the root" : "") +
+        (p.qk_norm->q_weight.empty() ? std::string() : ", q weights " + list(p.qk_norm->q_weight, number)) +
+        (p.qk_norm->k_weight.empty() ? std::string() : ", k weights " + list(p.qk_norm->k_weight, number)));
   if (p.temperature)
     add("temperature [" + std::to_string(p.temperature->B) + "," + std::to_string(p.temperature->H) + "," +
         std::to_string(p.temperature->T_q) + "] " + list(p.temperature->values, number));

@@ -175,6 +175,18 @@ void describe_case(std::ostream& details, const LawCase& c, const std::optional<
             << format_number(p.rope->factor) << "; q positions " << ids(p.rope->q_positions) << "; k positions "
             << ids(p.rope->k_positions) << "\n";
   }
+  if (p.qk_norm) {  // its eps and each normalised side's weights
+    const auto ws = [](const std::vector<double>& xs) {
+      std::string out;
+      for (const double x : xs) out += (out.empty() ? "" : ", ") + format_number(x);
+      return out;
+    };
+    details << "    QK-norm: eps " << format_number(p.qk_norm->eps)
+            << (p.qk_norm->eps_outside ? " (outside the root)" : " (inside the root)");
+    if (!p.qk_norm->q_weight.empty()) details << "; q weights " << ws(p.qk_norm->q_weight);
+    if (!p.qk_norm->k_weight.empty()) details << "; k weights " << ws(p.qk_norm->k_weight);
+    details << "\n";
+  }
   if (p.temperature) {  // [B_t, H_t, T_q], printed as a [B_t, H_t, T_q, 1] tensor
     Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
     std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());

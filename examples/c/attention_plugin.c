@@ -18,8 +18,8 @@
  * correct, with a backward pass, and declaring block masks and dense masks (call->block_mask's kinds and partial
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
  * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward), its
- * gradient (backward_call->d_bias), per-query temperatures (call->temperature) and rotary embeddings in both
- * pairings (call->rope).
+ * gradient (backward_call->d_bias), per-query temperatures (call->temperature), rotary embeddings in both
+ * pairings (call->rope) and QK-norm (call->qk_norm).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -94,17 +94,49 @@ static double rope_angle(const attncheck_call* call, int which, int64_t b, int64
   return pos / factor * pow(r->base, -2.0 * (double)m / (double)r->rotary_dim);
 }
 
-/* Element d of q (which 0: head h, query t) or k (which 1: kv head h, key t) as the scores read it: rotated by its
- * token's position under ABI 4's rope (call->rope), as stored otherwise. */
+/* Element c of q (which 0) or k (which 1) as stored. */
+static double raw_qk(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, int64_t c) {
+  return which ? kv(call, 0, b, h, t, c) : load(&call->q, call->dtype, b, h, t, c);
+}
+
+/* ABI 4's QK-norm weights of q (which 0) or k (which 1), NULL for a side not normalised (or no QK-norm). */
+static const double* norm_weights(const attncheck_call* call, int which) {
+  if (!call->qk_norm) return NULL;
+  return which ? call->qk_norm->k_weight : call->qk_norm->q_weight;
+}
+
+/* The row's r = sqrt(mean x^2 + eps) (or sqrt(mean x^2) + eps), and its sqrt(mean x^2 [+ eps]) into *s. */
+static double norm_r(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, double* s) {
+  const int64_t D = call->q.shape[3];
+  double ms = 0;
+  for (int64_t c = 0; c < D; ++c) ms += raw_qk(call, which, b, h, t, c) * raw_qk(call, which, b, h, t, c);
+  ms /= (double)D;
+  if (call->qk_norm->eps_placement == ATTNCHECK_NORM_EPS_OUTSIDE) {
+    *s = sqrt(ms);
+    return *s + call->qk_norm->eps;
+  }
+  *s = sqrt(ms + call->qk_norm->eps);
+  return *s;
+}
+
+/* Element c after ABI 4's QK-norm (w * x / r), as stored without one. */
+static double normed_qk(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, int64_t c) {
+  const double* w = norm_weights(call, which);
+  double s;
+  if (!w) return raw_qk(call, which, b, h, t, c);
+  return w[c] * raw_qk(call, which, b, h, t, c) / norm_r(call, which, b, h, t, &s);
+}
+
+/* Element d of q (which 0: head h, query t) or k (which 1: kv head h, key t) as the scores read it: normalised by
+ * ABI 4's QK-norm (call->qk_norm), then rotated by its token's position under its rope (call->rope). */
 static double qk(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, int64_t d) {
   int64_t a, e, m;
   double theta, xa, xe;
-  if (!call->rope || d >= call->rope->rotary_dim)
-    return which ? kv(call, 0, b, h, t, d) : load(&call->q, call->dtype, b, h, t, d);
+  if (!call->rope || d >= call->rope->rotary_dim) return normed_qk(call, which, b, h, t, d);
   rope_pair(call->rope, d, &a, &e, &m);
   theta = rope_angle(call, which, b, t, m);
-  xa = which ? kv(call, 0, b, h, t, a) : load(&call->q, call->dtype, b, h, t, a);
-  xe = which ? kv(call, 0, b, h, t, e) : load(&call->q, call->dtype, b, h, t, e);
+  xa = normed_qk(call, which, b, h, t, a);
+  xe = normed_qk(call, which, b, h, t, e);
   return d == a ? xa * cos(theta) - xe * sin(theta) : xe * cos(theta) + xa * sin(theta);
 }
 
@@ -122,6 +154,19 @@ static void rope_back(const attncheck_call* call, int which, int64_t b, int64_t 
     g[a] = cos(theta) * ga + sin(theta) * ge;
     g[e] = cos(theta) * ge - sin(theta) * ga;
   }
+}
+
+/* A gradient row g[0..D) of the normalised q or k row (head h, token t) turned into that of the row itself:
+ * dx_c = w_c g_c / r - x_c (sum_d w_d g_d x_d) / (D s r^2). */
+static void norm_back(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, double* g) {
+  const double* w = norm_weights(call, which);
+  const int64_t D = call->q.shape[3];
+  double s, r, dot = 0;
+  if (!w) return;
+  r = norm_r(call, which, b, h, t, &s);
+  for (int64_t c = 0; c < D; ++c) dot += w[c] * g[c] * raw_qk(call, which, b, h, t, c);
+  for (int64_t c = 0; c < D; ++c) /* a zero row with eps outside the root (s = 0): the second term is 0 */
+    g[c] = w[c] * g[c] / r - (s > 0 ? raw_qk(call, which, b, h, t, c) * dot / ((double)D * s * r * r) : 0.0);
 }
 #endif
 
@@ -445,10 +490,12 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
             for (int64_t d = 0; d < Dv; ++d) dv[j * Dv + d] += w[j] * load(&bc->d_output, call->dtype, b, h, i, d);
           }
           rope_back(call, 0, b, i, dq); /* the gradient of q' = R q is R^T of q''s */
+          norm_back(call, 0, b, h, i, dq);
           for (int64_t d = 0; d < D; ++d) store(&bc->dq, call->dtype, b, h, i, d, dq[d]);
         }
       for (int64_t j = 0; j < Tk; ++j) {
         rope_back(call, 1, b, j, dk + j * D);
+        norm_back(call, 1, b, g, j, dk + j * D);
         for (int64_t d = 0; d < D; ++d) store(&bc->dk, call->dtype, b, g, j, d, dk[j * D + d]);
         for (int64_t d = 0; d < Dv; ++d) store(&bc->dv, call->dtype, b, g, j, d, dv[j * Dv + d]);
       }
@@ -560,7 +607,8 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .forward = forward,
 #ifdef ABI4
       .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE | ATTNCHECK_CAP4_ROPE |
-                ATTNCHECK_CAP4_ROPE_INTERLEAVED, /* the bias, dBias, τ, both pairings of rotary embeddings */
+                ATTNCHECK_CAP4_ROPE_INTERLEAVED | ATTNCHECK_CAP4_QK_NORM | ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE,
+      /* the bias, dBias, τ, both pairings of rotary embeddings, QK-norm with eps on either side */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -72,12 +72,14 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "dense_mask": 0x800, "strided": 0x2000, "layout_invariant": 0x4000, "batch_invariant": 0x8000,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
-FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10}
+FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10, "qk_norm": 0x20,
+          "qk_norm_eps_outside": 0x40}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
                      "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",),
-                     "temperature": ("temperature",), "rope": ("rope",), "rope_interleaved": ("rope",)}
+                     "temperature": ("temperature",), "rope": ("rope",), "rope_interleaved": ("rope",),
+                     "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",)}
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -85,7 +87,7 @@ FEATURE_FAMILIES = {
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
     "score modifiers": ("softcap", "alibi", "sinks", "bias", "temperature"),
-    "prologues": ("rope", "rope_interleaved"),
+    "prologues": ("rope", "rope_interleaved", "qk_norm", "qk_norm_eps_outside"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "claims about results": ("batch_invariant",),
@@ -134,7 +136,7 @@ PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
-              "bias": 262144, "temperature": 524288, "rope": 1048576}
+              "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -426,6 +428,19 @@ def _read_call(payload, backward):
         off += 8 * qs[0] * T_k
         rope = Rope("half-split" if vcode == 1 else "interleaved", int(rotary_dim), float(base), float(factor),
                     q_positions.astype(np.int64), k_positions.astype(np.int64))
+    qk_norm = None
+    if fflags & CALL_FLAGS["qk_norm"]:  # version 4: u32 placement, u32 sides, f64 eps, then D f64 per side
+        placement, sides, eps = struct.unpack_from("<IId", payload, off)
+        off += 16
+        D = qs[3]
+        weights = []
+        for side in (1, 2):
+            if sides & side:
+                weights.append(np.frombuffer(payload, dtype="<f8", count=D, offset=off).copy())
+                off += 8 * D
+            else:
+                weights.append(None)
+        qk_norm = QkNorm(weights[0], weights[1], float(eps), placement == 2)
     paged = None
     if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
         lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
@@ -455,7 +470,7 @@ def _read_call(payload, backward):
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
-              "temperature": temperature, "rope": rope}
+              "temperature": temperature, "rope": rope, "qk_norm": qk_norm}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -522,6 +537,22 @@ class Rope:
         return "Rope(%s, rotary_dim %d, base %g, factor %g, positions %s and %s)" % (
             self.variant, self.rotary_dim, self.base, self.factor, list(self.q_positions.shape),
             list(self.k_positions.shape))
+
+
+class QkNorm:
+    """QK-norm of q and k in the call (serve(..., qk_norm=True) for eps inside the square root,
+    qk_norm_eps_outside=True for eps outside it), applied first, before the rope: each row x of q (when q_weight is
+    not None) and of k (when k_weight is not None) over its head dimension becomes w * x / r, with
+    r = sqrt(mean(x**2) + eps), or sqrt(mean(x**2)) + eps when eps_outside. The weights are float64 arrays [D]
+    (tensors with framework="torch")."""
+
+    def __init__(self, q_weight, k_weight, eps, eps_outside):
+        self.q_weight, self.k_weight, self.eps, self.eps_outside = q_weight, k_weight, eps, eps_outside
+
+    def __repr__(self):
+        return "QkNorm(q %s, k %s, eps %g%s)" % ("normalised" if self.q_weight is not None else "not",
+                                               "normalised" if self.k_weight is not None else "not", self.eps,
+                                               ", outside the root" if self.eps_outside else "")
 
 
 class PagedKV:
@@ -649,6 +680,11 @@ class _Torch:
         if rope is not None:
             kw["rope"] = Rope(rope.variant, rope.rotary_dim, rope.base, rope.factor, self.tensor(rope.q_positions),
                               self.tensor(rope.k_positions))
+        norm = kw.get("qk_norm")
+        if norm is not None:
+            kw["qk_norm"] = QkNorm(None if norm.q_weight is None else self.tensor(norm.q_weight),
+                                   None if norm.k_weight is None else self.tensor(norm.k_weight), norm.eps,
+                                   norm.eps_outside)
         paged = kw["paged"]
         if paged is not None:
             kw["paged"] = PagedKV(self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype),
@@ -767,8 +803,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           paged=False, page_sizes=(16,), page_layouts=("token-major", "head-major"), documents=False,
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
-          bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, framework="numpy",
-          device=None):
+          bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, qk_norm=False,
+          qk_norm_eps_outside=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -833,8 +869,10 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `rope=True` (half-split pairs) and `rope_interleaved=True` (interleaved pairs): fn (and a backward) gets `rope`,
     None or a Rope (variant, rotary_dim, base, factor, q_positions [B, T_q], k_positions [B, T_k]): q and k are
     rotated by their tokens' positions before the scores (a backward's dq and dk are the gradients of q and k
-    themselves). An attncheck that speaks only version 3 cannot send them: the client then refuses to serve, saying
-    so.
+    themselves). `qk_norm=True` (eps inside the square root) and `qk_norm_eps_outside=True`: fn (and a backward)
+    gets `qk_norm`, None or a QkNorm (q_weight and k_weight, float64 [D] or None for a side not normalised, eps,
+    eps_outside): each row of q and k is normalised first, before the rope. An attncheck that speaks only version 3
+    cannot send them: the client then refuses to serve, saying so.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -846,7 +884,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("layout_invariant", layout_invariant), ("v_head_dim", v_head_dim),
                                               ("bias", bias), ("bias_grad", bias_grad),
                                               ("temperature", temperature), ("rope", rope),
-                                              ("rope_interleaved", rope_interleaved))}
+                                              ("rope_interleaved", rope_interleaved), ("qk_norm", qk_norm),
+                                              ("qk_norm_eps_outside", qk_norm_eps_outside))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

@@ -463,7 +463,7 @@ def _case_keywords(problem):
         out.append("documents (key bounds)=%s" % json.dumps(problem["doc_bounds"]).replace(" ", ""))
     if problem.get("q_doc_bounds"):
         out.append("documents (query bounds)=%s" % json.dumps(problem["q_doc_bounds"]).replace(" ", ""))
-    for key in ("block_mask", "dense_mask", "bias", "temperature", "rope"):
+    for key in ("block_mask", "dense_mask", "bias", "temperature", "rope", "qk_norm"):
         if problem.get(key):
             out.append(key)
     if problem.get("paged"):
@@ -502,7 +502,7 @@ def _json_array(doc):
 
 
 # What a standalone reproduction does not rebuild from a report's case (the client builds them from the wire).
-_NOT_REPRODUCED = ("paged", "doc_bounds", "q_doc_bounds", "block_mask", "dense_mask", "layout", "rope")
+_NOT_REPRODUCED = ("paged", "doc_bounds", "q_doc_bounds", "block_mask", "dense_mask", "layout", "rope", "qk_norm")
 
 
 def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
@@ -542,7 +542,7 @@ def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
                 "causal": problem.get("causal", True), "paged": None, "prefix_length": problem.get("prefix_length", 0),
                 "window_right": problem.get("window_right"), "chunk_size": problem.get("chunk_size", 0),
                 "q_doc_ids": None, "k_doc_ids": None, "block_mask": None, "dense_mask": None, "bias": None,
-                "temperature": None, "rope": None}
+                "temperature": None, "rope": None, "qk_norm": None}
     with open(base + ".py", "w") as f:
         f.write(_REPRO.format(qualname=qualname, dtype=dtype, nodeid=nodeid, case=_minimal_case(detail.get("shape"), problem),
                               npz_name=os.path.basename(base + ".npz"), python=sys.executable, py=base + ".py",

@@ -332,6 +332,22 @@ struct RopeArg {
   RopeArg(const RopeArg&) = delete;  // ptr points into this object
 };
 
+// A problem's QK-norm as the ABI passes it (its weights are the problem's own doubles). Null when it has none.
+struct QkNormArg {
+  attncheck_qk_norm abi{};
+  const attncheck_qk_norm* ptr = nullptr;
+  explicit QkNormArg(const Problem& p) {
+    if (!p.qk_norm) return;
+    const QkNorm& n = *p.qk_norm;
+    abi.q_weight = n.q_weight.empty() ? nullptr : n.q_weight.data();
+    abi.k_weight = n.k_weight.empty() ? nullptr : n.k_weight.data();
+    abi.eps = n.eps;
+    abi.eps_placement = n.eps_outside ? ATTNCHECK_NORM_EPS_OUTSIDE : ATTNCHECK_NORM_EPS_IN_SQRT;
+    ptr = &abi;
+  }
+  QkNormArg(const QkNormArg&) = delete;  // ptr points into this object
+};
+
 void fill_cell_masks(const Problem& p, CellMasks& c) {
   if (p.block_mask) {
     const BlockMask& m = *p.block_mask;
@@ -391,7 +407,9 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(bias_grad, ATTNCHECK_CAP4_BIAS_GRAD),
                              ATTNCHECK_ABI_BIT(temperature, ATTNCHECK_CAP4_TEMPERATURE),
                              ATTNCHECK_ABI_BIT(rope, ATTNCHECK_CAP4_ROPE),
-                             ATTNCHECK_ABI_BIT(rope_interleaved, ATTNCHECK_CAP4_ROPE_INTERLEAVED)};
+                             ATTNCHECK_ABI_BIT(rope_interleaved, ATTNCHECK_CAP4_ROPE_INTERLEAVED),
+                             ATTNCHECK_ABI_BIT(qk_norm, ATTNCHECK_CAP4_QK_NORM),
+                             ATTNCHECK_ABI_BIT(qk_norm_eps_outside, ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -452,6 +470,8 @@ class CPlugin final : public Implementation {
       call.bias = bias.ptr;
       const RopeArg rope(p);
       call.rope = rope.ptr;
+      const QkNormArg qk_norm(p);
+      call.qk_norm = qk_norm.ptr;
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -506,6 +526,8 @@ class CPlugin final : public Implementation {
       call.bias = bias.ptr;
       const RopeArg rope(p);
       call.rope = rope.ptr;
+      const QkNormArg qk_norm(p);
+      call.qk_norm = qk_norm.ptr;
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).

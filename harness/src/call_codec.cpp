@@ -173,7 +173,7 @@ std::string call_payload(const Problem& p) {
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
-        (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u));
+        (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -253,6 +253,18 @@ std::string call_payload(const Problem& p) {
     w.f64(r.factor);
     for (const Index x : r.q_positions) w.i64(x);
     for (const Index x : r.k_positions) w.i64(x);
+  }
+  if (p.qk_norm) {  // version 4 (PROTOCOL.md, "QK-norm"): u32 placement, u32 sides, f64 eps, then D f64 per side
+    const QkNorm& n = *p.qk_norm;
+    for (const std::vector<double>* weights : {&n.q_weight, &n.k_weight})
+      if (!weights->empty() && Index(weights->size()) != p.q.shape().D)
+        throw std::logic_error("encode_forward: QK-norm weights of " + std::to_string(weights->size()) + " for " +
+                               to_string(p.q.shape()));
+    w.u32(n.eps_outside ? 2u : 1u);
+    w.u32((n.q_weight.empty() ? 0u : 1u) | (n.k_weight.empty() ? 0u : 2u));
+    w.f64(n.eps);
+    for (const double x : n.q_weight) w.f64(x);
+    for (const double x : n.k_weight) w.f64(x);
   }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
@@ -540,6 +552,26 @@ Rope read_rope(Reader& r, const char* what, const Shape& qs, const Shape& ks) {
   return rope;
 }
 
+// The QK-norm of a frame (flag 2097152): u32 placement (1 eps in the root, 2 outside), u32 sides (1 q, 2 k, 3 both),
+// f64 eps, then D f64 weights for each side present (r.raw refuses what the bytes left cannot hold); check_call then
+// says whether eps and each weight are allowed.
+QkNorm read_qk_norm(Reader& r, const char* what, const Shape& qs) {
+  const std::uint32_t placement = r.u32(), sides = r.u32();
+  if ((placement != 1 && placement != 2) || sides == 0 || sides > 3)
+    throw ProtocolError(std::string(what) + ": QK-norm placement " + std::to_string(placement) + " and sides " +
+                        std::to_string(sides) + " (expected 1 eps in the root or 2 outside, and 1 q, 2 k or 3 both)");
+  QkNorm n{.eps = r.f64(), .eps_outside = placement == 2};
+  const auto weights = [&] {
+    const std::string_view raw = r.raw(std::size_t(qs.D) * 8);
+    std::vector<double> w(static_cast<std::size_t>(qs.D));
+    std::memcpy(w.data(), raw.data(), raw.size());
+    return w;
+  };
+  if (sides & 1) n.q_weight = weights();
+  if (sides & 2) n.k_weight = weights();
+  return n;
+}
+
 // The masks beyond causal of a frame (flags 1024 to 32768), read into p: the prefix, the right window, the chunk
 // size, the document ids turned back into doc_bounds (the query ids checked against them), the block mask and the
 // dense mask.
@@ -628,10 +660,10 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   const std::uint32_t flags = r.u32();
   if (flags & ~kCallFlags)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x1fffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0x3fffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
                         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension, 262144 bias, 524288 temperature, 1048576 rope)");
+                        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -687,6 +719,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (flags & call_bias) p.bias = read_bias(r, what, p.dtype, qs, ks);
   if (flags & call_temperature) p.temperature = read_temperature(r, what, qs);
   if (flags & call_rope) p.rope = read_rope(r, what, qs, ks);
+  if (flags & call_qk_norm) p.qk_norm = read_qk_norm(r, what, qs);
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.

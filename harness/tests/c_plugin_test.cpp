@@ -544,7 +544,7 @@ TEST(CPlugin, theAbi4ExampleReadsTheBiasThroughItsStrides) {
     for (Index n = 0; n < x.size(); ++n) m = std::max(m, std::abs(x.values()[n] - y.values()[n]));
     return m;
   };
-  for (const auto [B_b, H_b] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
+  for (const auto& [B_b, H_b] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
     Problem p = test::wave_problem(DType::f64, 2, 2, 3, 5, 2);
     p.alignment = CausalAlignment::BottomRight;
     p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
@@ -594,7 +594,7 @@ TEST(CPlugin, theAbi4ExampleReadsTheTemperatureThroughItsStrides) {
     for (Index n = 0; n < x.size(); ++n) m = std::max(m, std::abs(x.values()[n] - y.values()[n]));
     return m;
   };
-  for (const auto [B_t, H_t] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
+  for (const auto& [B_t, H_t] : {std::pair<Index, Index>{1, 1}, {2, 1}, {1, 2}, {2, 2}}) {
     Problem p = test::wave_problem(DType::f64, 2, 2, 3, 5, 2);
     p.alignment = CausalAlignment::BottomRight;
     p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
@@ -644,6 +644,9 @@ TEST(CPlugin, theAbi4ExampleRotatesQAndKByTheirPositions) {
       p.alignment = CausalAlignment::BottomRight;
       p.d_output = test::wave(p.q.shape(), DType::f64, 0.4);
       p.rope = Rope{.variant = variant, .rotary_dim = 4, .base = 500000, .factor = factor};
+      // QK-norm too (applied first): both sides with eps inside at factor 1, k alone with eps outside at 4.
+      p.qk_norm = QkNorm{.k_weight = {1.25, 0.75, 1, 1.5, 0.5, 1}, .eps = 0.05, .eps_outside = factor != 1};
+      if (factor == 1) p.qk_norm->q_weight = {0.75, 1, 1.25, 0.5, 1.5, 1};
       for (Index b = 0; b < 2; ++b) {
         for (Index i = 0; i < 3; ++i) p.rope->q_positions.push_back(100 * b + 2 + i + 7);
         for (Index j = 0; j < 5; ++j) p.rope->k_positions.push_back(100 * b + j + 7);
@@ -655,6 +658,9 @@ TEST(CPlugin, theAbi4ExampleRotatesQAndKByTheirPositions) {
       EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
       Problem plain = p;  // without the rope (or with positions, pairs or factor read wrong) the output moves
       plain.rope.reset();
+      EXPECT_GT(worst(ref->forward(plain).output, r.output), 1e-3) << what;
+      plain = p;  // and without the QK-norm
+      plain.qk_norm.reset();
       EXPECT_GT(worst(ref->forward(plain).output, r.output), 1e-3) << what;
       const Gradients ga = isolated->backward(p), gr = ref->backward(p);
       EXPECT_LT(worst(ga.dq, gr.dq), 1e-13) << what;

@@ -86,6 +86,10 @@ std::optional<Problem> witness(Feature f) {
                     .q_positions = {7, 8, 9},
                     .k_positions = {6, 7, 8, 9}};
       break;
+    case Feature::qk_norm:
+    case Feature::qk_norm_eps_outside:  // k alone normalised, weights of D = 2
+      p.qk_norm = QkNorm{.k_weight = {0.75, 1.25}, .eps = 1e-3, .eps_outside = f == Feature::qk_norm_eps_outside};
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad: return std::nullopt;
@@ -314,7 +318,8 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"paged", call_paged},         {"prefix", call_prefix},         {"window_right", call_window_right},
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
-      {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope}};
+      {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope},
+      {"qk_norm", call_qk_norm}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

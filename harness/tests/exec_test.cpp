@@ -192,7 +192,8 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
         c.features.contains({Feature::lse, Feature::sinks, Feature::softcap, Feature::alibi, Feature::bidirectional}))
         << mode;
     EXPECT_TRUE(c.declares(Feature::bias) && c.declares(Feature::bias_grad) && c.declares(Feature::temperature) &&
-                c.declares(Feature::rope) && c.declares(Feature::rope_interleaved))
+                c.declares(Feature::rope) && c.declares(Feature::rope_interleaved) && c.declares(Feature::qk_norm) &&
+                c.declares(Feature::qk_norm_eps_outside))
         << mode;  // version 4
     for (const bool causal : {true, false}) {
       Problem p = modifiers_problem(causal);
@@ -208,6 +209,10 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
         for (Index i = 0; i < p.q.shape().T; ++i) p.rope->q_positions.push_back(3 + b + i);
         for (Index j = 0; j < p.k.shape().T; ++j) p.rope->k_positions.push_back(3 + b + j);
       }
+      // QK-norm of both sides (eps inside), then of k alone (eps outside), before the rope.
+      const Index D = p.q.shape().D;
+      p.qk_norm = QkNorm{.k_weight = std::vector<double>(std::size_t(D), 1.25), .eps = 0.05, .eps_outside = !causal};
+      if (causal) p.qk_norm->q_weight = std::vector<double>(std::size_t(D), 0.75);
       const Outcome a = impl->forward(p), r = ref->forward(p);
       ASSERT_TRUE(a.lse && a.weights) << mode;
       // float64, T_k = 5, D = 2: numpy and the core round a handful of products, tanh, exp, log differently.
@@ -1144,11 +1149,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 1048576 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 2097152 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 2097152u;
+  const std::uint32_t high = flags | 4194304u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "131072 V head dimension, 262144 bias, 524288 temperature, 1048576 rope)");
+  refused(unknown, "262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

@@ -24,11 +24,32 @@ def rotate(x, rope, positions, back=False):
     return out
 
 
+def normalise(x, norm, w):
+    """Rows of x [B, H, T, D] as QK-norm makes them: w * x / r, r = sqrt(mean x^2 + eps) or sqrt(mean x^2) + eps."""
+    ms = (x.astype(np.float64) ** 2).mean(axis=-1, keepdims=True)
+    r = np.sqrt(ms) + norm.eps if norm.eps_outside else np.sqrt(ms + norm.eps)
+    return x.astype(np.float64) / r * w
+
+
+def normalise_back(g, x, norm, w):
+    """The gradient of x from that of its normalised rows: w g / r - x (sum w g x) / (D s r^2)."""
+    x = x.astype(np.float64)
+    D = x.shape[-1]
+    ms = (x ** 2).mean(axis=-1, keepdims=True)
+    s = np.sqrt(ms) if norm.eps_outside else np.sqrt(ms + norm.eps)
+    r = s + norm.eps if norm.eps_outside else s
+    second = np.divide((w * g * x).sum(axis=-1, keepdims=True), D * s * r * r, out=np.zeros_like(s), where=s > 0)
+    return w * g / r - x * second  # a zero row with eps outside the root (s = 0): the second term is 0
+
+
 def parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal, bias=None, temperature=None,
-          rope=None):
+          rope=None, qk_norm=None):
     """Everything the forward and backward need, float64: K and V repeated over each group, the raw scaled scores
     S, dZ/dS, the visibility, the weights P [B,H,T_q,T_k], the sink's share [B,H,T_q,1] and the LSE."""
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    if qk_norm is not None:  # version 4: the rows normalised first
+        q = q if qk_norm.q_weight is None else normalise(q, qk_norm, qk_norm.q_weight)
+        k = k if qk_norm.k_weight is None else normalise(k, qk_norm, qk_norm.k_weight)
     if rope is not None:  # version 4: q and k rotated by their tokens' positions first
         q, k = rotate(q, rope, rope.q_positions), rotate(k, rope, rope.k_positions)
     B, H, T_q, D = q.shape
@@ -72,9 +93,9 @@ def strict_attention(q, k, v, scale=None, alignment="top-left", key_lengths=None
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-              sinks=None, causal=True, bias=None, temperature=None, rope=None):
+              sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None):
     _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal,
-                                        bias, temperature, rope)
+                                        bias, temperature, rope, qk_norm)
     out = p @ v
     if MODE == "dict":
         return {"output": out, "weights": p, "lse": lse[..., 0]}  # lse [B,H,T_q]: the client adds the 1
@@ -82,13 +103,14 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softc
 
 
 def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-             sinks=None, causal=True, bias=None, temperature=None, rope=None):
+             sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None):
     """dP = dO Vᵀ, Δ = rowsum(P ∘ dP), dZ = P ∘ (dP − Δ), dS = dZ ∘ dZ/dS; dQ = scale·dS K, dK = scale·dSᵀ Q,
     dV = Pᵀ dO, summed over each kv head's group; d_sinks[h] = −Σ_{b,i} P_sink Δ."""
     B, H_kv, T_k, D = k.shape
     scale = scale or 1 / np.sqrt(q.shape[3])
+    q_in, k_in = q, k
     q, k, v, s, dz_ds, vis, p, p_sink, _ = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes,
-                                                 sinks, causal, bias, temperature, rope)
+                                                 sinks, causal, bias, temperature, rope, qk_norm)
     d_o = d_output.astype(np.float64)
     d_p = np.where(vis, d_o @ v.swapaxes(-1, -2), 0.0)
     delta = (p * d_p).sum(axis=-1, keepdims=True)
@@ -99,6 +121,11 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
     d_sinks = -(p_sink * delta).sum(axis=(0, 2, 3))
     if rope is not None:  # the gradients of the rotated q and k turned back by R^T
         d_q, d_k = rotate(d_q, rope, rope.q_positions, back=True), rotate(d_k, rope, rope.k_positions, back=True)
+    if qk_norm is not None:  # then through the normalisation
+        if qk_norm.q_weight is not None:
+            d_q = normalise_back(d_q, q_in, qk_norm, qk_norm.q_weight)
+        if qk_norm.k_weight is not None:
+            d_k = normalise_back(d_k, k_in, qk_norm, qk_norm.k_weight)
     d_bias = None
     if bias is not None:  # dZ, summed over the axes the bias broadcasts over
         d_z = p * (d_p - delta)
@@ -109,7 +136,7 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
 if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
         lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
-        temperature=True, rope=True, rope_interleaved=True)
+        temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

@@ -114,10 +114,11 @@ std::vector<Mutant> backward_nan_mutants() {
       .killed_by = {"grad-oracle", "grad-causality", "grad-key-sum-zero", "grad-dv-weights"},
   });
   Capabilities full = reference_implementation()->capabilities();
-  // The math-path backward differentiates plain scores: no softcap, ALiBi, sinks, bias, temperature or rope (and no
-  // d_sinks); and with a sink no row is empty in the softmax, so the nan convention does not reach it.
+  // The math-path backward differentiates plain scores: no softcap, ALiBi, sinks, bias, temperature, rope or QK-norm
+  // (and no d_sinks); and with a sink no row is empty in the softmax, so the nan convention does not reach it.
   full.features.remove({Feature::sinks, Feature::softcap, Feature::alibi, Feature::bias, Feature::bias_grad,
-                        Feature::temperature, Feature::rope, Feature::rope_interleaved});
+                        Feature::temperature, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
+                        Feature::qk_norm_eps_outside});
   full.features.remove(Feature::paged);  // a dense kernel
   // Controls of the empty-row convention, on the contiguous families:
   full.features.remove({Feature::block_mask, Feature::dense_mask});

@@ -94,6 +94,16 @@ std::string problem_line(const Problem& p) {
          (p.rope->factor != 1 ? " factor " + fmt(p.rope->factor) : std::string()) + " at q " +
          ids(p.rope->q_positions) + ", k " + ids(p.rope->k_positions);
   }
+  if (p.qk_norm) {  // its sides, eps and weights
+    const auto ws = [](const std::vector<double>& xs) {
+      std::string out;
+      for (const double x : xs) out += (out.empty() ? "" : ", ") + fmt(x);
+      return "(" + out + ")";
+    };
+    s += ", QK-norm eps " + fmt(p.qk_norm->eps) + (p.qk_norm->eps_outside ? " outside the root" : "") +
+         (p.qk_norm->q_weight.empty() ? std::string() : " q weights " + ws(p.qk_norm->q_weight)) +
+         (p.qk_norm->k_weight.empty() ? std::string() : " k weights " + ws(p.qk_norm->k_weight));
+  }
   if (p.temperature) {  // its values as a [B_t, H_t, T_q, 1] tensor
     Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
     std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());

@@ -28,7 +28,8 @@ const std::vector<Law>& laws() {
                             layout_invariance(),         bias_row_shift(),
                             bias_minus_inf(),            grad_bias(),
                             alibi_as_bias(),             temperature_as_query_scale(),
-                            rope_as_rotated_inputs(),    rope_relative_positions()};
+                            rope_as_rotated_inputs(),    rope_relative_positions(),
+                            qk_norm_as_normalised_inputs(), qk_norm_scale_invariance()};
   }();
   return all;
 }

@@ -435,6 +435,8 @@ TEST(Law, alibiAsBias) { expectHoldsOnReference("alibi-as-bias", kAllDtypes); }
 TEST(Law, temperatureAsQueryScale) { expectHoldsOnReference("temperature-as-query-scale", kAllDtypes); }
 TEST(Law, ropeAsRotatedInputs) { expectHoldsOnReference("rope-as-rotated-inputs", kAllDtypes); }
 TEST(Law, ropeRelativePositions) { expectHoldsOnReference("rope-relative-positions", kAllDtypes); }
+TEST(Law, qkNormAsNormalisedInputs) { expectHoldsOnReference("qk-norm-as-normalised-inputs", kAllDtypes); }
+TEST(Law, qkNormScaleInvariance) { expectHoldsOnReference("qk-norm-scale-invariance", kAllDtypes); }
 
 // The bias's laws draw T <= 512 (a bias per cell, 2^18 cells) whatever --max-T asks, and say why they do not apply
 // where the run asks for more (a pinned long shape, --min-T past 512) or the implementation takes no bias.
@@ -512,7 +514,8 @@ TEST(Law, everyLawHasATest) {
                                         "grad-determinism", "layout-invariance", "bias-row-shift",
                                         "bias-minus-inf", "grad-bias", "alibi-as-bias",
                                         "temperature-as-query-scale", "rope-as-rotated-inputs",
-                                        "rope-relative-positions"};
+                                        "rope-relative-positions", "qk-norm-as-normalised-inputs",
+                                        "qk-norm-scale-invariance"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -321,6 +321,38 @@ Rope rope_from_json(const Json& j, const std::string& what, Index B, Index T_q, 
   return r;
 }
 
+// A QK-norm: its eps, whether it sits outside the root, and each normalised side's D weights.
+Json qk_norm_to_json(const QkNorm& n) {
+  Json j{{"eps", number_to_json(n.eps)}, {"eps_outside", n.eps_outside}};
+  for (const auto& [key, w] : {std::pair{"q_weight", &n.q_weight}, {"k_weight", &n.k_weight}})
+    if (!w->empty()) {
+      Json row = Json::array();
+      for (const double x : *w) row.push_back(number_to_json(x));
+      j[key] = row;
+    }
+  return j;
+}
+
+// The inverse; check_call then says whether eps and each weight are allowed, and the weights' count.
+QkNorm qk_norm_from_json(const Json& j, const std::string& what) {
+  const std::string expected =
+      "{\"eps\": a number, \"eps_outside\": true or false, \"q_weight\" and/or \"k_weight\": D numbers}";
+  if (!j.is_object()) fail(what, expected, j);
+  QkNorm n;
+  const auto eps = j.find("eps");
+  if (eps == j.end()) fail(sub(what, "eps"), expected, j);
+  n.eps = number_from_json(*eps, sub(what, "eps"));
+  const auto outside = j.find("eps_outside");
+  if (outside == j.end() || !outside->is_boolean()) fail(sub(what, "eps_outside"), expected, j);
+  n.eps_outside = outside->get<bool>();
+  for (const auto& [key, w] : {std::pair{"q_weight", &n.q_weight}, {"k_weight", &n.k_weight}})
+    if (const auto it = j.find(key); it != j.end()) {
+      if (!it->is_array()) fail(sub(what, key), expected, *it);
+      for (const Json& x : *it) w->push_back(number_from_json(x, sub(what, key)));
+    }
+  return n;
+}
+
 // A temperature as B·H rows of T_q numbers.
 Json temperature_to_json(const QueryTemperature& t) { return broadcast_rows_to_json(t.B, t.H, 1, t.T_q, t.values); }
 
@@ -398,6 +430,7 @@ Json to_json(const Problem& p) {
   if (p.bias) j["bias"] = bias_to_json(*p.bias);
   if (p.temperature) j["temperature"] = temperature_to_json(*p.temperature);
   if (p.rope) j["rope"] = rope_to_json(*p.rope, p.q.shape().B);
+  if (p.qk_norm) j["qk_norm"] = qk_norm_to_json(*p.qk_norm);
   if (p.want_lse) j["want_lse"] = true;
   if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
@@ -493,6 +526,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("temperature"); it != j.end())
     p.temperature = temperature_from_json(*it, sub(what, "temperature"), q.B, q.H, q.T);
   if (const auto it = j.find("rope"); it != j.end()) p.rope = rope_from_json(*it, sub(what, "rope"), q.B, q.T, k.T);
+  if (const auto it = j.find("qk_norm"); it != j.end()) p.qk_norm = qk_norm_from_json(*it, sub(what, "qk_norm"));
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

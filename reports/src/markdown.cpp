@@ -232,6 +232,14 @@ std::string shape_table(const Problem& p) {
             ids(r.q_positions.begin() + b * T_q, r.q_positions.begin() + (b + 1) * T_q) + "; k at " +
             ids(r.k_positions.begin() + b * T_k, r.k_positions.begin() + (b + 1) * T_k) + "\n";
   }
+  if (p.qk_norm) {  // its eps and each normalised side's weights
+    const QkNorm& n = *p.qk_norm;
+    md += "\nQK-norm (each row w ⊙ x / r, r = " +
+          std::string(n.eps_outside ? "sqrt(mean x²) + eps" : "sqrt(mean x² + eps)") + ", before the rope), eps " +
+          num(n.eps, true) + ":\n";
+    if (!n.q_weight.empty()) md += "  q weights " + list(n.q_weight) + "\n";
+    if (!n.k_weight.empty()) md += "  k weights " + list(n.k_weight) + "\n";
+  }
   if (p.temperature) {  // one line per (b, h)
     const QueryTemperature& t = *p.temperature;
     md += "\nper-query temperature [" + std::to_string(t.B) + "," + std::to_string(t.H) + "," + std::to_string(t.T_q) +

@@ -218,6 +218,34 @@ TEST(ReportJson, aRopeRoundTripsAndABadOneIsRefused) {
   EXPECT_NE(refused(bad).find("rope q_positions[1] is -4"), std::string::npos) << refused(bad);
 }
 
+// A QK-norm round-trips (either side, eps and its placement); one with a bad field or weight count is refused.
+TEST(ReportJson, aQkNormRoundTripsAndABadOneIsRefused) {
+  Problem p = awkward_problem(0);
+  const Index D = p.q.shape().D;
+  p.qk_norm = QkNorm{.k_weight = std::vector<double>(std::size_t(D), 0.625), .eps = 1e-3, .eps_outside = true};
+  Problem back = problem_from_json(Json::parse(dump_pretty(to_json(p))), "p");
+  ASSERT_TRUE(back.qk_norm.has_value());
+  EXPECT_EQ(*back.qk_norm, *p.qk_norm);
+  EXPECT_FALSE(to_json(awkward_problem(0)).contains("qk_norm"));  // none written without one: old hashes stay
+  const auto refused = [&](Json j) {
+    try {
+      problem_from_json(j, "p");
+    } catch (const FormatError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  Json bad = to_json(p);
+  bad["qk_norm"]["eps_outside"] = "yes";
+  EXPECT_NE(refused(bad).find("p.qk_norm.eps_outside"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["qk_norm"]["k_weight"].push_back(1.0);
+  EXPECT_NE(refused(bad).find("qk_norm k_weight has"), std::string::npos) << refused(bad);
+  bad = to_json(p);
+  bad["qk_norm"]["eps"] = 0.0;
+  EXPECT_NE(refused(bad).find("qk_norm eps is 0"), std::string::npos) << refused(bad);
+}
+
 // A paged problem stores its plan (the table is derived from it, and written too for the person reading); a bad
 // plan is refused naming the field and what was expected.
 TEST(ReportJson, pagedPlanRoundTripsAndABadOneIsRefusedNamingTheField) {

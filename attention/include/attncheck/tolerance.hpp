@@ -100,7 +100,7 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          double safety = 2.0, const HeadModifiers& mods = {});
 
 /// ε_n of tolerance.cpp step 10: each element of a row a kernel normalises (QK-norm over D dims) errs by at most
-/// ε_n times itself, ε_n = γ_D/2 + 5u_a + 2u_s.
+/// ε_n times itself, ε_n = γ_D(u_f)/2 + 5u_f + 2u_s (the norm in float, u_f = 2^-24).
 double qk_norm_error(DType dtype, Index D);
 /// Step 10's score error of a row whose largest scale·Σ|q'_c k'_c| is abs_dot: (ε_q + ε_k)·abs_dot over the
 /// normalised sides.

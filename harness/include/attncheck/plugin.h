@@ -136,12 +136,19 @@ extern "C" {
  *  rotate_half) and, with the second bit, interleaved pairs (GPT-J): a kernel declares those it implements. */
 #define ATTNCHECK_CAP4_ROPE 0x8u
 #define ATTNCHECK_CAP4_ROPE_INTERLEAVED 0x10u
+/** QK-norm of q and k in the call (attncheck_call.qk_norm), with eps inside the square root (r = sqrt(mean x^2 + eps))
+ *  and, with the second bit, outside it (r = sqrt(mean x^2) + eps): a kernel declares those it implements. */
+#define ATTNCHECK_CAP4_QK_NORM 0x20u
+#define ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE 0x40u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
 #define ATTNCHECK_ROPE_INTERLEAVED 0x2u  /**< pair m is (2m, 2m + 1) */
 #define ATTNCHECK_ROPE_SCALING_NONE 0u   /**< the positions as they are */
 #define ATTNCHECK_ROPE_SCALING_LINEAR 1u /**< each position divided by scaling_params[0] */
+/* ABI 4: the values of attncheck_qk_norm.eps_placement. */
+#define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
+#define ATTNCHECK_NORM_EPS_OUTSIDE 2u /**< r = sqrt(mean x^2) + eps */
 
 /* ABI 3: page layouts, as bits of attncheck_plugin_v3.page_layouts and the value of attncheck_paged_kv.layout. */
 #define ATTNCHECK_PAGED_TOKEN_MAJOR 0x1u /**< a page pool [num_pages, page_size, H_kv, D] (vLLM, FlashInfer NHD) */
@@ -270,6 +277,10 @@ typedef struct attncheck_call {
    *  or NULL, in forward and backward calls: applied to q and k before the scores (then the scale, the temperature,
    *  the softcap). In a backward call dq and dk are the gradients of q and k themselves. Neutral: NULL. */
   const struct attncheck_rope* rope;
+  /** QK-norm of q and k (ATTNCHECK_CAP4_QK_NORM or _QK_NORM_EPS_OUTSIDE, whichever qk_norm->eps_placement is), or
+   *  NULL, in forward and backward calls: applied first, before the rope. In a backward call dq and dk are the
+   *  gradients of q and k themselves. Neutral: NULL. */
+  const struct attncheck_qk_norm* qk_norm;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -319,6 +330,17 @@ typedef struct attncheck_rope {
   size_t num_mrope_sections;      /**< 0 */
   struct attncheck_tensor_out* k_rotated_out; /**< NULL (the rotated K written back: not asked for yet) */
 } attncheck_rope;
+
+/** ABI 4 (ATTNCHECK_CAP4_QK_NORM, _QK_NORM_EPS_OUTSIDE): each row x of q (with q_weight) and of k (with k_weight)
+ *  over its head dimension becomes w * x / r, r = sqrt(mean x^2 + eps) (ATTNCHECK_NORM_EPS_IN_SQRT) or
+ *  sqrt(mean x^2) + eps (ATTNCHECK_NORM_EPS_OUTSIDE). */
+typedef struct attncheck_qk_norm {
+  const double* q_weight;  /**< [D], or NULL: q is not normalised */
+  const double* k_weight;  /**< [D], or NULL: k is not normalised */
+  double eps;              /**< finite and > 0 */
+  uint32_t eps_placement;  /**< ATTNCHECK_NORM_EPS_IN_SQRT or _OUTSIDE */
+  uint32_t reserved;       /**< 0 */
+} attncheck_qk_norm;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
  *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +

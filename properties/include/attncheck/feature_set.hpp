@@ -64,10 +64,14 @@ enum class Feature : std::uint8_t {
   /// implements one of them.
   rope,
   rope_interleaved,
+  /// ABI 4 (ATTNCHECK_CAP4_QK_NORM, _QK_NORM_EPS_OUTSIDE): QK-norm of q and k in the call (Problem::qk_norm), with eps
+  /// inside the square root (RMSNorm as written) and outside it: one row each, as a kernel implements one.
+  qk_norm,
+  qk_norm_eps_outside,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::rope_interleaved) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::qk_norm_eps_outside) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -213,6 +213,14 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
            return "rotary embeddings of q and k (interleaved pairs, rotary_dim " + std::to_string(p.rope->rotary_dim) +
                   ")";
          }},
+    {.id = Feature::qk_norm, .name = "qk_norm", .flags4 = 0x20, .c_name = "ATTNCHECK_CAP4_QK_NORM",
+     .words = "QK-norm (eps in the root)",
+     .used = [](const Problem& p) { return p.qk_norm && !p.qk_norm->eps_outside; },
+     .needs = [](const Problem&) { return std::string("QK-norm of q or k (eps inside the square root)"); }},
+    {.id = Feature::qk_norm_eps_outside, .name = "qk_norm_eps_outside", .flags4 = 0x40,
+     .c_name = "ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE", .words = "QK-norm (eps outside the root)",
+     .used = [](const Problem& p) { return p.qk_norm && p.qk_norm->eps_outside; },
+     .needs = [](const Problem&) { return std::string("QK-norm of q or k (eps outside the square root)"); }},
 }};
 
 constexpr bool rows_in_id_order() {

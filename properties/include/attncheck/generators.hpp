@@ -147,7 +147,9 @@ struct ProblemOptions {
   ///  - temperature: a per-query temperature in a third of the cases (gen_modifiers), broadcast or not. Its values
   ///    are per query row, so no_cell_masks removes it too (a law that moves or slices queries would carry it);
   ///  - rope, rope_interleaved: rotary embeddings in a third of the cases up to 2^18 weights, in a declared variant;
-  ///    their positions are per token, so no_cell_masks removes them too.
+  ///    their positions are per token, so no_cell_masks removes them too;
+  ///  - qk_norm, qk_norm_eps_outside: a QK-norm in a third of the cases, in a declared placement (each row is
+  ///    normalised on its own: every law that keeps rows whole keeps it).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all();
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
@@ -228,6 +230,12 @@ struct Modifiers {
   double rope_base = 10000, rope_factor = 1;
   Index rope_offset = 0;
   bool rope_free = false;
+  /// -1 none; else a QK-norm in a declared placement (qk_outside), of q (qk_sides & 1) and/or k (& 2), eps qk_eps,
+  /// with weights in [1/2, 3/2] keyed by the head dimension's coordinate.
+  int qk_norm = -1;
+  bool qk_outside = false;
+  int qk_sides = 3;
+  double qk_eps = 1e-6;
   /// Sets p's softcap, alibi_slopes, sinks, bias and temperature for the case's coordinates (empty ids: 0, 1, ...).
   void apply(Problem& p, const CaseShape& s) const;
 };

@@ -21,6 +21,8 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
              temperature = opts.may_use(Feature::temperature, declared);
   const bool half_split = opts.may_use(Feature::rope, declared),
              interleaved = opts.may_use(Feature::rope_interleaved, declared);
+  const bool norm_inside = opts.may_use(Feature::qk_norm, declared),
+             norm_outside = opts.may_use(Feature::qk_norm_eps_outside, declared);
   return rc::gen::exec([=] {
     Modifiers m;
     // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
@@ -82,6 +84,23 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
         m.rope_factor = none.rope_factor;
         m.rope_offset = none.rope_offset;
         m.rope_free = none.rope_free;
+      }
+    }
+    // Last: a QK-norm, in a declared placement, shrinking toward none, then both sides and the smallest eps.
+    if (norm_inside || norm_outside) {
+      const bool required = opts.require.has(Feature::qk_norm) || opts.require.has(Feature::qk_norm_eps_outside);
+      m.qk_norm = choose(required, -1, std::vector<std::pair<std::size_t, int>>{{1, 0}, {1, 1}});
+      std::vector<std::pair<std::size_t, bool>> placements;
+      if (norm_inside) placements.push_back({1, false});
+      if (norm_outside) placements.push_back({1, true});
+      m.qk_outside = *weighted_choice<bool>(placements);
+      m.qk_sides = *weighted_choice<int>({{2, 3}, {1, 1}, {1, 2}});
+      m.qk_eps = *weighted_choice<double>({{2, 1e-6}, {1, 1e-3}, {1, 0.1}});
+      if (m.qk_norm < 0) {
+        const Modifiers none{};
+        m.qk_outside = none.qk_outside;
+        m.qk_sides = none.qk_sides;
+        m.qk_eps = none.qk_eps;
       }
     }
     return m;
@@ -184,6 +203,21 @@ void Modifiers::apply(Problem& p, const CaseShape& s) const {
                       : rope_offset + j);
     }
     p.rope = std::move(r);
+  }
+  p.qk_norm.reset();
+  if (qk_norm >= 0) {
+    // Weights in [1/2, 3/2], multiples of 1/8 (exact in every dtype), keyed by the head dimension's coordinate.
+    const auto weights = [&](Index side) {
+      std::vector<double> w;
+      for (Index c = 0; c < p.q.shape().D; ++c)
+        w.push_back(
+            1 + double(Index(coordinate_hash(std::uint64_t(qk_norm) + 0x0AB, {side, id_of(s.d_ids, c)}) % 9) - 4) / 8);
+      return w;
+    };
+    p.qk_norm = QkNorm{.q_weight = qk_sides & 1 ? weights(0) : std::vector<double>{},
+                       .k_weight = qk_sides & 2 ? weights(1) : std::vector<double>{},
+                       .eps = qk_eps,
+                       .eps_outside = qk_outside};
   }
   p.temperature.reset();
   if (temperature >= 0) {

@@ -76,9 +76,10 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     // A softcap squashes the offset away and a sink stays at its own logit (the row's mass goes to it):
     // neither is this law's business (softcap-bound, sink-mass). A rope would rotate the offset's channel into
-    // another: the scores would no longer all sit at the offset.
+    // another, and QK-norm normalise it away: the scores would no longer all sit at the offset.
     ProblemOptions po = outputs_only();
-    po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved});
+    po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
+                     Feature::qk_norm_eps_outside});
     LawCase c = *gen_problem(cfg, po);
     std::vector<std::pair<std::size_t, std::size_t>> levels;
     for (std::size_t n = 0; n < kLevels.size(); ++n) levels.emplace_back(1, n);

@@ -18,10 +18,12 @@ const char* kWhy =
     "|dK_jc| (the sum taken here, in double).";
 
 // Σ_j dS_ij = Δ_i·p_sink with a sink, a softcap scales each dS_ij by its own derivative, and a rope turns each dK_j
-// back by its own key's rotation (dK_j = R_jᵀ dK'_j, whose sum is not 0): none is drawn.
+// back by its own key's rotation (dK_j = R_jᵀ dK'_j, whose sum is not 0), and QK-norm by its own key's Jacobian: none
+// is drawn.
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po = outputs_only();
-  po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved});
+  po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
+                   Feature::qk_norm_eps_outside});
   return rc::gen::map(gen_gradient_case(cfg, po), [cfg](LawCase c) { return zero_empty_row_d_output(cfg, std::move(c)); });
 }
 

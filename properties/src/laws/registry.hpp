@@ -72,5 +72,8 @@ Law temperature_as_query_scale();
 // Rotary position embeddings (ABI 4).
 Law rope_as_rotated_inputs();
 Law rope_relative_positions();
+// QK-norm (ABI 4).
+Law qk_norm_as_normalised_inputs();
+Law qk_norm_scale_invariance();
 
 }  // namespace attncheck::law_kit

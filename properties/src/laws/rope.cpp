@@ -43,6 +43,9 @@ rc::Gen<LawCase> gen(const GenConfig& config) {
   ProblemOptions po = outputs_only();
   // Every case has a rope (gen_modifiers draws one when either variant is required), in either declared variant.
   po.require.add(cfg.caps.declares(Feature::rope) ? Feature::rope : Feature::rope_interleaved);
+  // QK-norm comes before the rope, and its weights do not commute with a rotation: the law's rotated inputs would
+  // be normalised after it.
+  po.allow.remove({Feature::qk_norm, Feature::qk_norm_eps_outside});
   po.want_lse = cfg.caps.declares(Feature::lse);
   return gen_problem(cfg, po);
 }

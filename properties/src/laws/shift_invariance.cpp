@@ -24,9 +24,11 @@ constexpr double kLargeShifts[] = {1e4, 1e5, 1e6};
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     // A softcap bends the row's scores and a sink stays where it is: neither moves with the row. ALiBi does. A rope
-    // rotates the added vector by each key's own position, so the row's scores move by different amounts.
+    // rotates the added vector by each key's own position, so the row's scores move by different amounts; QK-norm
+    // normalises each key with the vector in it.
     ProblemOptions po;
-    po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved});
+    po.allow.remove({Feature::softcap, Feature::sinks, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
+                     Feature::qk_norm_eps_outside});
     LawCase c = *gen_problem(cfg, po);
     const Shape& ks = c.problem.k.shape();
     const double m = *gen_magnitude();

@@ -30,6 +30,8 @@ std::string needs_temperature(const GenConfig& g) {
 rc::Gen<LawCase> gen(const GenConfig& cfg) {
   ProblemOptions po = outputs_only();
   po.require.add(Feature::temperature);
+  // QK-norm would normalise the divided query back: the law's second call would lose its τ.
+  po.allow.remove({Feature::qk_norm, Feature::qk_norm_eps_outside});
   po.want_lse = cfg.caps.declares(Feature::lse);
   return gen_problem(cfg, po);
 }

@@ -5,6 +5,8 @@
 #include "attncheck/format.hpp"
 #include "streamed.hpp"
 
+#include <Random123/philox.h>
+
 #include <cmath>
 #include <algorithm>
 #include <limits>
@@ -105,6 +107,14 @@ HeadTrace<S> attend_bool(const char* who, const ConstRef<S>& q, const ConstRef<S
   // Select, not add: the masked score's value is never read.
   const ArrayA<A> z = mask.array().select(t.scores.array(), -std::numeric_limits<A>::infinity());
   t.weights = softmax_rows<A>(z, mods.sink, &t.lse);
+  if (mods.keep) {  // dropout: a kept weight times 1/(1 - p) in A, a dropped one 0; the LSE stays the softmax's
+    const A c = static_cast<A>(mods.keep_scale);
+    t.dropped = Matrix<A>::Zero(t.weights.rows(), t.weights.cols());
+    for (Index i = 0; i < t.weights.rows(); ++i)
+      for (Index j = 0; j < t.weights.cols(); ++j)
+        if (mods.keep[i * t.weights.cols() + j]) t.dropped(i, j) = t.weights(i, j) * c;
+  }
+  const Matrix<A>& W = t.returned_weights();
 
   const Matrix<A> va = v.template cast<A>();
   Matrix<A> out(q.rows(), v.cols());
@@ -117,12 +127,12 @@ HeadTrace<S> attend_bool(const char* who, const ConstRef<S>& q, const ConstRef<S
     if (n == 0) {
       out.row(i).setZero();
     } else if (row.segment(first, n).all()) {  // causal, padded and windowed rows see one run of keys
-      out.row(i).noalias() = t.weights.row(i).segment(first, n) * va.middleRows(first, n);
+      out.row(i).noalias() = W.row(i).segment(first, n) * va.middleRows(first, n);
     } else {
       seen.clear();
       for (Index j = 0; j < row.size(); ++j)
         if (row(j)) seen.push_back(j);
-      out.row(i).noalias() = t.weights(i, seen) * va(seen, Eigen::all);
+      out.row(i).noalias() = W(i, seen) * va(seen, Eigen::all);
     }
   }
   t.output = out.template cast<S>();
@@ -208,7 +218,7 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
       else
         t = attend_additive<S>(who, q.head(b, h), k.head(b, g), v.head(b, g), mask, scale);
       out.head(b, h) = t.output;
-      if (weights) weights->head(b, h) = t.weights.template cast<S>();
+      if (weights) weights->head(b, h) = t.returned_weights().template cast<S>();
       if (lse) lse->head(b, h) = t.lse.template cast<double>();
     }
   }
@@ -224,8 +234,10 @@ void require_no_rule_options(const AttentionOptions& opts) {
                      "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
-  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || has_prologue(opts))
-    throw ValueError("attention: softcap, alibi_slopes, sinks, bias, temperature and rope apply to the causal path "
+  if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || has_prologue(opts) ||
+      opts.dropout)
+    throw ValueError("attention: softcap, alibi_slopes, sinks, bias, temperature, rope, qk_norm and dropout apply to the "
+                     "causal path "
                      "(ALiBi needs positions; fold a bias into the additive mask, a temperature or rope into q and k)");
 }
 
@@ -318,6 +330,22 @@ void check_rope(const char* who, const Rope& r, Index B, Index T_k, Index T_q) {
 }  // namespace
 
 namespace {
+// Dropout's p in [0, 1); a keep mask, when given, [B,H,T_q,T_k] of 0s and 1s.
+void check_dropout(const char* who, const Dropout& d, Index B, Index H, Index T_q, Index T_k) {
+  const std::string pre = std::string(who) + ": dropout ";
+  if (!(d.p >= 0 && d.p < 1)) throw ValueError(pre + "p = " + format_number(d.p, 17) + "; expected a value in [0, 1)");
+  if (d.keep.empty()) return;
+  if (d.H != H || (T_q >= 0 && d.T_q != T_q) || d.T_k != T_k || d.keep.size() != std::size_t(B * d.H * d.T_q * d.T_k))
+    throw ShapeError(pre + "keep mask has " + std::to_string(d.keep.size()) + " cells over H = " + std::to_string(d.H) +
+                     ", T_q = " + std::to_string(d.T_q) + ", T_k = " + std::to_string(d.T_k) + "; expected [B,H,T_q,T_k] = [" +
+                     std::to_string(B) + "," + std::to_string(H) + "," + (T_q < 0 ? std::string("T_q") : std::to_string(T_q)) +
+                     "," + std::to_string(T_k) + "]");
+  for (std::size_t n = 0; n < d.keep.size(); ++n)
+    if (d.keep[n] > 1)
+      throw ValueError(pre + "keep mask cell " + std::to_string(n) + " is " + std::to_string(int(d.keep[n])) +
+                       "; expected 0 (dropped) or 1 (kept)");
+}
+
 // A QK-norm's eps and weights (their count against D is fold_qk_norm's and check_call's).
 void check_qk_norm(const char* who, const QkNorm& n) {
   const std::string pre = std::string(who) + ": qk_norm ";
@@ -339,6 +367,7 @@ void check_options(const char* who, const AttentionOptions& o, Index B, Index H,
   if (o.rope) check_rope(who, *o.rope, B, T_k, T_q);
   if (o.bias) check_bias(who, *o.bias, B, H, T_q, T_k);
   if (o.temperature) check_temperature(who, *o.temperature, B, H, T_q);
+  if (o.dropout) check_dropout(who, *o.dropout, B, H, T_q, T_k);
   if (o.block_mask) {
     const BlockMask& m = *o.block_mask;
     const std::string pre = std::string(who) + ": block_mask ";
@@ -546,6 +575,12 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.bias_cols = opts.bias->T_k;
   }
   if (!opts.sinks.empty()) m.sink = opts.sinks.at(std::size_t(h));
+  if (opts.dropout) {
+    if (opts.dropout->keep.empty())
+      throw std::logic_error("head_modifiers: the dropout's keep mask must be drawn first (with_dropout_mask)");
+    m.keep = opts.dropout->head(b, h);
+    m.keep_scale = opts.dropout->keep_scale();
+  }
   m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
   if (!opts.q_doc_bounds.empty()) {
     m.rows.doc_bounds = &opts.doc_bounds.at(std::size_t(b));
@@ -645,6 +680,34 @@ AttentionOptions folded_options(const AttentionOptions& opts) {
   return o;
 }
 
+std::vector<std::uint8_t> dropout_keep_mask(const Dropout& d, Index B, Index H, Index T_q, Index T_k) {
+  using Philox = r123::Philox4x32_R<10>;
+  const Philox rng;
+  const Philox::key_type key = {{std::uint32_t(d.seed), std::uint32_t(d.seed >> 32)}};
+  const std::size_t n = std::size_t(B * H * T_q * T_k);
+  std::vector<std::uint8_t> keep(n);
+  const double threshold = d.p * 4294967296.0;  // u = r·2^-32 >= p
+  Philox::ctr_type r{};
+  for (std::size_t e = 0; e < n; ++e) {
+    if (e % 4 == 0) {
+      const std::uint64_t c = std::uint64_t(e / 4) + d.offset;
+      r = rng(Philox::ctr_type{{std::uint32_t(c), std::uint32_t(c >> 32), 0, 0}}, key);
+    }
+    keep[e] = double(r.v[e % 4]) >= threshold ? 1 : 0;
+  }
+  return keep;
+}
+
+AttentionOptions with_dropout_mask(const AttentionOptions& opts, Index B, Index H, Index T_q, Index T_k) {
+  if (!opts.dropout || !opts.dropout->keep.empty()) return opts;
+  AttentionOptions o = opts;
+  o.dropout->keep = dropout_keep_mask(*opts.dropout, B, H, T_q, T_k);
+  o.dropout->H = H;
+  o.dropout->T_q = T_q;
+  o.dropout->T_k = T_k;
+  return o;
+}
+
 double RowStats::lse(Index b, Index h, Index i) const {
   return sum(b, h, i) == 0 ? -std::numeric_limits<double>::infinity() : max(b, h, i) + std::log(sum(b, h, i));
 }
@@ -658,6 +721,12 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   if (has_prologue(opts))
     return attention<S>(fold_queries(q, opts, "attention"), fold_keys(k, opts, "attention"), v, folded_options(opts),
                         weights, lse);
+  if (opts.dropout && opts.dropout->keep.empty())
+    return attention<S>(q, k, v, with_dropout_mask(opts, B, q.shape().H, T_q, T_k), weights, lse);
+  if (opts.dropout && !weights) {  // dropout is materialised: each head's [T_q,T_k] weights
+    Tensor<S> w(Shape{1, 1, 1, 1});
+    return attention<S>(q, k, v, opts, &w, lse);
+  }
   if (!weights) {  // nothing asks for [T_q,T_k]: stream it
     if (!lse)
       return detail::streamed_forward<S>(q, k, v, opts, resolve_scale(opts.scale, q.shape().D, "attention"), nullptr,
@@ -722,6 +791,9 @@ Tensor<double> streaming_oracle(const Tensor<S>& q, const Tensor<S>& k, const Te
   constexpr const char* who = "streaming_oracle";
   check_batched(who, q.shape(), k.shape(), v.shape());
   check_options(who, opts, q.shape().B, q.shape().H, k.shape().T, q.shape().T);
+  if (opts.dropout)
+    throw ValueError(std::string(who) + ": dropout is checked on the materialised path only (oracle); its cases stay "
+                     "below 2^22 weights");
   if (has_prologue(opts))
     return detail::streamed_forward<double>(fold_queries(q.template cast<double>(), opts, who),
                                             fold_keys(k.template cast<double>(), opts, who), v.template cast<double>(),

@@ -83,6 +83,11 @@
 //     ε_n·m_ij·|y|, like step 13's. Turning a gradient back sums Jᵀ's absolute entries times the bounds
 //     (|w_c|/r·t_c + |x_c|/(D s r²)·Σ_d|w_d x_d| t_d), adds the kernel's own evaluation of Jᵀ in float (γ_D + 6u_f
 //     relative on each of its two terms, u_f = 2^-24, as step 10's forward) and stores again (u_s·|dx|, the floor).
+// 16. Dropout. The forward multiplies V by P' = μ∘P, μ_ij = M_ij/(1 - p) (M the keep mask: the kernel's own, read off its
+//     weights, so exact), so dV = P'ᵀ dO, dP_ij = μ_ij·(dO_i·v_j), Δ_i = Σ_j P_ij dP_ij (= dO_i·O_i with O the dropped
+//     output), dS = P∘(dP - Δ): steps 2-7 with A_ij replaced by μ_ij·A_ij ≥ |dP_ij| and dP's error by
+//     (γ_D + 2u_a)·μ_ij·A_ij (1/(1 - p) rounded and its product); step 8 with P'_ij = μ_ij·P_ij for P_ij, whose error is
+//     μ_ij·(ε_ij + 2u_a·P_ij). P itself (steps 1 and 5) is the softmax's, undropped.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -124,7 +129,9 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
     detail::unfold_prologue(g, opts, q, k);
     return g;
   }
-  if (double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
+  if (opts.dropout && opts.dropout->keep.empty())  // the forward's mask, drawn the same way
+    return attention_backward<S>(q, k, v, d_output, with_dropout_mask(opts, qs.B, qs.H, qs.T, ks.T));
+  if (!opts.dropout && double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > kStreamedBackwardWeights)
     return detail::streamed_backward<S>(q, k, v, d_output, opts);  // backward_streamed.cpp
   const double scale = resolve_scale(opts.scale, qs.D, who);
   const A scale_a = static_cast<A>(scale);
@@ -160,6 +167,14 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
         const HeadModifiers mods = head_modifiers(opts, b, h, qs.T, ks.T);
         const HeadTrace<S> trace = attend<S>(Q, K, V, mask, scale, mods);
         const Matrix<A>& P = trace.weights;
+        // Step 16: with dropout, dP = μ∘(dO Vᵀ), μ_ij = M_ij/(1 - p) (in A, as the forward's); dV from P' = μ∘P.
+        Matrix<A> mu;
+        if (mods.keep) {
+          mu = Matrix<A>::Zero(qs.T, ks.T);
+          for (Index i = 0; i < qs.T; ++i)
+            for (Index j = 0; j < ks.T; ++j)
+              if (mods.keep[i * ks.T + j]) mu(i, j) = static_cast<A>(mods.keep_scale);
+        }
         const Matrix<A> Qa = Q.template cast<A>(), dO = Matrix<S>(d_output.head(b, h)).template cast<A>();
         Matrix<A> dS = Matrix<A>::Zero(qs.T, ks.T), dQ = Matrix<A>::Zero(qs.T, qs.D);
         Matrix<A>* const dB = bias_entry(b, h);
@@ -172,7 +187,8 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
               for (Index j = a; j < e; ++j) seen.push_back(j);
             });
             const Eigen::Matrix<A, 1, Eigen::Dynamic> Pi = P(i, seen);
-            const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va(seen, Eigen::all).transpose();
+            Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va(seen, Eigen::all).transpose();
+            if (mods.keep) dP = dP.cwiseProduct(mu(i, seen));  // step 16
             const A delta = Pi.cwiseProduct(dP).sum();
             const Eigen::Matrix<A, 1, Eigen::Dynamic> dSi = Pi.cwiseProduct((dP.array() - delta).matrix());
             for (std::size_t n = 0; n < seen.size(); ++n) dS(i, seen[n]) = dSi(Index(n));
@@ -192,7 +208,8 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
           }
           // Only the visible run is read, so nothing from a hidden key (not even a -0 or a huge k) reaches dQ_i.
           const auto Pi = P.row(i).segment(r.begin, r.size());
-          const Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va.middleRows(r.begin, r.size()).transpose();
+          Eigen::Matrix<A, 1, Eigen::Dynamic> dP = dO.row(i) * Va.middleRows(r.begin, r.size()).transpose();
+          if (mods.keep) dP = dP.cwiseProduct(mu.row(i).segment(r.begin, r.size()));  // step 16
           const A delta = Pi.cwiseProduct(dP).sum();
           dS.row(i).segment(r.begin, r.size()) = Pi.cwiseProduct((dP.array() - delta).matrix());
           if (dB) dB->row(i).segment(r.begin, r.size()) += dS.row(i).segment(r.begin, r.size());
@@ -208,7 +225,7 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
           dQ.row(i).noalias() = scale_a * (dS.row(i).segment(r.begin, r.size()) * Ka.middleRows(r.begin, r.size()));
         }
         g.dq.head(b, h) = dQ.template cast<S>();
-        dV.noalias() += P.transpose() * dO;
+        dV.noalias() += trace.returned_weights().transpose() * dO;  // P' = μ∘P with dropout (step 16)
         dK.noalias() += scale_a * (dS.transpose() * Qa);
       }
       g.dk.head(b, kv) = dK.template cast<S>();
@@ -281,7 +298,17 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
       const Matrix<double>& P = trace.weights;
       const Eigen::VectorXd rho = weight_relative_error(dtype, Q, K, mask, scale, mods);
       const double f_err = mods.softcap ? 5 * u_a : 0.0;  // step 11
-      const Matrix<double> A = dO.cwiseAbs() * V.cwiseAbs().transpose();  // A_ij = Σ_c |dO_ic||v_jc|
+      Matrix<double> A = dO.cwiseAbs() * V.cwiseAbs().transpose();  // A_ij = Σ_c |dO_ic||v_jc|
+      // Step 16: with dropout, μ_ij = M_ij/(1 - p) multiplies A_ij, and dP's error gains 2u_a.
+      Matrix<double> mu;
+      if (mods.keep) {
+        mu = Matrix<double>::Zero(qs.T, ks.T);
+        for (Index i = 0; i < qs.T; ++i)
+          for (Index j = 0; j < ks.T; ++j)
+            if (mods.keep[i * ks.T + j]) mu(i, j) = mods.keep_scale;
+        A = A.cwiseProduct(mu);
+      }
+      const double g_Dk = g_D + (mods.keep ? 2 * u_a : 0.0);
       // Step 14: the kernel's own rotation of q and k errs by √2·ε·(|x'_a| + |x'_b|) on each element of a pair
       // (tolerance.cpp step 9 with |x_a| + |x_b| ≤ √2‖x_p‖ ≤ √2(|x'_a| + |x'_b|)): those bounds per element, to
       // multiply m_ij (dK's terms read q', dQ's read k').
@@ -321,7 +348,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
           A_bar += P(i, j) * A(i, j);
           d_delta += eps(j) * A(i, j);
         }
-        d_delta += (g_D + g_T + 2 * u_s) * A_bar;  // step 3
+        d_delta += (g_Dk + g_T + 2 * u_s) * A_bar;  // step 3 (16)
         if (mods.sink && std::isfinite(*mods.sink) && std::isfinite(trace.lse(i, 0))) {  // step 11
           const double p_s = std::exp(*mods.sink - trace.lse(i, 0));
           const double eps_s = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, p_s * rho(i))) + tiny + nu;
@@ -332,7 +359,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
         for (Index j = keys.begin; j < keys.end; ++j) {
           if (gaps && !vis.visible(i, j)) continue;
           const double G = A(i, j) + A_bar + d_delta;                                 // step 4
-          const double dG = (g_D + u_s) * A(i, j) + d_delta + u_a * G + double(D_v + n_vis) * nu;
+          const double dG = (g_Dk + u_s) * A(i, j) + d_delta + u_a * G + double(D_v + n_vis) * nu;
           const double m = (P(i, j) + eps(j)) * G;
           const double e = eps(j) * G + P(i, j) * dG + (u_a + u_s) * P(i, j) * G + nu + f_err * m;  // steps 5, 11
           const double flushed = safety * nu * std::max(1.0, scale) * (2 + G);                      // step 9b
@@ -344,7 +371,10 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
             tq.row(i) += safety * scale * m * k_rot.row(j);
             tk.row(j) += safety * scale * m * q_rot.row(i);
           }
-          tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();              // step 8
+          if (mods.keep)  // step 16: P'_ij = μ_ij·P_ij, off by μ_ij·(ε_ij + 2u_a·P_ij)
+            tv.row(j) += safety * mu(i, j) * (eps(j) + (g_n + 2 * u_a) * P(i, j)) * dO.row(i).cwiseAbs();
+          else
+            tv.row(j) += safety * (eps(j) + g_n * P(i, j)) * dO.row(i).cwiseAbs();            // step 8
           if (opts.bias) {                                                                    // step 12
             (*r.tolerance.dbias)(bb, bh, i, j) += safety * (e - f_err * m);
             bias_m(bb, bh, i, j) += m;
@@ -392,7 +422,9 @@ GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<
     detail::unfold_prologue(r, opts, q, k, dtype, safety);
     return r;
   }
-  if (double(qs.B) * double(qs.H) * double(qs.T) * double(k.shape().T) > kStreamedBackwardWeights)
+  if (opts.dropout && opts.dropout->keep.empty())  // step 16: the core's own mask, as its backward draws it
+    return gradient_check(dtype, q, k, v, d_output, with_dropout_mask(opts, qs.B, qs.H, qs.T, k.shape().T), safety);
+  if (!opts.dropout && double(qs.B) * double(qs.H) * double(qs.T) * double(k.shape().T) > kStreamedBackwardWeights)
     return streamed_gradient_check(dtype, q, k, v, d_output, opts, safety);  // the same bound, O(T·D) memory
   GradientCheck r = gradient_check_at(dtype, q, k, v, d_output, opts, safety);
   Tensor<double> q0 = q, k0 = k, v0 = v, d0 = d_output;

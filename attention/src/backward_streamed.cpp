@@ -607,6 +607,9 @@ void check_streamed_shapes(const char* who, const Shape& q, const Shape& k, cons
   if (d_output != Shape{q.B, q.H, q.T, v.D})
     fail("d_output is " + to_string(d_output) + " but the output is " + to_string(Shape{q.B, q.H, q.T, v.D}) +
          " (dO has the output's shape)");
+  if (opts.dropout)  // backward.cpp step 16 reads each head's keep mask: materialised only
+    throw ValueError(std::string(who) + ": dropout is checked on the materialised path only (its cases stay below "
+                     "2^22 weights)");
   check_options(who, opts, q.B, q.H, k.T, q.T);
 }
 

@@ -100,6 +100,14 @@
 //    Hugging Face's casts even a float64 row down to it), and the weight and y are held in the dtype (2u_s): each
 //    y_c errs by at most ε_n·|y_c|, ε_n = γ_D(u_f)/2 + 5u_f + 2u_s (qk_norm_error, u_f = 2^-24). On a score that is
 //    (ε_q + ε_k)·scale·Σ_c|q'_c k'_c|: Δ_i grows by (ε_q + ε_k)·abs_dot, each ε 0 for a side not normalised.
+// 11. Dropout. The weights a kernel returns and multiplies V by are w'_ij = μ_ij·w_ij, μ_ij = M_ij/(1 - p) with M the
+//    keep mask (the oracle runs with the kernel's own mask, read off its weights, so M is exact). 1/(1 - p) rounds in
+//    the accumulation type and so does the product: |δw'_ij| ≤ μ_ij·w_ij·(ρ_i + 2u_a) + u_s·w'_ij, capped at
+//    1/(1 - p) (both lie in [0, 1/(1 - p)]). On the output, Σ_j μ_ij w_ij ≤ 1/(1 - p), so step 3's bound is
+//    1/(1 - p) times itself with ρ_i + 2u_a for ρ_i (the saturated cap of step 5 too: |o| ≤ max|v|/(1 - p)), and
+//    step 4's flushed products w'_ij·v_jc at most N_a·max|v|/(1 - p) each. A kernel that scales the output by 1/(1 - p)
+//    instead of the weights rounds the same two products in another order: within the same bound. The LSE is the
+//    softmax's, before dropout: step 6 unchanged.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -171,17 +179,20 @@ struct RowTerms {
     return std::expm1(2 * delta + lambda + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
   }
 
-  double weight(double w, double rho_w) const {
-    return (std::isinf(rho_w) ? 1.0 : std::min(1.0, safety * (w * rho_w + u_s * w))) + tiny + store_floor;
+  // `cap`: the largest weight, 1/(1 - p) with dropout (step 11), whose w is then the kept weight w'.
+  double weight(double w, double rho_w, double cap = 1) const {
+    return (std::isinf(rho_w) ? cap : std::min(cap, safety * (w * rho_w + u_s * w))) + tiny + store_floor;
   }
 
+  // `kept`: 1/(1 - p) with dropout (step 11), 1 without.
   template <class Row, class Out>
-  void output(double rho_w, Index n_vis, const Eigen::RowVectorXd& v_col_max, const Row& oracle_out, Out&& tol) const {
+  void output(double rho_w, Index n_vis, const Eigen::RowVectorXd& v_col_max, const Row& oracle_out, Out&& tol,
+              double kept = 1) const {
     const double rho = std::min(rho_w, 2.0), g_T = gamma(n_vis, u_a), v_max = v_col_max.maxCoeff();
     for (Index c = 0; c < v_col_max.size(); ++c)
-      tol(c) = safety * (v_col_max(c) * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) +
+      tol(c) = safety * (v_col_max(c) * kept * std::min(rho + u_s + g_T * (1 + rho + u_s), 2.0) +
                          u_s * std::abs(oracle_out(c))) +
-               static_cast<double>(n_vis) * tiny * (v_max + 2) + store_floor;  // step 4 (tiny = N_a)
+               static_cast<double>(n_vis) * tiny * (v_max * kept + 2) + store_floor;  // step 4 (tiny = N_a)
   }
 };
 
@@ -278,10 +289,11 @@ HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matr
       v_col_max = v_col_max.cwiseMax(v.row(j).cwiseAbs());
     }
     if (n_vis == 0) continue;  // the row is exactly zero in every correct kernel
-    const double rho_w = rho_rows(i);  // may be +inf: the weights are unresolved
+    // Step 11: with dropout, the kept weights' 1/(1 - p) and its product (2u_a), and the cap 1/(1 - p).
+    const double rho_w = rho_rows(i) + (mods.keep ? 2 * terms.u_a : 0.0);  // may be +inf: the weights are unresolved
     for (Index j = 0; j < T_k; ++j)
-      if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w);
-    terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i));
+      if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w, mods.keep_scale);
+    terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i), mods.keep_scale);
   }
   return tol;
 }
@@ -309,9 +321,10 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
   const bool dq = daz_inputs(dtype, q0), dk = daz_inputs(dtype, k0), dv = daz_inputs(dtype, v0);
   if (!(dq || dk || dv)) return tol;
   const HeadTrace<double> t = attend<double>(q0, k0, v0, mask, scale, mods);
-  const HeadTolerance t0 = head_tolerance_at(dtype, q0, k0, v0, mask, scale, t.output, t.weights, safety, mods);
+  const HeadTolerance t0 =
+      head_tolerance_at(dtype, q0, k0, v0, mask, scale, t.output, t.returned_weights(), safety, mods);
   tol.output = tol.output.cwiseMax(t0.output + (t.output - oracle_output).cwiseAbs());
-  tol.weights = tol.weights.cwiseMax(t0.weights + (t.weights - oracle_weights).cwiseAbs());
+  tol.weights = tol.weights.cwiseMax(t0.weights + (t.returned_weights() - oracle_weights).cwiseAbs());
   return tol;
 }
 
@@ -360,9 +373,9 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety,
                                          const HeadModifiers& mods) {
   const Index T_q = vis.T_q, D = v.cols();  // D_k: the scores' dot products; D = D_v: the output's columns
-  if (mods.rope)  // step 9 needs the rotated q and k, which the row statistics do not hold
-    throw std::logic_error("streamed_output_tolerance: no streamed bound for RoPE yet (its cases stay below 2^22 "
-                           "weights)");
+  if (mods.rope || mods.keep)  // step 9 needs the rotated q and k, step 11 the mask: the row statistics hold neither
+    throw std::logic_error("streamed_output_tolerance: no streamed bound for RoPE or dropout yet (their cases stay "
+                           "below 2^22 weights)");
   const RowTerms terms(dtype, D_k, safety);
   const double u_a = accumulation_roundoff(dtype);
   const bool sink = mods.sink && std::isfinite(*mods.sink);

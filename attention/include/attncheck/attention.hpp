@@ -110,6 +110,30 @@ struct QkNorm {
   bool operator==(const QkNorm&) const = default;
 };
 
+/// Dropout on the attention weights (ABI 4: training kernels fuse it): after the softmax each weight of head (b, h) is
+/// kept, divided by 1 - p, or dropped to 0, by a keep mask drawn from a counter-based RNG under (seed, offset); the
+/// output is the dropped weights times V, and the LSE stays the softmax's. The mask is a function of the seed, the
+/// offset and the cell's coordinates (b, h, i, j) with the call's H, T_q and T_k: not of the values, and not of the
+/// batch entries after b (every kernel whose counter is a cell's index is so: Philox in PyTorch and FlashAttention).
+struct Dropout {
+  double p = 0;  ///< in [0, 1)
+  std::uint64_t seed = 0, offset = 0;
+  /// Empty: the core draws its own mask (dropout_keep_mask: Philox4x32-10). Otherwise [B,H,T_q,T_k] row-major, each 0
+  /// or 1: the mask a kernel applied (the laws read it off the kernel's weights), which the core then applies.
+  std::vector<std::uint8_t> keep{};
+  Index H = 0, T_q = 0, T_k = 0;  ///< keep's extents past B (with keep)
+  /// Head (b, h)'s T_q x T_k keep mask (keep must be set).
+  const std::uint8_t* head(Index b, Index h) const { return keep.data() + std::size_t((b * H + h) * T_q * T_k); }
+  /// What a kept weight is multiplied by: 1 / (1 - p).
+  double keep_scale() const { return 1 / (1 - p); }
+  bool operator==(const Dropout&) const = default;
+};
+
+/// The core's own keep mask for a call of B x H heads over T_q x T_k cells, [B,H,T_q,T_k]: cell e = ((b·H + h)·T_q +
+/// i)·T_k + j is kept iff its uniform u = r·2^-32 >= p, r lane e mod 4 of Philox4x32-10 (Random123) under the key
+/// (seed's low and high words) at the counter (e/4 + offset as a 64-bit number in words 0 and 1, 0, 0).
+std::vector<std::uint8_t> dropout_keep_mask(const Dropout& d, Index B, Index H, Index T_q, Index T_k);
+
 /// Options shared by every path.
 struct AttentionOptions {
   /// Multiplies QKᵀ; when empty, 1/√D. Must be finite and positive.
@@ -151,6 +175,9 @@ struct AttentionOptions {
   std::optional<QkNorm> qk_norm{};
   /// Set by folded_options: q and k already went through this QK-norm (tolerance.cpp step 10, backward.cpp step 15).
   std::optional<QkNorm> qk_norm_folded{};
+  /// Dropout on the weights, after the softmax (the LSE is the softmax's). Empty: none. Causal path only; every path
+  /// materialises a call with dropout (weights [T_q,T_k] per head), whatever its size.
+  std::optional<Dropout> dropout{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
   /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
@@ -177,6 +204,10 @@ struct AttentionOptions {
   /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
   int threads = 0;
 };
+
+/// opts with its dropout's keep mask drawn (dropout_keep_mask) for a call of B x H heads over T_q x T_k when it has a
+/// dropout without one; opts itself otherwise. head_modifiers reads the mask: every entry point draws it first.
+AttentionOptions with_dropout_mask(const AttentionOptions& opts, Index B, Index H, Index T_q, Index T_k);
 
 /// Throws ShapeError or ValueError, naming `who`, what was expected and what came, when opts do not fit a call
 /// with B batch entries, H query heads, T_q queries and T_k keys (key lengths, windows, prefix, chunks, documents,
@@ -237,6 +268,10 @@ struct HeadModifiers {
   /// q and k went through this QK-norm (AttentionOptions::qk_norm_folded): the bounds widen by its rounding
   /// (tolerance.cpp step 10). Null: none.
   const QkNorm* qk_norm = nullptr;
+  /// Dropout: the head's T_q x T_k keep mask (points into AttentionOptions::dropout's, which must hold one: the core
+  /// draws it first) and what a kept weight is multiplied by, 1/(1 - p). Null: none.
+  const std::uint8_t* keep = nullptr;
+  double keep_scale = 1;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }
@@ -265,7 +300,12 @@ template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index 
 template <class S> struct HeadTrace {
   Matrix<Acc<S>> scores;   ///< [T_q,T_k] QKᵀ·scale, before the mask
   Matrix<Acc<S>> weights;  ///< [T_q,T_k] softmax of the masked scores, in the accumulation type
-  Matrix<S> output;        ///< [T_q,D] weights·V, rounded to S
+  /// With dropout (HeadModifiers::keep): [T_q,T_k] the weights after it, kept ones times 1/(1 - p), dropped ones 0;
+  /// empty otherwise.
+  Matrix<Acc<S>> dropped;
+  Matrix<S> output;        ///< [T_q,D] weights·V (the dropped weights with dropout), rounded to S
+  /// The weights a kernel returns: after dropout where there is one.
+  const Matrix<Acc<S>>& returned_weights() const { return dropped.size() > 0 ? dropped : weights; }
   Matrix<Acc<S>> lse;      ///< [T_q,1] log Σ exp over the visible modified scores and the sink; -inf: none
   double scale = 0;        ///< the scale actually used
 };

@@ -311,6 +311,9 @@ std::string call_keywords_line(const Problem& p) {
   if (p.temperature)
     add("temperature [" + std::to_string(p.temperature->B) + "," + std::to_string(p.temperature->H) + "," +
         std::to_string(p.temperature->T_q) + "] " + list(p.temperature->values, number));
+  if (p.dropout)
+    add("dropout p = " + number(p.dropout->p) + ", seed " + std::to_string(p.dropout->seed) + ", offset " +
+        std::to_string(p.dropout->offset));
   if (p.paged)
     add("paged: pages of " + std::to_string(p.paged->page_size) + ", " + page_layout_name(p.paged->layout));
   if (p.layout != InputLayout::contiguous) add("layout " + input_layout_name(p.layout));

@@ -192,6 +192,9 @@ void describe_case(std::ostream& details, const LawCase& c, const std::optional<
     std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());
     print_tensor(details, "temperature", t);
   }
+  if (p.dropout)
+    details << "    dropout: p = " << format_number(p.dropout->p) << ", seed " << p.dropout->seed << ", offset "
+            << p.dropout->offset << "\n";
   if (const auto& var = c.variant) {  // a relational law's second call
     details << "    and the call it is compared with:\n";
     print_tensor(details, "q'", var->q);

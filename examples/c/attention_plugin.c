@@ -19,7 +19,8 @@
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
  * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward), its
  * gradient (backward_call->d_bias), per-query temperatures (call->temperature), rotary embeddings in both
- * pairings (call->rope) and QK-norm (call->qk_norm).
+ * pairings (call->rope), QK-norm (call->qk_norm) and dropout (call->dropout: a keep mask from Random123's Philox,
+ * one counter per cell within a head, the head in the counter's last word).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -28,6 +29,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef ABI4
+#include <Random123/philox.h>
+#endif
 
 /* Element (b,h,i,d) of a tensor, widened to double. bfloat16 is the top half of a float32's bits. */
 static double load(const attncheck_tensor_in* t, uint32_t dtype, int64_t b, int64_t h, int64_t i, int64_t d) {
@@ -361,6 +365,26 @@ static void softmax_row(const attncheck_call* call, int64_t b, int64_t h, int64_
   }
 }
 
+/* What weight (b,h,i,j) is multiplied by under dropout (call->dropout): 1/(1 - p) where kept, 0 where dropped, 1
+ * without. The keep bit: lane 0 of Philox4x32-10 under the seed, at counter (i·T_k + j, the offset's two words,
+ * b·H + h), kept where its uniform is >= p. A function of the seed, the offset and the cell only: a backward with the
+ * same ones draws the same mask. */
+static double keep_scale(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j) {
+#ifdef ABI4
+  if (!call->dropout) return 1.0;
+  const attncheck_dropout* d = call->dropout;
+  const int64_t H = call->q.shape[1], Tk = call->k.shape[2];
+  philox4x32_ctr_t ctr = {{(uint32_t)(i * Tk + j), (uint32_t)d->offset, (uint32_t)(d->offset >> 32),
+                           (uint32_t)(b * H + h)}};
+  philox4x32_key_t key = {{(uint32_t)d->seed, (uint32_t)(d->seed >> 32)}};
+  const philox4x32_ctr_t r = philox4x32(ctr, key);
+  return (double)r.v[0] >= d->p * 4294967296.0 ? 1.0 / (1.0 - d->p) : 0.0;
+#else
+  (void)call, (void)b, (void)h, (void)i, (void)j;
+  return 1.0;
+#endif
+}
+
 static double scale_of(const attncheck_call* call) {
   return call->has_scale ? call->scale : 1.0 / sqrt((double)call->q.shape[3]);
 }
@@ -395,6 +419,7 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
         int64_t lo, hi;
         double lse;
         softmax_row(call, b, h, i, scale_of(call), w, &lse);
+        for (int64_t j = 0; j < Tk; ++j) w[j] *= keep_scale(call, b, h, i, j); /* dropout; the LSE is the softmax's */
         if (call->lse)
           call->lse->data[b * call->lse->strides[0] + h * call->lse->strides[1] + i * call->lse->strides[2]] = lse;
         if (call->weights)
@@ -430,6 +455,8 @@ static int32_t forward(const attncheck_call* call, char* message, size_t message
  * Δ = Σ_j P_j dP_j (= dO_i · O_i), dZ_j = P_j (dP_j − Δ) for the modified score Z_j, and dS_j = dZ_j · dZ_j/dS_j
  * (1 − tanh²(S_j/cap) under a softcap; ALiBi adds a constant); dQ_i = scale Σ_j dS_j k_j, dK_j += scale dS_j q_i,
  * dV_j += P_j dO_i. The sink has no value (its dP is 0), so its logit gets −P_sink·Δ from every row of its head.
+ * Under dropout the output is Σ_j m_j P_j v_j (m_j = keep_scale: the forward's mask, drawn again): dP_j = m_j dO_i · v_j
+ * and dV_j += m_j P_j dO_i.
  * A kv head accumulates over every query head of its group, in double. */
 static int32_t backward(const attncheck_backward_call* bc, char* message, size_t message_size) {
   const attncheck_call* call = bc->forward;
@@ -467,15 +494,17 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
             if (!cells_allow(call, b, h, i, j)) continue; /* a hidden key is never read */
             for (int64_t d = 0; d < Dv; ++d)
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
-            delta += w[j] * dp;
+            delta += w[j] * dp * keep_scale(call, b, h, i, j);
           }
           if (sink_of(call, h) > -INFINITY) dsinks[h] -= exp(sink_of(call, h) - lse) * delta;
           memset(dq, 0, sizeof(double) * (size_t)D);
           for (int64_t j = lo; j <= hi; ++j) {
             double dp = 0, s = 0, dz_ds;
             if (!cells_allow(call, b, h, i, j)) continue;
+            const double m = keep_scale(call, b, h, i, j);
             for (int64_t d = 0; d < Dv; ++d)
               dp += load(&bc->d_output, call->dtype, b, h, i, d) * load(&call->v, call->dtype, b, g, j, d);
+            dp *= m;
             for (int64_t d = 0; d < D; ++d)
               s += qk(call, 0, b, h, i, d) * qk(call, 1, b, g, j, d);
             modified(call, b, h, i, j, s * scale, &dz_ds);
@@ -487,7 +516,7 @@ static int32_t backward(const attncheck_backward_call* bc, char* message, size_t
               dq[d] += scale * ds * qk(call, 1, b, g, j, d);
               dk[j * D + d] += scale * ds * qk(call, 0, b, h, i, d);
             }
-            for (int64_t d = 0; d < Dv; ++d) dv[j * Dv + d] += w[j] * load(&bc->d_output, call->dtype, b, h, i, d);
+            for (int64_t d = 0; d < Dv; ++d) dv[j * Dv + d] += m * w[j] * load(&bc->d_output, call->dtype, b, h, i, d);
           }
           rope_back(call, 0, b, i, dq); /* the gradient of q' = R q is R^T of q''s */
           norm_back(call, 0, b, h, i, dq);
@@ -607,8 +636,9 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
       .forward = forward,
 #ifdef ABI4
       .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE | ATTNCHECK_CAP4_ROPE |
-                ATTNCHECK_CAP4_ROPE_INTERLEAVED | ATTNCHECK_CAP4_QK_NORM | ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE,
-      /* the bias, dBias, τ, both pairings of rotary embeddings, QK-norm with eps on either side */
+                ATTNCHECK_CAP4_ROPE_INTERLEAVED | ATTNCHECK_CAP4_QK_NORM | ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE |
+                ATTNCHECK_CAP4_DROPOUT,
+      /* the bias, dBias, τ, both pairings of rotary embeddings, QK-norm with eps on either side, dropout */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

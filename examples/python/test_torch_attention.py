@@ -75,3 +75,23 @@ def test_rotary_embeddings(attncheck):
     attncheck.check(rotary, dtypes=("bfloat16", "float32"), framework="torch", backward="autograd", rope=True,
                     laws=("oracle-agreement", "rope-as-rotated-inputs", "rope-relative-positions", "grad-oracle",
                           "causal-perturbation"))
+
+
+# Dropout on the weights, as a training step writes it: a keep mask from torch's own generator, seeded by the call's
+# seed and offset (so the backward, called with the same ones, draws the same mask), kept weights over 1 - p. It
+# returns no weights: attncheck reads the mask off the weights it recovers by probing with one-hot V.
+def dropped(q, k, v, scale=None, dropout=None):
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    causal = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+    w = s.masked_fill(~causal, float("-inf")).softmax(-1)
+    if dropout is not None and dropout.p > 0:
+        g = torch.Generator(device=w.device)
+        g.manual_seed((dropout.seed ^ (dropout.offset * 0x9E3779B97F4A7C15)) % 2**64)
+        keep = torch.rand(w.shape, generator=g, device=w.device) >= dropout.p
+        w = w * keep / (1 - dropout.p)
+    return (w @ v.float()).to(q.dtype)
+
+
+def test_dropout_from_a_torch_generator(attncheck):
+    attncheck.check(dropped, dtypes=("float32", "bfloat16"), framework="torch", backward="autograd", dropout=True,
+                    laws=("dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"))

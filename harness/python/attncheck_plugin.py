@@ -73,20 +73,20 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
 FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10, "qk_norm": 0x20,
-          "qk_norm_eps_outside": 0x40}
+          "qk_norm_eps_outside": 0x40, "dropout": 0x80}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
                      "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",),
                      "temperature": ("temperature",), "rope": ("rope",), "rope_interleaved": ("rope",),
-                     "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",)}
+                     "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",), "dropout": ("dropout",)}
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
     "heads and lengths": ("gqa", "key_lengths", "v_head_dim"),
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
-    "score modifiers": ("softcap", "alibi", "sinks", "bias", "temperature"),
+    "score modifiers": ("softcap", "alibi", "sinks", "bias", "temperature", "dropout"),
     "prologues": ("rope", "rope_interleaved", "qk_norm", "qk_norm_eps_outside"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
@@ -136,7 +136,7 @@ PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
-              "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152}
+              "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152, "dropout": 4194304}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -441,6 +441,11 @@ def _read_call(payload, backward):
             else:
                 weights.append(None)
         qk_norm = QkNorm(weights[0], weights[1], float(eps), placement == 2)
+    dropout = None
+    if fflags & CALL_FLAGS["dropout"]:  # version 4: f64 p, u64 seed, u64 offset
+        prob, seed, offset = struct.unpack_from("<dQQ", payload, off)
+        off += 24
+        dropout = Dropout(float(prob), int(seed), int(offset))
     paged = None
     if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
         lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
@@ -470,7 +475,7 @@ def _read_call(payload, backward):
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
-              "temperature": temperature, "rope": rope, "qk_norm": qk_norm}
+              "temperature": temperature, "rope": rope, "qk_norm": qk_norm, "dropout": dropout}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -553,6 +558,21 @@ class QkNorm:
         return "QkNorm(q %s, k %s, eps %g%s)" % ("normalised" if self.q_weight is not None else "not",
                                                "normalised" if self.k_weight is not None else "not", self.eps,
                                                ", outside the root" if self.eps_outside else "")
+
+
+class Dropout:
+    """Dropout on the weights (serve(..., dropout=True)): after the softmax each weight is kept and divided by 1 - p,
+    or dropped to 0, by a keep mask fn draws from `seed` and `offset` (torch.Generator().manual_seed(seed), or a
+    Philox counter at offset). The mask must be a function of the seed, the offset and the cell (b, h, i, j) only: not
+    of the values, not of the batch entries after b. fn returns the dropped weights (attncheck reads the mask there;
+    without returns_weights it recovers them by probing with one-hot V), the output from them, and the softmax's LSE;
+    a backward with the same seed and offset uses the same mask."""
+
+    def __init__(self, p, seed, offset):
+        self.p, self.seed, self.offset = p, seed, offset
+
+    def __repr__(self):
+        return "Dropout(p %g, seed %d, offset %d)" % (self.p, self.seed, self.offset)
 
 
 class PagedKV:
@@ -804,7 +824,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
           bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, qk_norm=False,
-          qk_norm_eps_outside=False, framework="numpy", device=None):
+          qk_norm_eps_outside=False, dropout=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -871,7 +891,10 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     rotated by their tokens' positions before the scores (a backward's dq and dk are the gradients of q and k
     themselves). `qk_norm=True` (eps inside the square root) and `qk_norm_eps_outside=True`: fn (and a backward)
     gets `qk_norm`, None or a QkNorm (q_weight and k_weight, float64 [D] or None for a side not normalised, eps,
-    eps_outside): each row of q and k is normalised first, before the rope. An attncheck that speaks only version 3
+    eps_outside): each row of q and k is normalised first, before the rope. `dropout=True`: fn (and a backward) gets
+    `dropout`, None or a Dropout (p, seed, offset): each weight kept and divided by 1 - p or dropped, by a mask that
+    depends on the seed, the offset and the cell only; fn returns the dropped weights (or attncheck probes for them),
+    and a backward with the same seed and offset uses the forward's mask. An attncheck that speaks only version 3
     cannot send them: the client then refuses to serve, saying so.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
@@ -885,7 +908,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("bias", bias), ("bias_grad", bias_grad),
                                               ("temperature", temperature), ("rope", rope),
                                               ("rope_interleaved", rope_interleaved), ("qk_norm", qk_norm),
-                                              ("qk_norm_eps_outside", qk_norm_eps_outside))}
+                                              ("qk_norm_eps_outside", qk_norm_eps_outside), ("dropout", dropout))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

@@ -466,6 +466,9 @@ def _case_keywords(problem):
     for key in ("block_mask", "dense_mask", "bias", "temperature", "rope", "qk_norm"):
         if problem.get(key):
             out.append(key)
+    if problem.get("dropout"):
+        d = problem["dropout"]
+        out.append("dropout (p=%s, seed=%s, offset=%s)" % (_number(d["p"]), d["seed"], d["offset"]))
     if problem.get("paged"):
         out.append("paged (page_size=%s, %s)" % (problem["paged"].get("page_size"), problem["paged"].get("layout")))
     if problem.get("layout"):
@@ -502,7 +505,8 @@ def _json_array(doc):
 
 
 # What a standalone reproduction does not rebuild from a report's case (the client builds them from the wire).
-_NOT_REPRODUCED = ("paged", "doc_bounds", "q_doc_bounds", "block_mask", "dense_mask", "layout", "rope", "qk_norm")
+_NOT_REPRODUCED = ("paged", "doc_bounds", "q_doc_bounds", "block_mask", "dense_mask", "layout", "rope", "qk_norm",
+                   "dropout")
 
 
 def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
@@ -542,7 +546,7 @@ def _write_reproduction(law, dtype, detail, impl, qualname, nodeid):
                 "causal": problem.get("causal", True), "paged": None, "prefix_length": problem.get("prefix_length", 0),
                 "window_right": problem.get("window_right"), "chunk_size": problem.get("chunk_size", 0),
                 "q_doc_ids": None, "k_doc_ids": None, "block_mask": None, "dense_mask": None, "bias": None,
-                "temperature": None, "rope": None, "qk_norm": None}
+                "temperature": None, "rope": None, "qk_norm": None, "dropout": None}
     with open(base + ".py", "w") as f:
         f.write(_REPRO.format(qualname=qualname, dtype=dtype, nodeid=nodeid, case=_minimal_case(detail.get("shape"), problem),
                               npz_name=os.path.basename(base + ".npz"), python=sys.executable, py=base + ".py",

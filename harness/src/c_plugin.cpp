@@ -348,6 +348,20 @@ struct QkNormArg {
   QkNormArg(const QkNormArg&) = delete;  // ptr points into this object
 };
 
+// A problem's dropout as the ABI passes it. Null when it has none.
+struct DropoutArg {
+  attncheck_dropout abi{};
+  const attncheck_dropout* ptr = nullptr;
+  explicit DropoutArg(const Problem& p) {
+    if (!p.dropout) return;
+    abi.p = p.dropout->p;
+    abi.seed = p.dropout->seed;
+    abi.offset = p.dropout->offset;
+    ptr = &abi;
+  }
+  DropoutArg(const DropoutArg&) = delete;  // ptr points into this object
+};
+
 void fill_cell_masks(const Problem& p, CellMasks& c) {
   if (p.block_mask) {
     const BlockMask& m = *p.block_mask;
@@ -409,7 +423,8 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(rope, ATTNCHECK_CAP4_ROPE),
                              ATTNCHECK_ABI_BIT(rope_interleaved, ATTNCHECK_CAP4_ROPE_INTERLEAVED),
                              ATTNCHECK_ABI_BIT(qk_norm, ATTNCHECK_CAP4_QK_NORM),
-                             ATTNCHECK_ABI_BIT(qk_norm_eps_outside, ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE)};
+                             ATTNCHECK_ABI_BIT(qk_norm_eps_outside, ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE),
+                             ATTNCHECK_ABI_BIT(dropout, ATTNCHECK_CAP4_DROPOUT)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -472,6 +487,8 @@ class CPlugin final : public Implementation {
       call.rope = rope.ptr;
       const QkNormArg qk_norm(p);
       call.qk_norm = qk_norm.ptr;
+      const DropoutArg dropout(p);
+      call.dropout = dropout.ptr;
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;
@@ -528,6 +545,8 @@ class CPlugin final : public Implementation {
       call.rope = rope.ptr;
       const QkNormArg qk_norm(p);
       call.qk_norm = qk_norm.ptr;
+      const DropoutArg dropout(p);
+      call.dropout = dropout.ptr;
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).

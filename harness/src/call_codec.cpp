@@ -173,7 +173,8 @@ std::string call_payload(const Problem& p) {
         (p.doc_bounds.empty() ? 0u : call_documents) | (p.block_mask ? call_block_mask : 0u) |
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
-        (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u));
+        (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u) |
+        (p.dropout ? call_dropout : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -265,6 +266,11 @@ std::string call_payload(const Problem& p) {
     w.f64(n.eps);
     for (const double x : n.q_weight) w.f64(x);
     for (const double x : n.k_weight) w.f64(x);
+  }
+  if (p.dropout) {  // version 4 (PROTOCOL.md, "Dropout"): f64 p, u64 seed, u64 offset
+    w.f64(p.dropout->p);
+    w.u64(p.dropout->seed);
+    w.u64(p.dropout->offset);
   }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
@@ -660,10 +666,10 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   const std::uint32_t flags = r.u32();
   if (flags & ~kCallFlags)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x3fffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0x7fffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
                         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm)");
+                        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -720,6 +726,13 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (flags & call_temperature) p.temperature = read_temperature(r, what, qs);
   if (flags & call_rope) p.rope = read_rope(r, what, qs, ks);
   if (flags & call_qk_norm) p.qk_norm = read_qk_norm(r, what, qs);
+  if (flags & call_dropout) {  // f64 p, u64 seed, u64 offset; check_call says whether p is allowed
+    Dropout d;
+    d.p = r.f64();
+    d.seed = r.u64();
+    d.offset = r.u64();
+    p.dropout = d;
+  }
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.

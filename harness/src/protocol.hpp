@@ -96,9 +96,10 @@ enum CallFlags : std::uint32_t {
   call_temperature = 524288,  ///< version 4: a per-query temperature follows the bias (its B and H, then f64 values)
   call_rope = 1048576,        ///< version 4: a rope follows the temperature (its fields, then q's and k's positions)
   call_qk_norm = 2097152,     ///< version 4: a QK-norm follows the rope (its fields, then q's and k's weights)
+  call_dropout = 4194304,     ///< version 4: dropout follows the QK-norm (f64 p, u64 seed, u64 offset)
 };
 /// Every call flag.
-inline constexpr std::uint32_t kCallFlags = 0x3FFFFFu;
+inline constexpr std::uint32_t kCallFlags = 0x7FFFFFu;
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
 /// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with

@@ -90,6 +90,9 @@ std::optional<Problem> witness(Feature f) {
     case Feature::qk_norm_eps_outside:  // k alone normalised, weights of D = 2
       p.qk_norm = QkNorm{.k_weight = {0.75, 1.25}, .eps = 1e-3, .eps_outside = f == Feature::qk_norm_eps_outside};
       break;
+    case Feature::dropout:  // a seed past 2^63, as a u64 crosses every codec
+      p.dropout = Dropout{.p = 0.25, .seed = 0xFEEDFACECAFEBEEFull, .offset = 12345};
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad: return std::nullopt;
@@ -319,7 +322,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
       {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope},
-      {"qk_norm", call_qk_norm}};
+      {"qk_norm", call_qk_norm},     {"dropout", call_dropout}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

@@ -234,6 +234,34 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
   }
 }
 
+// The numpy client's dropout (numpy's Philox, laid out its own way): its keep mask is not the reference's, and the
+// dropout laws, reading the mask off its weights, hold on it forward and backward.
+TEST(Exec, pythonClientDropoutHoldsTheDropoutLaws) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", ""));
+  ASSERT_TRUE(impl->capabilities().declares(Feature::dropout));
+  Problem p = test::wave_problem(DType::f64, 1, 2, 8, 8, 2);
+  p.dropout = Dropout{.p = 0.5, .seed = 3, .offset = 7};
+  const Outcome a = impl->forward(p), r = reference_implementation()->forward(p);
+  ASSERT_TRUE(a.weights && r.weights);
+  Index differ = 0;
+  for (Index n = 0; n < a.weights->size(); ++n)
+    differ += (a.weights->values()[n] == 0) != (r.weights->values()[n] == 0);
+  EXPECT_GT(differ, 0);  // another RNG: another mask
+  for (const char* law :
+       {"dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"}) {
+    RunOptions o;
+    o.cases = 20;
+    o.gen.dtype = DType::f64;
+    o.gen.max_T = o.gen.max_T_tail = 16;
+    const LawResult res = run_law(*find_law(law), *impl, o);
+    EXPECT_EQ(res.status, LawStatus::held)
+        << law << ": " << res.note << (res.violation ? res.violation->message : std::string());
+    EXPECT_EQ(res.cases_run, 20) << law;
+    std::cout << law << ": " << res.cases_run << " cases, " << res.calls << " calls\n";
+  }
+}
+
 // The PyTorch example (examples/python/torch_modifiers.py, autograd as its backward) on the same calls.
 TEST(Exec, torchModifiersExampleAgreesWithTheReference) {
   if (std::system((kPython + " -c 'import torch' 2>/dev/null").c_str()) != 0)
@@ -1149,11 +1177,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 2097152 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 4194304 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 4194304u;
+  const std::uint32_t high = flags | 8388608u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm)");
+  refused(unknown, "262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

@@ -1,6 +1,8 @@
 """A child for the exec: tests that declares protocol version 3's modifiers and the LSE (numpy, float64): softcap,
 ALiBi, sinks (with d_sinks in the backward) and causal = False, and version 4's additive bias (with d_bias) and
-per-query temperatures. `dict` as the first argument returns a dict
+per-query temperatures, rotary embeddings, QK-norm and dropout (a mask from numpy's Philox under the seed, its counter
+at the offset, drawn over [B,H,T_q,T_k] in order, so a batch entry's mask does not depend on those after it). `dict`
+as the first argument returns a dict
 instead of a tuple; `strict` raises when it gets a modifier keyword it did not declare (it declares only the LSE
 and sinks then), so a test can see that nothing undeclared is passed."""
 import sys
@@ -92,10 +94,19 @@ def strict_attention(q, k, v, scale=None, alignment="top-left", key_lengths=None
     return attention(q, k, v, scale=scale, alignment=alignment, key_lengths=key_lengths, sinks=sinks)
 
 
+def keep(dropout, shape):
+    """What each weight is multiplied by under dropout: 1/(1 - p) where kept, 0 where dropped (1 without)."""
+    if dropout is None:
+        return 1.0
+    u = np.random.Generator(np.random.Philox(key=dropout.seed, counter=dropout.offset)).random(shape)
+    return np.where(u >= dropout.p, 1 / (1 - dropout.p), 0.0)
+
+
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-              sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None):
+              sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None, dropout=None):
     _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal,
                                         bias, temperature, rope, qk_norm)
+    p = p * keep(dropout, p.shape)  # the dropped weights (the LSE stays the softmax's)
     out = p @ v
     if MODE == "dict":
         return {"output": out, "weights": p, "lse": lse[..., 0]}  # lse [B,H,T_q]: the client adds the 1
@@ -103,21 +114,23 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softc
 
 
 def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-             sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None):
+             sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None, dropout=None):
     """dP = dO Vᵀ, Δ = rowsum(P ∘ dP), dZ = P ∘ (dP − Δ), dS = dZ ∘ dZ/dS; dQ = scale·dS K, dK = scale·dSᵀ Q,
-    dV = Pᵀ dO, summed over each kv head's group; d_sinks[h] = −Σ_{b,i} P_sink Δ."""
+    dV = Pᵀ dO, summed over each kv head's group; d_sinks[h] = −Σ_{b,i} P_sink Δ. Under dropout (the forward's mask M,
+    drawn again) dP = M ∘ dO Vᵀ and dV = (M ∘ P)ᵀ dO."""
     B, H_kv, T_k, D = k.shape
     scale = scale or 1 / np.sqrt(q.shape[3])
     q_in, k_in = q, k
     q, k, v, s, dz_ds, vis, p, p_sink, _ = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes,
                                                  sinks, causal, bias, temperature, rope, qk_norm)
     d_o = d_output.astype(np.float64)
-    d_p = np.where(vis, d_o @ v.swapaxes(-1, -2), 0.0)
+    m = keep(dropout, p.shape)
+    d_p = np.where(vis, d_o @ v.swapaxes(-1, -2), 0.0) * m
     delta = (p * d_p).sum(axis=-1, keepdims=True)
     d_s = p * (d_p - delta) * dz_ds
     d_q = scale * d_s @ k
     d_k = (scale * d_s.swapaxes(-1, -2) @ q).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
-    d_v = (p.swapaxes(-1, -2) @ d_o).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
+    d_v = ((p * m).swapaxes(-1, -2) @ d_o).reshape(B, H_kv, -1, T_k, D).sum(axis=2)
     d_sinks = -(p_sink * delta).sum(axis=(0, 2, 3))
     if rope is not None:  # the gradients of the rotated q and k turned back by R^T
         d_q, d_k = rotate(d_q, rope, rope.q_positions, back=True), rotate(d_k, rope, rope.k_positions, back=True)
@@ -136,7 +149,7 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
 if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
         lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
-        temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True)
+        temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True, dropout=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

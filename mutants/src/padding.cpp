@@ -73,6 +73,7 @@ ImplementationPtr nan_for_empty_rows(std::string name, std::string description, 
   // the nan convention does not reach it; this control turns every row without a key into NaN.
   caps.features.remove(Feature::sinks);
   caps.features.remove(Feature::paged);  // a dense kernel
+  caps.features.remove(Feature::dropout);  // a control of rows without keys, not of dropout
   // A control of the empty-row convention, on the contiguous families:
   caps.features.remove({Feature::block_mask, Feature::dense_mask});
   caps.features.remove(Feature::v_head_dim);  // as the zoo's other controls: one head dimension

@@ -92,6 +92,7 @@ std::vector<Mutant> stride_mutants();   ///< inputs read through strides: the ad
 std::vector<Mutant> head_dim_mutants();  ///< V with a head dimension of its own: D read for D_v (a control)
 std::vector<Mutant> position_mutants();  ///< bugs only long contexts show: an int16 position
 std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the call's shape under a batch-invariance claim
+std::vector<Mutant> dropout_mutants();  ///< dropout fused and got wrong (a control)
 std::vector<Mutant> qk_norm_mutants();  ///< QK-norm fused and got wrong (a control)
 std::vector<Mutant> rope_mutants();  ///< rotary embeddings fused and got wrong (a control)
 std::vector<Mutant> temperature_mutants();  ///< a per-query temperature read or applied wrong (a control)

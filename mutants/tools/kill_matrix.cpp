@@ -104,6 +104,9 @@ std::string problem_line(const Problem& p) {
          (p.qk_norm->q_weight.empty() ? std::string() : " q weights " + ws(p.qk_norm->q_weight)) +
          (p.qk_norm->k_weight.empty() ? std::string() : " k weights " + ws(p.qk_norm->k_weight));
   }
+  if (p.dropout)
+    s += ", dropout p " + fmt(p.dropout->p) + " seed " + std::to_string(p.dropout->seed) + " offset " +
+         std::to_string(p.dropout->offset);
   if (p.temperature) {  // its values as a [B_t, H_t, T_q, 1] tensor
     Tensor<double> t(Shape{p.temperature->B, p.temperature->H, p.temperature->T_q, 1});
     std::copy(p.temperature->values.begin(), p.temperature->values.end(), t.data());

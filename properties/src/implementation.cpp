@@ -613,7 +613,8 @@ ImplementationPtr reference_implementation() {
                    Feature::paged,         Feature::bias,
                    Feature::bias_grad,     Feature::temperature,
                    Feature::rope,          Feature::rope_interleaved,
-                   Feature::qk_norm,       Feature::qk_norm_eps_outside};
+                   Feature::qk_norm,       Feature::qk_norm_eps_outside,
+                   Feature::dropout};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

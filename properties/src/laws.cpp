@@ -29,7 +29,9 @@ const std::vector<Law>& laws() {
                             bias_minus_inf(),            grad_bias(),
                             alibi_as_bias(),             temperature_as_query_scale(),
                             rope_as_rotated_inputs(),    rope_relative_positions(),
-                            qk_norm_as_normalised_inputs(), qk_norm_scale_invariance()};
+                            qk_norm_as_normalised_inputs(), qk_norm_scale_invariance(),
+                            dropout_as_its_mask(),       dropout_mask_determinism(),
+                            dropout_keep_rate(),         grad_dropout_mask()};
   }();
   return all;
 }

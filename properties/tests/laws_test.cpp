@@ -437,6 +437,64 @@ TEST(Law, ropeAsRotatedInputs) { expectHoldsOnReference("rope-as-rotated-inputs"
 TEST(Law, ropeRelativePositions) { expectHoldsOnReference("rope-relative-positions", kAllDtypes); }
 TEST(Law, qkNormAsNormalisedInputs) { expectHoldsOnReference("qk-norm-as-normalised-inputs", kAllDtypes); }
 TEST(Law, qkNormScaleInvariance) { expectHoldsOnReference("qk-norm-scale-invariance", kAllDtypes); }
+TEST(Law, dropoutAsItsMask) { expectHoldsOnReference("dropout-as-its-mask", kAllDtypes); }
+TEST(Law, dropoutMaskDeterminism) { expectHoldsOnReference("dropout-mask-determinism", {DType::f32, DType::bf16}); }
+TEST(Law, dropoutKeepRate) { expectHoldsOnReference("dropout-keep-rate", {DType::f32, DType::f16}); }
+TEST(Law, gradDropoutMask) { expectHoldsOnReference("grad-dropout-mask", kAllDtypes); }
+
+// The keep-rate law's stated false-alarm rate is 1e-9 per case (Hoeffding's bound holds for every n): over 1,000
+// seeds of 10 cases each (T <= 32, to keep it quick) the reference (Philox) fails none. And the bound is not vacuous: a
+// kernel that keeps each cell with probability (1 - p)·0.7 (its RNG biased) fails at most of 40 seeds (T <= 64).
+TEST(Law, dropoutKeepRateFalseAlarmsOver1000Seeds) {
+  const Law& law = *find_law("dropout-keep-rate");
+  const ImplementationPtr ref = reference_implementation();
+  Capabilities caps = ref->capabilities();
+  caps.features.remove(Feature::backward);
+  const auto biased = make_implementation("biased-rng", "keeps (1 - p)·0.7 of the cells", caps, [ref](const Problem& p) {
+    if (!p.dropout || p.dropout->p == 0) return ref->forward(p);
+    Problem q = p;
+    q.dropout->p = 1 - (1 - p.dropout->p) * 0.7;  // the same mask drawn at a larger p, kept weights over the true 1 - p
+    Outcome o = ref->forward(q);
+    const double rescale = (1 - q.dropout->p) / (1 - p.dropout->p);
+    o.output.values() *= rescale;
+    if (o.weights) o.weights->values() *= rescale;
+    return o;
+  });
+  int false_alarms = 0, caught = 0;
+  for (std::uint64_t seed = 1; seed <= 1000; ++seed) {
+    RunOptions o;
+    o.seed = seed;
+    o.cases = 10;
+    o.shrink_seconds = 1e-3;  // the verdict, not the smallest case
+    if (seed <= 40) caught += run_law(law, *biased, o).status == LawStatus::falsified;
+    o.gen.max_T = o.gen.max_T_tail = 32;  // up to 4·4·32·32 cells a case: the bound is Hoeffding's for any n
+    false_alarms += run_law(law, *ref, o).status == LawStatus::falsified;
+  }
+  EXPECT_EQ(false_alarms, 0);
+  EXPECT_GE(caught, 20) << "of 40 seeds";
+}
+
+// The dropout laws draw B, H <= 4 and T <= 128 whatever the run asks (a dropout is materialised, 2^18 weights), and
+// say why they do not apply to a pinned shape past that, or to an implementation without dropout or weights.
+TEST(Law, theDropoutLawsSayWhyNot) {
+  for (const char* name : {"dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"}) {
+    const Law& law = *find_law(name);
+    RunOptions pinned;
+    pinned.gen.shape = std::array<Index, 5>{1, 1, 1024, 1024, 8};
+    LawResult r = run_law(law, *reference_implementation(), pinned);
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << name;
+    EXPECT_NE(r.note.find("2^18 weights"), std::string::npos) << r.note;
+    RunOptions big;
+    big.cases = 3;
+    big.gen.max_T = big.gen.max_T_tail = 2048;
+    EXPECT_EQ(run_law(law, *reference_implementation(), big).status, LawStatus::held) << name;
+    const auto plain = make_implementation("plain", "no dropout declared", Capabilities{},
+                                           [](const Problem& p) { return reference_implementation()->forward(p); });
+    r = run_law(law, *plain, RunOptions{});
+    EXPECT_EQ(r.status, LawStatus::not_applicable) << name;
+    EXPECT_NE(r.note.find("ATTNCHECK_CAP4_DROPOUT"), std::string::npos) << r.note;
+  }
+}
 
 // The bias's laws draw T <= 512 (a bias per cell, 2^18 cells) whatever --max-T asks, and say why they do not apply
 // where the run asks for more (a pinned long shape, --min-T past 512) or the implementation takes no bias.
@@ -515,7 +573,8 @@ TEST(Law, everyLawHasATest) {
                                         "bias-minus-inf", "grad-bias", "alibi-as-bias",
                                         "temperature-as-query-scale", "rope-as-rotated-inputs",
                                         "rope-relative-positions", "qk-norm-as-normalised-inputs",
-                                        "qk-norm-scale-invariance"};
+                                        "qk-norm-scale-invariance", "dropout-as-its-mask",
+                                        "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

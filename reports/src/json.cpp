@@ -353,6 +353,27 @@ QkNorm qk_norm_from_json(const Json& j, const std::string& what) {
   return n;
 }
 
+// A dropout: its p, seed and offset (the mask is the implementation's to draw; a case never holds one).
+Json dropout_to_json(const Dropout& d) {
+  return Json{{"p", number_to_json(d.p)}, {"seed", d.seed}, {"offset", d.offset}};
+}
+
+// The inverse; check_call then says whether p is allowed.
+Dropout dropout_from_json(const Json& j, const std::string& what) {
+  const std::string expected = "{\"p\": a number in [0, 1), \"seed\" and \"offset\": integers in [0, 2^64)}";
+  if (!j.is_object()) fail(what, expected, j);
+  Dropout d;
+  const auto p = j.find("p");
+  if (p == j.end()) fail(sub(what, "p"), expected, j);
+  d.p = number_from_json(*p, sub(what, "p"));
+  for (const auto& [key, field] : {std::pair{"seed", &d.seed}, {"offset", &d.offset}}) {
+    const auto it = j.find(key);
+    if (it == j.end() || !it->is_number_unsigned()) fail(sub(what, key), expected, it == j.end() ? j : *it);
+    *field = it->get<std::uint64_t>();
+  }
+  return d;
+}
+
 // A temperature as B·H rows of T_q numbers.
 Json temperature_to_json(const QueryTemperature& t) { return broadcast_rows_to_json(t.B, t.H, 1, t.T_q, t.values); }
 
@@ -431,6 +452,7 @@ Json to_json(const Problem& p) {
   if (p.temperature) j["temperature"] = temperature_to_json(*p.temperature);
   if (p.rope) j["rope"] = rope_to_json(*p.rope, p.q.shape().B);
   if (p.qk_norm) j["qk_norm"] = qk_norm_to_json(*p.qk_norm);
+  if (p.dropout) j["dropout"] = dropout_to_json(*p.dropout);
   if (p.want_lse) j["want_lse"] = true;
   if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
@@ -527,6 +549,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
     p.temperature = temperature_from_json(*it, sub(what, "temperature"), q.B, q.H, q.T);
   if (const auto it = j.find("rope"); it != j.end()) p.rope = rope_from_json(*it, sub(what, "rope"), q.B, q.T, k.T);
   if (const auto it = j.find("qk_norm"); it != j.end()) p.qk_norm = qk_norm_from_json(*it, sub(what, "qk_norm"));
+  if (const auto it = j.find("dropout"); it != j.end()) p.dropout = dropout_from_json(*it, sub(what, "dropout"));
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

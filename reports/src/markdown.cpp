@@ -247,6 +247,11 @@ std::string shape_table(const Problem& p) {
     for (Index r = 0; r < t.B * t.H; ++r)
       md += "  " + list(std::vector<double>(t.values.begin() + r * t.T_q, t.values.begin() + (r + 1) * t.T_q)) + "\n";
   }
+  if (p.dropout)
+    md += "\ndropout: p = " + num(p.dropout->p, true) + ", seed " + std::to_string(p.dropout->seed) + ", offset " +
+          std::to_string(p.dropout->offset) +
+          " (each weight kept and divided by 1 - p, or dropped, by the "
+          "implementation's own keep mask)\n";
   if (p.want_lse) md += "\nthe log-sum-exp of every row is asked for\n";
   if (p.paged) md += "\n" + paged_lines(p);
   return md;

@@ -140,6 +140,10 @@ extern "C" {
  *  and, with the second bit, outside it (r = sqrt(mean x^2) + eps): a kernel declares those it implements. */
 #define ATTNCHECK_CAP4_QK_NORM 0x20u
 #define ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE 0x40u
+/** Dropout on the weights (attncheck_call.dropout): each weight kept with probability 1 - p and divided by 1 - p, or
+ *  dropped to 0, by a keep mask the kernel draws from the seed and the offset. The weights it returns are the dropped
+ *  ones: attncheck reads the mask there (or, without ATTNCHECK_CAP_WEIGHTS, by probing with one-hot V). */
+#define ATTNCHECK_CAP4_DROPOUT 0x80u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -281,6 +285,13 @@ typedef struct attncheck_call {
    *  NULL, in forward and backward calls: applied first, before the rope. In a backward call dq and dk are the
    *  gradients of q and k themselves. Neutral: NULL. */
   const struct attncheck_qk_norm* qk_norm;
+  /** Dropout on the weights (ATTNCHECK_CAP4_DROPOUT), or NULL, in forward and backward calls: after the softmax each
+   *  weight (b,h,i,j) is kept and divided by 1 - p, or dropped to 0, by a keep mask that is a function of the seed,
+   *  the offset and (b,h,i,j) with the call's H, T_q and T_k only: not of the values, not of the batch entries after
+   *  b (a counter-based RNG, Philox in PyTorch and FlashAttention, whose counter is the cell's index, is so). The
+   *  output is the dropped weights times V, the weights written are the dropped ones, the LSE is the softmax's. A
+   *  backward call with the same seed and offset differentiates the forward's output, with its mask. Neutral: NULL. */
+  const struct attncheck_dropout* dropout;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -341,6 +352,14 @@ typedef struct attncheck_qk_norm {
   uint32_t eps_placement;  /**< ATTNCHECK_NORM_EPS_IN_SQRT or _OUTSIDE */
   uint32_t reserved;       /**< 0 */
 } attncheck_qk_norm;
+
+/** ABI 4 (ATTNCHECK_CAP4_DROPOUT): dropout's probability, seed and offset. */
+typedef struct attncheck_dropout {
+  double p;             /**< in [0, 1): the probability a weight is dropped */
+  uint64_t seed;        /**< the RNG's key */
+  uint64_t offset;      /**< where in its stream the call starts (PyTorch's philox offset) */
+  uint32_t reserved[2]; /**< 0 */
+} attncheck_dropout;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
  *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +

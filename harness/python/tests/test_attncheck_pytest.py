@@ -919,6 +919,16 @@ def tiled(q, k, v, scale=None, tile=16):
     return (torch.softmax(s.masked_fill(~seen, float("-inf")), -1) @ v).to(dtype)
 
 
+def dropout_global_rng(q, k, v, scale=None, dropout=None):
+    """The bug: torch.nn.functional.dropout on the weights draws from torch's global generator, which the call's seed
+    and offset never reach: every call (the backward's recomputation, a probe) draws another mask."""
+    s = (q.float() @ k.float().transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    w = torch.softmax(s.masked_fill(~torch.ones(s.shape[-2:], dtype=torch.bool).tril(), float("-inf")), -1)
+    if dropout is not None:
+        w = torch.nn.functional.dropout(w, dropout.p)
+    return (w @ v.float()).to(q.dtype)
+
+
 def everything(q, k, v, scale=None, key_lengths=None, sinks=None, paged=None, dense_mask=None, block_mask=None):
     """One reference for the call families whose arrays become tensors: strided views, paged pools (gather),
     key lengths, sinks (float64 tensors), dense and block masks (to_dense)."""
@@ -949,7 +959,7 @@ import functools
 
 import pytest
 
-from torch_kernels import everything, exact_dtype, masked, no_half_kernel, tiled
+from torch_kernels import dropout_global_rng, everything, exact_dtype, masked, no_half_kernel, tiled
 
 
 def test_exact_dtype(attncheck):
@@ -983,6 +993,11 @@ def test_everything(attncheck):
     attncheck.check(everything, dtypes=("float32",), framework="torch", key_lengths=True, sinks=True, paged=True,
                     page_sizes=(1, 4), dense_mask=True, block_mask=True, strided=True, empty_rows="any",
                     laws=("oracle-agreement", "paged-dense", "mask-encodings", "layout-invariance", "sink-mass"))
+
+
+def test_dropout_global_rng(attncheck):
+    attncheck.check(dropout_global_rng, dtypes=("float32",), framework="torch", backward="autograd", dropout=True,
+                    laws=("dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"))
 
 
 def test_device_that_is_not_there(attncheck):
@@ -1070,6 +1085,16 @@ def test_strided_paged_masked_and_sink_calls_reach_a_torch_function_as_tensors(t
     result, text, _ = torch_run("-k", "everything", "-rP")
     result.assert_outcomes(passed=1)
     assert re.search(r"everything at float32 \(seed 1, 10 cases per law\): 5 held\n", text), text
+
+
+def test_dropout_from_torchs_global_generator_is_caught_on_one_query_over_one_key(torch_run):
+    result, text, _ = torch_run("-k", "dropout_global_rng")
+    result.assert_outcomes(failed=1)
+    # Its mask is another on every call: the probe that recovers its weights, the backward's recomputation, the call
+    # with other values all draw their own. Each law that reads a mask twice sees it on a case of one cell.
+    for law in ("dropout-as-its-mask", "dropout-mask-determinism", "grad-dropout-mask"):
+        assert re.search(r"%s \(float32\): .*\n  minimal case: B=1 H=1 T=1 D=1 dropout \(p=" % law, text), text
+    assert "falsified: dropout-as-its-mask, dropout-mask-determinism, grad-dropout-mask" in text, text
 
 
 def test_a_device_torch_cannot_reach_is_a_refusal_that_names_it(torch_run):

@@ -68,10 +68,15 @@ enum class Feature : std::uint8_t {
   /// inside the square root (RMSNorm as written) and outside it: one row each, as a kernel implements one.
   qk_norm,
   qk_norm_eps_outside,
+  /// ABI 4 (ATTNCHECK_CAP4_DROPOUT): dropout on the weights (Problem::dropout: p, a seed and an offset), the kept ones
+  /// divided by 1 - p; the weights the implementation returns (or that probing recovers) are the dropped ones, and
+  /// its keep mask is a function of the seed, the offset and each cell's coordinates only. Drawn only by the laws
+  /// about it (ProblemOptions::allow leaves it out): every other law compares calls whose masks would differ.
+  dropout,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::qk_norm_eps_outside) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::dropout) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

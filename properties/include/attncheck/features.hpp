@@ -221,6 +221,14 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .c_name = "ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE", .words = "QK-norm (eps outside the root)",
      .used = [](const Problem& p) { return p.qk_norm && p.qk_norm->eps_outside; },
      .needs = [](const Problem&) { return std::string("QK-norm of q or k (eps outside the square root)"); }},
+    {.id = Feature::dropout, .name = "dropout", .flags4 = 0x80, .c_name = "ATTNCHECK_CAP4_DROPOUT",
+     .words = "dropout on the weights",
+     .used = [](const Problem& p) { return p.dropout.has_value(); },
+     .needs =
+         [](const Problem& p) {
+           return "dropout on the weights (p = " + format_number(p.dropout->p) + ", seed " +
+                  std::to_string(p.dropout->seed) + ", offset " + std::to_string(p.dropout->offset) + ")";
+         }},
 }};
 
 constexpr bool rows_in_id_order() {

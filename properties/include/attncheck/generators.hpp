@@ -149,9 +149,11 @@ struct ProblemOptions {
   ///  - rope, rope_interleaved: rotary embeddings in a third of the cases up to 2^18 weights, in a declared variant;
   ///    their positions are per token, so no_cell_masks removes them too;
   ///  - qk_norm, qk_norm_eps_outside: a QK-norm in a third of the cases, in a declared placement (each row is
-  ///    normalised on its own: every law that keeps rows whole keeps it).
+  ///    normalised on its own: every law that keeps rows whole keeps it);
+  ///  - dropout: not allowed by default (a law comparing two calls would compare two masks); the dropout laws
+  ///    require it, in every case up to 2^18 weights: p from {1/2, 1/10, 1/4, 9/10, 0}, a seed and an offset.
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
-  FeatureSet allow = FeatureSet::all();
+  FeatureSet allow = FeatureSet::all().remove(Feature::dropout);
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
   /// then keeps them. A required feature is drawn even when `allow` lacks it.
   FeatureSet require{};
@@ -236,6 +238,10 @@ struct Modifiers {
   bool qk_outside = false;
   int qk_sides = 3;
   double qk_eps = 1e-6;
+  /// -1 none; else dropout with p kDropoutPs[dropout] (where B·H·T_q·T_k <= 2^18: it is materialised), a seed and an
+  /// offset, each shrinking toward 0.
+  int dropout = -1;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
   /// Sets p's softcap, alibi_slopes, sinks, bias and temperature for the case's coordinates (empty ids: 0, 1, ...).
   void apply(Problem& p, const CaseShape& s) const;
 };

@@ -403,12 +403,12 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     p.want_lse = opts.want_lse && cfg.caps.declares(Feature::lse);
     // Last: shrinking a modifier re-draws nothing else, and an implementation without any draws nothing more.
     const FeatureSet declared = declared_features(cfg.caps);
-    const bool any_modifier = opts.may_use(Feature::softcap, declared) || opts.may_use(Feature::alibi, declared) ||
-                              opts.may_use(Feature::sinks, declared) || opts.may_use(Feature::bias, declared) ||
-                              opts.may_use(Feature::temperature, declared) || opts.may_use(Feature::rope, declared) ||
-                              opts.may_use(Feature::rope_interleaved, declared) ||
-                              opts.may_use(Feature::qk_norm, declared) ||
-                              opts.may_use(Feature::qk_norm_eps_outside, declared);
+    const bool any_modifier =
+        opts.may_use(Feature::softcap, declared) || opts.may_use(Feature::alibi, declared) ||
+        opts.may_use(Feature::sinks, declared) || opts.may_use(Feature::bias, declared) ||
+        opts.may_use(Feature::temperature, declared) || opts.may_use(Feature::rope, declared) ||
+        opts.may_use(Feature::rope_interleaved, declared) || opts.may_use(Feature::qk_norm, declared) ||
+        opts.may_use(Feature::qk_norm_eps_outside, declared) || opts.may_use(Feature::dropout, declared);
     if (any_modifier)
       (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)

@@ -23,6 +23,7 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
              interleaved = opts.may_use(Feature::rope_interleaved, declared);
   const bool norm_inside = opts.may_use(Feature::qk_norm, declared),
              norm_outside = opts.may_use(Feature::qk_norm_eps_outside, declared);
+  const bool dropout = opts.may_use(Feature::dropout, declared);
   return rc::gen::exec([=] {
     Modifiers m;
     // Each in about a third of the cases (every one when required: then "none" is not a choice at all, so
@@ -102,6 +103,15 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
         m.qk_sides = none.qk_sides;
         m.qk_eps = none.qk_eps;
       }
+    }
+    // After everything else: dropout, shrinking toward none, then p = 1/2.
+    if (dropout) {
+      m.dropout = choose(opts.require.has(Feature::dropout), -1,
+                         std::vector<std::pair<std::size_t, int>>{{3, 0}, {2, 1}, {1, 2}, {2, 3}, {1, 4}});
+      // Shrinking toward 0, through many other values: a bug a kept cell shows shrinks to one cell once some seed
+      // and offset keep it.
+      m.dropout_seed = *rc::gen::arbitrary<std::uint64_t>();
+      m.dropout_offset = *rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 40);
     }
     return m;
   });
@@ -203,6 +213,12 @@ void Modifiers::apply(Problem& p, const CaseShape& s) const {
                       : rope_offset + j);
     }
     p.rope = std::move(r);
+  }
+  p.dropout.reset();
+  if (const Index T_q = p.q.shape().T, T_k = p.k.shape().T, B = p.q.shape().B;
+      dropout >= 0 && double(B) * double(H) * double(T_q) * double(T_k) <= double(1 << 18)) {
+    static constexpr double kDropoutPs[] = {0.5, 0.1, 0.25, 0.9, 0.0};
+    p.dropout = Dropout{.p = kDropoutPs[dropout], .seed = dropout_seed, .offset = dropout_offset};
   }
   p.qk_norm.reset();
   if (qk_norm >= 0) {

@@ -75,5 +75,10 @@ Law rope_relative_positions();
 // QK-norm (ABI 4).
 Law qk_norm_as_normalised_inputs();
 Law qk_norm_scale_invariance();
+// Dropout (ABI 4).
+Law dropout_as_its_mask();
+Law dropout_mask_determinism();
+Law dropout_keep_rate();
+Law grad_dropout_mask();  // (bwd)
 
 }  // namespace attncheck::law_kit

@@ -390,6 +390,8 @@ OracleRun run_oracle(const Problem& p) {
   AttentionOptions opts = p.options();
   opts.scale = scale_of(p);
   if (long_context(p)) return run_streamed_oracle(p, opts);
+  // Dropout: the mask the problem holds (a law reads it off the kernel's weights), or the core's own draw.
+  opts = with_dropout_mask(opts, p.q.shape().B, p.q.shape().H, p.q.shape().T, p.k.shape().T);
   r.out = attention<double>(p.q, p.k, p.v, opts, &r.w, &r.lse);
   // The bound is taken on the call with its prologue folded into q and k (tolerance.cpp steps 8 and 9).
   const Tensor<double> q = fold_queries(p.q, opts, "oracle"), k = fold_keys(p.k, opts, "oracle");

@@ -315,6 +315,19 @@ void check_rope(const char* who, const Rope& r, Index B, Index T_k, Index T_q) {
     throw ValueError(pre + "base is " + format_number(r.base, 17) + "; expected finite and > 0");
   if (!(std::isfinite(r.factor) && r.factor > 0))
     throw ValueError(pre + "factor is " + format_number(r.factor, 17) + "; expected finite and > 0");
+  if (r.scaling != RopeScaling::linear && !(r.factor >= 1))
+    throw ValueError(pre + "factor is " + format_number(r.factor, 17) + "; expected >= 1 for " +
+                     (r.scaling == RopeScaling::ntk ? "ntk" : "llama3") + " scaling");
+  if (r.scaling == RopeScaling::ntk && r.rotary_dim < 4)
+    throw ValueError(pre + "rotary_dim is " + std::to_string(r.rotary_dim) +
+                     " with ntk scaling; expected >= 4 (the base grows by factor^(r/(r - 2)))");
+  if (r.scaling == RopeScaling::llama3 &&
+      !(std::isfinite(r.low_freq_factor) && std::isfinite(r.high_freq_factor) && r.low_freq_factor > 0 &&
+        r.high_freq_factor > r.low_freq_factor && std::isfinite(r.original_max_position) && r.original_max_position > 0))
+    throw ValueError(pre + "llama3 scaling has low_freq_factor " + format_number(r.low_freq_factor, 17) +
+                     ", high_freq_factor " + format_number(r.high_freq_factor, 17) + ", original_max_position " +
+                     format_number(r.original_max_position, 17) +
+                     "; expected 0 < low_freq_factor < high_freq_factor and original_max_position > 0, all finite");
   const auto positions = [&](const char* name, const std::vector<Index>& p, Index T) {
     if (T >= 0 && p.size() != std::size_t(B * T))
       throw ShapeError(pre + name + " has " + std::to_string(p.size()) + " entries; expected B·T = " +

@@ -124,10 +124,24 @@ AttentionGradients<S> attention_backward(const Tensor<S>& q, const Tensor<S>& k,
   const Shape qs = q.shape(), ks = k.shape();
   check_shapes(who, qs, ks, v.shape(), d_output.shape(), opts);
   if (has_prologue(opts)) {  // steps 13-14: the call on the folded q and k, then dQ = R_qᵀ (dQ'/τ), dK = R_kᵀ dK'
-    AttentionGradients<S> g = attention_backward<S>(fold_queries(q, opts, who), fold_keys(k, opts, who), v,
-                                                    d_output, folded_options(opts));
-    detail::unfold_prologue(g, opts, q, k);
-    return g;
+    // dQ' and dK' stay in the accumulation type until they are turned back, as a fused kernel keeps them: rounded to
+    // S first they may overflow where dQ and dK fit (QK-norm's Jacobian divides by the row's rms, a temperature's
+    // dQ' is τ·dQ). q' and k' are the ones a kernel folding in S computes.
+    if constexpr (!std::is_same_v<S, A>) {
+      AttentionGradients<A> ga = attention_backward<A>(fold_queries(q, opts, who).template cast<A>(),
+                                                       fold_keys(k, opts, who).template cast<A>(), v.template cast<A>(),
+                                                       d_output.template cast<A>(), folded_options(opts));
+      detail::unfold_prologue(ga, opts, q.template cast<A>(), k.template cast<A>());
+      AttentionGradients<S> g{ga.dq.template cast<S>(), ga.dk.template cast<S>(), ga.dv.template cast<S>(), ga.dsinks,
+                              std::nullopt};
+      if (ga.dbias) g.dbias = ga.dbias->template cast<S>();
+      return g;
+    } else {
+      AttentionGradients<S> g =
+          attention_backward<S>(fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output, folded_options(opts));
+      detail::unfold_prologue(g, opts, q, k);
+      return g;
+    }
   }
   if (opts.dropout && opts.dropout->keep.empty())  // the forward's mask, drawn the same way
     return attention_backward<S>(q, k, v, d_output, with_dropout_mask(opts, qs.B, qs.H, qs.T, ks.T));

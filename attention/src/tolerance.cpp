@@ -94,6 +94,15 @@
 //    Σ_c |δq'_c||k'_c| ≤ ε_q Σ_pairs (|q_a| + |q_b|)(|k'_a| + |k'_b|) ≤ 2ε_q Σ_pairs ‖q_p‖‖k'_p‖ ≤ 2ε_q‖q'‖‖k'‖
 //    (a rotation keeps each pair's norm; Cauchy-Schwarz twice), and the same for k: Δ_i grows by
 //    2(ε_q,i + max_j ε_k,j)·scale·‖q'_i‖·max_j‖k'_j‖ over the visible keys j (first order).
+// 9b. A scaled rope's frequencies. NTK-aware scaling computes base·factor^(r/(r-2)) (a pow, its exponent's quotient and
+//    the product: 3u_f relative on the base) before base^(-2m/r), whose relative error is |2m/r| <= 1 times the base's:
+//    3u_f more on ω'_m. Llama 3's takes the wavelength 2π/ω_m (2u_f), the band's smoothing factor s = (L/λ_m -
+//    l)/(h - l) (its quotient, difference and division, 3u_f relative on L/λ_m <= h, so |δs| <= 5u_f·h/(h - l) with the
+//    wavelength's) and the blend (1 - s)·ω/f + s·ω (three products and a sum, 4u_f relative), with |δs|·|ω - ω/f| <=
+//    |δs|·ω: for Llama 3.1's h/(h - l) = 4/3, 7u_f + 4u_f, and (its h and l as drawn) at most 11u_f·max(1, h/(h - l))
+//    relative on ω'_m. The piecewise rule is continuous at the band's edges (s = 0 gives ω/f, s = 1 gives ω), so a
+//    kernel that rounds λ_m to the other side of an edge errs by as little. Either way θ errs by that much more:
+//    ε(pos) grows by κ·u_f·|θ|, κ = 3 (ntk) or 11·max(1, h/(h - l)) (llama3) (rope_rotation_error).
 // 10. QK-norm. The bound is taken on y = w ⊙ x / r for the normalised side(s), computed in double. A kernel's mean of
 //    squares errs by γ_D relative (its square root by half that), the eps's sum, the root, the division and the
 //    weight's product by a unit roundoff each, in float whatever the dtype (an RMSNorm layer computes in float32:
@@ -416,7 +425,13 @@ double qk_norm_score_error(DType dtype, Index D, const QkNorm& norm, double abs_
 
 double rope_rotation_error(DType dtype, const Rope& rope, Index pos) {
   const double u_a = accumulation_roundoff(dtype), u_s = unit_roundoff(dtype), u_f = unit_roundoff(DType::f32);
-  return 5 * u_f * rope.max_angle(pos) + 2 * u_f + 2 * u_a + 3 * u_s;  // step 9: the angle, cos and sin in float
+  // Step 9b: a scaled rope's own frequencies.
+  const double kappa = rope.scaling == RopeScaling::ntk ? 3.0
+                       : rope.scaling == RopeScaling::llama3
+                           ? 11 * std::max(1.0, rope.high_freq_factor / (rope.high_freq_factor - rope.low_freq_factor))
+                           : 0.0;
+  // Step 9: the angle, cos and sin in float.
+  return (5 + kappa) * u_f * rope.max_angle(pos) + 2 * u_f + 2 * u_a + 3 * u_s;
 }
 
 double weight_tolerance(DType dtype, double w, double rho_w, double safety) {

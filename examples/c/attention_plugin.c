@@ -94,8 +94,18 @@ static double rope_angle(const attncheck_call* call, int which, int64_t b, int64
   const attncheck_rope* r = call->rope;
   const int64_t T = which ? call->k.shape[2] : call->q.shape[2];
   const double pos = (double)(which ? r->k_positions : r->q_positions)[b * T + t];
-  const double factor = r->scaling == ATTNCHECK_ROPE_SCALING_LINEAR ? r->scaling_params[0] : 1.0;
-  return pos / factor * pow(r->base, -2.0 * (double)m / (double)r->rotary_dim);
+  const double f = r->scaling_params[0], e = -2.0 * (double)m / (double)r->rotary_dim;
+  if (r->scaling == ATTNCHECK_ROPE_SCALING_NTK) /* the base grown to base·f^(r/(r-2)) */
+    return pos * pow(r->base * pow(f, (double)r->rotary_dim / (double)(r->rotary_dim - 2)), e);
+  if (r->scaling == ATTNCHECK_ROPE_SCALING_LLAMA3) { /* Llama 3.1: by each pair's wavelength */
+    const double w = pow(r->base, e), wavelen = 2 * 3.14159265358979323846 / w;
+    const double lo = r->scaling_params[1], hi = r->scaling_params[2], L = r->scaling_params[3];
+    if (wavelen < L / hi) return pos * w;
+    if (wavelen > L / lo) return pos * w / f;
+    const double s = (L / wavelen - lo) / (hi - lo);
+    return pos * ((1 - s) * w / f + s * w);
+  }
+  return pos / (r->scaling == ATTNCHECK_ROPE_SCALING_LINEAR ? f : 1.0) * pow(r->base, e);
 }
 
 /* Element c of q (which 0) or k (which 1) as stored. */
@@ -637,8 +647,9 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
 #ifdef ABI4
       .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE | ATTNCHECK_CAP4_ROPE |
                 ATTNCHECK_CAP4_ROPE_INTERLEAVED | ATTNCHECK_CAP4_QK_NORM | ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE |
-                ATTNCHECK_CAP4_DROPOUT,
-      /* the bias, dBias, τ, both pairings of rotary embeddings, QK-norm with eps on either side, dropout */
+                ATTNCHECK_CAP4_DROPOUT | ATTNCHECK_CAP4_ROPE_NTK | ATTNCHECK_CAP4_ROPE_LLAMA3,
+      /* the bias, dBias, τ, both pairings of rotary embeddings and their NTK and Llama 3 scalings, QK-norm with eps on
+       * either side, dropout */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -73,13 +73,14 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
 FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10, "qk_norm": 0x20,
-          "qk_norm_eps_outside": 0x40, "dropout": 0x80}
+          "qk_norm_eps_outside": 0x40, "dropout": 0x80, "rope_ntk": 0x100, "rope_llama3": 0x200}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
                      "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",),
                      "temperature": ("temperature",), "rope": ("rope",), "rope_interleaved": ("rope",),
-                     "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",), "dropout": ("dropout",)}
+                     "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",), "dropout": ("dropout",),
+                     "rope_ntk": ("rope",), "rope_llama3": ("rope",)}
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -87,7 +88,7 @@ FEATURE_FAMILIES = {
     "masks beyond causal": ("window", "right_window", "chunked_local", "prefix", "documents", "query_documents",
                             "block_mask", "dense_mask", "bidirectional"),
     "score modifiers": ("softcap", "alibi", "sinks", "bias", "temperature", "dropout"),
-    "prologues": ("rope", "rope_interleaved", "qk_norm", "qk_norm_eps_outside"),
+    "prologues": ("rope", "rope_interleaved", "rope_ntk", "rope_llama3", "qk_norm", "qk_norm_eps_outside"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "claims about results": ("batch_invariant",),
@@ -419,15 +420,21 @@ def _read_call(payload, backward):
         # q's own type, so that q / temperature[..., None] stays at it (bfloat16's float32 holds the value as is)
         temperature = temperature.astype(np.float32 if dtype == "bfloat16" else WIRE[dtype])
     rope = None
-    if fflags & CALL_FLAGS["rope"]:  # version 4: u32 variant, u32 0, i64 rotary_dim, f64 base, f64 factor, positions
-        vcode, _, rotary_dim, base, factor = struct.unpack_from("<IIqdd", payload, off)
+    if fflags & CALL_FLAGS["rope"]:  # version 4: u32 variant, u32 scaling, i64 rotary_dim, f64 base, f64 factor,
+        # Llama 3's three f64 (scaling 4), then the positions
+        vcode, scode, rotary_dim, base, factor = struct.unpack_from("<IIqdd", payload, off)
         off += 32
+        llama3 = (1.0, 4.0, 8192.0)
+        if scode == 4:
+            llama3 = struct.unpack_from("<ddd", payload, off)
+            off += 24
         q_positions = np.frombuffer(payload, dtype="<i8", count=qs[0] * T_q, offset=off).reshape(qs[0], T_q)
         off += 8 * qs[0] * T_q
         k_positions = np.frombuffer(payload, dtype="<i8", count=qs[0] * T_k, offset=off).reshape(qs[0], T_k)
         off += 8 * qs[0] * T_k
         rope = Rope("half-split" if vcode == 1 else "interleaved", int(rotary_dim), float(base), float(factor),
-                    q_positions.astype(np.int64), k_positions.astype(np.int64))
+                    q_positions.astype(np.int64), k_positions.astype(np.int64),
+                    {0: "linear", 2: "ntk", 4: "llama3"}[scode], *(float(x) for x in llama3))
     qk_norm = None
     if fflags & CALL_FLAGS["qk_norm"]:  # version 4: u32 placement, u32 sides, f64 eps, then D f64 per side
         placement, sides, eps = struct.unpack_from("<IId", payload, off)
@@ -526,12 +533,35 @@ class Rope:
     rope_interleaved=True for interleaved ones). Head dimensions below rotary_dim are rotated in pairs by the angle of
     their token's own position id, those past it untouched: pair m < rotary_dim // 2 is (m, m + rotary_dim // 2)
     ("half-split": GPT-NeoX, Llama's rotate_half) or (2m, 2m + 1) ("interleaved": GPT-J), rotated by
-    theta = (position / factor) * base ** (-2m / rotary_dim): x'_a = x_a cos - x_b sin, x'_b = x_b cos + x_a sin.
-    q_positions [B, T_q] and k_positions [B, T_k] are int64 arrays (tensors with framework="torch")."""
+    theta = position * frequencies()[m]: x'_a = x_a cos - x_b sin, x'_b = x_b cos + x_a sin. The frequencies are
+    base ** (-2m / rotary_dim) under the scaling: "linear" (the position divided by factor; factor 1: none), "ntk"
+    (rope_ntk=True: the base grown to base * factor ** (r / (r - 2))) or "llama3" (rope_llama3=True: Llama 3.1's
+    rope_scaling with low_freq_factor, high_freq_factor and original_max_position). q_positions [B, T_q] and
+    k_positions [B, T_k] are int64 arrays (tensors with framework="torch")."""
 
-    def __init__(self, variant, rotary_dim, base, factor, q_positions, k_positions):
+    def __init__(self, variant, rotary_dim, base, factor, q_positions, k_positions, scaling="linear",
+                 low_freq_factor=1.0, high_freq_factor=4.0, original_max_position=8192.0):
         self.variant, self.rotary_dim, self.base, self.factor = variant, rotary_dim, base, factor
         self.q_positions, self.k_positions = q_positions, k_positions
+        self.scaling, self.low_freq_factor, self.high_freq_factor = scaling, low_freq_factor, high_freq_factor
+        self.original_max_position = original_max_position
+
+    def frequencies(self):
+        """Each pair's angle per position, float64 [rotary_dim // 2], under the scaling (linear's factor included)."""
+        import numpy as np
+        r, m = self.rotary_dim, np.arange(self.rotary_dim // 2, dtype=np.float64)
+        if self.scaling == "ntk":
+            return (self.base * self.factor ** (r / (r - 2))) ** (-2 * m / r)
+        w = self.base ** (-2 * m / r)
+        if self.scaling == "linear":
+            return w / self.factor
+        wavelen = 2 * np.pi / w
+        smooth = (self.original_max_position / wavelen - self.low_freq_factor) / (
+            self.high_freq_factor - self.low_freq_factor)
+        blended = (1 - smooth) * w / self.factor + smooth * w
+        return np.where(wavelen < self.original_max_position / self.high_freq_factor, w,
+                        np.where(wavelen > self.original_max_position / self.low_freq_factor, w / self.factor,
+                                 blended))
 
     def pairs(self):
         """The head dimensions (a, b) of each pair, in pair order."""
@@ -699,7 +729,8 @@ class _Torch:
         rope = kw.get("rope")
         if rope is not None:
             kw["rope"] = Rope(rope.variant, rope.rotary_dim, rope.base, rope.factor, self.tensor(rope.q_positions),
-                              self.tensor(rope.k_positions))
+                              self.tensor(rope.k_positions), rope.scaling, rope.low_freq_factor,
+                              rope.high_freq_factor, rope.original_max_position)
         norm = kw.get("qk_norm")
         if norm is not None:
             kw["qk_norm"] = QkNorm(None if norm.q_weight is None else self.tensor(norm.q_weight),
@@ -824,7 +855,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
           bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, qk_norm=False,
-          qk_norm_eps_outside=False, dropout=False, framework="numpy", device=None):
+          qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -889,7 +920,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `rope=True` (half-split pairs) and `rope_interleaved=True` (interleaved pairs): fn (and a backward) gets `rope`,
     None or a Rope (variant, rotary_dim, base, factor, q_positions [B, T_q], k_positions [B, T_k]): q and k are
     rotated by their tokens' positions before the scores (a backward's dq and dk are the gradients of q and k
-    themselves). `qk_norm=True` (eps inside the square root) and `qk_norm_eps_outside=True`: fn (and a backward)
+    themselves); `rope_ntk=True` and `rope_llama3=True` declare those scalings too (Rope.scaling "ntk", "llama3";
+    Rope.frequencies() computes each pair's). `qk_norm=True` (eps inside the square root) and `qk_norm_eps_outside=True`: fn (and a backward)
     gets `qk_norm`, None or a QkNorm (q_weight and k_weight, float64 [D] or None for a side not normalised, eps,
     eps_outside): each row of q and k is normalised first, before the rope. `dropout=True`: fn (and a backward) gets
     `dropout`, None or a Dropout (p, seed, offset): each weight kept and divided by 1 - p or dropped, by a mask that
@@ -908,7 +940,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("bias", bias), ("bias_grad", bias_grad),
                                               ("temperature", temperature), ("rope", rope),
                                               ("rope_interleaved", rope_interleaved), ("qk_norm", qk_norm),
-                                              ("qk_norm_eps_outside", qk_norm_eps_outside), ("dropout", dropout))}
+                                              ("qk_norm_eps_outside", qk_norm_eps_outside), ("dropout", dropout),
+                                              ("rope_ntk", rope_ntk), ("rope_llama3", rope_llama3))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

@@ -321,10 +321,18 @@ struct RopeArg {
     if (!p.rope) return;
     const Rope& r = *p.rope;
     abi.variant = r.variant == RopeVariant::half_split ? ATTNCHECK_ROPE_HALF_SPLIT : ATTNCHECK_ROPE_INTERLEAVED;
-    abi.scaling = r.factor == 1 ? ATTNCHECK_ROPE_SCALING_NONE : ATTNCHECK_ROPE_SCALING_LINEAR;
+    abi.scaling = r.scaling == RopeScaling::ntk      ? ATTNCHECK_ROPE_SCALING_NTK
+                  : r.scaling == RopeScaling::llama3 ? ATTNCHECK_ROPE_SCALING_LLAMA3
+                  : r.factor == 1                    ? ATTNCHECK_ROPE_SCALING_NONE
+                                                     : ATTNCHECK_ROPE_SCALING_LINEAR;
     abi.rotary_dim = r.rotary_dim;
     abi.base = r.base;
     abi.scaling_params[0] = r.factor;
+    if (r.scaling == RopeScaling::llama3) {
+      abi.scaling_params[1] = r.low_freq_factor;
+      abi.scaling_params[2] = r.high_freq_factor;
+      abi.scaling_params[3] = r.original_max_position;
+    }
     abi.q_positions = reinterpret_cast<const std::int64_t*>(r.q_positions.data());
     abi.k_positions = reinterpret_cast<const std::int64_t*>(r.k_positions.data());
     ptr = &abi;
@@ -424,7 +432,9 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(rope_interleaved, ATTNCHECK_CAP4_ROPE_INTERLEAVED),
                              ATTNCHECK_ABI_BIT(qk_norm, ATTNCHECK_CAP4_QK_NORM),
                              ATTNCHECK_ABI_BIT(qk_norm_eps_outside, ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE),
-                             ATTNCHECK_ABI_BIT(dropout, ATTNCHECK_CAP4_DROPOUT)};
+                             ATTNCHECK_ABI_BIT(dropout, ATTNCHECK_CAP4_DROPOUT),
+                             ATTNCHECK_ABI_BIT(rope_ntk, ATTNCHECK_CAP4_ROPE_NTK),
+                             ATTNCHECK_ABI_BIT(rope_llama3, ATTNCHECK_CAP4_ROPE_LLAMA3)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)

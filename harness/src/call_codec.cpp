@@ -248,10 +248,15 @@ std::string call_payload(const Problem& p) {
   if (p.rope) {  // version 4 (PROTOCOL.md, "Rotary embeddings"): its fields, then B·T_q and B·T_k i64 positions
     const Rope& r = *p.rope;
     w.u32(r.variant == RopeVariant::half_split ? 1u : 2u);
-    w.u32(0);
+    w.u32(r.scaling == RopeScaling::linear ? 0u : r.scaling == RopeScaling::ntk ? 2u : 4u);  // plugin.h's codes
     w.i64(r.rotary_dim);
     w.f64(r.base);
     w.f64(r.factor);
+    if (r.scaling == RopeScaling::llama3) {
+      w.f64(r.low_freq_factor);
+      w.f64(r.high_freq_factor);
+      w.f64(r.original_max_position);
+    }
     for (const Index x : r.q_positions) w.i64(x);
     for (const Index x : r.k_positions) w.i64(x);
   }
@@ -526,18 +531,26 @@ QueryTemperature read_temperature(Reader& r, const char* what, const Shape& qs) 
   return QueryTemperature{.B = Bt, .H = Ht, .T_q = qs.T, .values = {t.data(), t.data() + t.size()}};
 }
 
-// The rope of a frame (flag 1048576): u32 variant (1 half-split, 2 interleaved), u32 0, i64 rotary_dim, f64 base,
-// f64 factor, then B·T_q and B·T_k i64 positions (r.raw refuses a count the bytes left cannot hold); check_call then
-// says whether each field and position is allowed.
+// The rope of a frame (flag 1048576): u32 variant (1 half-split, 2 interleaved), u32 scaling (0 none or linear by the
+// factor, 2 NTK-aware, 4 Llama 3's), i64 rotary_dim, f64 base, f64 factor, with Llama 3's f64 low_freq_factor,
+// high_freq_factor and original_max_position, then B·T_q and B·T_k i64 positions (r.raw refuses a count the bytes left
+// cannot hold); check_call then says whether each field and position is allowed.
 Rope read_rope(Reader& r, const char* what, const Shape& qs, const Shape& ks) {
-  const std::uint32_t variant = r.u32(), reserved = r.u32();
-  if ((variant != 1 && variant != 2) || reserved != 0)
-    throw ProtocolError(std::string(what) + ": rope variant " + std::to_string(variant) + " and reserved " +
-                        std::to_string(reserved) + " (expected 1 half-split or 2 interleaved, and 0)");
+  const std::uint32_t variant = r.u32(), scaling = r.u32();
+  if ((variant != 1 && variant != 2) || (scaling != 0 && scaling != 2 && scaling != 4))
+    throw ProtocolError(std::string(what) + ": rope variant " + std::to_string(variant) + " and scaling " +
+                        std::to_string(scaling) +
+                        " (expected 1 half-split or 2 interleaved, and 0 none or linear, 2 NTK or 4 Llama 3)");
   Rope rope{.variant = variant == 1 ? RopeVariant::half_split : RopeVariant::interleaved};
+  rope.scaling = scaling == 0 ? RopeScaling::linear : scaling == 2 ? RopeScaling::ntk : RopeScaling::llama3;
   rope.rotary_dim = r.i64();
   rope.base = r.f64();
   rope.factor = r.f64();
+  if (rope.scaling == RopeScaling::llama3) {
+    rope.low_freq_factor = r.f64();
+    rope.high_freq_factor = r.f64();
+    rope.original_max_position = r.f64();
+  }
   // B·T positions, bounded by what is left before anything is allocated (the product may reach 2^64).
   const auto positions = [&](Index T, const char* name) {
     if (std::uint64_t(T) > r.left() / 8 / std::uint64_t(std::max<Index>(qs.B, 1)))

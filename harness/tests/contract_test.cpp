@@ -90,6 +90,14 @@ std::optional<Problem> witness(Feature f) {
     case Feature::qk_norm_eps_outside:  // k alone normalised, weights of D = 2
       p.qk_norm = QkNorm{.k_weight = {0.75, 1.25}, .eps = 1e-3, .eps_outside = f == Feature::qk_norm_eps_outside};
       break;
+    case Feature::rope_ntk:
+    case Feature::rope_llama3:  // rotary_dim 2 of D = 2 needs linear or Llama 3; NTK's 4 needs D = 4
+      p = test::wave_problem(DType::f64, 1, 2, 3, 4, 4);
+      p.rope = Rope{.rotary_dim = 4, .base = 100, .factor = 8, .q_positions = {7, 8, 9}, .k_positions = {6, 7, 8, 9}};
+      p.rope->scaling = f == Feature::rope_ntk ? RopeScaling::ntk : RopeScaling::llama3;
+      p.rope->original_max_position = 64;
+      p.rope->low_freq_factor = 0.5;
+      break;
     case Feature::dropout:  // a seed past 2^63, as a u64 crosses every codec
       p.dropout = Dropout{.p = 0.25, .seed = 0xFEEDFACECAFEBEEFull, .offset = 12345};
       break;

@@ -18,8 +18,9 @@ def rotate(x, rope, positions, back=False):
     """x [B, H, T, D] with each token's pairs below rope.rotary_dim rotated by its position (by minus it: back)."""
     x = x.astype(np.float64).copy()
     out = x.copy()
+    frequencies = rope.frequencies()  # its scaling's (linear, NTK-aware or Llama 3's)
     for m, (a, e) in enumerate(rope.pairs()):
-        theta = positions.astype(np.float64) / rope.factor * rope.base ** (-2.0 * m / rope.rotary_dim)  # [B, T]
+        theta = positions.astype(np.float64) * frequencies[m]  # [B, T]
         c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :] * (-1 if back else 1)
         out[..., a] = x[..., a] * c - x[..., e] * s
         out[..., e] = x[..., e] * c + x[..., a] * s
@@ -149,7 +150,8 @@ def backward(q, k, v, d_output, scale=None, alignment="top-left", key_lengths=No
 if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
         lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
-        temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True, dropout=True)
+        temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True, dropout=True,
+        rope_ntk=True, rope_llama3=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

@@ -118,7 +118,7 @@ std::vector<Mutant> backward_nan_mutants() {
   // (and no d_sinks); and with a sink no row is empty in the softmax, so the nan convention does not reach it.
   full.features.remove({Feature::sinks, Feature::softcap, Feature::alibi, Feature::bias, Feature::bias_grad,
                         Feature::temperature, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
-                        Feature::qk_norm_eps_outside, Feature::dropout});
+                        Feature::qk_norm_eps_outside, Feature::dropout, Feature::rope_ntk, Feature::rope_llama3});
   full.features.remove(Feature::paged);  // a dense kernel
   // Controls of the empty-row convention, on the contiguous families:
   full.features.remove({Feature::block_mask, Feature::dense_mask});

@@ -621,7 +621,11 @@ class Controls : public testing::TestWithParam<std::string> {};
 const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",      "control:ftz",
                                                       "control:grad-nan-rows",     "control:flash-exp2-split",
                                                       "control:signed-zeros",      "control:sink-column",
-                                                      "control:paged-physical-order", "control:strided-probed-weights"};
+                                                      "control:paged-physical-order", "control:strided-probed-weights",
+                                                      // ABI 4's families, one control each, written differently:
+                                                      "control:dbias-from-weights", "control:temperature-in-the-scale",
+                                                      "control:rope-at-the-dtype", "control:qk-norm-in-float",
+                                                      "control:dropout-own-rng"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }
@@ -659,7 +663,9 @@ INSTANTIATE_TEST_SUITE_P(Zoo, Controls, testing::ValuesIn(names(true)), param_na
 // (grad-oracle flagged dq = 0 where the oracle says 5.9e-38, and dk = 0 where it says -2.4e-37: a flushed
 // scale·dS times |q|), a nan-convention backward (the gradient laws flagged its empty rows' dQ), and the exact
 // laws' false alarms: -0 for a row that sees no key (FlashAttention's reference), the sink as a softmax column
-// (gpt-oss, Hugging Face), pages walked in physical order, and weights probed through V-is-K.
+// (gpt-oss, Hugging Face), pages walked in physical order, and weights probed through V-is-K. And one control per ABI-4
+// family, each written otherwise than the reference: dBias from the weights, the temperature in the scale, Hugging
+// Face's rotation at the call's dtype, an RMSNorm in float, dropout from its own RNG scaling the output.
 // Seeds 1-20 in four blocks of five, one ctest test each, so that the suite's parallel jobs share them (one
 // control's twenty seeds take over two minutes).
 class FalseAlarmControls : public testing::TestWithParam<std::tuple<std::string, int>> {};

@@ -614,7 +614,8 @@ ImplementationPtr reference_implementation() {
                    Feature::bias_grad,     Feature::temperature,
                    Feature::rope,          Feature::rope_interleaved,
                    Feature::qk_norm,       Feature::qk_norm_eps_outside,
-                   Feature::dropout};
+                   Feature::dropout,       Feature::rope_ntk,
+                   Feature::rope_llama3};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -435,6 +435,48 @@ TEST(Law, alibiAsBias) { expectHoldsOnReference("alibi-as-bias", kAllDtypes); }
 TEST(Law, temperatureAsQueryScale) { expectHoldsOnReference("temperature-as-query-scale", kAllDtypes); }
 TEST(Law, ropeAsRotatedInputs) { expectHoldsOnReference("rope-as-rotated-inputs", kAllDtypes); }
 TEST(Law, ropeRelativePositions) { expectHoldsOnReference("rope-relative-positions", kAllDtypes); }
+
+// The rope's NTK-aware and Llama 3 scalings are drawn where declared and checked by the rope laws: a kernel that
+// declares them and rotates unscaled (the rope_scaling config not read), one that takes Llama 3's original context as
+// 8192 and one that applies NTK as position interpolation are each falsified by rope-as-rotated-inputs on a case with
+// that scaling, and a kernel that implements them holds (the reference, above; the C example and the numpy client).
+TEST(Law, ropeScalingsAreDrawnAndChecked) {
+  const ImplementationPtr ref = reference_implementation();
+  Capabilities caps = ref->capabilities();
+  caps.features.remove(Feature::backward);
+  const auto reading = [&](const char* name, std::function<void(Rope&)> edit) {
+    return make_implementation(name, "the reference with its rope read wrong", caps, [ref, edit](const Problem& p) {
+      Problem r = p;
+      if (r.rope) edit(*r.rope);
+      return ref->forward(r);
+    });
+  };
+  const std::pair<ImplementationPtr, RopeScaling> wrong[] = {
+      {reading("llama3-ignored",
+               [](Rope& r) {
+                 if (r.scaling == RopeScaling::llama3) r = Rope{r.variant, r.rotary_dim, r.base, 1, r.q_positions,
+                                                                r.k_positions};
+               }),
+       RopeScaling::llama3},
+      {reading("llama3-context-8192",
+               [](Rope& r) {
+                 if (r.scaling == RopeScaling::llama3) r.original_max_position = 8192;
+               }),
+       RopeScaling::llama3},
+      {reading("ntk-as-linear",
+               [](Rope& r) {
+                 if (r.scaling == RopeScaling::ntk) r.scaling = RopeScaling::linear;
+               }),
+       RopeScaling::ntk}};
+  for (const auto& [impl, scaling] : wrong) {
+    RunOptions o;
+    o.seed = 1;
+    const LawResult r = run_law(*find_law("rope-as-rotated-inputs"), *impl, o);
+    ASSERT_EQ(r.status, LawStatus::falsified) << impl->name();
+    ASSERT_TRUE(r.minimal_case && r.minimal_case->problem.rope) << impl->name();
+    EXPECT_EQ(r.minimal_case->problem.rope->scaling, scaling) << impl->name();
+  }
+}
 TEST(Law, qkNormAsNormalisedInputs) { expectHoldsOnReference("qk-norm-as-normalised-inputs", kAllDtypes); }
 TEST(Law, qkNormScaleInvariance) { expectHoldsOnReference("qk-norm-scale-invariance", kAllDtypes); }
 TEST(Law, dropoutAsItsMask) { expectHoldsOnReference("dropout-as-its-mask", kAllDtypes); }

@@ -274,19 +274,28 @@ Json rope_to_json(const Rope& r, Index B) {
     for (Index b = 0; b < B; ++b) out.push_back(Json(std::vector<Index>(p.begin() + b * T, p.begin() + (b + 1) * T)));
     return out;
   };
-  return Json{{"variant", r.variant == RopeVariant::half_split ? "half-split" : "interleaved"},
-              {"rotary_dim", r.rotary_dim},
-              {"base", number_to_json(r.base)},
-              {"factor", number_to_json(r.factor)},
-              {"q_positions", rows(r.q_positions)},
-              {"k_positions", rows(r.k_positions)}};
+  Json j{{"variant", r.variant == RopeVariant::half_split ? "half-split" : "interleaved"},
+         {"rotary_dim", r.rotary_dim},
+         {"base", number_to_json(r.base)},
+         {"factor", number_to_json(r.factor)},
+         {"q_positions", rows(r.q_positions)},
+         {"k_positions", rows(r.k_positions)}};
+  if (r.scaling == RopeScaling::ntk) j["scaling"] = "ntk";
+  if (r.scaling == RopeScaling::llama3) {
+    j["scaling"] = "llama3";
+    j["low_freq_factor"] = number_to_json(r.low_freq_factor);
+    j["high_freq_factor"] = number_to_json(r.high_freq_factor);
+    j["original_max_position"] = number_to_json(r.original_max_position);
+  }
+  return j;
 }
 
 // The inverse; check_call then says whether each field and position is allowed.
 Rope rope_from_json(const Json& j, const std::string& what, Index B, Index T_q, Index T_k) {
   const std::string expected =
       "{\"variant\": \"half-split\" or \"interleaved\", \"rotary_dim\": an even integer, "
-      "\"base\", \"factor\": numbers, \"q_positions\": B = " +
+      "\"base\", \"factor\": numbers, optionally \"scaling\": \"ntk\" or \"llama3\" (with \"low_freq_factor\", "
+      "\"high_freq_factor\", \"original_max_position\": numbers), \"q_positions\": B = " +
       std::to_string(B) + " rows of T_q = " + std::to_string(T_q) +
       " integers, \"k_positions\": B rows of T_k = " + std::to_string(T_k) + "}";
   if (!j.is_object()) fail(what, expected, j);
@@ -318,6 +327,18 @@ Rope rope_from_json(const Json& j, const std::string& what, Index B, Index T_q, 
   };
   r.q_positions = rows("q_positions", T_q);
   r.k_positions = rows("k_positions", T_k);
+  if (const auto sc = j.find("scaling"); sc != j.end()) {
+    if (!sc->is_string() || (*sc != "ntk" && *sc != "llama3")) fail(sub(what, "scaling"), expected, *sc);
+    r.scaling = *sc == "ntk" ? RopeScaling::ntk : RopeScaling::llama3;
+    if (r.scaling == RopeScaling::llama3)
+      for (const auto& [key, field] : {std::pair{"low_freq_factor", &r.low_freq_factor},
+                                       {"high_freq_factor", &r.high_freq_factor},
+                                       {"original_max_position", &r.original_max_position}}) {
+        const auto it = j.find(key);
+        if (it == j.end()) fail(sub(what, key), expected, j);
+        *field = number_from_json(*it, sub(what, key));
+      }
+  }
   return r;
 }
 

@@ -75,26 +75,51 @@ struct QueryTemperature {
 /// position id; those past it are untouched. Pair m < rotary_dim/2 is (m, m + rotary_dim/2) (half_split: GPT-NeoX,
 /// Llama's rotate_half) or (2m, 2m + 1) (interleaved: GPT-J), rotated by θ = (pos/factor)·base^(-2m/rotary_dim):
 /// x'_a = x_a·cos θ - x_b·sin θ, x'_b = x_b·cos θ + x_a·sin θ. So q'_i·k'_j depends on the two positions only
-/// through their difference.
+/// through their difference. A declared scaling changes each pair's frequency ω_m = base^(-2m/r) (r = rotary_dim):
+///  - linear (position interpolation): θ = (pos/factor)·ω_m; factor 1 is no scaling;
+///  - ntk (NTK-aware, static): the base grows to base·factor^(r/(r-2)), θ = pos·ω'_m (needs r >= 4);
+///  - llama3 (Llama 3.1's rope_scaling): with λ_m = 2π/ω_m, λ_lo = original_max_position/low_freq_factor and
+///    λ_hi = original_max_position/high_freq_factor, ω'_m = ω_m where λ_m < λ_hi, ω_m/factor where λ_m > λ_lo, and
+///    between them (1 - s)·ω_m/factor + s·ω_m, s = (original_max_position/λ_m - low_freq_factor)/(high_freq_factor -
+///    low_freq_factor); θ = pos·ω'_m.
 enum class RopeVariant : std::uint8_t { half_split, interleaved };
+enum class RopeScaling : std::uint8_t { linear, ntk, llama3 };
 struct Rope {
   RopeVariant variant = RopeVariant::half_split;
   Index rotary_dim = 0;  ///< even, in [2, D]
   double base = 10000;   ///< finite and > 0 (10^4 in Llama 2, 5·10^5 in Llama 3)
-  double factor = 1;     ///< linear position scaling: positions divided by it; finite and > 0
+  double factor = 1;     ///< the scaling's factor: finite and > 0 (>= 1 for ntk and llama3)
   std::vector<Index> q_positions{};  ///< [B, T_q] row-major: each query's position id, in [0, 2^40]
   std::vector<Index> k_positions{};  ///< [B, T_k]: each key's
+  RopeScaling scaling = RopeScaling::linear;
+  /// llama3 only: 0 < low_freq_factor < high_freq_factor, original_max_position > 0 (Llama 3.1: 1, 4, 8192).
+  double low_freq_factor = 1, high_freq_factor = 4, original_max_position = 8192;
   /// The two head dimensions pair m rotates.
   std::pair<Index, Index> pair(Index m) const {
     return variant == RopeVariant::half_split ? std::pair{m, m + rotary_dim / 2} : std::pair{2 * m, 2 * m + 1};
   }
+  /// Pair m's frequency under the scaling (linear's is the plain ω_m: its factor divides the position), in double.
+  double frequency(Index m) const {
+    const double e = -2.0 * double(m) / double(rotary_dim);
+    if (scaling == RopeScaling::ntk)
+      return std::pow(base * std::pow(factor, double(rotary_dim) / double(rotary_dim - 2)), e);
+    const double w = std::pow(base, e);
+    if (scaling != RopeScaling::llama3) return w;
+    const double wavelen = 2 * 3.14159265358979323846 / w;
+    if (wavelen < original_max_position / high_freq_factor) return w;
+    if (wavelen > original_max_position / low_freq_factor) return w / factor;
+    const double smooth = (original_max_position / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor);
+    return (1 - smooth) * w / factor + smooth * w;
+  }
   /// Pair m's angle at position pos, in double.
   double angle(Index pos, Index m) const {
-    return double(pos) / factor * std::pow(base, -2.0 * double(m) / double(rotary_dim));
+    return scaling == RopeScaling::linear ? double(pos) / factor * frequency(m) : double(pos) * frequency(m);
   }
   /// The largest |angle| of any pair at position pos.
   double max_angle(Index pos) const {
-    return std::abs(double(pos)) / factor * std::max(1.0, std::pow(base, -double(rotary_dim - 2) / double(rotary_dim)));
+    double most = 0;
+    for (Index m = 0; m < rotary_dim / 2; ++m) most = std::max(most, std::abs(angle(pos, m)));
+    return most;
   }
   bool operator==(const Rope&) const = default;
 };

@@ -144,12 +144,22 @@ extern "C" {
  *  dropped to 0, by a keep mask the kernel draws from the seed and the offset. The weights it returns are the dropped
  *  ones: attncheck reads the mask there (or, without ATTNCHECK_CAP_WEIGHTS, by probing with one-hot V). */
 #define ATTNCHECK_CAP4_DROPOUT 0x80u
+/** With a rope declared: its scalings beyond linear (attncheck_rope.scaling): NTK-aware (the base grown to
+ *  base·factor^(r/(r-2))) and Llama 3's (frequencies kept, divided by the factor or blended by wavelength). */
+#define ATTNCHECK_CAP4_ROPE_NTK 0x100u
+#define ATTNCHECK_CAP4_ROPE_LLAMA3 0x200u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
 #define ATTNCHECK_ROPE_INTERLEAVED 0x2u  /**< pair m is (2m, 2m + 1) */
 #define ATTNCHECK_ROPE_SCALING_NONE 0u   /**< the positions as they are */
 #define ATTNCHECK_ROPE_SCALING_LINEAR 1u /**< each position divided by scaling_params[0] */
+/** NTK-aware (ATTNCHECK_CAP4_ROPE_NTK): the base grown to base·f^(r/(r-2)), f = scaling_params[0], r = rotary_dim. */
+#define ATTNCHECK_ROPE_SCALING_NTK 2u
+/** Llama 3's (ATTNCHECK_CAP4_ROPE_LLAMA3): f = scaling_params[0], low and high frequency factors l = [1] and h = [2],
+ *  original context L = [3]; pair m's frequency w = base^(-2m/r), its wavelength 2π/w: w where that is below L/h, w/f
+ *  where above L/l, (1 - s)·w/f + s·w between, s = (L/wavelength - l)/(h - l). */
+#define ATTNCHECK_ROPE_SCALING_LLAMA3 4u
 /* ABI 4: the values of attncheck_qk_norm.eps_placement. */
 #define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
 #define ATTNCHECK_NORM_EPS_OUTSIDE 2u /**< r = sqrt(mean x^2) + eps */
@@ -331,10 +341,11 @@ typedef struct attncheck_dense_mask {
  *  ATTNCHECK_ROPE_SCALING_LINEAR): x'_a = x_a cos theta - x_b sin theta, x'_b = x_b cos theta + x_a sin theta. */
 typedef struct attncheck_rope {
   uint32_t variant;             /**< ATTNCHECK_ROPE_HALF_SPLIT or ATTNCHECK_ROPE_INTERLEAVED */
-  uint32_t scaling;             /**< ATTNCHECK_ROPE_SCALING_NONE or _LINEAR */
+  uint32_t scaling;             /**< ATTNCHECK_ROPE_SCALING_NONE, _LINEAR, _NTK or _LLAMA3 (the last two declared) */
   int64_t rotary_dim;           /**< even, in [2, D] */
   double base;                  /**< finite and > 0 (10000 in Llama 2, 500000 in Llama 3) */
-  double scaling_params[4];     /**< [0]: the linear factor (> 0); the rest 0, for later scalings */
+  double scaling_params[4];     /**< [0]: the factor (> 0); Llama 3's [1] low and [2] high frequency factor and [3]
+                                     original context; 0 otherwise */
   const int64_t* q_positions;   /**< [B, T_q] row-major: each query's position id, in [0, 2^40] */
   const int64_t* k_positions;   /**< [B, T_k]: each key's */
   const int64_t* mrope_sections;  /**< NULL (MRoPE's sections: not sent yet) */

@@ -73,10 +73,16 @@ enum class Feature : std::uint8_t {
   /// its keep mask is a function of the seed, the offset and each cell's coordinates only. Drawn only by the laws
   /// about it (ProblemOptions::allow leaves it out): every other law compares calls whose masks would differ.
   dropout,
+  /// ABI 4 (ATTNCHECK_CAP4_ROPE_NTK, _ROPE_LLAMA3), with the half-split rope (Feature::rope, which a declaration
+  /// requires: an interleaved-only kernel's scalings are not drawn yet): its NTK-aware and Llama 3 scalings
+  /// (Rope::scaling), one row each, as a kernel implements some of them, in either declared pairing; linear scaling
+  /// comes with every rope.
+  rope_ntk,
+  rope_llama3,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::dropout) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::rope_llama3) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

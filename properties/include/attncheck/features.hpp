@@ -229,6 +229,21 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
            return "dropout on the weights (p = " + format_number(p.dropout->p) + ", seed " +
                   std::to_string(p.dropout->seed) + ", offset " + std::to_string(p.dropout->offset) + ")";
          }},
+    {.id = Feature::rope_ntk, .name = "rope_ntk", .flags4 = 0x100, .c_name = "ATTNCHECK_CAP4_ROPE_NTK",
+     .requires_feature = Feature::rope, .words = "NTK-aware rope scaling",
+     .used = [](const Problem& p) { return p.rope && p.rope->scaling == RopeScaling::ntk; },
+     .needs =
+         [](const Problem& p) {
+           return "NTK-aware rope scaling (factor " + format_number(p.rope->factor) + ")";
+         }},
+    {.id = Feature::rope_llama3, .name = "rope_llama3", .flags4 = 0x200, .c_name = "ATTNCHECK_CAP4_ROPE_LLAMA3",
+     .requires_feature = Feature::rope, .words = "Llama 3 rope scaling",
+     .used = [](const Problem& p) { return p.rope && p.rope->scaling == RopeScaling::llama3; },
+     .needs =
+         [](const Problem& p) {
+           return "Llama 3 rope scaling (factor " + format_number(p.rope->factor) + ", original context " +
+                  format_number(p.rope->original_max_position) + ")";
+         }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -232,6 +232,10 @@ struct Modifiers {
   double rope_base = 10000, rope_factor = 1;
   Index rope_offset = 0;
   bool rope_free = false;
+  /// The rope's scaling where a scaling beyond linear is declared: 0 linear (by rope_factor), 1 NTK-aware (rotary_dim
+  /// at least 4), 2 Llama 3's (low and high frequency factors 1 and 4, original context rope_context).
+  int rope_scaling = 0;
+  double rope_context = 8192;
   /// -1 none; else a QK-norm in a declared placement (qk_outside), of q (qk_sides & 1) and/or k (& 2), eps qk_eps,
   /// with weights in [1/2, 3/2] keyed by the head dimension's coordinate.
   int qk_norm = -1;

@@ -21,6 +21,7 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
              temperature = opts.may_use(Feature::temperature, declared);
   const bool half_split = opts.may_use(Feature::rope, declared),
              interleaved = opts.may_use(Feature::rope_interleaved, declared);
+  const bool ntk = opts.may_use(Feature::rope_ntk, declared), llama3 = opts.may_use(Feature::rope_llama3, declared);
   const bool norm_inside = opts.may_use(Feature::qk_norm, declared),
              norm_outside = opts.may_use(Feature::qk_norm_eps_outside, declared);
   const bool dropout = opts.may_use(Feature::dropout, declared);
@@ -77,8 +78,20 @@ rc::Gen<Modifiers> gen_modifiers(const GenConfig& cfg, const ProblemOptions& opt
       m.rope_factor = *weighted_choice<double>({{3, 1.0}, {1, 2.0}, {1, 8.0}});
       m.rope_offset = *weighted_choice<Index>({{3, 0}, {1, 5}, {1, 1000}, {1, 40000}});
       m.rope_free = *weighted_choice<bool>({{3, false}, {1, true}});
+      // Then, only where a scaling beyond linear is declared (an implementation without one draws nothing more): a
+      // declared scaling, shrinking toward linear, and Llama 3's original context (short ones put a band of it
+      // where a few pairs' wavelengths fall).
+      if (ntk || llama3) {
+        std::vector<std::pair<std::size_t, int>> scalings{{1, 0}};
+        if (ntk) scalings.push_back({1, 1});
+        if (llama3) scalings.push_back({1, 2});
+        m.rope_scaling = *weighted_choice<int>(scalings);
+        m.rope_context = *weighted_choice<double>({{2, 16.0}, {1, 64.0}});
+      }
       if (m.rope < 0) {  // the plainest fields, as a case without a rope has them
         const Modifiers none{};
+        m.rope_scaling = none.rope_scaling;
+        m.rope_context = none.rope_context;
         m.rope_variant = none.rope_variant;
         m.rope_dim = none.rope_dim;
         m.rope_base = none.rope_base;
@@ -198,6 +211,14 @@ void Modifiers::apply(Problem& p, const CaseShape& s) const {
                                          : full,
            .base = rope_base,
            .factor = rope_factor};
+    if (rope_scaling == 1 && full >= 4) {  // NTK-aware: a rotary_dim of at least 4 (its base grows by f^(r/(r-2)))
+      r.scaling = RopeScaling::ntk;
+      r.rotary_dim = std::max<Index>(r.rotary_dim, 4);
+    }
+    if (rope_scaling == 2) {
+      r.scaling = RopeScaling::llama3;
+      r.original_max_position = rope_context;
+    }
     // Positions: each token's index (a query's aligned one, 0 for a query before the keys) plus an offset, or free
     // ids (packed sequences, trees) keyed by coordinates; a deleted token takes its position with it.
     const Index shift = p.alignment == CausalAlignment::BottomRight ? T_k - T_q : 0;

@@ -15,3 +15,20 @@ def test_numpy_backward_obeys_the_gradient_laws(attncheck):
     attncheck.check(attention_with_gradients, dtypes=("float64",), laws=("grad-oracle", "grad-causality"),
                     returns_weights=True, alignments=("top-left", "bottom-right"), gqa=True, backward=backward,
                     empty_rows="zero")
+
+
+def rotary(q, k, v, scale=None, rope=None):
+    """Rotary embeddings with the client's own helper, Rope.apply, in every pairing and scaling it declares."""
+    import numpy as np
+    if rope is not None:
+        q, k = rope.apply(q, rope.q_positions), rope.apply(k, rope.k_positions)
+    T_q, T_k = q.shape[2], k.shape[2]
+    s = np.asarray(q, np.float64) @ np.asarray(k, np.float64).swapaxes(-1, -2) * (scale or q.shape[-1] ** -0.5)
+    s = np.where(np.tril(np.ones((T_q, T_k), dtype=bool)), s, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ np.asarray(v, np.float64)
+
+
+def test_rope_apply_in_every_pairing_and_scaling(attncheck):
+    attncheck.check(rotary, dtypes=("float64",), rope=True, rope_interleaved=True, rope_ntk=True, rope_llama3=True,
+                    laws=("oracle-agreement", "rope-as-rotated-inputs", "rope-relative-positions"))

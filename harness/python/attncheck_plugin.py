@@ -568,6 +568,29 @@ class Rope:
         half = self.rotary_dim // 2
         return [(m, m + half) if self.variant == "half-split" else (2 * m, 2 * m + 1) for m in range(half)]
 
+    def apply(self, x, positions, inverse=False):
+        """x [B, H, T, D] (q with q_positions, k with k_positions; a numpy array or a torch tensor) with each token's
+        pairs rotated by its position, in float64 (inverse: by minus it, R^T, as a gradient is turned back); the
+        dimensions past rotary_dim as they are. Returns float64 of x's kind; round it to the call's dtype yourself."""
+        import numpy as np
+        torch = sys.modules.get("torch")
+        is_torch = torch is not None and isinstance(x, torch.Tensor)
+        theta = np.asarray(positions.cpu() if is_torch else positions, dtype=np.float64)[:, :, None] * \
+            self.frequencies()  # [B, T, rotary_dim // 2]
+        if is_torch:
+            theta = torch.as_tensor(theta, dtype=torch.float64, device=x.device)
+            x = x.to(torch.float64)
+            cos, sin, out = torch.cos(theta)[:, None], torch.sin(theta)[:, None], x.clone()
+        else:
+            x = np.asarray(x, dtype=np.float64)
+            cos, sin, out = np.cos(theta)[:, None], np.sin(theta)[:, None], x.copy()
+        if inverse:
+            sin = -sin
+        a, b = (list(ix) for ix in zip(*self.pairs()))
+        out[..., a] = x[..., a] * cos - x[..., b] * sin
+        out[..., b] = x[..., b] * cos + x[..., a] * sin
+        return out
+
     def __repr__(self):
         return "Rope(%s, rotary_dim %d, base %g, factor %g, positions %s and %s)" % (
             self.variant, self.rotary_dim, self.base, self.factor, list(self.q_positions.shape),

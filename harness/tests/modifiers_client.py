@@ -16,15 +16,7 @@ MODE = sys.argv[1] if len(sys.argv) > 1 else ""
 
 def rotate(x, rope, positions, back=False):
     """x [B, H, T, D] with each token's pairs below rope.rotary_dim rotated by its position (by minus it: back)."""
-    x = x.astype(np.float64).copy()
-    out = x.copy()
-    frequencies = rope.frequencies()  # its scaling's (linear, NTK-aware or Llama 3's)
-    for m, (a, e) in enumerate(rope.pairs()):
-        theta = positions.astype(np.float64) * frequencies[m]  # [B, T]
-        c, s = np.cos(theta)[:, None, :], np.sin(theta)[:, None, :] * (-1 if back else 1)
-        out[..., a] = x[..., a] * c - x[..., e] * s
-        out[..., e] = x[..., e] * c + x[..., a] * s
-    return out
+    return rope.apply(x, positions, inverse=back)
 
 
 def normalise(x, norm, w):

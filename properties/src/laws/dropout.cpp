@@ -392,8 +392,7 @@ const char* kBackwardWhy =
     "mask off its weights and compares dQ, dK and dV with the float64 oracle backward under that mask, within the "
     "derived bound (attention/src/backward.cpp step 16), at the case's offset and at as many others as the "
     "determinism law's value comparisons take. A backward that draws a fresh mask (another offset), drops nothing, or "
-    "forgets 1/(1 - p) "
-    "breaks it.";
+    "forgets 1/(1 - p) breaks it.";
 
 Verdict check_backward(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;

@@ -330,28 +330,8 @@ std::optional<Violation> check_alibi(const Implementation& impl, const LawCase& 
     throw std::invalid_argument(std::string(law) + ": a case of T_q x T_k = " + std::to_string(T_q) + " x " +
                                 std::to_string(T_k) + " is past the 2^18 bias cells the law holds");
   const Problem q = alibi_as_bias(p);
-  const Outcome a = call(impl, p), b = call(impl, q);
-  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
-  const std::string what = "the case with its ALiBi slopes written as the bias slope_h (j - p) instead";
-  const auto seen = seen_rows(p);
-  Tensor<double> tol = ra.tol_out;
-  tol.values() += rb.tol_out.values() + (ra.out.values() - rb.out.values()).cwiseAbs();
-  std::optional<Violation> v = compare(law, "output", a.output, b.output, &tol, seen);
-  if (!v && p.want_lse && a.lse && b.lse) {
-    Tensor<double> tl = lse_bound(p, ra);
-    const Tensor<double> tb = lse_bound(q, rb);
-    for (Index n = 0; n < tl.size(); ++n) {
-      const double gap = std::abs(ra.lse.values()[n] - rb.lse.values()[n]);
-      tl.values()[n] += tb.values()[n] + (std::isfinite(gap) ? gap : 0.0);
-    }
-    v = compare(law, "lse", *a.lse, *b.lse, &tl, seen);
-  }
-  if (v) {
-    v->message += "; ALiBi and the bias slope_h (j - p) are the same attention (" + what + " vs. the case as drawn)";
-    v->call = q;
-    v->call_what = what;
-  }
-  return v;
+  return calls_agree(law, impl, p, q, "the case with its ALiBi slopes written as the bias slope_h (j - p) instead",
+                     "ALiBi and the bias slope_h (j - p) are the same attention");
 }
 
 // ---- grad-bias -------------------------------------------------------------------------------------------------

@@ -26,32 +26,6 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   return gen_problem(cfg, po);
 }
 
-// Both calls' outputs (and LSEs, where returned) within both calls' bounds plus what their oracles differ by.
-std::optional<Violation> agree(const char* law, const Implementation& impl, const Problem& p, const Problem& q,
-                               const std::string& what, const std::string& why) {
-  const Outcome a = call(impl, p), b = call(impl, q);
-  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
-  const auto seen = seen_rows(p);
-  Tensor<double> tol = ra.tol_out;
-  tol.values() += rb.tol_out.values() + (ra.out.values() - rb.out.values()).cwiseAbs();
-  std::optional<Violation> v = compare(law, "output", a.output, b.output, &tol, seen);
-  if (!v && p.want_lse && a.lse && b.lse) {
-    Tensor<double> tl = lse_bound(p, ra);
-    const Tensor<double> tb = lse_bound(q, rb);
-    for (Index n = 0; n < tl.size(); ++n) {
-      const double gap = std::abs(ra.lse.values()[n] - rb.lse.values()[n]);
-      tl.values()[n] += tb.values()[n] + (std::isfinite(gap) ? gap : 0.0);
-    }
-    v = compare(law, "lse", *a.lse, *b.lse, &tl, seen);
-  }
-  if (v) {
-    v->message += "; " + why + " (" + what + " vs. the case as drawn)";
-    v->call = q;
-    v->call_what = what;
-  }
-  return v;
-}
-
 const char* kNormalisedWhy =
     "A fused QK-norm is the call on normalised inputs: each row x of q (and of k) becomes w * x / r, r = sqrt(mean "
     "x^2 + eps) (or sqrt(mean x^2) + eps), before the rope and the scores. So the call with it and the same call "
@@ -72,10 +46,10 @@ std::optional<Violation> check_normalised(const Implementation& impl, const LawC
   for (Tensor<double>* t : {&q.q, &q.k})
     for (double& x : t->values()) x = round_to(p.dtype, x);
   q.qk_norm.reset();
-  return agree("qk-norm-as-normalised-inputs", impl, p, q,
-               "the case without its QK-norm, on q and k normalised in "
-               "float64",
-               "a fused QK-norm is the call on the normalised q and k");
+  return calls_agree("qk-norm-as-normalised-inputs", impl, p, q,
+                     "the case without its QK-norm, on q and k normalised in "
+                     "float64",
+                     "a fused QK-norm is the call on the normalised q and k");
 }
 
 const char* kScaleWhy =
@@ -97,9 +71,9 @@ std::optional<Violation> check_scale(const Implementation& impl, const LawCase& 
     };
     if (!p.qk_norm->q_weight.empty()) scale(q.q);
     if (!p.qk_norm->k_weight.empty()) scale(q.k);
-    if (auto v = agree("qk-norm-scale-invariance", impl, p, q,
-                       "the case with every normalised row scaled by 2^" + std::to_string(e),
-                       "QK-norm divides a row's scale out"))
+    if (auto v = calls_agree("qk-norm-scale-invariance", impl, p, q,
+                             "the case with every normalised row scaled by 2^" + std::to_string(e),
+                             "QK-norm divides a row's scale out"))
       return v;
   }
   return std::nullopt;

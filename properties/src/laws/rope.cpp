@@ -50,32 +50,6 @@ rc::Gen<LawCase> gen(const GenConfig& config) {
   return gen_problem(cfg, po);
 }
 
-// Both calls' outputs (and LSEs, where returned) within both calls' bounds plus what their oracles differ by.
-std::optional<Violation> agree(const char* law, const Implementation& impl, const Problem& p, const Problem& q,
-                               const std::string& what, const std::string& why) {
-  const Outcome a = call(impl, p), b = call(impl, q);
-  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
-  const auto seen = seen_rows(p);
-  Tensor<double> tol = ra.tol_out;
-  tol.values() += rb.tol_out.values() + (ra.out.values() - rb.out.values()).cwiseAbs();
-  std::optional<Violation> v = compare(law, "output", a.output, b.output, &tol, seen);
-  if (!v && p.want_lse && a.lse && b.lse) {
-    Tensor<double> tl = lse_bound(p, ra);
-    const Tensor<double> tb = lse_bound(q, rb);
-    for (Index n = 0; n < tl.size(); ++n) {
-      const double gap = std::abs(ra.lse.values()[n] - rb.lse.values()[n]);
-      tl.values()[n] += tb.values()[n] + (std::isfinite(gap) ? gap : 0.0);
-    }
-    v = compare(law, "lse", *a.lse, *b.lse, &tl, seen);
-  }
-  if (v) {
-    v->message += "; " + why + " (" + what + " vs. the case as drawn)";
-    v->call = q;
-    v->call_what = what;
-  }
-  return v;
-}
-
 // ---- rope-as-rotated-inputs ------------------------------------------------------------------------------------
 
 const char* kRotatedWhy =
@@ -98,8 +72,8 @@ std::optional<Violation> check_rotated(const Implementation& impl, const LawCase
   for (Tensor<double>* t : {&q.q, &q.k})
     for (double& x : t->values()) x = round_to(p.dtype, x);
   q.rope.reset();
-  return agree("rope-as-rotated-inputs", impl, p, q, "the case without its rope, on q and k rotated in float64",
-               "a fused rope is the call on the rotated q and k");
+  return calls_agree("rope-as-rotated-inputs", impl, p, q, "the case without its rope, on q and k rotated in float64",
+                     "a fused rope is the call on the rotated q and k");
 }
 
 // ---- rope-relative-positions -----------------------------------------------------------------------------------
@@ -121,9 +95,9 @@ std::optional<Violation> check_relative(const Implementation& impl, const LawCas
     Problem q = p;
     for (Index& x : q.rope->q_positions) x += shift;
     for (Index& x : q.rope->k_positions) x += shift;
-    if (auto v = agree("rope-relative-positions", impl, p, q,
-                       "the case with every query's and key's position moved by " + std::to_string(shift),
-                       "a rope's scores depend on the positions only through their differences"))
+    if (auto v = calls_agree("rope-relative-positions", impl, p, q,
+                             "the case with every query's and key's position moved by " + std::to_string(shift),
+                             "a rope's scores depend on the positions only through their differences"))
       return v;
   }
   return std::nullopt;

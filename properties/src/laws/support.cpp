@@ -432,6 +432,31 @@ Tensor<double> lse_bound(const Problem& p, const OracleRun& r) {
   return tol;
 }
 
+std::optional<Violation> calls_agree(const char* law, const Implementation& impl, const Problem& p, const Problem& q,
+                                     const std::string& what, const std::string& why) {
+  const Outcome a = call(impl, p), b = call(impl, q);
+  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
+  const auto seen = seen_rows(p);
+  Tensor<double> tol = ra.tol_out;
+  tol.values() += rb.tol_out.values() + (ra.out.values() - rb.out.values()).cwiseAbs();
+  std::optional<Violation> v = compare(law, "output", a.output, b.output, &tol, seen);
+  if (!v && p.want_lse && a.lse && b.lse) {
+    Tensor<double> tl = lse_bound(p, ra);
+    const Tensor<double> tb = lse_bound(q, rb);
+    for (Index n = 0; n < tl.size(); ++n) {
+      const double gap = std::abs(ra.lse.values()[n] - rb.lse.values()[n]);
+      tl.values()[n] += tb.values()[n] + (std::isfinite(gap) ? gap : 0.0);
+    }
+    v = compare(law, "lse", *a.lse, *b.lse, &tl, seen);
+  }
+  if (v) {
+    v->message += "; " + why + " (" + what + " vs. the case as drawn)";
+    v->call = q;
+    v->call_what = what;
+  }
+  return v;
+}
+
 std::optional<Violation> compare(const std::string& what, const std::string& quantity, const Tensor<double>& expected,
                                  const Tensor<double>& actual, const Tensor<double>* tol, const Include& include) {
   constexpr double kExactTolerance = std::numeric_limits<float>::denorm_min();

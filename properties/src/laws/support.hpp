@@ -153,6 +153,12 @@ GradientCheck run_gradient_oracle(const Problem& p);
 std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
                                            const Gradients* tol, const Include& include = {});
 
+/// For a law whose derived call q computes what the case p computes another way: both calls' outputs (and LSEs, where
+/// p asks for them and both return them) agree within both calls' derived bounds plus what their float64 oracles
+/// differ by. A violation says "; <why> (<what> vs. the case as drawn)" and names q as the call, `what` its words.
+std::optional<Violation> calls_agree(const char* law, const Implementation& impl, const Problem& p, const Problem& q,
+                                     const std::string& what, const std::string& why);
+
 /// The float64 oracle on the problem's (already rounded) inputs, with the derived tolerance per element.
 /// For a long context the oracle is streamed: w and tol_w stay empty, and weights come from weight() and
 /// weight_tolerance() at the entries a law samples.

@@ -51,28 +51,8 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   p.want_weights = false;
   if (!p.temperature) return std::nullopt;  // a stored case the law does not draw
   const Problem q = divided_queries(p);
-  const Outcome a = call(impl, p), b = call(impl, q);
-  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
-  const std::string what = "the case without its temperature, each query q_i divided by tau_i instead";
-  const auto seen = seen_rows(p);
-  Tensor<double> tol = ra.tol_out;
-  tol.values() += rb.tol_out.values() + (ra.out.values() - rb.out.values()).cwiseAbs();
-  std::optional<Violation> v = compare(law, "output", a.output, b.output, &tol, seen);
-  if (!v && p.want_lse && a.lse && b.lse) {
-    Tensor<double> tl = lse_bound(p, ra);
-    const Tensor<double> tb = lse_bound(q, rb);
-    for (Index n = 0; n < tl.size(); ++n) {
-      const double gap = std::abs(ra.lse.values()[n] - rb.lse.values()[n]);
-      tl.values()[n] += tb.values()[n] + (std::isfinite(gap) ? gap : 0.0);
-    }
-    v = compare(law, "lse", *a.lse, *b.lse, &tl, seen);
-  }
-  if (v) {
-    v->message += "; a temperature tau_i is the query q_i divided by it (" + what + " vs. the case as drawn)";
-    v->call = q;
-    v->call_what = what;
-  }
-  return v;
+  return calls_agree(law, impl, p, q, "the case without its temperature, each query q_i divided by tau_i instead",
+                     "a temperature tau_i is the query q_i divided by it");
 }
 
 }  // namespace temperature_law

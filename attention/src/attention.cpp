@@ -471,6 +471,10 @@ void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v,
   check_batched(who, q, k, v);
   if (opts.scale) resolve_scale(opts.scale, q.D, who);
   check_options(who, opts, q.B, q.H, k.T, q.T);
+  if (opts.quant) {
+    check_quant_scales(who, "k", opts.quant->format, opts.quant->k, k);
+    check_quant_scales(who, "v", opts.quant->format, opts.quant->v, v);
+  }
   if (opts.qk_norm)
     for (const auto& [name, w] : {std::pair{"q_weight", &opts.qk_norm->q_weight}, {"k_weight", &opts.qk_norm->k_weight}})
       if (!w->empty() && Index(w->size()) != q.D)
@@ -594,6 +598,7 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.keep = opts.dropout->head(b, h);
     m.keep_scale = opts.dropout->keep_scale();
   }
+  m.dequantised_kv = opts.quant.has_value();
   m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
   if (!opts.q_doc_bounds.empty()) {
     m.rows.doc_bounds = &opts.doc_bounds.at(std::size_t(b));

@@ -117,6 +117,16 @@
 //    step 4's flushed products w'_ij·v_jc at most N_a·max|v|/(1 - p) each. A kernel that scales the output by 1/(1 - p)
 //    instead of the weights rounds the same two products in another order: within the same bound. The LSE is the
 //    softmax's, before dropout: step 6 unchanged.
+// 12. Quantised K and V (AttentionOptions::quant). The bound is taken on the dequantised values k = (code - z)·σ, exact
+//    doubles (tolerance holds for the oracle on them); a kernel dequantises in its own arithmetic. Each element it
+//    uses errs by at most four roundings, each ≤ u_s relative where the value is normal in the dtype (u_a ≤ u_s for
+//    the accumulation type): the scale into the dtype, the product code·σ, its store in the dtype, or, for a kernel
+//    that folds σ into the softmax scale (or the output) instead, that product's rounding: ε_x = 4u_s·|x|, first
+//    order. A value below the dtype's smallest normal N_s rounds absolutely (half a subnormal step) or is flushed by
+//    an FTZ store: N_s more. On a score that is scale·Σ_c |q_ic|·ε_k,jc (Δ_i grows by its largest visible value),
+//    and on an output Σ_j w_ij·ε_v,jc ≤ 4u_s·max_j|v_jc| + N_s where a visible v_jc is that small (times 1/(1 - p)
+//    with dropout's kept weights). The codes themselves are exact in every dtype (e4m3's 4 significant bits, e5m2's
+//    3, int8's 8 and e5m2's subnormals 2^-16 all fit float16 and bfloat16), so nothing else rounds.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -212,7 +222,8 @@ double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, b
   const double u_a = accumulation_roundoff(dtype);
   const double temper = r.tempered ? 3 * unit_roundoff(dtype) * r.abs_dot + 2 * u_a * r.s_max : 0.0;  // step 8
   const double mod_err =
-      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope + r.qk_norm;  // 4b, 7-10
+      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope + r.qk_norm +
+      r.dequant;  // 4b, 7-10, 12
   return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
 }
 
@@ -231,6 +242,13 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   if (!q_tiny.isZero(0) || !k_tiny.isZero(0))
     flushed = (q_tiny * k.cwiseAbs().transpose() + q.cwiseAbs() * k_tiny.transpose()) * std::abs(scale);
   const bool sink = mods.sink && std::isfinite(*mods.sink);
+  // Step 12: scale·Σ_c |q_ic|·ε_k,jc with ε(x) = 4u_s·|x|, and N_s more where 0 < |x| < N_s.
+  Matrix<double> dequant;
+  if (mods.dequantised_kv) {
+    const double u_s = unit_roundoff(dtype), n_s = smallest_normal(dtype);
+    const Matrix<double> eps = k.cwiseAbs().unaryExpr([&](double a) { return 4 * u_s * a + (a > 0 && a < n_s ? n_s : 0.0); });
+    dequant = q.cwiseAbs() * eps.transpose() * std::abs(scale);
+  }
   // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).
   Eigen::VectorXd q_norm, k_norm, eps_k;
   if (mods.rope) {
@@ -254,6 +272,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
       r.s_max = std::max({r.s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
       r.bias_max = std::max(r.bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
       if (flushed.size() > 0) r.flushed = std::max(r.flushed, flushed(i, j));
+      if (dequant.size() > 0) r.dequant = std::max(r.dequant, dequant(i, j));
       if (mods.rope) {
         k_most = std::max(k_most, k_norm(j));
         eps_k_most = std::max(eps_k_most, eps_k(j));
@@ -303,6 +322,15 @@ HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matr
     for (Index j = 0; j < T_k; ++j)
       if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w, mods.keep_scale);
     terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i), mods.keep_scale);
+    if (mods.dequantised_kv) {  // step 12: V's dequantisation, 4u_s·max|v_jc| and N_s where a visible v_jc is tiny
+      const double u_s = unit_roundoff(dtype), n_s = smallest_normal(dtype);
+      for (Index c = 0; c < D_v; ++c) {
+        bool tiny = false;
+        for (Index j = 0; j < T_k; ++j)
+          if (const double a = std::abs(v(j, c)); mask.visible(i, j) && a > 0 && a < n_s) tiny = true;
+        tol.output(i, c) += mods.keep_scale * (safety * 4 * u_s * v_col_max(c) + (tiny ? n_s : 0.0));
+      }
+    }
   }
   return tol;
 }
@@ -382,9 +410,10 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
                                          const Matrix<double>& oracle_output, Eigen::VectorXd* rho_w, double safety,
                                          const HeadModifiers& mods) {
   const Index T_q = vis.T_q, D = v.cols();  // D_k: the scores' dot products; D = D_v: the output's columns
-  if (mods.rope || mods.keep)  // step 9 needs the rotated q and k, step 11 the mask: the row statistics hold neither
-    throw std::logic_error("streamed_output_tolerance: no streamed bound for RoPE or dropout yet (their cases stay "
-                           "below 2^22 weights)");
+  if (mods.rope || mods.keep || mods.dequantised_kv)  // step 9 needs the rotated q and k, step 11 the mask, step 12
+    // each element's size: the row statistics hold none of them
+    throw std::logic_error("streamed_output_tolerance: no streamed bound for RoPE, dropout or a quantised cache yet "
+                           "(their cases stay below 2^22 weights)");
   const RowTerms terms(dtype, D_k, safety);
   const double u_a = accumulation_roundoff(dtype);
   const bool sink = mods.sink && std::isfinite(*mods.sink);

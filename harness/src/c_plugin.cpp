@@ -370,6 +370,43 @@ struct DropoutArg {
   DropoutArg(const DropoutArg&) = delete;  // ptr points into this object
 };
 
+// A problem's quantised K and V as the ABI passes them: each side's codes (quant_codes of its dequantised values),
+// scales as float32 and zero points as int8, contiguous. Null when it has none.
+struct QuantArg {
+  struct Side {
+    std::vector<std::uint8_t> codes;
+    std::vector<float> scales;
+    std::vector<std::int8_t> zero_points;
+  } k, v;
+  attncheck_quant_kv abi{};
+  const attncheck_quant_kv* ptr = nullptr;
+  QuantArg(const Problem& p, const char* who) {
+    if (!p.quant) return;
+    const QuantizedKV& qk = *p.quant;
+    const auto fill = [&](Side& side, attncheck_quant_tensor& t, const QuantScales& s, const Tensor<double>& x,
+                          const char* name) {
+      side.codes = quant_codes(who, name, qk.format, s, x);
+      side.scales.assign(s.scales.begin(), s.scales.end());
+      for (const double z : s.zero_points) side.zero_points.push_back(std::int8_t(z));
+      const Shape& sh = x.shape();
+      t.format = std::uint32_t(qk.format);
+      t.granularity = std::uint32_t(s.granularity);
+      t.codes = side.codes.data();
+      t.shape[0] = sh.B, t.shape[1] = sh.H, t.shape[2] = sh.T, t.shape[3] = sh.D;
+      t.strides[0] = sh.H * sh.T * sh.D, t.strides[1] = sh.T * sh.D, t.strides[2] = sh.D, t.strides[3] = 1;
+      t.scales = side.scales.data();
+      t.scale_shape[0] = s.B, t.scale_shape[1] = s.H, t.scale_shape[2] = s.T;
+      t.scale_strides[0] = s.B == 1 ? 0 : s.H * s.T, t.scale_strides[1] = s.H == 1 ? 0 : s.T,
+      t.scale_strides[2] = s.T == 1 ? 0 : 1;
+      t.zero_points = side.zero_points.empty() ? nullptr : side.zero_points.data();
+    };
+    fill(k, abi.k, qk.k, p.k, "k");
+    fill(v, abi.v, qk.v, p.v, "v");
+    ptr = &abi;
+  }
+  QuantArg(const QuantArg&) = delete;  // ptr points into this object
+};
+
 void fill_cell_masks(const Problem& p, CellMasks& c) {
   if (p.block_mask) {
     const BlockMask& m = *p.block_mask;
@@ -434,7 +471,13 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(qk_norm_eps_outside, ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE),
                              ATTNCHECK_ABI_BIT(dropout, ATTNCHECK_CAP4_DROPOUT),
                              ATTNCHECK_ABI_BIT(rope_ntk, ATTNCHECK_CAP4_ROPE_NTK),
-                             ATTNCHECK_ABI_BIT(rope_llama3, ATTNCHECK_CAP4_ROPE_LLAMA3)};
+                             ATTNCHECK_ABI_BIT(rope_llama3, ATTNCHECK_CAP4_ROPE_LLAMA3),
+                             ATTNCHECK_ABI_BIT(kv_e4m3fn, ATTNCHECK_CAP4_KV_E4M3FN),
+                             ATTNCHECK_ABI_BIT(kv_e5m2, ATTNCHECK_CAP4_KV_E5M2),
+                             ATTNCHECK_ABI_BIT(kv_int8, ATTNCHECK_CAP4_KV_INT8),
+                             ATTNCHECK_ABI_BIT(kv_scale_per_head, ATTNCHECK_CAP4_KV_SCALE_PER_HEAD),
+                             ATTNCHECK_ABI_BIT(kv_scale_per_token, ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN),
+                             ATTNCHECK_ABI_BIT(kv_zero_points, ATTNCHECK_CAP4_KV_ZERO_POINTS)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -499,6 +542,13 @@ class CPlugin final : public Implementation {
       call.qk_norm = qk_norm.ptr;
       const DropoutArg dropout(p);
       call.dropout = dropout.ptr;
+      // Quantised: K and V only as their codes and scales; k.data and v.data NULL, their shapes as they are.
+      const QuantArg quant(p, name_.c_str());
+      if (quant.ptr) {
+        call.quant = quant.ptr;
+        call.k.data = nullptr;
+        call.v.data = nullptr;
+      }
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;
       call.lse = want_lse ? &lse_view : nullptr;

@@ -305,6 +305,17 @@ void check_call(const char* who, const Problem& p) {
                      (p.v_dim() == p.q.shape().D ? "q's shape " + to_string(p.q.shape())
                                                  : "the output's shape " + to_string(p.output_shape()) +
                                                        " ([B,H,T_q,D_v])"));
+  if (p.quant) {
+    const std::string w(who);
+    if (p.d_output) throw ValueError(w + ": a quantised cache in a backward call (quantised caches are forward only)");
+    if (p.paged) throw ValueError(w + ": a quantised cache with paged K and V (quantised pages are not sent yet)");
+    if (p.layout != InputLayout::contiguous)
+      throw ValueError(w + ": a quantised cache with the input layout " + input_layout_name(p.layout) +
+                       " (its codes come contiguous)");
+    // k and v must be caches of the format under their scales: each element a code times its scale.
+    quant_codes(who, "k", p.quant->format, p.quant->k, p.k);
+    quant_codes(who, "v", p.quant->format, p.quant->v, p.v);
+  }
 }
 
 Visibility Problem::visibility(Index b, Index h) const {
@@ -615,7 +626,10 @@ ImplementationPtr reference_implementation() {
                    Feature::rope,          Feature::rope_interleaved,
                    Feature::qk_norm,       Feature::qk_norm_eps_outside,
                    Feature::dropout,       Feature::rope_ntk,
-                   Feature::rope_llama3};
+                   Feature::rope_llama3,   Feature::kv_e4m3fn,
+                   Feature::kv_e5m2,       Feature::kv_int8,
+                   Feature::kv_scale_per_head, Feature::kv_scale_per_token,
+                   Feature::kv_zero_points};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -31,7 +31,10 @@ const std::vector<Law>& laws() {
                             rope_as_rotated_inputs(),    rope_relative_positions(),
                             qk_norm_as_normalised_inputs(), qk_norm_scale_invariance(),
                             dropout_as_its_mask(),       dropout_mask_determinism(),
-                            dropout_keep_rate(),         grad_dropout_mask()};
+                            dropout_keep_rate(),         grad_dropout_mask(),
+                            kv_quant_oracle(),           kv_quant_k_scale(),
+                            kv_quant_v_scale(),          kv_quant_requantise(),
+                            kv_quant_dense()};
   }();
   return all;
 }

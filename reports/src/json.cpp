@@ -395,6 +395,55 @@ Dropout dropout_from_json(const Json& j, const std::string& what) {
   return d;
 }
 
+// A quantised cache: its format and each side's granularity, scales and zero points (k and v hold the dequantised
+// values; the codes follow from them and are checked by check_call).
+Json quant_to_json(const QuantizedKV& q) {
+  const auto side = [](const QuantScales& s) {
+    Json j{{"granularity", std::string(quant_granularity_name(s.granularity))}, {"scales", Json::array()}};
+    for (const double x : s.scales) j["scales"].push_back(number_to_json(x));
+    if (!s.zero_points.empty()) {
+      j["zero_points"] = Json::array();
+      for (const double z : s.zero_points) j["zero_points"].push_back(number_to_json(z));
+    }
+    return j;
+  };
+  return Json{{"format", std::string(quant_format_name(q.format))}, {"k", side(q.k)}, {"v", side(q.v)}};
+}
+
+// The inverse, for caches of shapes k and v; check_call then checks the scales and the values.
+QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape& k, const Shape& v) {
+  const std::string expected =
+      "{\"format\": \"e4m3fn\", \"e5m2\" or \"int8\", \"k\" and \"v\": {\"granularity\": \"tensor\", \"kv_head\" or "
+      "\"token_head\", \"scales\": [numbers], \"zero_points\" (int8): [integers]}}";
+  if (!j.is_object()) fail(what, expected, j);
+  QuantizedKV q;
+  const Json& f = field(j, "format", what);
+  const std::optional<QuantFormat> format = f.is_string() ? parse_quant_format(f.get<std::string>()) : std::nullopt;
+  if (!format) fail(sub(what, "format"), expected, f);
+  q.format = *format;
+  const auto side = [&](const char* key, const Shape& cache) {
+    const std::string w = sub(what, key);
+    const Json& s = field(j, key, what);
+    if (!s.is_object()) fail(w, expected, s);
+    const Json& g = field(s, "granularity", w);
+    const std::optional<QuantGranularity> gr =
+        g.is_string() ? parse_quant_granularity(g.get<std::string>()) : std::nullopt;
+    if (!gr) fail(sub(w, "granularity"), expected, g);
+    QuantScales out = quant_extents(*gr, cache);
+    const Json& sc = field(s, "scales", w);
+    if (!sc.is_array()) fail(sub(w, "scales"), expected, sc);
+    for (const Json& x : sc) out.scales.push_back(number_from_json(x, sub(w, "scales")));
+    if (const auto z = s.find("zero_points"); z != s.end()) {
+      if (!z->is_array()) fail(sub(w, "zero_points"), expected, *z);
+      for (const Json& x : *z) out.zero_points.push_back(number_from_json(x, sub(w, "zero_points")));
+    }
+    return out;
+  };
+  q.k = side("k", k);
+  q.v = side("v", v);
+  return q;
+}
+
 // A temperature as B·H rows of T_q numbers.
 Json temperature_to_json(const QueryTemperature& t) { return broadcast_rows_to_json(t.B, t.H, 1, t.T_q, t.values); }
 
@@ -474,6 +523,7 @@ Json to_json(const Problem& p) {
   if (p.rope) j["rope"] = rope_to_json(*p.rope, p.q.shape().B);
   if (p.qk_norm) j["qk_norm"] = qk_norm_to_json(*p.qk_norm);
   if (p.dropout) j["dropout"] = dropout_to_json(*p.dropout);
+  if (p.quant) j["quant"] = quant_to_json(*p.quant);
   if (p.want_lse) j["want_lse"] = true;
   if (p.layout != InputLayout::contiguous) j["layout"] = input_layout_name(p.layout);
   if (p.paged) {
@@ -571,6 +621,8 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("rope"); it != j.end()) p.rope = rope_from_json(*it, sub(what, "rope"), q.B, q.T, k.T);
   if (const auto it = j.find("qk_norm"); it != j.end()) p.qk_norm = qk_norm_from_json(*it, sub(what, "qk_norm"));
   if (const auto it = j.find("dropout"); it != j.end()) p.dropout = dropout_from_json(*it, sub(what, "dropout"));
+  if (const auto it = j.find("quant"); it != j.end())
+    p.quant = quant_from_json(*it, sub(what, "quant"), p.k.shape(), p.v.shape());
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

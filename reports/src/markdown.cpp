@@ -252,6 +252,27 @@ std::string shape_table(const Problem& p) {
           std::to_string(p.dropout->offset) +
           " (each weight kept and divided by 1 - p, or dropped, by the "
           "implementation's own keep mask)\n";
+  if (p.quant) {  // the format, each side's scales (and zero points), and its codes where the cache is small
+    const QuantizedKV& qk = *p.quant;
+    md += "\nK and V quantised to " + std::string(quant_format_name(qk.format)) +
+          " (k and v above are the dequantised values, (code - zero point)·scale):\n";
+    for (const auto& [name, s, x] : {std::tuple{"k", &qk.k, &p.k}, {"v", &qk.v, &p.v}}) {
+      md += std::string("  ") + name + " scales per " + std::string(quant_granularity_name(s->granularity)) + " [" +
+            std::to_string(s->B) + "," + std::to_string(s->H) + "," + std::to_string(s->T) + "]: " + list(s->scales);
+      if (!s->zero_points.empty()) md += "; zero points " + list(s->zero_points);
+      md += "\n";
+      if (x->size() <= 256) {
+        const std::vector<std::uint8_t> codes = quant_codes("report", name, qk.format, *s, *x);
+        md += std::string("  ") + name + " codes (hex, row-major [B,H_kv,T_k,D]):";
+        for (std::size_t n = 0; n < codes.size(); ++n) {
+          char hex[4];
+          std::snprintf(hex, sizeof hex, "%02x", unsigned(codes[n]));
+          md += (n % std::size_t(x->shape().D) == 0 ? "\n   " : "") + std::string(" ") + hex;
+        }
+        md += "\n";
+      }
+    }
+  }
   if (p.want_lse) md += "\nthe log-sum-exp of every row is asked for\n";
   if (p.paged) md += "\n" + paged_lines(p);
   return md;

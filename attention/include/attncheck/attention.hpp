@@ -28,6 +28,7 @@
 
 #include "attncheck/dtype.hpp"
 #include "attncheck/mask.hpp"
+#include "attncheck/quant.hpp"
 #include "attncheck/tensor.hpp"
 
 namespace attncheck {
@@ -203,6 +204,9 @@ struct AttentionOptions {
   /// Dropout on the weights, after the softmax (the LSE is the softmax's). Empty: none. Causal path only; every path
   /// materialises a call with dropout (weights [T_q,T_k] per head), whatever its size.
   std::optional<Dropout> dropout{};
+  /// K and V arrive quantised (attncheck/quant.hpp): k and v hold their dequantised values, exact doubles a kernel
+  /// rounds into its own type, so the bounds widen (tolerance.cpp step 12). Empty: none. Forward calls only.
+  std::optional<QuantizedKV> quant{};
   /// false: no causal rule (bidirectional); padding and the window still apply. Causal path only.
   bool causal = true;
   /// Masks beyond causal (Visibility says how each cuts the keys; causal path only):
@@ -297,6 +301,9 @@ struct HeadModifiers {
   /// draws it first) and what a kept weight is multiplied by, 1/(1 - p). Null: none.
   const std::uint8_t* keep = nullptr;
   double keep_scale = 1;
+  /// The call's K and V are dequantised values (AttentionOptions::quant), which a kernel rounds into its type: the
+  /// bounds widen by that rounding (tolerance.cpp step 12).
+  bool dequantised_kv = false;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }

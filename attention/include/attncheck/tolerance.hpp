@@ -55,6 +55,8 @@ struct RowScoreStats {
   double rope = 0;
   /// The score error of a kernel's own QK-norm (tolerance.cpp step 10); 0 without one.
   double qk_norm = 0;
+  /// The score error of a kernel's own dequantisation of K (tolerance.cpp step 12); 0 without a quantised cache.
+  double dequant = 0;
 };
 /// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a
 /// softcap applies), for callers that stream the scores instead of materialising them: 0 when n_vis is 0.

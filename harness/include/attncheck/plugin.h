@@ -148,6 +148,16 @@ extern "C" {
  *  base·factor^(r/(r-2))) and Llama 3's (frequencies kept, divided by the factor or blended by wavelength). */
 #define ATTNCHECK_CAP4_ROPE_NTK 0x100u
 #define ATTNCHECK_CAP4_ROPE_LLAMA3 0x200u
+/** Quantised K and V caches (attncheck_call.quant), one bit per storage format the kernel reads: FP8 e4m3fn (no
+ *  infinities, 448 the largest), FP8 e5m2 (IEEE-style, 57344), int8 (two's complement). K and V of a call come in the
+ *  same format, each with its scales per tensor; per kv head and per (batch entry, kv head, key) where declared, and
+ *  int8's zero points where declared (_KV_ZERO_POINTS, with _KV_INT8). */
+#define ATTNCHECK_CAP4_KV_E4M3FN 0x400u
+#define ATTNCHECK_CAP4_KV_E5M2 0x800u
+#define ATTNCHECK_CAP4_KV_INT8 0x1000u
+#define ATTNCHECK_CAP4_KV_SCALE_PER_HEAD 0x2000u
+#define ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN 0x4000u
+#define ATTNCHECK_CAP4_KV_ZERO_POINTS 0x8000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -160,6 +170,13 @@ extern "C" {
  *  original context L = [3]; pair m's frequency w = base^(-2m/r), its wavelength 2π/w: w where that is below L/h, w/f
  *  where above L/l, (1 - s)·w/f + s·w between, s = (L/wavelength - l)/(h - l). */
 #define ATTNCHECK_ROPE_SCALING_LLAMA3 4u
+/* ABI 4: the values of attncheck_quant_tensor.format and .granularity. */
+#define ATTNCHECK_QFMT_E4M3FN 1u /**< S.EEEE.MMM, bias 7, no infinities, S.1111.111 NaN (torch.float8_e4m3fn) */
+#define ATTNCHECK_QFMT_E5M2 2u   /**< S.EEEEE.MM, bias 15, IEEE-style (torch.float8_e5m2, float16's top byte) */
+#define ATTNCHECK_QFMT_INT8 3u   /**< a two's-complement byte */
+#define ATTNCHECK_QSCALE_TENSOR 0u     /**< scales [1,1,1] */
+#define ATTNCHECK_QSCALE_KV_HEAD 1u    /**< scales [1,H_kv,1] */
+#define ATTNCHECK_QSCALE_TOKEN_HEAD 2u /**< scales [B,H_kv,T_k] */
 /* ABI 4: the values of attncheck_qk_norm.eps_placement. */
 #define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
 #define ATTNCHECK_NORM_EPS_OUTSIDE 2u /**< r = sqrt(mean x^2) + eps */
@@ -302,6 +319,11 @@ typedef struct attncheck_call {
    *  output is the dropped weights times V, the weights written are the dropped ones, the LSE is the softmax's. A
    *  backward call with the same seed and offset differentiates the forward's output, with its mask. Neutral: NULL. */
   const struct attncheck_dropout* dropout;
+  /** Quantised K and V (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2 or _KV_INT8, whichever quant->k.format is), or NULL, in
+   *  forward calls only (never with paged K and V): k.data and v.data are then NULL, k.shape and v.shape still say
+   *  [B,H_kv,T_k,D] and [B,H_kv,T_k,D_v], and the call means attention over the dequantised values
+   *  (value(code) - zero_point)·scale of quant->k and quant->v. Neutral: NULL. */
+  const struct attncheck_quant_kv* quant;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -371,6 +393,29 @@ typedef struct attncheck_dropout {
   uint64_t offset;      /**< where in its stream the call starts (PyTorch's philox offset) */
   uint32_t reserved[2]; /**< 0 */
 } attncheck_dropout;
+
+/** ABI 4: one quantised cache, K's or V's. Element (b,h,t,c) is the byte codes[b*strides[0] + h*strides[1] +
+ *  t*strides[2] + c*strides[3]] (strides in bytes, which are elements); its scale (and zero point) is that of (b,h,t)
+ *  under the granularity, at scales[b*scale_strides[0] + h*scale_strides[1] + t*scale_strides[2]] with the strides of
+ *  an extent of 1 being 0: [1,1,1] per tensor, [1,H_kv,1] per kv head, [B,H_kv,T_k] per token and kv head. Its value
+ *  is (value(code) - zero_point)·scale, computed exactly: every scale is a finite float32 > 0, every code a finite
+ *  value of the format (never a NaN or an infinity), every zero point an integer in [-128, 127]. */
+typedef struct attncheck_quant_tensor {
+  uint32_t format;      /**< ATTNCHECK_QFMT_* */
+  uint32_t granularity; /**< ATTNCHECK_QSCALE_* */
+  const uint8_t* codes;
+  int64_t shape[4];   /**< [B,H_kv,T_k,D] (V: D_v) */
+  int64_t strides[4]; /**< in bytes */
+  const float* scales;
+  int64_t scale_shape[3]; /**< the granularity's extents */
+  int64_t scale_strides[3];
+  const int8_t* zero_points; /**< int8 with ATTNCHECK_CAP4_KV_ZERO_POINTS: shaped and strided as the scales; else NULL */
+} attncheck_quant_tensor;
+
+/** ABI 4: a call's quantised K and V, in one format, each with scales of its own. */
+typedef struct attncheck_quant_kv {
+  attncheck_quant_tensor k, v;
+} attncheck_quant_kv;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
  *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +

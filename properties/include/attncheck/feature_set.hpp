@@ -79,10 +79,22 @@ enum class Feature : std::uint8_t {
   /// comes with every rope.
   rope_ntk,
   rope_llama3,
+  /// ABI 4 (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2, _KV_INT8): K and V may arrive quantised in that format
+  /// (Problem::quant: the codes with their scales; k and v hold the dequantised values), one row per format as a kernel
+  /// reads some of them; per tensor always, per kv head and per (token, kv head) where declared (kv_scale_per_head,
+  /// kv_scale_per_token), int8 zero points where declared (kv_zero_points). Forward calls only, never paged yet. Drawn
+  /// only by the laws about them (ProblemOptions::allow leaves them out): a law that derives values of K or V would
+  /// have to requantise them.
+  kv_e4m3fn,
+  kv_e5m2,
+  kv_int8,
+  kv_scale_per_head,
+  kv_scale_per_token,
+  kv_zero_points,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::rope_llama3) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::kv_zero_points) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -244,6 +244,41 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
            return "Llama 3 rope scaling (factor " + format_number(p.rope->factor) + ", original context " +
                   format_number(p.rope->original_max_position) + ")";
          }},
+    {.id = Feature::kv_e4m3fn, .name = "kv_e4m3fn", .flags4 = 0x400, .c_name = "ATTNCHECK_CAP4_KV_E4M3FN",
+     .words = "FP8 e4m3fn K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::e4m3fn; },
+     .needs = [](const Problem&) { return std::string("K and V quantised to FP8 e4m3fn"); }},
+    {.id = Feature::kv_e5m2, .name = "kv_e5m2", .flags4 = 0x800, .c_name = "ATTNCHECK_CAP4_KV_E5M2",
+     .words = "FP8 e5m2 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::e5m2; },
+     .needs = [](const Problem&) { return std::string("K and V quantised to FP8 e5m2"); }},
+    {.id = Feature::kv_int8, .name = "kv_int8", .flags4 = 0x1000, .c_name = "ATTNCHECK_CAP4_KV_INT8",
+     .words = "int8 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::int8; },
+     .needs = [](const Problem&) { return std::string("K and V quantised to int8"); }},
+    {.id = Feature::kv_scale_per_head, .name = "kv_scale_per_head", .flags4 = 0x2000,
+     .c_name = "ATTNCHECK_CAP4_KV_SCALE_PER_HEAD", .words = "quantised caches scaled per kv head",
+     .used =
+         [](const Problem& p) {
+           return p.quant && (p.quant->k.granularity == QuantGranularity::kv_head ||
+                              p.quant->v.granularity == QuantGranularity::kv_head);
+         },
+     .needs = [](const Problem&) { return std::string("a quantised cache's scales per kv head"); }},
+    {.id = Feature::kv_scale_per_token, .name = "kv_scale_per_token", .flags4 = 0x4000,
+     .c_name = "ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN", .words = "quantised caches scaled per token and kv head",
+     .used =
+         [](const Problem& p) {
+           return p.quant && (p.quant->k.granularity == QuantGranularity::token_head ||
+                              p.quant->v.granularity == QuantGranularity::token_head);
+         },
+     .needs = [](const Problem&) { return std::string("a quantised cache's scales per token and kv head"); }},
+    {.id = Feature::kv_zero_points, .name = "kv_zero_points", .flags4 = 0x8000,
+     .c_name = "ATTNCHECK_CAP4_KV_ZERO_POINTS", .requires_feature = Feature::kv_int8, .words = "int8 zero points",
+     .used =
+         [](const Problem& p) {
+           return p.quant && !(p.quant->k.zero_points.empty() && p.quant->v.zero_points.empty());
+         },
+     .needs = [](const Problem&) { return std::string("int8 zero points"); }},
 }};
 
 constexpr bool rows_in_id_order() {

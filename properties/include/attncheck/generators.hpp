@@ -151,9 +151,12 @@ struct ProblemOptions {
   ///  - qk_norm, qk_norm_eps_outside: a QK-norm in a third of the cases, in a declared placement (each row is
   ///    normalised on its own: every law that keeps rows whole keeps it);
   ///  - dropout: not allowed by default (a law comparing two calls would compare two masks); the dropout laws
-  ///    require it, in every case up to 2^18 weights: p from {1/2, 1/10, 1/4, 9/10, 0}, a seed and an offset.
+  ///    require it, in every case up to 2^18 weights: p from {1/2, 1/10, 1/4, 9/10, 0}, a seed and an offset;
+  ///  - kv_e4m3fn, kv_e5m2, kv_int8 (with kv_scale_per_head, kv_scale_per_token, kv_zero_points): not allowed by
+  ///    default (a law that derives K or V values would have to requantise them); the quantised-cache laws require
+  ///    them, and a quantised cache is then drawn in every case that is not paged (gen_quant).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
-  FeatureSet allow = FeatureSet::all().remove(Feature::dropout);
+  FeatureSet allow = FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
   /// then keeps them. A required feature is drawn even when `allow` lacks it.
   FeatureSet require{};
@@ -204,6 +207,29 @@ struct ProblemOptions {
 /// columns, junk table entries or -1, and what the slots no live key occupies hold (zero, NaN, ±Inf, 1e30).
 /// Everything shrinks toward the plainest plan: contiguous, no spares, -1 entries, zeros.
 rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const ProblemOptions& opts);
+
+/// A quantised K and V cache as a case draws it (Feature::kv_e4m3fn, kv_e5m2, kv_int8; never paged, never in a
+/// gradient case, up to 2^18 weights: its bound is materialised). apply() replaces k and v by what the cache holds
+/// after they are written into it: each element's nearest code under its scale (saturating), dequantised. A group's
+/// scale (one per tensor, kv head or token and kv head) is 2^e·m with 2^e the power of two nearest its largest
+/// |value| over the format's largest (so codes reach the format's limits), e moved by a shift keyed by the group's
+/// coordinates (-1: values past the largest code saturate; +1: codes use half the range; +15 for e4m3fn: every code
+/// subnormal) and m from {1, 1.5, 0.75, 1.25, 0.3f} keyed by the group's
+/// coordinates (all 1 at `plain`), within [2^-12, 2^12] and never 1 (2 instead): identity-free, powers of two and
+/// not. Zero points (int8, declared) in [-16, 16] keyed by coordinates.
+struct QuantDraw {
+  int format = -1;  ///< -1 none; else a QuantFormat's value
+  QuantGranularity k_granularity = QuantGranularity::tensor, v_granularity = QuantGranularity::tensor;
+  bool zero_points = false;
+  bool plain = true;  ///< powers of two only, no shift
+  std::uint64_t seed = 0;
+  void apply(Problem& p, const CaseShape& s) const;
+};
+/// A QuantDraw in a declared format (shrinking toward none, then int8, e4m3fn, e5m2), granularity (toward tensor) and
+/// zero points (toward none); in every case where a format is required (ProblemOptions::require).
+rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts);
+/// Whether a case for `caps` under `opts` may draw a quantised cache (some declared format allowed or required).
+bool may_quantise(const GenConfig& cfg, const ProblemOptions& opts);
 
 /// The modifiers a case draws, keyed by query-head coordinate (CaseShape::h_ids) so that deleting a head keeps
 /// every other head's slope and sink: softcap 1, 5 or 50, or, given the largest spread of one row's visible scores

@@ -413,7 +413,14 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
       (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)
     if (!d_output && opts.may_use(Feature::paged, declared)) p.paged = *gen_paged_plan(cfg, opts);
+    // After the pages (a paged case is never quantised) and only where a format may be drawn.
+    if (!d_output && may_quantise(cfg, opts)) (*gen_quant(cfg, opts)).apply(p, s);
     c.tags = shape_tags(p);
+    if (p.quant) {
+      c.tags.push_back("kv=" + std::string(quant_format_name(p.quant->format)));
+      for (const auto& [side, g] : {std::pair{"k", p.quant->k.granularity}, {"v", p.quant->v.granularity}})
+        c.tags.push_back(std::string(side) + "-scales=" + std::string(quant_granularity_name(g)));
+    }
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));
     return c;

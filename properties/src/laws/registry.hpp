@@ -80,5 +80,11 @@ Law dropout_as_its_mask();
 Law dropout_mask_determinism();
 Law dropout_keep_rate();
 Law grad_dropout_mask();  // (bwd)
+// Quantised K and V caches (ABI 4).
+Law kv_quant_oracle();
+Law kv_quant_k_scale();
+Law kv_quant_v_scale();
+Law kv_quant_requantise();
+Law kv_quant_dense();
 
 }  // namespace attncheck::law_kit

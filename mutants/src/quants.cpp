@@ -1,0 +1,371 @@
+// Kernels that read quantised K and V caches (ABI 4's ATTNCHECK_CAP4_KV_*: FP8 e4m3fn and e5m2, int8, with scales per
+// tensor, kv head or token) and get the dequantisation wrong, as serving stacks' trackers report it: a per-kv-head scale
+// indexed by the query head or always head 0's, a scale applied twice or as a divisor, V's scale dropped or K's applied
+// to V, e4m3fn decoded as e5m2 or with IEEE infinities, its subnormals flushed, int8 read unsigned, a zero point ignored
+// or added, per-token scales read with their strides swapped or once per tile, the scales applied on the decode path
+// only or assumed to be 1 on the ragged (padded) path. Each decodes the codes a plug-in gets (quant_codes of the case's
+// values under its scales) with its bug, then runs the reference on what it decoded. And a control that keeps the
+// codes and folds the scales into the scores and the output.
+#include <cmath>
+#include <cstring>
+#include <functional>
+
+#include "attncheck/generators.hpp"
+#include "kernel_kit.hpp"
+#include "parts.hpp"
+
+namespace attncheck::zoo {
+namespace {
+
+// What these kernels declare: every format, granularity and zero points, grouped-query heads, key padding, the LSE.
+Capabilities quant_capabilities() {
+  Capabilities c = gqa_capabilities();
+  c.features.add({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8, Feature::kv_scale_per_head,
+                  Feature::kv_scale_per_token, Feature::kv_zero_points, Feature::key_padding, Feature::lse});
+  return c;
+}
+
+// One side of the cache as a plug-in gets it: its codes [B,H_kv,T_k,D] row-major, format and scales.
+struct Side {
+  QuantFormat format;
+  const QuantScales* scales;
+  std::vector<std::uint8_t> codes;
+  Shape shape;
+  bool is_k;
+  std::uint8_t code(Index b, Index g, Index t, Index c) const {
+    return codes[std::size_t(((b * shape.H + g) * shape.T + t) * shape.D + c)];
+  }
+  // The correct value of element (b, g, t, c).
+  double value(Index b, Index g, Index t, Index c) const {
+    return (quant_value(format, code(b, g, t, c)) - scales->zero_point(b, g, t)) * scales->scale(b, g, t);
+  }
+};
+
+// What a kernel decodes element (b, g, t, c) of `side` as, read for query head h (whose kv head is g); `other` is the
+// other side.
+using Decode = std::function<double(const Problem& p, const Side& side, const Side& other, Index b, Index h, Index g,
+                                    Index t, Index c)>;
+
+double correct(const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+  return s.value(b, g, t, c);
+}
+
+// A kernel that decodes K and V per query head with `decode` (K's with k_decode, V's with v_decode), rounds what it
+// decoded to the dtype, and runs the reference's dense attention on it (one kv head per query head).
+ImplementationPtr quant_kernel(const char* name, const char* description, Decode k_decode, Decode v_decode) {
+  return make_implementation(name, description, quant_capabilities(), [=](const Problem& p) {
+    if (!p.quant) return reference_implementation()->forward(p);
+    const QuantizedKV& qk = *p.quant;
+    const Side k{qk.format, &qk.k, quant_codes(name, "k", qk.format, qk.k, p.k), p.k.shape(), true},
+        v{qk.format, &qk.v, quant_codes(name, "v", qk.format, qk.v, p.v), p.v.shape(), false};
+    const Index H = p.q.shape().H, group = H / p.k.shape().H;
+    const auto decoded = [&](const Side& s, const Side& other, const Decode& d) {
+      Tensor<double> out(Shape{s.shape.B, H, s.shape.T, s.shape.D});
+      for (Index b = 0; b < s.shape.B; ++b)
+        for (Index h = 0; h < H; ++h)
+          for (Index t = 0; t < s.shape.T; ++t)
+            for (Index c = 0; c < s.shape.D; ++c) {
+              const double x = d(p, s, other, b, h, h / group, t, c);
+              out(b, h, t, c) = std::isfinite(x) ? round_to(p.dtype, x) : x;
+            }
+      return out;
+    };
+    Problem r = p;
+    r.quant.reset();
+    r.k = decoded(k, v, k_decode);
+    r.v = decoded(v, k, v_decode);
+    return reference_implementation()->forward(r);
+  });
+}
+
+// e4m3fn's byte decoded as another format would: as e5m2, or IEEE-style with exponent 15 for infinities and NaNs.
+double e4m3_as_ieee(std::uint8_t b) {
+  if (((b >> 3) & 0xF) == 0xF) return (b & 7) == 0 ? (b & 0x80 ? -1.0 : 1.0) * HUGE_VAL : std::nan("");
+  return quant_value(QuantFormat::e4m3fn, b);
+}
+
+Mutant both(const char* name, const char* description, Decode d, const char* bug, Shape minimal, const char* why,
+            std::vector<std::string> killed_by, std::vector<Shape> also = {}) {
+  return Mutant{.impl = quant_kernel(name, description, d, d),
+                .bug = bug,
+                .minimal_shape = minimal,
+                .why_minimal = why,
+                .killed_by = std::move(killed_by),
+                .also_minimal = std::move(also)};
+}
+
+}  // namespace
+
+std::vector<Mutant> quant_mutants() {
+  std::vector<Mutant> z;
+  const Decode ok = correct;
+  z.push_back(both(
+      "mutant:kv-scale-query-head", "per-kv-head scales indexed by the query head",
+      [](const Problem&, const Side& s, const Side&, Index b, Index h, Index g, Index t, Index c) {
+        const Index at = s.scales->granularity == QuantGranularity::tensor ? g : std::min(h, s.shape.H - 1);
+        return (quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, at, t)) * s.scales->scale(b, at, t);
+      },
+      "a per-kv-head (or per-token-head) scale read at the query head's index (clamped to the last kv head) instead of "
+      "its kv head's: right without grouped queries, wrong for every group but the first",
+      {1, 4, 1, 1}, "query head 1 of 4 over 2 kv heads reads kv head 1's scale for kv head 0's codes",
+      {"kv-quant-oracle"}));
+  z.push_back(Mutant{
+      .impl = quant_kernel(
+          "mutant:kv-k-scale-twice", "K's scale applied twice",
+          [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+            return s.value(b, g, t, c) * s.scales->scale(b, g, t);
+          },
+          ok),
+      .bug = "K's scale applied twice (dequantised in the cache read and again folded into the softmax scale): every "
+             "score times the scale again",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over one key: its LSE is the score",
+      .killed_by = {"kv-quant-oracle", "kv-quant-k-scale"}});
+  z.push_back(Mutant{
+      .impl = quant_kernel(
+          "mutant:kv-v-scale-dropped", "V's scale dropped", ok,
+          [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+            return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+          }),
+      .bug = "V's scale never applied (the descale forgotten on the P·V side): the output off by V's scale",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over one key: the output is v",
+      .killed_by = {"kv-quant-oracle"}});
+  z.push_back(Mutant{
+      .impl = quant_kernel(
+          "mutant:kv-k-scale-on-v", "V dequantised with K's scale", ok,
+          [](const Problem&, const Side& s, const Side& k, Index b, Index, Index g, Index t, Index c) {
+            return (quant_value(s.format, s.code(b, g, t, c)) - k.scales->zero_point(b, g, t)) * k.scales->scale(b, g, t);
+          }),
+      .bug = "V dequantised with K's scale (and zero point): a copy-paste of the K path",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over one key: the output is v",
+      .killed_by = {"kv-quant-oracle"}});
+  z.push_back(both(
+      "mutant:kv-e4m3-as-e5m2", "e4m3fn codes decoded as e5m2",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        const QuantFormat f = s.format == QuantFormat::e4m3fn ? QuantFormat::e5m2 : s.format;
+        return (quant_value(f, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
+      },
+      "FP8 e4m3fn codes decoded as e5m2 (the wrong torch.float8 dtype for the view): every value wrong",
+      {1, 1, 1, 1}, "one query over one key: the output is v", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-e4m3-with-infinities", "e4m3fn decoded IEEE-style",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        const std::uint8_t code = s.code(b, g, t, c);
+        const double x = s.format == QuantFormat::e4m3fn ? e4m3_as_ieee(code) : quant_value(s.format, code);
+        return (x - s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
+      },
+      "e4m3fn decoded as if it had IEEE infinities (exponent 15 for inf and NaN, e4m3 rather than e4m3fn): codes of "
+      "256 to 448, which a cache scaled to its amax writes, become inf or NaN",
+      {1, 1, 1, 1}, "one query over one key whose v is 256 or more codes", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-fp8-subnormals-flushed", "FP8 subnormal codes read as 0",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        const std::uint8_t code = s.code(b, g, t, c);
+        const int man_bits = s.format == QuantFormat::e4m3fn ? 3 : 2;
+        const bool sub = s.format != QuantFormat::int8 && ((code & 0x7F) >> man_bits) == 0;
+        return sub ? 0.0 : s.value(b, g, t, c);
+      },
+      "FP8 subnormal codes (exponent field 0) decoded as 0, as a flush-to-zero conversion does: small values of a "
+      "cache scaled to a large amax vanish",
+      {1, 1, 1, 1}, "one query over one key with a subnormal code in v", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-int8-unsigned", "int8 codes read as uint8",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        const std::uint8_t code = s.code(b, g, t, c);
+        const double x = s.format == QuantFormat::int8 ? double(code) : quant_value(s.format, code);
+        return (x - s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
+      },
+      "int8 codes read as unsigned bytes (a uint8 tensor view): every negative value off by 256 steps",
+      {1, 1, 1, 1}, "one query over one key with a negative code in v", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-zero-point-ignored", "int8 zero points ignored",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        return quant_value(s.format, s.code(b, g, t, c)) * s.scales->scale(b, g, t);
+      },
+      "an asymmetric int8 cache's zero point ignored (read as symmetric): every value off by z·scale",
+      {1, 1, 1, 1}, "one query over one key with a nonzero zero point", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-zero-point-added", "int8 zero points added",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        return (quant_value(s.format, s.code(b, g, t, c)) + s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
+      },
+      "an int8 zero point added instead of subtracted (the quantiser's convention x/s + z read back as (q + z)·s)",
+      {1, 1, 1, 1}, "one query over one key with a nonzero zero point", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-scale-as-divisor", "codes divided by the scale",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        return (quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t)) / s.scales->scale(b, g, t);
+      },
+      "the scale taken for its reciprocal (a quantisation scale used as the dequantisation descale): codes divided "
+      "by it",
+      {1, 1, 1, 1}, "one query over one key: the output is v", {"kv-quant-oracle"}));
+  z.push_back(both(
+      "mutant:kv-token-scales-transposed", "per-token scales read as [B,T_k,H_kv]",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        const QuantScales& sc = *s.scales;
+        double scale = sc.scale(b, g, t), zp = sc.zero_point(b, g, t);
+        if (sc.granularity == QuantGranularity::token_head) {  // the flat index of [b][t][g] read as [b][g][t]
+          const Index flat = (b * sc.T + t) * sc.H + g;
+          scale = sc.scales[std::size_t(flat)];
+          if (!sc.zero_points.empty()) zp = sc.zero_points[std::size_t(flat)];
+        }
+        return (quant_value(s.format, s.code(b, g, t, c)) - zp) * scale;
+      },
+      "per-token-head scales laid out [B,H_kv,T_k] read as [B,T_k,H_kv] (the strides of a token-major cache): right "
+      "for one kv head or one token only",
+      {1, 2, 2, 1}, "two kv heads over two keys: key 1 of kv head 0 reads kv head 1's first scale",
+      {"kv-quant-oracle"}, {Shape{1, 2, 1, 1}}));
+  z.push_back(both(
+      "mutant:kv-token-scale-per-tile", "per-token scales read once per tile of 4 keys",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        const Index at = s.scales->granularity == QuantGranularity::token_head ? t - t % 4 : t;
+        return (quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, at)) * s.scales->scale(b, g, at);
+      },
+      "a per-token scale loaded once per tile of 4 keys (a paged kernel reading the page's first token's scale): "
+      "right for the first key of each tile",
+      {1, 1, 1, 1}, "one query over two keys: key 1 takes key 0's scale", {"kv-quant-oracle"},
+      {Shape{1, 1, 2, 1}}));
+  z.push_back(both(
+      "mutant:kv-head0-scale", "every kv head with head 0's scale",
+      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+        return (quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, 0, t)) * s.scales->scale(b, 0, t);
+      },
+      "per-head descales dropped to one (head 0's for every kv head), as a path written for per-tensor scales does",
+      {1, 2, 1, 1}, "two heads over one key each: head 1's v takes head 0's scale", {"kv-quant-oracle"}));
+  z.push_back(Mutant{
+      .impl = make_implementation("mutant:kv-scales-decode-only", "scales applied on the decode path only",
+                                  quant_capabilities(),
+                                  [](const Problem& p) {
+                                    static const ImplementationPtr inner = quant_kernel(
+                                        "mutant:kv-scales-decode-only", "", correct,
+                                        correct);
+                                    static const ImplementationPtr unscaled = quant_kernel(
+                                        "mutant:kv-scales-decode-only", "",
+                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
+                                           Index c) {
+                                          return quant_value(s.format, s.code(b, g, t, c)) -
+                                                 s.scales->zero_point(b, g, t);
+                                        },
+                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
+                                           Index c) {
+                                          return quant_value(s.format, s.code(b, g, t, c)) -
+                                                 s.scales->zero_point(b, g, t);
+                                        });
+                                    return (p.q.shape().T == 1 ? inner : unscaled)->forward(p);
+                                  }),
+      .bug = "the scales applied on the decode path (one query) only: a prefill over a quantised cache reads the codes "
+             "unscaled",
+      .minimal_shape = {1, 1, 2, 1},
+      .why_minimal = "two queries: one query is the decode path",
+      .killed_by = {"kv-quant-oracle"}});
+  z.push_back(Mutant{
+      .impl = make_implementation("mutant:kv-ragged-identity-scales", "scales assumed 1 on the ragged path",
+                                  quant_capabilities(),
+                                  [](const Problem& p) {
+                                    static const ImplementationPtr plain = quant_kernel(
+                                        "mutant:kv-ragged-identity-scales", "", correct, correct);
+                                    static const ImplementationPtr unscaled = quant_kernel(
+                                        "mutant:kv-ragged-identity-scales", "",
+                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
+                                           Index c) {
+                                          return quant_value(s.format, s.code(b, g, t, c)) -
+                                                 s.scales->zero_point(b, g, t);
+                                        },
+                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
+                                           Index c) {
+                                          return quant_value(s.format, s.code(b, g, t, c)) -
+                                                 s.scales->zero_point(b, g, t);
+                                        });
+                                    return (p.key_lengths.empty() ? plain : unscaled)->forward(p);
+                                  }),
+      .bug = "identity scales assumed on the ragged (padded) path, as FlashInfer's ragged wrapper ignored k and v "
+             "scales: a batch with key lengths reads the codes unscaled",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over one key with key lengths given",
+      .killed_by = {"kv-quant-oracle"}});
+  {
+    Capabilities caps = quant_capabilities();
+    z.push_back(Mutant{
+        .impl = make_implementation(
+            "control:kv-quant-folded", "correct; codes kept, K's scale in the scores, V's on the products", caps,
+            [](const Problem& p) {
+              if (!p.quant) return reference_implementation()->forward(p);
+              const QuantizedKV& qk = *p.quant;
+              const std::vector<std::uint8_t> kc = quant_codes("control", "k", qk.format, qk.k, p.k),
+                                              vc = quant_codes("control", "v", qk.format, qk.v, p.v);
+              return visit_dtype(p.dtype, [&](auto tag) {
+                using S = decltype(tag);
+                using A = Acc<S>;
+                const Shape qs = p.q.shape(), ks = p.k.shape(), vs = p.v.shape();
+                const Index group = qs.H / ks.H;
+                const A scale = A(p.scale ? *p.scale : 1 / std::sqrt(double(qs.D)));
+                // A table of each byte's value, built from the bits (not the core's decoder): e5m2 as float16's top
+                // byte, e4m3fn from its fields, int8 as a signed byte; then minus the zero point, held in A.
+                const auto table_value = [&](std::uint8_t b) -> A {
+                  switch (qk.format) {
+                    case QuantFormat::e5m2: return A(float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(b << 8))));
+                    case QuantFormat::int8: return A(std::int8_t(b));
+                    case QuantFormat::e4m3fn: {
+                      const int e = (b >> 3) & 0xF, m = b & 7;
+                      const A mag = e == 0 ? A(std::ldexp(float(m), -9)) : A(std::ldexp(float(8 + m), e - 10));
+                      return b & 0x80 ? -mag : mag;
+                    }
+                  }
+                  return A(0);
+                };
+                Outcome o;
+                o.output = Tensor<double>(p.output_shape());
+                Tensor<double> w(Shape{qs.B, qs.H, qs.T, ks.T}), lse(Shape{qs.B, qs.H, qs.T, 1});
+                for (Index b = 0; b < qs.B; ++b)
+                  for (Index h = 0; h < qs.H; ++h) {
+                    const Index g = h / group;
+                    const Visibility vis = p.visibility(b, h);
+                    for (Index i = 0; i < qs.T; ++i) {
+                      std::vector<A> s(std::size_t(ks.T), -std::numeric_limits<A>::infinity());
+                      A m = -std::numeric_limits<A>::infinity();
+                      for (Index j = 0; j < ks.T; ++j) {
+                        if (!vis.visible(i, j)) continue;
+                        A dot = 0;
+                        for (Index c = 0; c < qs.D; ++c)
+                          dot += A(S(p.q(b, h, i, c))) * (table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]) -
+                                                          A(qk.k.zero_point(b, g, j)));
+                        s[std::size_t(j)] = dot * (A(qk.k.scale(b, g, j)) * scale);  // K's scale with the softmax scale
+                        m = std::max(m, s[std::size_t(j)]);
+                      }
+                      A l = 0;
+                      for (Index j = 0; j < ks.T; ++j)
+                        if (vis.visible(i, j)) l += std::exp(s[std::size_t(j)] - m);
+                      lse(b, h, i, 0) = l > 0 ? double(m) + std::log(double(l)) : -HUGE_VAL;
+                      for (Index c = 0; c < vs.D; ++c) {
+                        A acc = 0;
+                        for (Index j = 0; j < ks.T; ++j)
+                          if (vis.visible(i, j))
+                            acc += std::exp(s[std::size_t(j)] - m) * A(qk.v.scale(b, g, j)) *
+                                   (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
+                                    A(qk.v.zero_point(b, g, j)));
+                        o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
+                      }
+                      for (Index j = 0; j < ks.T; ++j)
+                        w(b, h, i, j) = vis.visible(i, j) && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
+                    }
+                  }
+                if (p.want_weights) o.weights = w;
+                if (p.want_lse) o.lse = lse;
+                return o;
+              });
+            }),
+        .bug = "control: the codes kept as they are (decoded from a table of their bits), K's scale multiplied into "
+               "each score with the softmax scale and V's into each weight·value product, in float: another order of "
+               "the same dequantisation, which tolerance.cpp's step 12 bounds",
+        .control = true,
+        .minimal_shape = {},
+        .why_minimal = "a control: no case should fail",
+        .killed_by = {},
+    });
+  }
+  return z;
+}
+
+}  // namespace attncheck::zoo

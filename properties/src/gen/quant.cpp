@@ -1,0 +1,105 @@
+// Quantised K and V caches, drawn for the laws that require them: a declared format, granularity and zero points,
+// and scales that follow each group's values (as a cache's writer computes them) so that codes reach the format's
+// limits, its subnormals and, with a shift, saturation.
+#include "parts.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace attncheck {
+using namespace generation;
+
+namespace {
+
+constexpr Index kMaxWeights = Index(1) << 18;  // its bound is materialised (tolerance.cpp step 12)
+
+std::vector<QuantFormat> usable_formats(const GenConfig& cfg, const ProblemOptions& opts) {
+  const FeatureSet declared = declared_features(cfg.caps);
+  std::vector<QuantFormat> f;  // the plainest first: integers, then e4m3fn, then e5m2
+  if (opts.may_use(Feature::kv_int8, declared)) f.push_back(QuantFormat::int8);
+  if (opts.may_use(Feature::kv_e4m3fn, declared)) f.push_back(QuantFormat::e4m3fn);
+  if (opts.may_use(Feature::kv_e5m2, declared)) f.push_back(QuantFormat::e5m2);
+  return f;
+}
+
+Index id_at(const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; }
+
+}  // namespace
+
+bool may_quantise(const GenConfig& cfg, const ProblemOptions& opts) { return !usable_formats(cfg, opts).empty(); }
+
+rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
+  const FeatureSet declared = declared_features(cfg.caps);
+  const std::vector<QuantFormat> formats = usable_formats(cfg, opts);
+  const bool required = opts.must_use(Feature::kv_int8, declared) || opts.must_use(Feature::kv_e4m3fn, declared) ||
+                        opts.must_use(Feature::kv_e5m2, declared);
+  const bool per_head = opts.may_use(Feature::kv_scale_per_head, declared),
+             per_token = opts.may_use(Feature::kv_scale_per_token, declared),
+             zero_points = opts.may_use(Feature::kv_zero_points, declared);
+  return rc::gen::exec([=] {
+    QuantDraw d;
+    std::vector<std::pair<std::size_t, int>> choices;
+    if (!required) choices.push_back({2, -1});
+    for (const QuantFormat f : formats) choices.push_back({1, int(f)});
+    d.format = *weighted_choice<int>(choices);
+    std::vector<std::pair<std::size_t, QuantGranularity>> grains{{1, QuantGranularity::tensor}};
+    if (per_head) grains.push_back({1, QuantGranularity::kv_head});
+    if (per_token) grains.push_back({1, QuantGranularity::token_head});
+    d.k_granularity = *weighted_choice<QuantGranularity>(grains);
+    d.v_granularity = *weighted_choice<QuantGranularity>(grains);
+    d.zero_points = zero_points && d.format == int(QuantFormat::int8) && *weighted_choice<bool>({{1, false}, {1, true}});
+    d.plain = *weighted_choice<bool>({{1, true}, {2, false}});
+    d.seed = *rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32);
+    if (d.format < 0) d = QuantDraw{};
+    return d;
+  });
+}
+
+void QuantDraw::apply(Problem& p, const CaseShape& s) const {
+  p.quant.reset();
+  const Shape qs = p.q.shape();
+  if (format < 0 || p.paged || p.d_output || double(qs.B) * double(qs.H) * double(qs.T) * double(p.k.shape().T) >
+                                                  double(kMaxWeights))
+    return;
+  const auto f = QuantFormat(format);
+  static constexpr double kMantissas[] = {1.0, 1.5, 0.75, 1.25, double(0.3f)};
+  // +15: an e4m3fn cache's codes all subnormal (448·2^-15 < 2^-6), as a cache scaled to a far larger amax holds them.
+  static constexpr int kShifts[] = {0, 0, 1, -1, 15};
+  // One side's scales (and zero points) from its values x, then x as the cache holds it.
+  const auto side = [&](Tensor<double>& x, QuantGranularity g, std::uint64_t salt) {
+    QuantScales sc = quant_extents(g, x.shape());
+    const Shape& sh = x.shape();
+    std::vector<double> amax(std::size_t(sc.B * sc.H * sc.T), 0.0);
+    for (Index b = 0; b < sh.B; ++b)
+      for (Index h = 0; h < sh.H; ++h)
+        for (Index t = 0; t < sh.T; ++t)
+          for (Index c = 0; c < sh.D; ++c) {
+            double& a = amax[sc.at(b, h, t)];
+            a = std::max(a, std::abs(x(b, h, t, c)));
+          }
+    for (Index b = 0; b < sc.B; ++b)
+      for (Index h = 0; h < sc.H; ++h)
+        for (Index t = 0; t < sc.T; ++t) {
+          // Keyed by the group's coordinates (its batch entry, kv head and key), so a deleted index keeps the others'.
+          const std::uint64_t key = coordinate_hash(seed + salt, {sc.B == 1 ? 0 : id_at(s.b_ids, b),
+                                                                  sc.H == 1 ? 0 : id_at(s.kv_ids, h),
+                                                                  sc.T == 1 ? 0 : id_at(s.k_ids, t)});
+          const double a = amax[sc.at(b, h, t)];
+          int e = a > 0 ? int(std::lround(std::log2(a / quant_max(f)))) : 0;
+          if (!plain) e += f == QuantFormat::e4m3fn ? kShifts[key % 5] : kShifts[key % 4];
+          e = std::clamp(e, -12, 12);
+          double scale = std::ldexp(plain ? 1.0 : kMantissas[(key >> 8) % 5], e);
+          if (scale == 1) scale = 2;
+          sc.scales.push_back(scale);
+          if (zero_points) sc.zero_points.push_back(double(Index((key >> 16) % 33) - 16));
+        }
+    x = quantize_dequantize(f, sc, x);
+    return sc;
+  };
+  QuantizedKV q{.format = f, .k = {}, .v = {}};
+  q.k = side(p.k, k_granularity, 0x6B);
+  q.v = side(p.v, v_granularity, 0x76);
+  p.quant = std::move(q);
+}
+
+}  // namespace attncheck

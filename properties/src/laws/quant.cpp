@@ -1,0 +1,443 @@
+// Quantised K and V caches' laws. A quantised call means attention over the dequantised values (code - z)·σ, exact
+// doubles: kv-quant-oracle (the call is the float64 oracle's on them, within the bound of the kernel's own
+// dequantisation), kv-quant-k-scale (K's scales times 2 with the softmax scale over 2 change nothing), kv-quant-v-scale
+// (V's scales times 2 double the output and change nothing else), kv-quant-requantise (the same values written another
+// way, halved codes under doubled scales, shifted int8 zero points, another declared format or granularity, give the
+// same call) and kv-quant-dense (the quantised call and the dense call on the dequantised values agree).
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "registry.hpp"
+#include "support.hpp"
+
+namespace attncheck::law_kit {
+namespace {
+namespace quant_law {
+
+// So that every case, B and H up to 4, is within the 2^18 weights a quantised cache is drawn at (its bound is
+// materialised: tolerance.cpp step 12).
+constexpr Index kMaxT = 128;
+
+std::string needs_quant(const GenConfig& g) {
+  if (!(g.caps.declares(Feature::kv_e4m3fn) || g.caps.declares(Feature::kv_e5m2) || g.caps.declares(Feature::kv_int8)))
+    return "needs a quantised K and V cache (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2 or _KV_INT8), which this "
+           "implementation does not declare";
+  if (g.shape) {
+    const auto& s = *g.shape;  // {B, H, T_q, T_k, D}
+    if (double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]) > double(1 << 18))
+      return "a quantised cache is checked up to 2^18 weights (B·H·T_q·T_k: its bound is materialised); the pinned "
+             "shape has " +
+             format_number(double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]));
+  }
+  return "";
+}
+
+std::string needs_quant_and_scale(const GenConfig& g) {
+  if (std::string why = needs_quant(g); !why.empty()) return why;
+  if (!g.caps.custom_scale) return "needs an explicit softmax scale, which this implementation does not accept";
+  return "";
+}
+
+GenConfig bounded(const GenConfig& config) {
+  GenConfig cfg = config;
+  cfg.max_T = std::min(cfg.max_T, kMaxT);
+  cfg.max_T_tail = std::min(cfg.max_T_tail, kMaxT);
+  cfg.max_B = std::min<Index>(cfg.max_B, 4);
+  cfg.max_H = std::min<Index>(cfg.max_H, 4);
+  cfg.long_lengths.clear();
+  return cfg;
+}
+
+// Every case quantised, in a declared format. The bound of step 12 is taken on k and v as they are, so nothing may
+// transform them first (a rope, a QK-norm, a temperature folded into q is fine but kept out for plain counterexamples),
+// and a quantised cache is never paged yet.
+ProblemOptions options(const GenConfig& cfg, bool weights) {
+  ProblemOptions po = weights ? ProblemOptions{} : outputs_only();
+  po.require.add({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  po.allow.remove({Feature::paged, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
+                   Feature::qk_norm_eps_outside, Feature::temperature, Feature::strided});
+  po.want_lse = cfg.caps.declares(Feature::lse);
+  return po;
+}
+
+rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_problem(bounded(cfg), options(cfg, true)); }
+rc::Gen<LawCase> gen_outputs(const GenConfig& cfg) { return gen_problem(bounded(cfg), options(cfg, false)); }
+
+// Whether scaling one input of p by a power of two scales every value a correct kernel forms from it exactly: every
+// type it may hold them in keeps them normal. float16's smallest normal, 2^-14, is within the drawn values' reach, so
+// float16 never is. At float32, float64 and bfloat16 (float32's exponent range or more) the values that may fall out
+// of the normal range are the products q_c·k_c (times the scale) and w_ij·v_jc, whose inputs a case may draw tiny
+// (magnitudes down to 2^-40, and weights down to exp of the most negative score): exact where every nonzero such
+// product is at least 2^-100 (the oracle's weights standing for the kernel's, 2^26 from float32's smallest normal).
+bool power_of_two_exact(const Problem& p) {
+  if (p.dtype == DType::f16) return false;
+  const auto min_nonzero = [](const Tensor<double>& t) {
+    double m = std::numeric_limits<double>::infinity();
+    for (const double x : t.values())
+      if (x != 0) m = std::min(m, std::abs(x));
+    return m;
+  };
+  constexpr double kFloor = 0x1p-100;
+  const double qk = min_nonzero(p.q) * min_nonzero(p.k) * std::min(1.0, scale_of(p));
+  if (std::isfinite(qk) && qk < kFloor) return false;
+  const OracleRun r = run_oracle(p);
+  const double w = min_nonzero(r.w), v = min_nonzero(p.v);
+  return !(std::isfinite(w) && std::isfinite(v) && w * v < kFloor);
+}
+
+// Compares the calls a and b of p exactly (output, weights and LSE where returned), or, where exactness is not
+// guaranteed, within both calls' bounds (calls_agree). `expect` maps a's output to what b's must be.
+std::optional<Violation> exactly(const char* law, const Implementation& impl, const Problem& p, const Problem& q,
+                                 double output_factor, const std::string& what, const std::string& why) {
+  const Outcome a = call(impl, p), b = call(impl, q);
+  const auto seen = seen_rows(p);
+  Tensor<double> want = a.output;
+  want.values() *= output_factor;
+  std::optional<Violation> v = compare(law, "output", want, b.output, nullptr, seen);
+  if (!v && a.weights && b.weights) v = compare(law, "weights", *a.weights, *b.weights, nullptr, seen);
+  if (!v && p.want_lse && a.lse && b.lse) v = compare(law, "lse", *a.lse, *b.lse, nullptr, seen);
+  if (v) {
+    v->message += "; " + why + " (" + what + " vs. the case as drawn), exactly: every value a kernel forms from the " +
+                  "scaled input is scaled by the same power of two";
+    v->call = q;
+    v->call_what = what;
+  }
+  return v;
+}
+
+// --- kv-quant-oracle --------------------------------------------------------------------------------------------
+
+const char* kOracleWhy =
+    "A quantised cache stores each element of K and V as a code of its format (FP8 e4m3fn or e5m2, int8) with a scale "
+    "per tensor, kv head or token (and an int8 zero point): it means (value(code) - zero point) x scale, an exact "
+    "double. The call is attention over those values: its output, weights and LSE agree with the float64 oracle on "
+    "them within the bound derived for a kernel that dequantises in its own arithmetic (attention/src/tolerance.cpp "
+    "step 12: at most four roundings of each element, 4u_s relative, and the dtype's smallest normal where a value "
+    "falls below it), or FlashAttention's rule, whichever is larger. A kernel that ignores a scale, applies it twice, "
+    "takes a kv head's scale from the query head or another token, decodes e4m3fn as e5m2 or with infinities, "
+    "flushes the format's subnormals or ignores a zero point breaks it.";
+
+std::optional<Violation> check_oracle(const Implementation& impl, const LawCase& c) {
+  const char* law = "kv-quant-oracle";
+  const Problem& p = c.problem;
+  if (!p.quant) return std::nullopt;  // a stored case the law does not draw
+  Outcome o = call(impl, outputs_first(impl, p));
+  OracleRun r = run_oracle(p);
+  const Outcome mine = widen_by_reference_error(p, r);
+  const auto seen = seen_rows(p);
+  const auto said = [&](std::optional<Violation> v) {
+    if (v) {
+      v->message += "; the oracle ran on the dequantised K and V, (code - zero point)·scale";
+      v->weights = o.weights;
+    }
+    return v;
+  };
+  if (auto v = said(compare(law, "output", r.out, o.output, &r.tol_out, seen))) return v;
+  if (p.want_lse && o.lse) {
+    const Tensor<double> tl = lse_bound(p, r);
+    if (auto v = said(compare(law, "lse", r.lse, *o.lse, &tl, seen))) return v;
+  }
+  if (c.outputs_only) return std::nullopt;
+  r.tol_w.values() = r.tol_w.values().cwiseMax(2 * (mine.weights->values() - r.w.values()).cwiseAbs() +
+                                               Eigen::VectorXd::Constant(r.w.size(), unit_roundoff(p.dtype)));
+  o.weights = weights_of(impl, c, o);
+  if (!o.weights) return std::nullopt;
+  const Include hidden = hidden_keys(p);  // a hidden weight stays exactly 0
+  for (Index b = 0; b < r.tol_w.shape().B; ++b)
+    for (Index h = 0; h < r.tol_w.shape().H; ++h)
+      for (Index i = 0; i < r.tol_w.shape().T; ++i)
+        for (Index j = 0; j < r.tol_w.shape().D; ++j)
+          if (hidden(b, h, i, j)) r.tol_w(b, h, i, j) = 0;
+  return said(compare(law, "weights", r.w, *o.weights, &r.tol_w, seen));
+}
+
+// --- kv-quant-k-scale and kv-quant-v-scale ----------------------------------------------------------------------
+
+// p with one side's scales times f (its values with them: the codes stay).
+Problem scaled_side(const Problem& p, bool k_side, double f) {
+  Problem q = p;
+  QuantScales& s = k_side ? q.quant->k : q.quant->v;
+  for (double& x : s.scales) x *= f;
+  (k_side ? q.k : q.v).values() *= f;
+  return q;
+}
+
+const char* kKScaleWhy =
+    "K's scales multiply every score through k: (code - z) x (c sigma) with the softmax scale divided by c gives "
+    "every score as it was, so the call is the same attention. With c = 2 every value a correct kernel forms from "
+    "the scaled K (the dequantised element, its products with q, a scale it folds into the softmax scale) is the old "
+    "one times 2 exactly, and the score times 1/2 again, wherever those values stay normal: the output, weights and "
+    "LSE are bit-identical at float32, float64 and bfloat16. At float16, whose subnormals the values reach, both calls "
+    "are compared within their derived bounds. A kernel that applies K's scale twice, squares it, applies it to V, "
+    "drops it on one path or folds it into the softmax scale the wrong way round (dividing) breaks it.";
+
+std::optional<Violation> check_k_scale(const Implementation& impl, const LawCase& c) {
+  const char* law = "kv-quant-k-scale";
+  Problem p = c.problem;
+  if (!p.quant) return std::nullopt;
+  p.scale = scale_of(p);  // explicit in both calls
+  Problem q = scaled_side(p, true, 2.0);
+  q.scale = *p.scale / 2;
+  const std::string what = "the case with K's scales times 2 and the softmax scale over 2";
+  const std::string why = "K's scale times c with the softmax scale over c is the same attention";
+  if (power_of_two_exact(p)) return exactly(law, impl, p, q, 1.0, what, why);
+  p.want_weights = q.want_weights = false;
+  return calls_agree(law, impl, p, q, what, why);
+}
+
+const char* kVScaleWhy =
+    "V's scales multiply every value: the output is a weighted sum of V's rows, so V's scales times c give the "
+    "output times c, and the weights and LSE as they were. With c = 2 a correct kernel's every value formed from V "
+    "(the dequantised element, its products with the weights, a scale it applies to the output instead) is the old "
+    "one times 2 exactly where it stays normal: bit-identical at float32, float64 and bfloat16 (the weights and LSE "
+    "unchanged, the output doubled). At float16 both calls are compared within their derived bounds. A kernel that "
+    "drops V's scale, applies K's to V, applies V's to the weights (or the LSE) as well, or takes it from another head "
+    "or token breaks it.";
+
+std::optional<Violation> check_v_scale(const Implementation& impl, const LawCase& c) {
+  const char* law = "kv-quant-v-scale";
+  const Problem& p = c.problem;
+  if (!p.quant) return std::nullopt;
+  const Problem q = scaled_side(p, false, 2.0);
+  const std::string what = "the case with V's scales times 2";
+  const std::string why = "V's scale times c multiplies the output by c and changes nothing else";
+  if (power_of_two_exact(p)) return exactly(law, impl, p, q, 2.0, what, why);
+  // Bounded: the doubled call's output halved is the case's (exact: dividing by 2 rounds nothing in double), so the
+  // two compare as calls_agree's do, on V halved back in the oracle's terms.
+  const Outcome a = call(impl, p), b = call(impl, q);
+  const OracleRun ra = run_oracle(p), rb = run_oracle(q);
+  Tensor<double> half = b.output, tol = ra.tol_out;
+  half.values() /= 2;
+  tol.values() += rb.tol_out.values() / 2;
+  std::optional<Violation> v = compare(law, "output", a.output, half, &tol, seen_rows(p));
+  if (v) {
+    v->message += "; " + why + " (" + what + ", its output halved, vs. the case as drawn)";
+    v->call = q;
+    v->call_what = what;
+  }
+  return v;
+}
+
+// --- kv-quant-requantise ----------------------------------------------------------------------------------------
+
+// The same dequantised values written another way, where the case allows it: halved codes under doubled scales (exact
+// where every code halves exactly), int8 codes and zero points shifted by one, another declared format whose codes
+// hold every value, or another declared granularity with the same scales. Empty where none applies; `exact` says
+// whether a correct kernel gives the same bits (the first two, where power_of_two_exact).
+struct Rewrite {
+  Problem q;
+  std::string what;
+  bool exact = false;
+};
+
+bool holds_values(QuantFormat f, const QuantScales& s, const Tensor<double>& x) {
+  try {
+    quant_codes("requantise", "k", f, s, x);
+    return true;
+  } catch (const ValueError&) {
+    return false;
+  }
+}
+
+std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
+  std::vector<Rewrite> out;
+  const QuantizedKV& qk = *p.quant;
+  // Halved codes, doubled scales: every code's half a code of the format (for int8 an integer, with zero points
+  // halved too: then even).
+  {
+    Problem q = p;
+    bool ok = true;
+    for (auto& [s, x] : {std::pair{&q.quant->k, &q.k}, {&q.quant->v, &q.v}}) {
+      QuantScales h = *s;
+      for (double& z : h.zero_points) z /= 2;
+      for (double& x2 : h.scales) x2 *= 2;
+      ok = ok && std::all_of(h.zero_points.begin(), h.zero_points.end(), [](double z) { return z == std::trunc(z); }) &&
+           holds_values(qk.format, h, *x);
+      *s = h;
+    }
+    if (ok) out.push_back({q, "the same values as codes halved under scales doubled", power_of_two_exact(p)});
+  }
+  // int8: codes and zero points one up (where every code is below 127), or one down.
+  if (qk.format == QuantFormat::int8 && cfg.caps.declares(Feature::kv_zero_points)) {
+    for (const double d : {1.0, -1.0}) {
+      Problem q = p;
+      bool ok = true;
+      for (auto& [s, x] : {std::pair{&q.quant->k, &q.k}, {&q.quant->v, &q.v}}) {
+        QuantScales h = *s;
+        if (h.zero_points.empty()) h.zero_points.assign(h.scales.size(), 0.0);
+        for (double& z : h.zero_points) z += d;
+        ok = ok && std::all_of(h.zero_points.begin(), h.zero_points.end(), [](double z) { return std::abs(z) <= 127; });
+        if (ok) {
+          try {
+            check_quant_scales("requantise", "k", qk.format, h, x->shape());
+          } catch (const std::invalid_argument&) {
+            ok = false;
+          }
+        }
+        ok = ok && holds_values(qk.format, h, *x);
+        *s = h;
+      }
+      if (ok) {
+        out.push_back({q, std::string("the same values as int8 codes and zero points ") + (d > 0 ? "one up" : "one down"),
+                       power_of_two_exact(p)});
+        break;
+      }
+    }
+  }
+  // Another declared format that holds every value (zero points only in int8).
+  for (const auto& [f, feat] : {std::pair{QuantFormat::int8, Feature::kv_int8}, {QuantFormat::e4m3fn, Feature::kv_e4m3fn},
+                                {QuantFormat::e5m2, Feature::kv_e5m2}}) {
+    if (f == qk.format || !cfg.caps.declares(feat)) continue;
+    if (f != QuantFormat::int8 && !(qk.k.zero_points.empty() && qk.v.zero_points.empty())) continue;
+    if (!holds_values(f, qk.k, p.k) || !holds_values(f, qk.v, p.v)) continue;
+    Problem q = p;
+    q.quant->format = f;
+    out.push_back({q, "the same values in " + std::string(quant_format_name(f)), false});
+  }
+  // A finer declared granularity, each group's scale (and zero point) the coarser one's.
+  const auto finer = [&](const QuantScales& s, const Shape& shape, QuantGranularity g) {
+    QuantScales f = quant_extents(g, shape);
+    for (Index b = 0; b < f.B; ++b)
+      for (Index h = 0; h < f.H; ++h)
+        for (Index t = 0; t < f.T; ++t) {
+          f.scales.push_back(s.scale(b, h, t));
+          if (!s.zero_points.empty()) f.zero_points.push_back(s.zero_point(b, h, t));
+        }
+    return f;
+  };
+  for (const auto& [g, feat] : {std::pair{QuantGranularity::kv_head, Feature::kv_scale_per_head},
+                                {QuantGranularity::token_head, Feature::kv_scale_per_token}}) {
+    if (!cfg.caps.declares(feat) || (qk.k.granularity >= g && qk.v.granularity >= g)) continue;
+    Problem q = p;
+    if (qk.k.granularity < g) q.quant->k = finer(qk.k, p.k.shape(), g);
+    if (qk.v.granularity < g) q.quant->v = finer(qk.v, p.v.shape(), g);
+    out.push_back({q, "the same values with scales per " + std::string(quant_granularity_name(g)), false});
+  }
+  return out;
+}
+
+const char* kRequantiseWhy =
+    "A cache's meaning is its dequantised values, not how they are written: the same values as codes halved under "
+    "scales doubled, as int8 codes and zero points shifted by one, in another declared format whose codes hold them "
+    "all, or with a finer declared granularity carrying the same scales, are the same attention. The law draws one of "
+    "those the case allows (by its seed) and compares the two calls: bit-identical for the first two at float32, "
+    "float64 and bfloat16 (a correct kernel forms the same products: (c/2)(2 sigma) = c sigma, (c + 1) - (z + 1) = "
+    "c - z), within both calls' derived bounds otherwise. A kernel that decodes one format as another, reads a "
+    "zero point with the wrong sign or not at all, applies a scale twice, or reads per-head or per-token scales from "
+    "the wrong group breaks it.";
+
+std::optional<Violation> check_requantise(const Implementation& impl, const LawCase& c, const GenConfig& cfg) {
+  const char* law = "kv-quant-requantise";
+  Problem p = c.problem;
+  if (!p.quant) return std::nullopt;
+  p.want_weights = false;
+  const std::vector<Rewrite> all = rewrites(p, cfg);
+  if (all.empty()) return std::nullopt;
+  // One rewrite per case, chosen by the case's values (so a replay chooses the same): their codes' sum.
+  std::uint64_t h = 0;
+  for (const std::uint8_t b : quant_codes(law, "k", p.quant->format, p.quant->k, p.k)) h = h * 31 + b;
+  Rewrite r = all[h % all.size()];
+  r.q.want_weights = false;
+  const std::string why = "the same dequantised values written another way are the same attention";
+  if (r.exact) return exactly(law, impl, p, r.q, 1.0, r.what, why);
+  return calls_agree(law, impl, p, r.q, r.what, why);
+}
+
+// --- kv-quant-dense ---------------------------------------------------------------------------------------------
+
+const char* kDenseWhy =
+    "A quantised call and the dense call on its dequantised values rounded to the dtype are the same attention but "
+    "for that rounding: their outputs (and LSEs) agree within both calls' derived bounds plus what their float64 "
+    "oracles differ by. The implementation's own dense path is the reference here, so a quantised path that drifts "
+    "from it (a scale applied on one path only, a decode path that flushes subnormals, a ragged path that assumes "
+    "identity scales) breaks it.";
+
+std::optional<Violation> check_dense(const Implementation& impl, const LawCase& c) {
+  const char* law = "kv-quant-dense";
+  Problem p = c.problem;
+  if (!p.quant) return std::nullopt;
+  p.want_weights = false;
+  Problem q = p;
+  q.quant.reset();
+  for (Tensor<double>* t : {&q.k, &q.v})
+    for (double& x : t->values()) x = round_to(p.dtype, x);
+  return calls_agree(law, impl, p, q, "the dense call on the dequantised K and V, rounded to the dtype",
+                     "a quantised cache is the dense call on its dequantised values");
+}
+
+}  // namespace quant_law
+}  // namespace
+
+Law kv_quant_oracle() {
+  using namespace quant_law;
+  return {"kv-quant-oracle",
+          "a call over a quantised cache agrees with the oracle on its dequantised values",
+          kOracleWhy,
+          LawDoc{"62", "outputs, weights and LSE of a quantised call agree with the float64 oracle on (code − z)·σ",
+                 "derived (`attention/src/tolerance.cpp` step 12), or FlashAttention's rule"},
+          needs_quant,
+          gen,
+          check_oracle,
+          0};
+}
+
+Law kv_quant_k_scale() {
+  using namespace quant_law;
+  return {"kv-quant-k-scale",
+          "K's scales times 2 with the softmax scale over 2 change nothing",
+          kKScaleWhy,
+          LawDoc{"63", "K's scales × 2 with the softmax scale ÷ 2: the same output, weights and LSE",
+                 "exact (float16: both calls' derived bounds)"},
+          needs_quant_and_scale,
+          gen,
+          check_k_scale,
+          0};
+}
+
+Law kv_quant_v_scale() {
+  using namespace quant_law;
+  return {"kv-quant-v-scale",
+          "V's scales times 2 double the output and change nothing else",
+          kVScaleWhy,
+          LawDoc{"64", "V's scales × 2: the output × 2, the weights and LSE the same",
+                 "exact (float16: both calls' derived bounds)"},
+          needs_quant,
+          gen,
+          check_v_scale,
+          0};
+}
+
+Law kv_quant_requantise() {
+  using namespace quant_law;
+  return {"kv-quant-requantise",
+          "the same dequantised values written another way give the same call",
+          kRequantiseWhy,
+          LawDoc{"65",
+                 "codes halved under scales doubled, int8 zero points shifted, another format or granularity: the "
+                 "same call",
+                 "exact for the first two (float16: derived), both calls' derived bounds for the others"},
+          needs_quant,
+          gen_outputs,
+          [](const Implementation& impl, const LawCase& c) {
+            GenConfig cfg;
+            cfg.caps = impl.capabilities();
+            return check_requantise(impl, c, cfg);
+          },
+          0};
+}
+
+Law kv_quant_dense() {
+  using namespace quant_law;
+  return {"kv-quant-dense",
+          "a quantised call agrees with the dense call on its dequantised values",
+          kDenseWhy,
+          LawDoc{"66", "the quantised call and the dense call on its dequantised values rounded to the dtype agree",
+                 "both calls' derived bounds plus the oracles' difference"},
+          needs_quant,
+          gen_outputs,
+          check_dense,
+          0};
+}
+
+}  // namespace attncheck::law_kit

@@ -73,14 +73,21 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
           "query_documents": 0x20000, "v_head_dim": 0x1000}
 # Version 4: the flags4 bits (ABI 4's ATTNCHECK_CAP4_* bits, docs/abi4.md) of each serve() declaration.
 FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10, "qk_norm": 0x20,
-          "qk_norm_eps_outside": 0x40, "dropout": 0x80, "rope_ntk": 0x100, "rope_llama3": 0x200}
+          "qk_norm_eps_outside": 0x40, "dropout": 0x80, "rope_ntk": 0x100, "rope_llama3": 0x200, "kv_e4m3fn": 0x400,
+          "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
+          "kv_zero_points": 0x8000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
                      "block_mask": ("block_mask",), "dense_mask": ("dense_mask",), "bias": ("bias",),
                      "temperature": ("temperature",), "rope": ("rope",), "rope_interleaved": ("rope",),
                      "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",), "dropout": ("dropout",),
-                     "rope_ntk": ("rope",), "rope_llama3": ("rope",)}
+                     "rope_ntk": ("rope",), "rope_llama3": ("rope",), "kv_e4m3fn": ("quant",),
+                     "kv_e5m2": ("quant",), "kv_int8": ("quant",), "kv_scale_per_head": ("quant",),
+                     "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",)}
+# The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
+FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
+                "kv_zero_points")
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -91,6 +98,8 @@ FEATURE_FAMILIES = {
     "prologues": ("rope", "rope_interleaved", "rope_ntk", "rope_llama3", "qk_norm", "qk_norm_eps_outside"),
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
+    "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
+                         "kv_zero_points"),
     "claims about results": ("batch_invariant",),
 }
 FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
@@ -137,7 +146,8 @@ PAGE_LAYOUT_NAMES = {code: name for name, code in PAGE_LAYOUT_CODES.items()}
 CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap": 16, "alibi": 32, "sinks": 64,
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
-              "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152, "dropout": 4194304}
+              "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152, "dropout": 4194304,
+              "quant": 8388608}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -453,8 +463,39 @@ def _read_call(payload, backward):
         prob, seed, offset = struct.unpack_from("<dQQ", payload, off)
         off += 24
         dropout = Dropout(float(prob), int(seed), int(offset))
+    quant = None
+    if fflags & CALL_FLAGS["quant"]:  # version 4: u32 format; per side u32 granularity, u32 zero points, f32 scales,
+        # i8 zero points; then q at the dtype and K's and V's codes in place of k and v
+        (fcode,) = struct.unpack_from("<I", payload, off)
+        off += 4
+        sides = []
+        for shape in (ks, vs):
+            gcode, has_zp = struct.unpack_from("<II", payload, off)
+            off += 8
+            extents = {0: (1, 1, 1), 1: (1, shape[1], 1), 2: (shape[0], shape[1], shape[2])}[gcode]
+            n = int(np.prod(extents))
+            scales = np.frombuffer(payload, dtype="<f4", count=n, offset=off).reshape(extents).copy()
+            off += 4 * n
+            zero_points = None
+            if has_zp:
+                zero_points = np.frombuffer(payload, dtype="i1", count=n, offset=off).reshape(extents).copy()
+                off += n
+            sides.append((QUANT_GRANULARITIES[gcode], scales, zero_points))
+        nq = int(np.prod(qs)) * size
+        q = _decode(payload[off:off + nq], dtype, qs)
+        off += nq
+        codes = []
+        for shape in (ks, vs):
+            n = int(np.prod(shape))
+            codes.append(np.frombuffer(payload, dtype="u1", count=n, offset=off).reshape(shape).copy())
+            off += n
+        quant = QuantizedKV(QUANT_FORMATS[fcode], *(QuantCache(QUANT_FORMATS[fcode], c, g, sc, z)
+                                                    for c, (g, sc, z) in zip(codes, sides)))
     paged = None
-    if fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
+    if quant is not None:
+        arrays = [q, None, None]
+        nq = nk = nv = 0
+    elif fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
         lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
         off += 32
         table = np.frombuffer(payload, dtype="<i4", count=qs[0] * max_pages, offset=off)
@@ -482,7 +523,7 @@ def _read_call(payload, backward):
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
-              "temperature": temperature, "rope": rope, "qk_norm": qk_norm, "dropout": dropout}
+              "temperature": temperature, "rope": rope, "qk_norm": qk_norm, "dropout": dropout, "quant": quant}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -628,6 +669,68 @@ class Dropout:
         return "Dropout(p %g, seed %d, offset %d)" % (self.p, self.seed, self.offset)
 
 
+QUANT_FORMATS = {1: "e4m3fn", 2: "e5m2", 3: "int8"}
+QUANT_GRANULARITIES = {0: "tensor", 1: "kv_head", 2: "token_head"}
+
+
+def fp8_values(fmt):
+    """The 256 values of a format's bytes as float64 (NaN for e4m3fn's 0x7f and 0xff, e5m2's NaNs; e5m2's infinities),
+    from the formats' definitions: e4m3fn S.EEEE.MMM (bias 7, no infinities, S.1111.111 NaN), e5m2 S.EEEEE.MM (bias
+    15, IEEE-style: float16's top byte), int8 two's complement."""
+    b = np.arange(256)
+    if fmt == "int8":
+        return b.astype(np.uint8).view(np.int8).astype(np.float64)
+    if fmt == "e5m2":
+        return (b.astype(np.uint16) << 8).view(np.float16).astype(np.float64)
+    e, m = (b >> 3) & 0xF, (b & 7).astype(np.float64)
+    mag = np.where(e == 0, m * 2.0 ** -9, (8 + m) * np.exp2(e.astype(np.float64) - 10))
+    mag = np.where((e == 15) & (m == 7), np.nan, mag)
+    return np.where(b & 0x80, -mag, mag)
+
+
+class QuantCache:
+    """One side (K or V) of a quantised cache (serve(..., kv_e4m3fn=True, ...)): `codes`, the stored bytes
+    [B, H_kv, T_k, D] (uint8: view them as torch.float8_e4m3fn, torch.float8_e5m2 or int8), `scales` (float32,
+    [1, 1, 1] per tensor, [1, H_kv, 1] per kv head, [B, H_kv, T_k] per token and kv head: `granularity`) and
+    `zero_points` (int8, shaped as the scales, or None). Element (b, g, t, c) means (value(code) - zero point) * scale,
+    which dequantize() computes in float64 (exactly)."""
+
+    def __init__(self, fmt, codes, granularity, scales, zero_points):
+        self.format, self.codes, self.granularity = fmt, codes, granularity
+        self.scales, self.zero_points = scales, zero_points
+
+    def dequantize(self):
+        if isinstance(self.codes, np.ndarray):
+            values = fp8_values(self.format)[self.codes.astype(np.int64)]
+            z = 0.0 if self.zero_points is None else self.zero_points.astype(np.float64)[..., None]
+            return (values - z) * self.scales.astype(np.float64)[..., None]
+        import torch  # torch tensors (serve(..., framework="torch")), on their device
+        table = torch.tensor(fp8_values(self.format), dtype=torch.float64, device=self.codes.device)
+        values = table[self.codes.long()]
+        z = 0.0 if self.zero_points is None else self.zero_points.double()[..., None]
+        return (values - z) * self.scales.double()[..., None]
+
+    def __repr__(self):
+        return "QuantCache(%s %s, scales per %s%s)" % (self.format, list(self.codes.shape), self.granularity,
+                                                       ", zero points" if self.zero_points is not None else "")
+
+
+class QuantizedKV:
+    """The K and V of a quantised call (serve(..., kv_e4m3fn=True, kv_e5m2=True, kv_int8=True)): k and v are None
+    and `quant` holds both caches in one `format`, each a QuantCache with scales of its own. dequantize() gives the
+    float64 (k, v) the call means; a kernel that dequantises in its own arithmetic is held to the bound of attncheck's
+    tolerance step 12."""
+
+    def __init__(self, fmt, k, v):
+        self.format, self.k, self.v = fmt, k, v
+
+    def dequantize(self):
+        return self.k.dequantize(), self.v.dequantize()
+
+    def __repr__(self):
+        return "QuantizedKV(%s, k %r, v %r)" % (self.format, self.k, self.v)
+
+
 class PagedKV:
     """The K and V of a paged call (serve(..., paged=True)): two page pools and a block table, as a serving
     engine's KV cache holds them. Key t of sequence b lies in page block_table[b, t // page_size], slot
@@ -759,6 +862,11 @@ class _Torch:
             kw["qk_norm"] = QkNorm(None if norm.q_weight is None else self.tensor(norm.q_weight),
                                    None if norm.k_weight is None else self.tensor(norm.k_weight), norm.eps,
                                    norm.eps_outside)
+        quant = kw.get("quant")
+        if quant is not None:  # the codes as torch.uint8, scales float32, zero points int8, on the device
+            kw["quant"] = QuantizedKV(quant.format, *(
+                QuantCache(c.format, self.tensor(c.codes), c.granularity, self.tensor(c.scales),
+                           None if c.zero_points is None else self.tensor(c.zero_points)) for c in (quant.k, quant.v)))
         paged = kw["paged"]
         if paged is not None:
             kw["paged"] = PagedKV(self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype),
@@ -878,7 +986,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           chunked_local=False, prefix=False, right_window=False, block_mask=False, dense_mask=False,
           batch_invariant=False, query_documents=False, strided=False, layout_invariant=False, v_head_dim=False,
           bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, qk_norm=False,
-          qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, framework="numpy", device=None):
+          qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
+          kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
+          framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -951,6 +1061,11 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     depends on the seed, the offset and the cell only; fn returns the dropped weights (or attncheck probes for them),
     and a backward with the same seed and offset uses the forward's mask. An attncheck that speaks only version 3
     cannot send them: the client then refuses to serve, saying so.
+    `kv_e4m3fn=True`, `kv_e5m2=True`, `kv_int8=True` declare quantised K and V caches in those formats
+    (with `kv_scale_per_head=True`, `kv_scale_per_token=True` their scales per kv head or per token and kv head, and
+    `kv_zero_points=True` int8 zero points): fn gets `quant`, None for a dense call; in a quantised call (the
+    kv-quant-* laws, forward only) k and v are None and `quant` is a QuantizedKV (its format, and k and v as
+    QuantCache: codes, scales, zero points, dequantize()).
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -964,13 +1079,22 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("temperature", temperature), ("rope", rope),
                                               ("rope_interleaved", rope_interleaved), ("qk_norm", qk_norm),
                                               ("qk_norm_eps_outside", qk_norm_eps_outside), ("dropout", dropout),
-                                              ("rope_ntk", rope_ntk), ("rope_llama3", rope_llama3))}
+                                              ("rope_ntk", rope_ntk), ("rope_llama3", rope_llama3),
+                                              ("kv_e4m3fn", kv_e4m3fn), ("kv_e5m2", kv_e5m2), ("kv_int8", kv_int8),
+                                              ("kv_scale_per_head", kv_scale_per_head),
+                                              ("kv_scale_per_token", kv_scale_per_token),
+                                              ("kv_zero_points", kv_zero_points))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
     if bias_grad and not (bias and backward is not None):
         raise ValueError("serve: bias_grad=True needs bias=True and a backward (dBias is what the backward returns "
                          "for the bias it was given)")
+    if kv_zero_points and not kv_int8:
+        raise ValueError("serve: kv_zero_points=True needs kv_int8=True (only int8 caches have zero points)")
+    if (kv_scale_per_head or kv_scale_per_token) and not (kv_e4m3fn or kv_e5m2 or kv_int8):
+        raise ValueError("serve: kv_scale_per_head or kv_scale_per_token without a cache format (kv_e4m3fn=True, "
+                         "kv_e5m2=True or kv_int8=True)")
     if query_documents and not documents:
         raise ValueError("serve: query_documents=True needs documents=True (query ids of their own come with the "
                          "key ids)")
@@ -996,8 +1120,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     backward_takes = set()
     if autograd:  # the forward itself is differentiated, with the forward's keywords
         backward_takes = takes
-    elif backward is not None:  # paged calls are forward only: a backward needs no `paged`
-        backward_takes = _keywords(backward, "backward", [m for m in modifiers if m != "paged"])
+    elif backward is not None:  # paged and quantised calls are forward only: a backward needs no `paged` or `quant`
+        backward_takes = _keywords(backward, "backward", [m for m in modifiers if m not in FORWARD_ONLY])
         # A backward that ignores what the forward honours would differentiate another function.
         for flag, param in ((custom_scale, "scale"), (len(alignments) > 1, "alignment"),
                             (key_lengths, "key_lengths"), (window, "window")):

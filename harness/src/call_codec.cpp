@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <optional>
+#include <tuple>
 
 #include "protocol.hpp"
 
@@ -174,7 +175,7 @@ std::string call_payload(const Problem& p) {
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
         (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u) |
-        (p.dropout ? call_dropout : 0u));
+        (p.dropout ? call_dropout : 0u) | (p.quant ? call_quant : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -276,6 +277,26 @@ std::string call_payload(const Problem& p) {
     w.f64(p.dropout->p);
     w.u64(p.dropout->seed);
     w.u64(p.dropout->offset);
+  }
+  if (p.quant) {  // version 4 (PROTOCOL.md, "Quantised K and V"): u32 format; per side its scales; q; the codes
+    if (paged) throw std::logic_error("encode_forward: a quantised cache with paged K and V");
+    const QuantizedKV& qk = *p.quant;
+    w.u32(std::uint32_t(qk.format));
+    for (const QuantScales* s : {&qk.k, &qk.v}) {
+      w.u32(std::uint32_t(s->granularity));
+      w.u32(s->zero_points.empty() ? 0u : 1u);
+      for (const double x : s->scales) w.f32(float(x));
+      for (const double z : s->zero_points) {
+        const std::int8_t b = std::int8_t(z);
+        w.raw(&b, 1);
+      }
+    }
+    w.bytes() += to_bytes(p.q, p.dtype);
+    for (const auto& [s, t, name] : {std::tuple{&qk.k, &p.k, "k"}, {&qk.v, &p.v, "v"}}) {
+      const std::vector<std::uint8_t> codes = quant_codes("encode_forward", name, qk.format, *s, *t);
+      w.raw(codes.data(), codes.size());
+    }
+    return std::move(w.bytes());
   }
   if (!paged) {
     for (const Tensor<double>* t : {&p.q, &p.k, &p.v}) w.bytes() += to_bytes(*t, p.dtype);
@@ -662,6 +683,51 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
   }
 }
 
+// A quantised frame's cache (after the modifiers): the format, each side's granularity, scales and zero points, then q
+// at the dtype and K's and V's codes, read into p (k and v their dequantised values).
+void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::int64_t, 4>& raw_q, const Shape& ks,
+                const Shape& vs) {
+  const std::uint32_t format = r.u32();
+  if (format < 1 || format > 3)
+    throw ProtocolError(std::string(what) + ": quantised format " + std::to_string(format) +
+                        " (expected 1 e4m3fn, 2 e5m2 or 3 int8)");
+  QuantizedKV qk;
+  qk.format = QuantFormat(format);
+  for (const auto& [s, shape, side] : {std::tuple{&qk.k, &ks, "k"}, {&qk.v, &vs, "v"}}) {
+    const std::uint32_t g = r.u32(), zp = r.u32();
+    if (g > 2)
+      throw ProtocolError(std::string(what) + ": the quantised " + side + "'s granularity is " + std::to_string(g) +
+                          " (expected 0 per tensor, 1 per kv head or 2 per token and kv head)");
+    if (zp > 1)
+      throw ProtocolError(std::string(what) + ": the quantised " + side + "'s zero-point flag is " + std::to_string(zp) +
+                          " (expected 0 or 1)");
+    *s = quant_extents(QuantGranularity(g), *shape);
+    const std::size_t n = std::size_t(s->B * s->H * s->T);
+    for (std::size_t i = 0; i < n; ++i) s->scales.push_back(double(r.f32()));
+    if (zp)
+      for (std::size_t i = 0; i < n; ++i) s->zero_points.push_back(double(std::int8_t(r.raw(1)[0])));
+  }
+  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what);
+  p.q = from_bytes(r.raw(q_bytes), Shape{raw_q[0], raw_q[1], raw_q[2], raw_q[3]}, p.dtype);
+  for (const auto& [s, shape, t, side] : {std::tuple{&qk.k, &ks, &p.k, "k"}, {&qk.v, &vs, &p.v, "v"}}) {
+    try {
+      check_quant_scales(what, side, qk.format, *s, *shape);
+    } catch (const std::invalid_argument& e) {
+      throw ProtocolError(e.what());
+    }
+    const std::string_view bytes = r.raw(std::size_t(shape->numel()));
+    for (std::size_t i = 0; i < bytes.size(); ++i)
+      if (!std::isfinite(quant_value(qk.format, std::uint8_t(bytes[i])))) {
+        char hex[8];
+        std::snprintf(hex, sizeof hex, "0x%02x", unsigned(std::uint8_t(bytes[i])));
+        throw ProtocolError(std::string(what) + ": the quantised " + side + "'s code " + std::to_string(i) + " is " +
+                            hex + ", not a finite " + std::string(quant_format_name(qk.format)) + " value");
+      }
+    *t = dequantize(qk.format, *s, *shape, reinterpret_cast<const std::uint8_t*>(bytes.data()));
+  }
+  p.quant = std::move(qk);
+}
+
 // The call as the core checks it (check_call), its refusal a ProtocolError.
 Problem checked(Problem p, const char* what) {
   try {
@@ -679,10 +745,11 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   const std::uint32_t flags = r.u32();
   if (flags & ~kCallFlags)
     throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0x7fffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+                        " (expected bits within 0xffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
                         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
                         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout)");
+                        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout, 8388608 "
+                        "quantised K and V)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -745,6 +812,16 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     d.seed = r.u64();
     d.offset = r.u64();
     p.dropout = d;
+  }
+  if (flags & call_quant) {
+    if (flags & (call_paged | call_layout))
+      throw ProtocolError(std::string(what) + ": flags have 8388608 (quantised K and V) with " +
+                          ((flags & call_paged) ? "512 (paged)" : "65536 (layout)") +
+                          ": a quantised cache comes as contiguous codes");
+    if (backward) throw ProtocolError(std::string(what) + ": flags have 8388608 (quantised K and V), but quantised "
+                                      "calls are forward only");
+    read_quant(r, what, p, raw_q, ks, vs);
+    return checked(p, what);
   }
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);

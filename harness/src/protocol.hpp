@@ -97,9 +97,12 @@ enum CallFlags : std::uint32_t {
   call_rope = 1048576,        ///< version 4: a rope follows the temperature (its fields, then q's and k's positions)
   call_qk_norm = 2097152,     ///< version 4: a QK-norm follows the rope (its fields, then q's and k's weights)
   call_dropout = 4194304,     ///< version 4: dropout follows the QK-norm (f64 p, u64 seed, u64 offset)
+  /// version 4: a quantised K and V cache follows the dropout (its format and each side's scales), and K's and V's
+  /// codes replace their values after q (PROTOCOL.md, "Quantised K and V")
+  call_quant = 8388608,
 };
 /// Every call flag.
-inline constexpr std::uint32_t kCallFlags = 0x7FFFFFu;
+inline constexpr std::uint32_t kCallFlags = 0xFFFFFFu;
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
 /// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with
@@ -142,6 +145,7 @@ class Writer {
   void u64(std::uint64_t x) { raw(&x, 8); }
   void i64(std::int64_t x) { raw(&x, 8); }
   void f64(double x) { raw(&x, 8); }
+  void f32(float x) { raw(&x, 4); }
   void str(std::string_view s) {
     u32(static_cast<std::uint32_t>(s.size()));
     raw(s.data(), s.size());
@@ -162,6 +166,7 @@ class Reader {
   std::uint64_t u64() { return take<std::uint64_t>(); }
   std::int64_t i64() { return take<std::int64_t>(); }
   double f64() { return take<double>(); }
+  float f32() { return take<float>(); }
   std::string str();
   std::string_view raw(std::size_t n);
   std::size_t left() const { return p_.size() - pos_; }

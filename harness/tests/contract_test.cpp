@@ -101,11 +101,43 @@ std::optional<Problem> witness(Feature f) {
     case Feature::dropout:  // a seed past 2^63, as a u64 crosses every codec
       p.dropout = Dropout{.p = 0.25, .seed = 0xFEEDFACECAFEBEEFull, .offset = 12345};
       break;
+    case Feature::kv_e4m3fn:
+    case Feature::kv_e5m2:
+    case Feature::kv_int8:
+    case Feature::kv_scale_per_head:
+    case Feature::kv_scale_per_token:
+    case Feature::kv_zero_points: {  // K and V as a cache holds them: per tensor, per kv head, per token
+      const QuantFormat fmt = f == Feature::kv_e5m2   ? QuantFormat::e5m2
+                              : f == Feature::kv_int8 || f == Feature::kv_zero_points ? QuantFormat::int8
+                                                                                      : QuantFormat::e4m3fn;
+      const QuantGranularity g = f == Feature::kv_scale_per_head    ? QuantGranularity::kv_head
+                                 : f == Feature::kv_scale_per_token ? QuantGranularity::token_head
+                                                                    : QuantGranularity::tensor;
+      QuantizedKV qk{.format = fmt, .k = quant_extents(g, p.k.shape()), .v = quant_extents(g, p.v.shape())};
+      for (QuantScales* s : {&qk.k, &qk.v})
+        for (Index n = 0; n < s->B * s->H * s->T; ++n) {
+          s->scales.push_back(double(float(0.0625 + 0.011 * double(n))));  // not powers of two
+          if (f == Feature::kv_zero_points) s->zero_points.push_back(double(n % 7) - 3);
+        }
+      p.k = quantize_dequantize(fmt, qk.k, p.k);
+      p.v = quantize_dequantize(fmt, qk.v, p.v);
+      p.quant = qk;
+      break;
+    }
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad: return std::nullopt;
   }
   return p;
+}
+
+// What a witness of `f` uses besides f: what f is declared with, and for a quantised cache's granularity the format
+// its witness comes in (a granularity shapes a format's scales and is declared beside whichever formats a kernel
+// reads).
+std::set<Feature> comes_with(Feature f) {
+  if (f == Feature::kv_scale_per_head || f == Feature::kv_scale_per_token) return {Feature::kv_e4m3fn};
+  if (const auto& r = feature(f).requires_feature) return {*r};
+  return {};
 }
 
 // The reference's capabilities with every feature declared.
@@ -151,7 +183,7 @@ TEST(Contract, everyFeatureHasAWitnessThatUsesItAndNoOther) {
     if (!w) continue;
     for (const FeatureRow& g : kFeatures) {
       if (!g.used) continue;
-      EXPECT_EQ(g.used(*w), g.id == f.id || f.requires_feature == g.id) << f.name << " uses " << g.name;
+      EXPECT_EQ(g.used(*w), g.id == f.id || comes_with(f.id).count(g.id) > 0) << f.name << " uses " << g.name;
     }
   }
 }
@@ -330,7 +362,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
       {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope},
-      {"qk_norm", call_qk_norm},     {"dropout", call_dropout}};
+      {"qk_norm", call_qk_norm},     {"dropout", call_dropout},       {"quant", call_quant}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

@@ -262,6 +262,25 @@ TEST(Exec, pythonClientDropoutHoldsTheDropoutLaws) {
   }
 }
 
+// The numpy client's quantised caches: it gets codes and scales (k and v None) and dequantises them itself; the
+// quantised-cache laws hold on it in every format and granularity it declares.
+TEST(Exec, pythonClientQuantisedCachesHoldTheQuantLaws) {
+  REQUIRE_NUMPY();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", ""));
+  ASSERT_TRUE(impl->capabilities().declares(Feature::kv_e4m3fn) && impl->capabilities().declares(Feature::kv_zero_points));
+  for (const char* law : {"kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise",
+                          "kv-quant-dense"}) {
+    RunOptions o;
+    o.cases = 20;
+    o.gen.dtype = DType::f64;
+    o.gen.max_T = o.gen.max_T_tail = 16;
+    const LawResult res = run_law(*find_law(law), *impl, o);
+    EXPECT_EQ(res.status, LawStatus::held)
+        << law << ": " << res.note << (res.violation ? res.violation->message : std::string());
+    EXPECT_EQ(res.cases_run, 20) << law;
+  }
+}
+
 // The PyTorch example (examples/python/torch_modifiers.py, autograd as its backward) on the same calls.
 TEST(Exec, torchModifiersExampleAgreesWithTheReference) {
   if (std::system((kPython + " -c 'import torch' 2>/dev/null").c_str()) != 0)
@@ -1177,11 +1196,11 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 4194304 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 8388608 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 8388608u;
+  const std::uint32_t high = flags | 16777216u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout)");
+  refused(unknown, "2097152 QK-norm, 4194304 dropout, 8388608 quantised K and V)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

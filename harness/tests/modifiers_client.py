@@ -1,7 +1,8 @@
 """A child for the exec: tests that declares protocol version 3's modifiers and the LSE (numpy, float64): softcap,
 ALiBi, sinks (with d_sinks in the backward) and causal = False, and version 4's additive bias (with d_bias) and
 per-query temperatures, rotary embeddings, QK-norm and dropout (a mask from numpy's Philox under the seed, its counter
-at the offset, drawn over [B,H,T_q,T_k] in order, so a batch entry's mask does not depend on those after it). `dict`
+at the offset, drawn over [B,H,T_q,T_k] in order, so a batch entry's mask does not depend on those after it), and
+quantised K and V caches in every format and granularity (dequantised with the client's QuantizedKV.dequantize()). `dict`
 as the first argument returns a dict
 instead of a tuple; `strict` raises when it gets a modifier keyword it did not declare (it declares only the LSE
 and sinks then), so a test can see that nothing undeclared is passed."""
@@ -96,7 +97,9 @@ def keep(dropout, shape):
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
-              sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None, dropout=None):
+              sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None, dropout=None, quant=None):
+    if quant is not None:  # k and v come as codes and scales
+        k, v = quant.dequantize()
     _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal,
                                         bias, temperature, rope, qk_norm)
     p = p * keep(dropout, p.shape)  # the dropped weights (the LSE stays the softmax's)
@@ -143,7 +146,8 @@ if __name__ == "__main__":
     declared = dict(lse=True, sinks=True) if MODE == "strict" else dict(
         lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
         temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True, dropout=True,
-        rope_ntk=True, rope_llama3=True)
+        rope_ntk=True, rope_llama3=True, kv_e4m3fn=True, kv_e5m2=True, kv_int8=True, kv_scale_per_head=True,
+        kv_scale_per_token=True, kv_zero_points=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

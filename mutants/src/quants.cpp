@@ -101,14 +101,22 @@ std::vector<Mutant> quant_mutants() {
   const Decode ok = correct;
   z.push_back(both(
       "mutant:kv-scale-query-head", "per-kv-head scales indexed by the query head",
-      [](const Problem&, const Side& s, const Side&, Index b, Index h, Index g, Index t, Index c) {
-        const Index at = s.scales->granularity == QuantGranularity::tensor ? g : std::min(h, s.shape.H - 1);
-        return (quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, at, t)) * s.scales->scale(b, at, t);
+      [](const Problem&, const Side& s, const Side& other, Index b, Index h, Index g, Index t, Index c) {
+        const QuantScales& sc = *s.scales;
+        if (sc.granularity == QuantGranularity::tensor) return s.value(b, g, t, c);
+        // The flat index of (b, h, t) instead of (b, g, t), into one buffer holding this side's scales and then the
+        // other side's (as a caller allocates them together): past this side's end, the other's are read.
+        const std::size_t at = std::size_t(((sc.B == 1 ? 0 : b) * sc.H + h) * sc.T + (sc.T == 1 ? 0 : t));
+        const QuantScales& os = *other.scales;
+        const bool past = at >= sc.scales.size();
+        const std::size_t j = past ? (at - sc.scales.size()) % os.scales.size() : at;
+        const std::vector<double>& scales = past ? os.scales : sc.scales;
+        const std::vector<double>& zps = past ? os.zero_points : sc.zero_points;
+        return (quant_value(s.format, s.code(b, g, t, c)) - (zps.empty() ? 0.0 : zps[j])) * scales[j];
       },
-      "a per-kv-head (or per-token-head) scale read at the query head's index (clamped to the last kv head) instead of "
-      "its kv head's: right without grouped queries, wrong for every group but the first",
-      {1, 4, 1, 1}, "query head 1 of 4 over 2 kv heads reads kv head 1's scale for kv head 0's codes",
-      {"kv-quant-oracle"}));
+      "a per-kv-head (or per-token-head) scale read at the query head's index instead of its kv head's, in a buffer "
+      "holding K's scales and then V's: right without grouped queries, and past K's own scales it reads V's",
+      {1, 2, 1, 1}, "query head 1 of 2 over one kv head reads the scale after kv head 0's", {"kv-quant-oracle"}));
   z.push_back(Mutant{
       .impl = quant_kernel(
           "mutant:kv-k-scale-twice", "K's scale applied twice",
@@ -215,8 +223,9 @@ std::vector<Mutant> quant_mutants() {
       },
       "per-token-head scales laid out [B,H_kv,T_k] read as [B,T_k,H_kv] (the strides of a token-major cache): right "
       "for one kv head or one token only",
-      {1, 2, 2, 1}, "two kv heads over two keys: key 1 of kv head 0 reads kv head 1's first scale",
-      {"kv-quant-oracle"}, {Shape{1, 2, 1, 1}}));
+      {1, 2, 1, 1}, "two kv heads over two keys (the second one's scales there, even where only key 0 is seen): key 0 "
+      "of kv head 1 reads kv head 0's second scale",
+      {"kv-quant-oracle"}));
   z.push_back(both(
       "mutant:kv-token-scale-per-tile", "per-token scales read once per tile of 4 keys",
       [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
@@ -225,7 +234,7 @@ std::vector<Mutant> quant_mutants() {
       },
       "a per-token scale loaded once per tile of 4 keys (a paged kernel reading the page's first token's scale): "
       "right for the first key of each tile",
-      {1, 1, 1, 1}, "one query over two keys: key 1 takes key 0's scale", {"kv-quant-oracle"},
+      {1, 1, 1, 1}, "one query over two keys (bottom-right: it sees both): key 1 takes key 0's scale", {"kv-quant-oracle"},
       {Shape{1, 1, 2, 1}}));
   z.push_back(both(
       "mutant:kv-head0-scale", "every kv head with head 0's scale",
@@ -258,7 +267,7 @@ std::vector<Mutant> quant_mutants() {
       .bug = "the scales applied on the decode path (one query) only: a prefill over a quantised cache reads the codes "
              "unscaled",
       .minimal_shape = {1, 1, 2, 1},
-      .why_minimal = "two queries: one query is the decode path",
+      .why_minimal = "two queries over one key: one query is the decode path",
       .killed_by = {"kv-quant-oracle"}});
   z.push_back(Mutant{
       .impl = make_implementation("mutant:kv-ragged-identity-scales", "scales assumed 1 on the ragged path",

@@ -247,6 +247,25 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:dropout-weights-undropped", {.T_k = 1}},
     {"mutant:dropout-lse-after", {.T_k = 1}},
     {"mutant:dropout-dv-unscaled", {.T_k = 1}},
+    {"mutant:kv-scale-query-head", {.T_k = 1, .H_kv = 1}},
+    {"mutant:kv-k-scale-twice", {.T_k = 1}},
+    {"mutant:kv-v-scale-dropped", {.T_k = 1}},
+    {"mutant:kv-k-scale-on-v", {.T_k = 1}},
+    {"mutant:kv-e4m3-as-e5m2", {.T_k = 1}},
+    {"mutant:kv-e4m3-with-infinities", {.T_k = 1}},
+    {"mutant:kv-fp8-subnormals-flushed", {.T_k = 1}},
+    {"mutant:kv-int8-unsigned", {.T_k = 1}},
+    {"mutant:kv-zero-point-ignored", {.T_k = 1}},
+    {"mutant:kv-zero-point-added", {.T_k = 1}},
+    {"mutant:kv-scale-as-divisor", {.T_k = 1}},
+    {"mutant:kv-token-scales-transposed", {.T_k = 2}},
+    {"mutant:kv-token-scales-transposed", {.T_k = 2, .alignment = kBR}},
+    {"mutant:kv-token-scale-per-tile", {.T_k = 2, .alignment = kBR}},
+    {"mutant:kv-token-scale-per-tile", {.T_k = 2, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:kv-head0-scale", {.T_k = 1}},
+    {"mutant:kv-scales-decode-only", {.T_k = 1}},
+    {"mutant:kv-scales-decode-only", {.T_k = 1, .alignment = kBR}},
+    {"mutant:kv-ragged-identity-scales", {.T_k = 1, .key_lengths = std::vector<Index>{1}}},
     {"mutant:strides-assumed-contiguous", {.T_k = 2}},
     {"mutant:strides-assumed-contiguous", {.T_k = 2, .alignment = kBR}},
     {"mutant:strides-assumed-contiguous", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
@@ -625,7 +644,7 @@ const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",   
                                                       // ABI 4's families, one control each, written differently:
                                                       "control:dbias-from-weights", "control:temperature-in-the-scale",
                                                       "control:rope-at-the-dtype", "control:qk-norm-in-float",
-                                                      "control:dropout-own-rng"};
+                                                      "control:dropout-own-rng", "control:kv-quant-folded"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }
@@ -665,7 +684,8 @@ INSTANTIATE_TEST_SUITE_P(Zoo, Controls, testing::ValuesIn(names(true)), param_na
 // laws' false alarms: -0 for a row that sees no key (FlashAttention's reference), the sink as a softmax column
 // (gpt-oss, Hugging Face), pages walked in physical order, and weights probed through V-is-K. And one control per ABI-4
 // family, each written otherwise than the reference: dBias from the weights, the temperature in the scale, Hugging
-// Face's rotation at the call's dtype, an RMSNorm in float, dropout from its own RNG scaling the output.
+// Face's rotation at the call's dtype, an RMSNorm in float, dropout from its own RNG scaling the output, a quantised
+// cache's codes kept and its scales folded into the scores and the products.
 // Seeds 1-20 in four blocks of five, one ctest test each, so that the suite's parallel jobs share them (one
 // control's twenty seeds take over two minutes).
 class FalseAlarmControls : public testing::TestWithParam<std::tuple<std::string, int>> {};

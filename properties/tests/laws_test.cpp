@@ -483,6 +483,64 @@ TEST(Law, dropoutAsItsMask) { expectHoldsOnReference("dropout-as-its-mask", kAll
 TEST(Law, dropoutMaskDeterminism) { expectHoldsOnReference("dropout-mask-determinism", {DType::f32, DType::bf16}); }
 TEST(Law, dropoutKeepRate) { expectHoldsOnReference("dropout-keep-rate", {DType::f32, DType::f16}); }
 TEST(Law, gradDropoutMask) { expectHoldsOnReference("grad-dropout-mask", kAllDtypes); }
+TEST(Law, kvQuantOracle) { expectHoldsOnReference("kv-quant-oracle", kAllDtypes); }
+TEST(Law, kvQuantKScale) { expectHoldsOnReference("kv-quant-k-scale", kAllDtypes); }
+TEST(Law, kvQuantVScale) { expectHoldsOnReference("kv-quant-v-scale", kAllDtypes); }
+TEST(Law, kvQuantRequantise) { expectHoldsOnReference("kv-quant-requantise", kAllDtypes); }
+TEST(Law, kvQuantDense) { expectHoldsOnReference("kv-quant-dense", {DType::f32, DType::f16}); }
+
+// The quantised-cache laws draw every declared format, granularity and zero points, with scales that are powers of
+// two and not, codes at the format's limits (its largest, saturated values; e4m3fn's subnormals), and nothing
+// undeclared; and they say why they do not apply to an implementation without a format.
+TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
+  const Law& law = *find_law("kv-quant-oracle");
+  GenConfig g;
+  g.caps = reference_implementation()->capabilities();
+  std::set<std::string> seen;
+  rc::Random random(17);
+  for (int n = 0; n < 400; ++n) {
+    const LawCase c = law.gen(g)(random.split(), 50).value();
+    const Problem& p = c.problem;
+    ASSERT_TRUE(p.quant.has_value());
+    const QuantizedKV& q = *p.quant;
+    seen.insert(std::string(quant_format_name(q.format)));
+    for (const QuantScales* s : {&q.k, &q.v}) {
+      seen.insert(std::string(quant_granularity_name(s->granularity)));
+      if (!s->zero_points.empty()) seen.insert("zero points");
+      for (const double x : s->scales) {
+        int e = 0;
+        seen.insert(std::frexp(x, &e) == 0.5 ? "power of two" : "not a power of two");
+        EXPECT_NE(x, 1.0);
+      }
+    }
+    for (const auto& [s, t] : {std::pair{&q.k, &p.k}, {&q.v, &p.v}})
+      for (const std::uint8_t b : quant_codes("test", "k", q.format, *s, *t)) {
+        const double x = std::abs(quant_value(q.format, b));
+        if (x == quant_max(q.format)) seen.insert("largest code");
+        if (q.format == QuantFormat::e4m3fn && x > 0 && x < 0x1p-6) seen.insert("e4m3fn subnormal");
+      }
+  }
+  for (const char* want : {"e4m3fn", "e5m2", "int8", "tensor", "kv_head", "token_head", "zero points", "power of two",
+                           "not a power of two", "largest code", "e4m3fn subnormal"})
+    EXPECT_TRUE(seen.count(want)) << want;
+  // Only what is declared: an int8-only, per-tensor kernel gets int8 per-tensor caches without zero points.
+  GenConfig int8_only = g;
+  int8_only.caps.features.remove({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_scale_per_head,
+                                  Feature::kv_scale_per_token, Feature::kv_zero_points});
+  for (int n = 0; n < 50; ++n) {
+    const LawCase c = law.gen(int8_only)(random.split(), 50).value();
+    ASSERT_TRUE(c.problem.quant.has_value());
+    EXPECT_EQ(c.problem.quant->format, QuantFormat::int8);
+    EXPECT_EQ(c.problem.quant->k.granularity, QuantGranularity::tensor);
+    EXPECT_TRUE(c.problem.quant->v.zero_points.empty());
+  }
+  GenConfig none = g;
+  none.caps.features.remove({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  EXPECT_NE(law.not_applicable(none).find("needs a quantised K and V cache (ATTNCHECK_CAP4_KV_E4M3FN"),
+            std::string::npos);
+  // And the laws that do not require one never draw one.
+  for (int n = 0; n < 50; ++n) EXPECT_FALSE(find_law("oracle-agreement")->gen(g)(random.split(), 50).value().problem.quant);
+}
 
 // The keep-rate law's stated false-alarm rate is 1e-9 per case (Hoeffding's bound holds for every n): over 1,000
 // seeds of 10 cases each (T <= 32, to keep it quick) the reference (Philox) fails none. And the bound is not vacuous: a
@@ -616,7 +674,9 @@ TEST(Law, everyLawHasATest) {
                                         "temperature-as-query-scale", "rope-as-rotated-inputs",
                                         "rope-relative-positions", "qk-norm-as-normalised-inputs",
                                         "qk-norm-scale-invariance", "dropout-as-its-mask",
-                                        "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"};
+                                        "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask",
+                                        "kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale",
+                                        "kv-quant-requantise", "kv-quant-dense"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

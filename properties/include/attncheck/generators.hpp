@@ -213,7 +213,7 @@ rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const Pro
 /// after they are written into it: each element's nearest code under its scale (saturating), dequantised. A group's
 /// scale (one per tensor, kv head or token and kv head) is 2^e·m with 2^e the power of two nearest its largest
 /// |value| over the format's largest (so codes reach the format's limits), e moved by a shift keyed by the group's
-/// coordinates (-1: values past the largest code saturate; +1: codes use half the range; +15 for e4m3fn: every code
+/// coordinates (-1: values past the largest code saturate; +1: codes use half the range; +16 for e4m3fn: every code
 /// subnormal) and m from {1, 1.5, 0.75, 1.25, 0.3f} keyed by the group's
 /// coordinates (all 1 at `plain`), within [2^-12, 2^12] and never 1 (2 instead): identity-free, powers of two and
 /// not. Zero points (int8, declared) in [-16, 16] keyed by coordinates.

@@ -49,7 +49,9 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
     d.v_granularity = *weighted_choice<QuantGranularity>(grains);
     d.zero_points = zero_points && d.format == int(QuantFormat::int8) && *weighted_choice<bool>({{1, false}, {1, true}});
     d.plain = *weighted_choice<bool>({{1, true}, {2, false}});
-    d.seed = *rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32);
+    // Not shrunk: each group's mantissa and shift follow from it and the group's coordinates, so that a shape shrunk
+    // before it keeps the others' (RapidCheck shrinks the picks in order and does not return to the shape).
+    d.seed = *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32));
     if (d.format < 0) d = QuantDraw{};
     return d;
   });
@@ -63,8 +65,9 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
     return;
   const auto f = QuantFormat(format);
   static constexpr double kMantissas[] = {1.0, 1.5, 0.75, 1.25, double(0.3f)};
-  // +15: an e4m3fn cache's codes all subnormal (448·2^-15 < 2^-6), as a cache scaled to a far larger amax holds them.
-  static constexpr int kShifts[] = {0, 0, 1, -1, 15};
+  // +16: an e4m3fn cache's codes all subnormal (the largest at most 448·√2·2^-16 < 2^-6, at least 448·2^-16.5 > 2^-9: not
+  // 0), as a cache scaled to a far larger amax holds them.
+  static constexpr int kShifts[] = {0, 0, 1, -1, 16};
   // One side's scales (and zero points) from its values x, then x as the cache holds it.
   const auto side = [&](Tensor<double>& x, QuantGranularity g, std::uint64_t salt) {
     QuantScales sc = quant_extents(g, x.shape());
@@ -81,14 +84,18 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
       for (Index h = 0; h < sc.H; ++h)
         for (Index t = 0; t < sc.T; ++t) {
           // Keyed by the group's coordinates (its batch entry, kv head and key), so a deleted index keeps the others'.
-          const std::uint64_t key = coordinate_hash(seed + salt, {sc.B == 1 ? 0 : id_at(s.b_ids, b),
-                                                                  sc.H == 1 ? 0 : id_at(s.kv_ids, h),
-                                                                  sc.T == 1 ? 0 : id_at(s.k_ids, t)});
+          // (By the granularity, not the extents: a token's group keeps its key's coordinate when it is the only key.)
+          const bool per_token = g == QuantGranularity::token_head, per_head = g != QuantGranularity::tensor;
+          const std::uint64_t key = coordinate_hash(seed + salt, {per_token ? id_at(s.b_ids, b) : 0,
+                                                                  per_head ? id_at(s.kv_ids, h) : 0,
+                                                                  per_token ? id_at(s.k_ids, t) : 0});
           const double a = amax[sc.at(b, h, t)];
           int e = a > 0 ? int(std::lround(std::log2(a / quant_max(f)))) : 0;
-          if (!plain) e += f == QuantFormat::e4m3fn ? kShifts[key % 5] : kShifts[key % 4];
-          e = std::clamp(e, -12, 12);
-          double scale = std::ldexp(plain ? 1.0 : kMantissas[(key >> 8) % 5], e);
+          const int shift = plain ? 0 : f == QuantFormat::e4m3fn ? kShifts[key % 5] : kShifts[key % 4];
+          e = std::clamp(e + shift, -12, 12);
+          // (A mantissa below 1 would lift the subnormal shift's largest code past 2^-6: 1 there.)
+          const double m = plain ? 1.0 : kMantissas[(key >> 8) % 5];
+          double scale = std::ldexp(shift == 16 ? std::max(m, 1.0) : m, e);
           if (scale == 1) scale = 2;
           sc.scales.push_back(scale);
           if (zero_points) sc.zero_points.push_back(double(Index((key >> 16) % 33) - 16));

@@ -19,8 +19,9 @@
  * cells, call->dense_mask's cells, read through their strides, 0 broadcasting) and causal = 0; with -DABI4, the
  * plain build's table as an ABI-4 one, declaring ABI 4's additive bias too (call->bias, forward and backward), its
  * gradient (backward_call->d_bias), per-query temperatures (call->temperature), rotary embeddings in both
- * pairings (call->rope), QK-norm (call->qk_norm) and dropout (call->dropout: a keep mask from Random123's Philox,
- * one counter per cell within a head, the head in the counter's last word).
+ * pairings (call->rope), QK-norm (call->qk_norm), dropout (call->dropout: a keep mask from Random123's Philox,
+ * one counter per cell within a head, the head in the counter's last word) and quantised K and V caches
+ * (call->quant: FP8 e4m3fn and e5m2 and int8 codes, per tensor, kv head or token, with int8 zero points).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -72,7 +73,31 @@ static void store(const attncheck_tensor_out* t, uint32_t dtype, int64_t b, int6
  * table: key j of sequence b lies in page block_table[b * block_table_stride + j / page_size], slot
  * j % page_size, at (page, slot, g, d) of a token-major pool or (page, g, slot, d) of a head-major one. Only keys
  * j < key_lengths[b] are ever asked for: the pool's other slots and the table's other entries hold anything. */
+#ifdef ABI4
+/* The value of a quantised cache's byte (ATTNCHECK_QFMT_*): e4m3fn S.EEEE.MMM (bias 7, no infinities), e5m2
+ * S.EEEEE.MM (bias 15), int8 two's complement. attncheck never sends a NaN or infinite code. */
+static double quant_code_value(uint32_t format, uint8_t code) {
+  if (format == ATTNCHECK_QFMT_INT8) return (double)(int8_t)code;
+  const int man = format == ATTNCHECK_QFMT_E4M3FN ? 3 : 2, bias = format == ATTNCHECK_QFMT_E4M3FN ? 7 : 15;
+  const int e = (code & 0x7F) >> man, m = code & ((1 << man) - 1);
+  const double mag = e == 0 ? ldexp((double)m, 1 - bias - man) : ldexp((double)((1 << man) + m), e - bias - man);
+  return code & 0x80 ? -mag : mag;
+}
+
+/* Element (b,g,j,d) of a quantised cache: (value(code) - zero point)·scale, its scale and zero point those of
+ * (b, g, j) through the scale strides (0 over a broadcast extent). */
+static double dequantised(const attncheck_quant_tensor* t, int64_t b, int64_t g, int64_t j, int64_t d) {
+  const uint8_t code = t->codes[b * t->strides[0] + g * t->strides[1] + j * t->strides[2] + d * t->strides[3]];
+  const int64_t at = b * t->scale_strides[0] + g * t->scale_strides[1] + j * t->scale_strides[2];
+  const double zero = t->zero_points ? (double)t->zero_points[at] : 0.0;
+  return (quant_code_value(t->format, code) - zero) * (double)t->scales[at];
+}
+#endif
+
 static double kv(const attncheck_call* call, int which, int64_t b, int64_t g, int64_t j, int64_t d) {
+#ifdef ABI4
+  if (call->quant) return dequantised(which ? &call->quant->v : &call->quant->k, b, g, j, d);
+#endif
   const attncheck_paged_kv* pk = call->paged;
   if (!pk) return load(which ? &call->v : &call->k, call->dtype, b, g, j, d);
   const attncheck_tensor_in* pool = which ? &pk->v_pages : &pk->k_pages;
@@ -647,9 +672,11 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
 #ifdef ABI4
       .flags4 = ATTNCHECK_CAP4_BIAS | ATTNCHECK_CAP4_BIAS_GRAD | ATTNCHECK_CAP4_TEMPERATURE | ATTNCHECK_CAP4_ROPE |
                 ATTNCHECK_CAP4_ROPE_INTERLEAVED | ATTNCHECK_CAP4_QK_NORM | ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE |
-                ATTNCHECK_CAP4_DROPOUT | ATTNCHECK_CAP4_ROPE_NTK | ATTNCHECK_CAP4_ROPE_LLAMA3,
+                ATTNCHECK_CAP4_DROPOUT | ATTNCHECK_CAP4_ROPE_NTK | ATTNCHECK_CAP4_ROPE_LLAMA3 | ATTNCHECK_CAP4_KV_E4M3FN |
+                ATTNCHECK_CAP4_KV_E5M2 | ATTNCHECK_CAP4_KV_INT8 | ATTNCHECK_CAP4_KV_SCALE_PER_HEAD |
+                ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS,
       /* the bias, dBias, τ, both pairings of rotary embeddings and their NTK and Llama 3 scalings, QK-norm with eps on
-       * either side, dropout */
+       * either side, dropout, quantised K and V caches in every format and granularity (decoded here from the bits) */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -320,7 +320,8 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
 }
 
 // The case with every code halvable (so that the halved rewrite always applies, and every case is checked): an int8
-// code or zero point made even (toward zero), an FP8 subnormal code with an odd mantissa one step toward zero.
+// code or zero point made even (toward zero), an FP8 code whose half is not one (an odd subnormal mantissa, or an odd
+// mantissa at the smallest normal exponent) stepped toward zero until it is.
 LawCase halvable(LawCase c) {
   Problem& p = c.problem;
   if (!p.quant) return c;
@@ -342,8 +343,9 @@ LawCase halvable(LawCase c) {
               code = std::uint8_t(std::int8_t(v - std::fmod(v, 2.0)));
             } else {
               code = quant_nearest(qk.format, (*x)(b, h, t, d) / s->scale(b, h, t));
-              const int man_bits = qk.format == QuantFormat::e4m3fn ? 3 : 2;
-              if (((code & 0x7F) >> man_bits) == 0 && (code & 1)) code = std::uint8_t(code - 1);  // odd subnormal
+              // Toward zero (the magnitude bits down by one) until half its value is a code too: an odd subnormal
+              // or an odd mantissa at the smallest normal exponent is not.
+              while (!quant_exact(qk.format, quant_value(qk.format, code) / 2)) code = std::uint8_t(code - 1);
             }
             codes[n] = code;
           }

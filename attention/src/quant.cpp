@@ -2,21 +2,24 @@
 // codes of a value, and a cache's codes and dequantised values under its scales.
 #include "attncheck/quant.hpp"
 
-#include "attncheck/error.hpp"
-#include "attncheck/format.hpp"
-
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
 
+#include "attncheck/error.hpp"
+#include "attncheck/format.hpp"
+
 namespace attncheck {
 
 std::string_view quant_format_name(QuantFormat f) {
   switch (f) {
-    case QuantFormat::e4m3fn: return "e4m3fn";
-    case QuantFormat::e5m2: return "e5m2";
-    case QuantFormat::int8: return "int8";
+    case QuantFormat::e4m3fn:
+      return "e4m3fn";
+    case QuantFormat::e5m2:
+      return "e5m2";
+    case QuantFormat::int8:
+      return "int8";
   }
   return "?";
 }
@@ -29,9 +32,12 @@ std::optional<QuantFormat> parse_quant_format(std::string_view name) {
 
 std::string_view quant_granularity_name(QuantGranularity g) {
   switch (g) {
-    case QuantGranularity::tensor: return "tensor";
-    case QuantGranularity::kv_head: return "kv_head";
-    case QuantGranularity::token_head: return "token_head";
+    case QuantGranularity::tensor:
+      return "tensor";
+    case QuantGranularity::kv_head:
+      return "kv_head";
+    case QuantGranularity::token_head:
+      return "token_head";
   }
   return "?";
 }
@@ -87,7 +93,8 @@ double quant_value(QuantFormat f, std::uint8_t code) { return table(f).value[cod
 double quant_max(QuantFormat f) { return table(f).sorted.back().first; }
 
 std::uint8_t quant_nearest(QuantFormat f, double x) {
-  if (std::isnan(x)) throw ValueError("quant_nearest: NaN has no nearest " + std::string(quant_format_name(f)) + " code");
+  if (std::isnan(x))
+    throw ValueError("quant_nearest: NaN has no nearest " + std::string(quant_format_name(f)) + " code");
   const auto& s = table(f).sorted;
   if (x >= s.back().first) return s.back().second;  // saturating
   if (x <= s.front().first) return s.front().second;
@@ -194,9 +201,10 @@ Tensor<double> quantize_dequantize(QuantFormat f, const QuantScales& s, const Te
         const double scale = s.scale(b, h, t), zp = s.zero_point(b, h, t);
         // int8: the nearest integer (ties to even) plus the zero point, clamped to the byte's range.
         for (Index c = 0; c < sh.D; ++c, ++n)
-          codes[n] = f == QuantFormat::int8
-                         ? std::uint8_t(std::int8_t(std::clamp(std::nearbyint(x(b, h, t, c) / scale) + zp, -128.0, 127.0)))
-                         : quant_nearest(f, x(b, h, t, c) / scale);
+          codes[n] =
+              f == QuantFormat::int8
+                  ? std::uint8_t(std::int8_t(std::clamp(std::nearbyint(x(b, h, t, c) / scale) + zp, -128.0, 127.0)))
+                  : quant_nearest(f, x(b, h, t, c) / scale);
       }
   return dequantize(f, s, sh, codes.data());
 }

@@ -221,9 +221,8 @@ double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, b
   if (r.n_vis <= 0) return 0.0;  // an empty row: zero
   const double u_a = accumulation_roundoff(dtype);
   const double temper = r.tempered ? 3 * unit_roundoff(dtype) * r.abs_dot + 2 * u_a * r.s_max : 0.0;  // step 8
-  const double mod_err =
-      (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope + r.qk_norm +
-      r.dequant;  // 4b, 7-10, 12
+  const double mod_err = (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope +
+                         r.qk_norm + r.dequant;  // 4b, 7-10, 12
   return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
 }
 
@@ -246,7 +245,8 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   Matrix<double> dequant;
   if (mods.dequantised_kv) {
     const double u_s = unit_roundoff(dtype), n_s = smallest_normal(dtype);
-    const Matrix<double> eps = k.cwiseAbs().unaryExpr([&](double a) { return 4 * u_s * a + (a > 0 && a < n_s ? n_s : 0.0); });
+    const Matrix<double> eps =
+        k.cwiseAbs().unaryExpr([&](double a) { return 4 * u_s * a + (a > 0 && a < n_s ? n_s : 0.0); });
     dequant = q.cwiseAbs() * eps.transpose() * std::abs(scale);
   }
   // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).
@@ -412,8 +412,9 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
   const Index T_q = vis.T_q, D = v.cols();  // D_k: the scores' dot products; D = D_v: the output's columns
   if (mods.rope || mods.keep || mods.dequantised_kv)  // step 9 needs the rotated q and k, step 11 the mask, step 12
     // each element's size: the row statistics hold none of them
-    throw std::logic_error("streamed_output_tolerance: no streamed bound for RoPE, dropout or a quantised cache yet "
-                           "(their cases stay below 2^22 weights)");
+    throw std::logic_error(
+        "streamed_output_tolerance: no streamed bound for RoPE, dropout or a quantised cache yet "
+        "(their cases stay below 2^22 weights)");
   const RowTerms terms(dtype, D_k, safety);
   const double u_a = accumulation_roundoff(dtype);
   const bool sink = mods.sink && std::isfinite(*mods.sink);

@@ -2,14 +2,15 @@
 // float16's top byte, e4m3fn against its fields and its published limits), the nearest code rounds ties to even and
 // saturates, a cache's codes round-trip through its scales, bad scales and caches are named, and float16 and bfloat16
 // kernels that dequantise in their own way are within tolerance.cpp step 12's bound (which is not vacuous).
+#include "attncheck/quant.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
-#include "attncheck/error.hpp"
-#include "attncheck/quant.hpp"
-#include "attncheck/tolerance.hpp"
 #include "attncheck/attention.hpp"
+#include "attncheck/error.hpp"
+#include "attncheck/tolerance.hpp"
 
 namespace attncheck {
 namespace {
@@ -56,7 +57,7 @@ TEST(Quant, theNearestCodeRoundsTiesToEvenAndSaturates) {
   EXPECT_EQ(quant_nearest(QuantFormat::e4m3fn, 1.07), 0x39);
   EXPECT_EQ(quant_nearest(QuantFormat::e4m3fn, 1e6), 0x7E);  // saturating, never the NaN
   EXPECT_EQ(quant_nearest(QuantFormat::e4m3fn, -1e6), 0xFE);
-  EXPECT_EQ(quant_nearest(QuantFormat::e5m2, 1e9), 0x7B);   // never infinity
+  EXPECT_EQ(quant_nearest(QuantFormat::e5m2, 1e9), 0x7B);  // never infinity
   EXPECT_EQ(quant_nearest(QuantFormat::int8, 2.5), 2);
   EXPECT_EQ(quant_nearest(QuantFormat::int8, -3.5), std::uint8_t(std::int8_t(-4)));
   EXPECT_EQ(quant_nearest(QuantFormat::e4m3fn, -0.0), 0x00);
@@ -70,7 +71,8 @@ TEST(Quant, aCacheRoundTripsThroughItsScales) {
   Tensor<double> x(s);
   for (Index n = 0; n < x.size(); ++n) x.values()[n] = std::sin(1.3 * double(n)) * 5;
   for (const QuantFormat f : {QuantFormat::e4m3fn, QuantFormat::e5m2, QuantFormat::int8})
-    for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head}) {
+    for (const QuantGranularity g :
+         {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head}) {
       QuantScales sc = quant_extents(g, s);
       for (Index i = 0; i < sc.B * sc.H * sc.T; ++i) {
         sc.scales.push_back(double(float(0.03 + 0.01 * double(i))));
@@ -130,7 +132,8 @@ TEST(Quant, badScalesAreNamed) {
 // once, this twice: the scale into the dtype, then the product), and one that keeps the codes and folds K's scale into
 // the softmax scale and V's into the output. Each is within step 12's bound of the oracle on the dequantised values,
 // at float16 and bfloat16, with values down to e4m3's subnormals; and the bound is not vacuous.
-template <class S> void dequantising_kernels_are_within_the_bound(DType dtype) {
+template <class S>
+void dequantising_kernels_are_within_the_bound(DType dtype) {
   const Shape s{1, 1, 12, 8};
   const double k_scale = double(float(0.0173)), v_scale = double(float(0.311));
   QuantizedKV qkv{.format = QuantFormat::e4m3fn,
@@ -151,8 +154,9 @@ template <class S> void dequantising_kernels_are_within_the_bound(DType dtype) {
   Tensor<double> want_w(Shape{});
   const Tensor<double> want = oracle(q, k, v, o, &want_w);
   const double scale = 1 / std::sqrt(8.0);
-  const HeadTolerance tol = head_tolerance(dtype, q.head(0, 0), k.head(0, 0), v.head(0, 0), BoolMask::causal(12, 12),
-                                           scale, want.head(0, 0), want_w.head(0, 0), 2.0, head_modifiers(o, 0, 0, 12, 12));
+  const HeadTolerance tol =
+      head_tolerance(dtype, q.head(0, 0), k.head(0, 0), v.head(0, 0), BoolMask::causal(12, 12), scale, want.head(0, 0),
+                     want_w.head(0, 0), 2.0, head_modifiers(o, 0, 0, 12, 12));
   // Kernel 1: k̂ = S(S(code)·S(scale)), then the core's attention at S.
   Tensor<S> qs = q.cast<S>(), k1(s), v1(s), k2(s), v2(s);
   for (Index n = 0; n < s.numel(); ++n) {

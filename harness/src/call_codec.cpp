@@ -699,8 +699,8 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
       throw ProtocolError(std::string(what) + ": the quantised " + side + "'s granularity is " + std::to_string(g) +
                           " (expected 0 per tensor, 1 per kv head or 2 per token and kv head)");
     if (zp > 1)
-      throw ProtocolError(std::string(what) + ": the quantised " + side + "'s zero-point flag is " + std::to_string(zp) +
-                          " (expected 0 or 1)");
+      throw ProtocolError(std::string(what) + ": the quantised " + side + "'s zero-point flag is " +
+                          std::to_string(zp) + " (expected 0 or 1)");
     *s = quant_extents(QuantGranularity(g), *shape);
     const std::size_t n = std::size_t(s->B * s->H * s->T);
     for (std::size_t i = 0; i < n; ++i) s->scales.push_back(double(r.f32()));
@@ -744,12 +744,13 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   p.alignment = alignment_from_code(r.u32());
   const std::uint32_t flags = r.u32();
   if (flags & ~kCallFlags)
-    throw ProtocolError(std::string(what) + ": flags are " + std::to_string(flags) +
-                        " (expected bits within 0xffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
-                        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
-                        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
-                        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout, 8388608 "
-                        "quantised K and V)");
+    throw ProtocolError(
+        std::string(what) + ": flags are " + std::to_string(flags) +
+        " (expected bits within 0xffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+        "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
+        "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
+        "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout, 8388608 "
+        "quantised K and V)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -818,8 +819,10 @@ Problem read_call(Reader& r, const char* what, bool backward) {
       throw ProtocolError(std::string(what) + ": flags have 8388608 (quantised K and V) with " +
                           ((flags & call_paged) ? "512 (paged)" : "65536 (layout)") +
                           ": a quantised cache comes as contiguous codes");
-    if (backward) throw ProtocolError(std::string(what) + ": flags have 8388608 (quantised K and V), but quantised "
-                                      "calls are forward only");
+    if (backward)
+      throw ProtocolError(std::string(what) +
+                          ": flags have 8388608 (quantised K and V), but quantised "
+                          "calls are forward only");
     read_quant(r, what, p, raw_q, ks, vs);
     return checked(p, what);
   }

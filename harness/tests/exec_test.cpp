@@ -267,9 +267,10 @@ TEST(Exec, pythonClientDropoutHoldsTheDropoutLaws) {
 TEST(Exec, pythonClientQuantisedCachesHoldTheQuantLaws) {
   REQUIRE_NUMPY();
   const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", ""));
-  ASSERT_TRUE(impl->capabilities().declares(Feature::kv_e4m3fn) && impl->capabilities().declares(Feature::kv_zero_points));
-  for (const char* law : {"kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise",
-                          "kv-quant-dense"}) {
+  ASSERT_TRUE(impl->capabilities().declares(Feature::kv_e4m3fn) &&
+              impl->capabilities().declares(Feature::kv_zero_points));
+  for (const char* law :
+       {"kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise", "kv-quant-dense"}) {
     RunOptions o;
     o.cases = 20;
     o.gen.dtype = DType::f64;

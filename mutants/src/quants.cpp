@@ -1,11 +1,11 @@
 // Kernels that read quantised K and V caches (ABI 4's ATTNCHECK_CAP4_KV_*: FP8 e4m3fn and e5m2, int8, with scales per
-// tensor, kv head or token) and get the dequantisation wrong, as serving stacks' trackers report it: a per-kv-head scale
-// indexed by the query head or always head 0's, a scale applied twice or as a divisor, V's scale dropped or K's applied
-// to V, e4m3fn decoded as e5m2 or with IEEE infinities, its subnormals flushed, int8 read unsigned, a zero point ignored
-// or added, per-token scales read with their strides swapped or once per tile, the scales applied on the decode path
-// only or assumed to be 1 on the ragged (padded) path. Each decodes the codes a plug-in gets (quant_codes of the case's
-// values under its scales) with its bug, then runs the reference on what it decoded. And a control that keeps the
-// codes and folds the scales into the scores and the output.
+// tensor, kv head or token) and get the dequantisation wrong, as serving stacks' trackers report it: a per-kv-head
+// scale indexed by the query head or always head 0's, a scale applied twice or as a divisor, V's scale dropped or K's
+// applied to V, e4m3fn decoded as e5m2 or with IEEE infinities, its subnormals flushed, int8 read unsigned, a zero
+// point ignored or added, per-token scales read with their strides swapped or once per tile, the scales applied on the
+// decode path only or assumed to be 1 on the ragged (padded) path. Each decodes the codes a plug-in gets (quant_codes
+// of the case's values under its scales) with its bug, then runs the reference on what it decoded. And a control that
+// keeps the codes and folds the scales into the scores and the output.
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -130,33 +130,32 @@ std::vector<Mutant> quant_mutants() {
       .why_minimal = "one query over one key: its LSE is the score",
       .killed_by = {"kv-quant-oracle", "kv-quant-k-scale"}});
   z.push_back(Mutant{
-      .impl = quant_kernel(
-          "mutant:kv-v-scale-dropped", "V's scale dropped", ok,
-          [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-            return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
-          }),
+      .impl = quant_kernel("mutant:kv-v-scale-dropped", "V's scale dropped", ok,
+                           [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                             return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+                           }),
       .bug = "V's scale never applied (the descale forgotten on the P·V side): the output off by V's scale",
       .minimal_shape = {1, 1, 1, 1},
       .why_minimal = "one query over one key: the output is v",
       .killed_by = {"kv-quant-oracle"}});
   z.push_back(Mutant{
-      .impl = quant_kernel(
-          "mutant:kv-k-scale-on-v", "V dequantised with K's scale", ok,
-          [](const Problem&, const Side& s, const Side& k, Index b, Index, Index g, Index t, Index c) {
-            return (quant_value(s.format, s.code(b, g, t, c)) - k.scales->zero_point(b, g, t)) * k.scales->scale(b, g, t);
-          }),
+      .impl = quant_kernel("mutant:kv-k-scale-on-v", "V dequantised with K's scale", ok,
+                           [](const Problem&, const Side& s, const Side& k, Index b, Index, Index g, Index t, Index c) {
+                             return (quant_value(s.format, s.code(b, g, t, c)) - k.scales->zero_point(b, g, t)) *
+                                    k.scales->scale(b, g, t);
+                           }),
       .bug = "V dequantised with K's scale (and zero point): a copy-paste of the K path",
       .minimal_shape = {1, 1, 1, 1},
       .why_minimal = "one query over one key: the output is v",
       .killed_by = {"kv-quant-oracle"}});
-  z.push_back(both(
-      "mutant:kv-e4m3-as-e5m2", "e4m3fn codes decoded as e5m2",
-      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-        const QuantFormat f = s.format == QuantFormat::e4m3fn ? QuantFormat::e5m2 : s.format;
-        return (quant_value(f, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
-      },
-      "FP8 e4m3fn codes decoded as e5m2 (the wrong torch.float8 dtype for the view): every value wrong",
-      {1, 1, 1, 1}, "one query over one key: the output is v", {"kv-quant-oracle"}));
+  z.push_back(both("mutant:kv-e4m3-as-e5m2", "e4m3fn codes decoded as e5m2",
+                   [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                     const QuantFormat f = s.format == QuantFormat::e4m3fn ? QuantFormat::e5m2 : s.format;
+                     return (quant_value(f, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t)) *
+                            s.scales->scale(b, g, t);
+                   },
+                   "FP8 e4m3fn codes decoded as e5m2 (the wrong torch.float8 dtype for the view): every value wrong",
+                   {1, 1, 1, 1}, "one query over one key: the output is v", {"kv-quant-oracle"}));
   z.push_back(both(
       "mutant:kv-e4m3-with-infinities", "e4m3fn decoded IEEE-style",
       [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
@@ -167,33 +166,31 @@ std::vector<Mutant> quant_mutants() {
       "e4m3fn decoded as if it had IEEE infinities (exponent 15 for inf and NaN, e4m3 rather than e4m3fn): codes of "
       "256 to 448, which a cache scaled to its amax writes, become inf or NaN",
       {1, 1, 1, 1}, "one query over one key whose v is 256 or more codes", {"kv-quant-oracle"}));
-  z.push_back(both(
-      "mutant:kv-fp8-subnormals-flushed", "FP8 subnormal codes read as 0",
-      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-        const std::uint8_t code = s.code(b, g, t, c);
-        const int man_bits = s.format == QuantFormat::e4m3fn ? 3 : 2;
-        const bool sub = s.format != QuantFormat::int8 && ((code & 0x7F) >> man_bits) == 0;
-        return sub ? 0.0 : s.value(b, g, t, c);
-      },
-      "FP8 subnormal codes (exponent field 0) decoded as 0, as a flush-to-zero conversion does: small values of a "
-      "cache scaled to a large amax vanish",
-      {1, 1, 1, 1}, "one query over one key with a subnormal code in v", {"kv-quant-oracle"}));
-  z.push_back(both(
-      "mutant:kv-int8-unsigned", "int8 codes read as uint8",
-      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-        const std::uint8_t code = s.code(b, g, t, c);
-        const double x = s.format == QuantFormat::int8 ? double(code) : quant_value(s.format, code);
-        return (x - s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
-      },
-      "int8 codes read as unsigned bytes (a uint8 tensor view): every negative value off by 256 steps",
-      {1, 1, 1, 1}, "one query over one key with a negative code in v", {"kv-quant-oracle"}));
-  z.push_back(both(
-      "mutant:kv-zero-point-ignored", "int8 zero points ignored",
-      [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-        return quant_value(s.format, s.code(b, g, t, c)) * s.scales->scale(b, g, t);
-      },
-      "an asymmetric int8 cache's zero point ignored (read as symmetric): every value off by z·scale",
-      {1, 1, 1, 1}, "one query over one key with a nonzero zero point", {"kv-quant-oracle"}));
+  z.push_back(
+      both("mutant:kv-fp8-subnormals-flushed", "FP8 subnormal codes read as 0",
+           [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+             const std::uint8_t code = s.code(b, g, t, c);
+             const int man_bits = s.format == QuantFormat::e4m3fn ? 3 : 2;
+             const bool sub = s.format != QuantFormat::int8 && ((code & 0x7F) >> man_bits) == 0;
+             return sub ? 0.0 : s.value(b, g, t, c);
+           },
+           "FP8 subnormal codes (exponent field 0) decoded as 0, as a flush-to-zero conversion does: small values of a "
+           "cache scaled to a large amax vanish",
+           {1, 1, 1, 1}, "one query over one key with a subnormal code in v", {"kv-quant-oracle"}));
+  z.push_back(both("mutant:kv-int8-unsigned", "int8 codes read as uint8",
+                   [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                     const std::uint8_t code = s.code(b, g, t, c);
+                     const double x = s.format == QuantFormat::int8 ? double(code) : quant_value(s.format, code);
+                     return (x - s.scales->zero_point(b, g, t)) * s.scales->scale(b, g, t);
+                   },
+                   "int8 codes read as unsigned bytes (a uint8 tensor view): every negative value off by 256 steps",
+                   {1, 1, 1, 1}, "one query over one key with a negative code in v", {"kv-quant-oracle"}));
+  z.push_back(both("mutant:kv-zero-point-ignored", "int8 zero points ignored",
+                   [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                     return quant_value(s.format, s.code(b, g, t, c)) * s.scales->scale(b, g, t);
+                   },
+                   "an asymmetric int8 cache's zero point ignored (read as symmetric): every value off by z·scale",
+                   {1, 1, 1, 1}, "one query over one key with a nonzero zero point", {"kv-quant-oracle"}));
   z.push_back(both(
       "mutant:kv-zero-point-added", "int8 zero points added",
       [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
@@ -223,7 +220,8 @@ std::vector<Mutant> quant_mutants() {
       },
       "per-token-head scales laid out [B,H_kv,T_k] read as [B,T_k,H_kv] (the strides of a token-major cache): right "
       "for one kv head or one token only",
-      {1, 2, 1, 1}, "two kv heads over two keys (the second one's scales there, even where only key 0 is seen): key 0 "
+      {1, 2, 1, 1},
+      "two kv heads over two keys (the second one's scales there, even where only key 0 is seen): key 0 "
       "of kv head 1 reads kv head 0's second scale",
       {"kv-quant-oracle"}));
   z.push_back(both(
@@ -234,8 +232,8 @@ std::vector<Mutant> quant_mutants() {
       },
       "a per-token scale loaded once per tile of 4 keys (a paged kernel reading the page's first token's scale): "
       "right for the first key of each tile",
-      {1, 1, 1, 1}, "one query over two keys (bottom-right: it sees both): key 1 takes key 0's scale", {"kv-quant-oracle"},
-      {Shape{1, 1, 2, 1}}));
+      {1, 1, 1, 1}, "one query over two keys (bottom-right: it sees both): key 1 takes key 0's scale",
+      {"kv-quant-oracle"}, {Shape{1, 1, 2, 1}}));
   z.push_back(both(
       "mutant:kv-head0-scale", "every kv head with head 0's scale",
       [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
@@ -244,51 +242,41 @@ std::vector<Mutant> quant_mutants() {
       "per-head descales dropped to one (head 0's for every kv head), as a path written for per-tensor scales does",
       {1, 2, 1, 1}, "two heads over one key each: head 1's v takes head 0's scale", {"kv-quant-oracle"}));
   z.push_back(Mutant{
-      .impl = make_implementation("mutant:kv-scales-decode-only", "scales applied on the decode path only",
-                                  quant_capabilities(),
-                                  [](const Problem& p) {
-                                    static const ImplementationPtr inner = quant_kernel(
-                                        "mutant:kv-scales-decode-only", "", correct,
-                                        correct);
-                                    static const ImplementationPtr unscaled = quant_kernel(
-                                        "mutant:kv-scales-decode-only", "",
-                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
-                                           Index c) {
-                                          return quant_value(s.format, s.code(b, g, t, c)) -
-                                                 s.scales->zero_point(b, g, t);
-                                        },
-                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
-                                           Index c) {
-                                          return quant_value(s.format, s.code(b, g, t, c)) -
-                                                 s.scales->zero_point(b, g, t);
-                                        });
-                                    return (p.q.shape().T == 1 ? inner : unscaled)->forward(p);
-                                  }),
+      .impl = make_implementation(
+          "mutant:kv-scales-decode-only", "scales applied on the decode path only", quant_capabilities(),
+          [](const Problem& p) {
+            static const ImplementationPtr inner = quant_kernel("mutant:kv-scales-decode-only", "", correct, correct);
+            static const ImplementationPtr unscaled = quant_kernel(
+                "mutant:kv-scales-decode-only", "",
+                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+                },
+                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+                });
+            return (p.q.shape().T == 1 ? inner : unscaled)->forward(p);
+          }),
       .bug = "the scales applied on the decode path (one query) only: a prefill over a quantised cache reads the codes "
              "unscaled",
       .minimal_shape = {1, 1, 2, 1},
       .why_minimal = "two queries over one key: one query is the decode path",
       .killed_by = {"kv-quant-oracle"}});
   z.push_back(Mutant{
-      .impl = make_implementation("mutant:kv-ragged-identity-scales", "scales assumed 1 on the ragged path",
-                                  quant_capabilities(),
-                                  [](const Problem& p) {
-                                    static const ImplementationPtr plain = quant_kernel(
-                                        "mutant:kv-ragged-identity-scales", "", correct, correct);
-                                    static const ImplementationPtr unscaled = quant_kernel(
-                                        "mutant:kv-ragged-identity-scales", "",
-                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
-                                           Index c) {
-                                          return quant_value(s.format, s.code(b, g, t, c)) -
-                                                 s.scales->zero_point(b, g, t);
-                                        },
-                                        [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t,
-                                           Index c) {
-                                          return quant_value(s.format, s.code(b, g, t, c)) -
-                                                 s.scales->zero_point(b, g, t);
-                                        });
-                                    return (p.key_lengths.empty() ? plain : unscaled)->forward(p);
-                                  }),
+      .impl = make_implementation(
+          "mutant:kv-ragged-identity-scales", "scales assumed 1 on the ragged path", quant_capabilities(),
+          [](const Problem& p) {
+            static const ImplementationPtr plain =
+                quant_kernel("mutant:kv-ragged-identity-scales", "", correct, correct);
+            static const ImplementationPtr unscaled = quant_kernel(
+                "mutant:kv-ragged-identity-scales", "",
+                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+                },
+                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+                });
+            return (p.key_lengths.empty() ? plain : unscaled)->forward(p);
+          }),
       .bug = "identity scales assumed on the ragged (padded) path, as FlashInfer's ragged wrapper ignored k and v "
              "scales: a batch with key lengths reads the codes unscaled",
       .minimal_shape = {1, 1, 1, 1},
@@ -314,8 +302,10 @@ std::vector<Mutant> quant_mutants() {
                 // byte, e4m3fn from its fields, int8 as a signed byte; then minus the zero point, held in A.
                 const auto table_value = [&](std::uint8_t b) -> A {
                   switch (qk.format) {
-                    case QuantFormat::e5m2: return A(float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(b << 8))));
-                    case QuantFormat::int8: return A(std::int8_t(b));
+                    case QuantFormat::e5m2:
+                      return A(float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(b << 8))));
+                    case QuantFormat::int8:
+                      return A(std::int8_t(b));
                     case QuantFormat::e4m3fn: {
                       const int e = (b >> 3) & 0xF, m = b & 7;
                       const A mag = e == 0 ? A(std::ldexp(float(m), -9)) : A(std::ldexp(float(8 + m), e - 10));
@@ -338,8 +328,9 @@ std::vector<Mutant> quant_mutants() {
                         if (!vis.visible(i, j)) continue;
                         A dot = 0;
                         for (Index c = 0; c < qs.D; ++c)
-                          dot += A(S(p.q(b, h, i, c))) * (table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]) -
-                                                          A(qk.k.zero_point(b, g, j)));
+                          dot += A(S(p.q(b, h, i, c))) *
+                                 (table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]) -
+                                  A(qk.k.zero_point(b, g, j)));
                         s[std::size_t(j)] = dot * (A(qk.k.scale(b, g, j)) * scale);  // K's scale with the softmax scale
                         m = std::max(m, s[std::size_t(j)]);
                       }
@@ -357,7 +348,8 @@ std::vector<Mutant> quant_mutants() {
                         o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
                       }
                       for (Index j = 0; j < ks.T; ++j)
-                        w(b, h, i, j) = vis.visible(i, j) && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
+                        w(b, h, i, j) =
+                            vis.visible(i, j) && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
                     }
                   }
                 if (p.want_weights) o.weights = w;

@@ -156,7 +156,8 @@ struct ProblemOptions {
   ///    default (a law that derives K or V values would have to requantise them); the quantised-cache laws require
   ///    them, and a quantised cache is then drawn in every case that is not paged (gen_quant).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
-  FeatureSet allow = FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  FeatureSet allow =
+      FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
   /// then keeps them. A required feature is drawn even when `allow` lacks it.
   FeatureSet require{};

@@ -1,10 +1,10 @@
 // Quantised K and V caches, drawn for the laws that require them: a declared format, granularity and zero points,
 // and scales that follow each group's values (as a cache's writer computes them) so that codes reach the format's
 // limits, its subnormals and, with a shift, saturation.
-#include "parts.hpp"
-
 #include <algorithm>
 #include <cmath>
+
+#include "parts.hpp"
 
 namespace attncheck {
 using namespace generation;
@@ -47,7 +47,8 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
     if (per_token) grains.push_back({1, QuantGranularity::token_head});
     d.k_granularity = *weighted_choice<QuantGranularity>(grains);
     d.v_granularity = *weighted_choice<QuantGranularity>(grains);
-    d.zero_points = zero_points && d.format == int(QuantFormat::int8) && *weighted_choice<bool>({{1, false}, {1, true}});
+    d.zero_points =
+        zero_points && d.format == int(QuantFormat::int8) && *weighted_choice<bool>({{1, false}, {1, true}});
     d.plain = *weighted_choice<bool>({{1, true}, {2, false}});
     // Not shrunk: each group's mantissa and shift follow from it and the group's coordinates, so that a shape shrunk
     // before it keeps the others' (RapidCheck shrinks the picks in order and does not return to the shape).
@@ -60,13 +61,13 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
 void QuantDraw::apply(Problem& p, const CaseShape& s) const {
   p.quant.reset();
   const Shape qs = p.q.shape();
-  if (format < 0 || p.paged || p.d_output || double(qs.B) * double(qs.H) * double(qs.T) * double(p.k.shape().T) >
-                                                  double(kMaxWeights))
+  if (format < 0 || p.paged || p.d_output ||
+      double(qs.B) * double(qs.H) * double(qs.T) * double(p.k.shape().T) > double(kMaxWeights))
     return;
   const auto f = QuantFormat(format);
   static constexpr double kMantissas[] = {1.0, 1.5, 0.75, 1.25, double(0.3f)};
-  // +16: an e4m3fn cache's codes all subnormal (the largest at most 448·√2·2^-16 < 2^-6, at least 448·2^-16.5 > 2^-9: not
-  // 0), as a cache scaled to a far larger amax holds them.
+  // +16: an e4m3fn cache's codes all subnormal (the largest at most 448·√2·2^-16 < 2^-6, at least 448·2^-16.5 > 2^-9:
+  // not 0), as a cache scaled to a far larger amax holds them.
   static constexpr int kShifts[] = {0, 0, 1, -1, 16};
   // One side's scales (and zero points) from its values x, then x as the cache holds it.
   const auto side = [&](Tensor<double>& x, QuantGranularity g, std::uint64_t salt) {
@@ -86,9 +87,9 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
           // Keyed by the group's coordinates (its batch entry, kv head and key), so a deleted index keeps the others'.
           // (By the granularity, not the extents: a token's group keeps its key's coordinate when it is the only key.)
           const bool per_token = g == QuantGranularity::token_head, per_head = g != QuantGranularity::tensor;
-          const std::uint64_t key = coordinate_hash(seed + salt, {per_token ? id_at(s.b_ids, b) : 0,
-                                                                  per_head ? id_at(s.kv_ids, h) : 0,
-                                                                  per_token ? id_at(s.k_ids, t) : 0});
+          const std::uint64_t key =
+              coordinate_hash(seed + salt, {per_token ? id_at(s.b_ids, b) : 0, per_head ? id_at(s.kv_ids, h) : 0,
+                                            per_token ? id_at(s.k_ids, t) : 0});
           const double a = amax[sc.at(b, h, t)];
           int e = a > 0 ? int(std::lround(std::log2(a / quant_max(f)))) : 0;
           const int shift = plain ? 0 : f == QuantFormat::e4m3fn ? kShifts[key % 5] : kShifts[key % 4];

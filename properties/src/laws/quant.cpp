@@ -23,8 +23,8 @@ constexpr Index kMaxT = 128;
 
 std::string needs_quant(const GenConfig& g) {
   if (!(g.caps.declares(Feature::kv_e4m3fn) || g.caps.declares(Feature::kv_e5m2) || g.caps.declares(Feature::kv_int8)))
-    return "needs a quantised K and V cache (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2 or _KV_INT8), which this "
-           "implementation does not declare";
+    return "needs a quantised K and V cache in some format (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2, _KV_INT8), which "
+           "this implementation does not declare";
   if (g.shape) {
     const auto& s = *g.shape;  // {B, H, T_q, T_k, D}
     if (double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]) > double(1 << 18))
@@ -281,14 +281,16 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
         *s = h;
       }
       if (ok) {
-        out.push_back({q, std::string("the same values as int8 codes and zero points ") + (d > 0 ? "one up" : "one down"),
+        out.push_back({q,
+                       std::string("the same values as int8 codes and zero points ") + (d > 0 ? "one up" : "one down"),
                        power_of_two_exact(p)});
         break;
       }
     }
   }
   // Another declared format that holds every value (zero points only in int8).
-  for (const auto& [f, feat] : {std::pair{QuantFormat::int8, Feature::kv_int8}, {QuantFormat::e4m3fn, Feature::kv_e4m3fn},
+  for (const auto& [f, feat] : {std::pair{QuantFormat::int8, Feature::kv_int8},
+                                {QuantFormat::e4m3fn, Feature::kv_e4m3fn},
                                 {QuantFormat::e5m2, Feature::kv_e5m2}}) {
     if (f == qk.format || !cfg.caps.declares(feat)) continue;
     if (f != QuantFormat::int8 && !(qk.k.zero_points.empty() && qk.v.zero_points.empty())) continue;

@@ -50,6 +50,11 @@ double correct(const Problem&, const Side& s, const Side&, Index b, Index, Index
   return s.value(b, g, t, c);
 }
 
+// The element with its zero point but without its scale.
+double unscaled(const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
+}
+
 // A kernel that decodes K and V per query head with `decode` (K's with k_decode, V's with v_decode), rounds what it
 // decoded to the dtype, and runs the reference's dense attention on it (one kv head per query head).
 ImplementationPtr quant_kernel(const char* name, const char* description, Decode k_decode, Decode v_decode) {
@@ -129,15 +134,12 @@ std::vector<Mutant> quant_mutants() {
       .minimal_shape = {1, 1, 1, 1},
       .why_minimal = "one query over one key: its LSE is the score",
       .killed_by = {"kv-quant-oracle", "kv-quant-k-scale"}});
-  z.push_back(Mutant{
-      .impl = quant_kernel("mutant:kv-v-scale-dropped", "V's scale dropped", ok,
-                           [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-                             return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
-                           }),
-      .bug = "V's scale never applied (the descale forgotten on the P·V side): the output off by V's scale",
-      .minimal_shape = {1, 1, 1, 1},
-      .why_minimal = "one query over one key: the output is v",
-      .killed_by = {"kv-quant-oracle"}});
+  z.push_back(
+      Mutant{.impl = quant_kernel("mutant:kv-v-scale-dropped", "V's scale dropped", ok, unscaled),
+             .bug = "V's scale never applied (the descale forgotten on the P·V side): the output off by V's scale",
+             .minimal_shape = {1, 1, 1, 1},
+             .why_minimal = "one query over one key: the output is v",
+             .killed_by = {"kv-quant-oracle"}});
   z.push_back(Mutant{
       .impl = quant_kernel("mutant:kv-k-scale-on-v", "V dequantised with K's scale", ok,
                            [](const Problem&, const Side& s, const Side& k, Index b, Index, Index g, Index t, Index c) {
@@ -241,42 +243,24 @@ std::vector<Mutant> quant_mutants() {
       },
       "per-head descales dropped to one (head 0's for every kv head), as a path written for per-tensor scales does",
       {1, 2, 1, 1}, "two heads over one key each: head 1's v takes head 0's scale", {"kv-quant-oracle"}));
+  // Kernels right on one path and reading the codes unscaled on another: `unscaled_when` says which calls.
+  const auto path_switch = [](const char* name, const char* description, bool (*unscaled_when)(const Problem&)) {
+    const ImplementationPtr right = quant_kernel(name, description, correct, correct),
+                            wrong = quant_kernel(name, description, unscaled, unscaled);
+    return make_implementation(name, description, quant_capabilities(),
+                               [=](const Problem& p) { return (unscaled_when(p) ? wrong : right)->forward(p); });
+  };
   z.push_back(Mutant{
-      .impl = make_implementation(
-          "mutant:kv-scales-decode-only", "scales applied on the decode path only", quant_capabilities(),
-          [](const Problem& p) {
-            static const ImplementationPtr inner = quant_kernel("mutant:kv-scales-decode-only", "", correct, correct);
-            static const ImplementationPtr unscaled = quant_kernel(
-                "mutant:kv-scales-decode-only", "",
-                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
-                },
-                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
-                });
-            return (p.q.shape().T == 1 ? inner : unscaled)->forward(p);
-          }),
+      .impl = path_switch("mutant:kv-scales-decode-only", "scales applied on the decode path only",
+                          [](const Problem& p) { return p.q.shape().T != 1; }),
       .bug = "the scales applied on the decode path (one query) only: a prefill over a quantised cache reads the codes "
              "unscaled",
       .minimal_shape = {1, 1, 2, 1},
       .why_minimal = "two queries over one key: one query is the decode path",
       .killed_by = {"kv-quant-oracle"}});
   z.push_back(Mutant{
-      .impl = make_implementation(
-          "mutant:kv-ragged-identity-scales", "scales assumed 1 on the ragged path", quant_capabilities(),
-          [](const Problem& p) {
-            static const ImplementationPtr plain =
-                quant_kernel("mutant:kv-ragged-identity-scales", "", correct, correct);
-            static const ImplementationPtr unscaled = quant_kernel(
-                "mutant:kv-ragged-identity-scales", "",
-                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
-                },
-                [](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
-                  return quant_value(s.format, s.code(b, g, t, c)) - s.scales->zero_point(b, g, t);
-                });
-            return (p.key_lengths.empty() ? plain : unscaled)->forward(p);
-          }),
+      .impl = path_switch("mutant:kv-ragged-identity-scales", "scales assumed 1 on the ragged path",
+                          [](const Problem& p) { return !p.key_lengths.empty(); }),
       .bug = "identity scales assumed on the ragged (padded) path, as FlashInfer's ragged wrapper ignored k and v "
              "scales: a batch with key lengths reads the codes unscaled",
       .minimal_shape = {1, 1, 1, 1},

@@ -15,9 +15,6 @@ namespace attncheck::law_kit {
 namespace {
 namespace dropout_law {
 
-// So that every case, B and H up to 4, is within the 2^18 weights a dropout is drawn at (it is materialised).
-constexpr Index kMaxT = 128;
-constexpr double kMaxWeights = double(1 << 18);
 // The keep-rate law's false-alarm rate per case: Hoeffding's bound holds for any n, so this is exact, not asymptotic.
 constexpr double kFalseAlarm = 1e-9;
 // Another offset or seed must give another mask only where an equal one has a chance below 2^-40.
@@ -33,28 +30,13 @@ std::string needs_dropout(const GenConfig& g) {
   if (!g.caps.returns_weights)
     return "needs the attention weights, where the keep mask shows (a dropped cell's weight is 0), which this "
            "implementation does not return";
-  if (g.shape) {
-    const auto& s = *g.shape;  // {B, H, T_q, T_k, D}
-    if (double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]) > kMaxWeights)
-      return "dropout is checked up to 2^18 weights (B·H·T_q·T_k: its bound is materialised); the pinned shape has " +
-             format_number(double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]));
-  }
+  if (std::string why = pinned_past_materialised(g, "dropout"); !why.empty()) return why;
   return "";
 }
 
 std::string needs_dropout_backward(const GenConfig& g) {
   if (std::string why = needs_dropout(g); !why.empty()) return why;
   return needs_backward(g);
-}
-
-GenConfig bounded(const GenConfig& config) {
-  GenConfig cfg = config;
-  cfg.max_T = std::min(cfg.max_T, kMaxT);
-  cfg.max_T_tail = std::min(cfg.max_T_tail, kMaxT);
-  cfg.max_B = std::min<Index>(cfg.max_B, 4);
-  cfg.max_H = std::min<Index>(cfg.max_H, 4);
-  cfg.long_lengths.clear();
-  return cfg;
 }
 
 ProblemOptions options(const GenConfig& cfg) {
@@ -64,20 +46,20 @@ ProblemOptions options(const GenConfig& cfg) {
   return po;
 }
 
-rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_problem(bounded(cfg), options(cfg)); }
+rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_problem(within_materialised(cfg), options(cfg)); }
 
 rc::Gen<LawCase> gen_determinism(const GenConfig& cfg) {
   // The variant without the last batch entry cuts every per-batch field: no positional cells, bias, temperature or
   // rope (their entries are cut with no_cell_masks' laws), and no pages.
   ProblemOptions po = options(cfg).no_cell_masks();
   po.allow.remove(Feature::paged);
-  return gen_problem(bounded(cfg), po);
+  return gen_problem(within_materialised(cfg), po);
 }
 
 rc::Gen<LawCase> gen_backward(const GenConfig& cfg) {
   ProblemOptions po = options(cfg);
   po.want_weights = false;  // the backward's case; the forward that reads the mask asks for them itself
-  return gen_gradients_with(bounded(cfg), po);
+  return gen_gradients_with(within_materialised(cfg), po);
 }
 
 // The first n batch entries of t.

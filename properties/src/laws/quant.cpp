@@ -17,21 +17,11 @@ namespace attncheck::law_kit {
 namespace {
 namespace quant_law {
 
-// So that every case, B and H up to 4, is within the 2^18 weights a quantised cache is drawn at (its bound is
-// materialised: tolerance.cpp step 12).
-constexpr Index kMaxT = 128;
-
 std::string needs_quant(const GenConfig& g) {
   if (!(g.caps.declares(Feature::kv_e4m3fn) || g.caps.declares(Feature::kv_e5m2) || g.caps.declares(Feature::kv_int8)))
     return "needs a quantised K and V cache in some format (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2, _KV_INT8), which "
            "this implementation does not declare";
-  if (g.shape) {
-    const auto& s = *g.shape;  // {B, H, T_q, T_k, D}
-    if (double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]) > double(1 << 18))
-      return "a quantised cache is checked up to 2^18 weights (B·H·T_q·T_k: its bound is materialised); the pinned "
-             "shape has " +
-             format_number(double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]));
-  }
+  if (std::string why = pinned_past_materialised(g, "a quantised cache"); !why.empty()) return why;
   return "";
 }
 
@@ -39,16 +29,6 @@ std::string needs_quant_and_scale(const GenConfig& g) {
   if (std::string why = needs_quant(g); !why.empty()) return why;
   if (!g.caps.custom_scale) return "needs an explicit softmax scale, which this implementation does not accept";
   return "";
-}
-
-GenConfig bounded(const GenConfig& config) {
-  GenConfig cfg = config;
-  cfg.max_T = std::min(cfg.max_T, kMaxT);
-  cfg.max_T_tail = std::min(cfg.max_T_tail, kMaxT);
-  cfg.max_B = std::min<Index>(cfg.max_B, 4);
-  cfg.max_H = std::min<Index>(cfg.max_H, 4);
-  cfg.long_lengths.clear();
-  return cfg;
 }
 
 // Every case quantised, in a declared format. The bound of step 12 is taken on k and v as they are, so nothing may
@@ -63,8 +43,10 @@ ProblemOptions options(const GenConfig& cfg, bool weights) {
   return po;
 }
 
-rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_problem(bounded(cfg), options(cfg, true)); }
-rc::Gen<LawCase> gen_outputs(const GenConfig& cfg) { return gen_problem(bounded(cfg), options(cfg, false)); }
+rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_problem(within_materialised(cfg), options(cfg, true)); }
+rc::Gen<LawCase> gen_outputs(const GenConfig& cfg) {
+  return gen_problem(within_materialised(cfg), options(cfg, false));
+}
 
 // Whether scaling one input of p by a power of two scales every value a correct kernel forms from it exactly: every
 // type it may hold them in keeps them normal. float16's smallest normal, 2^-14, is within the drawn values' reach, so

@@ -700,6 +700,26 @@ ProblemOptions outputs_only() {
 rc::Gen<LawCase> gen_outputs_only(const GenConfig& cfg) { return gen_problem(cfg, outputs_only()); }
 rc::Gen<LawCase> gen_plain(const GenConfig& cfg) { return gen_problem(cfg); }
 
+GenConfig within_materialised(const GenConfig& config) {
+  constexpr Index kMaxT = 128;  // 4·4·128·128 = 2^18
+  GenConfig cfg = config;
+  cfg.max_T = std::min(cfg.max_T, kMaxT);
+  cfg.max_T_tail = std::min(cfg.max_T_tail, kMaxT);
+  cfg.max_B = std::min<Index>(cfg.max_B, 4);
+  cfg.max_H = std::min<Index>(cfg.max_H, 4);
+  cfg.long_lengths.clear();
+  return cfg;
+}
+
+std::string pinned_past_materialised(const GenConfig& g, const std::string& what) {
+  if (!g.shape) return "";
+  const auto& s = *g.shape;  // {B, H, T_q, T_k, D}
+  const double weights = double(s[0]) * double(s[1]) * double(s[2]) * double(s[3]);
+  if (weights <= double(1 << 18)) return "";
+  return what + " is checked up to 2^18 weights (B·H·T_q·T_k: its bound is materialised); the pinned shape has " +
+         format_number(weights);
+}
+
 std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const char* what_changed,
                                                           const Implementation& impl, const LawCase& c) {
   const Index t = int_param(c, law, "t", 0, c.problem.q.shape().T - 1);

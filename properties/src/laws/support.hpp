@@ -242,6 +242,12 @@ Verdict hidden_weights_are_zero(const std::string& law, const Implementation& im
 
 /// Problem options for the laws that read only outputs.
 ProblemOptions outputs_only();
+/// cfg with B and H at most 4, T at most 128 and no long contexts: every case within the 2^18 weights (B·H·T_q·T_k)
+/// that a feature whose bound is materialised only (dropout, a quantised cache) is drawn at.
+GenConfig within_materialised(const GenConfig& cfg);
+/// Why a pinned shape past those 2^18 weights cannot be checked ("<what> is checked up to 2^18 weights ..."), or
+/// "" when none is pinned or it is within them.
+std::string pinned_past_materialised(const GenConfig& g, const std::string& what);
 rc::Gen<LawCase> gen_outputs_only(const GenConfig& cfg);
 rc::Gen<LawCase> gen_plain(const GenConfig& cfg);
 

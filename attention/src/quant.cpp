@@ -14,20 +14,33 @@ namespace attncheck {
 
 std::string_view quant_format_name(QuantFormat f) {
   switch (f) {
-    case QuantFormat::e4m3fn:
-      return "e4m3fn";
-    case QuantFormat::e5m2:
-      return "e5m2";
-    case QuantFormat::int8:
-      return "int8";
+    case QuantFormat::e4m3fn: return "e4m3fn";
+    case QuantFormat::e5m2: return "e5m2";
+    case QuantFormat::int8: return "int8";
+    case QuantFormat::ggml_q8_0: return "q8_0";
+    case QuantFormat::ggml_q4_0: return "q4_0";
+    case QuantFormat::ggml_q4_1: return "q4_1";
+    case QuantFormat::ggml_q5_0: return "q5_0";
+    case QuantFormat::ggml_q5_1: return "q5_1";
   }
   return "?";
 }
 
 std::optional<QuantFormat> parse_quant_format(std::string_view name) {
-  for (const QuantFormat f : {QuantFormat::e4m3fn, QuantFormat::e5m2, QuantFormat::int8})
+  for (const QuantFormat f : kQuantFormats)
     if (name == quant_format_name(f)) return f;
   return std::nullopt;
+}
+
+std::size_t quant_block_bytes(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::ggml_q8_0: return 2 + 32;
+    case QuantFormat::ggml_q4_0: return 2 + 16;
+    case QuantFormat::ggml_q4_1: return 2 + 2 + 16;
+    case QuantFormat::ggml_q5_0: return 2 + 4 + 16;
+    case QuantFormat::ggml_q5_1: return 2 + 2 + 4 + 16;
+    default: return 1;
+  }
 }
 
 std::string_view quant_granularity_name(QuantGranularity g) {
@@ -38,12 +51,15 @@ std::string_view quant_granularity_name(QuantGranularity g) {
       return "kv_head";
     case QuantGranularity::token_head:
       return "token_head";
+    case QuantGranularity::block32:
+      return "block32";
   }
   return "?";
 }
 
 std::optional<QuantGranularity> parse_quant_granularity(std::string_view name) {
-  for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head})
+  for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head,
+                                   QuantGranularity::block32})
     if (name == quant_granularity_name(g)) return g;
   return std::nullopt;
 }
@@ -52,7 +68,12 @@ namespace {
 
 // A byte's value, from the format's fields (the formats' definitions, as quant.hpp states them).
 double decode(QuantFormat f, std::uint8_t b) {
-  if (f == QuantFormat::int8) return double(std::int8_t(b));
+  if (f == QuantFormat::int8 || f == QuantFormat::ggml_q8_0) return double(std::int8_t(b));
+  if (quant_blocked(f)) {  // the element's q from its nibble or five bits
+    const int bits = f == QuantFormat::ggml_q4_0 || f == QuantFormat::ggml_q4_1 ? 4 : 5;
+    if (b >= (1 << bits)) return std::numeric_limits<double>::quiet_NaN();
+    return double(b) - (f == QuantFormat::ggml_q4_0 ? 8 : f == QuantFormat::ggml_q5_0 ? 16 : 0);
+  }
   const double sign = b & 0x80 ? -1.0 : 1.0;
   const int man_bits = f == QuantFormat::e4m3fn ? 3 : 2, bias = f == QuantFormat::e4m3fn ? 7 : 15;
   const int e = (b & 0x7F) >> man_bits, m = b & ((1 << man_bits) - 1), e_max = f == QuantFormat::e4m3fn ? 15 : 31;
@@ -70,9 +91,9 @@ struct Table {
 };
 
 const Table& table(QuantFormat f) {
-  static const std::array<Table, 3> tables = [] {
-    std::array<Table, 3> t;
-    for (int i = 0; i < 3; ++i) {
+  static const std::array<Table, std::size(kQuantFormats)> tables = [] {
+    std::array<Table, std::size(kQuantFormats)> t;
+    for (int i = 0; i < int(t.size()); ++i) {
       const auto fmt = QuantFormat(i + 1);
       for (int b = 0; b < 256; ++b) {
         const double x = decode(fmt, std::uint8_t(b));
@@ -119,28 +140,55 @@ QuantScales quant_extents(QuantGranularity g, const Shape& cache) {
   QuantScales s;
   s.granularity = g;
   if (g != QuantGranularity::tensor) s.H = cache.H;
-  if (g == QuantGranularity::token_head) {
+  if (g == QuantGranularity::token_head || g == QuantGranularity::block32) {
     s.B = cache.B;
     s.T = cache.T;
   }
+  if (g == QuantGranularity::block32) s.C = std::max<Index>(1, cache.D / kQuantBlock);
   return s;
 }
 
+namespace {
+bool is_half(double x) { return std::isfinite(x) && double(Eigen::half(float(x))) == x; }
+// The code whose q is 0 (a ggml block whose d is 0 holds only its minimum).
+std::uint8_t zero_code(QuantFormat f) { return *quant_exact(f, 0.0); }
+}  // namespace
+
 void check_quant_scales(const char* who, const char* side, QuantFormat f, const QuantScales& s, const Shape& cache) {
   const std::string w = std::string(who) + ": the quantised " + side + "'s ";
+  const bool blocked = quant_blocked(f);
+  if (blocked != (s.granularity == QuantGranularity::block32))
+    throw ValueError(w + std::string(quant_format_name(f)) + " cache has " +
+                     std::string(quant_granularity_name(s.granularity)) + " scales: " +
+                     (blocked ? "ggml's blocks hold theirs (block32)" : "block32 scales come with ggml's formats only"));
+  if (blocked && cache.D % kQuantBlock != 0)
+    throw ShapeError(w + std::string(quant_format_name(f)) + " cache has rows of D = " + std::to_string(cache.D) +
+                     ": ggml's blocks need D a multiple of 32");
   const QuantScales want = quant_extents(s.granularity, cache);
-  if (s.B != want.B || s.H != want.H || s.T != want.T)
+  if (s.B != want.B || s.H != want.H || s.T != want.T || s.C != want.C)
     throw ShapeError(w + std::string(quant_granularity_name(s.granularity)) + " scales are [" + std::to_string(s.B) +
-                     "," + std::to_string(s.H) + "," + std::to_string(s.T) + "], expected [" + std::to_string(want.B) +
-                     "," + std::to_string(want.H) + "," + std::to_string(want.T) + "] for a cache of shape " +
-                     to_string(cache));
-  const std::size_t n = std::size_t(s.B * s.H * s.T);
+                     "," + std::to_string(s.H) + "," + std::to_string(s.T) + (blocked ? "," + std::to_string(s.C) : "") +
+                     "], expected [" + std::to_string(want.B) + "," + std::to_string(want.H) + "," +
+                     std::to_string(want.T) + (blocked ? "," + std::to_string(want.C) : "") +
+                     "] for a cache of shape " + to_string(cache));
+  const std::size_t n = std::size_t(s.B * s.H * s.T * s.C);
   if (s.scales.size() != n)
     throw ShapeError(w + "scales hold " + std::to_string(s.scales.size()) + " values, expected " + std::to_string(n));
-  for (std::size_t i = 0; i < n; ++i)
-    if (const double x = s.scales[i]; !(std::isfinite(x) && x > 0 && double(float(x)) == x))
+  for (std::size_t i = 0; i < n; ++i) {
+    const double x = s.scales[i];
+    if (blocked ? !is_half(x) : !(std::isfinite(x) && x > 0 && double(float(x)) == x))
       throw ValueError(w + "scale " + std::to_string(i) + " is " + format_number(x) +
-                       ": a scale is a finite float32 greater than 0");
+                       (blocked ? ": a ggml block's scale is a finite float16"
+                                : ": a scale is a finite float32 greater than 0"));
+  }
+  if (quant_has_min(f) ? s.mins.size() != n : !s.mins.empty())
+    throw ShapeError(w + "minimums hold " + std::to_string(s.mins.size()) + " values, expected " +
+                     std::to_string(quant_has_min(f) ? n : 0) + " (" + std::string(quant_format_name(f)) +
+                     (quant_has_min(f) ? " has one per block)" : " has none)"));
+  for (std::size_t i = 0; i < s.mins.size(); ++i)
+    if (!is_half(s.mins[i]))
+      throw ValueError(w + "minimum " + std::to_string(i) + " is " + format_number(s.mins[i]) +
+                       ": a ggml block's minimum is a finite float16");
   if (s.zero_points.empty()) return;
   if (f != QuantFormat::int8)
     throw ValueError(w + "zero points come with an " + std::string(quant_format_name(f)) +
@@ -162,17 +210,20 @@ std::vector<std::uint8_t> quant_codes(const char* who, const char* side, QuantFo
   for (Index b = 0; b < sh.B; ++b)
     for (Index h = 0; h < sh.H; ++h)
       for (Index t = 0; t < sh.T; ++t) {
-        const double scale = s.scale(b, h, t), zp = s.zero_point(b, h, t);
+        const double zp = s.zero_point(b, h, t);
         for (Index c = 0; c < sh.D; ++c, ++n) {
-          const double v = x(b, h, t, c);
-          // v / scale is exact where v is code·scale (both doubles, the quotient an integer-sized significand).
-          const std::optional<std::uint8_t> code = quant_exact(f, v / scale + zp);
-          if (!code || (quant_value(f, *code) - zp) * scale != v)
+          const double v = x(b, h, t, c), scale = s.scale(b, h, t, c), min = s.min(b, h, t, c);
+          // (v - min) / scale is exact where v is q·scale + min (doubles of at most 40 significant bits' span).
+          const std::optional<std::uint8_t> code =
+              scale == 0 ? (v == min ? std::optional<std::uint8_t>(zero_code(f)) : std::nullopt)
+                         : quant_exact(f, (v - min) / scale + zp);
+          if (!code || (quant_value(f, *code) - zp) * scale + min != v)
             throw ValueError(std::string(who) + ": the quantised " + side + "'s element [" + std::to_string(b) + "," +
                              std::to_string(h) + "," + std::to_string(t) + "," + std::to_string(c) + "] is " +
                              format_number(v, 17) + ", not an " + std::string(quant_format_name(f)) + " value times " +
                              format_number(scale, 9) +
-                             (s.zero_points.empty() ? "" : " (zero point " + format_number(zp) + ")"));
+                             (s.zero_points.empty() ? "" : " (zero point " + format_number(zp) + ")") +
+                             (s.mins.empty() ? "" : " plus " + format_number(min, 9)));
           codes[n] = *code;
         }
       }
@@ -185,8 +236,9 @@ Tensor<double> dequantize(QuantFormat f, const QuantScales& s, const Shape& sh, 
   for (Index b = 0; b < sh.B; ++b)
     for (Index h = 0; h < sh.H; ++h)
       for (Index t = 0; t < sh.T; ++t) {
-        const double scale = s.scale(b, h, t), zp = s.zero_point(b, h, t);
-        for (Index c = 0; c < sh.D; ++c, ++n) out(b, h, t, c) = (quant_value(f, codes[n]) - zp) * scale;
+        const double zp = s.zero_point(b, h, t);
+        for (Index c = 0; c < sh.D; ++c, ++n)
+          out(b, h, t, c) = (quant_value(f, codes[n]) - zp) * s.scale(b, h, t, c) + s.min(b, h, t, c);
       }
   return out;
 }
@@ -198,15 +250,94 @@ Tensor<double> quantize_dequantize(QuantFormat f, const QuantScales& s, const Te
   for (Index b = 0; b < sh.B; ++b)
     for (Index h = 0; h < sh.H; ++h)
       for (Index t = 0; t < sh.T; ++t) {
-        const double scale = s.scale(b, h, t), zp = s.zero_point(b, h, t);
+        const double zp = s.zero_point(b, h, t);
         // int8: the nearest integer (ties to even) plus the zero point, clamped to the byte's range.
-        for (Index c = 0; c < sh.D; ++c, ++n)
-          codes[n] =
-              f == QuantFormat::int8
-                  ? std::uint8_t(std::int8_t(std::clamp(std::nearbyint(x(b, h, t, c) / scale) + zp, -128.0, 127.0)))
-                  : quant_nearest(f, x(b, h, t, c) / scale);
+        for (Index c = 0; c < sh.D; ++c, ++n) {
+          const double scale = s.scale(b, h, t, c), y = x(b, h, t, c) - s.min(b, h, t, c);
+          codes[n] = f == QuantFormat::int8
+                         ? std::uint8_t(std::int8_t(std::clamp(std::nearbyint(y / scale) + zp, -128.0, 127.0)))
+                     : scale == 0 ? zero_code(f)
+                                  : quant_nearest(f, y / scale);
+        }
       }
   return dequantize(f, s, sh, codes.data());
+}
+
+namespace {
+std::uint16_t half_bits(double x) { return Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(float(x))); }
+double half_value(const std::uint8_t* p) {
+  return double(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(p[0] | (p[1] << 8))));
+}
+}  // namespace
+
+std::vector<std::uint8_t> pack_blocks(QuantFormat f, const QuantScales& s, const Shape& sh,
+                                      const std::vector<std::uint8_t>& codes) {
+  const std::size_t bytes = quant_block_bytes(f);
+  const Index nb = sh.D / kQuantBlock;
+  std::vector<std::uint8_t> out(std::size_t(sh.B * sh.H * sh.T * nb) * bytes, 0);
+  std::size_t at = 0, n = 0;
+  for (Index b = 0; b < sh.B; ++b)
+    for (Index h = 0; h < sh.H; ++h)
+      for (Index t = 0; t < sh.T; ++t)
+        for (Index k = 0; k < nb; ++k, at += bytes, n += kQuantBlock) {
+          std::uint8_t* blk = out.data() + at;
+          const auto put_half = [&](std::size_t off, double x) {
+            const std::uint16_t v = half_bits(x);
+            blk[off] = std::uint8_t(v & 0xFF);
+            blk[off + 1] = std::uint8_t(v >> 8);
+          };
+          put_half(0, s.scale(b, h, t, k * kQuantBlock));
+          std::size_t off = 2;
+          if (quant_has_min(f)) {
+            put_half(off, s.min(b, h, t, k * kQuantBlock));
+            off += 2;
+          }
+          const std::uint8_t* q = codes.data() + n;
+          if (f == QuantFormat::ggml_q8_0) {
+            std::copy(q, q + kQuantBlock, blk + off);
+            continue;
+          }
+          if (f == QuantFormat::ggml_q5_0 || f == QuantFormat::ggml_q5_1) {
+            std::uint32_t qh = 0;
+            for (int j = 0; j < 32; ++j) qh |= std::uint32_t((q[j] >> 4) & 1) << j;
+            for (int i = 0; i < 4; ++i) blk[off + std::size_t(i)] = std::uint8_t(qh >> (8 * i));
+            off += 4;
+          }
+          for (int j = 0; j < 16; ++j) blk[off + std::size_t(j)] = std::uint8_t((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+        }
+  return out;
+}
+
+std::vector<std::uint8_t> unpack_blocks(QuantFormat f, const Shape& sh, const std::uint8_t* blocks, QuantScales& s) {
+  const std::size_t bytes = quant_block_bytes(f);
+  const Index nb = sh.D / kQuantBlock;
+  s = quant_extents(QuantGranularity::block32, sh);
+  std::vector<std::uint8_t> codes(std::size_t(sh.numel()));
+  std::size_t at = 0, n = 0;
+  for (Index r = 0; r < sh.B * sh.H * sh.T * nb; ++r, at += bytes, n += kQuantBlock) {
+    const std::uint8_t* blk = blocks + at;
+    s.scales.push_back(half_value(blk));
+    std::size_t off = 2;
+    if (quant_has_min(f)) {
+      s.mins.push_back(half_value(blk + off));
+      off += 2;
+    }
+    std::uint8_t* q = codes.data() + n;
+    if (f == QuantFormat::ggml_q8_0) {
+      std::copy(blk + off, blk + off + kQuantBlock, q);
+      continue;
+    }
+    std::uint32_t qh = 0;
+    if (f == QuantFormat::ggml_q5_0 || f == QuantFormat::ggml_q5_1) {
+      for (int i = 0; i < 4; ++i) qh |= std::uint32_t(blk[off + std::size_t(i)]) << (8 * i);
+      off += 4;
+    }
+    for (int j = 0; j < 16; ++j) {
+      q[j] = std::uint8_t((blk[off + std::size_t(j)] & 0x0F) | (((qh >> j) & 1) << 4));
+      q[j + 16] = std::uint8_t((blk[off + std::size_t(j)] >> 4) | (((qh >> (j + 16)) & 1) << 4));
+    }
+  }
+  return codes;
 }
 
 }  // namespace attncheck

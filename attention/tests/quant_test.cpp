@@ -101,6 +101,65 @@ TEST(Quant, aCacheRoundTripsThroughItsScales) {
     }
 }
 
+// ggml's blocks as ggml lays them out (ggml-common.h's block_q8_0 ... block_q5_1, dequantize_row_q*): hand-made blocks
+// decode to what ggml's dequantisation gives, and a cache packs and unpacks to itself in every format.
+TEST(Quant, ggmlBlocksDecodeAsGgmlDoes) {
+  const Shape one{1, 1, 1, 32};
+  QuantScales s;
+  // Q4_0: d = 0.5 (float16 0x3800); byte 0 = 0x9F holds element 0 (low nibble 15: 15 - 8 = 7) and element 16 (9: 1).
+  std::vector<std::uint8_t> q4(18, 0x88);
+  q4[0] = 0x00, q4[1] = 0x38, q4[2] = 0x9F;
+  Tensor<double> x = dequantize(QuantFormat::ggml_q4_0, s, one,
+                                unpack_blocks(QuantFormat::ggml_q4_0, one, q4.data(), s).data());
+  EXPECT_EQ(x(0, 0, 0, 0), 3.5);
+  EXPECT_EQ(x(0, 0, 0, 16), 0.5);
+  EXPECT_EQ(x(0, 0, 0, 1), 0.0);
+  // Q5_0: qh's bit 0 (element 0) and bit 17 (element 17) set; qs[0] low nibble 3, qs[1] high nibble 2.
+  std::vector<std::uint8_t> q5(22, 0);
+  q5[0] = 0x00, q5[1] = 0x3C;  // d = 1
+  q5[2] = 0x01, q5[4] = 0x02;  // qh = 1 | 1 << 17
+  q5[6] = 0x03, q5[7] = 0x20;
+  x = dequantize(QuantFormat::ggml_q5_0, s, one, unpack_blocks(QuantFormat::ggml_q5_0, one, q5.data(), s).data());
+  EXPECT_EQ(x(0, 0, 0, 0), 19 - 16);
+  EXPECT_EQ(x(0, 0, 0, 17), 18 - 16);
+  EXPECT_EQ(x(0, 0, 0, 1), -16);
+  // Q4_1: d = 0.25, m = -1; nibble 4 is 0.
+  std::vector<std::uint8_t> q41(20, 0x44);
+  q41[0] = 0x00, q41[1] = 0x34, q41[2] = 0x00, q41[3] = 0xBC;
+  x = dequantize(QuantFormat::ggml_q4_1, s, one, unpack_blocks(QuantFormat::ggml_q4_1, one, q41.data(), s).data());
+  EXPECT_EQ(x(0, 0, 0, 5), 0.0);
+  // Q8_0: an int8 times d.
+  std::vector<std::uint8_t> q8(34, 0);
+  q8[0] = 0x00, q8[1] = 0xC0, q8[2] = 0xFF;  // d = -2 (ggml's Q4_0 and Q8_0 writers keep the sign of the largest value)
+  x = dequantize(QuantFormat::ggml_q8_0, s, one, unpack_blocks(QuantFormat::ggml_q8_0, one, q8.data(), s).data());
+  EXPECT_EQ(x(0, 0, 0, 0), 2.0);
+  // Every format: a cache of two rows of two blocks packs and unpacks to its codes and scales.
+  const Shape sh{1, 2, 1, 64};
+  Tensor<double> v(sh);
+  for (Index n = 0; n < v.size(); ++n) v.values()[n] = std::sin(0.9 * double(n)) * 3;
+  for (const QuantFormat f : {QuantFormat::ggml_q8_0, QuantFormat::ggml_q4_0, QuantFormat::ggml_q4_1,
+                              QuantFormat::ggml_q5_0, QuantFormat::ggml_q5_1}) {
+    QuantScales sc = quant_extents(QuantGranularity::block32, sh);
+    for (Index i = 0; i < 4; ++i) {
+      sc.scales.push_back(double(Eigen::half(i % 2 ? -0.1875f : 0.0625f * float(i + 1))));
+      if (quant_has_min(f)) sc.mins.push_back(double(Eigen::half(-1.5f + float(i))));
+    }
+    check_quant_scales("test", "k", f, sc, sh);
+    const Tensor<double> y = quantize_dequantize(f, sc, v);
+    const std::vector<std::uint8_t> codes = quant_codes("test", "k", f, sc, y);
+    QuantScales back;
+    EXPECT_EQ(unpack_blocks(f, sh, pack_blocks(f, sc, sh, codes).data(), back), codes) << quant_format_name(f);
+    EXPECT_EQ(back, sc) << quant_format_name(f);
+  }
+  // D not a multiple of 32, or another granularity, is refused.
+  QuantScales bad = quant_extents(QuantGranularity::tensor, sh);
+  bad.scales = {1.0};
+  EXPECT_THROW(check_quant_scales("test", "k", QuantFormat::ggml_q4_0, bad, sh), ValueError);
+  EXPECT_THROW(check_quant_scales("test", "k", QuantFormat::ggml_q4_0, quant_extents(QuantGranularity::block32, one),
+                                  Shape{1, 1, 1, 40}),
+               ShapeError);
+}
+
 TEST(Quant, badScalesAreNamed) {
   const Shape s{1, 2, 3, 4};
   const auto what = [&](QuantFormat f, QuantScales sc) {

@@ -21,7 +21,8 @@
  * gradient (backward_call->d_bias), per-query temperatures (call->temperature), rotary embeddings in both
  * pairings (call->rope), QK-norm (call->qk_norm), dropout (call->dropout: a keep mask from Random123's Philox,
  * one counter per cell within a head, the head in the counter's last word) and quantised K and V caches
- * (call->quant: FP8 e4m3fn and e5m2 and int8 codes, per tensor, kv head or token, with int8 zero points).
+ * (call->quant: FP8 e4m3fn and e5m2 and int8 codes, per tensor, kv head or token, with int8 zero points, and
+ * ggml's q8_0, q4_0, q4_1, q5_0 and q5_1 blocks).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -84,9 +85,39 @@ static double quant_code_value(uint32_t format, uint8_t code) {
   return code & 0x80 ? -mag : mag;
 }
 
+/* A little-endian float16 at p, widened. */
+static double half_at(const uint8_t* p) {
+  const unsigned h = (unsigned)p[0] | ((unsigned)p[1] << 8), e = (h >> 10) & 0x1F, m = h & 0x3FF;
+  const double mag = e == 0 ? ldexp((double)m, -24) : ldexp((double)(m | 0x400), (int)e - 25);
+  return h & 0x8000 ? -mag : mag; /* attncheck sends no infinite or NaN scale */
+}
+
+/* Element d of a row of ggml's blocks (ATTNCHECK_QFMT_GGML_*): block d/32 at `row` + (d/32)·strides[3], d (and m)
+ * float16 first, then Q5's fifth bits qh (bit j element j's), then qs (element j the low nibble of byte j, j + 16
+ * its high one; Q8_0: 32 int8). */
+static double ggml_element(const attncheck_quant_tensor* t, const uint8_t* row, int64_t d) {
+  const uint8_t* blk = row + (d / 32) * t->strides[3];
+  const int j = (int)(d % 32), has_min = t->format == ATTNCHECK_QFMT_GGML_Q4_1 || t->format == ATTNCHECK_QFMT_GGML_Q5_1;
+  const double scale = half_at(blk), min = has_min ? half_at(blk + 2) : 0.0;
+  const uint8_t* q = blk + (has_min ? 4 : 2);
+  if (t->format == ATTNCHECK_QFMT_GGML_Q8_0) return scale * (double)(int8_t)q[j];
+  int n;
+  if (t->format == ATTNCHECK_QFMT_GGML_Q5_0 || t->format == ATTNCHECK_QFMT_GGML_Q5_1) {
+    const uint32_t qh = (uint32_t)q[0] | ((uint32_t)q[1] << 8) | ((uint32_t)q[2] << 16) | ((uint32_t)q[3] << 24);
+    n = (j < 16 ? q[4 + j] & 0x0F : q[4 + j - 16] >> 4) | (int)(((qh >> j) & 1u) << 4);
+    if (t->format == ATTNCHECK_QFMT_GGML_Q5_0) n -= 16;
+  } else {
+    n = j < 16 ? q[j] & 0x0F : q[j - 16] >> 4;
+    if (t->format == ATTNCHECK_QFMT_GGML_Q4_0) n -= 8;
+  }
+  return scale * (double)n + min;
+}
+
 /* Element (b,g,j,d) of a quantised cache: (value(code) - zero point)·scale, its scale and zero point those of
- * (b, g, j) through the scale strides (0 over a broadcast extent). */
+ * (b, g, j) through the scale strides (0 over a broadcast extent); in ggml's blocks, ggml_element. */
 static double dequantised(const attncheck_quant_tensor* t, int64_t b, int64_t g, int64_t j, int64_t d) {
+  if (t->granularity == ATTNCHECK_QSCALE_BLOCK32)
+    return ggml_element(t, t->codes + b * t->strides[0] + g * t->strides[1] + j * t->strides[2], d);
   const uint8_t code = t->codes[b * t->strides[0] + g * t->strides[1] + j * t->strides[2] + d * t->strides[3]];
   const int64_t at = b * t->scale_strides[0] + g * t->scale_strides[1] + j * t->scale_strides[2];
   const double zero = t->zero_points ? (double)t->zero_points[at] : 0.0;
@@ -674,7 +705,9 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 ATTNCHECK_CAP4_ROPE_INTERLEAVED | ATTNCHECK_CAP4_QK_NORM | ATTNCHECK_CAP4_QK_NORM_EPS_OUTSIDE |
                 ATTNCHECK_CAP4_DROPOUT | ATTNCHECK_CAP4_ROPE_NTK | ATTNCHECK_CAP4_ROPE_LLAMA3 | ATTNCHECK_CAP4_KV_E4M3FN |
                 ATTNCHECK_CAP4_KV_E5M2 | ATTNCHECK_CAP4_KV_INT8 | ATTNCHECK_CAP4_KV_SCALE_PER_HEAD |
-                ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS,
+                ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS | ATTNCHECK_CAP4_KV_GGML_Q8_0 |
+                ATTNCHECK_CAP4_KV_GGML_Q4_0 | ATTNCHECK_CAP4_KV_GGML_Q4_1 | ATTNCHECK_CAP4_KV_GGML_Q5_0 |
+                ATTNCHECK_CAP4_KV_GGML_Q5_1,
       /* the bias, dBias, τ, both pairings of rotary embeddings and their NTK and Llama 3 scalings, QK-norm with eps on
        * either side, dropout, quantised K and V caches in every format and granularity (decoded here from the bits) */
 #endif

@@ -75,7 +75,8 @@ FLAGS3 = {"lse": 0x1, "sinks": 0x2, "softcap": 0x4, "alibi": 0x8, "paged": 0x10,
 FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_interleaved": 0x10, "qk_norm": 0x20,
           "qk_norm_eps_outside": 0x40, "dropout": 0x80, "rope_ntk": 0x100, "rope_llama3": 0x200, "kv_e4m3fn": 0x400,
           "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
-          "kv_zero_points": 0x8000}
+          "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
+          "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -84,10 +85,12 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "qk_norm": ("qk_norm",), "qk_norm_eps_outside": ("qk_norm",), "dropout": ("dropout",),
                      "rope_ntk": ("rope",), "rope_llama3": ("rope",), "kv_e4m3fn": ("quant",),
                      "kv_e5m2": ("quant",), "kv_int8": ("quant",), "kv_scale_per_head": ("quant",),
-                     "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",)}
+                     "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",), "kv_ggml_q8_0": ("quant",),
+                     "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
+                     "kv_ggml_q5_1": ("quant",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
-                "kv_zero_points")
+                "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1")
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -99,7 +102,8 @@ FEATURE_FAMILIES = {
     "what fn returns": ("returns_weights", "lse", "custom_scale", "nonfinite_safe", "bias_grad"),
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
-                         "kv_zero_points"),
+                         "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
+                         "kv_ggml_q5_1"),
     "claims about results": ("batch_invariant",),
 }
 FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
@@ -472,6 +476,9 @@ def _read_call(payload, backward):
         for shape in (ks, vs):
             gcode, has_zp = struct.unpack_from("<II", payload, off)
             off += 8
+            if gcode == 3:  # ggml's blocks hold their scales
+                sides.append(("block32", None, None))
+                continue
             extents = {0: (1, 1, 1), 1: (1, shape[1], 1), 2: (shape[0], shape[1], shape[2])}[gcode]
             n = int(np.prod(extents))
             scales = np.frombuffer(payload, dtype="<f4", count=n, offset=off).reshape(extents).copy()
@@ -485,7 +492,10 @@ def _read_call(payload, backward):
         q = _decode(payload[off:off + nq], dtype, qs)
         off += nq
         codes = []
+        block = GGML_BLOCK_BYTES.get(QUANT_FORMATS[fcode])
         for shape in (ks, vs):
+            # ggml's blocks: [B, H_kv, T_k, D/32, its bytes]; the other formats one byte an element
+            shape = tuple(shape[:3]) + (shape[3] // 32, block) if block else tuple(shape)
             n = int(np.prod(shape))
             codes.append(np.frombuffer(payload, dtype="u1", count=n, offset=off).reshape(shape).copy())
             off += n
@@ -669,8 +679,10 @@ class Dropout:
         return "Dropout(p %g, seed %d, offset %d)" % (self.p, self.seed, self.offset)
 
 
-QUANT_FORMATS = {1: "e4m3fn", 2: "e5m2", 3: "int8"}
-QUANT_GRANULARITIES = {0: "tensor", 1: "kv_head", 2: "token_head"}
+QUANT_FORMATS = {1: "e4m3fn", 2: "e5m2", 3: "int8", 4: "q8_0", 5: "q4_0", 6: "q4_1", 7: "q5_0", 8: "q5_1"}
+QUANT_GRANULARITIES = {0: "tensor", 1: "kv_head", 2: "token_head", 3: "block32"}
+# ggml's blocks of 32 along D: their sizes in bytes (ggml-common.h's block_q8_0 ... block_q5_1).
+GGML_BLOCK_BYTES = {"q8_0": 34, "q4_0": 18, "q4_1": 20, "q5_0": 22, "q5_1": 24}
 
 
 def fp8_values(fmt):
@@ -678,6 +690,10 @@ def fp8_values(fmt):
     from the formats' definitions: e4m3fn S.EEEE.MMM (bias 7, no infinities, S.1111.111 NaN), e5m2 S.EEEEE.MM (bias
     15, IEEE-style: float16's top byte), int8 two's complement."""
     b = np.arange(256)
+    if fmt in GGML_BLOCK_BYTES:  # an element's q from its byte (q8_0 an int8; the others n, less 8 or 16 for _0)
+        q = b.astype(np.uint8).view(np.int8).astype(np.float64) if fmt == "q8_0" else b - {"q4_0": 8, "q5_0": 16}.get(fmt, 0)
+        bits = {"q4_0": 4, "q4_1": 4, "q5_0": 5, "q5_1": 5}.get(fmt, 8)
+        return np.where(b < (1 << bits), q, np.nan).astype(np.float64)
     if fmt == "int8":
         return b.astype(np.uint8).view(np.int8).astype(np.float64)
     if fmt == "e5m2":
@@ -688,11 +704,38 @@ def fp8_values(fmt):
     return np.where(b & 0x80, -mag, mag)
 
 
+def ggml_dequantize(fmt, blocks):
+    """ggml's blocks [B, H_kv, T_k, D/32, bytes] (uint8) as float64 values [B, H_kv, T_k, D], as ggml's
+    dequantize_row_q* computes them: d (and m) float16 at the block's start, then (Q5) the fifth bits qh, then qs."""
+    d = blocks[..., 0:2].copy().view("<f2")[..., 0].astype(np.float64)[..., None]
+    off, m = 2, 0.0
+    if fmt in ("q4_1", "q5_1"):
+        m = blocks[..., 2:4].copy().view("<f2")[..., 0].astype(np.float64)[..., None]
+        off = 4
+    if fmt == "q8_0":
+        q = blocks[..., off:off + 32].copy().view(np.int8).astype(np.float64)
+    else:
+        qh = 0
+        if fmt in ("q5_0", "q5_1"):
+            qh = blocks[..., off:off + 4].copy().view("<u4")[..., 0].astype(np.int64)[..., None]
+            off += 4
+        qs = blocks[..., off:off + 16].astype(np.int64)
+        j = np.arange(16)
+        lo, hi = qs & 0x0F, qs >> 4
+        if fmt in ("q5_0", "q5_1"):
+            lo, hi = lo | (((qh >> j) & 1) << 4), hi | (((qh >> (j + 16)) & 1) << 4)
+        q = np.concatenate([lo, hi], axis=-1).astype(np.float64) - {"q4_0": 8, "q5_0": 16}.get(fmt, 0)
+    values = q * d + m
+    return values.reshape(blocks.shape[:3] + (blocks.shape[3] * 32,))
+
+
 class QuantCache:
     """One side (K or V) of a quantised cache (serve(..., kv_e4m3fn=True, ...)): `codes`, the stored bytes
     [B, H_kv, T_k, D] (uint8: view them as torch.float8_e4m3fn, torch.float8_e5m2 or int8), `scales` (float32,
     [1, 1, 1] per tensor, [1, H_kv, 1] per kv head, [B, H_kv, T_k] per token and kv head: `granularity`) and
-    `zero_points` (int8, shaped as the scales, or None). Element (b, g, t, c) means (value(code) - zero point) * scale,
+    `zero_points` (int8, shaped as the scales, or None). In ggml's formats (q8_0, q4_0, q4_1, q5_0, q5_1) `codes` are
+    the blocks as ggml stores them, [B, H_kv, T_k, D/32, the block's bytes], and `scales` is None (they are in the
+    blocks; granularity "block32"). Element (b, g, t, c) means (value(code) - zero point) * scale,
     which dequantize() computes in float64 (exactly)."""
 
     def __init__(self, fmt, codes, granularity, scales, zero_points):
@@ -700,6 +743,13 @@ class QuantCache:
         self.scales, self.zero_points = scales, zero_points
 
     def dequantize(self):
+        if self.format in GGML_BLOCK_BYTES:  # decoded on the host, then put where the codes are
+            out = ggml_dequantize(self.format, np.asarray(self.codes.cpu() if hasattr(self.codes, "cpu")
+                                                          else self.codes))
+            if isinstance(self.codes, np.ndarray):
+                return out
+            import torch
+            return torch.from_numpy(out).to(self.codes.device)
         if isinstance(self.codes, np.ndarray):
             values = fp8_values(self.format)[self.codes.astype(np.int64)]
             z = 0.0 if self.zero_points is None else self.zero_points.astype(np.float64)[..., None]
@@ -865,7 +915,8 @@ class _Torch:
         quant = kw.get("quant")
         if quant is not None:  # the codes as torch.uint8, scales float32, zero points int8, on the device
             kw["quant"] = QuantizedKV(quant.format, *(
-                QuantCache(c.format, self.tensor(c.codes), c.granularity, self.tensor(c.scales),
+                QuantCache(c.format, self.tensor(c.codes), c.granularity,
+                           None if c.scales is None else self.tensor(c.scales),
                            None if c.zero_points is None else self.tensor(c.zero_points)) for c in (quant.k, quant.v)))
         paged = kw["paged"]
         if paged is not None:
@@ -988,6 +1039,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           bias=False, bias_grad=False, temperature=False, rope=False, rope_interleaved=False, qk_norm=False,
           qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
+          kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
           framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
@@ -1063,7 +1115,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     cannot send them: the client then refuses to serve, saying so.
     `kv_e4m3fn=True`, `kv_e5m2=True`, `kv_int8=True` declare quantised K and V caches in those formats
     (with `kv_scale_per_head=True`, `kv_scale_per_token=True` their scales per kv head or per token and kv head, and
-    `kv_zero_points=True` int8 zero points): fn gets `quant`, None for a dense call; in a quantised call (the
+    `kv_zero_points=True` int8 zero points; `kv_ggml_q8_0=True` ... `kv_ggml_q5_1=True` ggml's blocks): fn gets
+    `quant`, None for a dense call; in a quantised call (the
     kv-quant-* laws, forward only) k and v are None and `quant` is a QuantizedKV (its format, and k and v as
     QuantCache: codes, scales, zero points, dequantize()).
     """
@@ -1083,7 +1136,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_e4m3fn", kv_e4m3fn), ("kv_e5m2", kv_e5m2), ("kv_int8", kv_int8),
                                               ("kv_scale_per_head", kv_scale_per_head),
                                               ("kv_scale_per_token", kv_scale_per_token),
-                                              ("kv_zero_points", kv_zero_points))}
+                                              ("kv_zero_points", kv_zero_points), ("kv_ggml_q8_0", kv_ggml_q8_0),
+                                              ("kv_ggml_q4_0", kv_ggml_q4_0), ("kv_ggml_q4_1", kv_ggml_q4_1),
+                                              ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

@@ -386,13 +386,20 @@ struct QuantArg {
     const auto fill = [&](Side& side, attncheck_quant_tensor& t, const QuantScales& s, const Tensor<double>& x,
                           const char* name) {
       side.codes = quant_codes(who, name, qk.format, s, x);
-      side.scales.assign(s.scales.begin(), s.scales.end());
-      for (const double z : s.zero_points) side.zero_points.push_back(std::int8_t(z));
       const Shape& sh = x.shape();
       t.format = std::uint32_t(qk.format);
       t.granularity = std::uint32_t(s.granularity);
-      t.codes = side.codes.data();
       t.shape[0] = sh.B, t.shape[1] = sh.H, t.shape[2] = sh.T, t.shape[3] = sh.D;
+      if (quant_blocked(qk.format)) {  // ggml's blocks, the scales inside them
+        side.codes = pack_blocks(qk.format, s, sh, side.codes);
+        const Index bytes = Index(quant_block_bytes(qk.format)), row = sh.D / kQuantBlock * bytes;
+        t.codes = side.codes.data();
+        t.strides[0] = sh.H * sh.T * row, t.strides[1] = sh.T * row, t.strides[2] = row, t.strides[3] = bytes;
+        return;
+      }
+      side.scales.assign(s.scales.begin(), s.scales.end());
+      for (const double z : s.zero_points) side.zero_points.push_back(std::int8_t(z));
+      t.codes = side.codes.data();
       t.strides[0] = sh.H * sh.T * sh.D, t.strides[1] = sh.T * sh.D, t.strides[2] = sh.D, t.strides[3] = 1;
       t.scales = side.scales.data();
       t.scale_shape[0] = s.B, t.scale_shape[1] = s.H, t.scale_shape[2] = s.T;
@@ -477,7 +484,12 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(kv_int8, ATTNCHECK_CAP4_KV_INT8),
                              ATTNCHECK_ABI_BIT(kv_scale_per_head, ATTNCHECK_CAP4_KV_SCALE_PER_HEAD),
                              ATTNCHECK_ABI_BIT(kv_scale_per_token, ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN),
-                             ATTNCHECK_ABI_BIT(kv_zero_points, ATTNCHECK_CAP4_KV_ZERO_POINTS)};
+                             ATTNCHECK_ABI_BIT(kv_zero_points, ATTNCHECK_CAP4_KV_ZERO_POINTS),
+                             ATTNCHECK_ABI_BIT(kv_ggml_q8_0, ATTNCHECK_CAP4_KV_GGML_Q8_0),
+                             ATTNCHECK_ABI_BIT(kv_ggml_q4_0, ATTNCHECK_CAP4_KV_GGML_Q4_0),
+                             ATTNCHECK_ABI_BIT(kv_ggml_q4_1, ATTNCHECK_CAP4_KV_GGML_Q4_1),
+                             ATTNCHECK_ABI_BIT(kv_ggml_q5_0, ATTNCHECK_CAP4_KV_GGML_Q5_0),
+                             ATTNCHECK_ABI_BIT(kv_ggml_q5_1, ATTNCHECK_CAP4_KV_GGML_Q5_1)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)

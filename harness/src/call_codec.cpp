@@ -282,9 +282,11 @@ std::string call_payload(const Problem& p) {
     if (paged) throw std::logic_error("encode_forward: a quantised cache with paged K and V");
     const QuantizedKV& qk = *p.quant;
     w.u32(std::uint32_t(qk.format));
+    const bool blocked = quant_blocked(qk.format);
     for (const QuantScales* s : {&qk.k, &qk.v}) {
       w.u32(std::uint32_t(s->granularity));
       w.u32(s->zero_points.empty() ? 0u : 1u);
+      if (blocked) continue;  // ggml's blocks hold their scales
       for (const double x : s->scales) w.f32(float(x));
       for (const double z : s->zero_points) {
         const std::int8_t b = std::int8_t(z);
@@ -293,7 +295,8 @@ std::string call_payload(const Problem& p) {
     }
     w.bytes() += to_bytes(p.q, p.dtype);
     for (const auto& [s, t, name] : {std::tuple{&qk.k, &p.k, "k"}, {&qk.v, &p.v, "v"}}) {
-      const std::vector<std::uint8_t> codes = quant_codes("encode_forward", name, qk.format, *s, *t);
+      std::vector<std::uint8_t> codes = quant_codes("encode_forward", name, qk.format, *s, *t);
+      if (blocked) codes = pack_blocks(qk.format, *s, t->shape(), codes);
       w.raw(codes.data(), codes.size());
     }
     return std::move(w.bytes());
@@ -688,20 +691,26 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
 void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::int64_t, 4>& raw_q, const Shape& ks,
                 const Shape& vs) {
   const std::uint32_t format = r.u32();
-  if (format < 1 || format > 3)
+  if (format < 1 || format > 8)
     throw ProtocolError(std::string(what) + ": quantised format " + std::to_string(format) +
-                        " (expected 1 e4m3fn, 2 e5m2 or 3 int8)");
+                        " (expected 1 e4m3fn, 2 e5m2, 3 int8, or ggml's blocks: 4 q8_0, 5 q4_0, 6 q4_1, 7 q5_0, 8 q5_1)");
   QuantizedKV qk;
   qk.format = QuantFormat(format);
+  const bool blocked = quant_blocked(qk.format);
   for (const auto& [s, shape, side] : {std::tuple{&qk.k, &ks, "k"}, {&qk.v, &vs, "v"}}) {
     const std::uint32_t g = r.u32(), zp = r.u32();
-    if (g > 2)
+    if (blocked ? g != 3 : g > 2)
       throw ProtocolError(std::string(what) + ": the quantised " + side + "'s granularity is " + std::to_string(g) +
-                          " (expected 0 per tensor, 1 per kv head or 2 per token and kv head)");
+                          (blocked ? " (expected 3: ggml's blocks hold their scales)"
+                                   : " (expected 0 per tensor, 1 per kv head or 2 per token and kv head)"));
+    if (blocked && shape->D % kQuantBlock != 0)
+      throw ProtocolError(std::string(what) + ": ggml's blocks need D a multiple of 32, but the quantised " + side +
+                          " has D = " + std::to_string(shape->D));
     if (zp > 1)
       throw ProtocolError(std::string(what) + ": the quantised " + side + "'s zero-point flag is " +
                           std::to_string(zp) + " (expected 0 or 1)");
     *s = quant_extents(QuantGranularity(g), *shape);
+    if (blocked) continue;  // the scales come in the blocks
     const std::size_t n = std::size_t(s->B * s->H * s->T);
     for (std::size_t i = 0; i < n; ++i) s->scales.push_back(double(r.f32()));
     if (zp)
@@ -710,6 +719,22 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
   const std::size_t q_bytes = nbytes(raw_q, p.dtype, what);
   p.q = from_bytes(r.raw(q_bytes), Shape{raw_q[0], raw_q[1], raw_q[2], raw_q[3]}, p.dtype);
   for (const auto& [s, shape, t, side] : {std::tuple{&qk.k, &ks, &p.k, "k"}, {&qk.v, &vs, &p.v, "v"}}) {
+    if (blocked) {  // B·H_kv·T_k·D/32 blocks; their scales and minimums read out of them
+      const std::size_t n = std::size_t(shape->B * shape->H * shape->T * (shape->D / kQuantBlock));
+      const std::string_view bytes = r.raw(n * quant_block_bytes(qk.format));
+      const std::vector<std::uint8_t> codes =
+          unpack_blocks(qk.format, *shape, reinterpret_cast<const std::uint8_t*>(bytes.data()), *s);
+      for (const double x : s->scales)
+        if (!std::isfinite(x))
+          throw ProtocolError(std::string(what) + ": the quantised " + side + " has a block scale of " +
+                              format_number(x) + ", not a finite float16");
+      for (const double x : s->mins)
+        if (!std::isfinite(x))
+          throw ProtocolError(std::string(what) + ": the quantised " + side + " has a block minimum of " +
+                              format_number(x) + ", not a finite float16");
+      *t = dequantize(qk.format, *s, *shape, codes.data());
+      continue;
+    }
     try {
       check_quant_scales(what, side, qk.format, *s, *shape);
     } catch (const std::invalid_argument& e) {

@@ -101,6 +101,27 @@ std::optional<Problem> witness(Feature f) {
     case Feature::dropout:  // a seed past 2^63, as a u64 crosses every codec
       p.dropout = Dropout{.p = 0.25, .seed = 0xFEEDFACECAFEBEEFull, .offset = 12345};
       break;
+    case Feature::kv_ggml_q8_0:
+    case Feature::kv_ggml_q4_0:
+    case Feature::kv_ggml_q4_1:
+    case Feature::kv_ggml_q5_0:
+    case Feature::kv_ggml_q5_1: {  // two rows of ggml's blocks (D = 64), scales of both signs and a minimum
+      const QuantFormat fmt = QuantFormat(std::uint8_t(QuantFormat::ggml_q8_0) +
+                                          std::uint8_t(std::uint8_t(f) - std::uint8_t(Feature::kv_ggml_q8_0)));
+      p = test::wave_problem(DType::f64, 1, 2, 3, 4, 64);
+      QuantizedKV qk{.format = fmt,
+                     .k = quant_extents(QuantGranularity::block32, p.k.shape()),
+                     .v = quant_extents(QuantGranularity::block32, p.v.shape())};
+      for (QuantScales* s : {&qk.k, &qk.v})
+        for (Index n = 0; n < s->B * s->H * s->T * s->C; ++n) {
+          s->scales.push_back(double(Eigen::half(float(n % 3 == 0 ? -0.0625 : 0.03125 * double(n % 5 + 1)))));
+          if (quant_has_min(fmt)) s->mins.push_back(double(Eigen::half(float(-0.25 * double(n % 4)))));
+        }
+      p.k = quantize_dequantize(fmt, qk.k, p.k);
+      p.v = quantize_dequantize(fmt, qk.v, p.v);
+      p.quant = qk;
+      break;
+    }
     case Feature::kv_e4m3fn:
     case Feature::kv_e5m2:
     case Feature::kv_int8:

@@ -147,7 +147,8 @@ if __name__ == "__main__":
         lse=True, sinks=True, softcap=True, alibi=True, bidirectional=True, bias=True, bias_grad=True,
         temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True, dropout=True,
         rope_ntk=True, rope_llama3=True, kv_e4m3fn=True, kv_e5m2=True, kv_int8=True, kv_scale_per_head=True,
-        kv_scale_per_token=True, kv_zero_points=True)
+        kv_scale_per_token=True, kv_zero_points=True, kv_ggml_q8_0=True, kv_ggml_q4_0=True, kv_ggml_q4_1=True,
+        kv_ggml_q5_0=True, kv_ggml_q5_1=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

@@ -629,7 +629,9 @@ ImplementationPtr reference_implementation() {
                    Feature::rope_llama3,   Feature::kv_e4m3fn,
                    Feature::kv_e5m2,       Feature::kv_int8,
                    Feature::kv_scale_per_head, Feature::kv_scale_per_token,
-                   Feature::kv_zero_points};
+                   Feature::kv_zero_points,  Feature::kv_ggml_q8_0,
+                   Feature::kv_ggml_q4_0,    Feature::kv_ggml_q4_1,
+                   Feature::kv_ggml_q5_0,    Feature::kv_ggml_q5_1};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

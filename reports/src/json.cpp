@@ -405,6 +405,10 @@ Json quant_to_json(const QuantizedKV& q) {
       j["zero_points"] = Json::array();
       for (const double z : s.zero_points) j["zero_points"].push_back(number_to_json(z));
     }
+    if (!s.mins.empty()) {
+      j["mins"] = Json::array();
+      for (const double m : s.mins) j["mins"].push_back(number_to_json(m));
+    }
     return j;
   };
   return Json{{"format", std::string(quant_format_name(q.format))}, {"k", side(q.k)}, {"v", side(q.v)}};
@@ -413,8 +417,9 @@ Json quant_to_json(const QuantizedKV& q) {
 // The inverse, for caches of shapes k and v; check_call then checks the scales and the values.
 QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape& k, const Shape& v) {
   const std::string expected =
-      "{\"format\": \"e4m3fn\", \"e5m2\" or \"int8\", \"k\" and \"v\": {\"granularity\": \"tensor\", \"kv_head\" or "
-      "\"token_head\", \"scales\": [numbers], \"zero_points\" (int8): [integers]}}";
+      "{\"format\": \"e4m3fn\", \"e5m2\", \"int8\", \"q8_0\", \"q4_0\", \"q4_1\", \"q5_0\" or \"q5_1\", \"k\" and \"v\": "
+      "{\"granularity\": \"tensor\", \"kv_head\", \"token_head\" or \"block32\", \"scales\": [numbers], "
+      "\"zero_points\" (int8): [integers], \"mins\" (q4_1, q5_1): [numbers]}}";
   if (!j.is_object()) fail(what, expected, j);
   QuantizedKV q;
   const Json& f = field(j, "format", what);
@@ -436,6 +441,10 @@ QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape&
     if (const auto z = s.find("zero_points"); z != s.end()) {
       if (!z->is_array()) fail(sub(w, "zero_points"), expected, *z);
       for (const Json& x : *z) out.zero_points.push_back(number_from_json(x, sub(w, "zero_points")));
+    }
+    if (const auto m = s.find("mins"); m != s.end()) {
+      if (!m->is_array()) fail(sub(w, "mins"), expected, *m);
+      for (const Json& x : *m) out.mins.push_back(number_from_json(x, sub(w, "mins")));
     }
     return out;
   };

@@ -255,11 +255,13 @@ std::string shape_table(const Problem& p) {
   if (p.quant) {  // the format, each side's scales (and zero points), and its codes where the cache is small
     const QuantizedKV& qk = *p.quant;
     md += "\nK and V quantised to " + std::string(quant_format_name(qk.format)) +
-          " (k and v above are the dequantised values, (code - zero point)·scale):\n";
+          " (k and v above are the dequantised values, (code - zero point)·scale + minimum):\n";
     for (const auto& [name, s, x] : {std::tuple{"k", &qk.k, &p.k}, {"v", &qk.v, &p.v}}) {
       md += std::string("  ") + name + " scales per " + std::string(quant_granularity_name(s->granularity)) + " [" +
-            std::to_string(s->B) + "," + std::to_string(s->H) + "," + std::to_string(s->T) + "]: " + list(s->scales);
+            std::to_string(s->B) + "," + std::to_string(s->H) + "," + std::to_string(s->T) +
+            (s->C > 1 ? "," + std::to_string(s->C) : "") + "]: " + list(s->scales);
       if (!s->zero_points.empty()) md += "; zero points " + list(s->zero_points);
+      if (!s->mins.empty()) md += "; minimums " + list(s->mins);
       md += "\n";
       if (x->size() <= 256) {
         const std::vector<std::uint8_t> codes = quant_codes("report", name, qk.format, *s, *x);

@@ -20,16 +20,42 @@ namespace attncheck {
 ///    float8_e4m3fn);
 ///  - e5m2: FP8 with 5 exponent bits (bias 15) and 2 mantissa bits, IEEE-style: exponent 31 is ±inf (mantissa 0) or
 ///    NaN, the largest finite value 57344; subnormals m·2^-16 (torch's float8_e5m2);
-///  - int8: a two's-complement byte, with a zero point where the call gives one.
-enum class QuantFormat : std::uint8_t { e4m3fn = 1, e5m2 = 2, int8 = 3 };
+///  - int8: a two's-complement byte, with a zero point where the call gives one;
+///  - ggml's blocks of 32 elements along D (llama.cpp's -ctk/-ctv cache types), each with a float16 scale d inside the
+///    block (and a float16 minimum m for the _1 kinds): Q8_0 (q an int8, value d·q), Q4_0 (a nibble n, d·(n - 8)), Q4_1
+///    (d·n + m), Q5_0 (five bits n, d·(n - 16)), Q5_1 (d·n + m). A code here is the element's q or n as a byte; the
+///    blocks as stored (ggml's block_q8_0 ... block_q5_1: d, m, the fifth bits qh, the nibbles qs, element j and
+///    j + 16 sharing a byte) are pack_blocks' and unpack_blocks'.
+enum class QuantFormat : std::uint8_t {
+  e4m3fn = 1,
+  e5m2 = 2,
+  int8 = 3,
+  ggml_q8_0 = 4,
+  ggml_q4_0 = 5,
+  ggml_q4_1 = 6,
+  ggml_q5_0 = 7,
+  ggml_q5_1 = 8
+};
+inline constexpr QuantFormat kQuantFormats[] = {QuantFormat::e4m3fn,    QuantFormat::e5m2,      QuantFormat::int8,
+                                                QuantFormat::ggml_q8_0, QuantFormat::ggml_q4_0, QuantFormat::ggml_q4_1,
+                                                QuantFormat::ggml_q5_0, QuantFormat::ggml_q5_1};
+/// Whether the format stores ggml's blocks (its scales, and minimums, inside them: QuantGranularity::block32).
+inline bool quant_blocked(QuantFormat f) { return f >= QuantFormat::ggml_q8_0; }
+/// Whether it has a minimum per block (Q4_1, Q5_1).
+inline bool quant_has_min(QuantFormat f) { return f == QuantFormat::ggml_q4_1 || f == QuantFormat::ggml_q5_1; }
+/// The elements of a ggml block along D.
+inline constexpr Index kQuantBlock = 32;
+/// The bytes of one stored ggml block: 34, 18, 20, 22, 24.
+std::size_t quant_block_bytes(QuantFormat f);
 
-/// "e4m3fn", "e5m2", "int8".
+/// "e4m3fn", "e5m2", "int8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1".
 std::string_view quant_format_name(QuantFormat f);
 /// The format a name means (quant_format_name's), or nothing.
 std::optional<QuantFormat> parse_quant_format(std::string_view name);
-/// The value a stored byte means: NaN for e4m3fn's 0x7F and 0xFF and e5m2's NaNs, ±inf for e5m2's infinities.
+/// The value a stored byte means: NaN for e4m3fn's 0x7F and 0xFF and e5m2's NaNs, ±inf for e5m2's infinities; for
+/// ggml's blocks the element's q (n - 8, n - 16 or n), NaN for a byte past its bits.
 double quant_value(QuantFormat f, std::uint8_t code);
-/// The largest finite value of the format (448, 57344, 127).
+/// The largest finite value of the format (448, 57344, 127; ggml's: 127, 7, 15, 15, 31).
 double quant_max(QuantFormat f);
 /// The byte whose value is nearest x (ties to the even code), saturating to ±quant_max: how a cache is written.
 /// x must not be NaN. -0 is stored as +0.
@@ -40,31 +66,37 @@ std::optional<std::uint8_t> quant_exact(QuantFormat f, double x);
 /// Which elements share a scale (and a zero point):
 ///  - tensor: one for all of K (or V), [1,1,1];
 ///  - kv_head: one per kv head, [1,H_kv,1] (vLLM's and FlashInfer's per-head descales);
-///  - token_head: one per (batch entry, kv head, key), [B,H_kv,T_k] (int8 and FP8 caches scaled per token).
-enum class QuantGranularity : std::uint8_t { tensor = 0, kv_head = 1, token_head = 2 };
+///  - token_head: one per (batch entry, kv head, key), [B,H_kv,T_k] (int8 and FP8 caches scaled per token);
+///  - block32: one per 32 elements along D, [B,H_kv,T_k,D/32], inside ggml's blocks (their formats only).
+enum class QuantGranularity : std::uint8_t { tensor = 0, kv_head = 1, token_head = 2, block32 = 3 };
 
-/// "tensor", "kv_head", "token_head".
+/// "tensor", "kv_head", "token_head", "block32".
 std::string_view quant_granularity_name(QuantGranularity g);
 std::optional<QuantGranularity> parse_quant_granularity(std::string_view name);
 
-/// One side's (K's or V's) scales: element (b, h, t, c) of the cache means (code - zero_point)·scale with the scale and
-/// zero point of its (b, h, t) under the granularity.
+/// One side's (K's or V's) scales: element (b, h, t, c) of the cache means (value(code) - zero_point)·scale + min with
+/// the scale, zero point and minimum of its (b, h, t) (and block c/32) under the granularity.
 struct QuantScales {
   QuantGranularity granularity = QuantGranularity::tensor;
-  Index B = 1, H = 1, T = 1;  ///< the extents the granularity gives: [1,1,1], [1,H_kv,1] or [B,H_kv,T_k]
-  /// B·H·T values, row-major, each a finite float32 > 0.
+  /// The extents the granularity gives: [1,1,1,1], [1,H_kv,1,1], [B,H_kv,T_k,1] or [B,H_kv,T_k,D/32].
+  Index B = 1, H = 1, T = 1, C = 1;
+  /// B·H·T·C values, row-major: each a finite float32 > 0; in ggml's blocks a finite float16 of either sign (0 too).
   std::vector<double> scales{};
   /// int8 only: B·H·T integers in [-128, 127], the code that means 0. Empty: none (symmetric).
   std::vector<double> zero_points{};
-  std::size_t at(Index b, Index h, Index t) const {
-    return std::size_t(((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * T + (T == 1 ? 0 : t));
+  /// Q4_1 and Q5_1 only: B·H·T·C float16 minimums. Empty otherwise.
+  std::vector<double> mins{};
+  std::size_t at(Index b, Index h, Index t, Index c = 0) const {
+    return std::size_t((((B == 1 ? 0 : b) * H + (H == 1 ? 0 : h)) * T + (T == 1 ? 0 : t)) * C +
+                       (C == 1 ? 0 : c / kQuantBlock));
   }
-  double scale(Index b, Index h, Index t) const { return scales[at(b, h, t)]; }
+  double scale(Index b, Index h, Index t, Index c = 0) const { return scales[at(b, h, t, c)]; }
   double zero_point(Index b, Index h, Index t) const { return zero_points.empty() ? 0.0 : zero_points[at(b, h, t)]; }
+  double min(Index b, Index h, Index t, Index c = 0) const { return mins.empty() ? 0.0 : mins[at(b, h, t, c)]; }
   bool operator==(const QuantScales&) const = default;
 };
 
-/// The extents a granularity gives a cache of shape [B,H_kv,T_k,·].
+/// The extents a granularity gives a cache of shape [B,H_kv,T_k,D] (block32: D/32 blocks, D a multiple of 32).
 QuantScales quant_extents(QuantGranularity g, const Shape& cache);
 
 /// K and V stored in one format, each with scales of its own (a cache quantises both; their granularities may
@@ -75,20 +107,30 @@ struct QuantizedKV {
   bool operator==(const QuantizedKV&) const = default;
 };
 
-/// Checks one side's scales against its cache's shape [B,H_kv,T_k,·] and the format: the extents its granularity
-/// gives, each scale a finite float32 > 0, zero points only for int8 and each an integer in [-128, 127]. Throws
-/// ShapeError or ValueError naming `who` and the side ("k" or "v").
+/// Checks one side's scales against its cache's shape [B,H_kv,T_k,D] and the format: the granularity block32 for ggml's
+/// formats (D a multiple of 32) and no other, the extents it gives, each scale a finite float32 > 0 (a finite float16
+/// in ggml's blocks), zero points only for int8 and each an integer in [-128, 127], minimums for Q4_1 and Q5_1 only,
+/// each a finite float16. Throws ShapeError or ValueError naming `who` and the side ("k" or "v").
 void check_quant_scales(const char* who, const char* side, QuantFormat f, const QuantScales& s, const Shape& cache);
 
-/// The codes of x (a cache [B,H_kv,T_k,·] of dequantised values) under its scales, row-major: element e is the byte
-/// whose (value - zero point)·scale is x_e exactly. Throws ValueError naming `who`, the side, the element and its
+/// The codes of x (a cache [B,H_kv,T_k,D] of dequantised values) under its scales, row-major: element e is the byte
+/// whose (value - zero point)·scale + min is x_e exactly (in a ggml block whose d is 0, the code of q = 0). Throws ValueError naming `who`, the side, the element and its
 /// value where none is (x is not a cache of that format and those scales).
 std::vector<std::uint8_t> quant_codes(const char* who, const char* side, QuantFormat f, const QuantScales& s,
                                       const Tensor<double>& x);
 /// The dequantised cache: (value(code) - zero point)·scale per element, exact in double. codes row-major [shape].
 Tensor<double> dequantize(QuantFormat f, const QuantScales& s, const Shape& shape, const std::uint8_t* codes);
-/// x written into the format under s: each element's nearest code (quant_nearest of x/scale + zero point),
+/// x written into the format under s: each element's nearest code (quant_nearest of (x - min)/scale + zero point),
 /// dequantised again. What a cache holds after x is stored in it.
 Tensor<double> quantize_dequantize(QuantFormat f, const QuantScales& s, const Tensor<double>& x);
+
+/// ggml's blocks as stored: for each (b, h, t) row of the cache [B,H_kv,T_k,D], D/32 blocks of quant_block_bytes(f),
+/// each d (float16, little-endian), m for Q4_1 and Q5_1, the fifth bits qh (a little-endian u32, bit j element j's)
+/// for Q5_0 and Q5_1, then qs (Q8_0: 32 int8; the others 16 bytes, element j in the low nibble of byte j and element
+/// j + 16 in its high nibble). codes as quant_codes gives them; s block32.
+std::vector<std::uint8_t> pack_blocks(QuantFormat f, const QuantScales& s, const Shape& cache,
+                                      const std::vector<std::uint8_t>& codes);
+/// The inverse: the codes, and the scales and minimums into s (block32 extents for `cache`).
+std::vector<std::uint8_t> unpack_blocks(QuantFormat f, const Shape& cache, const std::uint8_t* blocks, QuantScales& s);
 
 }  // namespace attncheck

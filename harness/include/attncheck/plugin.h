@@ -158,6 +158,13 @@ extern "C" {
 #define ATTNCHECK_CAP4_KV_SCALE_PER_HEAD 0x2000u
 #define ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN 0x4000u
 #define ATTNCHECK_CAP4_KV_ZERO_POINTS 0x8000u
+/** ggml's block formats (ATTNCHECK_QFMT_GGML_*): K and V in blocks of 32 elements along D, each with its float16 scale
+ *  (and minimum) inside, as llama.cpp's -ctk/-ctv q8_0, q4_0, q4_1, q5_0 and q5_1 caches store them. */
+#define ATTNCHECK_CAP4_KV_GGML_Q8_0 0x10000u
+#define ATTNCHECK_CAP4_KV_GGML_Q4_0 0x20000u
+#define ATTNCHECK_CAP4_KV_GGML_Q4_1 0x40000u
+#define ATTNCHECK_CAP4_KV_GGML_Q5_0 0x80000u
+#define ATTNCHECK_CAP4_KV_GGML_Q5_1 0x100000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -174,9 +181,19 @@ extern "C" {
 #define ATTNCHECK_QFMT_E4M3FN 1u /**< S.EEEE.MMM, bias 7, no infinities, S.1111.111 NaN (torch.float8_e4m3fn) */
 #define ATTNCHECK_QFMT_E5M2 2u   /**< S.EEEEE.MM, bias 15, IEEE-style (torch.float8_e5m2, float16's top byte) */
 #define ATTNCHECK_QFMT_INT8 3u   /**< a two's-complement byte */
+/** ggml's blocks (ggml-common.h): block_q8_0 {d; int8 qs[32]} (d·q), block_q4_0 {d; qs[16]} (d·(n - 8)), block_q4_1
+ *  {d; m; qs[16]} (d·n + m), block_q5_0 {d; qh[4]; qs[16]} (d·(n - 16)), block_q5_1 {d; m; qh[4]; qs[16]} (d·n + m):
+ *  d and m float16 (little-endian), element j's nibble the low one of qs[j] and element j + 16's its high one, the
+ *  fifth bit of element j bit j of qh (a little-endian u32). 34, 18, 20, 22 and 24 bytes. */
+#define ATTNCHECK_QFMT_GGML_Q8_0 4u
+#define ATTNCHECK_QFMT_GGML_Q4_0 5u
+#define ATTNCHECK_QFMT_GGML_Q4_1 6u
+#define ATTNCHECK_QFMT_GGML_Q5_0 7u
+#define ATTNCHECK_QFMT_GGML_Q5_1 8u
 #define ATTNCHECK_QSCALE_TENSOR 0u     /**< scales [1,1,1] */
 #define ATTNCHECK_QSCALE_KV_HEAD 1u    /**< scales [1,H_kv,1] */
 #define ATTNCHECK_QSCALE_TOKEN_HEAD 2u /**< scales [B,H_kv,T_k] */
+#define ATTNCHECK_QSCALE_BLOCK32 3u    /**< ggml's formats: the scales inside the blocks (scales NULL) */
 /* ABI 4: the values of attncheck_qk_norm.eps_placement. */
 #define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
 #define ATTNCHECK_NORM_EPS_OUTSIDE 2u /**< r = sqrt(mean x^2) + eps */
@@ -399,7 +416,9 @@ typedef struct attncheck_dropout {
  *  under the granularity, at scales[b*scale_strides[0] + h*scale_strides[1] + t*scale_strides[2]] with the strides of
  *  an extent of 1 being 0: [1,1,1] per tensor, [1,H_kv,1] per kv head, [B,H_kv,T_k] per token and kv head. Its value
  *  is (value(code) - zero_point)·scale, computed exactly: every scale is a finite float32 > 0, every code a finite
- *  value of the format (never a NaN or an infinity), every zero point an integer in [-128, 127]. */
+ *  value of the format (never a NaN or an infinity), every zero point an integer in [-128, 127]. In ggml's formats
+ *  (ATTNCHECK_QSCALE_BLOCK32) `codes` holds the blocks: element (b,h,t,c) is in the block at codes + b*strides[0] +
+ *  h*strides[1] + t*strides[2] + (c/32)*strides[3] (strides[3] the block's size), scales and zero_points are NULL. */
 typedef struct attncheck_quant_tensor {
   uint32_t format;      /**< ATTNCHECK_QFMT_* */
   uint32_t granularity; /**< ATTNCHECK_QSCALE_* */

@@ -91,10 +91,18 @@ enum class Feature : std::uint8_t {
   kv_scale_per_head,
   kv_scale_per_token,
   kv_zero_points,
+  /// ABI 4 (ATTNCHECK_CAP4_KV_GGML_Q8_0 ... _Q5_1): K and V may arrive in ggml's blocks of 32 along D (llama.cpp's
+  /// -ctk/-ctv cache types), their float16 scales (and minimums) inside the blocks: one row per block type. Drawn with
+  /// the other formats by the kv-quant-* laws, with D a multiple of 32.
+  kv_ggml_q8_0,
+  kv_ggml_q4_0,
+  kv_ggml_q4_1,
+  kv_ggml_q5_0,
+  kv_ggml_q5_1,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::kv_zero_points) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::kv_ggml_q5_1) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

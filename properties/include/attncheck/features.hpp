@@ -279,6 +279,26 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
            return p.quant && !(p.quant->k.zero_points.empty() && p.quant->v.zero_points.empty());
          },
      .needs = [](const Problem&) { return std::string("int8 zero points"); }},
+    {.id = Feature::kv_ggml_q8_0, .name = "kv_ggml_q8_0", .flags4 = 0x10000, .c_name = "ATTNCHECK_CAP4_KV_GGML_Q8_0",
+     .words = "ggml Q8_0 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::ggml_q8_0; },
+     .needs = [](const Problem&) { return std::string("K and V in ggml's Q8_0 blocks"); }},
+    {.id = Feature::kv_ggml_q4_0, .name = "kv_ggml_q4_0", .flags4 = 0x20000, .c_name = "ATTNCHECK_CAP4_KV_GGML_Q4_0",
+     .words = "ggml Q4_0 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::ggml_q4_0; },
+     .needs = [](const Problem&) { return std::string("K and V in ggml's Q4_0 blocks"); }},
+    {.id = Feature::kv_ggml_q4_1, .name = "kv_ggml_q4_1", .flags4 = 0x40000, .c_name = "ATTNCHECK_CAP4_KV_GGML_Q4_1",
+     .words = "ggml Q4_1 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::ggml_q4_1; },
+     .needs = [](const Problem&) { return std::string("K and V in ggml's Q4_1 blocks"); }},
+    {.id = Feature::kv_ggml_q5_0, .name = "kv_ggml_q5_0", .flags4 = 0x80000, .c_name = "ATTNCHECK_CAP4_KV_GGML_Q5_0",
+     .words = "ggml Q5_0 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::ggml_q5_0; },
+     .needs = [](const Problem&) { return std::string("K and V in ggml's Q5_0 blocks"); }},
+    {.id = Feature::kv_ggml_q5_1, .name = "kv_ggml_q5_1", .flags4 = 0x100000, .c_name = "ATTNCHECK_CAP4_KV_GGML_Q5_1",
+     .words = "ggml Q5_1 K and V caches",
+     .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::ggml_q5_1; },
+     .needs = [](const Problem&) { return std::string("K and V in ggml's Q5_1 blocks"); }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -226,9 +226,15 @@ struct QuantDraw {
   std::uint64_t seed = 0;
   void apply(Problem& p, const CaseShape& s) const;
 };
-/// A QuantDraw in a declared format (shrinking toward none, then int8, e4m3fn, e5m2), granularity (toward tensor) and
-/// zero points (toward none); in every case where a format is required (ProblemOptions::require).
-rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts);
+/// A QuantDraw in a declared format (shrinking toward none, then int8, e4m3fn, e5m2, ggml's blocks where D, the case's
+/// head dimension, is a multiple of 32), granularity (toward tensor) and zero points (toward none); in every case where
+/// a format is required (ProblemOptions::require) and one can be drawn. ggml's blocks take scales as ggml's writers
+/// compute them (QuantDraw::apply).
+rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, Index D);
+/// The rows of the formats a quantised cache comes in (a law requires them all: each is drawn where declared).
+inline constexpr Feature kQuantFormatFeatures[] = {Feature::kv_e4m3fn,    Feature::kv_e5m2,      Feature::kv_int8,
+                                                  Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
+                                                  Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1};
 /// Whether a case for `caps` under `opts` may draw a quantised cache (some declared format allowed or required).
 bool may_quantise(const GenConfig& cfg, const ProblemOptions& opts);
 

@@ -414,7 +414,7 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     // (V's pool has rows D_v wide where V has a head dimension of its own.)
     if (!d_output && opts.may_use(Feature::paged, declared)) p.paged = *gen_paged_plan(cfg, opts);
     // After the pages (a paged case is never quantised) and only where a format may be drawn.
-    if (!d_output && may_quantise(cfg, opts)) (*gen_quant(cfg, opts)).apply(p, s);
+    if (!d_output && may_quantise(cfg, opts)) (*gen_quant(cfg, opts, p.q.shape().D)).apply(p, s);
     c.tags = shape_tags(p);
     if (p.quant) {
       c.tags.push_back("kv=" + std::string(quant_format_name(p.quant->format)));

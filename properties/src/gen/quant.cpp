@@ -19,6 +19,12 @@ std::vector<QuantFormat> usable_formats(const GenConfig& cfg, const ProblemOptio
   if (opts.may_use(Feature::kv_int8, declared)) f.push_back(QuantFormat::int8);
   if (opts.may_use(Feature::kv_e4m3fn, declared)) f.push_back(QuantFormat::e4m3fn);
   if (opts.may_use(Feature::kv_e5m2, declared)) f.push_back(QuantFormat::e5m2);
+  for (const auto& [fmt, feat] : {std::pair{QuantFormat::ggml_q8_0, Feature::kv_ggml_q8_0},
+                                  {QuantFormat::ggml_q4_0, Feature::kv_ggml_q4_0},
+                                  {QuantFormat::ggml_q4_1, Feature::kv_ggml_q4_1},
+                                  {QuantFormat::ggml_q5_0, Feature::kv_ggml_q5_0},
+                                  {QuantFormat::ggml_q5_1, Feature::kv_ggml_q5_1}})
+    if (opts.may_use(feat, declared)) f.push_back(fmt);
   return f;
 }
 
@@ -28,11 +34,14 @@ Index id_at(const std::vector<Index>& ids, Index n) { return ids.empty() ? n : i
 
 bool may_quantise(const GenConfig& cfg, const ProblemOptions& opts) { return !usable_formats(cfg, opts).empty(); }
 
-rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
+rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, Index D) {
   const FeatureSet declared = declared_features(cfg.caps);
-  const std::vector<QuantFormat> formats = usable_formats(cfg, opts);
-  const bool required = opts.must_use(Feature::kv_int8, declared) || opts.must_use(Feature::kv_e4m3fn, declared) ||
-                        opts.must_use(Feature::kv_e5m2, declared);
+  std::vector<QuantFormat> formats = usable_formats(cfg, opts);
+  bool required = false;
+  for (const Feature f : kQuantFormatFeatures) required = required || opts.must_use(f, declared);
+  // ggml's blocks only where D is a multiple of 32 (a required cache then comes in another format, or none).
+  if (D % kQuantBlock != 0) std::erase_if(formats, quant_blocked);
+  if (formats.empty()) return rc::gen::just(QuantDraw{});
   const bool per_head = opts.may_use(Feature::kv_scale_per_head, declared),
              per_token = opts.may_use(Feature::kv_scale_per_token, declared),
              zero_points = opts.may_use(Feature::kv_zero_points, declared);
@@ -49,6 +58,8 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
     d.v_granularity = *weighted_choice<QuantGranularity>(grains);
     d.zero_points =
         zero_points && d.format == int(QuantFormat::int8) && *weighted_choice<bool>({{1, false}, {1, true}});
+    if (d.format >= 0 && quant_blocked(QuantFormat(d.format)))  // the blocks hold their scales
+      d.k_granularity = d.v_granularity = QuantGranularity::block32;
     d.plain = *weighted_choice<bool>({{1, true}, {2, false}});
     // Not shrunk: each group's mantissa and shift follow from it and the group's coordinates, so that a shape shrunk
     // before it keeps the others' (RapidCheck shrinks the picks in order and does not return to the shape).
@@ -57,6 +68,47 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts) {
     return d;
   });
 }
+
+namespace {
+// ggml's writers (ggml-quants.c, quantize_row_q*_ref): per block of 32, Q8_0 d = amax/127; Q4_0 d = max/-8 and Q5_0
+// d = max/-16 with max the value of largest magnitude (so d takes the sign opposite to it); Q4_1 and Q5_1 d = (max -
+// min)/15 or /31 and m = min; each rounded to float16. Unless plain, d moved by a power of two keyed by the block's
+// coordinates (/2: values past the largest code saturate; ·2: codes use half the range). Then each element's
+// nearest code.
+void ggml_blocks(QuantFormat f, Tensor<double>& x, QuantScales& sc, bool plain, std::uint64_t seed,
+                 const CaseShape& s, bool is_v) {
+  const Shape& sh = x.shape();
+  for (Index b = 0; b < sh.B; ++b)
+    for (Index h = 0; h < sh.H; ++h)
+      for (Index t = 0; t < sh.T; ++t)
+        for (Index k = 0; k < sh.D / kQuantBlock; ++k) {
+          double lo = 0, hi = 0, amax = 0, max = 0;
+          for (Index c = k * kQuantBlock; c < (k + 1) * kQuantBlock; ++c) {
+            const double v = x(b, h, t, c);
+            lo = c == k * kQuantBlock ? v : std::min(lo, v);
+            hi = c == k * kQuantBlock ? v : std::max(hi, v);
+            if (std::abs(v) > amax) amax = std::abs(v), max = v;
+          }
+          double d = 0, m = 0;
+          switch (f) {
+            case QuantFormat::ggml_q8_0: d = amax / 127; break;
+            case QuantFormat::ggml_q4_0: d = max / -8; break;
+            case QuantFormat::ggml_q5_0: d = max / -16; break;
+            case QuantFormat::ggml_q4_1: d = (hi - lo) / 15, m = lo; break;
+            default: d = (hi - lo) / 31, m = lo; break;
+          }
+          if (!plain) {
+            static constexpr double kMoves[] = {1, 1, 0.5, 2};
+            const auto id = [](const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; };
+            d *= kMoves[coordinate_hash(seed + (is_v ? 0x76 : 0x6B),
+                                        {id(s.b_ids, b), id(s.kv_ids, h), id(s.k_ids, t), k}) % 4];
+          }
+          sc.scales.push_back(double(Eigen::half(float(d))));
+          if (quant_has_min(f)) sc.mins.push_back(double(Eigen::half(float(m))));
+        }
+  x = quantize_dequantize(f, sc, x);
+}
+}  // namespace
 
 void QuantDraw::apply(Problem& p, const CaseShape& s) const {
   p.quant.reset();
@@ -73,6 +125,10 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
   const auto side = [&](Tensor<double>& x, QuantGranularity g, std::uint64_t salt) {
     QuantScales sc = quant_extents(g, x.shape());
     const Shape& sh = x.shape();
+    if (quant_blocked(f)) {
+      ggml_blocks(f, x, sc, plain, seed, s, salt == 0x76);
+      return sc;
+    }
     std::vector<double> amax(std::size_t(sc.B * sc.H * sc.T), 0.0);
     for (Index b = 0; b < sh.B; ++b)
       for (Index h = 0; h < sh.H; ++h)
@@ -105,6 +161,7 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
     return sc;
   };
   QuantizedKV q{.format = f, .k = {}, .v = {}};
+  if (quant_blocked(f) && (p.k.shape().D % kQuantBlock != 0 || p.v.shape().D % kQuantBlock != 0)) return;
   q.k = side(p.k, k_granularity, 0x6B);
   q.v = side(p.v, v_granularity, 0x76);
   p.quant = std::move(q);

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <tuple>
 
@@ -18,9 +19,11 @@ namespace {
 namespace quant_law {
 
 std::string needs_quant(const GenConfig& g) {
-  if (!(g.caps.declares(Feature::kv_e4m3fn) || g.caps.declares(Feature::kv_e5m2) || g.caps.declares(Feature::kv_int8)))
-    return "needs a quantised K and V cache in some format (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2, _KV_INT8), which "
-           "this implementation does not declare";
+  if (std::none_of(std::begin(kQuantFormatFeatures), std::end(kQuantFormatFeatures),
+                   [&](Feature f) { return g.caps.declares(f); }))
+    return "needs a quantised K and V cache in some format (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2, _KV_INT8, "
+           "_KV_GGML_Q8_0, _KV_GGML_Q4_0, _KV_GGML_Q4_1, _KV_GGML_Q5_0, _KV_GGML_Q5_1), which this implementation does "
+           "not declare";
   if (std::string why = pinned_past_materialised(g, "a quantised cache"); !why.empty()) return why;
   return "";
 }
@@ -36,17 +39,34 @@ std::string needs_quant_and_scale(const GenConfig& g) {
 // and a quantised cache is never paged yet.
 ProblemOptions options(const GenConfig& cfg, bool weights) {
   ProblemOptions po = weights ? ProblemOptions{} : outputs_only();
-  po.require.add({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  for (const Feature f : kQuantFormatFeatures) po.require.add(f);
   po.allow.remove({Feature::paged, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
                    Feature::qk_norm_eps_outside, Feature::temperature, Feature::strided});
   po.want_lse = cfg.caps.declares(Feature::lse);
   return po;
 }
 
-rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_problem(within_materialised(cfg), options(cfg, true)); }
-rc::Gen<LawCase> gen_outputs(const GenConfig& cfg) {
-  return gen_problem(within_materialised(cfg), options(cfg, false));
+// The cases: with ggml's blocks declared, half of them (all, when no other format is) with D a multiple of 32, which
+// the blocks need.
+rc::Gen<LawCase> gen_with(const GenConfig& config, const ProblemOptions& po) {
+  const GenConfig cfg = within_materialised(config);
+  const auto declared = [&](std::initializer_list<Feature> fs) {
+    return std::any_of(fs.begin(), fs.end(), [&](Feature f) { return cfg.caps.declares(f); });
+  };
+  GenConfig blocks = cfg;
+  blocks.caps.head_dim_multiple = std::lcm(cfg.caps.head_dim_multiple, kQuantBlock);
+  const bool ggml = declared({Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
+                              Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1}) &&
+                    !blocks.caps.head_dims_up_to(cfg.max_D).empty(),
+             other = declared({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  if (!ggml) return gen_problem(cfg, po);
+  if (!other) return gen_problem(blocks, po);
+  return rc::gen::exec([=] {
+    return *weighted_choice<bool>({{1, false}, {1, true}}) ? *gen_problem(blocks, po) : *gen_problem(cfg, po);
+  });
 }
+rc::Gen<LawCase> gen(const GenConfig& cfg) { return gen_with(cfg, options(cfg, true)); }
+rc::Gen<LawCase> gen_outputs(const GenConfig& cfg) { return gen_with(cfg, options(cfg, false)); }
 
 // Whether scaling one input of p by a power of two scales every value a correct kernel forms from it exactly: every
 // type it may hold them in keeps them normal. float16's smallest normal, 2^-14, is within the drawn values' reach, so
@@ -143,6 +163,7 @@ Problem scaled_side(const Problem& p, bool k_side, double f) {
   Problem q = p;
   QuantScales& s = k_side ? q.quant->k : q.quant->v;
   for (double& x : s.scales) x *= f;
+  for (double& x : s.mins) x *= f;  // ggml's Q4_1 and Q5_1: the whole value scales
   (k_side ? q.k : q.v).values() *= f;
   return q;
 }
@@ -224,6 +245,15 @@ bool holds_values(QuantFormat f, const QuantScales& s, const Tensor<double>& x) 
   }
 }
 
+bool valid_scales(QuantFormat f, const QuantScales& s, const Shape& cache) {
+  try {
+    check_quant_scales("requantise", "k", f, s, cache);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
 std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
   std::vector<Rewrite> out;
   const QuantizedKV& qk = *p.quant;
@@ -237,7 +267,7 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
       for (double& z : h.zero_points) z /= 2;
       for (double& x2 : h.scales) x2 *= 2;
       ok = ok && std::all_of(h.zero_points.begin(), h.zero_points.end(), [](double z) { return z == std::trunc(z); }) &&
-           holds_values(qk.format, h, *x);
+           valid_scales(qk.format, h, x->shape()) && holds_values(qk.format, h, *x);
       *s = h;
     }
     if (ok) out.push_back({q, "the same values as codes halved under scales doubled", power_of_two_exact(p)});
@@ -251,15 +281,7 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
         QuantScales h = *s;
         if (h.zero_points.empty()) h.zero_points.assign(h.scales.size(), 0.0);
         for (double& z : h.zero_points) z += d;
-        ok = ok && std::all_of(h.zero_points.begin(), h.zero_points.end(), [](double z) { return std::abs(z) <= 127; });
-        if (ok) {
-          try {
-            check_quant_scales("requantise", "k", qk.format, h, x->shape());
-          } catch (const std::invalid_argument&) {
-            ok = false;
-          }
-        }
-        ok = ok && holds_values(qk.format, h, *x);
+        ok = ok && valid_scales(qk.format, h, x->shape()) && holds_values(qk.format, h, *x);
         *s = h;
       }
       if (ok) {
@@ -274,7 +296,7 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
   for (const auto& [f, feat] : {std::pair{QuantFormat::int8, Feature::kv_int8},
                                 {QuantFormat::e4m3fn, Feature::kv_e4m3fn},
                                 {QuantFormat::e5m2, Feature::kv_e5m2}}) {
-    if (f == qk.format || !cfg.caps.declares(feat)) continue;
+    if (f == qk.format || !cfg.caps.declares(feat) || quant_blocked(qk.format)) continue;  // blocks keep their own
     if (f != QuantFormat::int8 && !(qk.k.zero_points.empty() && qk.v.zero_points.empty())) continue;
     if (!holds_values(f, qk.k, p.k) || !holds_values(f, qk.v, p.v)) continue;
     Problem q = p;
@@ -322,7 +344,12 @@ LawCase halvable(LawCase c) {
             // The nearest code of the value under the (possibly changed) zero point, then made halvable.
             double v = std::nearbyint((*x)(b, h, t, d) / s->scale(b, h, t)) + s->zero_point(b, h, t);
             std::uint8_t code;
-            if (qk.format == QuantFormat::int8) {
+            if (quant_blocked(qk.format)) {  // q made even, toward zero (its minimum and d as they are)
+              const double scale = s->scale(b, h, t, d), min = s->min(b, h, t, d);
+              double q = scale == 0 ? 0.0 : std::nearbyint(((*x)(b, h, t, d) - min) / scale);
+              q -= std::fmod(q, 2.0);
+              code = *quant_exact(qk.format, q);
+            } else if (qk.format == QuantFormat::int8) {
               v = std::clamp(v, -128.0, 127.0);
               code = std::uint8_t(std::int8_t(v - std::fmod(v, 2.0)));
             } else {

@@ -599,6 +599,10 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.keep_scale = opts.dropout->keep_scale();
   }
   m.dequantised_kv = opts.quant.has_value();
+  if (opts.quant) {
+    for (const double x : opts.quant->k.mins) m.k_min_magnitude = std::max(m.k_min_magnitude, std::abs(x));
+    for (const double x : opts.quant->v.mins) m.v_min_magnitude = std::max(m.v_min_magnitude, std::abs(x));
+  }
   m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
   if (!opts.q_doc_bounds.empty()) {
     m.rows.doc_bounds = &opts.doc_bounds.at(std::size_t(b));

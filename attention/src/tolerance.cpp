@@ -126,7 +126,10 @@
 //    an FTZ store: N_s more. On a score that is scale·Σ_c |q_ic|·ε_k,jc (Δ_i grows by its largest visible value),
 //    and on an output Σ_j w_ij·ε_v,jc ≤ 4u_s·max_j|v_jc| + N_s where a visible v_jc is that small (times 1/(1 - p)
 //    with dropout's kept weights). The codes themselves are exact in every dtype (e4m3's 4 significant bits, e5m2's
-//    3, int8's 8 and e5m2's subnormals 2^-16 all fit float16 and bfloat16), so nothing else rounds.
+//    3, int8's 8 and e5m2's subnormals 2^-16 all fit float16 and bfloat16), so nothing else rounds. ggml's Q4_1 and
+//    Q5_1 blocks hold x = d·n + m, and a kernel may form d·n and m apart (ggml's dot is d·Σq_c·n_c + m·Σq_c), each
+//    rounding relative to itself: |d·n| + |m| ≤ |x| + 2|m|, so ε_x = 4u_s·(|x| + 2M) with M the largest |m| of the
+//    side (HeadModifiers::k_min_magnitude, v_min_magnitude; 0 for the other formats).
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -246,7 +249,9 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   if (mods.dequantised_kv) {
     const double u_s = unit_roundoff(dtype), n_s = smallest_normal(dtype);
     const Matrix<double> eps =
-        k.cwiseAbs().unaryExpr([&](double a) { return 4 * u_s * a + (a > 0 && a < n_s ? n_s : 0.0); });
+        k.cwiseAbs().unaryExpr([&](double a) {
+          return 4 * u_s * (a + 2 * mods.k_min_magnitude) + (a > 0 && a < n_s ? n_s : 0.0);
+        });
     dequant = q.cwiseAbs() * eps.transpose() * std::abs(scale);
   }
   // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).
@@ -328,7 +333,8 @@ HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matr
         bool tiny = false;
         for (Index j = 0; j < T_k; ++j)
           if (const double a = std::abs(v(j, c)); mask.visible(i, j) && a > 0 && a < n_s) tiny = true;
-        tol.output(i, c) += mods.keep_scale * (safety * 4 * u_s * v_col_max(c) + (tiny ? n_s : 0.0));
+        tol.output(i, c) +=
+            mods.keep_scale * (safety * 4 * u_s * (v_col_max(c) + 2 * mods.v_min_magnitude) + (tiny ? n_s : 0.0));
       }
     }
   }

@@ -25,6 +25,14 @@ Capabilities quant_capabilities() {
   return c;
 }
 
+// What the ggml-block kernels declare: ggml's five block types (their mutants' cases have D a multiple of 32).
+Capabilities ggml_capabilities() {
+  Capabilities c = gqa_capabilities();
+  c.features.add({Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1, Feature::kv_ggml_q5_0,
+                  Feature::kv_ggml_q5_1, Feature::key_padding, Feature::lse});
+  return c;
+}
+
 // One side of the cache as a plug-in gets it: its codes [B,H_kv,T_k,D] row-major, format and scales.
 struct Side {
   QuantFormat format;
@@ -37,7 +45,8 @@ struct Side {
   }
   // The correct value of element (b, g, t, c).
   double value(Index b, Index g, Index t, Index c) const {
-    return (quant_value(format, code(b, g, t, c)) - scales->zero_point(b, g, t)) * scales->scale(b, g, t);
+    return (quant_value(format, code(b, g, t, c)) - scales->zero_point(b, g, t)) * scales->scale(b, g, t, c) +
+           scales->min(b, g, t, c);
   }
 };
 
@@ -57,8 +66,9 @@ double unscaled(const Problem&, const Side& s, const Side&, Index b, Index, Inde
 
 // A kernel that decodes K and V per query head with `decode` (K's with k_decode, V's with v_decode), rounds what it
 // decoded to the dtype, and runs the reference's dense attention on it (one kv head per query head).
-ImplementationPtr quant_kernel(const char* name, const char* description, Decode k_decode, Decode v_decode) {
-  return make_implementation(name, description, quant_capabilities(), [=](const Problem& p) {
+ImplementationPtr quant_kernel(const char* name, const char* description, Decode k_decode, Decode v_decode,
+                               Capabilities caps = quant_capabilities()) {
+  return make_implementation(name, description, caps, [=](const Problem& p) {
     if (!p.quant) return reference_implementation()->forward(p);
     const QuantizedKV& qk = *p.quant;
     const Side k{qk.format, &qk.k, quant_codes(name, "k", qk.format, qk.k, p.k), p.k.shape(), true},
@@ -98,6 +108,25 @@ Mutant both(const char* name, const char* description, Decode d, const char* bug
                 .killed_by = std::move(killed_by),
                 .also_minimal = std::move(also)};
 }
+
+// A ggml-block kernel decoding element (b, g, t, c) with `element`, given the block's start and the element's offset
+// in it, K and V alike.
+using BlockDecode = double (*)(const Side& s, Index b, Index g, Index t, Index k0, Index j);
+Mutant ggml_mutant(const char* name, const char* description, BlockDecode element, const char* bug, Shape minimal,
+                   const char* why) {
+  const Decode d = [element](const Problem&, const Side& s, const Side&, Index b, Index, Index g, Index t, Index c) {
+    return quant_blocked(s.format) ? element(s, b, g, t, c - c % kQuantBlock, c % kQuantBlock) : s.value(b, g, t, c);
+  };
+  return Mutant{.impl = quant_kernel(name, description, d, d, ggml_capabilities()),
+                .bug = bug,
+                .minimal_shape = minimal,
+                .why_minimal = why,
+                .killed_by = {"kv-quant-oracle"}};
+}
+
+// The element's q from its code (q8_0's int8, the others' n less 8 or 16 for the _0 kinds).
+double q_of(const Side& s, Index b, Index g, Index t, Index c) { return quant_value(s.format, s.code(b, g, t, c)); }
+bool nibbles(QuantFormat f) { return f != QuantFormat::ggml_q8_0; }
 
 }  // namespace
 
@@ -243,6 +272,84 @@ std::vector<Mutant> quant_mutants() {
       },
       "per-head descales dropped to one (head 0's for every kv head), as a path written for per-tensor scales does",
       {1, 2, 1, 1}, "two heads over one key each: head 1's v takes head 0's scale", {"kv-quant-oracle"}));
+  // ggml's blocks.
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-nibbles-swapped", "a block's low and high nibbles swapped",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        const Index from = nibbles(s.format) ? k0 + (j + 16) % kQuantBlock : k0 + j;
+        return q_of(s, b, g, t, from) * s.scales->scale(b, g, t, k0) + s.scales->min(b, g, t, k0);
+      },
+      "element j of a 4- or 5-bit block read from the high nibble of byte j and element j + 16 from its low one (the "
+      "packing of qs read the other way round): the block's two halves trade places",
+      {1, 1, 1, 32}, "one block of 32 (D = 32 is the smallest head dimension ggml's blocks have)"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-neighbour-block-scale", "the next block's scale",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        const Index next = (k0 + kQuantBlock) % (s.shape.D);  // the row's next block (the first one after the last)
+        return q_of(s, b, g, t, k0 + j) * s.scales->scale(b, g, t, next) + s.scales->min(b, g, t, next);
+      },
+      "each block's d (and m) read from the block after it in the row (an off-by-one block pointer): right with one "
+      "block per row, wrong past D = 32",
+      {1, 1, 1, 64}, "two blocks (D = 64): with one, the next block is itself"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-offset-forgotten", "Q4_0 and Q5_0 read unsigned",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        const double bias = s.format == QuantFormat::ggml_q4_0 ? 8 : s.format == QuantFormat::ggml_q5_0 ? 16 : 0;
+        return (q_of(s, b, g, t, k0 + j) + bias) * s.scales->scale(b, g, t, k0) + s.scales->min(b, g, t, k0);
+      },
+      "Q4_0's nibble (Q5_0's five bits) taken as the value without its offset of 8 (16): every value off by 8·d",
+      {1, 1, 1, 32}, "one block of 32"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-fifth-bit-lost", "Q5's fifth bit dropped",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        const bool five = s.format == QuantFormat::ggml_q5_0 || s.format == QuantFormat::ggml_q5_1;
+        const double n = double(s.code(b, g, t, k0 + j) & (five ? 0x0F : 0xFF)),
+                     bias = s.format == QuantFormat::ggml_q5_0 ? 16 : 0;
+        return five ? (n - bias) * s.scales->scale(b, g, t, k0) + s.scales->min(b, g, t, k0)
+                    : s.value(b, g, t, k0 + j);
+      },
+      "Q5_0 and Q5_1 read as their nibbles alone (qh, the fifth bits, never read): values past 15 lose 16 steps",
+      {1, 1, 1, 32}, "one block of 32"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-fifth-bit-of-low-half", "Q5's high half takes the low half's fifth bits",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        const bool five = s.format == QuantFormat::ggml_q5_0 || s.format == QuantFormat::ggml_q5_1;
+        if (!five || j < 16) return s.value(b, g, t, k0 + j);
+        const int n = (s.code(b, g, t, k0 + j) & 0x0F) | (s.code(b, g, t, k0 + j - 16) & 0x10);  // qh >> (j - 16)
+        return (double(n) - (s.format == QuantFormat::ggml_q5_0 ? 16 : 0)) * s.scales->scale(b, g, t, k0) +
+               s.scales->min(b, g, t, k0);
+      },
+      "the fifth bit of element j + 16 read as bit j of qh, the one element j has (qh >> j for both halves): the high "
+      "half's values past 15 wrong",
+      {1, 1, 1, 32}, "one block of 32"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-min-ignored", "Q4_1 and Q5_1's minimum dropped",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        return q_of(s, b, g, t, k0 + j) * s.scales->scale(b, g, t, k0);
+      },
+      "Q4_1's and Q5_1's m never added (the block read as Q4_0's layout without the offset): every value off by m",
+      {1, 1, 1, 32}, "one block of 32"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-scale-as-bf16", "a block's d read as bfloat16",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        const auto as_bf16 = [](double x) {
+          return double(Eigen::numext::bit_cast<Eigen::bfloat16>(
+              Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(float(x)))));
+        };
+        return q_of(s, b, g, t, k0 + j) * as_bf16(s.scales->scale(b, g, t, k0)) +
+               as_bf16(s.scales->min(b, g, t, k0));
+      },
+      "the blocks' float16 d and m read as bfloat16 (ggml_half taken for ggml_bf16): scales off by orders of "
+      "magnitude",
+      {1, 1, 1, 32}, "one block of 32"));
+  z.push_back(ggml_mutant(
+      "mutant:kv-ggml-scale-sign-dropped", "|d| for a block's d",
+      [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
+        return q_of(s, b, g, t, k0 + j) * std::abs(s.scales->scale(b, g, t, k0)) + s.scales->min(b, g, t, k0);
+      },
+      "a block's d taken as its magnitude (a kernel that assumes scales are positive): ggml's Q4_0 and Q5_0 writers "
+      "give d the sign opposite to the block's largest value, so most blocks flip",
+      {1, 1, 1, 32}, "one block of 32"));
   // Kernels right on one path and reading the codes unscaled on another: `unscaled_when` says which calls.
   const auto path_switch = [](const char* name, const char* description, bool (*unscaled_when)(const Problem&)) {
     const ImplementationPtr right = quant_kernel(name, description, correct, correct),
@@ -268,6 +375,8 @@ std::vector<Mutant> quant_mutants() {
       .killed_by = {"kv-quant-oracle"}});
   {
     Capabilities caps = quant_capabilities();
+    caps.features.add({Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1, Feature::kv_ggml_q5_0,
+                       Feature::kv_ggml_q5_1});
     z.push_back(Mutant{
         .impl = make_implementation(
             "control:kv-quant-folded", "correct; codes kept, K's scale in the scores, V's on the products", caps,
@@ -289,7 +398,15 @@ std::vector<Mutant> quant_mutants() {
                     case QuantFormat::e5m2:
                       return A(float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(b << 8))));
                     case QuantFormat::int8:
+                    case QuantFormat::ggml_q8_0:
                       return A(std::int8_t(b));
+                    case QuantFormat::ggml_q4_0:
+                      return A(int(b) - 8);
+                    case QuantFormat::ggml_q5_0:
+                      return A(int(b) - 16);
+                    case QuantFormat::ggml_q4_1:
+                    case QuantFormat::ggml_q5_1:
+                      return A(b);
                     case QuantFormat::e4m3fn: {
                       const int e = (b >> 3) & 0xF, m = b & 7;
                       const A mag = e == 0 ? A(std::ldexp(float(m), -9)) : A(std::ldexp(float(8 + m), e - 10));
@@ -310,12 +427,26 @@ std::vector<Mutant> quant_mutants() {
                       A m = -std::numeric_limits<A>::infinity();
                       for (Index j = 0; j < ks.T; ++j) {
                         if (!vis.visible(i, j)) continue;
-                        A dot = 0;
-                        for (Index c = 0; c < qs.D; ++c)
-                          dot += A(S(p.q(b, h, i, c))) *
-                                 (table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]) -
-                                  A(qk.k.zero_point(b, g, j)));
-                        s[std::size_t(j)] = dot * (A(qk.k.scale(b, g, j)) * scale);  // K's scale with the softmax scale
+                        const auto kq = [&](Index c) {
+                          return table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]);
+                        };
+                        if (quant_blocked(qk.format)) {  // ggml's way: d·Σ q·n + m·Σ q per block
+                          A dot = 0;
+                          for (Index k0 = 0; k0 < qs.D; k0 += kQuantBlock) {
+                            A qn = 0, qsum = 0;
+                            for (Index c = k0; c < k0 + kQuantBlock; ++c) {
+                              qn += A(S(p.q(b, h, i, c))) * kq(c);
+                              qsum += A(S(p.q(b, h, i, c)));
+                            }
+                            dot += A(qk.k.scale(b, g, j, k0)) * qn + A(qk.k.min(b, g, j, k0)) * qsum;
+                          }
+                          s[std::size_t(j)] = dot * scale;
+                        } else {
+                          A dot = 0;
+                          for (Index c = 0; c < qs.D; ++c)
+                            dot += A(S(p.q(b, h, i, c))) * (kq(c) - A(qk.k.zero_point(b, g, j)));
+                          s[std::size_t(j)] = dot * (A(qk.k.scale(b, g, j)) * scale);  // K's scale with the softmax's
+                        }
                         m = std::max(m, s[std::size_t(j)]);
                       }
                       A l = 0;
@@ -326,9 +457,11 @@ std::vector<Mutant> quant_mutants() {
                         A acc = 0;
                         for (Index j = 0; j < ks.T; ++j)
                           if (vis.visible(i, j))
-                            acc += std::exp(s[std::size_t(j)] - m) * A(qk.v.scale(b, g, j)) *
-                                   (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
-                                    A(qk.v.zero_point(b, g, j)));
+                            acc += std::exp(s[std::size_t(j)] - m) *
+                                   (A(qk.v.scale(b, g, j, c)) *
+                                        (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
+                                         A(qk.v.zero_point(b, g, j))) +
+                                    A(qk.v.min(b, g, j, c)));
                         o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
                       }
                       for (Index j = 0; j < ks.T; ++j)
@@ -342,7 +475,8 @@ std::vector<Mutant> quant_mutants() {
               });
             }),
         .bug = "control: the codes kept as they are (decoded from a table of their bits), K's scale multiplied into "
-               "each score with the softmax scale and V's into each weight·value product, in float: another order of "
+               "each score with the softmax scale (ggml's blocks: d·Σq·n + m·Σq per block, as ggml's dot does) and "
+               "V's into each weight·value product, in float: another order of "
                "the same dequantisation, which tolerance.cpp's step 12 bounds",
         .control = true,
         .minimal_shape = {},

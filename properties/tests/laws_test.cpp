@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attncheck/features.hpp"
+#include "attncheck/generators.hpp"
 #include "attncheck/law.hpp"
 #include "attncheck/layouts.hpp"
 
@@ -508,6 +509,8 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
       seen.insert(std::string(quant_granularity_name(s->granularity)));
       if (!s->zero_points.empty()) seen.insert("zero points");
       for (const double x : s->scales) {
+        if (x < 0) seen.insert("negative block scale");
+        if (s->granularity == QuantGranularity::block32) continue;
         int e = 0;
         seen.insert(std::frexp(x, &e) == 0.5 ? "power of two" : "not a power of two");
         EXPECT_NE(x, 1.0);
@@ -520,13 +523,16 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
         if (q.format == QuantFormat::e4m3fn && x > 0 && x < 0x1p-6) seen.insert("e4m3fn subnormal");
       }
   }
-  for (const char* want : {"e4m3fn", "e5m2", "int8", "tensor", "kv_head", "token_head", "zero points", "power of two",
-                           "not a power of two", "largest code", "e4m3fn subnormal"})
+  for (const char* want : {"e4m3fn", "e5m2", "int8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "tensor", "kv_head",
+                           "token_head", "block32", "zero points", "power of two", "not a power of two", "largest code",
+                           "e4m3fn subnormal", "negative block scale"})
     EXPECT_TRUE(seen.count(want)) << want;
   // Only what is declared: an int8-only, per-tensor kernel gets int8 per-tensor caches without zero points.
   GenConfig int8_only = g;
   int8_only.caps.features.remove({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_scale_per_head,
-                                  Feature::kv_scale_per_token, Feature::kv_zero_points});
+                                  Feature::kv_scale_per_token, Feature::kv_zero_points, Feature::kv_ggml_q8_0,
+                                  Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1, Feature::kv_ggml_q5_0,
+                                  Feature::kv_ggml_q5_1});
   for (int n = 0; n < 50; ++n) {
     const LawCase c = law.gen(int8_only)(random.split(), 50).value();
     ASSERT_TRUE(c.problem.quant.has_value());
@@ -535,9 +541,18 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
     EXPECT_TRUE(c.problem.quant->v.zero_points.empty());
   }
   GenConfig none = g;
-  none.caps.features.remove({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  for (const Feature f : kQuantFormatFeatures) none.caps.features.remove(f);
   EXPECT_NE(law.not_applicable(none).find("needs a quantised K and V cache in some format (ATTNCHECK_CAP4_KV_E4M3FN"),
             std::string::npos);
+  // A ggml-only kernel gets ggml's blocks in every case, D a multiple of 32.
+  GenConfig ggml_only = g;
+  ggml_only.caps.features.remove({Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  for (int n = 0; n < 50; ++n) {
+    const LawCase c = law.gen(ggml_only)(random.split(), 50).value();
+    ASSERT_TRUE(c.problem.quant.has_value());
+    EXPECT_TRUE(quant_blocked(c.problem.quant->format));
+    EXPECT_EQ(c.problem.q.shape().D % 32, 0);
+  }
   // And the laws that do not require one never draw one.
   for (int n = 0; n < 50; ++n) EXPECT_FALSE(find_law("oracle-agreement")->gen(g)(random.split(), 50).value().problem.quant);
 }

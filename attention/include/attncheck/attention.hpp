@@ -304,6 +304,9 @@ struct HeadModifiers {
   /// The call's K and V are dequantised values (AttentionOptions::quant), which a kernel rounds into its type: the
   /// bounds widen by that rounding (tolerance.cpp step 12).
   bool dequantised_kv = false;
+  /// The largest |minimum| of K's and V's ggml blocks (Q4_1, Q5_1; 0 otherwise): a kernel may form d·n and m apart
+  /// (ggml's dot takes d·Σq·n + m·Σq), each rounding on its own (tolerance.cpp step 12).
+  double k_min_magnitude = 0, v_min_magnitude = 0;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }

@@ -14,14 +14,22 @@ namespace attncheck {
 
 std::string_view quant_format_name(QuantFormat f) {
   switch (f) {
-    case QuantFormat::e4m3fn: return "e4m3fn";
-    case QuantFormat::e5m2: return "e5m2";
-    case QuantFormat::int8: return "int8";
-    case QuantFormat::ggml_q8_0: return "q8_0";
-    case QuantFormat::ggml_q4_0: return "q4_0";
-    case QuantFormat::ggml_q4_1: return "q4_1";
-    case QuantFormat::ggml_q5_0: return "q5_0";
-    case QuantFormat::ggml_q5_1: return "q5_1";
+    case QuantFormat::e4m3fn:
+      return "e4m3fn";
+    case QuantFormat::e5m2:
+      return "e5m2";
+    case QuantFormat::int8:
+      return "int8";
+    case QuantFormat::ggml_q8_0:
+      return "q8_0";
+    case QuantFormat::ggml_q4_0:
+      return "q4_0";
+    case QuantFormat::ggml_q4_1:
+      return "q4_1";
+    case QuantFormat::ggml_q5_0:
+      return "q5_0";
+    case QuantFormat::ggml_q5_1:
+      return "q5_1";
   }
   return "?";
 }
@@ -34,12 +42,18 @@ std::optional<QuantFormat> parse_quant_format(std::string_view name) {
 
 std::size_t quant_block_bytes(QuantFormat f) {
   switch (f) {
-    case QuantFormat::ggml_q8_0: return 2 + 32;
-    case QuantFormat::ggml_q4_0: return 2 + 16;
-    case QuantFormat::ggml_q4_1: return 2 + 2 + 16;
-    case QuantFormat::ggml_q5_0: return 2 + 4 + 16;
-    case QuantFormat::ggml_q5_1: return 2 + 2 + 4 + 16;
-    default: return 1;
+    case QuantFormat::ggml_q8_0:
+      return 2 + 32;
+    case QuantFormat::ggml_q4_0:
+      return 2 + 16;
+    case QuantFormat::ggml_q4_1:
+      return 2 + 2 + 16;
+    case QuantFormat::ggml_q5_0:
+      return 2 + 4 + 16;
+    case QuantFormat::ggml_q5_1:
+      return 2 + 2 + 4 + 16;
+    default:
+      return 1;
   }
 }
 
@@ -58,8 +72,8 @@ std::string_view quant_granularity_name(QuantGranularity g) {
 }
 
 std::optional<QuantGranularity> parse_quant_granularity(std::string_view name) {
-  for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head,
-                                   QuantGranularity::block32})
+  for (const QuantGranularity g :
+       {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head, QuantGranularity::block32})
     if (name == quant_granularity_name(g)) return g;
   return std::nullopt;
 }
@@ -158,28 +172,29 @@ void check_quant_scales(const char* who, const char* side, QuantFormat f, const 
   const std::string w = std::string(who) + ": the quantised " + side + "'s ";
   const bool blocked = quant_blocked(f);
   if (blocked != (s.granularity == QuantGranularity::block32))
-    throw ValueError(w + std::string(quant_format_name(f)) + " cache has " +
-                     std::string(quant_granularity_name(s.granularity)) + " scales: " +
-                     (blocked ? "ggml's blocks hold theirs (block32)" : "block32 scales come with ggml's formats only"));
+    throw ValueError(
+        w + std::string(quant_format_name(f)) + " cache has " + std::string(quant_granularity_name(s.granularity)) +
+        " scales: " +
+        (blocked ? "ggml's blocks hold theirs (block32)" : "block32 scales come with ggml's formats only"));
   if (blocked && cache.D % kQuantBlock != 0)
     throw ShapeError(w + std::string(quant_format_name(f)) + " cache has rows of D = " + std::to_string(cache.D) +
                      ": ggml's blocks need D a multiple of 32");
   const QuantScales want = quant_extents(s.granularity, cache);
   if (s.B != want.B || s.H != want.H || s.T != want.T || s.C != want.C)
     throw ShapeError(w + std::string(quant_granularity_name(s.granularity)) + " scales are [" + std::to_string(s.B) +
-                     "," + std::to_string(s.H) + "," + std::to_string(s.T) + (blocked ? "," + std::to_string(s.C) : "") +
-                     "], expected [" + std::to_string(want.B) + "," + std::to_string(want.H) + "," +
-                     std::to_string(want.T) + (blocked ? "," + std::to_string(want.C) : "") +
-                     "] for a cache of shape " + to_string(cache));
+                     "," + std::to_string(s.H) + "," + std::to_string(s.T) +
+                     (blocked ? "," + std::to_string(s.C) : "") + "], expected [" + std::to_string(want.B) + "," +
+                     std::to_string(want.H) + "," + std::to_string(want.T) +
+                     (blocked ? "," + std::to_string(want.C) : "") + "] for a cache of shape " + to_string(cache));
   const std::size_t n = std::size_t(s.B * s.H * s.T * s.C);
   if (s.scales.size() != n)
     throw ShapeError(w + "scales hold " + std::to_string(s.scales.size()) + " values, expected " + std::to_string(n));
   for (std::size_t i = 0; i < n; ++i) {
     const double x = s.scales[i];
     if (blocked ? !is_half(x) : !(std::isfinite(x) && x > 0 && double(float(x)) == x))
-      throw ValueError(w + "scale " + std::to_string(i) + " is " + format_number(x) +
-                       (blocked ? ": a ggml block's scale is a finite float16"
-                                : ": a scale is a finite float32 greater than 0"));
+      throw ValueError(
+          w + "scale " + std::to_string(i) + " is " + format_number(x) +
+          (blocked ? ": a ggml block's scale is a finite float16" : ": a scale is a finite float32 greater than 0"));
   }
   if (quant_has_min(f) ? s.mins.size() != n : !s.mins.empty())
     throw ShapeError(w + "minimums hold " + std::to_string(s.mins.size()) + " values, expected " +
@@ -303,7 +318,8 @@ std::vector<std::uint8_t> pack_blocks(QuantFormat f, const QuantScales& s, const
             for (int i = 0; i < 4; ++i) blk[off + std::size_t(i)] = std::uint8_t(qh >> (8 * i));
             off += 4;
           }
-          for (int j = 0; j < 16; ++j) blk[off + std::size_t(j)] = std::uint8_t((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
+          for (int j = 0; j < 16; ++j)
+            blk[off + std::size_t(j)] = std::uint8_t((q[j] & 0x0F) | ((q[j + 16] & 0x0F) << 4));
         }
   return out;
 }

@@ -248,10 +248,8 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
   Matrix<double> dequant;
   if (mods.dequantised_kv) {
     const double u_s = unit_roundoff(dtype), n_s = smallest_normal(dtype);
-    const Matrix<double> eps =
-        k.cwiseAbs().unaryExpr([&](double a) {
-          return 4 * u_s * (a + 2 * mods.k_min_magnitude) + (a > 0 && a < n_s ? n_s : 0.0);
-        });
+    const Matrix<double> eps = k.cwiseAbs().unaryExpr(
+        [&](double a) { return 4 * u_s * (a + 2 * mods.k_min_magnitude) + (a > 0 && a < n_s ? n_s : 0.0); });
     dequant = q.cwiseAbs() * eps.transpose() * std::abs(scale);
   }
   // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).

@@ -109,8 +109,8 @@ TEST(Quant, ggmlBlocksDecodeAsGgmlDoes) {
   // Q4_0: d = 0.5 (float16 0x3800); byte 0 = 0x9F holds element 0 (low nibble 15: 15 - 8 = 7) and element 16 (9: 1).
   std::vector<std::uint8_t> q4(18, 0x88);
   q4[0] = 0x00, q4[1] = 0x38, q4[2] = 0x9F;
-  Tensor<double> x = dequantize(QuantFormat::ggml_q4_0, s, one,
-                                unpack_blocks(QuantFormat::ggml_q4_0, one, q4.data(), s).data());
+  Tensor<double> x =
+      dequantize(QuantFormat::ggml_q4_0, s, one, unpack_blocks(QuantFormat::ggml_q4_0, one, q4.data(), s).data());
   EXPECT_EQ(x(0, 0, 0, 0), 3.5);
   EXPECT_EQ(x(0, 0, 0, 16), 0.5);
   EXPECT_EQ(x(0, 0, 0, 1), 0.0);

@@ -95,3 +95,40 @@ def dropped(q, k, v, scale=None, dropout=None):
 def test_dropout_from_a_torch_generator(attncheck):
     attncheck.check(dropped, dtypes=("float32", "bfloat16"), framework="torch", backward="autograd", dropout=True,
                     laws=("dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"))
+
+
+# A quantised KV cache read the way a serving kernel reads it: the codes arrive as uint8 and are decoded here from
+# their bits (FP8 e4m3fn and e5m2 by sign, exponent and mantissa; torch.float8_e4m3fn would do it on torch >= 2.1),
+# times each group's scale; ggml's blocks through the client's decoder. Both formats' scales per tensor, kv head or
+# token, int8 zero points, then plain attention in float32.
+def fp8_decode(codes, fmt):
+    b = codes.long()
+    if fmt == "int8":
+        return torch.where(b >= 128, b - 256, b).float()
+    man, bias = (3, 7) if fmt == "e4m3fn" else (2, 15)
+    e, m = (b & 0x7F) >> man, (b & ((1 << man) - 1)).float()
+    mag = torch.where(e == 0, m * 2.0 ** (1 - bias - man), (m + 2 ** man) * torch.pow(2.0, (e - bias - man).float()))
+    return torch.where(b >= 128, -mag, mag)
+
+
+def cached(q, k, v, scale=None, quant=None):
+    if quant is not None:
+        def read(cache):
+            if cache.scales is None:  # ggml's blocks carry their scales
+                return cache.dequantize().float()
+            zero = 0 if cache.zero_points is None else cache.zero_points.float()[..., None]
+            return (fp8_decode(cache.codes, quant.format) - zero) * cache.scales.float()[..., None]
+        k, v = read(quant.k), read(quant.v)
+    group = q.shape[1] // k.shape[1]
+    k, v = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
+    s = (q.float() @ k.transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
+    causal = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+    return (s.masked_fill(~causal, float("-inf")).softmax(-1) @ v).to(q.dtype)
+
+
+def test_a_quantised_kv_cache_decoded_from_its_bits(attncheck):
+    attncheck.check(cached, dtypes=("float32", "bfloat16"), framework="torch", gqa=True, kv_e4m3fn=True, kv_e5m2=True,
+                    kv_int8=True, kv_scale_per_head=True, kv_scale_per_token=True, kv_zero_points=True,
+                    kv_ggml_q8_0=True, kv_ggml_q4_0=True, kv_ggml_q4_1=True, kv_ggml_q5_0=True, kv_ggml_q5_1=True,
+                    laws=("kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise",
+                          "kv-quant-dense"))

@@ -692,8 +692,9 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
                 const Shape& vs) {
   const std::uint32_t format = r.u32();
   if (format < 1 || format > 8)
-    throw ProtocolError(std::string(what) + ": quantised format " + std::to_string(format) +
-                        " (expected 1 e4m3fn, 2 e5m2, 3 int8, or ggml's blocks: 4 q8_0, 5 q4_0, 6 q4_1, 7 q5_0, 8 q5_1)");
+    throw ProtocolError(
+        std::string(what) + ": quantised format " + std::to_string(format) +
+        " (expected 1 e4m3fn, 2 e5m2, 3 int8, or ggml's blocks: 4 q8_0, 5 q4_0, 6 q4_1, 7 q5_0, 8 q5_1)");
   QuantizedKV qk;
   qk.format = QuantFormat(format);
   const bool blocked = quant_blocked(qk.format);

@@ -305,8 +305,7 @@ std::vector<Mutant> quant_mutants() {
         const bool five = s.format == QuantFormat::ggml_q5_0 || s.format == QuantFormat::ggml_q5_1;
         const double n = double(s.code(b, g, t, k0 + j) & (five ? 0x0F : 0xFF)),
                      bias = s.format == QuantFormat::ggml_q5_0 ? 16 : 0;
-        return five ? (n - bias) * s.scales->scale(b, g, t, k0) + s.scales->min(b, g, t, k0)
-                    : s.value(b, g, t, k0 + j);
+        return five ? (n - bias) * s.scales->scale(b, g, t, k0) + s.scales->min(b, g, t, k0) : s.value(b, g, t, k0 + j);
       },
       "Q5_0 and Q5_1 read as their nibbles alone (qh, the fifth bits, never read): values past 15 lose 16 steps",
       {1, 1, 1, 32}, "one block of 32"));
@@ -333,11 +332,10 @@ std::vector<Mutant> quant_mutants() {
       "mutant:kv-ggml-scale-as-bf16", "a block's d read as bfloat16",
       [](const Side& s, Index b, Index g, Index t, Index k0, Index j) {
         const auto as_bf16 = [](double x) {
-          return double(Eigen::numext::bit_cast<Eigen::bfloat16>(
-              Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(float(x)))));
+          return double(
+              Eigen::numext::bit_cast<Eigen::bfloat16>(Eigen::numext::bit_cast<std::uint16_t>(Eigen::half(float(x)))));
         };
-        return q_of(s, b, g, t, k0 + j) * as_bf16(s.scales->scale(b, g, t, k0)) +
-               as_bf16(s.scales->min(b, g, t, k0));
+        return q_of(s, b, g, t, k0 + j) * as_bf16(s.scales->scale(b, g, t, k0)) + as_bf16(s.scales->min(b, g, t, k0));
       },
       "the blocks' float16 d and m read as bfloat16 (ggml_half taken for ggml_bf16): scales off by orders of "
       "magnitude",

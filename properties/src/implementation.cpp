@@ -499,6 +499,15 @@ ImplementationPtr make_implementation(std::string name, std::string description,
 
 Problem probe_layout(Problem p) {
   if (p.layout == InputLayout::v_is_k) p.layout = InputLayout::contiguous;  // K keeps its strides; V its own memory
+  // A quantised V holds the probe's 0s and 1s exactly at scale 1 (code 1 in every format; a ggml block's d = 1, m = 0),
+  // with K as it is: one scale per tensor (always declared) or the blocks.
+  if (p.quant) {
+    QuantScales& v = p.quant->v;
+    v = quant_extents(quant_blocked(p.quant->format) ? QuantGranularity::block32 : QuantGranularity::tensor,
+                      p.v.shape());
+    v.scales.assign(std::size_t(v.B * v.H * v.T * v.C), 1.0);
+    if (quant_has_min(p.quant->format)) v.mins.assign(v.scales.size(), 0.0);
+  }
   return p;
 }
 

@@ -554,7 +554,7 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
     EXPECT_EQ(c.problem.q.shape().D % 32, 0);
   }
   // And the laws that do not require one never draw one.
-  for (int n = 0; n < 50; ++n) EXPECT_FALSE(find_law("oracle-agreement")->gen(g)(random.split(), 50).value().problem.quant);
+  for (int n = 0; n < 300; ++n) EXPECT_FALSE(find_law("oracle-agreement")->gen(g)(random.split(), 50).value().problem.quant);
 }
 
 // The keep-rate law's stated false-alarm rate is 1e-9 per case (Hoeffding's bound holds for every n): over 1,000

@@ -417,7 +417,8 @@ Json quant_to_json(const QuantizedKV& q) {
 // The inverse, for caches of shapes k and v; check_call then checks the scales and the values.
 QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape& k, const Shape& v) {
   const std::string expected =
-      "{\"format\": \"e4m3fn\", \"e5m2\", \"int8\", \"q8_0\", \"q4_0\", \"q4_1\", \"q5_0\" or \"q5_1\", \"k\" and \"v\": "
+      "{\"format\": \"e4m3fn\", \"e5m2\", \"int8\", \"q8_0\", \"q4_0\", \"q4_1\", \"q5_0\" or \"q5_1\", \"k\" and "
+      "\"v\": "
       "{\"granularity\": \"tensor\", \"kv_head\", \"token_head\" or \"block32\", \"scales\": [numbers], "
       "\"zero_points\" (int8): [integers], \"mins\" (q4_1, q5_1): [numbers]}}";
   if (!j.is_object()) fail(what, expected, j);

@@ -114,8 +114,9 @@ struct QuantizedKV {
 void check_quant_scales(const char* who, const char* side, QuantFormat f, const QuantScales& s, const Shape& cache);
 
 /// The codes of x (a cache [B,H_kv,T_k,D] of dequantised values) under its scales, row-major: element e is the byte
-/// whose (value - zero point)·scale + min is x_e exactly (in a ggml block whose d is 0, the code of q = 0). Throws ValueError naming `who`, the side, the element and its
-/// value where none is (x is not a cache of that format and those scales).
+/// whose (value - zero point)·scale + min is x_e exactly (in a ggml block whose d is 0, the code of q = 0). Throws
+/// ValueError naming `who`, the side, the element and its value where none is (x is not a cache of that format and
+/// those scales).
 std::vector<std::uint8_t> quant_codes(const char* who, const char* side, QuantFormat f, const QuantScales& s,
                                       const Tensor<double>& x);
 /// The dequantised cache: (value(code) - zero point)·scale per element, exact in double. codes row-major [shape].

@@ -152,12 +152,14 @@ struct ProblemOptions {
   ///    normalised on its own: every law that keeps rows whole keeps it);
   ///  - dropout: not allowed by default (a law comparing two calls would compare two masks); the dropout laws
   ///    require it, in every case up to 2^18 weights: p from {1/2, 1/10, 1/4, 9/10, 0}, a seed and an offset;
-  ///  - kv_e4m3fn, kv_e5m2, kv_int8 (with kv_scale_per_head, kv_scale_per_token, kv_zero_points): not allowed by
+  ///  - kv_e4m3fn, kv_e5m2, kv_int8, kv_ggml_* (with kv_scale_per_head, kv_scale_per_token, kv_zero_points): not
+  ///  allowed by
   ///    default (a law that derives K or V values would have to requantise them); the quantised-cache laws require
   ///    them, and a quantised cache is then drawn in every case that is not paged (gen_quant).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
-  FeatureSet allow =
-      FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8});
+  FeatureSet allow = FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8,
+                                               Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
+                                               Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1});
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
   /// then keeps them. A required feature is drawn even when `allow` lacks it.
   FeatureSet require{};
@@ -233,8 +235,8 @@ struct QuantDraw {
 rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, Index D);
 /// The rows of the formats a quantised cache comes in (a law requires them all: each is drawn where declared).
 inline constexpr Feature kQuantFormatFeatures[] = {Feature::kv_e4m3fn,    Feature::kv_e5m2,      Feature::kv_int8,
-                                                  Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
-                                                  Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1};
+                                                   Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
+                                                   Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1};
 /// Whether a case for `caps` under `opts` may draw a quantised cache (some declared format allowed or required).
 bool may_quantise(const GenConfig& cfg, const ProblemOptions& opts);
 

@@ -323,7 +323,8 @@ template <class F> Gradients run_backward_typed(const Problem& p, F&& f) {
 /// `p` as a weight probe calls it: the same problem, laid out so that values written into V reach the kernel.
 /// Every layout keeps V's own memory but V-is-K, whose V is K's memory (a one-hot V written there never reaches the
 /// kernel, which reads K's values for V): that one goes through the contiguous layout, which reads K through the
-/// same strides.
+/// same strides. A quantised V gets scale 1 (per tensor, or ggml blocks with d = 1 and m = 0), so that every value
+/// written into it is a code.
 Problem probe_layout(Problem p);
 
 /// The weights `impl` applies on `p`, recovered from outputs alone: with V's rows set to the identity

@@ -75,8 +75,8 @@ namespace {
 // min)/15 or /31 and m = min; each rounded to float16. Unless plain, d moved by a power of two keyed by the block's
 // coordinates (/2: values past the largest code saturate; ·2: codes use half the range). Then each element's
 // nearest code.
-void ggml_blocks(QuantFormat f, Tensor<double>& x, QuantScales& sc, bool plain, std::uint64_t seed,
-                 const CaseShape& s, bool is_v) {
+void ggml_blocks(QuantFormat f, Tensor<double>& x, QuantScales& sc, bool plain, std::uint64_t seed, const CaseShape& s,
+                 bool is_v) {
   const Shape& sh = x.shape();
   for (Index b = 0; b < sh.B; ++b)
     for (Index h = 0; h < sh.H; ++h)
@@ -91,17 +91,30 @@ void ggml_blocks(QuantFormat f, Tensor<double>& x, QuantScales& sc, bool plain, 
           }
           double d = 0, m = 0;
           switch (f) {
-            case QuantFormat::ggml_q8_0: d = amax / 127; break;
-            case QuantFormat::ggml_q4_0: d = max / -8; break;
-            case QuantFormat::ggml_q5_0: d = max / -16; break;
-            case QuantFormat::ggml_q4_1: d = (hi - lo) / 15, m = lo; break;
-            default: d = (hi - lo) / 31, m = lo; break;
+            case QuantFormat::ggml_q8_0:
+              d = amax / 127;
+              break;
+            case QuantFormat::ggml_q4_0:
+              d = max / -8;
+              break;
+            case QuantFormat::ggml_q5_0:
+              d = max / -16;
+              break;
+            case QuantFormat::ggml_q4_1:
+              d = (hi - lo) / 15, m = lo;
+              break;
+            default:
+              d = (hi - lo) / 31, m = lo;
+              break;
           }
           if (!plain) {
             static constexpr double kMoves[] = {1, 1, 0.5, 2};
-            const auto id = [](const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; };
+            const auto id = [](const std::vector<Index>& ids, Index n) {
+              return ids.empty() ? n : ids[std::size_t(n)];
+            };
             d *= kMoves[coordinate_hash(seed + (is_v ? 0x76 : 0x6B),
-                                        {id(s.b_ids, b), id(s.kv_ids, h), id(s.k_ids, t), k}) % 4];
+                                        {id(s.b_ids, b), id(s.kv_ids, h), id(s.k_ids, t), k}) %
+                        4];
           }
           sc.scales.push_back(double(Eigen::half(float(d))));
           if (quant_has_min(f)) sc.mins.push_back(double(Eigen::half(float(m))));

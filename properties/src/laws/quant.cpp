@@ -287,7 +287,7 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
       if (ok) {
         out.push_back({q,
                        std::string("the same values as int8 codes and zero points ") + (d > 0 ? "one up" : "one down"),
-                       power_of_two_exact(p)});
+                       false});  // a kernel may form code·σ and z·σ apart: other products, other roundings
         break;
       }
     }
@@ -372,9 +372,10 @@ const char* kRequantiseWhy =
     "A cache's meaning is its dequantised values, not how they are written: the same values as codes halved under "
     "scales doubled, as int8 codes and zero points shifted by one, in another declared format whose codes hold them "
     "all, or with a finer declared granularity carrying the same scales, are the same attention. The law draws one of "
-    "those the case allows (by its seed) and compares the two calls: bit-identical for the first two at float32, "
-    "float64 and bfloat16 (a correct kernel forms the same products: (c/2)(2 sigma) = c sigma, (c + 1) - (z + 1) = "
-    "c - z), within both calls' derived bounds otherwise. A kernel that decodes one format as another, reads a "
+    "those the case allows (by its seed) and compares the two calls: bit-identical for the halved codes at float32, "
+    "float64 and bfloat16 (a correct kernel forms the same products: (c/2)(2 sigma) = c sigma, also where it forms "
+    "c sigma and z sigma apart), within both calls' derived bounds otherwise (shifted zero points change those "
+    "products). A kernel that decodes one format as another, reads a "
     "zero point with the wrong sign or not at all, applies a scale twice, or reads per-head or per-token scales from "
     "the wrong group breaks it.";
 
@@ -468,7 +469,7 @@ Law kv_quant_requantise() {
           LawDoc{"65",
                  "codes halved under scales doubled, int8 zero points shifted, another format or granularity: the "
                  "same call",
-                 "exact for the first two (float16: derived), both calls' derived bounds for the others"},
+                 "exact for halved codes (float16: derived), both calls' derived bounds for the others"},
           needs_quant,
           gen_requantise,
           [](const Implementation& impl, const LawCase& c) {

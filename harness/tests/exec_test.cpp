@@ -234,6 +234,21 @@ TEST(Exec, pythonClientPassesTheModifiersAndReturnsTheLseAndDSinks) {
   }
 }
 
+// Each law holds on `impl` in 20 float64 cases of T <= 16 (the numpy client computes in float64), every case checked.
+void expect_laws_hold_in_20_cases(const Implementation& impl, std::initializer_list<const char*> names) {
+  for (const char* law : names) {
+    RunOptions o;
+    o.cases = 20;
+    o.gen.dtype = DType::f64;
+    o.gen.max_T = o.gen.max_T_tail = 16;
+    const LawResult res = run_law(*find_law(law), impl, o);
+    EXPECT_EQ(res.status, LawStatus::held)
+        << law << ": " << res.note << (res.violation ? res.violation->message : std::string());
+    EXPECT_EQ(res.cases_run, 20) << law;
+    std::cout << law << ": " << res.cases_run << " cases, " << res.calls << " calls\n";
+  }
+}
+
 // The numpy client's dropout (numpy's Philox, laid out its own way): its keep mask is not the reference's, and the
 // dropout laws, reading the mask off its weights, hold on it forward and backward.
 TEST(Exec, pythonClientDropoutHoldsTheDropoutLaws) {
@@ -248,18 +263,8 @@ TEST(Exec, pythonClientDropoutHoldsTheDropoutLaws) {
   for (Index n = 0; n < a.weights->size(); ++n)
     differ += (a.weights->values()[n] == 0) != (r.weights->values()[n] == 0);
   EXPECT_GT(differ, 0);  // another RNG: another mask
-  for (const char* law :
-       {"dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"}) {
-    RunOptions o;
-    o.cases = 20;
-    o.gen.dtype = DType::f64;
-    o.gen.max_T = o.gen.max_T_tail = 16;
-    const LawResult res = run_law(*find_law(law), *impl, o);
-    EXPECT_EQ(res.status, LawStatus::held)
-        << law << ": " << res.note << (res.violation ? res.violation->message : std::string());
-    EXPECT_EQ(res.cases_run, 20) << law;
-    std::cout << law << ": " << res.cases_run << " cases, " << res.calls << " calls\n";
-  }
+  expect_laws_hold_in_20_cases(
+      *impl, {"dropout-as-its-mask", "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask"});
 }
 
 // The numpy client's quantised caches: it gets codes and scales (k and v None) and dequantises them itself; the
@@ -269,17 +274,8 @@ TEST(Exec, pythonClientQuantisedCachesHoldTheQuantLaws) {
   const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/modifiers_client.py", ""));
   ASSERT_TRUE(impl->capabilities().declares(Feature::kv_e4m3fn) &&
               impl->capabilities().declares(Feature::kv_zero_points));
-  for (const char* law :
-       {"kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise", "kv-quant-dense"}) {
-    RunOptions o;
-    o.cases = 20;
-    o.gen.dtype = DType::f64;
-    o.gen.max_T = o.gen.max_T_tail = 16;
-    const LawResult res = run_law(*find_law(law), *impl, o);
-    EXPECT_EQ(res.status, LawStatus::held)
-        << law << ": " << res.note << (res.violation ? res.violation->message : std::string());
-    EXPECT_EQ(res.cases_run, 20) << law;
-  }
+  expect_laws_hold_in_20_cases(
+      *impl, {"kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise", "kv-quant-dense"});
 }
 
 // The PyTorch example (examples/python/torch_modifiers.py, autograd as its backward) on the same calls.

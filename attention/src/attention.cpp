@@ -602,6 +602,7 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
   if (opts.quant) {
     for (const double x : opts.quant->k.mins) m.k_min_magnitude = std::max(m.k_min_magnitude, std::abs(x));
     for (const double x : opts.quant->v.mins) m.v_min_magnitude = std::max(m.v_min_magnitude, std::abs(x));
+    m.q_dot_ggml_q8 = opts.quant->q_dot_ggml_q8 && quant_blocked(opts.quant->format);
   }
   m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
   if (!opts.q_doc_bounds.empty()) {

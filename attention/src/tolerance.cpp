@@ -66,7 +66,10 @@
 //    most Δ_i, the sum's rounding by log(1 + γ_T) ≤ γ_T, exp's ulps by 4u_a, and forming m + log l in the
 //    accumulation type by step 2b's 2u_a·Λ_i ≤ λ_i: |δlse_i| ≤ 2Δ_i + λ_i + γ_T + 5u_a = log(1 + ρ_i). Where ρ_i
 //    overflows (step 5) the LSE still lies in [max s, max s + ln T], and a kernel's in its own such interval:
-//    off by at most max(1, |lse|) + ln T, taken as max(1, |lse|)·2. A row that sees no key (and no sink) has
+//    off by at most max(1, |lse|) + ln T, taken as max(1, |lse|)·2, where its scores are near the oracle's; where
+//    they are not (Δ_i past |lse|: a coarse declared rounding, step 12b), the LSE is 1-Lipschitz in the scores'
+//    largest change and moves by at most Δ_i and the roundings above, which 2Δ_i + λ_i + γ_T + 5u_a (ρ_i's exponent,
+//    finite where ρ_i is not) holds: the larger of the two. A row that sees no key (and no sink) has
 //    lse = -inf exactly. Plus u_a·|lse| for storing it.
 // 7. Modifiers (HeadModifiers). Softcap s = cap·tanh(s_raw/cap) has derivative ≤ 1, so step 1's error in s_raw
 //    passes through at most as large; tanh to a few ulp, the division and the product add ≤ 5u_a·|s_raw|. ALiBi
@@ -130,6 +133,18 @@
 //    Q5_1 blocks hold x = d·n + m, and a kernel may form d·n and m apart (ggml's dot is d·Σq_c·n_c + m·Σq_c), each
 //    rounding relative to itself: |d·n| + |m| ≤ |x| + 2|m|, so ε_x = 4u_s·(|x| + 2M) with M the largest |m| of the
 //    side (HeadModifiers::k_min_magnitude, v_min_magnitude; 0 for the other formats).
+// 12b. Q rounded to ggml's Q8_0 blocks (HeadModifiers::q_dot_ggml_q8, declared: ggml's CPU kernel does it with a
+//    block-quantised K). Per block β of 32 elements of a row q_i, with a = max_c∈β |q_ic|: d = a/127 in float (u_f
+//    = 2^-24), each code round(q_c·(1/d)) with |code| ≤ 127 and the product rounded (|code - q_c/d| ≤ 1/2 + 255u_f),
+//    d stored as float16 (relative 2^-11 where d ≥ 2^-14, absolutely 2^-25 below): the q'_c = code·fp16(d) the dot
+//    uses err by δ_β = d̄·(1/2 + 255u_f + 127·2^-11) + 127·2^-25 with d̄ = a(1 + u_f)/127. With a Q8_0, Q4_0 or Q5_0
+//    K the dot is exactly Σ_c k_c·q'_c before its own rounding (step 1's, on q' within second order), so the score
+//    errs by scale·Σ_β δ_β·Σ_c∈β |k_jc|. With Q4_1 and Q5_1 (k_c = d_k·n_c + m_k) Q goes to Q8_1, whose block also
+//    holds s = fp16(d·Σ code) for the m_k·s term: |d_k·n_c| ≤ |k_c| + M and |s - Σ_c q_c| ≤ 32·d̄(1/2 + 255u_f)
+//    (each code's error) + (2^-11 + u_f)·(Σ_c|q_c| + 32·d̄) + 2^-25 (the product and the float16), so the score errs
+//    by scale·Σ_β [δ_β·(Σ_c∈β |k_jc| + 32M) + M·(that)], M = HeadModifiers::k_min_magnitude (0 for the _0 kinds).
+//    Δ_i grows by its largest visible value. Where d or s passes float16's 65504 (|q| past 8.3e6, or a block's Σ|q|
+//    past 65504 with Q8_1) the kernel's dot is unresolved: an infinite error, whose weights step 5 caps.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -179,6 +194,34 @@ double accumulation_roundoff(DType dtype) {
 
 namespace {
 
+// Step 12b: Σ_β [δ_iβ·(Σ_c∈β |k_jc| + 32M) + M·ζ_iβ] for every row i of q and key j, [T_q, T_k], blocks of 32 along D.
+Matrix<double> ggml_q8_dot_error(const Matrix<double>& q, const Matrix<double>& k, double M) {
+  const Index D = q.cols(), blocks = (D + 31) / 32;
+  const double u_f = unit_roundoff(DType::f32), code = 0.5 + 255 * u_f, tiny = 127 * std::ldexp(1.0, -25);
+  Matrix<double> delta(q.rows(), blocks), k_sum(k.rows(), blocks);
+  Eigen::VectorXd zeta = Eigen::VectorXd::Zero(q.rows());
+  for (Index n = 0; n < blocks; ++n) {
+    const Index c0 = 32 * n, w = std::min<Index>(32, D - c0);
+    for (Index i = 0; i < q.rows(); ++i) {
+      const auto row = q.row(i).segment(c0, w).cwiseAbs();
+      const double d = row.maxCoeff() * (1 + u_f) / 127;
+      if (d > 65504) {  // float16's d overflows: a kernel's dot is then unresolved
+        delta(i, n) = zeta(i) = std::numeric_limits<double>::infinity();
+        continue;
+      }
+      delta(i, n) = d * (code + 127 * std::ldexp(1.0, -11)) + tiny;
+      if (M > 0)  // (s as float16 overflows where |d·Σ code| may pass 65504: the m·s term is then unresolved)
+        zeta(i) += row.sum() + 32 * d >= 65504
+                       ? std::numeric_limits<double>::infinity()
+                       : 32 * d * code + (std::ldexp(1.0, -11) + u_f) * (row.sum() + 32 * d) + std::ldexp(1.0, -25);
+    }
+    for (Index j = 0; j < k.rows(); ++j) k_sum(j, n) = k.row(j).segment(c0, w).cwiseAbs().sum() + 32 * M;
+  }
+  Matrix<double> e = delta * k_sum.transpose();
+  if (M > 0) e.colwise() += M * zeta;
+  return e.unaryExpr([](double x) { return std::isnan(x) ? std::numeric_limits<double>::infinity() : x; });
+}
+
 // The terms of one row i (steps 1-4): its relative weight error ρ_w from the largest scale·Σ_c|q_ic k_jc|
 // and |s_ij| over its n_vis visible keys, and its output bound from ρ_w and the largest |v_jc| per column.
 struct RowTerms {
@@ -195,10 +238,14 @@ struct RowTerms {
         pre_scale(t == DType::f64 ? 0.0 : 2 * unit_roundoff(t)),  // q (and k) scaled in the dtype first
         safety(safety_) {}
 
-  double rho_w(double abs_dot, double s_max, Index n_vis, double modifier_error = 0) const {
+  // 2Δ_i + λ_i + γ_T + 5u_a: ρ_i's exponent, and the LSE's bound (step 6).
+  double exponent(double abs_dot, double s_max, Index n_vis, double modifier_error = 0) const {
     const double delta = (g_D + pre_scale) * abs_dot + (4 * u_a + u_s) * s_max + modifier_error;  // steps 4b, 7
     const double lambda = lse_exponent_error(dtype, s_max, n_vis);  // step 2b
-    return std::expm1(2 * delta + lambda + gamma(n_vis, u_a) + 5 * u_a);  // may be +inf: the weights are unresolved
+    return 2 * delta + lambda + gamma(n_vis, u_a) + 5 * u_a;
+  }
+  double rho_w(double abs_dot, double s_max, Index n_vis, double modifier_error = 0) const {
+    return std::expm1(exponent(abs_dot, s_max, n_vis, modifier_error));  // may be +inf: the weights are unresolved
   }
 
   // `cap`: the largest weight, 1/(1 - p) with dropout (step 11), whose w is then the kept weight w'.
@@ -220,17 +267,22 @@ struct RowTerms {
 
 }  // namespace
 
-double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, bool sink, bool softcap) {
+double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& r, bool sink, bool softcap,
+                                 double* exponent) {
+  if (exponent) *exponent = 0;
   if (r.n_vis <= 0) return 0.0;  // an empty row: zero
   const double u_a = accumulation_roundoff(dtype);
   const double temper = r.tempered ? 3 * unit_roundoff(dtype) * r.abs_dot + 2 * u_a * r.s_max : 0.0;  // step 8
   const double mod_err = (softcap ? 5 * u_a * r.raw_max : 0.0) + 2 * u_a * r.bias_max + r.flushed + temper + r.rope +
                          r.qk_norm + r.dequant;  // 4b, 7-10, 12
-  return RowTerms(dtype, D, 1.0).rho_w(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
+  const double x = RowTerms(dtype, D, 1.0).exponent(r.abs_dot, r.s_max, r.n_vis + (sink ? 1 : 0), mod_err);
+  if (exponent) *exponent = x;
+  return std::expm1(x);
 }
 
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
-                                      const BoolMask& mask, double scale, const HeadModifiers& mods) {
+                                      const BoolMask& mask, double scale, const HeadModifiers& mods,
+                                      Eigen::VectorXd* exponents) {
   const Index T_q = q.rows(), T_k = k.rows(), D = q.cols();
   const Matrix<double> abs_qk = q.cwiseAbs() * k.cwiseAbs().transpose() * scale;  // Σ_c |q_ic k_jc|·scale
   const Matrix<double> s = q * k.transpose() * scale;
@@ -251,6 +303,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
     const Matrix<double> eps = k.cwiseAbs().unaryExpr(
         [&](double a) { return 4 * u_s * (a + 2 * mods.k_min_magnitude) + (a > 0 && a < n_s ? n_s : 0.0); });
     dequant = q.cwiseAbs() * eps.transpose() * std::abs(scale);
+    if (mods.q_dot_ggml_q8) dequant += ggml_q8_dot_error(q, k, mods.k_min_magnitude) * std::abs(scale);
   }
   // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).
   Eigen::VectorXd q_norm, k_norm, eps_k;
@@ -262,6 +315,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
       eps_k(j) = rope_rotation_error(dtype, *mods.rope, mods.rope->k_positions[std::size_t(mods.rope_batch * T_k + j)]);
   }
   Eigen::VectorXd rho = Eigen::VectorXd::Zero(T_q);
+  if (exponents) exponents->setZero(T_q);
   for (Index i = 0; i < T_q; ++i) {
     RowScoreStats r;
     r.tempered = mods.tempered;
@@ -287,15 +341,16 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
           rope_rotation_error(dtype, *mods.rope, mods.rope->q_positions[std::size_t(mods.rope_batch * T_q + i)]);
       r.rope = 2 * (eps_q + eps_k_most) * std::abs(scale) * q_norm(i) * k_most;
     }
-    rho(i) = row_weight_relative_error(dtype, D, r, sink, mods.softcap.has_value());
+    rho(i) =
+        row_weight_relative_error(dtype, D, r, sink, mods.softcap.has_value(), exponents ? &(*exponents)(i) : nullptr);
   }
   return rho;
 }
 
-double lse_tolerance(DType dtype, double rho_w, double oracle_lse, double safety) {
+double lse_tolerance(DType dtype, double rho_w, double oracle_lse, double safety, double exponent) {
   if (std::isinf(oracle_lse) && oracle_lse < 0) return 0.0;  // step 6: exactly -inf
   const double u_a = accumulation_roundoff(dtype), a = std::abs(oracle_lse);
-  const double first = std::isinf(rho_w) ? 2 * std::max(1.0, a) : std::log1p(rho_w);
+  const double first = std::isinf(rho_w) ? std::max(2 * std::max(1.0, a), exponent) : std::log1p(rho_w);
   return safety * first + u_a * a;
 }
 

@@ -76,7 +76,7 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "qk_norm_eps_outside": 0x40, "dropout": 0x80, "rope_ntk": 0x100, "rope_llama3": 0x200, "kv_e4m3fn": 0x400,
           "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
-          "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000}
+          "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -105,6 +105,7 @@ FEATURE_FAMILIES = {
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1"),
     "claims about results": ("batch_invariant",),
+    "compute precision": ("q_dot_ggml_q8",),
 }
 FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
 # The words attncheck's messages use for a declaration, as a C plug-in makes it (ATTNCHECK_CAP_*, ATTNCHECK_CAP3_*)
@@ -1040,7 +1041,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
-          framework="numpy", device=None):
+          q_dot_ggml_q8=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1119,6 +1120,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `quant`, None for a dense call; in a quantised call (the
     kv-quant-* laws, forward only) k and v are None and `quant` is a QuantizedKV (its format, and k and v as
     QuantCache: codes, scales, zero points, dequantize()).
+    `q_dot_ggml_q8=True` declares a compute precision, with ggml's blocks: fn rounds each row of q to ggml's Q8_0
+    blocks (Q8_1 with Q4_1 and Q5_1) for its dot with K, as ggml's CPU kernel does; attncheck's bounds widen by it.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1138,7 +1141,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_scale_per_token", kv_scale_per_token),
                                               ("kv_zero_points", kv_zero_points), ("kv_ggml_q8_0", kv_ggml_q8_0),
                                               ("kv_ggml_q4_0", kv_ggml_q4_0), ("kv_ggml_q4_1", kv_ggml_q4_1),
-                                              ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1))}
+                                              ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1),
+                                              ("q_dot_ggml_q8", q_dot_ggml_q8))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1150,6 +1154,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if (kv_scale_per_head or kv_scale_per_token) and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: kv_scale_per_head or kv_scale_per_token without a cache format (kv_e4m3fn=True, "
                          "kv_e5m2=True or kv_int8=True)")
+    if q_dot_ggml_q8 and not (kv_ggml_q8_0 or kv_ggml_q4_0 or kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1):
+        raise ValueError("serve: q_dot_ggml_q8=True without a ggml block format (kv_ggml_q8_0=True ... "
+                         "kv_ggml_q5_1=True): Q is rounded only for the dot with such a K")
     if query_documents and not documents:
         raise ValueError("serve: query_documents=True needs documents=True (query ids of their own come with the "
                          "key ids)")

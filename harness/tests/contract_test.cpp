@@ -147,7 +147,8 @@ std::optional<Problem> witness(Feature f) {
     }
     case Feature::layout_invariant:
     case Feature::batch_invariant:
-    case Feature::bias_grad: return std::nullopt;
+    case Feature::bias_grad:
+    case Feature::q_dot_ggml_q8: return std::nullopt;
   }
   return p;
 }

@@ -6,6 +6,7 @@
 // decode path only or assumed to be 1 on the ragged (padded) path. Each decodes the codes a plug-in gets (quant_codes
 // of the case's values under its scales) with its bug, then runs the reference on what it decoded. And a control that
 // keeps the codes and folds the scales into the scores and the output.
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -127,6 +128,142 @@ Mutant ggml_mutant(const char* name, const char* description, BlockDecode elemen
 // The element's q from its code (q8_0's int8, the others' n less 8 or 16 for the _0 kinds).
 double q_of(const Side& s, Index b, Index g, Index t, Index c) { return quant_value(s.format, s.code(b, g, t, c)); }
 bool nibbles(QuantFormat f) { return f != QuantFormat::ggml_q8_0; }
+
+// How a kernel takes q for its dot with a block-quantised K: as it is, or rounded to ggml's Q8_0 blocks (Q8_1's sum
+// with it) as ggml's CPU kernel does, or so with a bug.
+enum class QDot { exact, ggml_q8, sum_without_d, next_block_d };
+
+// One block of 32 of a row of q as the dot takes it: its values and their sum (Q8_1's s).
+struct GgmlQ {
+  std::array<double, kQuantBlock> q{};
+  double sum = 0;
+};
+
+// Row i of q (query head h, batch entry b) in blocks of 32, as `how` takes it. ggml's quantize_row_q8_1: d = amax/127,
+// each code roundf(x·(1/d)), d stored as float16, and s = d·Σ code (float16 in ggml).
+std::vector<GgmlQ> ggml_q_blocks(const Problem& p, Index b, Index h, Index i, QDot how) {
+  const Index n = p.q.shape().D / kQuantBlock;
+  std::vector<GgmlQ> out(static_cast<std::size_t>(n));
+  std::vector<float> d16(static_cast<std::size_t>(n));
+  std::vector<std::array<float, kQuantBlock>> codes(static_cast<std::size_t>(n));
+  for (Index k = 0; k < n; ++k) {
+    GgmlQ& o = out[std::size_t(k)];
+    float amax = 0;
+    for (Index c = 0; c < kQuantBlock; ++c) {
+      o.q[std::size_t(c)] = round_to(p.dtype, p.q(b, h, i, k * kQuantBlock + c));
+      amax = std::max(amax, std::abs(float(o.q[std::size_t(c)])));
+    }
+    const float d = amax / 127, id = d != 0 ? 1 / d : 0.0f;
+    float code_sum = 0;
+    for (Index c = 0; c < kQuantBlock; ++c)
+      code_sum += codes[std::size_t(k)][std::size_t(c)] = std::round(float(o.q[std::size_t(c)]) * id);
+    d16[std::size_t(k)] = float(Eigen::half(d));
+    if (how == QDot::exact)
+      for (const double x : o.q) o.sum += x;
+    else  // (ggml stores d·Σ code as float16, which overflows past 65504; this kernel keeps it in float)
+      o.sum = how == QDot::sum_without_d ? code_sum : d * code_sum;
+  }
+  if (how != QDot::exact)
+    for (Index k = 0; k < n; ++k)
+      for (Index c = 0; c < kQuantBlock; ++c)
+        out[std::size_t(k)].q[std::size_t(c)] = double(codes[std::size_t(k)][std::size_t(c)] *
+                                                       d16[std::size_t(how == QDot::next_block_d ? (k + 1) % n : k)]);
+  return out;
+}
+
+// The control's kernel: the codes kept (decoded from a table of their bits), K's scale in the scores, V's on the
+// products, q taken for a ggml block's dot as `how` says.
+Outcome folded_forward(const Problem& p, QDot how) {
+  if (!p.quant) return reference_implementation()->forward(p);
+  const QuantizedKV& qk = *p.quant;
+  const std::vector<std::uint8_t> kc = quant_codes("control", "k", qk.format, qk.k, p.k),
+                                  vc = quant_codes("control", "v", qk.format, qk.v, p.v);
+  return visit_dtype(p.dtype, [&](auto tag) {
+    using S = decltype(tag);
+    using A = Acc<S>;
+    const Shape qs = p.q.shape(), ks = p.k.shape(), vs = p.v.shape();
+    const Index group = qs.H / ks.H;
+    const A scale = A(p.scale ? *p.scale : 1 / std::sqrt(double(qs.D)));
+    // A table of each byte's value, built from the bits (not the core's decoder): e5m2 as float16's top
+    // byte, e4m3fn from its fields, int8 as a signed byte; then minus the zero point, held in A.
+    const auto table_value = [&](std::uint8_t b) -> A {
+      switch (qk.format) {
+        case QuantFormat::e5m2:
+          return A(float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(b << 8))));
+        case QuantFormat::int8:
+        case QuantFormat::ggml_q8_0:
+          return A(std::int8_t(b));
+        case QuantFormat::ggml_q4_0:
+          return A(int(b) - 8);
+        case QuantFormat::ggml_q5_0:
+          return A(int(b) - 16);
+        case QuantFormat::ggml_q4_1:
+        case QuantFormat::ggml_q5_1:
+          return A(b);
+        case QuantFormat::e4m3fn: {
+          const int e = (b >> 3) & 0xF, m = b & 7;
+          const A mag = e == 0 ? A(std::ldexp(float(m), -9)) : A(std::ldexp(float(8 + m), e - 10));
+          return b & 0x80 ? -mag : mag;
+        }
+      }
+      return A(0);
+    };
+    Outcome o;
+    o.output = Tensor<double>(p.output_shape());
+    Tensor<double> w(Shape{qs.B, qs.H, qs.T, ks.T}), lse(Shape{qs.B, qs.H, qs.T, 1});
+    for (Index b = 0; b < qs.B; ++b)
+      for (Index h = 0; h < qs.H; ++h) {
+        const Index g = h / group;
+        const Visibility vis = p.visibility(b, h);
+        for (Index i = 0; i < qs.T; ++i) {
+          std::vector<A> s(std::size_t(ks.T), -std::numeric_limits<A>::infinity());
+          A m = -std::numeric_limits<A>::infinity();
+          for (Index j = 0; j < ks.T; ++j) {
+            if (!vis.visible(i, j)) continue;
+            const auto kq = [&](Index c) {
+              return table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]);
+            };
+            if (quant_blocked(qk.format)) {  // ggml's way: d·Σ q·n + m·Σ q per block
+              const std::vector<GgmlQ> qb = ggml_q_blocks(p, b, h, i, how);
+              A dot = 0;
+              for (Index k0 = 0; k0 < qs.D; k0 += kQuantBlock) {
+                const GgmlQ& blk = qb[std::size_t(k0 / kQuantBlock)];
+                A qn = 0;
+                for (Index c = k0; c < k0 + kQuantBlock; ++c) qn += A(blk.q[std::size_t(c - k0)]) * kq(c);
+                dot += A(qk.k.scale(b, g, j, k0)) * qn + A(qk.k.min(b, g, j, k0)) * A(blk.sum);
+              }
+              s[std::size_t(j)] = dot * scale;
+            } else {
+              A dot = 0;
+              for (Index c = 0; c < qs.D; ++c) dot += A(S(p.q(b, h, i, c))) * (kq(c) - A(qk.k.zero_point(b, g, j)));
+              s[std::size_t(j)] = dot * (A(qk.k.scale(b, g, j)) * scale);  // K's scale with the softmax's
+            }
+            m = std::max(m, s[std::size_t(j)]);
+          }
+          A l = 0;
+          for (Index j = 0; j < ks.T; ++j)
+            if (vis.visible(i, j)) l += std::exp(s[std::size_t(j)] - m);
+          lse(b, h, i, 0) = l > 0 ? double(m) + std::log(double(l)) : -HUGE_VAL;
+          for (Index c = 0; c < vs.D; ++c) {
+            A acc = 0;
+            for (Index j = 0; j < ks.T; ++j)
+              if (vis.visible(i, j))
+                acc +=
+                    std::exp(s[std::size_t(j)] - m) *
+                    (A(qk.v.scale(b, g, j, c)) * (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
+                                                  A(qk.v.zero_point(b, g, j))) +
+                     A(qk.v.min(b, g, j, c)));
+            o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
+          }
+          for (Index j = 0; j < ks.T; ++j)
+            w(b, h, i, j) = vis.visible(i, j) && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
+        }
+      }
+    if (p.want_weights) o.weights = w;
+    if (p.want_lse) o.lse = lse;
+    return o;
+  });
+}
 
 }  // namespace
 
@@ -376,102 +513,9 @@ std::vector<Mutant> quant_mutants() {
     caps.features.add({Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1, Feature::kv_ggml_q5_0,
                        Feature::kv_ggml_q5_1});
     z.push_back(Mutant{
-        .impl = make_implementation(
-            "control:kv-quant-folded", "correct; codes kept, K's scale in the scores, V's on the products", caps,
-            [](const Problem& p) {
-              if (!p.quant) return reference_implementation()->forward(p);
-              const QuantizedKV& qk = *p.quant;
-              const std::vector<std::uint8_t> kc = quant_codes("control", "k", qk.format, qk.k, p.k),
-                                              vc = quant_codes("control", "v", qk.format, qk.v, p.v);
-              return visit_dtype(p.dtype, [&](auto tag) {
-                using S = decltype(tag);
-                using A = Acc<S>;
-                const Shape qs = p.q.shape(), ks = p.k.shape(), vs = p.v.shape();
-                const Index group = qs.H / ks.H;
-                const A scale = A(p.scale ? *p.scale : 1 / std::sqrt(double(qs.D)));
-                // A table of each byte's value, built from the bits (not the core's decoder): e5m2 as float16's top
-                // byte, e4m3fn from its fields, int8 as a signed byte; then minus the zero point, held in A.
-                const auto table_value = [&](std::uint8_t b) -> A {
-                  switch (qk.format) {
-                    case QuantFormat::e5m2:
-                      return A(float(Eigen::numext::bit_cast<Eigen::half>(std::uint16_t(b << 8))));
-                    case QuantFormat::int8:
-                    case QuantFormat::ggml_q8_0:
-                      return A(std::int8_t(b));
-                    case QuantFormat::ggml_q4_0:
-                      return A(int(b) - 8);
-                    case QuantFormat::ggml_q5_0:
-                      return A(int(b) - 16);
-                    case QuantFormat::ggml_q4_1:
-                    case QuantFormat::ggml_q5_1:
-                      return A(b);
-                    case QuantFormat::e4m3fn: {
-                      const int e = (b >> 3) & 0xF, m = b & 7;
-                      const A mag = e == 0 ? A(std::ldexp(float(m), -9)) : A(std::ldexp(float(8 + m), e - 10));
-                      return b & 0x80 ? -mag : mag;
-                    }
-                  }
-                  return A(0);
-                };
-                Outcome o;
-                o.output = Tensor<double>(p.output_shape());
-                Tensor<double> w(Shape{qs.B, qs.H, qs.T, ks.T}), lse(Shape{qs.B, qs.H, qs.T, 1});
-                for (Index b = 0; b < qs.B; ++b)
-                  for (Index h = 0; h < qs.H; ++h) {
-                    const Index g = h / group;
-                    const Visibility vis = p.visibility(b, h);
-                    for (Index i = 0; i < qs.T; ++i) {
-                      std::vector<A> s(std::size_t(ks.T), -std::numeric_limits<A>::infinity());
-                      A m = -std::numeric_limits<A>::infinity();
-                      for (Index j = 0; j < ks.T; ++j) {
-                        if (!vis.visible(i, j)) continue;
-                        const auto kq = [&](Index c) {
-                          return table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]);
-                        };
-                        if (quant_blocked(qk.format)) {  // ggml's way: d·Σ q·n + m·Σ q per block
-                          A dot = 0;
-                          for (Index k0 = 0; k0 < qs.D; k0 += kQuantBlock) {
-                            A qn = 0, qsum = 0;
-                            for (Index c = k0; c < k0 + kQuantBlock; ++c) {
-                              qn += A(S(p.q(b, h, i, c))) * kq(c);
-                              qsum += A(S(p.q(b, h, i, c)));
-                            }
-                            dot += A(qk.k.scale(b, g, j, k0)) * qn + A(qk.k.min(b, g, j, k0)) * qsum;
-                          }
-                          s[std::size_t(j)] = dot * scale;
-                        } else {
-                          A dot = 0;
-                          for (Index c = 0; c < qs.D; ++c)
-                            dot += A(S(p.q(b, h, i, c))) * (kq(c) - A(qk.k.zero_point(b, g, j)));
-                          s[std::size_t(j)] = dot * (A(qk.k.scale(b, g, j)) * scale);  // K's scale with the softmax's
-                        }
-                        m = std::max(m, s[std::size_t(j)]);
-                      }
-                      A l = 0;
-                      for (Index j = 0; j < ks.T; ++j)
-                        if (vis.visible(i, j)) l += std::exp(s[std::size_t(j)] - m);
-                      lse(b, h, i, 0) = l > 0 ? double(m) + std::log(double(l)) : -HUGE_VAL;
-                      for (Index c = 0; c < vs.D; ++c) {
-                        A acc = 0;
-                        for (Index j = 0; j < ks.T; ++j)
-                          if (vis.visible(i, j))
-                            acc += std::exp(s[std::size_t(j)] - m) *
-                                   (A(qk.v.scale(b, g, j, c)) *
-                                        (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
-                                         A(qk.v.zero_point(b, g, j))) +
-                                    A(qk.v.min(b, g, j, c)));
-                        o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
-                      }
-                      for (Index j = 0; j < ks.T; ++j)
-                        w(b, h, i, j) =
-                            vis.visible(i, j) && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
-                    }
-                  }
-                if (p.want_weights) o.weights = w;
-                if (p.want_lse) o.lse = lse;
-                return o;
-              });
-            }),
+        .impl = make_implementation("control:kv-quant-folded",
+                                    "correct; codes kept, K's scale in the scores, V's on the products", caps,
+                                    [](const Problem& p) { return folded_forward(p, QDot::exact); }),
         .bug = "control: the codes kept as they are (decoded from a table of their bits), K's scale multiplied into "
                "each score with the softmax scale (ggml's blocks: d·Σq·n + m·Σq per block, as ggml's dot does) and "
                "V's into each weight·value product, in float: another order of "
@@ -482,6 +526,40 @@ std::vector<Mutant> quant_mutants() {
         .killed_by = {},
     });
   }
+  // ggml's own compute precision, declared (Feature::q_dot_ggml_q8): q rounded to Q8_0 (Q8_1) blocks for the dot.
+  Capabilities q8 = ggml_capabilities();
+  q8.features.add(Feature::q_dot_ggml_q8);
+  const auto q8_kernel = [&q8](const char* name, const char* description, QDot how) {
+    return make_implementation(name, description, q8, [how](const Problem& p) { return folded_forward(p, how); });
+  };
+  z.push_back(Mutant{
+      .impl = q8_kernel("control:kv-quant-ggml-q8", "correct; q rounded to ggml's Q8_0/Q8_1 blocks, declared",
+                        QDot::ggml_q8),
+      .bug =
+          "control: ggml's CPU dot with a block-quantised K, each row of q rounded to Q8_0 blocks (Q8_1 and its sum, "
+          "kept in float where ggml's float16 overflows, for Q4_1 and Q5_1) with d = amax/127 stored as float16, "
+          "declared "
+          "(ATTNCHECK_CAP4_Q_DOT_GGML_Q8): exact bounds would call it wrong by far, tolerance.cpp's step 12b holds it",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {}});
+  z.push_back(
+      Mutant{.impl = q8_kernel("mutant:kv-ggml-q8-sum-without-d", "Q8_1's sum kept without its d", QDot::sum_without_d),
+             .bug = "Q8_1's s written as the codes' sum without its d: the m·s term of a Q4_1 or Q5_1 dot is off by "
+                    "m·Σcode·(1 - d), which the declared Q8 rounding does not excuse",
+             .minimal_shape = {1, 1, 1, 32},
+             .why_minimal = "one query over one key (its LSE is its score) with D = 32, one block",
+             .killed_by = {"kv-quant-oracle"}});
+  z.push_back(Mutant{
+      .impl = q8_kernel("mutant:kv-ggml-q8-next-block-d", "q's codes scaled by the next block's d", QDot::next_block_d),
+      .bug = "each block of q's codes scaled by the next block's d (wrapping at the end): with one block of 32 it is "
+             "its own, past D = 32 the dot takes a neighbour's scale",
+      .minimal_shape = {1, 1, 1, 64},
+      .why_minimal = "one query over one key (its LSE is its score) with D = 64, two blocks of q (or three, D = 96, "
+                     "where the values a two-block row shrinks to give both blocks the same d, and the swap no effect)",
+      .killed_by = {"kv-quant-oracle"},
+      .also_minimal = {{1, 1, 1, 96}}});
   return z;
 }
 

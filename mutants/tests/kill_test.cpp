@@ -274,6 +274,9 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:kv-ggml-min-ignored", {.T_k = 1}},
     {"mutant:kv-ggml-scale-as-bf16", {.T_k = 1}},
     {"mutant:kv-ggml-scale-sign-dropped", {.T_k = 1}},
+    {"mutant:kv-ggml-q8-sum-without-d", {.T_k = 1}},
+    {"mutant:kv-ggml-q8-next-block-d", {.T_k = 1}},
+    {"mutant:kv-ggml-q8-next-block-d", {.T_k = 1, .q = Shape{1, 1, 1, 96}}},
     {"mutant:strides-assumed-contiguous", {.T_k = 2}},
     {"mutant:strides-assumed-contiguous", {.T_k = 2, .alignment = kBR}},
     {"mutant:strides-assumed-contiguous", {.T_k = 1, .q = Shape{1, 1, 2, 1}}},
@@ -652,7 +655,8 @@ const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",   
                                                       // ABI 4's families, one control each, written differently:
                                                       "control:dbias-from-weights", "control:temperature-in-the-scale",
                                                       "control:rope-at-the-dtype", "control:qk-norm-in-float",
-                                                      "control:dropout-own-rng", "control:kv-quant-folded"};
+                                                      "control:dropout-own-rng", "control:kv-quant-folded",
+                                                      "control:kv-quant-ggml-q8"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }
@@ -762,6 +766,25 @@ TEST(Zoo, gradientMutantsAreCaughtAtALongContext) {
     }
   }
   EXPECT_GE(checked, 15);
+}
+
+// The Q8 declaration is what holds ggml's dot, not a slack every bound has: the control that rounds q to Q8_0 blocks
+// holds kv-quant-oracle declaring it (the false-alarm sweep) and is falsified by the same law without it.
+TEST(Zoo, ggmlsQ8DotHoldsOnlyWhereDeclared) {
+  const Mutant* m = find_mutant("control:kv-quant-ggml-q8");
+  ASSERT_NE(m, nullptr);
+  Capabilities caps = m->impl->capabilities();
+  ASSERT_TRUE(caps.declares(Feature::q_dot_ggml_q8));
+  caps.features.remove(Feature::q_dot_ggml_q8);
+  const ImplementationPtr undeclared = make_implementation(
+      "control:kv-quant-ggml-q8-undeclared", "the control, not declaring its Q8 rounding", caps,
+      [m](const Problem& p) { return m->impl->forward(p); });
+  RunOptions o;
+  o.seed = 1;
+  const LawResult declared = run_law(*find_law("kv-quant-oracle"), *m->impl, o);
+  const LawResult r = run_law(*find_law("kv-quant-oracle"), *undeclared, o);
+  EXPECT_EQ(declared.status, LawStatus::held) << declared.note;
+  EXPECT_EQ(r.status, LawStatus::falsified) << r.note;
 }
 
 }  // namespace

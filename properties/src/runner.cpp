@@ -97,12 +97,25 @@ std::string unquote(std::string s) {
   return s;
 }
 
+// The case with what impl declares about its arithmetic marked on its calls, whose bounds widen by it: Q rounded to
+// ggml's Q8 blocks (Feature::q_dot_ggml_q8, QuantizedKV::q_dot_ggml_q8, tolerance.cpp step 12b). Empty when it
+// declares nothing the case uses. A mark, not a draw: generated and stored cases get it alike, and no file keeps it.
+std::optional<LawCase> with_declared_precision(const LawCase& c, const Implementation& impl) {
+  if (!impl.capabilities().declares(Feature::q_dot_ggml_q8) || !(c.problem.quant || (c.variant && c.variant->quant)))
+    return std::nullopt;
+  LawCase d = c;
+  if (d.problem.quant) d.problem.quant->q_dot_ggml_q8 = true;
+  if (d.variant && d.variant->quant) d.variant->quant->q_dot_ggml_q8 = true;
+  return d;
+}
+
 // evaluate_case, telling whether the implementation timed out, or could not be (re)started for the call.
 Verdict evaluate(const Law& law, const Implementation& impl, const LawCase& c, bool& timed_out,
                  bool* not_started = nullptr) {
   timed_out = false;
   if (not_started) *not_started = false;
   try {
+    if (const std::optional<LawCase> d = with_declared_precision(c, impl)) return law.check(impl, *d);
     return law.check(impl, c);
   } catch (const Cancelled&) {
     return std::nullopt;  // the run is stopping (stop_requested()): the caller does not judge this case
@@ -143,7 +156,8 @@ const Problem& failing_problem(const LawResult& r) {
 static void explain(const Law& law, const Implementation& impl, const LawCase& c, Violation& v) {
   if (!law.explain || v.quantity == "call") return;
   try {
-    law.explain(impl, c, v);
+    const std::optional<LawCase> d = with_declared_precision(c, impl);
+    law.explain(impl, d ? *d : c, v);
   } catch (const ImplementationError&) {
   }
 }

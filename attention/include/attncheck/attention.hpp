@@ -307,6 +307,9 @@ struct HeadModifiers {
   /// The largest |minimum| of K's and V's ggml blocks (Q4_1, Q5_1; 0 otherwise): a kernel may form d·n and m apart
   /// (ggml's dot takes d·Σq·n + m·Σq), each rounding on its own (tolerance.cpp step 12).
   double k_min_magnitude = 0, v_min_magnitude = 0;
+  /// K is in ggml's blocks and the kernel rounds each row of q to ggml's Q8_0 (Q8_1) blocks for its dot with it
+  /// (QuantizedKV::q_dot_ggml_q8): the bounds widen by that rounding (tolerance.cpp step 12b).
+  bool q_dot_ggml_q8 = false;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }

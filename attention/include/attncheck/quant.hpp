@@ -104,6 +104,11 @@ QuantScales quant_extents(QuantGranularity g, const Shape& cache);
 struct QuantizedKV {
   QuantFormat format = QuantFormat::e4m3fn;
   QuantScales k{}, v{};
+  /// Not the call's meaning but how the implementation computes it: in ggml's formats, each row of Q rounded to
+  /// ggml's Q8_0 blocks (Q8_1 with a Q4_1 or Q5_1 K) for the dot with K, as ggml's CPU kernel does. The bound widens
+  /// by that rounding (tolerance.cpp step 12b). Set from the implementation's declaration (Feature::q_dot_ggml_q8) by
+  /// the law runner before a case is checked; no codec sends or stores it.
+  bool q_dot_ggml_q8 = false;
   bool operator==(const QuantizedKV&) const = default;
 };
 

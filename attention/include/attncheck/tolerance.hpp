@@ -37,8 +37,10 @@ double accumulation_roundoff(DType dtype);
 /// Per query row of one head, the relative error ρ_i = exp(2Δ_i + λ_i + γ_T + 5u_a) - 1 a correct kernel at `dtype`
 /// may have in every weight of the row (steps 1-2 of tolerance.cpp): +inf where the dtype cannot resolve the
 /// softmax at all, 0 for a row that sees no key.
+/// `exponents`, when given, gets each row's 2Δ_i + λ_i + γ_T + 5u_a (finite where ρ_i overflows), for lse_tolerance.
 Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, const Matrix<double>& k,
-                                      const BoolMask& mask, double scale, const HeadModifiers& mods = {});
+                                      const BoolMask& mask, double scale, const HeadModifiers& mods = {},
+                                      Eigen::VectorXd* exponents = nullptr);
 
 /// What weight_relative_error reads of one query row, over the keys it sees: max scale·Σ_c|q_c k_c| (abs_dot),
 /// max |s_raw| (raw_max), max of |s_raw|, |modified s| and |sink| (s_max; a finite sink counts even with no key),
@@ -60,7 +62,8 @@ struct RowScoreStats {
 };
 /// weight_relative_error's ρ_i of one row from its statistics (`sink`: the head has a finite sink; `softcap`: a
 /// softcap applies), for callers that stream the scores instead of materialising them: 0 when n_vis is 0.
-double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& row, bool sink, bool softcap);
+double row_weight_relative_error(DType dtype, Index D, const RowScoreStats& row, bool sink, bool softcap,
+                                 double* exponent = nullptr);
 
 /// Flushes, in place, every entry of x that is subnormal in the type `dtype` accumulates in (what DAZ reads
 /// as 0): |x| < 2^-126 for float32/float16/bfloat16, 2^-1022 for float64. True when one was flushed.
@@ -82,7 +85,9 @@ HeadTolerance head_tolerance(DType dtype, const Matrix<double>& q, const Matrix<
 
 /// Allowed |lse - oracle lse| on one query row (tolerance.cpp, step 6) whose relative weight error is ρ_w
 /// (weight_relative_error, streamed_output_tolerance): 0 for a row whose oracle LSE is -inf (it must be -inf).
-double lse_tolerance(DType dtype, double rho_w, double oracle_lse, double safety = 2.0);
+/// `exponent`: the row's from weight_relative_error, which bounds the LSE where ρ_w overflows and the scores are
+/// unresolved by more than the LSE's own size (0: not known, the saturated bound alone).
+double lse_tolerance(DType dtype, double rho_w, double oracle_lse, double safety = 2.0, double exponent = 0);
 
 /// Per row i and column c, the smallest and largest v[j,c] over the keys row i sees (0 for a row that sees
 /// none), in O(T·D) with one monotone queue per column: visible runs only move right as i grows.

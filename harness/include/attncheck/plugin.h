@@ -165,6 +165,10 @@ extern "C" {
 #define ATTNCHECK_CAP4_KV_GGML_Q4_1 0x40000u
 #define ATTNCHECK_CAP4_KV_GGML_Q5_0 0x80000u
 #define ATTNCHECK_CAP4_KV_GGML_Q5_1 0x100000u
+/** A compute precision, declared with a ggml block format: each row of q rounded to ggml's Q8_0 blocks (Q8_1 with
+ *  Q4_1 and Q5_1 K) for the dot with K, as ggml's CPU kernel does (its vec_dot_type). attncheck's bounds then widen by
+ *  that rounding; the call is the same. */
+#define ATTNCHECK_CAP4_Q_DOT_GGML_Q8 0x200000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */

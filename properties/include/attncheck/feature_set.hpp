@@ -99,10 +99,14 @@ enum class Feature : std::uint8_t {
   kv_ggml_q4_1,
   kv_ggml_q5_0,
   kv_ggml_q5_1,
+  /// A compute precision, not a call's feature: with K in ggml's blocks, each row of Q rounded to ggml's Q8_0 blocks
+  /// (Q8_1 with Q4_1 and Q5_1) for the dot, as ggml's CPU kernel does. The bounds widen by it (tolerance.cpp step
+  /// 12b); the law runner marks each case of an implementation that declares it (QuantizedKV::q_dot_ggml_q8).
+  q_dot_ggml_q8,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::kv_ggml_q5_1) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::q_dot_ggml_q8) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

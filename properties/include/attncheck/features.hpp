@@ -299,6 +299,9 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .words = "ggml Q5_1 K and V caches",
      .used = [](const Problem& p) { return p.quant && p.quant->format == QuantFormat::ggml_q5_1; },
      .needs = [](const Problem&) { return std::string("K and V in ggml's Q5_1 blocks"); }},
+    // A declaration of how it computes, which no call uses: the bounds of its cases widen (tolerance.cpp step 12b).
+    {.id = Feature::q_dot_ggml_q8, .name = "q_dot_ggml_q8", .flags4 = 0x200000, .c_name = "ATTNCHECK_CAP4_Q_DOT_GGML_Q8",
+     .words = "Q rounded to ggml's Q8_0 or Q8_1 blocks for the dot with a block-quantised K"},
 }};
 
 constexpr bool rows_in_id_order() {

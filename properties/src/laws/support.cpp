@@ -409,8 +409,11 @@ OracleRun run_oracle(const Problem& p) {
                                              r.out.head(b, h), r.w.head(b, h), kSafety, mods);
       r.tol_out.head(b, h) = t.output;
       r.tol_w.head(b, h) = t.weights;
-      const Eigen::VectorXd rho = weight_relative_error(p.dtype, q.head(b, h), k.head(b, g), mask, *opts.scale, mods);
-      for (Index i = 0; i < s.T; ++i) r.tol_lse(b, h, i, 0) = lse_tolerance(p.dtype, rho(i), r.lse(b, h, i, 0), kSafety);
+      Eigen::VectorXd x;
+      const Eigen::VectorXd rho =
+          weight_relative_error(p.dtype, q.head(b, h), k.head(b, g), mask, *opts.scale, mods, &x);
+      for (Index i = 0; i < s.T; ++i)
+        r.tol_lse(b, h, i, 0) = lse_tolerance(p.dtype, rho(i), r.lse(b, h, i, 0), kSafety, x(i));
     }
   }
   return r;

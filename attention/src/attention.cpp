@@ -474,6 +474,13 @@ void check_call(const char* who, const Shape& q, const Shape& k, const Shape& v,
   if (opts.quant) {
     check_quant_scales(who, "k", opts.quant->format, opts.quant->k, k);
     check_quant_scales(who, "v", opts.quant->format, opts.quant->v, v);
+    if (const std::optional<QuantScales>& qs = opts.quant->q) {
+      if (quant_blocked(opts.quant->format) || !qs->zero_points.empty())
+        throw ValueError(std::string(who) + ": a quantised q comes in FP8 or int8 and without zero points, but has " +
+                         (qs->zero_points.empty() ? std::string(quant_format_name(opts.quant->format)) + " codes"
+                                                  : std::string("zero points")));
+      check_quant_scales(who, "q", opts.quant->format, *qs, q);
+    }
   }
   if (opts.qk_norm)
     for (const auto& [name, w] : {std::pair{"q_weight", &opts.qk_norm->q_weight}, {"k_weight", &opts.qk_norm->k_weight}})
@@ -599,6 +606,7 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.keep_scale = opts.dropout->keep_scale();
   }
   m.dequantised_kv = opts.quant.has_value();
+  m.dequantised_q = opts.quant && opts.quant->q;
   if (opts.quant) {
     for (const double x : opts.quant->k.mins) m.k_min_magnitude = std::max(m.k_min_magnitude, std::abs(x));
     for (const double x : opts.quant->v.mins) m.v_min_magnitude = std::max(m.v_min_magnitude, std::abs(x));

@@ -132,7 +132,9 @@
 //    3, int8's 8 and e5m2's subnormals 2^-16 all fit float16 and bfloat16), so nothing else rounds. ggml's Q4_1 and
 //    Q5_1 blocks hold x = d·n + m, and a kernel may form d·n and m apart (ggml's dot is d·Σq_c·n_c + m·Σq_c), each
 //    rounding relative to itself: |d·n| + |m| ≤ |x| + 2|m|, so ε_x = 4u_s·(|x| + 2M) with M the largest |m| of the
-//    side (HeadModifiers::k_min_magnitude, v_min_magnitude; 0 for the other formats).
+//    side (HeadModifiers::k_min_magnitude, v_min_magnitude; 0 for the other formats). A quantised q (FP8 or int8,
+//    QuantizedKV::q, HeadModifiers::dequantised_q) is dequantised the same way: ε_q,ic = 4u_s·|q_ic| (+ N_s), and the
+//    score errs by scale·Σ_c ε_q,ic·|k_jc| more (first order: the product of both sides' errors is second order).
 // 12b. Q rounded to ggml's Q8_0 blocks (HeadModifiers::q_dot_ggml_q8, declared: ggml's CPU kernel does it with a
 //    block-quantised K). Per block β of 32 elements of a row q_i, with a = max_c∈β |q_ic|: d = a/127 in float (u_f
 //    = 2^-24), each code round(q_c·(1/d)) with |code| ≤ 127 and the product rounded (|code - q_c/d| ≤ 1/2 + 255u_f),
@@ -303,6 +305,9 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
     const Matrix<double> eps = k.cwiseAbs().unaryExpr(
         [&](double a) { return 4 * u_s * (a + 2 * mods.k_min_magnitude) + (a > 0 && a < n_s ? n_s : 0.0); });
     dequant = q.cwiseAbs() * eps.transpose() * std::abs(scale);
+    if (mods.dequantised_q)  // and q's own, each element ε_q = 4u_s·|q| (+ N_s), times |k|
+      dequant += q.cwiseAbs().unaryExpr([&](double a) { return 4 * u_s * a + (a > 0 && a < n_s ? n_s : 0.0); }) *
+                 k.cwiseAbs().transpose() * std::abs(scale);
     if (mods.q_dot_ggml_q8) dequant += ggml_q8_dot_error(q, k, mods.k_min_magnitude) * std::abs(scale);
   }
   // Step 9: each row's and key's rotation error and norms (q and k are the rotated ones).

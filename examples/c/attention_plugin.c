@@ -164,9 +164,13 @@ static double rope_angle(const attncheck_call* call, int which, int64_t b, int64
   return pos / (r->scaling == ATTNCHECK_ROPE_SCALING_LINEAR ? f : 1.0) * pow(r->base, e);
 }
 
-/* Element c of q (which 0) or k (which 1) as stored. */
+/* Element c of q (which 0) or k (which 1) as stored (ABI 4: a quantised q decoded from its codes). */
 static double raw_qk(const attncheck_call* call, int which, int64_t b, int64_t h, int64_t t, int64_t c) {
-  return which ? kv(call, 0, b, h, t, c) : load(&call->q, call->dtype, b, h, t, c);
+  if (which) return kv(call, 0, b, h, t, c);
+#ifdef ABI4
+  if (call->quant && call->quant->q.codes) return dequantised(&call->quant->q, b, h, t, c);
+#endif
+  return load(&call->q, call->dtype, b, h, t, c);
 }
 
 /* ABI 4's QK-norm weights of q (which 0) or k (which 1), NULL for a side not normalised (or no QK-norm). */
@@ -707,9 +711,10 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 ATTNCHECK_CAP4_KV_E5M2 | ATTNCHECK_CAP4_KV_INT8 | ATTNCHECK_CAP4_KV_SCALE_PER_HEAD |
                 ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS | ATTNCHECK_CAP4_KV_GGML_Q8_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q4_0 | ATTNCHECK_CAP4_KV_GGML_Q4_1 | ATTNCHECK_CAP4_KV_GGML_Q5_0 |
-                ATTNCHECK_CAP4_KV_GGML_Q5_1,
+                ATTNCHECK_CAP4_KV_GGML_Q5_1 | ATTNCHECK_CAP4_Q_QUANT,
       /* the bias, dBias, τ, both pairings of rotary embeddings and their NTK and Llama 3 scalings, QK-norm with eps on
-       * either side, dropout, quantised K and V caches in every format and granularity (decoded here from the bits) */
+       * either side, dropout, quantised K and V caches in every format and granularity and a quantised Q (decoded
+       * here from the bits) */
 #endif
   };
   return (const attncheck_plugin_v1*)&table;

@@ -100,7 +100,8 @@ def test_dropout_from_a_torch_generator(attncheck):
 # A quantised KV cache read the way a serving kernel reads it: the codes arrive as uint8 and are decoded here from
 # their bits (FP8 e4m3fn and e5m2 by sign, exponent and mantissa; torch.float8_e4m3fn would do it on torch >= 2.1),
 # times each group's scale; ggml's blocks through the client's decoder. Both formats' scales per tensor, kv head or
-# token, int8 zero points, then plain attention in float32.
+# token, int8 zero points, and Q quantised too (FlashAttention 3's FP8 Q with its descale: q is None then and
+# quant.q its cache), then plain attention in float32, returned in float32 (the client rounds it to the case's dtype).
 def fp8_decode(codes, fmt):
     b = codes.long()
     if fmt == "int8":
@@ -119,16 +120,18 @@ def cached(q, k, v, scale=None, quant=None):
             zero = 0 if cache.zero_points is None else cache.zero_points.float()[..., None]
             return (fp8_decode(cache.codes, quant.format) - zero) * cache.scales.float()[..., None]
         k, v = read(quant.k), read(quant.v)
+        if quant.q is not None:
+            q = read(quant.q)
     group = q.shape[1] // k.shape[1]
     k, v = k.float().repeat_interleave(group, 1), v.float().repeat_interleave(group, 1)
     s = (q.float() @ k.transpose(-1, -2)) * (scale or q.shape[-1] ** -0.5)
     causal = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
-    return (s.masked_fill(~causal, float("-inf")).softmax(-1) @ v).to(q.dtype)
+    return s.masked_fill(~causal, float("-inf")).softmax(-1) @ v
 
 
 def test_a_quantised_kv_cache_decoded_from_its_bits(attncheck):
     attncheck.check(cached, dtypes=("float32", "bfloat16"), framework="torch", gqa=True, kv_e4m3fn=True, kv_e5m2=True,
                     kv_int8=True, kv_scale_per_head=True, kv_scale_per_token=True, kv_zero_points=True,
                     kv_ggml_q8_0=True, kv_ggml_q4_0=True, kv_ggml_q4_1=True, kv_ggml_q5_0=True, kv_ggml_q5_1=True,
-                    laws=("kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise",
+                    q_quant=True, laws=("kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale", "kv-quant-requantise",
                           "kv-quant-dense"))

@@ -76,7 +76,8 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "qk_norm_eps_outside": 0x40, "dropout": 0x80, "rope_ntk": 0x100, "rope_llama3": 0x200, "kv_e4m3fn": 0x400,
           "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
-          "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000}
+          "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
+          "q_quant": 0x400000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -87,10 +88,11 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_e5m2": ("quant",), "kv_int8": ("quant",), "kv_scale_per_head": ("quant",),
                      "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",), "kv_ggml_q8_0": ("quant",),
                      "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
-                     "kv_ggml_q5_1": ("quant",)}
+                     "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
-                "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1")
+                "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
+                "q_quant")
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -103,7 +105,7 @@ FEATURE_FAMILIES = {
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
-                         "kv_ggml_q5_1"),
+                         "kv_ggml_q5_1", "q_quant"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8",),
 }
@@ -152,7 +154,7 @@ CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap"
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
               "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152, "dropout": 4194304,
-              "quant": 8388608}
+              "quant": 8388608, "quant_q": 16777216}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -474,7 +476,8 @@ def _read_call(payload, backward):
         (fcode,) = struct.unpack_from("<I", payload, off)
         off += 4
         sides = []
-        for shape in (ks, vs):
+        q_quantised = bool(fflags & CALL_FLAGS["quant_q"])  # Q's scales follow V's, its codes replace q
+        for shape in (ks, vs, qs) if q_quantised else (ks, vs):
             gcode, has_zp = struct.unpack_from("<II", payload, off)
             off += 8
             if gcode == 3:  # ggml's blocks hold their scales
@@ -489,9 +492,15 @@ def _read_call(payload, backward):
                 zero_points = np.frombuffer(payload, dtype="i1", count=n, offset=off).reshape(extents).copy()
                 off += n
             sides.append((QUANT_GRANULARITIES[gcode], scales, zero_points))
-        nq = int(np.prod(qs)) * size
-        q = _decode(payload[off:off + nq], dtype, qs)
-        off += nq
+        if q_quantised:
+            n = int(np.prod(qs))
+            q_codes = np.frombuffer(payload, dtype="u1", count=n, offset=off).reshape(tuple(qs)).copy()
+            off += n
+            q = None
+        else:
+            nq = int(np.prod(qs)) * size
+            q = _decode(payload[off:off + nq], dtype, qs)
+            off += nq
         codes = []
         block = GGML_BLOCK_BYTES.get(QUANT_FORMATS[fcode])
         for shape in (ks, vs):
@@ -501,7 +510,8 @@ def _read_call(payload, backward):
             codes.append(np.frombuffer(payload, dtype="u1", count=n, offset=off).reshape(shape).copy())
             off += n
         quant = QuantizedKV(QUANT_FORMATS[fcode], *(QuantCache(QUANT_FORMATS[fcode], c, g, sc, z)
-                                                    for c, (g, sc, z) in zip(codes, sides)))
+                                                    for c, (g, sc, z) in zip(codes, sides)),
+                            q=QuantCache(QUANT_FORMATS[fcode], q_codes, *sides[2]) if q_quantised else None)
     paged = None
     if quant is not None:
         arrays = [q, None, None]
@@ -731,7 +741,7 @@ def ggml_dequantize(fmt, blocks):
 
 
 class QuantCache:
-    """One side (K or V) of a quantised cache (serve(..., kv_e4m3fn=True, ...)): `codes`, the stored bytes
+    """One side (K, V, or a quantised Q) of a quantised cache (serve(..., kv_e4m3fn=True, ...)): `codes`, the stored bytes
     [B, H_kv, T_k, D] (uint8: view them as torch.float8_e4m3fn, torch.float8_e5m2 or int8), `scales` (float32,
     [1, 1, 1] per tensor, [1, H_kv, 1] per kv head, [B, H_kv, T_k] per token and kv head: `granularity`) and
     `zero_points` (int8, shaped as the scales, or None). In ggml's formats (q8_0, q4_0, q4_1, q5_0, q5_1) `codes` are
@@ -770,16 +780,19 @@ class QuantizedKV:
     """The K and V of a quantised call (serve(..., kv_e4m3fn=True, kv_e5m2=True, kv_int8=True)): k and v are None
     and `quant` holds both caches in one `format`, each a QuantCache with scales of its own. dequantize() gives the
     float64 (k, v) the call means; a kernel that dequantises in its own arithmetic is held to the bound of attncheck's
-    tolerance step 12."""
+    tolerance step 12. With serve(..., q_quant=True) Q may come quantised too (FlashAttention 3's FP8 Q with its
+    descale): q is None then and `quant.q` a QuantCache of q's shape [B, H, T_q, D], its scales per tensor, per query
+    head ("kv_head": [1, H, 1]) or per query and head ("token_head": [B, H, T_q]); otherwise `quant.q` is None."""
 
-    def __init__(self, fmt, k, v):
-        self.format, self.k, self.v = fmt, k, v
+    def __init__(self, fmt, k, v, q=None):
+        self.format, self.k, self.v, self.q = fmt, k, v, q
 
     def dequantize(self):
         return self.k.dequantize(), self.v.dequantize()
 
     def __repr__(self):
-        return "QuantizedKV(%s, k %r, v %r)" % (self.format, self.k, self.v)
+        return "QuantizedKV(%s, k %r, v %r%s)" % (self.format, self.k, self.v,
+                                                  "" if self.q is None else ", q %r" % (self.q,))
 
 
 class PagedKV:
@@ -915,10 +928,11 @@ class _Torch:
                                    norm.eps_outside)
         quant = kw.get("quant")
         if quant is not None:  # the codes as torch.uint8, scales float32, zero points int8, on the device
-            kw["quant"] = QuantizedKV(quant.format, *(
-                QuantCache(c.format, self.tensor(c.codes), c.granularity,
-                           None if c.scales is None else self.tensor(c.scales),
-                           None if c.zero_points is None else self.tensor(c.zero_points)) for c in (quant.k, quant.v)))
+            def on_device(c):
+                return None if c is None else QuantCache(c.format, self.tensor(c.codes), c.granularity,
+                                                         None if c.scales is None else self.tensor(c.scales),
+                                                         None if c.zero_points is None else self.tensor(c.zero_points))
+            kw["quant"] = QuantizedKV(quant.format, on_device(quant.k), on_device(quant.v), q=on_device(quant.q))
         paged = kw["paged"]
         if paged is not None:
             kw["paged"] = PagedKV(self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype),
@@ -1041,7 +1055,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
-          q_dot_ggml_q8=False, framework="numpy", device=None):
+          q_dot_ggml_q8=False, q_quant=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1122,6 +1136,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     QuantCache: codes, scales, zero points, dequantize()).
     `q_dot_ggml_q8=True` declares a compute precision, with ggml's blocks: fn rounds each row of q to ggml's Q8_0
     blocks (Q8_1 with Q4_1 and Q5_1) for its dot with K, as ggml's CPU kernel does; attncheck's bounds widen by it.
+    `q_quant=True` (with an FP8 or int8 format) declares Q quantised too: in such a call fn's q is None and
+    `quant.q` a QuantCache (FlashAttention 3's FP8 Q and its descale).
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1142,7 +1158,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_zero_points", kv_zero_points), ("kv_ggml_q8_0", kv_ggml_q8_0),
                                               ("kv_ggml_q4_0", kv_ggml_q4_0), ("kv_ggml_q4_1", kv_ggml_q4_1),
                                               ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1),
-                                              ("q_dot_ggml_q8", q_dot_ggml_q8))}
+                                              ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1154,6 +1170,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if (kv_scale_per_head or kv_scale_per_token) and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: kv_scale_per_head or kv_scale_per_token without a cache format (kv_e4m3fn=True, "
                          "kv_e5m2=True or kv_int8=True)")
+    if q_quant and not (kv_e4m3fn or kv_e5m2 or kv_int8):
+        raise ValueError("serve: q_quant=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
+                         "kv_int8=True): Q comes quantised only with such a cache")
     if q_dot_ggml_q8 and not (kv_ggml_q8_0 or kv_ggml_q4_0 or kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1):
         raise ValueError("serve: q_dot_ggml_q8=True without a ggml block format (kv_ggml_q8_0=True ... "
                          "kv_ggml_q5_1=True): Q is rounded only for the dot with such a K")

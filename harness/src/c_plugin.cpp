@@ -377,7 +377,7 @@ struct QuantArg {
     std::vector<std::uint8_t> codes;
     std::vector<float> scales;
     std::vector<std::int8_t> zero_points;
-  } k, v;
+  } k, v, q;
   attncheck_quant_kv abi{};
   const attncheck_quant_kv* ptr = nullptr;
   QuantArg(const Problem& p, const char* who) {
@@ -409,6 +409,7 @@ struct QuantArg {
     };
     fill(k, abi.k, qk.k, p.k, "k");
     fill(v, abi.v, qk.v, p.v, "v");
+    if (qk.q) fill(q, abi.q, *qk.q, p.q, "q");
     ptr = &abi;
   }
   QuantArg(const QuantArg&) = delete;  // ptr points into this object
@@ -490,7 +491,8 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(kv_ggml_q4_1, ATTNCHECK_CAP4_KV_GGML_Q4_1),
                              ATTNCHECK_ABI_BIT(kv_ggml_q5_0, ATTNCHECK_CAP4_KV_GGML_Q5_0),
                              ATTNCHECK_ABI_BIT(kv_ggml_q5_1, ATTNCHECK_CAP4_KV_GGML_Q5_1),
-                             ATTNCHECK_ABI_BIT(q_dot_ggml_q8, ATTNCHECK_CAP4_Q_DOT_GGML_Q8)};
+                             ATTNCHECK_ABI_BIT(q_dot_ggml_q8, ATTNCHECK_CAP4_Q_DOT_GGML_Q8),
+                             ATTNCHECK_ABI_BIT(q_quant, ATTNCHECK_CAP4_Q_QUANT)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -561,6 +563,7 @@ class CPlugin final : public Implementation {
         call.quant = quant.ptr;
         call.k.data = nullptr;
         call.v.data = nullptr;
+        if (quant.ptr->q.codes) call.q.data = nullptr;
       }
       call.output = out.view();
       call.weights = want_w ? &w_view : nullptr;

@@ -175,7 +175,7 @@ std::string call_payload(const Problem& p) {
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
         (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u) |
-        (p.dropout ? call_dropout : 0u) | (p.quant ? call_quant : 0u));
+        (p.dropout ? call_dropout : 0u) | (p.quant ? call_quant : 0u) | (p.quant && p.quant->q ? call_quant_q : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -283,7 +283,9 @@ std::string call_payload(const Problem& p) {
     const QuantizedKV& qk = *p.quant;
     w.u32(std::uint32_t(qk.format));
     const bool blocked = quant_blocked(qk.format);
-    for (const QuantScales* s : {&qk.k, &qk.v}) {
+    std::vector<const QuantScales*> sides{&qk.k, &qk.v};
+    if (qk.q) sides.push_back(&*qk.q);  // flag 16777216: Q's scales follow V's
+    for (const QuantScales* s : sides) {
       w.u32(std::uint32_t(s->granularity));
       w.u32(s->zero_points.empty() ? 0u : 1u);
       if (blocked) continue;  // ggml's blocks hold their scales
@@ -293,7 +295,12 @@ std::string call_payload(const Problem& p) {
         w.raw(&b, 1);
       }
     }
-    w.bytes() += to_bytes(p.q, p.dtype);
+    if (qk.q) {  // q's codes in place of its values
+      const std::vector<std::uint8_t> codes = quant_codes("encode_forward", "q", qk.format, *qk.q, p.q);
+      w.raw(codes.data(), codes.size());
+    } else {
+      w.bytes() += to_bytes(p.q, p.dtype);
+    }
     for (const auto& [s, t, name] : {std::tuple{&qk.k, &p.k, "k"}, {&qk.v, &p.v, "v"}}) {
       std::vector<std::uint8_t> codes = quant_codes("encode_forward", name, qk.format, *s, *t);
       if (blocked) codes = pack_blocks(qk.format, *s, t->shape(), codes);
@@ -689,7 +696,7 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
 // A quantised frame's cache (after the modifiers): the format, each side's granularity, scales and zero points, then q
 // at the dtype and K's and V's codes, read into p (k and v their dequantised values).
 void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::int64_t, 4>& raw_q, const Shape& ks,
-                const Shape& vs) {
+                const Shape& vs, bool q_quantised) {
   const std::uint32_t format = r.u32();
   if (format < 1 || format > 8)
     throw ProtocolError(
@@ -698,7 +705,14 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
   QuantizedKV qk;
   qk.format = QuantFormat(format);
   const bool blocked = quant_blocked(qk.format);
-  for (const auto& [s, shape, side] : {std::tuple{&qk.k, &ks, "k"}, {&qk.v, &vs, "v"}}) {
+  const Shape qs{raw_q[0], raw_q[1], raw_q[2], raw_q[3]};
+  if (q_quantised && blocked)
+    throw ProtocolError(std::string(what) + ": flags have 16777216 (quantised Q) with ggml's " +
+                        std::string(quant_format_name(qk.format)) + " blocks: a quantised Q comes in FP8 or int8");
+  if (q_quantised) qk.q = QuantScales{};
+  std::vector<std::tuple<QuantScales*, const Shape*, const char*>> sides{{&qk.k, &ks, "k"}, {&qk.v, &vs, "v"}};
+  if (q_quantised) sides.push_back({&*qk.q, &qs, "q"});
+  for (const auto& [s, shape, side] : sides) {
     const std::uint32_t g = r.u32(), zp = r.u32();
     if (blocked ? g != 3 : g > 2)
       throw ProtocolError(std::string(what) + ": the quantised " + side + "'s granularity is " + std::to_string(g) +
@@ -707,9 +721,10 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
     if (blocked && shape->D % kQuantBlock != 0)
       throw ProtocolError(std::string(what) + ": ggml's blocks need D a multiple of 32, but the quantised " + side +
                           " has D = " + std::to_string(shape->D));
-    if (zp > 1)
+    if (zp > (s == &qk.k || s == &qk.v ? 1u : 0u))
       throw ProtocolError(std::string(what) + ": the quantised " + side + "'s zero-point flag is " +
-                          std::to_string(zp) + " (expected 0 or 1)");
+                          std::to_string(zp) +
+                          (s == &qk.k || s == &qk.v ? " (expected 0 or 1)" : " (expected 0: q has none)"));
     *s = quant_extents(QuantGranularity(g), *shape);
     if (blocked) continue;  // the scales come in the blocks
     const std::size_t n = std::size_t(s->B * s->H * s->T);
@@ -717,9 +732,15 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
     if (zp)
       for (std::size_t i = 0; i < n; ++i) s->zero_points.push_back(double(std::int8_t(r.raw(1)[0])));
   }
-  const std::size_t q_bytes = nbytes(raw_q, p.dtype, what);
-  p.q = from_bytes(r.raw(q_bytes), Shape{raw_q[0], raw_q[1], raw_q[2], raw_q[3]}, p.dtype);
-  for (const auto& [s, shape, t, side] : {std::tuple{&qk.k, &ks, &p.k, "k"}, {&qk.v, &vs, &p.v, "v"}}) {
+  std::vector<std::tuple<QuantScales*, const Shape*, Tensor<double>*, const char*>> codes_of{{&qk.k, &ks, &p.k, "k"},
+                                                                                             {&qk.v, &vs, &p.v, "v"}};
+  if (q_quantised) {  // q's codes in place of its values, first
+    codes_of.insert(codes_of.begin(), {&*qk.q, &qs, &p.q, "q"});
+  } else {
+    const std::size_t q_bytes = nbytes(raw_q, p.dtype, what);
+    p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
+  }
+  for (const auto& [s, shape, t, side] : codes_of) {
     if (blocked) {  // B·H_kv·T_k·D/32 blocks; their scales and minimums read out of them
       const std::size_t n = std::size_t(shape->B * shape->H * shape->T * (shape->D / kQuantBlock));
       const std::string_view bytes = r.raw(n * quant_block_bytes(qk.format));
@@ -772,11 +793,11 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (flags & ~kCallFlags)
     throw ProtocolError(
         std::string(what) + ": flags are " + std::to_string(flags) +
-        " (expected bits within 0xffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+        " (expected bits within 0x1ffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
         "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout, 8388608 "
-        "quantised K and V)");
+        "quantised K and V, 16777216 quantised Q)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -840,6 +861,10 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     d.offset = r.u64();
     p.dropout = d;
   }
+  if ((flags & call_quant_q) && !(flags & call_quant))
+    throw ProtocolError(std::string(what) +
+                        ": flags have 16777216 (quantised Q) without 8388608 (quantised K and V): "
+                        "Q comes quantised only with its cache");
   if (flags & call_quant) {
     if (flags & (call_paged | call_layout))
       throw ProtocolError(std::string(what) + ": flags have 8388608 (quantised K and V) with " +
@@ -849,7 +874,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
       throw ProtocolError(std::string(what) +
                           ": flags have 8388608 (quantised K and V), but quantised "
                           "calls are forward only");
-    read_quant(r, what, p, raw_q, ks, vs);
+    read_quant(r, what, p, raw_q, ks, vs, flags & call_quant_q);
     return checked(p, what);
   }
   if (flags & call_paged) {

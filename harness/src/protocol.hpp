@@ -100,9 +100,11 @@ enum CallFlags : std::uint32_t {
   /// version 4: a quantised K and V cache follows the dropout (its format and each side's scales), and K's and V's
   /// codes replace their values after q (PROTOCOL.md, "Quantised K and V")
   call_quant = 8388608,
+  /// version 4, with call_quant: Q quantised too; its scales follow V's and its codes replace q's values
+  call_quant_q = 16777216,
 };
 /// Every call flag.
-inline constexpr std::uint32_t kCallFlags = 0xFFFFFFu;
+inline constexpr std::uint32_t kCallFlags = 0x1FFFFFFu;
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
 /// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with

@@ -145,6 +145,20 @@ std::optional<Problem> witness(Feature f) {
       p.quant = qk;
       break;
     }
+    case Feature::q_quant: {  // an e4m3fn cache per tensor, and Q in e4m3fn with a scale per query head
+      QuantizedKV qk{.format = QuantFormat::e4m3fn,
+                     .k = quant_extents(QuantGranularity::tensor, p.k.shape()),
+                     .v = quant_extents(QuantGranularity::tensor, p.v.shape()),
+                     .q = quant_extents(QuantGranularity::kv_head, p.q.shape())};
+      qk.k.scales = {0.0625};
+      qk.v.scales = {0.125};
+      qk.q->scales = {double(float(0.0731)), double(float(0.0419))};
+      p.q = quantize_dequantize(qk.format, *qk.q, p.q);
+      p.k = quantize_dequantize(qk.format, qk.k, p.k);
+      p.v = quantize_dequantize(qk.format, qk.v, p.v);
+      p.quant = qk;
+      break;
+    }
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad:
@@ -157,7 +171,8 @@ std::optional<Problem> witness(Feature f) {
 // its witness comes in (a granularity shapes a format's scales and is declared beside whichever formats a kernel
 // reads).
 std::set<Feature> comes_with(Feature f) {
-  if (f == Feature::kv_scale_per_head || f == Feature::kv_scale_per_token) return {Feature::kv_e4m3fn};
+  if (f == Feature::kv_scale_per_head || f == Feature::kv_scale_per_token || f == Feature::q_quant)
+    return {Feature::kv_e4m3fn};
   if (const auto& r = feature(f).requires_feature) return {*r};
   return {};
 }
@@ -384,7 +399,8 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"chunk", call_chunk},         {"documents", call_documents},   {"block_mask", call_block_mask},
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
       {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope},
-      {"qk_norm", call_qk_norm},     {"dropout", call_dropout},       {"quant", call_quant}};
+      {"qk_norm", call_qk_norm},     {"dropout", call_dropout},       {"quant", call_quant},
+      {"quant_q", call_quant_q}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

@@ -1193,11 +1193,16 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   put64(120, 1431655766);  // ceil(2^32 / 3) query blocks
   put64(128, std::int64_t{1} << 30);  // 2^32 / 4 key blocks
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
-  // A flag beyond 8388608 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
+  // A flag beyond 16777216 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 16777216u;
+  const std::uint32_t high = flags | 33554432u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "2097152 QK-norm, 4194304 dropout, 8388608 quantised K and V)");
+  refused(unknown, "4194304 dropout, 8388608 quantised K and V, 16777216 quantised Q)");
+  // Quantised Q comes only with its cache.
+  std::string q_alone = good;
+  const std::uint32_t with_q = flags | 16777216u;
+  std::memcpy(q_alone.data() + 8, &with_q, 4);
+  refused(q_alone, "flags have 16777216 (quantised Q) without 8388608 (quantised K and V)");
   std::string laid = good;
   const std::uint32_t with_layout = flags | 65536u;
   std::memcpy(laid.data() + 8, &with_layout, 4);

@@ -98,8 +98,10 @@ def keep(dropout, shape):
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, softcap=None, alibi_slopes=None,
               sinks=None, causal=True, bias=None, temperature=None, rope=None, qk_norm=None, dropout=None, quant=None):
-    if quant is not None:  # k and v come as codes and scales
+    if quant is not None:  # k and v come as codes and scales (and q too, where it is quantised)
         k, v = quant.dequantize()
+        if quant.q is not None:
+            q = quant.q.dequantize()
     _, _, v, _, _, _, p, _, lse = parts(q, k, v, scale, alignment, key_lengths, softcap, alibi_slopes, sinks, causal,
                                         bias, temperature, rope, qk_norm)
     p = p * keep(dropout, p.shape)  # the dropped weights (the LSE stays the softmax's)
@@ -148,7 +150,7 @@ if __name__ == "__main__":
         temperature=True, rope=True, rope_interleaved=True, qk_norm=True, qk_norm_eps_outside=True, dropout=True,
         rope_ntk=True, rope_llama3=True, kv_e4m3fn=True, kv_e5m2=True, kv_int8=True, kv_scale_per_head=True,
         kv_scale_per_token=True, kv_zero_points=True, kv_ggml_q8_0=True, kv_ggml_q4_0=True, kv_ggml_q4_1=True,
-        kv_ggml_q5_0=True, kv_ggml_q5_1=True)
+        kv_ggml_q5_0=True, kv_ggml_q5_1=True, q_quant=True)
     attncheck_plugin.serve(strict_attention if MODE == "strict" else attention, name="modifiers-client", description="numpy, every version-3 modifier",
                            dtypes=("float64",), returns_weights=True, alignments=("top-left", "bottom-right"),
                            gqa=True, key_lengths=True, backward=None if MODE == "strict" else backward,

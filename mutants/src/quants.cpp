@@ -94,6 +94,33 @@ ImplementationPtr quant_kernel(const char* name, const char* description, Decode
   });
 }
 
+// A kernel that takes a quantised Q (Feature::q_quant) and decodes element (b, h, i, c) of it with `decode` (its code's
+// value as `value`, its scales `qs`, K's `ks`; g the kv head), K and V correctly, then runs the reference on what it
+// decoded, rounded to the dtype.
+using QDecode = double (*)(double value, const QuantScales& qs, const QuantScales& ks, Index b, Index h, Index g,
+                           Index i);
+ImplementationPtr q_kernel(const char* name, const char* description, QDecode decode) {
+  Capabilities caps = quant_capabilities();
+  caps.features.add(Feature::q_quant);
+  return make_implementation(name, description, caps, [=](const Problem& p) {
+    if (!p.quant || !p.quant->q) return reference_implementation()->forward(p);
+    const QuantizedKV& qk = *p.quant;
+    const std::vector<std::uint8_t> codes = quant_codes(name, "q", qk.format, *qk.q, p.q);
+    const Shape& s = p.q.shape();
+    const Index group = s.H / p.k.shape().H;
+    Problem r = p;
+    r.quant.reset();
+    std::size_t n = 0;
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i)
+          for (Index c = 0; c < s.D; ++c, ++n)
+            r.q(b, h, i, c) =
+                round_to(p.dtype, decode(quant_value(qk.format, codes[n]), *qk.q, qk.k, b, h, h / group, i));
+    return reference_implementation()->forward(r);
+  });
+}
+
 // e4m3fn's byte decoded as another format would: as e5m2, or IEEE-style with exponent 15 for infinities and NaNs.
 double e4m3_as_ieee(std::uint8_t b) {
   if (((b >> 3) & 0xF) == 0xF) return (b & 7) == 0 ? (b & 0x80 ? -1.0 : 1.0) * HUGE_VAL : std::nan("");
@@ -177,7 +204,9 @@ Outcome folded_forward(const Problem& p, QDot how) {
   if (!p.quant) return reference_implementation()->forward(p);
   const QuantizedKV& qk = *p.quant;
   const std::vector<std::uint8_t> kc = quant_codes("control", "k", qk.format, qk.k, p.k),
-                                  vc = quant_codes("control", "v", qk.format, qk.v, p.v);
+                                  vc = quant_codes("control", "v", qk.format, qk.v, p.v),
+                                  qc = qk.q ? quant_codes("control", "q", qk.format, *qk.q, p.q)
+                                            : std::vector<std::uint8_t>{};
   return visit_dtype(p.dtype, [&](auto tag) {
     using S = decltype(tag);
     using A = Acc<S>;
@@ -233,6 +262,12 @@ Outcome folded_forward(const Problem& p, QDot how) {
                 dot += A(qk.k.scale(b, g, j, k0)) * qn + A(qk.k.min(b, g, j, k0)) * A(blk.sum);
               }
               s[std::size_t(j)] = dot * scale;
+            } else if (qk.q) {  // Q's codes too: both scales with the softmax's
+              A dot = 0;
+              for (Index c = 0; c < qs.D; ++c)
+                dot += table_value(qc[std::size_t(((b * qs.H + h) * qs.T + i) * qs.D + c)]) *
+                       (kq(c) - A(qk.k.zero_point(b, g, j)));
+              s[std::size_t(j)] = dot * (A(qk.q->scale(b, h, i)) * A(qk.k.scale(b, g, j)) * scale);
             } else {
               A dot = 0;
               for (Index c = 0; c < qs.D; ++c) dot += A(S(p.q(b, h, i, c))) * (kq(c) - A(qk.k.zero_point(b, g, j)));
@@ -510,6 +545,7 @@ std::vector<Mutant> quant_mutants() {
       .killed_by = {"kv-quant-oracle"}});
   {
     Capabilities caps = quant_capabilities();
+    caps.features.add(Feature::q_quant);
     caps.features.add({Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1, Feature::kv_ggml_q5_0,
                        Feature::kv_ggml_q5_1});
     z.push_back(Mutant{
@@ -526,6 +562,38 @@ std::vector<Mutant> quant_mutants() {
         .killed_by = {},
     });
   }
+  // A quantised Q (FlashAttention 3's FP8 Q with its q descale), decoded wrong.
+  z.push_back(Mutant{
+      .impl = q_kernel("mutant:q-descale-dropped", "Q's codes read without their descale",
+                       [](double x, const QuantScales&, const QuantScales&, Index, Index, Index, Index) { return x; }),
+      .bug = "an FP8-Q fast path without its descale: Q's codes are read as values, every score off by Q's scale",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over one key: its LSE is its score",
+      .killed_by = {"kv-quant-oracle"}});
+  z.push_back(Mutant{.impl = q_kernel("mutant:q-descale-twice", "Q's descale applied twice",
+                                      [](double x, const QuantScales& qs, const QuantScales&, Index b, Index h, Index,
+                                         Index i) { return x * qs.scale(b, h, i) * qs.scale(b, h, i); }),
+                     .bug = "Q's descale applied in the dequantisation and again folded into the softmax scale",
+                     .minimal_shape = {1, 1, 1, 1},
+                     .why_minimal = "one query over one key: its LSE is its score",
+                     .killed_by = {"kv-quant-oracle"}});
+  z.push_back(Mutant{
+      .impl = q_kernel("mutant:q-descale-per-kv-head", "Q's per-head descale read at its kv head",
+                       [](double x, const QuantScales& qs, const QuantScales&, Index b, Index, Index g, Index i) {
+                         return x * qs.scale(b, g, i);
+                       }),
+      .bug = "Q's per-head descale indexed by the kv head (FlashAttention 3's q_descale is [B, H_kv]), where the "
+             "caller's scales are per query head: every head of a group takes its first head's",
+      .minimal_shape = {1, 2, 1, 1},
+      .why_minimal = "two query heads sharing one kv head, Q scaled per head, one key",
+      .killed_by = {"kv-quant-oracle"}});
+  z.push_back(Mutant{.impl = q_kernel("mutant:q-descale-from-k", "Q decoded with K's descale",
+                                      [](double x, const QuantScales&, const QuantScales& ks, Index b, Index, Index g,
+                                         Index i) { return x * ks.scale(b, g, std::min<Index>(i, ks.T - 1)); }),
+                     .bug = "the q and k descales swapped: Q's codes scaled by K's scale (K's by its own here)",
+                     .minimal_shape = {1, 1, 1, 1},
+                     .why_minimal = "one query over one key: its LSE is its score",
+                     .killed_by = {"kv-quant-oracle"}});
   // ggml's own compute precision, declared (Feature::q_dot_ggml_q8): q rounded to Q8_0 (Q8_1) blocks for the dot.
   Capabilities q8 = ggml_capabilities();
   q8.features.add(Feature::q_dot_ggml_q8);

@@ -315,6 +315,7 @@ void check_call(const char* who, const Problem& p) {
     // k and v must be caches of the format under their scales: each element a code times its scale.
     quant_codes(who, "k", p.quant->format, p.quant->k, p.k);
     quant_codes(who, "v", p.quant->format, p.quant->v, p.v);
+    if (p.quant->q) quant_codes(who, "q", p.quant->format, *p.quant->q, p.q);  // and a quantised q
   }
 }
 
@@ -640,7 +641,8 @@ ImplementationPtr reference_implementation() {
                    Feature::kv_scale_per_head, Feature::kv_scale_per_token,
                    Feature::kv_zero_points,  Feature::kv_ggml_q8_0,
                    Feature::kv_ggml_q4_0,    Feature::kv_ggml_q4_1,
-                   Feature::kv_ggml_q5_0,    Feature::kv_ggml_q5_1};
+                   Feature::kv_ggml_q5_0,    Feature::kv_ggml_q5_1,
+                   Feature::q_quant};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

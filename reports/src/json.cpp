@@ -411,16 +411,20 @@ Json quant_to_json(const QuantizedKV& q) {
     }
     return j;
   };
-  return Json{{"format", std::string(quant_format_name(q.format))}, {"k", side(q.k)}, {"v", side(q.v)}};
+  Json j{{"format", std::string(quant_format_name(q.format))}, {"k", side(q.k)}, {"v", side(q.v)}};
+  if (q.q) j["q"] = side(*q.q);
+  return j;
 }
 
 // The inverse, for caches of shapes k and v; check_call then checks the scales and the values.
-QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape& k, const Shape& v) {
+QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape& k, const Shape& v,
+                            const Shape& q_shape) {
   const std::string expected =
       "{\"format\": \"e4m3fn\", \"e5m2\", \"int8\", \"q8_0\", \"q4_0\", \"q4_1\", \"q5_0\" or \"q5_1\", \"k\" and "
       "\"v\": "
       "{\"granularity\": \"tensor\", \"kv_head\", \"token_head\" or \"block32\", \"scales\": [numbers], "
-      "\"zero_points\" (int8): [integers], \"mins\" (q4_1, q5_1): [numbers]}}";
+      "\"zero_points\" (int8): [integers], \"mins\" (q4_1, q5_1): [numbers]}, and \"q\" (a quantised Q, FP8 or "
+      "int8) as \"k\" without zero points or mins}";
   if (!j.is_object()) fail(what, expected, j);
   QuantizedKV q;
   const Json& f = field(j, "format", what);
@@ -451,6 +455,7 @@ QuantizedKV quant_from_json(const Json& j, const std::string& what, const Shape&
   };
   q.k = side("k", k);
   q.v = side("v", v);
+  if (j.contains("q")) q.q = side("q", q_shape);
   return q;
 }
 
@@ -632,7 +637,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
   if (const auto it = j.find("qk_norm"); it != j.end()) p.qk_norm = qk_norm_from_json(*it, sub(what, "qk_norm"));
   if (const auto it = j.find("dropout"); it != j.end()) p.dropout = dropout_from_json(*it, sub(what, "dropout"));
   if (const auto it = j.find("quant"); it != j.end())
-    p.quant = quant_from_json(*it, sub(what, "quant"), p.k.shape(), p.v.shape());
+    p.quant = quant_from_json(*it, sub(what, "quant"), p.k.shape(), p.v.shape(), p.q.shape());
   if (const auto it = j.find("want_lse"); it != j.end()) {
     if (!it->is_boolean()) fail(sub(what, "want_lse"), "true or false", *it);
     p.want_lse = it->get<bool>();

@@ -310,6 +310,8 @@ struct HeadModifiers {
   /// K is in ggml's blocks and the kernel rounds each row of q to ggml's Q8_0 (Q8_1) blocks for its dot with it
   /// (QuantizedKV::q_dot_ggml_q8): the bounds widen by that rounding (tolerance.cpp step 12b).
   bool q_dot_ggml_q8 = false;
+  /// q too is dequantised values (QuantizedKV::q): the scores' bound widens by its dequantisation (step 12).
+  bool dequantised_q = false;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }

@@ -104,6 +104,10 @@ QuantScales quant_extents(QuantGranularity g, const Shape& cache);
 struct QuantizedKV {
   QuantFormat format = QuantFormat::e4m3fn;
   QuantScales k{}, v{};
+  /// Q quantised too, in the same format (FlashAttention 3's FP8 Q, K and V with their descales): its scales over q's
+  /// shape [B,H,T_q,D] (per tensor, per query head as kv_head's [1,H,1], or per query and head as token_head's
+  /// [B,H,T_q]), no zero points, never ggml's blocks; the call's q holds its dequantised values. Empty: q as it is.
+  std::optional<QuantScales> q{};
   /// Not the call's meaning but how the implementation computes it: in ggml's formats, each row of Q rounded to
   /// ggml's Q8_0 blocks (Q8_1 with a Q4_1 or Q5_1 K) for the dot with K, as ggml's CPU kernel does. The bound widens
   /// by that rounding (tolerance.cpp step 12b). Set from the implementation's declaration (Feature::q_dot_ggml_q8) by

@@ -169,6 +169,9 @@ extern "C" {
  *  Q4_1 and Q5_1 K) for the dot with K, as ggml's CPU kernel does (its vec_dot_type). attncheck's bounds then widen by
  *  that rounding; the call is the same. */
 #define ATTNCHECK_CAP4_Q_DOT_GGML_Q8 0x200000u
+/** Q quantised too (attncheck_quant_kv.q), in the cache's FP8 or int8 format with scales of its own: FlashAttention
+ *  3's FP8 Q with its q descale. */
+#define ATTNCHECK_CAP4_Q_QUANT 0x400000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -438,6 +441,11 @@ typedef struct attncheck_quant_tensor {
 /** ABI 4: a call's quantised K and V, in one format, each with scales of its own. */
 typedef struct attncheck_quant_kv {
   attncheck_quant_tensor k, v;
+  /** Q quantised too (ATTNCHECK_CAP4_Q_QUANT; appended, so a plug-in built before it never reads it): shape
+   *  [B,H,T_q,D], the same format, granularity ATTNCHECK_QSCALE_TENSOR ([1,1,1]), _KV_HEAD (here per query head,
+   *  [1,H,1]) or _TOKEN_HEAD ([B,H,T_q]), zero_points NULL; call->q.data is NULL then. Otherwise q.codes is NULL and
+   *  the call's q is as always. */
+  attncheck_quant_tensor q;
 } attncheck_quant_kv;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative

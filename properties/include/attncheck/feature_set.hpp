@@ -103,10 +103,13 @@ enum class Feature : std::uint8_t {
   /// (Q8_1 with Q4_1 and Q5_1) for the dot, as ggml's CPU kernel does. The bounds widen by it (tolerance.cpp step
   /// 12b); the law runner marks each case of an implementation that declares it (QuantizedKV::q_dot_ggml_q8).
   q_dot_ggml_q8,
+  /// Q quantised too, in the cache's FP8 or int8 format with scales of its own (FlashAttention 3's q descale):
+  /// QuantizedKV::q. Drawn by the kv-quant-* laws with a declared FP8 or int8 format.
+  q_quant,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::q_dot_ggml_q8) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::q_quant) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -302,6 +302,10 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
     // A declaration of how it computes, which no call uses: the bounds of its cases widen (tolerance.cpp step 12b).
     {.id = Feature::q_dot_ggml_q8, .name = "q_dot_ggml_q8", .flags4 = 0x200000, .c_name = "ATTNCHECK_CAP4_Q_DOT_GGML_Q8",
      .words = "Q rounded to ggml's Q8_0 or Q8_1 blocks for the dot with a block-quantised K"},
+    {.id = Feature::q_quant, .name = "q_quant", .flags4 = 0x400000, .c_name = "ATTNCHECK_CAP4_Q_QUANT",
+     .words = "Q quantised with the cache, with scales of its own",
+     .used = [](const Problem& p) { return p.quant && p.quant->q.has_value(); },
+     .needs = [](const Problem&) { return std::string("Q quantised with the cache"); }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -219,10 +219,13 @@ rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const Pro
 /// coordinates (-1: values past the largest code saturate; +1: codes use half the range; +16 for e4m3fn: every code
 /// subnormal) and m from {1, 1.5, 0.75, 1.25, 0.3f} keyed by the group's
 /// coordinates (all 1 at `plain`), within [2^-12, 2^12] and never 1 (2 instead): identity-free, powers of two and
-/// not. Zero points (int8, declared) in [-16, 16] keyed by coordinates.
+/// not. Zero points (int8, declared) in [-16, 16] keyed by coordinates. Where Q quantised is declared, half the cases
+/// quantise q the same way (its groups keyed by query-head and query coordinates; no zero points).
 struct QuantDraw {
   int format = -1;  ///< -1 none; else a QuantFormat's value
   QuantGranularity k_granularity = QuantGranularity::tensor, v_granularity = QuantGranularity::tensor;
+  /// Q quantised too (Feature::q_quant, FP8 and int8 only), its scales at this granularity over q's shape; -1: not.
+  int q_granularity = -1;
   bool zero_points = false;
   bool plain = true;  ///< powers of two only, no shift
   std::uint64_t seed = 0;

@@ -420,6 +420,7 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
       c.tags.push_back("kv=" + std::string(quant_format_name(p.quant->format)));
       for (const auto& [side, g] : {std::pair{"k", p.quant->k.granularity}, {"v", p.quant->v.granularity}})
         c.tags.push_back(std::string(side) + "-scales=" + std::string(quant_granularity_name(g)));
+      if (p.quant->q) c.tags.push_back("q-scales=" + std::string(quant_granularity_name(p.quant->q->granularity)));
     }
     c.tags.push_back("regime=" + regime_name(how.regime));
     if (how.d_output) c.tags.push_back("dO=" + regime_name(how.d_output->first));

@@ -44,7 +44,8 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, I
   if (formats.empty()) return rc::gen::just(QuantDraw{});
   const bool per_head = opts.may_use(Feature::kv_scale_per_head, declared),
              per_token = opts.may_use(Feature::kv_scale_per_token, declared),
-             zero_points = opts.may_use(Feature::kv_zero_points, declared);
+             zero_points = opts.may_use(Feature::kv_zero_points, declared),
+             q_quant = opts.may_use(Feature::q_quant, declared);
   return rc::gen::exec([=] {
     QuantDraw d;
     std::vector<std::pair<std::size_t, int>> choices;
@@ -58,6 +59,9 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, I
     d.v_granularity = *weighted_choice<QuantGranularity>(grains);
     d.zero_points =
         zero_points && d.format == int(QuantFormat::int8) && *weighted_choice<bool>({{1, false}, {1, true}});
+    if (q_quant && d.format >= 0 && !quant_blocked(QuantFormat(d.format)) &&
+        *weighted_choice<bool>({{1, false}, {1, true}}))
+      d.q_granularity = int(*weighted_choice<QuantGranularity>(grains));
     if (d.format >= 0 && quant_blocked(QuantFormat(d.format)))  // the blocks hold their scales
       d.k_granularity = d.v_granularity = QuantGranularity::block32;
     d.plain = *weighted_choice<bool>({{1, true}, {2, false}});
@@ -135,7 +139,10 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
   // not 0), as a cache scaled to a far larger amax holds them.
   static constexpr int kShifts[] = {0, 0, 1, -1, 16};
   // One side's scales (and zero points) from its values x, then x as the cache holds it.
+  // q's groups are keyed by query-head and query coordinates, K's and V's by kv-head and key coordinates.
   const auto side = [&](Tensor<double>& x, QuantGranularity g, std::uint64_t salt) {
+    const bool is_q = salt == 0x71;
+    const std::vector<Index>&h_ids = is_q ? s.h_ids : s.kv_ids, &t_ids = is_q ? s.q_ids : s.k_ids;
     QuantScales sc = quant_extents(g, x.shape());
     const Shape& sh = x.shape();
     if (quant_blocked(f)) {
@@ -156,9 +163,9 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
           // Keyed by the group's coordinates (its batch entry, kv head and key), so a deleted index keeps the others'.
           // (By the granularity, not the extents: a token's group keeps its key's coordinate when it is the only key.)
           const bool per_token = g == QuantGranularity::token_head, per_head = g != QuantGranularity::tensor;
-          const std::uint64_t key =
-              coordinate_hash(seed + salt, {per_token ? id_at(s.b_ids, b) : 0, per_head ? id_at(s.kv_ids, h) : 0,
-                                            per_token ? id_at(s.k_ids, t) : 0});
+          const std::uint64_t key = coordinate_hash(
+              seed + salt,
+              {per_token ? id_at(s.b_ids, b) : 0, per_head ? id_at(h_ids, h) : 0, per_token ? id_at(t_ids, t) : 0});
           const double a = amax[sc.at(b, h, t)];
           int e = a > 0 ? int(std::lround(std::log2(a / quant_max(f)))) : 0;
           const int shift = plain ? 0 : f == QuantFormat::e4m3fn ? kShifts[key % 5] : kShifts[key % 4];
@@ -168,7 +175,7 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
           double scale = std::ldexp(shift == 16 ? std::max(m, 1.0) : m, e);
           if (scale == 1) scale = 2;
           sc.scales.push_back(scale);
-          if (zero_points) sc.zero_points.push_back(double(Index((key >> 16) % 33) - 16));
+          if (zero_points && !is_q) sc.zero_points.push_back(double(Index((key >> 16) % 33) - 16));
         }
     x = quantize_dequantize(f, sc, x);
     return sc;
@@ -177,6 +184,7 @@ void QuantDraw::apply(Problem& p, const CaseShape& s) const {
   if (quant_blocked(f) && (p.k.shape().D % kQuantBlock != 0 || p.v.shape().D % kQuantBlock != 0)) return;
   q.k = side(p.k, k_granularity, 0x6B);
   q.v = side(p.v, v_granularity, 0x76);
+  if (q_granularity >= 0 && !quant_blocked(f)) q.q = side(p.q, QuantGranularity(q_granularity), 0x71);
   p.quant = std::move(q);
 }
 

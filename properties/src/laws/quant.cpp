@@ -158,13 +158,20 @@ std::optional<Violation> check_oracle(const Implementation& impl, const LawCase&
 
 // --- kv-quant-k-scale and kv-quant-v-scale ----------------------------------------------------------------------
 
-// p with one side's scales times f (its values with them: the codes stay).
+// p with one side's scales times f (its values with them: the codes stay); with k_side, a quantised Q's too.
 Problem scaled_side(const Problem& p, bool k_side, double f) {
   Problem q = p;
-  QuantScales& s = k_side ? q.quant->k : q.quant->v;
-  for (double& x : s.scales) x *= f;
-  for (double& x : s.mins) x *= f;  // ggml's Q4_1 and Q5_1: the whole value scales
-  (k_side ? q.k : q.v).values() *= f;
+  const auto scale = [f](QuantScales& s, Tensor<double>& x) {
+    for (double& y : s.scales) y *= f;
+    for (double& y : s.mins) y *= f;  // ggml's Q4_1 and Q5_1: the whole value scales
+    x.values() *= f;
+  };
+  if (!k_side) {
+    scale(q.quant->v, q.v);
+    return q;
+  }
+  scale(q.quant->k, q.k);
+  if (q.quant->q) scale(*q.quant->q, q.q);
   return q;
 }
 
@@ -175,7 +182,9 @@ const char* kKScaleWhy =
     "one times 2 exactly, and the score times 1/2 again, wherever those values stay normal: the output, weights and "
     "LSE are bit-identical at float32, float64 and bfloat16. At float16, whose subnormals the values reach, both calls "
     "are compared within their derived bounds. A kernel that applies K's scale twice, squares it, applies it to V, "
-    "drops it on one path or folds it into the softmax scale the wrong way round (dividing) breaks it.";
+    "drops it on one path or folds it into the softmax scale the wrong way round (dividing) breaks it. A quantised Q's "
+    "scales (FlashAttention 3's q descale) multiply every score the same way: where Q is quantised too, both sides' "
+    "scales are doubled and the softmax scale divided by 4.";
 
 std::optional<Violation> check_k_scale(const Implementation& impl, const LawCase& c) {
   const char* law = "kv-quant-k-scale";
@@ -183,8 +192,10 @@ std::optional<Violation> check_k_scale(const Implementation& impl, const LawCase
   if (!p.quant) return std::nullopt;
   p.scale = scale_of(p);  // explicit in both calls
   Problem q = scaled_side(p, true, 2.0);
-  q.scale = *p.scale / 2;
-  const std::string what = "the case with K's scales times 2 and the softmax scale over 2";
+  const bool with_q = p.quant->q.has_value();  // Q's scales too (its descale): the softmax scale over 4
+  q.scale = *p.scale / (with_q ? 4 : 2);
+  const std::string what = with_q ? "the case with K's and Q's scales times 2 and the softmax scale over 4"
+                                  : "the case with K's scales times 2 and the softmax scale over 2";
   const std::string why = "K's scale times c with the softmax scale over c is the same attention";
   if (power_of_two_exact(p)) return exactly(law, impl, p, q, 1.0, what, why);
   p.want_weights = q.want_weights = false;
@@ -262,7 +273,9 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
   {
     Problem q = p;
     bool ok = true;
-    for (auto& [s, x] : {std::pair{&q.quant->k, &q.k}, {&q.quant->v, &q.v}}) {
+    std::vector<std::pair<QuantScales*, Tensor<double>*>> sides{{&q.quant->k, &q.k}, {&q.quant->v, &q.v}};
+    if (q.quant->q) sides.push_back({&*q.quant->q, &q.q});
+    for (auto& [s, x] : sides) {
       QuantScales h = *s;
       for (double& z : h.zero_points) z /= 2;
       for (double& x2 : h.scales) x2 *= 2;
@@ -298,7 +311,7 @@ std::vector<Rewrite> rewrites(const Problem& p, const GenConfig& cfg) {
                                 {QuantFormat::e5m2, Feature::kv_e5m2}}) {
     if (f == qk.format || !cfg.caps.declares(feat) || quant_blocked(qk.format)) continue;  // blocks keep their own
     if (f != QuantFormat::int8 && !(qk.k.zero_points.empty() && qk.v.zero_points.empty())) continue;
-    if (!holds_values(f, qk.k, p.k) || !holds_values(f, qk.v, p.v)) continue;
+    if (!holds_values(f, qk.k, p.k) || !holds_values(f, qk.v, p.v) || (qk.q && !holds_values(f, *qk.q, p.q))) continue;
     Problem q = p;
     q.quant->format = f;
     out.push_back({q, "the same values in " + std::string(quant_format_name(f)), false});
@@ -332,7 +345,9 @@ LawCase halvable(LawCase c) {
   Problem& p = c.problem;
   if (!p.quant) return c;
   QuantizedKV& qk = *p.quant;
-  for (auto& [s, x, side] : {std::tuple{&qk.k, &p.k, "k"}, {&qk.v, &p.v, "v"}}) {
+  std::vector<std::tuple<QuantScales*, Tensor<double>*, const char*>> sides{{&qk.k, &p.k, "k"}, {&qk.v, &p.v, "v"}};
+  if (qk.q) sides.push_back({&*qk.q, &p.q, "q"});
+  for (auto& [s, x, side] : sides) {
     for (double& z : s->zero_points) z -= std::fmod(z, 2.0);
     std::vector<std::uint8_t> codes(std::size_t(x->size()));
     std::size_t n = 0;
@@ -412,10 +427,13 @@ std::optional<Violation> check_dense(const Implementation& impl, const LawCase& 
   if (!p.quant) return std::nullopt;
   p.want_weights = false;
   Problem q = p;
+  const bool with_q = p.quant->q.has_value();
   q.quant.reset();
-  for (Tensor<double>* t : {&q.k, &q.v})
+  for (Tensor<double>* t : {&q.q, &q.k, &q.v})
     for (double& x : t->values()) x = round_to(p.dtype, x);
-  return calls_agree(law, impl, p, q, "the dense call on the dequantised K and V, rounded to the dtype",
+  return calls_agree(law, impl, p, q,
+                     with_q ? "the dense call on the dequantised Q, K and V, rounded to the dtype"
+                            : "the dense call on the dequantised K and V, rounded to the dtype",
                      "a quantised cache is the dense call on its dequantised values");
 }
 
@@ -438,9 +456,11 @@ Law kv_quant_oracle() {
 Law kv_quant_k_scale() {
   using namespace quant_law;
   return {"kv-quant-k-scale",
-          "K's scales times 2 with the softmax scale over 2 change nothing",
+          "K's scales times 2 with the softmax scale over 2 change nothing (a quantised Q's too, over 4)",
           kKScaleWhy,
-          LawDoc{"63", "K's scales × 2 with the softmax scale ÷ 2: the same output, weights and LSE",
+          LawDoc{"63",
+                 "K's scales × 2 with the softmax scale ÷ 2 (a quantised Q's scales × 2 too, ÷ 4): the same output, "
+                 "weights and LSE",
                  "exact (float16: both calls' derived bounds)"},
           needs_quant_and_scale,
           gen,

@@ -607,6 +607,7 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
   }
   m.dequantised_kv = opts.quant.has_value();
   m.dequantised_q = opts.quant && opts.quant->q;
+  m.p_fp8 = opts.quant && opts.quant->p_fp8;
   if (opts.quant) {
     for (const double x : opts.quant->k.mins) m.k_min_magnitude = std::max(m.k_min_magnitude, std::abs(x));
     for (const double x : opts.quant->v.mins) m.v_min_magnitude = std::max(m.v_min_magnitude, std::abs(x));

@@ -147,6 +147,16 @@
 //    by scale·Σ_β [δ_β·(Σ_c∈β |k_jc| + 32M) + M·(that)], M = HeadModifiers::k_min_magnitude (0 for the _0 kinds).
 //    Δ_i grows by its largest visible value. Where d or s passes float16's 65504 (|q| past 8.3e6, or a block's Σ|q|
 //    past 65504 with Q8_1) the kernel's dot is unresolved: an infinite error, whose weights step 5 caps.
+// 12c. P cast to FP8 e4m3 for P·V (HeadModifiers::p_fp8, declared: FlashAttention 3's FP8 forward). Each
+//    p_j = exp(s_j - m) ≤ 1 (m the running maximum; a later rescale by exp(m_old - m) ≤ 1 scales its error with it)
+//    becomes a code of e4m3: off by at most 2^-4·p_j (three mantissa bits) where p_j ≥ 2^-6 (the smallest normal), by half the subnormal
+//    step, 2^-10, below; a kernel that scales P into the format's range first (by up to 448) only shrinks both. Call
+//    it e_j; with l = Σ_j p_j (the oracle's: l = 1/max_j w_ij, since the largest p_j is 1) and E = Σ_j e_j, a kernel
+//    that divides Σ_j p'_j v_jc by l errs by Σ_j e_j|v_jc|/l, one that divides by its own l' = Σ_j p'_j (|l' - l| ≤ E)
+//    by at most (Σ_j e_j|v_jc| + E·max_j|v_jc|)/(l - E): the output's bound grows by the latter (e_j/l = 2^-4·w_ij or
+//    2^-10/l); at most (2 + E/l)·max_j|v_jc| in any case (the kernel's output lies within (1 + E/l)·max_j|v_jc|, the
+//    oracle's within max_j|v_jc|), which is the bound where E ≥ l. The weights a kernel returns (normalised from P in
+//    float) and the LSE are not affected.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -385,6 +395,27 @@ HeadTolerance head_tolerance_at(DType dtype, const Matrix<double>& q, const Matr
     for (Index j = 0; j < T_k; ++j)
       if (mask.visible(i, j)) tol.weights(i, j) = terms.weight(oracle_weights(i, j), rho_w, mods.keep_scale);
     terms.output(rho_w, n_vis, v_col_max, oracle_output.row(i), tol.output.row(i), mods.keep_scale);
+    if (mods.p_fp8) {  // step 12c: P cast to e4m3, (Σ_j e_j|v_jc| + E·max|v_jc|)/(l - E) with e_j/l, E/l from w
+      double w_max = 0;
+      for (Index j = 0; j < T_k; ++j)
+        if (mask.visible(i, j)) w_max = std::max(w_max, oracle_weights(i, j));
+      const double inv_l = w_max;  // 1/l
+      Eigen::RowVectorXd a = Eigen::RowVectorXd::Zero(D_v);
+      double e_sum = 0;  // E/l
+      for (Index j = 0; j < T_k; ++j) {
+        if (!mask.visible(i, j)) continue;
+        const double w = oracle_weights(i, j);
+        const double e = w >= std::ldexp(1.0, -6) * inv_l ? std::ldexp(w, -4) : std::ldexp(1.0, -10) * inv_l;
+        e_sum += e;
+        a += e * v.row(j).cwiseAbs();
+      }
+      // (Capped at (2 + E/l)·max|v_jc|: the kernel's output within (1 + E/l)·max|v_jc|, the oracle's within max|v_jc|.)
+      for (Index c = 0; c < D_v; ++c) {
+        const double cap = (2 + e_sum) * v_col_max(c) * mods.keep_scale;
+        tol.output(i, c) +=
+            e_sum >= 1 ? cap : std::min(cap, safety * (a(c) + e_sum * v_col_max(c)) / (1 - e_sum) * mods.keep_scale);
+      }
+    }
     if (mods.dequantised_kv) {  // step 12: V's dequantisation, 4u_s·max|v_jc| and N_s where a visible v_jc is tiny
       const double u_s = unit_roundoff(dtype), n_s = smallest_normal(dtype);
       for (Index c = 0; c < D_v; ++c) {

@@ -77,7 +77,7 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
           "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
-          "q_quant": 0x400000}
+          "q_quant": 0x400000, "p_fp8": 0x800000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -107,7 +107,7 @@ FEATURE_FAMILIES = {
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1", "q_quant"),
     "claims about results": ("batch_invariant",),
-    "compute precision": ("q_dot_ggml_q8",),
+    "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
 FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
 # The words attncheck's messages use for a declaration, as a C plug-in makes it (ATTNCHECK_CAP_*, ATTNCHECK_CAP3_*)
@@ -1055,7 +1055,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
-          q_dot_ggml_q8=False, q_quant=False, framework="numpy", device=None):
+          q_dot_ggml_q8=False, q_quant=False, p_fp8=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1137,7 +1137,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `q_dot_ggml_q8=True` declares a compute precision, with ggml's blocks: fn rounds each row of q to ggml's Q8_0
     blocks (Q8_1 with Q4_1 and Q5_1) for its dot with K, as ggml's CPU kernel does; attncheck's bounds widen by it.
     `q_quant=True` (with an FP8 or int8 format) declares Q quantised too: in such a call fn's q is None and
-    `quant.q` a QuantCache (FlashAttention 3's FP8 Q and its descale).
+    `quant.q` a QuantCache (FlashAttention 3's FP8 Q and its descale). `p_fp8=True` declares a compute precision
+    in quantised calls: P = exp(s - m) cast to FP8 e4m3 for its product with V, as FlashAttention 3's FP8 forward does.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1158,7 +1159,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_zero_points", kv_zero_points), ("kv_ggml_q8_0", kv_ggml_q8_0),
                                               ("kv_ggml_q4_0", kv_ggml_q4_0), ("kv_ggml_q4_1", kv_ggml_q4_1),
                                               ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1),
-                                              ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant))}
+                                              ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant),
+                                              ("p_fp8", p_fp8))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1170,6 +1172,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if (kv_scale_per_head or kv_scale_per_token) and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: kv_scale_per_head or kv_scale_per_token without a cache format (kv_e4m3fn=True, "
                          "kv_e5m2=True or kv_int8=True)")
+    if p_fp8 and not (kv_e4m3fn or kv_e5m2 or kv_int8):
+        raise ValueError("serve: p_fp8=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
+                         "kv_int8=True): P is cast to FP8 only in such a call")
     if q_quant and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: q_quant=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): Q comes quantised only with such a cache")

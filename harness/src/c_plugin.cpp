@@ -492,7 +492,8 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(kv_ggml_q5_0, ATTNCHECK_CAP4_KV_GGML_Q5_0),
                              ATTNCHECK_ABI_BIT(kv_ggml_q5_1, ATTNCHECK_CAP4_KV_GGML_Q5_1),
                              ATTNCHECK_ABI_BIT(q_dot_ggml_q8, ATTNCHECK_CAP4_Q_DOT_GGML_Q8),
-                             ATTNCHECK_ABI_BIT(q_quant, ATTNCHECK_CAP4_Q_QUANT)};
+                             ATTNCHECK_ABI_BIT(q_quant, ATTNCHECK_CAP4_Q_QUANT),
+                             ATTNCHECK_ABI_BIT(p_fp8, ATTNCHECK_CAP4_P_FP8)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)

@@ -162,7 +162,8 @@ std::optional<Problem> witness(Feature f) {
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad:
-    case Feature::q_dot_ggml_q8: return std::nullopt;
+    case Feature::q_dot_ggml_q8:
+    case Feature::p_fp8: return std::nullopt;
   }
   return p;
 }

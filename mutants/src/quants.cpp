@@ -159,6 +159,9 @@ bool nibbles(QuantFormat f) { return f != QuantFormat::ggml_q8_0; }
 // How a kernel takes q for its dot with a block-quantised K: as it is, or rounded to ggml's Q8_0 blocks (Q8_1's sum
 // with it) as ggml's CPU kernel does, or so with a bug.
 enum class QDot { exact, ggml_q8, sum_without_d, next_block_d };
+// How a kernel takes P = exp(s - m) for its product with V: as it is, or cast to FP8 e4m3 after scaling by 448 (the
+// format's range; FlashAttention 3's FP8 forward) and descaled, or so with the descale forgotten.
+enum class PFp8 { exact, e4m3, e4m3_descale_dropped };
 
 // One block of 32 of a row of q as the dot takes it: its values and their sum (Q8_1's s).
 struct GgmlQ {
@@ -200,7 +203,7 @@ std::vector<GgmlQ> ggml_q_blocks(const Problem& p, Index b, Index h, Index i, QD
 
 // The control's kernel: the codes kept (decoded from a table of their bits), K's scale in the scores, V's on the
 // products, q taken for a ggml block's dot as `how` says.
-Outcome folded_forward(const Problem& p, QDot how) {
+Outcome folded_forward(const Problem& p, QDot how, PFp8 p_fp8 = PFp8::exact) {
   if (!p.quant) return reference_implementation()->forward(p);
   const QuantizedKV& qk = *p.quant;
   const std::vector<std::uint8_t> kc = quant_codes("control", "k", qk.format, qk.k, p.k),
@@ -281,13 +284,18 @@ Outcome folded_forward(const Problem& p, QDot how) {
           lse(b, h, i, 0) = l > 0 ? double(m) + std::log(double(l)) : -HUGE_VAL;
           for (Index c = 0; c < vs.D; ++c) {
             A acc = 0;
+            const auto p_of = [&](Index j) -> A {  // P as the product with V takes it
+              const A e = std::exp(s[std::size_t(j)] - m);
+              if (p_fp8 == PFp8::exact) return e;
+              const A p8 = A(quant_value(QuantFormat::e4m3fn, quant_nearest(QuantFormat::e4m3fn, double(e) * 448)));
+              return p_fp8 == PFp8::e4m3 ? p8 / A(448) : p8;
+            };
             for (Index j = 0; j < ks.T; ++j)
               if (vis.visible(i, j))
-                acc +=
-                    std::exp(s[std::size_t(j)] - m) *
-                    (A(qk.v.scale(b, g, j, c)) * (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
-                                                  A(qk.v.zero_point(b, g, j))) +
-                     A(qk.v.min(b, g, j, c)));
+                acc += p_of(j) * (A(qk.v.scale(b, g, j, c)) *
+                                      (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
+                                       A(qk.v.zero_point(b, g, j))) +
+                                  A(qk.v.min(b, g, j, c)));
             o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
           }
           for (Index j = 0; j < ks.T; ++j)
@@ -594,6 +602,28 @@ std::vector<Mutant> quant_mutants() {
                      .minimal_shape = {1, 1, 1, 1},
                      .why_minimal = "one query over one key: its LSE is its score",
                      .killed_by = {"kv-quant-oracle"}});
+  // P cast to FP8 e4m3 for P·V, declared (Feature::p_fp8; FlashAttention 3's FP8 forward).
+  Capabilities p8 = quant_capabilities();
+  p8.features.add({Feature::p_fp8, Feature::q_quant});
+  z.push_back(Mutant{
+      .impl = make_implementation("control:kv-quant-p-fp8", "correct; P cast to FP8 e4m3 for P·V, declared", p8,
+                                  [](const Problem& p) { return folded_forward(p, QDot::exact, PFp8::e4m3); }),
+      .bug = "control: the quantised control with P = exp(s - m) scaled by 448, cast to FP8 e4m3 and descaled before "
+             "its product with V (the row sum from P in float), declared (ATTNCHECK_CAP4_P_FP8): exact bounds would "
+             "call it wrong, tolerance.cpp's step 12c holds it",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {}});
+  z.push_back(Mutant{
+      .impl = make_implementation(
+          "mutant:kv-p-fp8-descale-dropped", "P's FP8 scale of 448 never divided out", p8,
+          [](const Problem& p) { return folded_forward(p, QDot::exact, PFp8::e4m3_descale_dropped); }),
+      .bug = "P scaled by 448 into FP8 e4m3's range for P·V and the descale forgotten: every output 448 times too "
+             "large, which the declared FP8 rounding does not excuse",
+      .minimal_shape = {1, 1, 1, 1},
+      .why_minimal = "one query over one key: the output is V's row times 448",
+      .killed_by = {"kv-quant-oracle"}});
   // ggml's own compute precision, declared (Feature::q_dot_ggml_q8): q rounded to Q8_0 (Q8_1) blocks for the dot.
   Capabilities q8 = ggml_capabilities();
   q8.features.add(Feature::q_dot_ggml_q8);

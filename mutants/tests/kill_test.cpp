@@ -276,6 +276,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:kv-ggml-scale-sign-dropped", {.T_k = 1}},
     {"mutant:kv-ggml-q8-sum-without-d", {.T_k = 1}},
     {"mutant:q-descale-dropped", {.T_k = 1}},
+    {"mutant:kv-p-fp8-descale-dropped", {.T_k = 1}},
     {"mutant:q-descale-twice", {.T_k = 1}},
     {"mutant:q-descale-per-kv-head", {.T_k = 1, .H_kv = 1}},
     {"mutant:q-descale-from-k", {.T_k = 1}},
@@ -660,7 +661,7 @@ const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",   
                                                       "control:dbias-from-weights", "control:temperature-in-the-scale",
                                                       "control:rope-at-the-dtype", "control:qk-norm-in-float",
                                                       "control:dropout-own-rng", "control:kv-quant-folded",
-                                                      "control:kv-quant-ggml-q8"};
+                                                      "control:kv-quant-ggml-q8", "control:kv-quant-p-fp8"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }
@@ -772,23 +773,27 @@ TEST(Zoo, gradientMutantsAreCaughtAtALongContext) {
   EXPECT_GE(checked, 15);
 }
 
-// The Q8 declaration is what holds ggml's dot, not a slack every bound has: the control that rounds q to Q8_0 blocks
-// holds kv-quant-oracle declaring it (the false-alarm sweep) and is falsified by the same law without it.
-TEST(Zoo, ggmlsQ8DotHoldsOnlyWhereDeclared) {
-  const Mutant* m = find_mutant("control:kv-quant-ggml-q8");
-  ASSERT_NE(m, nullptr);
-  Capabilities caps = m->impl->capabilities();
-  ASSERT_TRUE(caps.declares(Feature::q_dot_ggml_q8));
-  caps.features.remove(Feature::q_dot_ggml_q8);
-  const ImplementationPtr undeclared = make_implementation(
-      "control:kv-quant-ggml-q8-undeclared", "the control, not declaring its Q8 rounding", caps,
-      [m](const Problem& p) { return m->impl->forward(p); });
-  RunOptions o;
-  o.seed = 1;
-  const LawResult declared = run_law(*find_law("kv-quant-oracle"), *m->impl, o);
-  const LawResult r = run_law(*find_law("kv-quant-oracle"), *undeclared, o);
-  EXPECT_EQ(declared.status, LawStatus::held) << declared.note;
-  EXPECT_EQ(r.status, LawStatus::falsified) << r.note;
+// A compute-precision declaration is what holds such a kernel, not a slack every bound has: the controls that round q
+// to ggml's Q8_0 blocks and P to FP8 e4m3 hold kv-quant-oracle declaring it (the false-alarm sweep) and are falsified
+// by the same law without it.
+TEST(Zoo, computePrecisionsHoldOnlyWhereDeclared) {
+  for (const auto& [name, f] : {std::pair{"control:kv-quant-ggml-q8", Feature::q_dot_ggml_q8},
+                                {"control:kv-quant-p-fp8", Feature::p_fp8}}) {
+    const Mutant* m = find_mutant(name);
+    ASSERT_NE(m, nullptr) << name;
+    Capabilities caps = m->impl->capabilities();
+    ASSERT_TRUE(caps.declares(f)) << name;
+    caps.features.remove(f);
+    const ImplementationPtr undeclared =
+        make_implementation(std::string(name) + "-undeclared", "the control, not declaring its precision", caps,
+                            [m](const Problem& p) { return m->impl->forward(p); });
+    RunOptions o;
+    o.seed = 1;
+    const LawResult declared = run_law(*find_law("kv-quant-oracle"), *m->impl, o);
+    const LawResult r = run_law(*find_law("kv-quant-oracle"), *undeclared, o);
+    EXPECT_EQ(declared.status, LawStatus::held) << name << ": " << declared.note;
+    EXPECT_EQ(r.status, LawStatus::falsified) << name << ": " << r.note;
+  }
 }
 
 }  // namespace

@@ -98,14 +98,19 @@ std::string unquote(std::string s) {
 }
 
 // The case with what impl declares about its arithmetic marked on its calls, whose bounds widen by it: Q rounded to
-// ggml's Q8 blocks (Feature::q_dot_ggml_q8, QuantizedKV::q_dot_ggml_q8, tolerance.cpp step 12b). Empty when it
+// ggml's Q8 blocks (Feature::q_dot_ggml_q8, QuantizedKV::q_dot_ggml_q8, tolerance.cpp step 12b), P cast to FP8 e4m3
+// (Feature::p_fp8, QuantizedKV::p_fp8, step 12c). Empty when it
 // declares nothing the case uses. A mark, not a draw: generated and stored cases get it alike, and no file keeps it.
 std::optional<LawCase> with_declared_precision(const LawCase& c, const Implementation& impl) {
-  if (!impl.capabilities().declares(Feature::q_dot_ggml_q8) || !(c.problem.quant || (c.variant && c.variant->quant)))
-    return std::nullopt;
+  const Capabilities& caps = impl.capabilities();
+  const bool q8 = caps.declares(Feature::q_dot_ggml_q8), p8 = caps.declares(Feature::p_fp8);
+  if (!(q8 || p8) || !(c.problem.quant || (c.variant && c.variant->quant))) return std::nullopt;
   LawCase d = c;
-  if (d.problem.quant) d.problem.quant->q_dot_ggml_q8 = true;
-  if (d.variant && d.variant->quant) d.variant->quant->q_dot_ggml_q8 = true;
+  for (Problem* p : {&d.problem, d.variant ? &*d.variant : nullptr})
+    if (p && p->quant) {
+      p->quant->q_dot_ggml_q8 = q8;
+      p->quant->p_fp8 = p8;
+    }
   return d;
 }
 

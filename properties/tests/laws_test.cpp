@@ -489,6 +489,7 @@ TEST(Law, kvQuantKScale) { expectHoldsOnReference("kv-quant-k-scale", kAllDtypes
 TEST(Law, kvQuantVScale) { expectHoldsOnReference("kv-quant-v-scale", kAllDtypes); }
 TEST(Law, kvQuantRequantise) { expectHoldsOnReference("kv-quant-requantise", kAllDtypes); }
 TEST(Law, kvQuantDense) { expectHoldsOnReference("kv-quant-dense", {DType::f32, DType::f16}); }
+TEST(Law, kvQuantHeadRotation) { expectHoldsOnReference("kv-quant-head-rotation", {DType::f32, DType::bf16}); }
 
 // The quantised-cache laws draw every declared format, granularity and zero points, with scales that are powers of
 // two and not, codes at the format's limits (its largest, saturated values; e4m3fn's subnormals), and nothing
@@ -505,6 +506,7 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
     ASSERT_TRUE(p.quant.has_value());
     const QuantizedKV& q = *p.quant;
     seen.insert(std::string(quant_format_name(q.format)));
+    if (q.q) seen.insert("quantised q");
     for (const QuantScales* s : {&q.k, &q.v}) {
       seen.insert(std::string(quant_granularity_name(s->granularity)));
       if (!s->zero_points.empty()) seen.insert("zero points");
@@ -525,7 +527,7 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
   }
   for (const char* want : {"e4m3fn", "e5m2", "int8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "tensor", "kv_head",
                            "token_head", "block32", "zero points", "power of two", "not a power of two", "largest code",
-                           "e4m3fn subnormal", "negative block scale"})
+                           "e4m3fn subnormal", "negative block scale", "quantised q"})
     EXPECT_TRUE(seen.count(want)) << want;
   // Only what is declared: an int8-only, per-tensor kernel gets int8 per-tensor caches without zero points.
   GenConfig int8_only = g;
@@ -691,7 +693,8 @@ TEST(Law, everyLawHasATest) {
                                         "qk-norm-scale-invariance", "dropout-as-its-mask",
                                         "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask",
                                         "kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale",
-                                        "kv-quant-requantise", "kv-quant-dense"};
+                                        "kv-quant-requantise", "kv-quant-dense",
+                                        "kv-quant-head-rotation"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

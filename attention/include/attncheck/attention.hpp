@@ -312,6 +312,8 @@ struct HeadModifiers {
   bool q_dot_ggml_q8 = false;
   /// q too is dequantised values (QuantizedKV::q): the scores' bound widens by its dequantisation (step 12).
   bool dequantised_q = false;
+  /// The kernel casts P to FP8 e4m3 for P·V (QuantizedKV::p_fp8): the output's bound widens (step 12c).
+  bool p_fp8 = false;
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }

@@ -113,6 +113,9 @@ struct QuantizedKV {
   /// by that rounding (tolerance.cpp step 12b). Set from the implementation's declaration (Feature::q_dot_ggml_q8) by
   /// the law runner before a case is checked; no codec sends or stores it.
   bool q_dot_ggml_q8 = false;
+  /// A compute precision as q_dot_ggml_q8 is (Feature::p_fp8): P = exp(s - m) cast to FP8 e4m3 for its product with V
+  /// (FlashAttention 3's FP8 forward). The output's bound widens by it (tolerance.cpp step 12c).
+  bool p_fp8 = false;
   bool operator==(const QuantizedKV&) const = default;
 };
 

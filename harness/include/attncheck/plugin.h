@@ -172,6 +172,10 @@ extern "C" {
 /** Q quantised too (attncheck_quant_kv.q), in the cache's FP8 or int8 format with scales of its own: FlashAttention
  *  3's FP8 Q with its q descale. */
 #define ATTNCHECK_CAP4_Q_QUANT 0x400000u
+/** A compute precision, declared with a quantised cache: P = exp(s - m) cast to FP8 e4m3 (possibly scaled into its
+ *  range first, and descaled) for its product with V, as FlashAttention 3's FP8 forward does. attncheck's output bounds
+ *  then widen by that rounding; the call is the same. */
+#define ATTNCHECK_CAP4_P_FP8 0x800000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */

@@ -106,10 +106,13 @@ enum class Feature : std::uint8_t {
   /// Q quantised too, in the cache's FP8 or int8 format with scales of its own (FlashAttention 3's q descale):
   /// QuantizedKV::q. Drawn by the kv-quant-* laws with a declared FP8 or int8 format.
   q_quant,
+  /// A compute precision, like q_dot_ggml_q8: in a quantised call, P = exp(s - m) cast to FP8 e4m3 (possibly scaled
+  /// into its range first) for the product with V, as FlashAttention 3's FP8 forward does (tolerance.cpp step 12c).
+  p_fp8,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::q_quant) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::p_fp8) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -306,6 +306,9 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .words = "Q quantised with the cache, with scales of its own",
      .used = [](const Problem& p) { return p.quant && p.quant->q.has_value(); },
      .needs = [](const Problem&) { return std::string("Q quantised with the cache"); }},
+    // A declaration of how it computes, which no call uses: the bounds of its quantised cases widen (step 12c).
+    {.id = Feature::p_fp8, .name = "p_fp8", .flags4 = 0x800000, .c_name = "ATTNCHECK_CAP4_P_FP8",
+     .words = "P cast to FP8 e4m3 for its product with V in a quantised call"},
 }};
 
 constexpr bool rows_in_id_order() {

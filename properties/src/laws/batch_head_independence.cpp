@@ -70,15 +70,6 @@ rc::Gen<LawCase> gen(const GenConfig& cfg) {
   });
 }
 
-// Batch entries rotated by rb and heads by rh.
-Tensor<double> rotate(const Tensor<double>& t, Index rb, Index rh) {
-  const Shape& s = t.shape();
-  Tensor<double> r(s);
-  for (Index b = 0; b < s.B; ++b)
-    for (Index h = 0; h < s.H; ++h) r.head((b + rb) % s.B, (h + rh) % s.H) = t.head(b, h);
-  return r;
-}
-
 std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;
   const Index H = p.q.shape().H, H_kv = p.kv_heads(), group = H / H_kv;
@@ -102,9 +93,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
   if (rb == 0 && rg == 0) return std::nullopt;
   // Rotating kv heads by rg moves their query heads by rg·group, so the mapping h -> h / group is kept.
   Problem r = p;
-  r.q = rotate(r.q, rb, rg * group);
-  r.k = rotate(r.k, rb, rg);
-  r.v = rotate(r.v, rb, rg);
+  r.q = rotated_slices(r.q, rb, rg * group);
+  r.k = rotated_slices(r.k, rb, rg);
+  r.v = rotated_slices(r.v, rb, rg);
   if (!r.key_lengths.empty())
     for (Index bb = 0; bb < p.q.shape().B; ++bb)
       r.key_lengths[std::size_t((bb + rb) % p.q.shape().B)] = p.key_lengths[std::size_t(bb)];
@@ -120,9 +111,9 @@ std::optional<Violation> check(const Implementation& impl, const LawCase& c) {
       for (Index h = 0; h < H; ++h) (*to)[std::size_t((h + rg * group) % H)] = (*from)[std::size_t(h)];
   const Outcome rot = call(impl, r);
   const OracleRun o = run_oracle(p);
-  Tensor<double> tol = rotate(o.tol_out, rb, rg * group);
+  Tensor<double> tol = rotated_slices(o.tol_out, rb, rg * group);
   tol.values() *= 2;
-  v = compare(law, "output", rotate(a.output, rb, rg * group), rot.output, &tol, {});
+  v = compare(law, "output", rotated_slices(a.output, rb, rg * group), rot.output, &tol, {});
   if (v) {
     v->message += " after rotating batches by " + std::to_string(rb) + " and " +
                   (group > 1 ? "kv heads by " + std::to_string(rg) + " (query heads by " +

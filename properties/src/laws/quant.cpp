@@ -437,8 +437,107 @@ std::optional<Violation> check_dense(const Implementation& impl, const LawCase& 
                      "a quantised cache is the dense call on its dequantised values");
 }
 
+// --- kv-quant-head-rotation ------------------------------------------------------------------------------------
+
+// The cases: quantised, with at least two (batch entry, kv head) slices (a case with one is drawn again), and a
+// rotation r of them in [1, B·H_kv): batch entries by r / H_kv, kv heads by r % H_kv (shrinking toward moving one kv
+// head, or one entry). No mask or modifier that belongs to a head or an entry other than key lengths (it would have to
+// rotate too).
+rc::Gen<LawCase> gen_rotation(const GenConfig& cfg) {
+  ProblemOptions po = options(cfg, false);
+  po.allow.remove({Feature::block_mask, Feature::dense_mask, Feature::documents, Feature::query_documents,
+                   Feature::bias, Feature::alibi, Feature::sinks});
+  const auto slices = [](const LawCase& c) { return c.problem.k.shape().B * c.problem.k.shape().H; };
+  return rc::gen::exec([=] {
+    LawCase c = *rc::gen::suchThat(gen_with(cfg, po), [=](const LawCase& x) { return slices(x) >= 2; });
+    const Index H_kv = c.problem.k.shape().H, r = *rc::gen::inRange<Index>(1, slices(c));
+    c.params["rotate_b"] = double(r / H_kv);
+    c.params["rotate_g"] = double(r % H_kv);
+    return c;
+  });
+}
+
+// A side's scales (zero points, minimums) moved with their groups: along the batch by rb and the heads by rh where the
+// granularity has those extents (per tensor nothing moves; per kv head the heads; per token and ggml's blocks both).
+QuantScales rotated(const QuantScales& s, Index rb, Index rh) {
+  QuantScales r = s;
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h)
+      for (Index t = 0; t < s.T; ++t)
+        for (Index n = 0; n < s.C; ++n) {
+          const std::size_t from = s.at(b, h, t, n * kQuantBlock),
+                            to = s.at((b + rb) % s.B, (h + rh) % s.H, t, n * kQuantBlock);
+          r.scales[to] = s.scales[from];
+          if (!s.zero_points.empty())
+            r.zero_points[s.at((b + rb) % s.B, (h + rh) % s.H, t)] = s.zero_points[s.at(b, h, t)];
+          if (!s.mins.empty()) r.mins[to] = s.mins[from];
+        }
+  return r;
+}
+
+const char* kRotationWhy =
+    "A scale belongs to its group: per kv head, or per batch entry, kv head and key. Rotating the batch entries and "
+    "the "
+    "kv heads of a quantised call together with their scales (and the query heads of each group with them, and a "
+    "quantised Q's scales with its heads) is the same attention on moved slices, so the outputs move the same way, "
+    "within twice the derived bound (a kernel may split its work by position). A kernel that reads a head's scale at "
+    "a fixed index (head 0's for every head, the first entry's for every batch entry), from a table in another order, "
+    "or by the query head's index where the kv head's is meant, gives the moved heads other scales, and breaks it.";
+
+std::optional<Violation> check_rotation(const Implementation& impl, const LawCase& c) {
+  const char* law = "kv-quant-head-rotation";
+  Problem p = c.problem;
+  if (!p.quant) return std::nullopt;
+  p.want_weights = false;
+  const Index B = p.q.shape().B, H = p.q.shape().H, H_kv = p.k.shape().H, group = H / H_kv;
+  const Index rb = int_param(c, law, "rotate_b", 0, B - 1), rg = int_param(c, law, "rotate_g", 0, H_kv - 1);
+  if (rb == 0 && rg == 0) return std::nullopt;
+  if (p.bias || p.block_mask || p.dense_mask || !p.doc_bounds.empty() || !p.alibi_slopes.empty() || !p.sinks.empty())
+    return std::nullopt;  // a stored case the law does not draw
+  Problem r = p;
+  r.q = rotated_slices(p.q, rb, rg * group);
+  r.k = rotated_slices(p.k, rb, rg);
+  r.v = rotated_slices(p.v, rb, rg);
+  r.quant->k = rotated(p.quant->k, rb, rg);
+  r.quant->v = rotated(p.quant->v, rb, rg);
+  if (p.quant->q) r.quant->q = rotated(*p.quant->q, rb, rg * group);
+  if (!p.key_lengths.empty())
+    for (Index b = 0; b < B; ++b) r.key_lengths[std::size_t((b + rb) % B)] = p.key_lengths[std::size_t(b)];
+  const Outcome a = call(impl, p), rot = call(impl, r);
+  const OracleRun o = run_oracle(p);
+  Tensor<double> tol = rotated_slices(o.tol_out, rb, rg * group);
+  tol.values() *= 2;
+  std::optional<Violation> v = compare(law, "output", rotated_slices(a.output, rb, rg * group), rot.output, &tol, {});
+  if (v) {
+    v->message += " after rotating batch entries by " + std::to_string(rb) + " and kv heads by " + std::to_string(rg) +
+                  " with their scales (the outputs must rotate the same way)";
+    v->call = r;
+    v->call_what = "the case with batch entries and kv heads rotated, their scales with them";
+  }
+  return v;
+}
+
+std::string needs_rotation(const GenConfig& g) {
+  if (std::string why = needs_quant(g); !why.empty()) return why;
+  return g.max_B * g.max_H < 2 ? "needs two (batch, head) slices, but --max-B and --max-H are both 1" : "";
+}
+
 }  // namespace quant_law
 }  // namespace
+
+Law kv_quant_head_rotation() {
+  using namespace quant_law;
+  return {
+      "kv-quant-head-rotation",
+      "rotating batch entries and kv heads with their scales rotates the outputs",
+      kRotationWhy,
+      LawDoc{"67", "batch entries and kv heads rotated with their per-head and per-token scales: the outputs rotate",
+             "twice the derived bound (`attention/src/tolerance.cpp` step 12)"},
+      needs_rotation,
+      gen_rotation,
+      check_rotation,
+      0};
+}
 
 Law kv_quant_oracle() {
   using namespace quant_law;

@@ -86,5 +86,6 @@ Law kv_quant_k_scale();
 Law kv_quant_v_scale();
 Law kv_quant_requantise();
 Law kv_quant_dense();
+Law kv_quant_head_rotation();
 
 }  // namespace attncheck::law_kit

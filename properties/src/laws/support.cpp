@@ -107,6 +107,14 @@ const Problem& variant_of(const LawCase& c, const char* law) {
   return *c.variant;
 }
 
+Tensor<double> rotated_slices(const Tensor<double>& t, Index rb, Index rh) {
+  const Shape& s = t.shape();
+  Tensor<double> r(s);
+  for (Index b = 0; b < s.B; ++b)
+    for (Index h = 0; h < s.H; ++h) r.head((b + rb) % s.B, (h + rh) % s.H) = t.head(b, h);
+  return r;
+}
+
 Index int_param(const LawCase& c, const char* law, const char* key, Index lo, Index hi, const char* fallback) {
   auto it = c.params.find(key);
   if (it == c.params.end() && fallback) it = c.params.find(fallback);

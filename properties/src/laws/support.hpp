@@ -103,6 +103,8 @@ constexpr Index kMaxSeed = Index{1} << 52, kMaxExtent = Index{1} << 16;
 /// what came and what was expected, never an out-of-range index or a float-to-integer conversion that
 /// overflows. `fallback` names an older spelling of the key, read when `key` is absent.
 Index int_param(const LawCase& c, const char* law, const char* key, Index lo, Index hi, const char* fallback = nullptr);
+/// t [B,H,T,D] with its batch entries moved by rb and its heads by rh (cyclically): slice (b, h) to (b + rb, h + rh).
+Tensor<double> rotated_slices(const Tensor<double>& t, Index rb, Index rh);
 
 /// Which entries a comparison looks at: include(b, h, i, j).
 using Include = std::function<bool(Index, Index, Index, Index)>;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "attncheck/error.hpp"
@@ -354,6 +355,153 @@ std::vector<std::uint8_t> unpack_blocks(QuantFormat f, const Shape& sh, const st
     }
   }
   return codes;
+}
+
+std::size_t QuantPool::row(const PagedKV& pk, Index page, Index slot, Index g) const {
+  const Index H = pk.layout == PageLayout::token_major ? shape.T : shape.H;
+  return std::size_t(pk.pool_offset(page, slot, g, 0, H, 1)) * std::size_t(row_bytes);
+}
+
+std::size_t QuantPool::scale_at(const PagedKV& pk, Index page, Index slot, Index g) const {
+  return pk.layout == PageLayout::token_major ? scales.at(page, slot, g) : scales.at(page, g, slot);
+}
+
+QuantScales quant_pool_extents(QuantGranularity g, const PagedKV& pk, Index H) {
+  QuantScales ps;
+  ps.granularity = g;
+  const bool tm = pk.layout == PageLayout::token_major;
+  if (g == QuantGranularity::kv_head) (tm ? ps.T : ps.H) = H;
+  if (g == QuantGranularity::token_head) {
+    ps.B = pk.num_pages;
+    ps.H = tm ? pk.page_size : H;
+    ps.T = tm ? H : pk.page_size;
+  }
+  return ps;
+}
+
+namespace {
+double fill_scale(PageFill f) {
+  switch (f) {
+    case PageFill::zero:
+      return 0.0;
+    case PageFill::nan:
+      return std::numeric_limits<double>::quiet_NaN();
+    case PageFill::pos_inf:
+      return std::numeric_limits<double>::infinity();
+    case PageFill::neg_inf:
+      return -std::numeric_limits<double>::infinity();
+    case PageFill::huge:
+      return 1e30;
+  }
+  return 0.0;
+}
+}  // namespace
+
+QuantPool page_quant(QuantFormat f, const QuantScales& s, const Tensor<double>& x, const std::vector<Index>& lengths,
+                     const PagedKV& pk) {
+  const Shape& sh = x.shape();
+  check_paged(pk, sh.B, lengths);
+  const bool blocked = quant_blocked(f), per_token = s.granularity == QuantGranularity::token_head;
+  std::vector<std::uint8_t> rows = quant_codes("page_quant", "cache", f, s, x);
+  if (blocked) rows = pack_blocks(f, s, sh, rows);
+  QuantPool pool;
+  pool.shape = pk.pool_shape(sh.H, sh.D);
+  pool.row_bytes = blocked ? sh.D / kQuantBlock * Index(quant_block_bytes(f)) : sh.D;
+  pool.bytes.assign(std::size_t(pk.num_pages * pk.page_size * sh.H * pool.row_bytes),
+                    pk.fill == PageFill::zero ? 0x00 : 0xFF);
+  pool.scales = quant_pool_extents(s.granularity, pk, sh.H);
+  if (!blocked) {
+    if (per_token) {
+      const std::size_t n = std::size_t(pool.scales.B * pool.scales.H * pool.scales.T);
+      pool.scales.scales.assign(n, fill_scale(pk.fill));
+      if (!s.zero_points.empty()) pool.scales.zero_points.assign(n, 0.0);
+    } else {  // per tensor or kv head: the same values, along the pool's head axis
+      pool.scales.scales = s.scales;
+      pool.scales.zero_points = s.zero_points;
+    }
+  }
+  std::vector<char> written(std::size_t(pk.num_pages * pk.page_size), 0);
+  const std::size_t rb = std::size_t(pool.row_bytes);
+  for (Index b = 0; b < sh.B; ++b) {
+    const Index len = lengths[std::size_t(b)];
+    if (len < 0 || len > sh.T)
+      throw std::invalid_argument("paged quantised K and V: sequence " + std::to_string(b) + " has length " +
+                                  std::to_string(len) + ", expected 0.." + std::to_string(sh.T));
+    for (Index t = 0; t < len; ++t) {
+      const Index page = pk.block_table[std::size_t(b * pk.max_pages + t / pk.page_size)], slot = t % pk.page_size;
+      char& w = written[std::size_t(page * pk.page_size + slot)];
+      for (Index g = 0; g < sh.H; ++g) {
+        const std::uint8_t* src = rows.data() + std::size_t((b * sh.H + g) * sh.T + t) * rb;
+        std::uint8_t* dst = pool.bytes.data() + pool.row(pk, page, slot, g);
+        const std::size_t at = pool.scale_at(pk, page, slot, g);
+        const bool differs =
+            w && (std::memcmp(dst, src, rb) != 0 ||
+                  (per_token && !blocked &&
+                   (pool.scales.scales[at] != s.scale(b, g, t) ||
+                    (!s.zero_points.empty() && pool.scales.zero_points[at] != s.zero_point(b, g, t)))));
+        if (differs)
+          throw std::invalid_argument("paged quantised K and V: page " + std::to_string(page) + " is shared, but key " +
+                                      std::to_string(t) + " of sequence " + std::to_string(b) +
+                                      " differs from the key another sequence wrote there");
+        std::memcpy(dst, src, rb);
+        if (per_token && !blocked) {
+          pool.scales.scales[at] = s.scale(b, g, t);
+          if (!s.zero_points.empty()) pool.scales.zero_points[at] = s.zero_point(b, g, t);
+        }
+      }
+      w = 1;
+    }
+  }
+  return pool;
+}
+
+Tensor<double> unpage_quant(QuantFormat f, const QuantPool& pool, const PagedKV& pk, Index B, Index T,
+                            const std::vector<Index>& lengths, QuantScales& s) {
+  const bool tm = pk.layout == PageLayout::token_major, blocked = quant_blocked(f);
+  const Index H = tm ? pool.shape.T : pool.shape.H, D = pool.shape.D;
+  check_paged(pk, B, lengths);
+  const Shape cache{B, H, T, D};
+  const Index rb = blocked ? D / kQuantBlock * Index(quant_block_bytes(f)) : D;
+  if (!(pool.shape == pk.pool_shape(H, D)) || pool.row_bytes != rb ||
+      pool.bytes.size() != std::size_t(pk.num_pages * pk.page_size * H * rb))
+    throw std::invalid_argument("paged quantised K and V: expected a pool " + to_string(pk.pool_shape(H, D)) + " of " +
+                                std::to_string(pk.num_pages * pk.page_size * H * rb) + " bytes, got " +
+                                to_string(pool.shape) + " of " + std::to_string(pool.bytes.size()));
+  const QuantGranularity g = pool.scales.granularity;
+  const bool per_token = g == QuantGranularity::token_head;
+  s = quant_extents(g, cache);
+  if (!blocked) {
+    const std::size_t n = std::size_t(s.B * s.H * s.T);
+    if (per_token) {
+      s.scales.assign(n, 1.0);
+      if (!pool.scales.zero_points.empty()) s.zero_points.assign(n, 0.0);
+    } else {
+      s.scales = pool.scales.scales;
+      s.zero_points = pool.scales.zero_points;
+    }
+  }
+  std::vector<std::uint8_t> rows(std::size_t(B * H * T * rb), 0);
+  for (Index b = 0; b < B; ++b)
+    for (Index h = 0; h < H; ++h)
+      for (Index t = 0; t < T; ++t) {
+        std::uint8_t* dst = rows.data() + std::size_t((b * H + h) * T + t) * std::size_t(rb);
+        if (t >= lengths[std::size_t(b)]) {  // not stored: the code of 0 (ggml's: a zero block)
+          if (!blocked) std::memset(dst, *quant_exact(f, s.zero_point(b, h, t)), std::size_t(rb));
+          continue;
+        }
+        const Index page = pk.block_table[std::size_t(b * pk.max_pages + t / pk.page_size)], slot = t % pk.page_size;
+        std::memcpy(dst, pool.bytes.data() + pool.row(pk, page, slot, h), std::size_t(rb));
+        if (per_token && !blocked) {
+          const std::size_t at = pool.scale_at(pk, page, slot, h);
+          s.scales[s.at(b, h, t)] = pool.scales.scales[at];
+          if (!s.zero_points.empty()) s.zero_points[s.at(b, h, t)] = pool.scales.zero_points[at];
+        }
+      }
+  if (blocked) {
+    const std::vector<std::uint8_t> codes = unpack_blocks(f, cache, rows.data(), s);
+    return dequantize(f, s, cache, codes.data());
+  }
+  return dequantize(f, s, cache, rows.data());
 }
 
 }  // namespace attncheck

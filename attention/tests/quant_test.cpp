@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "attncheck/attention.hpp"
 #include "attncheck/error.hpp"
@@ -99,6 +100,68 @@ TEST(Quant, aCacheRoundTripsThroughItsScales) {
           },
           ValueError);
     }
+}
+
+// A quantised cache in pages: each live key's row and per-token scale sit at its page and slot (checked against
+// scatter_pages of the code values and of the scales as a [B,H_kv,T,1] tensor), free slots hold the fill, and
+// unpage_quant reads back the cache, keys past a sequence's length as 0, in every format, granularity and layout.
+TEST(Quant, aPagedCacheRoundTripsThroughItsPool) {
+  const Shape s{2, 2, 5, 32};
+  Tensor<double> x(s);
+  for (Index n = 0; n < x.size(); ++n) x.values()[n] = std::sin(1.3 * double(n)) * 5;
+  const std::vector<Index> lengths{5, 3};
+  for (const PageLayout l : {PageLayout::token_major, PageLayout::head_major})
+    for (const QuantFormat f : kQuantFormats)
+      for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head,
+                                       QuantGranularity::token_head, QuantGranularity::block32}) {
+        if (quant_blocked(f) != (g == QuantGranularity::block32)) continue;
+        SCOPED_TRACE(std::string(quant_format_name(f)) + " " + std::string(quant_granularity_name(g)) + " " +
+                     page_layout_name(l));
+        QuantScales sc = quant_extents(g, s);
+        for (Index i = 0; i < sc.B * sc.H * sc.T * sc.C; ++i) {
+          sc.scales.push_back(double(float(quant_blocked(f) ? 0.25 + 0.125 * double(i % 3) : 0.03 + 0.01 * double(i))));
+          if (f == QuantFormat::int8) sc.zero_points.push_back(double(i % 5) - 2);
+          if (quant_has_min(f)) sc.mins.push_back(-0.5 * double(i % 4));
+        }
+        const Tensor<double> y = quantize_dequantize(f, sc, x);
+        PagedKV pk;  // sequence 0 in pages 4, 0, 2; sequence 1 in 1, 3; page 5 spare; junk past each row's pages
+        pk.page_size = 2;
+        pk.layout = l;
+        pk.num_pages = 6;
+        pk.max_pages = 4;
+        pk.block_table = {4, 0, 2, -7, 1, 3, 99, 2147483647};
+        pk.fill = PageFill::nan;
+        const QuantPool pool = page_quant(f, sc, y, lengths, pk);
+        EXPECT_EQ(pool.shape, pk.pool_shape(2, 32));
+        // Key 4 of sequence 0 is page 2's slot 0, key 2 of sequence 1 page 3's slot 0; page 3's slot 1 is free.
+        const std::size_t rb = std::size_t(pool.row_bytes);
+        const std::vector<std::uint8_t> codes = quant_codes("test", "k", f, sc, y);
+        if (!quant_blocked(f)) {
+          EXPECT_EQ(
+              std::memcmp(pool.bytes.data() + pool.row(pk, 2, 0, 1), codes.data() + ((0 * 2 + 1) * 5 + 4) * 32, rb), 0);
+          EXPECT_EQ(
+              std::memcmp(pool.bytes.data() + pool.row(pk, 3, 0, 0), codes.data() + ((1 * 2 + 0) * 5 + 2) * 32, rb), 0);
+          if (g == QuantGranularity::token_head) {
+            EXPECT_EQ(pool.scales.scales[pool.scale_at(pk, 2, 0, 1)], sc.scale(0, 1, 4));
+            EXPECT_EQ(pool.scales.scales[pool.scale_at(pk, 3, 0, 0)], sc.scale(1, 0, 2));
+            EXPECT_TRUE(std::isnan(pool.scales.scales[pool.scale_at(pk, 3, 1, 1)]));
+          }
+        }
+        EXPECT_EQ(pool.bytes[pool.row(pk, 3, 1, 1)], 0xFF);  // a free slot: NaN in FP8, a NaN d in ggml's blocks
+        EXPECT_EQ(pool.bytes[pool.row(pk, 5, 0, 0)], 0xFF);  // the spare page
+        QuantScales back;
+        const Tensor<double> z = unpage_quant(f, pool, pk, 2, 5, lengths, back);
+        EXPECT_EQ(back.granularity, g);
+        for (Index b = 0; b < 2; ++b)
+          for (Index h = 0; h < 2; ++h)
+            for (Index t = 0; t < 5; ++t)
+              for (Index c = 0; c < 32; ++c) {
+                const bool live = t < lengths[std::size_t(b)];
+                ASSERT_EQ(z(b, h, t, c), live ? y(b, h, t, c) : 0.0) << b << h << t << c;
+                if (live) ASSERT_EQ(back.scale(b, h, t, c), sc.scale(b, h, t, c));
+              }
+        check_quant_scales("test", "k", f, back, s);
+      }
 }
 
 // ggml's blocks as ggml lays them out (ggml-common.h's block_q8_0 ... block_q5_1, dequantize_row_q*): hand-made blocks

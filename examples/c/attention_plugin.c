@@ -126,13 +126,21 @@ static double dequantised(const attncheck_quant_tensor* t, int64_t b, int64_t g,
 #endif
 
 static double kv(const attncheck_call* call, int which, int64_t b, int64_t g, int64_t j, int64_t d) {
-#ifdef ABI4
-  if (call->quant) return dequantised(which ? &call->quant->v : &call->quant->k, b, g, j, d);
-#endif
   const attncheck_paged_kv* pk = call->paged;
+#ifdef ABI4
+  if (call->quant && !pk) return dequantised(which ? &call->quant->v : &call->quant->k, b, g, j, d);
+#endif
   if (!pk) return load(which ? &call->v : &call->k, call->dtype, b, g, j, d);
-  const attncheck_tensor_in* pool = which ? &pk->v_pages : &pk->k_pages;
   const int64_t page = pk->block_table[b * pk->block_table_stride + j / pk->page_size], slot = j % pk->page_size;
+#ifdef ABI4
+  /* Paged and quantised (ATTNCHECK_CAP4_PAGED_QUANT): quant->k and quant->v are the pools, codes and scales alike in
+   * the layout's order, so a key's element is the pool's (page, slot, g, d) or (page, g, slot, d). */
+  if (call->quant) {
+    const attncheck_quant_tensor* t = which ? &call->quant->v : &call->quant->k;
+    return pk->layout == ATTNCHECK_PAGED_TOKEN_MAJOR ? dequantised(t, page, slot, g, d) : dequantised(t, page, g, slot, d);
+  }
+#endif
+  const attncheck_tensor_in* pool = which ? &pk->v_pages : &pk->k_pages;
   return pk->layout == ATTNCHECK_PAGED_TOKEN_MAJOR ? load(pool, call->dtype, page, slot, g, d)
                                                    : load(pool, call->dtype, page, g, slot, d);
 }
@@ -711,7 +719,11 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 ATTNCHECK_CAP4_KV_E5M2 | ATTNCHECK_CAP4_KV_INT8 | ATTNCHECK_CAP4_KV_SCALE_PER_HEAD |
                 ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS | ATTNCHECK_CAP4_KV_GGML_Q8_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q4_0 | ATTNCHECK_CAP4_KV_GGML_Q4_1 | ATTNCHECK_CAP4_KV_GGML_Q5_0 |
-                ATTNCHECK_CAP4_KV_GGML_Q5_1 | ATTNCHECK_CAP4_Q_QUANT,
+                ATTNCHECK_CAP4_KV_GGML_Q5_1 | ATTNCHECK_CAP4_Q_QUANT
+#ifdef PAGED
+                | ATTNCHECK_CAP4_PAGED_QUANT
+#endif
+                ,
       /* the bias, dBias, τ, both pairings of rotary embeddings and their NTK and Llama 3 scalings, QK-norm with eps on
        * either side, dropout, quantised K and V caches in every format and granularity and a quantised Q (decoded
        * here from the bits) */

@@ -77,7 +77,7 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
           "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
-          "q_quant": 0x400000, "p_fp8": 0x800000}
+          "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -88,11 +88,11 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_e5m2": ("quant",), "kv_int8": ("quant",), "kv_scale_per_head": ("quant",),
                      "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",), "kv_ggml_q8_0": ("quant",),
                      "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
-                     "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",)}
+                     "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant")}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                 "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
-                "q_quant")
+                "q_quant", "paged_quant")
 # Every on/off declaration serve() takes, by family: each is a keyword (`window=True`) and a name for `features=`
 # (`features=("gqa", "window", "lse")`), the feature table's names (properties/include/attncheck/features.hpp).
 FEATURE_FAMILIES = {
@@ -105,7 +105,7 @@ FEATURE_FAMILIES = {
     "how K and V come": ("paged", "strided", "layout_invariant"),
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
-                         "kv_ggml_q5_1", "q_quant"),
+                         "kv_ggml_q5_1", "q_quant", "paged_quant"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
@@ -471,19 +471,42 @@ def _read_call(payload, backward):
         off += 24
         dropout = Dropout(float(prob), int(seed), int(offset))
     quant = None
+    paging = None
+
+    def read_paging():  # version 3: u32 layout, u32 0, i64 page size, pages, table width; the table
+        nonlocal off
+        lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
+        off += 32
+        table = np.frombuffer(payload, dtype="<i4", count=qs[0] * max_pages, offset=off)
+        off += 4 * qs[0] * max_pages
+        layout = PAGE_LAYOUT_NAMES[lcode]
+        # k's pool rows D wide, v's D_v (a V head dimension of its own: vs[3])
+        shapes = [(num_pages, page_size, ks[1], x[3]) if layout == "token-major" else (num_pages, ks[1], page_size, x[3])
+                  for x in (ks, vs)]
+        return table.astype(np.int32).reshape(qs[0], max_pages), int(page_size), layout, shapes
+
     if fflags & CALL_FLAGS["quant"]:  # version 4: u32 format; per side u32 granularity, u32 zero points, f32 scales,
-        # i8 zero points; then q at the dtype and K's and V's codes in place of k and v
+        # i8 zero points; then q at the dtype and K's and V's codes in place of k and v (paged: the paging first, and
+        # K's and V's scales and codes their pools', over the pool's axes)
+        if fflags & PAGED:
+            paging = read_paging()
         (fcode,) = struct.unpack_from("<I", payload, off)
         off += 4
         sides = []
         q_quantised = bool(fflags & CALL_FLAGS["quant_q"])  # Q's scales follow V's, its codes replace q
-        for shape in (ks, vs, qs) if q_quantised else (ks, vs):
+        shapes = (paging[3][0], paging[3][1]) if paging else (ks, vs)
+        for i, shape in enumerate((*shapes, qs) if q_quantised else shapes):
             gcode, has_zp = struct.unpack_from("<II", payload, off)
             off += 8
             if gcode == 3:  # ggml's blocks hold their scales
                 sides.append(("block32", None, None))
                 continue
-            extents = {0: (1, 1, 1), 1: (1, shape[1], 1), 2: (shape[0], shape[1], shape[2])}[gcode]
+            if paging and i < 2:  # the pool's first three axes: the head's is axis 2 token-major, 1 head-major
+                head_axis = 2 if paging[2] == "token-major" else 1
+                extents = {0: (1, 1, 1), 1: tuple(shape[a] if a == head_axis else 1 for a in range(3)),
+                           2: tuple(shape[:3])}[gcode]
+            else:
+                extents = {0: (1, 1, 1), 1: (1, shape[1], 1), 2: (shape[0], shape[1], shape[2])}[gcode]
             n = int(np.prod(extents))
             scales = np.frombuffer(payload, dtype="<f4", count=n, offset=off).reshape(extents).copy()
             off += 4 * n
@@ -503,7 +526,7 @@ def _read_call(payload, backward):
             off += nq
         codes = []
         block = GGML_BLOCK_BYTES.get(QUANT_FORMATS[fcode])
-        for shape in (ks, vs):
+        for shape in shapes:
             # ggml's blocks: [B, H_kv, T_k, D/32, its bytes]; the other formats one byte an element
             shape = tuple(shape[:3]) + (shape[3] // 32, block) if block else tuple(shape)
             n = int(np.prod(shape))
@@ -516,21 +539,15 @@ def _read_call(payload, backward):
     if quant is not None:
         arrays = [q, None, None]
         nq = nk = nv = 0
+        if paging:  # the pools are the codes'
+            paged = PagedKV(quant.k.codes, quant.v.codes, paging[0], key_lengths, paging[1], paging[2], ks[2])
     elif fflags & PAGED:  # version 3: the paging, then q and the two pools in place of k and v
-        lcode, _, page_size, num_pages, max_pages = struct.unpack_from("<IIqqq", payload, off)
-        off += 32
-        table = np.frombuffer(payload, dtype="<i4", count=qs[0] * max_pages, offset=off)
-        off += 4 * qs[0] * max_pages
-        layout = PAGE_LAYOUT_NAMES[lcode]
-        # k's pool rows D wide, v's D_v (a V head dimension of its own: vs[3])
-        shapes = [(num_pages, page_size, ks[1], x[3]) if layout == "token-major" else (num_pages, ks[1], page_size, x[3])
-                  for x in (ks, vs)]
+        table, page_size, layout, shapes = read_paging()
         nq, nk, nv = (int(np.prod(qs)) * size, int(np.prod(shapes[0])) * size, int(np.prod(shapes[1])) * size)
         q = _decode(payload[off:off + nq], dtype, qs)
         pools = [_decode(payload[off + nq:off + nq + nk], dtype, shapes[0]),
                  _decode(payload[off + nq + nk:off + nq + nk + nv], dtype, shapes[1])]
-        paged = PagedKV(pools[0], pools[1], table.astype(np.int32).reshape(qs[0], max_pages), key_lengths,
-                        int(page_size), layout, ks[2])
+        paged = PagedKV(pools[0], pools[1], table, key_lengths, page_size, layout, ks[2])
         arrays = [q, None, None]
     else:
         nq, nk, nv = int(np.prod(qs)) * size, int(np.prod(ks)) * size, int(np.prod(vs)) * size
@@ -811,24 +828,27 @@ class PagedKV:
         self.page_size, self.layout, self.T_k = page_size, layout, T_k
         self.num_pages, self.max_pages = k_pages.shape[0], block_table.shape[1]
 
-    def gather(self):
+    def gather(self, k_pages=None, v_pages=None):
         """Dense (k, v) [B, H_kv, T_k, D] read through the table (0 past each sequence's length), as a reference
-        to test a paged kernel against."""
-        B, H_kv = self.block_table.shape[0], self.k_pages.shape[2 if self.layout == "token-major" else 1]
+        to test a paged kernel against. Other pools of the same layout may be given: in a paged quantised call
+        (k_pages and v_pages then the codes' pools), `paged.gather(*quant.dequantize())` is the dense float64 k and v."""
+        k_pages = self.k_pages if k_pages is None else k_pages
+        v_pages = self.v_pages if v_pages is None else v_pages
+        B, H_kv = self.block_table.shape[0], k_pages.shape[2 if self.layout == "token-major" else 1]
         dense = []
-        for pool in (self.k_pages, self.v_pages):
+        for pool in (k_pages, v_pages):
             if isinstance(pool, np.ndarray):
-                out, arange = np.zeros((B, H_kv, self.T_k, pool.shape[-1]), dtype=pool.dtype), np.arange
+                out, arange = np.zeros((B, H_kv, self.T_k) + pool.shape[3:], dtype=pool.dtype), np.arange
             else:  # torch tensors (serve(..., framework="torch")), on their device; torch indexes with int64
                 import torch
-                out = torch.zeros((B, H_kv, self.T_k, pool.shape[-1]), dtype=pool.dtype, device=pool.device)
+                out = torch.zeros((B, H_kv, self.T_k) + tuple(pool.shape[3:]), dtype=pool.dtype, device=pool.device)
                 arange = lambda n: torch.arange(n, device=pool.device)  # noqa: E731
             for b in range(B):
                 t = arange(int(self.seq_lens[b]))
                 pages, slots = self.block_table[b, t // self.page_size], t % self.page_size
                 pages = pages if isinstance(pool, np.ndarray) else pages.long()
                 rows = pool[pages, slots] if self.layout == "token-major" else pool[pages, :, slots]
-                out[b, :, :len(t)] = rows.swapaxes(0, 1)  # [len, H_kv, D] -> [H_kv, len, D]
+                out[b, :, :len(t)] = rows.swapaxes(0, 1)  # [len, H_kv, D...] -> [H_kv, len, D...]
             dense.append(out)
         return tuple(dense)
 
@@ -935,8 +955,9 @@ class _Torch:
             kw["quant"] = QuantizedKV(quant.format, on_device(quant.k), on_device(quant.v), q=on_device(quant.q))
         paged = kw["paged"]
         if paged is not None:
-            kw["paged"] = PagedKV(self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype),
-                                  self.tensor(paged.block_table), self.tensor(paged.seq_lens), paged.page_size,
+            pools = ((kw["quant"].k.codes, kw["quant"].v.codes) if quant is not None  # the codes' pools, on the device
+                     else (self.tensor(paged.k_pages, dtype), self.tensor(paged.v_pages, dtype)))
+            kw["paged"] = PagedKV(pools[0], pools[1], self.tensor(paged.block_table), self.tensor(paged.seq_lens), paged.page_size,
                                   paged.layout, paged.T_k)
         return inputs, kw
 
@@ -1055,7 +1076,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
-          q_dot_ggml_q8=False, q_quant=False, p_fp8=False, framework="numpy", device=None):
+          q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, framework="numpy",
+          device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1139,6 +1161,12 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `q_quant=True` (with an FP8 or int8 format) declares Q quantised too: in such a call fn's q is None and
     `quant.q` a QuantCache (FlashAttention 3's FP8 Q and its descale). `p_fp8=True` declares a compute precision
     in quantised calls: P = exp(s - m) cast to FP8 e4m3 for its product with V, as FlashAttention 3's FP8 forward does.
+    `paged_quant=True` (with paged=True and a format) declares quantised caches in paged pools, as an FP8 or int8
+    paged KV cache holds them: in such a call `paged` and `quant` are both given, quant.k.codes and quant.v.codes are
+    the pools (paged.k_pages and paged.v_pages, [num_pages, page_size, H_kv, D] token-major or [num_pages, H_kv,
+    page_size, D] head-major, uint8; ggml's [..., D/32, the block's bytes]) and their scales are over the pool's first
+    three axes, a key's at its page and slot (per kv head [1, 1, H_kv] or [1, H_kv, 1], per token and head the
+    pool's own): `paged.gather(*quant.dequantize())` is the dense float64 k and v.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1160,7 +1188,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_ggml_q4_0", kv_ggml_q4_0), ("kv_ggml_q4_1", kv_ggml_q4_1),
                                               ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1),
                                               ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant),
-                                              ("p_fp8", p_fp8))}
+                                              ("p_fp8", p_fp8), ("paged_quant", paged_quant))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1175,6 +1203,10 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if p_fp8 and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: p_fp8=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): P is cast to FP8 only in such a call")
+    if paged_quant and not (paged and (kv_e4m3fn or kv_e5m2 or kv_int8 or kv_ggml_q8_0 or kv_ggml_q4_0 or
+                                       kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1)):
+        raise ValueError("serve: paged_quant=True needs paged=True and a cache format (kv_e4m3fn=True, ...): it "
+                         "declares the two together")
     if q_quant and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: q_quant=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): Q comes quantised only with such a cache")

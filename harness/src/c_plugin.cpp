@@ -371,7 +371,8 @@ struct DropoutArg {
 };
 
 // A problem's quantised K and V as the ABI passes them: each side's codes (quant_codes of its dequantised values),
-// scales as float32 and zero points as int8, contiguous. Null when it has none.
+// scales as float32 and zero points as int8, contiguous; in a paged call K's and V's are the pools' (page_quant: the
+// codes and the scales at each key's page and slot, over the pool's axes). Null when it has none.
 struct QuantArg {
   struct Side {
     std::vector<std::uint8_t> codes;
@@ -383,29 +384,36 @@ struct QuantArg {
   QuantArg(const Problem& p, const char* who) {
     if (!p.quant) return;
     const QuantizedKV& qk = *p.quant;
-    const auto fill = [&](Side& side, attncheck_quant_tensor& t, const QuantScales& s, const Tensor<double>& x,
-                          const char* name) {
-      side.codes = quant_codes(who, name, qk.format, s, x);
-      const Shape& sh = x.shape();
+    const bool blocked = quant_blocked(qk.format);
+    // One side from its bytes, row-major over sh's first three axes: rows of sh.D codes, or of ggml's D/32 blocks.
+    const auto put = [&](Side& side, attncheck_quant_tensor& t, const QuantScales& s, const Shape& sh,
+                         std::vector<std::uint8_t> bytes) {
+      side.codes = std::move(bytes);
       t.format = std::uint32_t(qk.format);
       t.granularity = std::uint32_t(s.granularity);
       t.shape[0] = sh.B, t.shape[1] = sh.H, t.shape[2] = sh.T, t.shape[3] = sh.D;
-      if (quant_blocked(qk.format)) {  // ggml's blocks, the scales inside them
-        side.codes = pack_blocks(qk.format, s, sh, side.codes);
-        const Index bytes = Index(quant_block_bytes(qk.format)), row = sh.D / kQuantBlock * bytes;
-        t.codes = side.codes.data();
-        t.strides[0] = sh.H * sh.T * row, t.strides[1] = sh.T * row, t.strides[2] = row, t.strides[3] = bytes;
-        return;
-      }
+      const Index elem = blocked ? Index(quant_block_bytes(qk.format)) : 1, row = blocked ? sh.D / kQuantBlock * elem : sh.D;
+      t.codes = side.codes.data();
+      t.strides[0] = sh.H * sh.T * row, t.strides[1] = sh.T * row, t.strides[2] = row, t.strides[3] = elem;
+      if (blocked) return;  // ggml's blocks hold their scales
       side.scales.assign(s.scales.begin(), s.scales.end());
       for (const double z : s.zero_points) side.zero_points.push_back(std::int8_t(z));
-      t.codes = side.codes.data();
-      t.strides[0] = sh.H * sh.T * sh.D, t.strides[1] = sh.T * sh.D, t.strides[2] = sh.D, t.strides[3] = 1;
       t.scales = side.scales.data();
       t.scale_shape[0] = s.B, t.scale_shape[1] = s.H, t.scale_shape[2] = s.T;
       t.scale_strides[0] = s.B == 1 ? 0 : s.H * s.T, t.scale_strides[1] = s.H == 1 ? 0 : s.T,
       t.scale_strides[2] = s.T == 1 ? 0 : 1;
       t.zero_points = side.zero_points.empty() ? nullptr : side.zero_points.data();
+    };
+    const auto fill = [&](Side& side, attncheck_quant_tensor& t, const QuantScales& s, const Tensor<double>& x,
+                          const char* name) {
+      if (p.paged && name[0] != 'q') {  // K's and V's pools
+        QuantPool pool = page_quant(qk.format, s, x, p.sequence_lengths(), p.paged_kv());
+        put(side, t, pool.scales, pool.shape, std::move(pool.bytes));
+        return;
+      }
+      std::vector<std::uint8_t> codes = quant_codes(who, name, qk.format, s, x);
+      if (blocked) codes = pack_blocks(qk.format, s, x.shape(), codes);
+      put(side, t, s, x.shape(), std::move(codes));
     };
     fill(k, abi.k, qk.k, p.k, "k");
     fill(v, abi.v, qk.v, p.v, "v");
@@ -493,7 +501,8 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(kv_ggml_q5_1, ATTNCHECK_CAP4_KV_GGML_Q5_1),
                              ATTNCHECK_ABI_BIT(q_dot_ggml_q8, ATTNCHECK_CAP4_Q_DOT_GGML_Q8),
                              ATTNCHECK_ABI_BIT(q_quant, ATTNCHECK_CAP4_Q_QUANT),
-                             ATTNCHECK_ABI_BIT(p_fp8, ATTNCHECK_CAP4_P_FP8)};
+                             ATTNCHECK_ABI_BIT(p_fp8, ATTNCHECK_CAP4_P_FP8),
+                             ATTNCHECK_ABI_BIT(paged_quant, ATTNCHECK_CAP4_PAGED_QUANT)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -584,6 +593,7 @@ class CPlugin final : public Implementation {
         paged.block_table = pk.block_table.data();
         paged.max_pages = pk.max_pages;
         paged.block_table_stride = pk.max_pages;
+        if (quant.ptr) paged.k_pages.data = paged.v_pages.data = nullptr;  // the pools are quant->k's and quant->v's
         call.k.data = nullptr;
         call.v.data = nullptr;
         call.paged = &paged;

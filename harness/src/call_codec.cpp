@@ -143,6 +143,16 @@ WirePages wire_pages(const Problem& p) {
   });
 }
 
+// The paging as a paged frame carries it: u32 layout, u32 0, i64 page size, pages and table width, the table.
+void put_paging(Writer& w, const PagedKV& pk) {
+  w.u32(pk.layout == PageLayout::token_major ? 1u : 2u);
+  w.u32(0);
+  w.i64(pk.page_size);
+  w.i64(pk.num_pages);
+  w.i64(pk.max_pages);
+  w.raw(pk.block_table.data(), pk.block_table.size() * sizeof(std::int32_t));
+}
+
 // A dense mask as a frame carries it: i64 B, i64 H, then B·H·T_q·T_k bytes, 0 hidden and 1 visible (any cell
 // not 0 is visible in the core; the wire says it with one value so that a decoder can refuse every other).
 void put_cells(Writer& w, const DenseMask& m, Index T_q, Index T_k, const char* what) {
@@ -279,11 +289,18 @@ std::string call_payload(const Problem& p) {
     w.u64(p.dropout->offset);
   }
   if (p.quant) {  // version 4 (PROTOCOL.md, "Quantised K and V"): u32 format; per side its scales; q; the codes
-    if (paged) throw std::logic_error("encode_forward: a quantised cache with paged K and V");
     const QuantizedKV& qk = *p.quant;
+    // Paged too ("Paged quantised K and V"): the paging first, K's and V's scales and codes then the pools'.
+    std::optional<std::array<QuantPool, 2>> pools;
+    if (paged) {
+      const PagedKV pk = p.paged_kv();
+      put_paging(w, pk);
+      const std::vector<Index> lengths = p.sequence_lengths();
+      pools = {page_quant(qk.format, qk.k, p.k, lengths, pk), page_quant(qk.format, qk.v, p.v, lengths, pk)};
+    }
     w.u32(std::uint32_t(qk.format));
     const bool blocked = quant_blocked(qk.format);
-    std::vector<const QuantScales*> sides{&qk.k, &qk.v};
+    std::vector<const QuantScales*> sides{pools ? &(*pools)[0].scales : &qk.k, pools ? &(*pools)[1].scales : &qk.v};
     if (qk.q) sides.push_back(&*qk.q);  // flag 16777216: Q's scales follow V's
     for (const QuantScales* s : sides) {
       w.u32(std::uint32_t(s->granularity));
@@ -301,6 +318,10 @@ std::string call_payload(const Problem& p) {
     } else {
       w.bytes() += to_bytes(p.q, p.dtype);
     }
+    if (pools) {
+      for (const QuantPool& pool : *pools) w.raw(pool.bytes.data(), pool.bytes.size());
+      return std::move(w.bytes());
+    }
     for (const auto& [s, t, name] : {std::tuple{&qk.k, &p.k, "k"}, {&qk.v, &p.v, "v"}}) {
       std::vector<std::uint8_t> codes = quant_codes("encode_forward", name, qk.format, *s, *t);
       if (blocked) codes = pack_blocks(qk.format, *s, t->shape(), codes);
@@ -313,13 +334,7 @@ std::string call_payload(const Problem& p) {
     return std::move(w.bytes());
   }
   const WirePages pages = wire_pages(p);
-  const PagedKV& pk = pages.layout;
-  w.u32(pk.layout == PageLayout::token_major ? 1u : 2u);
-  w.u32(0);
-  w.i64(pk.page_size);
-  w.i64(pk.num_pages);
-  w.i64(pk.max_pages);
-  w.raw(pk.block_table.data(), pk.block_table.size() * sizeof(std::int32_t));
+  put_paging(w, pages.layout);
   w.bytes() += to_bytes(p.q, p.dtype);
   w.bytes() += pages.k_pool;
   w.bytes() += pages.v_pool;
@@ -370,10 +385,9 @@ PageFill infer_fill(const Tensor<S>& k_pool, const Tensor<S>& v_pool, const Page
   return PageFill::zero;
 }
 
-// A paged frame's paging and pools (after the modifiers), read into p: the plan holding the table as it came,
-// q, and dense k and v read back through the table. `lengths` are the frame's key lengths, `raw_q` q's shape.
-void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index>& lengths,
-                const std::array<std::int64_t, 4>& raw_q, const Shape& ks, const Shape& vs) {
+// A paged frame's paging: the plan holding the table as it came (its fill zero until the pools are read), checked
+// against the frame's key lengths and k's shape.
+PagedPlan read_paging(Reader& r, const char* what, const std::vector<Index>& lengths, const Shape& ks) {
   const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": " + m); };
   const std::uint32_t layout = r.u32(), reserved = r.u32();
   const std::int64_t page_size = r.i64(), num_pages = r.i64(), max_pages = r.i64();
@@ -408,6 +422,17 @@ void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index
     fail("T_k = " + std::to_string(ks.T) + " but the pool holds " + std::to_string(num_pages * page_size) +
          " keys (attncheck's server takes a paged T_k of at most the pool's keys or " +
          std::to_string(kMaxPagedFreeT) + ", whichever is larger)");
+  return plan;
+}
+
+// A paged frame's paging and pools (after the modifiers), read into p: the plan holding the table as it came,
+// q, and dense k and v read back through the table. `lengths` are the frame's key lengths, `raw_q` q's shape.
+void read_pages(Reader& r, const char* what, Problem& p, const std::vector<Index>& lengths,
+                const std::array<std::int64_t, 4>& raw_q, const Shape& ks, const Shape& vs) {
+  PagedPlan plan = read_paging(r, what, lengths, ks);
+  const Index B = ks.B, num_pages = plan.num_pages, page_size = plan.page_size;
+  const std::uint32_t layout = plan.layout == PageLayout::token_major ? 1u : 2u;
+  const PagedKV pk{page_size, plan.layout, num_pages, plan.max_pages, plan.block_table, PageFill::zero};
   // The pools, k's rows D wide and v's D_v (a V head dimension of its own, flag 131072).
   const auto raw_pool = [&](Index width) {
     return layout == 1 ? std::array<std::int64_t, 4>{num_pages, page_size, ks.H, width}
@@ -694,9 +719,16 @@ void read_documents(Reader& r, const char* what, Problem& p, const Shape& qs, co
 }
 
 // A quantised frame's cache (after the modifiers): the format, each side's granularity, scales and zero points, then q
-// at the dtype and K's and V's codes, read into p (k and v their dequantised values).
+// at the dtype and K's and V's codes, read into p (k and v their dequantised values). Paged too (`paged_lengths` the
+// frame's key lengths): the paging first, and K's and V's scales and codes their pools', read back through the table.
 void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::int64_t, 4>& raw_q, const Shape& ks,
-                const Shape& vs, bool q_quantised) {
+                const Shape& vs, bool q_quantised, const std::vector<Index>* paged_lengths) {
+  std::optional<PagedPlan> plan;
+  std::optional<PagedKV> pk;
+  if (paged_lengths) {
+    plan = read_paging(r, what, *paged_lengths, ks);
+    pk = PagedKV{plan->page_size, plan->layout, plan->num_pages, plan->max_pages, plan->block_table, PageFill::zero};
+  }
   const std::uint32_t format = r.u32();
   if (format < 1 || format > 8)
     throw ProtocolError(
@@ -725,7 +757,8 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
       throw ProtocolError(std::string(what) + ": the quantised " + side + "'s zero-point flag is " +
                           std::to_string(zp) +
                           (s == &qk.k || s == &qk.v ? " (expected 0 or 1)" : " (expected 0: q has none)"));
-    *s = quant_extents(QuantGranularity(g), *shape);
+    const bool pooled = pk && (s == &qk.k || s == &qk.v);  // over the pool's first three axes
+    *s = pooled ? quant_pool_extents(QuantGranularity(g), *pk, shape->H) : quant_extents(QuantGranularity(g), *shape);
     if (blocked) continue;  // the scales come in the blocks
     const std::size_t n = std::size_t(s->B * s->H * s->T);
     for (std::size_t i = 0; i < n; ++i) s->scales.push_back(double(r.f32()));
@@ -741,6 +774,67 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
     p.q = from_bytes(r.raw(q_bytes), qs, p.dtype);
   }
   for (const auto& [s, shape, t, side] : codes_of) {
+    if (pk && (s == &qk.k || s == &qk.v)) {  // the pool's rows, read back through the table
+      QuantPool pool;
+      pool.shape = pk->pool_shape(shape->H, shape->D);
+      pool.row_bytes = blocked ? shape->D / kQuantBlock * Index(quant_block_bytes(qk.format)) : shape->D;
+      pool.scales = std::move(*s);
+      const std::optional<std::uint64_t> n =
+          count_within({pk->num_pages, pk->page_size, shape->H, pool.row_bytes}, r.left());
+      if (!n)
+        throw ProtocolError(std::string(what) + ": the quantised " + side + "'s pool of " +
+                            std::to_string(pk->num_pages) + " pages of " + std::to_string(pk->page_size) +
+                            " keys does not fit the " + std::to_string(r.left()) + " bytes left");
+      const std::string_view bytes = r.raw(std::size_t(*n));
+      pool.bytes.assign(bytes.begin(), bytes.end());
+      try {
+        *t = unpage_quant(qk.format, pool, *pk, shape->B, shape->T, *paged_lengths, *s);
+      } catch (const std::invalid_argument& e) {
+        throw ProtocolError(std::string(what) + ": " + e.what());
+      }
+      // What the free slots hold, as attncheck fills them (0 bytes, or 0xFF with a per-token scale of the fill's
+      // value): the plan's fill, so that a problem sent on is sent alike.
+      if (s == &qk.k) {
+        std::vector<char> live(std::size_t(pk->num_pages * pk->page_size), 0);
+        for (std::size_t b = 0; b < paged_lengths->size(); ++b)
+          for (Index tt = 0; tt < (*paged_lengths)[b]; ++tt)
+            live[std::size_t(pk->block_table[b * std::size_t(pk->max_pages) + std::size_t(tt / pk->page_size)] *
+                                 pk->page_size +
+                             tt % pk->page_size)] = 1;
+        const auto free_slot = std::find(live.begin(), live.end(), 0);
+        if (free_slot != live.end()) {
+          const Index page = Index(free_slot - live.begin()) / pk->page_size,
+                      slot = Index(free_slot - live.begin()) % pk->page_size;
+          if (pool.bytes[pool.row(*pk, page, slot, 0)] == 0xFF) {
+            plan->fill = PageFill::nan;
+            if (pool.scales.granularity == QuantGranularity::token_head && !blocked) {
+              const double x = pool.scales.scales[pool.scale_at(*pk, page, slot, 0)];
+              plan->fill = std::isnan(x)   ? PageFill::nan
+                           : x == 1e30     ? PageFill::huge
+                           : std::isinf(x) ? (x > 0 ? PageFill::pos_inf : PageFill::neg_inf)
+                                           : PageFill::nan;
+            }
+          }
+        }
+      }
+      // Every live key's value finite (its code not a NaN or an infinity, its block's d and m finite), every live
+      // scale a scale: free slots hold anything.
+      for (Index i = 0; i < t->size(); ++i)
+        if (!std::isfinite(t->values()[i])) {
+          const Shape& sh = t->shape();
+          const Index c = i % sh.D, tt = i / sh.D % sh.T, h = i / sh.D / sh.T % sh.H, b = i / sh.D / sh.T / sh.H;
+          throw ProtocolError(std::string(what) + ": the quantised " + side + "'s key " + std::to_string(tt) +
+                              " of sequence " + std::to_string(b) + " (kv head " + std::to_string(h) + ", element " +
+                              std::to_string(c) + ") is " + format_number(t->values()[i]) +
+                              " in its pool, not a finite " + std::string(quant_format_name(qk.format)) + " value");
+        }
+      if (!blocked) try {
+          check_quant_scales(what, side, qk.format, *s, *shape);
+        } catch (const std::invalid_argument& e) {
+          throw ProtocolError(e.what());
+        }
+      continue;
+    }
     if (blocked) {  // B·H_kv·T_k·D/32 blocks; their scales and minimums read out of them
       const std::size_t n = std::size_t(shape->B * shape->H * shape->T * (shape->D / kQuantBlock));
       const std::string_view bytes = r.raw(n * quant_block_bytes(qk.format));
@@ -773,6 +867,7 @@ void read_quant(Reader& r, const char* what, Problem& p, const std::array<std::i
     *t = dequantize(qk.format, *s, *shape, reinterpret_cast<const std::uint8_t*>(bytes.data()));
   }
   p.quant = std::move(qk);
+  if (plan) p.paged = std::move(plan);
 }
 
 // The call as the core checks it (check_call), its refusal a ProtocolError.
@@ -866,15 +961,18 @@ Problem read_call(Reader& r, const char* what, bool backward) {
                         ": flags have 16777216 (quantised Q) without 8388608 (quantised K and V): "
                         "Q comes quantised only with its cache");
   if (flags & call_quant) {
-    if (flags & (call_paged | call_layout))
-      throw ProtocolError(std::string(what) + ": flags have 8388608 (quantised K and V) with " +
-                          ((flags & call_paged) ? "512 (paged)" : "65536 (layout)") +
-                          ": a quantised cache comes as contiguous codes");
+    if (flags & call_layout)
+      throw ProtocolError(std::string(what) +
+                          ": flags have 8388608 (quantised K and V) with 65536 (layout): a quantised cache comes as "
+                          "contiguous codes (or its pools)");
     if (backward)
       throw ProtocolError(std::string(what) +
                           ": flags have 8388608 (quantised K and V), but quantised "
                           "calls are forward only");
-    read_quant(r, what, p, raw_q, ks, vs, flags & call_quant_q);
+    read_quant(r, what, p, raw_q, ks, vs, flags & call_quant_q, (flags & call_paged) ? &p.key_lengths : nullptr);
+    if ((flags & call_paged) &&
+        std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
+      p.key_lengths.clear();  // as a paged frame's
     return checked(p, what);
   }
   if (flags & call_paged) {

@@ -152,11 +152,11 @@ std::uint32_t flags2_bits(const Capabilities& caps) {
   return bits;
 }
 
+// (After the older words: a row that requires one of theirs, paged_quant paged, reads it from caps.)
 void set_flags4_bools(Capabilities& caps, std::uint32_t flags4) {
+  const auto has = [&](Feature r) { return feature(r).flags4 ? (flags4 & feature(r).flags4) != 0 : caps.declares(r); };
   for (const FeatureRow& f : kFeatures)
-    if (f.flags4)
-      caps.features.set(f.id,
-                        (flags4 & f.flags4) && (!f.requires_feature || (flags4 & feature(*f.requires_feature).flags4)));
+    if (f.flags4) caps.features.set(f.id, (flags4 & f.flags4) && (!f.requires_feature || has(*f.requires_feature)));
 }
 
 std::uint32_t flags4_bits(const Capabilities& caps) {

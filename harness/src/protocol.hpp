@@ -126,7 +126,7 @@ std::uint32_t abi3_bits(const Capabilities& caps);
 /// The same for version 2's flags2 bits (GQA, key lengths, window, backward).
 void set_flags2_bools(Capabilities& caps, std::uint32_t flags2);
 std::uint32_t flags2_bits(const Capabilities& caps);
-/// The same for version 4's flags4 bits (ABI 4's ATTNCHECK_CAP4_*).
+/// The same for version 4's flags4 bits (ABI 4's ATTNCHECK_CAP4_*), after the older words (a row may require one of theirs).
 void set_flags4_bools(Capabilities& caps, std::uint32_t flags4);
 std::uint32_t flags4_bits(const Capabilities& caps);
 

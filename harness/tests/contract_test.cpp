@@ -159,6 +159,18 @@ std::optional<Problem> witness(Feature f) {
       p.quant = qk;
       break;
     }
+    case Feature::paged_quant: {  // an e4m3fn cache scaled per token and kv head, in pages
+      QuantizedKV qk{.format = QuantFormat::e4m3fn,
+                     .k = quant_extents(QuantGranularity::token_head, p.k.shape()),
+                     .v = quant_extents(QuantGranularity::token_head, p.v.shape())};
+      for (QuantScales* s : {&qk.k, &qk.v})
+        for (Index n = 0; n < s->B * s->H * s->T; ++n) s->scales.push_back(double(float(0.0625 + 0.013 * double(n))));
+      p.k = quantize_dequantize(qk.format, qk.k, p.k);
+      p.v = quantize_dequantize(qk.format, qk.v, p.v);
+      p.quant = qk;
+      p.paged = PagedPlan{};
+      break;
+    }
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad:
@@ -174,6 +186,7 @@ std::optional<Problem> witness(Feature f) {
 std::set<Feature> comes_with(Feature f) {
   if (f == Feature::kv_scale_per_head || f == Feature::kv_scale_per_token || f == Feature::q_quant)
     return {Feature::kv_e4m3fn};
+  if (f == Feature::paged_quant) return {Feature::paged, Feature::kv_e4m3fn, Feature::kv_scale_per_token};
   if (const auto& r = feature(f).requires_feature) return {*r};
   return {};
 }
@@ -198,7 +211,7 @@ Capabilities only(Feature f) {
   Capabilities caps;
   caps.features = {f};
   if (const auto& req = feature(f).requires_feature) caps.features.add(*req);
-  if (f == Feature::paged) {
+  if (caps.features.has(Feature::paged)) {
     caps.page_sizes = {16};
     caps.page_layouts = 1;
   }
@@ -287,7 +300,7 @@ TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
     if (f.id == Feature::backward)
       t.backward = [](const attncheck_backward_call*, char*, size_t) -> std::int32_t { return ATTNCHECK_OK; };
     const std::int64_t page_sizes[] = {16};
-    if (f.id == Feature::paged) {
+    if (want.count(Feature::paged)) {
       t.page_sizes = page_sizes;
       t.num_page_sizes = 1;
       t.page_layouts = ATTNCHECK_PAGED_TOKEN_MAJOR;
@@ -343,7 +356,8 @@ TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
                           ? wire::decode_backward(wire::encode_backward(*w).substr(wire::kHeaderSize))
                           : wire::decode_forward(wire::encode_forward(*w).substr(wire::kHeaderSize));
     EXPECT_TRUE(f.used(e)) << f.name;
-    if (f.id == Feature::paged) {  // a decoded paged call carries its block table explicitly, as the wire gave it
+    if (f.id == Feature::paged || f.id == Feature::paged_quant) {  // a decoded paged call carries its block table
+      // explicitly, as the wire gave it
       EXPECT_EQ(e.paged_kv().block_table, w->paged_kv().block_table);
       Problem dense = e;
       dense.paged.reset();

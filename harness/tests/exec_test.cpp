@@ -567,6 +567,31 @@ TEST(Exec, pagedCallsCrossTheWireBitExactly) {
       }
 }
 
+// A paged quantised call crosses as its table and its pools of codes (and scales at each key's page and slot, free
+// slots NaN codes and NaN scales), and the served reference, reading it back through the table, answers bit for bit as
+// the reference does in process; in every format, per tensor, kv head and token, in both layouts.
+TEST(Exec, pagedQuantisedCallsCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_TRUE(served->capabilities().declares(Feature::paged_quant));
+  for (const QuantFormat f : kQuantFormats)
+    for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head})
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major})
+        for (const Index page_size : {1, 8}) {
+          if (quant_blocked(f) && g != QuantGranularity::tensor) continue;  // block32 whatever g says
+          const Problem p = test::quantised(test::paged_problem(DType::f32, layout, page_size), f, g);
+          const std::string what = std::string(quant_format_name(f)) + " " + std::string(quant_granularity_name(g)) +
+                                   " " + page_layout_name(layout) + " " + std::to_string(page_size);
+          const Outcome a = served->forward(p), b = local->forward(p);
+          EXPECT_EQ(a.output.values(), b.output.values()) << what;
+          ASSERT_TRUE(a.weights && b.weights) << what;
+          EXPECT_EQ(a.weights->values(), b.weights->values()) << what;
+          Problem dense = p;  // and as the unpaged quantised call: the same visible keys, the core masks the rest out
+          dense.paged.reset();
+          EXPECT_EQ(a.output.values(), local->forward(dense).output.values()) << what;
+        }
+}
+
 // The Python client: a paged call's keywords (PagedKV: the pools in the layout's shape, an int32 table, int64
 // seq_lens equal to key_lengths, k and v None; the client raises otherwise), read back with PagedKV.gather(), give
 // the answer the same client gives the problem dense, bit for bit, and the reference's.
@@ -600,6 +625,28 @@ TEST(Exec, pythonClientGetsAPagedCallAsPoolsAndABlockTable) {
           }
         }
   }
+}
+
+// The Python client gets a paged quantised call as pools of codes (quant.k.codes, paged.k_pages the same arrays) with
+// scales over the pools' axes, and paged.gather(*quant.dequantize()) gives the values the reference attends to: within
+// a handful of float64 roundings of it, in e4m3fn, int8 with zero points and ggml's q4_1, both layouts.
+TEST(Exec, pythonClientGetsAPagedQuantisedCallAsPoolsOfCodes) {
+  REQUIRE_NUMPY();
+  const auto ref = reference_implementation();
+  const auto impl = load_implementation(python_spec(ATTNCHECK_TESTS_DIR "/paged_client.py", ""));
+  EXPECT_TRUE(impl->capabilities().declares(Feature::paged_quant));
+  for (const QuantFormat f : {QuantFormat::e4m3fn, QuantFormat::int8, QuantFormat::ggml_q4_1})
+    for (const QuantGranularity g : {QuantGranularity::tensor, QuantGranularity::kv_head, QuantGranularity::token_head})
+      for (const PageLayout layout : {PageLayout::token_major, PageLayout::head_major}) {
+        if (quant_blocked(f) && g != QuantGranularity::tensor) continue;
+        const Problem p = test::quantised(test::paged_problem(DType::f64, layout, 2), f, g);
+        const std::string what = std::string(quant_format_name(f)) + " " + std::string(quant_granularity_name(g)) +
+                                 " " + page_layout_name(layout);
+        const Outcome a = impl->forward(p), r = ref->forward(p);
+        EXPECT_LT(worst(a.output, r.output), 1e-13) << what;
+        ASSERT_TRUE(a.weights);
+        EXPECT_LT(worst(*a.weights, *r.weights), 1e-13) << what;
+      }
 }
 
 // examples/python/numpy_paged.py (vLLM's token-major layout, read block by block) agrees with the reference.

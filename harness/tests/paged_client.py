@@ -3,7 +3,9 @@
 what PROTOCOL.md promises (k and v None, the pools in the layout's shape, an int32 [B, max_pages] table, int64
 sequence lengths equal to key_lengths, a declared page size and layout), and raises otherwise, so that the
 test sees the message; then the pools are read back through the table with PagedKV.gather() and attended to
-densely. `head-major` as the first argument declares the head-major layout only."""
+densely. It declares quantised caches in paged pools too (e4m3fn, int8 with zero points, ggml's q4_1; per tensor, kv
+head and token): such a call's pools are quant.k.codes and quant.v.codes, and paged.gather(*quant.dequantize()) gives
+the dense float64 k and v. `head-major` as the first argument declares the head-major layout only."""
 import sys
 
 import numpy as np
@@ -24,6 +26,8 @@ def check_paged(q, k, v, key_lengths, paged):
     H_kv = paged.k_pages.shape[2] if paged.layout == "token-major" else paged.k_pages.shape[1]
     shape = ((paged.num_pages, paged.page_size, H_kv, D) if paged.layout == "token-major"
              else (paged.num_pages, H_kv, paged.page_size, D))
+    if paged.k_pages.dtype == np.uint8 and len(paged.k_pages.shape) == 5:  # ggml's blocks: D/32 of them a row
+        shape = shape[:3] + (D // 32, paged.k_pages.shape[4])
     if paged.k_pages.shape != shape or paged.v_pages.shape != shape:
         problems.append("pools %s, %s (expected %s)" % (paged.k_pages.shape, paged.v_pages.shape, shape))
     if paged.block_table.dtype != np.int32 or paged.block_table.shape != (B, paged.max_pages):
@@ -35,10 +39,17 @@ def check_paged(q, k, v, key_lengths, paged):
         raise ValueError("paged call: " + "; ".join(problems))
 
 
-def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, window=None, paged=None):
+def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, window=None, paged=None, quant=None):
     if paged is not None:
         check_paged(q, k, v, key_lengths, paged)
-        k, v = paged.gather()
+        if quant is not None:  # the pools are the codes'; their scales over the pools' axes
+            if paged.k_pages is not quant.k.codes or paged.v_pages is not quant.v.codes:
+                raise ValueError("paged quantised call: the pools are not quant's codes")
+            k, v = paged.gather(*quant.dequantize())
+        else:
+            k, v = paged.gather()
+    elif quant is not None:
+        k, v = quant.dequantize()
     q, k, v = (x.astype(np.float64) for x in (q, k, v))
     B, H, T_q, D = q.shape
     T_k = k.shape[2]
@@ -63,4 +74,6 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, windo
 if __name__ == "__main__":
     attncheck_plugin.serve(attention, name="paged-client", dtypes=("float64", "float32", "bfloat16"),
                            returns_weights=True, alignments=("top-left", "bottom-right"), gqa=True,
-                           empty_rows="zero", paged=True, page_sizes=PAGE_SIZES, page_layouts=LAYOUTS)
+                           empty_rows="zero", paged=True, page_sizes=PAGE_SIZES, page_layouts=LAYOUTS,
+                           kv_e4m3fn=True, kv_int8=True, kv_zero_points=True, kv_ggml_q4_1=True,
+                           kv_scale_per_head=True, kv_scale_per_token=True, paged_quant=True)

@@ -64,6 +64,38 @@ inline Problem paged_problem(DType dtype, PageLayout layout, Index page_size) {
   return p;
 }
 
+// A paged problem's K and V quantised in format f at granularity g (block32 for ggml's formats, D then 32: the problem
+// rebuilt with k and v 32 wide), its scales keyed by kv head and key only, so that a page two sequences share gets the
+// same scales from both; int8 with zero points.
+inline Problem quantised(Problem p, QuantFormat f, QuantGranularity g) {
+  if (quant_blocked(f)) {
+    g = QuantGranularity::block32;
+    const Shape qs = p.q.shape(), ks = p.k.shape();
+    Tensor<double> q({qs.B, qs.H, qs.T, 32}), k({ks.B, ks.H, ks.T, 32}), v({ks.B, ks.H, ks.T, 32});
+    for (Tensor<double>* x : {&q, &k, &v})
+      for (Index n = 0; n < x->size(); ++n) {
+        const Index d = n % 32, rest = n / 32, t = rest % x->shape().T, h = rest / x->shape().T % x->shape().H;
+        x->values()[n] = std::sin(0.37 * double(d + 5 * t + 11 * h) + (x == &q ? 0 : x == &k ? 1 : 2));
+      }
+    p.q = std::move(q), p.k = std::move(k), p.v = std::move(v);
+  }
+  QuantizedKV qk{.format = f, .k = quant_extents(g, p.k.shape()), .v = quant_extents(g, p.v.shape())};
+  for (QuantScales* s : {&qk.k, &qk.v})
+    for (Index b = 0; b < s->B; ++b)
+      for (Index h = 0; h < s->H; ++h)
+        for (Index t = 0; t < s->T; ++t)
+          for (Index c = 0; c < s->C; ++c) {
+            s->scales.push_back(double(
+                float(quant_blocked(f) ? 0.03125 * double(1 + (h + t + c) % 3) : 0.0625 + 0.013 * double(h * 7 + t))));
+            if (f == QuantFormat::int8) s->zero_points.push_back(double((h + 2 * t) % 5) - 2);
+            if (quant_has_min(f)) s->mins.push_back(-0.25 * double((t + c) % 3));
+          }
+  p.k = quantize_dequantize(f, qk.k, p.k);
+  p.v = quantize_dequantize(f, qk.v, p.v);
+  p.quant = qk;
+  return p;
+}
+
 /// p with V given a head dimension of its own, D_v = D + 1: its extra column is column 0 negated (exact at every
 /// dtype). A paged p's V pool then has rows D + 1 wide (FlashMLA's paged latent cache).
 inline Problem with_v_head_dim(Problem p) {

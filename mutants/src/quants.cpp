@@ -202,9 +202,21 @@ std::vector<GgmlQ> ggml_q_blocks(const Problem& p, Index b, Index h, Index i, QD
 }
 
 // The control's kernel: the codes kept (decoded from a table of their bits), K's scale in the scores, V's on the
-// products, q taken for a ggml block's dot as `how` says.
-Outcome folded_forward(const Problem& p, QDot how, PFp8 p_fp8 = PFp8::exact) {
-  if (!p.quant) return reference_implementation()->forward(p);
+// products, q taken for a ggml block's dot as `how` says. Paged (Feature::paged_quant): K's and V's codes and scales
+// read from the pools a plug-in gets, through the table (keys past a sequence's length are never seen).
+Outcome folded_forward(const Problem& given, QDot how, PFp8 p_fp8 = PFp8::exact) {
+  if (!given.quant) return reference_implementation()->forward(given);
+  Problem paged_read;
+  if (given.paged) {
+    paged_read = given;
+    const PagedKV pk = given.paged_kv();
+    const std::vector<Index> lengths = given.sequence_lengths();
+    QuantizedKV& q = *paged_read.quant;
+    for (const auto& [s, x] : {std::pair{&q.k, &paged_read.k}, {&q.v, &paged_read.v}})
+      *x = unpage_quant(q.format, page_quant(q.format, *s, *x, lengths, pk), pk, x->shape().B, x->shape().T, lengths,
+                        *s);
+  }
+  const Problem& p = given.paged ? paged_read : given;
   const QuantizedKV& qk = *p.quant;
   const std::vector<std::uint8_t> kc = quant_codes("control", "k", qk.format, qk.k, p.k),
                                   vc = quant_codes("control", "v", qk.format, qk.v, p.v),
@@ -306,6 +318,65 @@ Outcome folded_forward(const Problem& p, QDot how, PFp8 p_fp8 = PFp8::exact) {
     if (p.want_lse) o.lse = lse;
     return o;
   });
+}
+
+// A paged quantised kernel (Feature::paged_quant): it gets K's and V's pools as a plug-in does (page_quant: codes and
+// scales at each key's page and slot), walks each sequence's keys through the table, and decodes element c of key t
+// for query head h (kv head g) with the scale (and zero point) at the index `scale_index` gives in the pool's scales;
+// then runs the reference on what it decoded (one kv head per query head), rounded to the dtype. An index outside the
+// scales is a crash (a segfault on a device).
+using PoolScaleIndex = std::size_t (*)(const QuantPool& pool, const PagedKV& pk, Index h, Index g, Index page,
+                                       Index slot);
+ImplementationPtr paged_quant_kernel(const char* name, const char* description, PoolScaleIndex scale_index,
+                                     bool identity_scales = false) {
+  Capabilities caps = quant_capabilities();
+  caps.features.add({Feature::paged, Feature::paged_quant});
+  caps.page_sizes = {1, 8, 16, 64, 256};
+  caps.page_layouts = 3;
+  return make_implementation(name, description, caps, [=](const Problem& p) {
+    if (!p.quant || !p.paged) return reference_implementation()->forward(p);
+    const QuantizedKV& qk = *p.quant;
+    const PagedKV pk = p.paged_kv();
+    const std::vector<Index> lengths = p.sequence_lengths();
+    Problem r = p;
+    r.quant.reset();
+    r.paged.reset();
+    const Index H = p.q.shape().H, group = H / p.k.shape().H;
+    for (const auto& [s, x] : {std::pair{&qk.k, &r.k}, {&qk.v, &r.v}}) {
+      const QuantPool pool = page_quant(qk.format, *s, *x, lengths, pk);
+      const Shape sh = x->shape();
+      *x = Tensor<double>(Shape{sh.B, H, sh.T, sh.D});
+      const std::size_t n = pool.scales.scales.size();
+      for (Index b = 0; b < sh.B; ++b)
+        for (Index h = 0; h < H; ++h)
+          for (Index t = 0; t < sh.T; ++t) {
+            const Index g = h / group;
+            if (t >= lengths[std::size_t(b)]) {
+              for (Index c = 0; c < sh.D; ++c) (*x)(b, h, t, c) = 0;
+              continue;
+            }
+            const Index page = pk.block_table[std::size_t(b * pk.max_pages + t / pk.page_size)],
+                        slot = t % pk.page_size;
+            const std::size_t at = scale_index(pool, pk, h, g, page, slot);
+            if (at >= n)
+              throw ImplementationError(ImplementationError::Kind::crash,
+                                        std::string(name) + ": scale " + std::to_string(at) + " of " +
+                                            std::to_string(n) + " read (a segfault on a device)");
+            const double scale = identity_scales ? 1.0 : pool.scales.scales[at],
+                         zp = pool.scales.zero_points.empty() ? 0.0 : pool.scales.zero_points[at];
+            const std::uint8_t* row = pool.bytes.data() + pool.row(pk, page, slot, g);
+            for (Index c = 0; c < sh.D; ++c) {
+              const double y = (quant_value(qk.format, row[c]) - zp) * scale;
+              (*x)(b, h, t, c) = std::isfinite(y) ? round_to(p.dtype, y) : y;
+            }
+          }
+    }
+    return reference_implementation()->forward(r);
+  });
+}
+
+std::size_t pool_scale_right(const QuantPool& pool, const PagedKV& pk, Index, Index g, Index page, Index slot) {
+  return pool.scale_at(pk, page, slot, g);
 }
 
 }  // namespace
@@ -555,7 +626,9 @@ std::vector<Mutant> quant_mutants() {
     Capabilities caps = quant_capabilities();
     caps.features.add(Feature::q_quant);
     caps.features.add({Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1, Feature::kv_ggml_q5_0,
-                       Feature::kv_ggml_q5_1});
+                       Feature::kv_ggml_q5_1, Feature::paged, Feature::paged_quant});
+    caps.page_sizes = {1, 8, 16, 64, 256};
+    caps.page_layouts = 3;
     z.push_back(Mutant{
         .impl = make_implementation("control:kv-quant-folded",
                                     "correct; codes kept, K's scale in the scores, V's on the products", caps,
@@ -658,6 +731,54 @@ std::vector<Mutant> quant_mutants() {
                      "where the values a two-block row shrinks to give both blocks the same d, and the swap no effect)",
       .killed_by = {"kv-quant-oracle"},
       .also_minimal = {{1, 1, 1, 96}}});
+  // Paged quantised pools (Feature::paged_quant): the scales that live with each key's page and slot, read wrongly.
+  const auto paged_mutant = [](const char* name, const char* description, PoolScaleIndex at, bool identity,
+                               const char* bug, Shape minimal, const char* why, std::vector<Shape> also = {}) {
+    return Mutant{.impl = paged_quant_kernel(name, description, at, identity),
+                  .bug = bug,
+                  .minimal_shape = minimal,
+                  .why_minimal = why,
+                  .killed_by = {"kv-quant-oracle"},
+                  .also_minimal = std::move(also)};
+  };
+  z.push_back(paged_mutant(
+      "mutant:kv-paged-scale-page-first-token", "a per-token scale read at its page's first slot",
+      [](const QuantPool& pool, const PagedKV& pk, Index, Index g, Index page, Index slot) {
+        return pool.scales.granularity == QuantGranularity::token_head ? pool.scale_at(pk, page, 0, g)
+                                                                       : pool.scale_at(pk, page, slot, g);
+      },
+      false,
+      "a paged kernel loading one per-token scale per page (its first token's), as if the scales were per page: "
+      "right for pages of one key",
+      {1, 1, 1, 1}, "one query over two keys in one page (bottom-right: it sees both): key 1 takes key 0's scale",
+      {Shape{1, 1, 2, 1}}));
+  z.push_back(paged_mutant(
+      "mutant:kv-paged-scale-query-head", "the paged scales read at the query head, not its kv head",
+      [](const QuantPool& pool, const PagedKV& pk, Index h, Index, Index page, Index slot) {
+        // The offset as its author wrote it, with the query head where the kv head belongs.
+        const QuantScales& s = pool.scales;
+        const bool tm = pk.layout == PageLayout::token_major;
+        const Index H_kv = tm ? pool.shape.T : pool.shape.H;
+        switch (s.granularity) {
+          case QuantGranularity::kv_head:
+            return std::size_t(h);
+          case QuantGranularity::token_head:
+            return std::size_t(tm ? (page * pk.page_size + slot) * H_kv + h : (page * H_kv + h) * pk.page_size + slot);
+          default:
+            return std::size_t(0);
+        }
+      },
+      false,
+      "the paged path's per-head and per-token scales indexed with the query head (a multi-head kernel's offset "
+      "reused under grouped-query heads): right without grouping",
+      {1, 2, 1, 1},
+      "two query heads over one kv head and one key: head 1 reads past its kv head's scales (another slot's, a free "
+      "one's, or past the end)"));
+  z.push_back(paged_mutant(
+      "mutant:kv-paged-scales-ignored", "the k and v scales ignored on the paged path", pool_scale_right, true,
+      "the paged path never applies the k and v scales (FlashInfer's ragged and paged wrappers ignoring k_scale and "
+      "v_scale: an output several times too large), the dense path does",
+      {1, 1, 1, 1}, "one query over one key, paged: the output is v's code, not v"));
   return z;
 }
 

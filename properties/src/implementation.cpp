@@ -308,7 +308,6 @@ void check_call(const char* who, const Problem& p) {
   if (p.quant) {
     const std::string w(who);
     if (p.d_output) throw ValueError(w + ": a quantised cache in a backward call (quantised caches are forward only)");
-    if (p.paged) throw ValueError(w + ": a quantised cache with paged K and V (quantised pages are not sent yet)");
     if (p.layout != InputLayout::contiguous)
       throw ValueError(w + ": a quantised cache with the input layout " + input_layout_name(p.layout) +
                        " (its codes come contiguous)");
@@ -642,7 +641,7 @@ ImplementationPtr reference_implementation() {
                    Feature::kv_zero_points,  Feature::kv_ggml_q8_0,
                    Feature::kv_ggml_q4_0,    Feature::kv_ggml_q4_1,
                    Feature::kv_ggml_q5_0,    Feature::kv_ggml_q5_1,
-                   Feature::q_quant};
+                   Feature::q_quant,        Feature::paged_quant};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem
@@ -654,9 +653,20 @@ ImplementationPtr reference_implementation() {
                                Tensor<double>* lse) {
           if (!pr.paged) return attention(q, k, v, pr.options(), w, lse);
           // Paged: lay K and V out in the pool, then read them back only through the block table, and attend.
-          const auto pools = paged_pools(pr, k, v);
           const Shape& ks = k.shape();
           const std::vector<Index> lengths = pr.sequence_lengths();
+          if (pr.quant) {  // quantised pools: their codes and scales, dequantised from where each key's sit
+            using S = typename std::decay_t<decltype(q)>::Scalar;
+            const PagedKV pk = pr.paged_kv();
+            const auto unpaged = [&](const QuantScales& s, const Tensor<double>& x) {
+              QuantScales back;
+              return unpage_quant(pr.quant->format, page_quant(pr.quant->format, s, x, lengths, pk), pk, ks.B, ks.T,
+                                  lengths, back)
+                  .template cast<S>();
+            };
+            return attention(q, unpaged(pr.quant->k, pr.k), unpaged(pr.quant->v, pr.v), pr.options(), w, lse);
+          }
+          const auto pools = paged_pools(pr, k, v);
           return attention(q, gather_pages(pools.k, pools.layout, ks.B, ks.H, ks.T, ks.D, lengths),
                            gather_pages(pools.v, pools.layout, ks.B, ks.H, ks.T, v.shape().D, lengths), pr.options(), w,
                            lse);

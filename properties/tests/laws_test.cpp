@@ -503,10 +503,13 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
   for (int n = 0; n < 400; ++n) {
     const LawCase c = law.gen(g)(random.split(), 50).value();
     const Problem& p = c.problem;
-    ASSERT_TRUE(p.quant.has_value());
+    std::string tags;
+    for (const auto& t : c.tags) tags += t + " ";
+    ASSERT_TRUE(p.quant.has_value()) << tags;
     const QuantizedKV& q = *p.quant;
     seen.insert(std::string(quant_format_name(q.format)));
     if (q.q) seen.insert("quantised q");
+    if (p.paged) seen.insert("paged");
     for (const QuantScales* s : {&q.k, &q.v}) {
       seen.insert(std::string(quant_granularity_name(s->granularity)));
       if (!s->zero_points.empty()) seen.insert("zero points");
@@ -527,7 +530,7 @@ TEST(Law, quantisedCachesAreDrawnInEveryDeclaredWay) {
   }
   for (const char* want : {"e4m3fn", "e5m2", "int8", "q8_0", "q4_0", "q4_1", "q5_0", "q5_1", "tensor", "kv_head",
                            "token_head", "block32", "zero points", "power of two", "not a power of two", "largest code",
-                           "e4m3fn subnormal", "negative block scale", "quantised q"})
+                           "e4m3fn subnormal", "negative block scale", "quantised q", "paged"})
     EXPECT_TRUE(seen.count(want)) << want;
   // Only what is declared: an int8-only, per-tensor kernel gets int8 per-tensor caches without zero points.
   GenConfig int8_only = g;

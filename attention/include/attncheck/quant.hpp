@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "attncheck/paged.hpp"
 #include "attncheck/tensor.hpp"
 
 namespace attncheck {
@@ -145,5 +146,39 @@ std::vector<std::uint8_t> pack_blocks(QuantFormat f, const QuantScales& s, const
                                       const std::vector<std::uint8_t>& codes);
 /// The inverse: the codes, and the scales and minimums into s (block32 extents for `cache`).
 std::vector<std::uint8_t> unpack_blocks(QuantFormat f, const Shape& cache, const std::uint8_t* blocks, QuantScales& s);
+
+/// A quantised cache laid out in pages (Feature::paged_quant): what a serving engine's FP8 or int8 paged cache holds.
+/// Each live key's (slot, head) row, its D codes or ggml's D/32 blocks, sits at its page and slot in the layout's
+/// order, as paged.hpp lays out a float pool; the scales are over the pool's first three axes in the same order, a
+/// scale living with its key: per tensor [1,1,1]; per kv head along the head's axis ([1,1,H_kv] token-major,
+/// [1,H_kv,1] head-major); per token and head the pool's own ([pages,page_size,H_kv] or [pages,H_kv,page_size]);
+/// ggml's blocks hold theirs. Every free slot (no live key there) holds the fill: bytes 0 for PageFill::zero, else
+/// 0xFF (NaN in both FP8 formats and as a ggml block's float16 d), and its per-token scale the fill's value (0, NaN,
+/// ±inf or 1e30, none of them a scale) with zero point 0.
+struct QuantPool {
+  Shape shape{};                      ///< the pool in its layout's order, its last extent D (V's: D_v)
+  Index row_bytes = 0;                ///< bytes of one (page, slot, head) row: D, or D/32 of ggml's blocks
+  std::vector<std::uint8_t> bytes{};  ///< the first three extents' product times row_bytes, row-major
+  QuantScales scales{};               ///< extents over the pool's first three axes (C = 1: ggml's are in the blocks)
+  /// Offset of (page, slot, head)'s row in bytes.
+  std::size_t row(const PagedKV& pk, Index page, Index slot, Index g) const;
+  /// The scale's (and zero point's) index of (page, slot, head) in `scales`.
+  std::size_t scale_at(const PagedKV& pk, Index page, Index slot, Index g) const;
+};
+
+/// The extents of a pool's scales under a granularity, for H kv heads: the axes it varies along, in the layout's order
+/// (block32: none, ggml's are in the blocks).
+QuantScales quant_pool_extents(QuantGranularity g, const PagedKV& pk, Index H);
+
+/// A cache [B,H_kv,T,D] of dequantised values x under its scales s, stored in pages for sequences of `lengths`
+/// (keys past a sequence's length are not stored). A page two sequences share must get the same rows and scales from
+/// both: std::invalid_argument otherwise, as scatter_pages. Throws ValueError where x is not a cache of f under s.
+QuantPool page_quant(QuantFormat f, const QuantScales& s, const Tensor<double>& x, const std::vector<Index>& lengths,
+                     const PagedKV& pk);
+/// The inverse, read only through the table: the dense cache's dequantised values [B,H_kv,T,D] and, into s, its
+/// scales in the cache's extents (granularity as `pool.scales`'). A key past its sequence's length reads 0, under a
+/// per-token scale of 1 (ggml's: a zero block).
+Tensor<double> unpage_quant(QuantFormat f, const QuantPool& pool, const PagedKV& pk, Index B, Index T,
+                            const std::vector<Index>& lengths, QuantScales& s);
 
 }  // namespace attncheck

@@ -176,6 +176,14 @@ extern "C" {
  *  range first, and descaled) for its product with V, as FlashAttention 3's FP8 forward does. attncheck's output bounds
  *  then widen by that rounding; the call is the same. */
 #define ATTNCHECK_CAP4_P_FP8 0x800000u
+/** Quantised K and V in paged pools (with ATTNCHECK_CAP3_PAGED and a format): a call both paged and quantised, as an
+ *  FP8 or int8 paged cache holds it. paged->k_pages.data and v_pages.data are NULL (their shapes still the pools'), and
+ *  quant->k and quant->v describe the pools: shape the pool's, in its layout's order; key t of sequence b's codes (or
+ *  ggml's blocks) at its page and slot; the scales over the pool's first three axes in the same order, so that a key's
+ *  scale is at its page and slot too: per kv head along the head's axis ([1,1,H_kv] token-major, [1,H_kv,1]
+ *  head-major), per token and head the pool's own ([pages, page_size, H_kv] or [pages, H_kv, page_size]). Free slots
+ *  hold anything, their codes and scales alike (NaN codes, NaN or 0 scales). */
+#define ATTNCHECK_CAP4_PAGED_QUANT 0x1000000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -348,7 +356,8 @@ typedef struct attncheck_call {
    *  backward call with the same seed and offset differentiates the forward's output, with its mask. Neutral: NULL. */
   const struct attncheck_dropout* dropout;
   /** Quantised K and V (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2 or _KV_INT8, whichever quant->k.format is), or NULL, in
-   *  forward calls only (never with paged K and V): k.data and v.data are then NULL, k.shape and v.shape still say
+   *  forward calls only (paged only with ATTNCHECK_CAP4_PAGED_QUANT, quant->k and quant->v then the pools'): k.data and
+   *  v.data are then NULL, k.shape and v.shape still say
    *  [B,H_kv,T_k,D] and [B,H_kv,T_k,D_v], and the call means attention over the dequantised values
    *  (value(code) - zero_point)·scale of quant->k and quant->v. Neutral: NULL. */
   const struct attncheck_quant_kv* quant;

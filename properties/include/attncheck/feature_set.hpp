@@ -82,7 +82,8 @@ enum class Feature : std::uint8_t {
   /// ABI 4 (ATTNCHECK_CAP4_KV_E4M3FN, _KV_E5M2, _KV_INT8): K and V may arrive quantised in that format
   /// (Problem::quant: the codes with their scales; k and v hold the dequantised values), one row per format as a kernel
   /// reads some of them; per tensor always, per kv head and per (token, kv head) where declared (kv_scale_per_head,
-  /// kv_scale_per_token), int8 zero points where declared (kv_zero_points). Forward calls only, never paged yet. Drawn
+  /// kv_scale_per_token), int8 zero points where declared (kv_zero_points). Forward calls only, paged where declared
+  /// (paged_quant). Drawn
   /// only by the laws about them (ProblemOptions::allow leaves them out): a law that derives values of K or V would
   /// have to requantise them.
   kv_e4m3fn,
@@ -109,10 +110,14 @@ enum class Feature : std::uint8_t {
   /// A compute precision, like q_dot_ggml_q8: in a quantised call, P = exp(s - m) cast to FP8 e4m3 (possibly scaled
   /// into its range first) for the product with V, as FlashAttention 3's FP8 forward does (tolerance.cpp step 12c).
   p_fp8,
+  /// Quantised K and V in paged pools (ATTNCHECK_CAP4_PAGED_QUANT): a call both paged and quantised, its pools holding
+  /// codes (attncheck/quant.hpp's QuantPool: each key's row and per-token scale at its page and slot). Needs paged
+  /// K and V; drawn in paged cases with a declared format.
+  paged_quant,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::p_fp8) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::paged_quant) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

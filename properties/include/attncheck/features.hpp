@@ -309,6 +309,10 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
     // A declaration of how it computes, which no call uses: the bounds of its quantised cases widen (step 12c).
     {.id = Feature::p_fp8, .name = "p_fp8", .flags4 = 0x800000, .c_name = "ATTNCHECK_CAP4_P_FP8",
      .words = "P cast to FP8 e4m3 for its product with V in a quantised call"},
+    {.id = Feature::paged_quant, .name = "paged_quant", .flags4 = 0x1000000, .c_name = "ATTNCHECK_CAP4_PAGED_QUANT",
+     .requires_feature = Feature::paged, .words = "quantised K and V in paged pools",
+     .used = [](const Problem& p) { return p.quant && p.paged; },
+     .needs = [](const Problem&) { return std::string("quantised K and V in paged pools"); }},
 }};
 
 constexpr bool rows_in_id_order() {

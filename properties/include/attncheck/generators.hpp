@@ -155,7 +155,8 @@ struct ProblemOptions {
   ///  - kv_e4m3fn, kv_e5m2, kv_int8, kv_ggml_* (with kv_scale_per_head, kv_scale_per_token, kv_zero_points): not
   ///  allowed by
   ///    default (a law that derives K or V values would have to requantise them); the quantised-cache laws require
-  ///    them, and a quantised cache is then drawn in every case that is not paged (gen_quant).
+  ///    them, and a quantised cache is then drawn in every case that is not paged, and in paged ones where paged
+  ///    quantised pools are declared (paged_quant; gen_quant).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8,
                                                Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
@@ -211,7 +212,8 @@ struct ProblemOptions {
 /// Everything shrinks toward the plainest plan: contiguous, no spares, -1 entries, zeros.
 rc::Gen<std::optional<PagedPlan>> gen_paged_plan(const GenConfig& cfg, const ProblemOptions& opts);
 
-/// A quantised K and V cache as a case draws it (Feature::kv_e4m3fn, kv_e5m2, kv_int8; never paged, never in a
+/// A quantised K and V cache as a case draws it (Feature::kv_e4m3fn, kv_e5m2, kv_int8; paged only where
+/// Feature::paged_quant is declared, never in a
 /// gradient case, up to 2^18 weights: its bound is materialised). apply() replaces k and v by what the cache holds
 /// after they are written into it: each element's nearest code under its scale (saturating), dequantised. A group's
 /// scale (one per tensor, kv head or token and kv head) is 2^e·m with 2^e the power of two nearest its largest
@@ -228,13 +230,15 @@ struct QuantDraw {
   int q_granularity = -1;
   bool zero_points = false;
   bool plain = true;  ///< powers of two only, no shift
+  /// Whether a paged case may be quantised too (Feature::paged_quant declared and allowed): its pools then hold codes.
+  bool paged = false;
   std::uint64_t seed = 0;
   void apply(Problem& p, const CaseShape& s) const;
 };
 /// A QuantDraw in a declared format (shrinking toward none, then int8, e4m3fn, e5m2, ggml's blocks where D, the case's
-/// head dimension, is a multiple of 32), granularity (toward tensor) and zero points (toward none); in every case where
-/// a format is required (ProblemOptions::require) and one can be drawn. ggml's blocks take scales as ggml's writers
-/// compute them (QuantDraw::apply).
+/// head dimension (the gcd of K's and V's), is a multiple of 32), granularity (toward tensor) and zero points (toward
+/// none); in every case where a format is required (ProblemOptions::require) and one can be drawn. ggml's blocks take
+/// scales as ggml's writers compute them (QuantDraw::apply).
 rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, Index D);
 /// The rows of the formats a quantised cache comes in (a law requires them all: each is drawn where declared).
 inline constexpr Feature kQuantFormatFeatures[] = {Feature::kv_e4m3fn,    Feature::kv_e5m2,      Feature::kv_int8,

@@ -413,8 +413,10 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
       (*gen_modifiers(cfg, opts, cfg.caps.declares(Feature::softcap) ? max_row_spread(p) : 0.0)).apply(p, s);
     // (V's pool has rows D_v wide where V has a head dimension of its own.)
     if (!d_output && opts.may_use(Feature::paged, declared)) p.paged = *gen_paged_plan(cfg, opts);
-    // After the pages (a paged case is never quantised) and only where a format may be drawn.
-    if (!d_output && may_quantise(cfg, opts)) (*gen_quant(cfg, opts, p.q.shape().D)).apply(p, s);
+    // After the pages (a paged case quantised only where paged_quant is declared) and only where a format may be drawn.
+    // (ggml's blocks need both K's D and V's D_v multiples of 32: their gcd is.)
+    if (!d_output && may_quantise(cfg, opts))
+      (*gen_quant(cfg, opts, std::gcd(p.k.shape().D, p.v.shape().D))).apply(p, s);
     c.tags = shape_tags(p);
     if (p.quant) {
       c.tags.push_back("kv=" + std::string(quant_format_name(p.quant->format)));

@@ -45,7 +45,7 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, I
   const bool per_head = opts.may_use(Feature::kv_scale_per_head, declared),
              per_token = opts.may_use(Feature::kv_scale_per_token, declared),
              zero_points = opts.may_use(Feature::kv_zero_points, declared),
-             q_quant = opts.may_use(Feature::q_quant, declared);
+             q_quant = opts.may_use(Feature::q_quant, declared), paged = opts.may_use(Feature::paged_quant, declared);
   return rc::gen::exec([=] {
     QuantDraw d;
     std::vector<std::pair<std::size_t, int>> choices;
@@ -65,6 +65,7 @@ rc::Gen<QuantDraw> gen_quant(const GenConfig& cfg, const ProblemOptions& opts, I
     if (d.format >= 0 && quant_blocked(QuantFormat(d.format)))  // the blocks hold their scales
       d.k_granularity = d.v_granularity = QuantGranularity::block32;
     d.plain = *weighted_choice<bool>({{1, true}, {2, false}});
+    d.paged = paged;
     // Not shrunk: each group's mantissa and shift follow from it and the group's coordinates, so that a shape shrunk
     // before it keeps the others' (RapidCheck shrinks the picks in order and does not return to the shape).
     d.seed = *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32));
@@ -130,7 +131,7 @@ void ggml_blocks(QuantFormat f, Tensor<double>& x, QuantScales& sc, bool plain, 
 void QuantDraw::apply(Problem& p, const CaseShape& s) const {
   p.quant.reset();
   const Shape qs = p.q.shape();
-  if (format < 0 || p.paged || p.d_output ||
+  if (format < 0 || (p.paged && !paged) || p.d_output ||
       double(qs.B) * double(qs.H) * double(qs.T) * double(p.k.shape().T) > double(kMaxWeights))
     return;
   const auto f = QuantFormat(format);

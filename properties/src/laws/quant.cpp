@@ -36,12 +36,14 @@ std::string needs_quant_and_scale(const GenConfig& g) {
 
 // Every case quantised, in a declared format. The bound of step 12 is taken on k and v as they are, so nothing may
 // transform them first (a rope, a QK-norm, a temperature folded into q is fine but kept out for plain counterexamples),
-// and a quantised cache is never paged yet.
+// and a quantised cache is paged only where the implementation declares paged quantised pools (half the cases then:
+// the quantised call in its pools, kv-quant-dense's dense call in float pools of the same pages).
 ProblemOptions options(const GenConfig& cfg, bool weights) {
   ProblemOptions po = weights ? ProblemOptions{} : outputs_only();
   for (const Feature f : kQuantFormatFeatures) po.require.add(f);
-  po.allow.remove({Feature::paged, Feature::rope, Feature::rope_interleaved, Feature::qk_norm,
-                   Feature::qk_norm_eps_outside, Feature::temperature, Feature::strided});
+  po.allow.remove({Feature::rope, Feature::rope_interleaved, Feature::qk_norm, Feature::qk_norm_eps_outside,
+                   Feature::temperature, Feature::strided});
+  if (!cfg.caps.declares(Feature::paged_quant)) po.allow.remove(Feature::paged);
   po.want_lse = cfg.caps.declares(Feature::lse);
   return po;
 }

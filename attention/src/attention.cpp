@@ -229,9 +229,9 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 void require_no_rule_options(const AttentionOptions& opts) {
   if (!opts.key_lengths.empty() || opts.window || opts.window_right || opts.prefix_length != 0 ||
       opts.chunk_size != 0 || !opts.doc_bounds.empty() || !opts.q_doc_bounds.empty() || opts.block_mask ||
-      opts.dense_mask)
-    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask and "
-                     "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
+      opts.dense_mask || opts.index_list)
+    throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask, "
+                     "dense_mask and index_list apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
   if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || has_prologue(opts) ||
@@ -259,6 +259,32 @@ void check_dense(const char* who, const char* name, const DenseMask& m, Index B,
   if (m.T_q < 1) bad("T_q must be positive");
   if (m.T_k != T_k) bad("T_k differs");
   if (m.cells.size() != std::size_t(m.B * m.H * m.T_q * m.T_k)) bad("the cell count is not B·H·T_q·T_k");
+}
+
+// An index list must be [B, H or H_kv (its group the rest), T_q, max_k] with that many entries, each -1 or a key (or
+// block) index below T_k's count of them.
+void check_index_list(const char* who, const IndexList& l, Index B, Index H, Index T_q, Index T_k) {
+  const std::string pre = std::string(who) + ": index_list ";
+  const auto bad = [&](const std::string& why) {
+    throw ShapeError(pre + "is [" + std::to_string(l.B) + "," + std::to_string(l.H) + "," + std::to_string(l.T_q) +
+                     "," + std::to_string(l.max_k) + "] with " + std::to_string(l.indices.size()) +
+                     " entries and a group of " + std::to_string(l.group) + "; expected [" + std::to_string(B) + "," +
+                     "H or H_kv," + (T_q < 0 ? std::string("T_q") : std::to_string(T_q)) + ",max_k] with H = " +
+                     std::to_string(H) + " query heads = list heads · group: " + why);
+  };
+  if (l.B != B) bad("B differs");
+  if (l.group < 1 || l.H < 1 || l.H * l.group != H) bad("the list heads times the group are not H");
+  if (T_q >= 0 && l.T_q != T_q) bad("T_q differs");
+  if (l.max_k < 0) bad("max_k is negative");
+  if (l.indices.size() != std::size_t(l.B * l.H * l.T_q * l.max_k)) bad("the entry count is not B·H·T_q·max_k");
+  if (l.block_size < 1)
+    throw ValueError(pre + "block size is " + std::to_string(l.block_size) + "; expected 1 (key indices) or more");
+  const Index units = (T_k + l.block_size - 1) / l.block_size;
+  for (std::size_t n = 0; n < l.indices.size(); ++n)
+    if (l.indices[n] < -1 || l.indices[n] >= units)
+      throw ValueError(pre + "entry " + std::to_string(n) + " is " + std::to_string(l.indices[n]) + "; expected -1 " +
+                       "(padding) or a " + (l.block_size > 1 ? "block" : "key") + " index in [0, " +
+                       std::to_string(units) + ")");
 }
 
 // A bias must be [B or 1, H or 1, T_q, T_k] with that many finite values.
@@ -376,6 +402,7 @@ void check_qk_norm(const char* who, const QkNorm& n) {
 
 void check_options(const char* who, const AttentionOptions& o, Index B, Index H, Index T_k, Index T_q) {
   if (o.dense_mask) check_dense(who, "dense_mask", *o.dense_mask, B, H, T_q, T_k);
+  if (o.index_list) check_index_list(who, *o.index_list, B, H, T_q, T_k);
   if (o.qk_norm) check_qk_norm(who, *o.qk_norm);
   if (o.rope) check_rope(who, *o.rope, B, T_k, T_q);
   if (o.bias) check_bias(who, *o.bias, B, H, T_q, T_k);
@@ -559,6 +586,7 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
   if (!opts.q_doc_bounds.empty()) vis.q_doc_bounds = &opts.q_doc_bounds.at(std::size_t(b));
   if (opts.block_mask) vis.block = &*opts.block_mask;
   if (opts.dense_mask) vis.dense = &*opts.dense_mask;
+  if (opts.index_list) vis.index = &*opts.index_list;
   // A bias of -inf hides its cell: the head's cells are scanned so that a finite bias keeps the runs unbroken.
   if (opts.bias) {
     const double* at = opts.bias->head(b, h);
@@ -578,7 +606,8 @@ bool bias_hides_cells(const ScoreBias& bias) {
 
 bool visibility_per_head(const AttentionOptions& opts) {
   return (opts.block_mask && (opts.block_mask->H > 1 || opts.block_mask->partial.H > 1)) ||
-         (opts.dense_mask && opts.dense_mask->H > 1) || (opts.bias && opts.bias->H > 1 && bias_hides_cells(*opts.bias));
+         (opts.dense_mask && opts.dense_mask->H > 1) || (opts.bias && opts.bias->H > 1 && bias_hides_cells(*opts.bias)) ||
+         (opts.index_list && opts.index_list->H * opts.index_list->group > 1);
 }
 
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k) {
@@ -782,7 +811,7 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   // One mask per batch entry and head where they differ (one for all when nothing varies).
   const bool per_b = !opts.key_lengths.empty() || !opts.doc_bounds.empty() ||
                      (opts.block_mask && (opts.block_mask->B > 1 || opts.block_mask->partial.B > 1)) ||
-                     (opts.dense_mask && opts.dense_mask->B > 1) ||
+                     (opts.dense_mask && opts.dense_mask->B > 1) || (opts.index_list && opts.index_list->B > 1) ||
                      (opts.bias && opts.bias->B > 1 && bias_hides_cells(*opts.bias));
   const Index nb = per_b ? B : 1, nh = visibility_per_head(opts) ? q.shape().H : 1;
   std::vector<BoolMask> masks;

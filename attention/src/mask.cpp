@@ -140,6 +140,7 @@ std::string Visibility::hidden_by(Index i, Index j) const {
   if (j >= 0 && j < T_k && block && !block->visible(batch, head, i, j)) return "block mask";
   if (j >= 0 && j < T_k && dense && !dense->visible(batch, head, i, j)) return "dense mask";
   if (j >= 0 && j < T_k && bias && bias_hides(i, j)) return "bias";
+  if (j >= 0 && j < T_k && index && !index->lists(batch, head, i, j)) return "index list";
   return "out of range";
 }
 

@@ -62,9 +62,10 @@ TEST(Errors, keyLengthsAndWindowAreChecked) {
                    "attention: key_lengths[1] = 4 is outside [0, T_k = 3]");
   EXPECT_THROW_MSG(attention(q, q, q, AttentionOptions{.window = -1}), ValueError,
                    "attention: window must be >= 0 (0: a query sees only its own position), got -1");
-  EXPECT_THROW_MSG(attention(q, q, q, BoolMask::causal(3, 3), AttentionOptions{.window = 1}), ValueError,
-                   "attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask and "
-                   "dense_mask apply to the causal path; with an explicit mask, fold them into the mask");
+  EXPECT_THROW_MSG(
+      attention(q, q, q, BoolMask::causal(3, 3), AttentionOptions{.window = 1}), ValueError,
+      "attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask, "
+      "dense_mask and index_list apply to the causal path; with an explicit mask, fold them into the mask");
 }
 
 TEST(Errors, valueLengthDiffersFromKeyLength) {

@@ -155,6 +155,61 @@ TEST(Softmax, hugeScoresDoNotOverflow) {
   EXPECT_EQ(out(0, 0, 1, 0), 1.0f);
 }
 
+// An index list is the dense mask of the keys it lists, intersected with the causal rule: per kv head (shared by a
+// group of two query heads) with duplicates and padding anywhere in a row, and as block indices; every path agrees
+// with attention under that dense mask, a listed key past the causal limit stays hidden, and bad lists are named.
+TEST(Visibility, anIndexListIsTheMaskOfTheKeysItListsIntersectedWithTheRest) {
+  const Index B = 1, H = 2, T = 6, K = 3;
+  Tensor<double> q = filled({B, H, T, 2}, 0.3), k = filled({B, 1, T, 2}, 1.1), v = filled({B, 1, T, 2}, 2.7);
+  for (const Index block : {1, 2}) {
+    IndexList l{.block_size = block, .group = 2, .B = 1, .H = 1, .T_q = T, .max_k = K, .indices = {}};
+    const Index units = (T + block - 1) / block;
+    for (Index i = 0; i < T; ++i)  // row i: unit i % units, -1, unit (i + 2) % units twice over rows
+      for (const std::int32_t x : {std::int32_t(i % units), -1, std::int32_t((i + 2) % units)}) l.indices.push_back(x);
+    AttentionOptions o;
+    o.index_list = l;
+    DenseMask cells{.B = 1, .H = 1, .T_q = T, .T_k = T, .cells = {}};
+    for (Index i = 0; i < T; ++i)
+      for (Index j = 0; j < T; ++j) cells.cells.push_back(j / block == i % units || j / block == (i + 2) % units);
+    AttentionOptions dense;
+    dense.dense_mask = cells;
+    Tensor<double> w({1, 1, 1, 1}), wd({1, 1, 1, 1});
+    const Tensor<double> full = attention(q, k, v, o, &w), streamed = attention(q, k, v, o),
+                         want = attention(q, k, v, dense, &wd);
+    EXPECT_EQ(full.values(), want.values()) << block;
+    EXPECT_EQ(w.values(), wd.values()) << block;
+    EXPECT_LE((streamed.values() - want.values()).cwiseAbs().maxCoeff(), 1e-14) << block;
+    for (Index h = 0; h < H; ++h) {
+      const Visibility vis = visibility(o, 0, T, T, h);
+      for (Index i = 0; i < T; ++i)
+        for (Index j = 0; j < T; ++j) {
+          const bool listed = j / block == i % units || j / block == (i + 2) % units;
+          EXPECT_EQ(vis.visible(i, j), listed && j <= i) << block << h << i << j;
+          if (!listed) {
+            EXPECT_EQ(vis.hidden_by(i, j), j > i ? "causal" : "index list");
+          }
+        }
+    }
+  }
+  const auto message = [&](AttentionOptions o) {
+    try {
+      attention(q, k, v, o);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  AttentionOptions bad;
+  bad.index_list = IndexList{.block_size = 1, .group = 2, .B = 1, .H = 1, .T_q = T, .max_k = 1, .indices = {}};
+  bad.index_list->indices.assign(T, 0);
+  bad.index_list->indices[3] = std::int32_t(T);
+  EXPECT_NE(message(bad).find("index_list entry 3 is 6; expected -1 (padding) or a key index in [0, 6)"),
+            std::string::npos)
+      << message(bad);
+  bad.index_list->group = 1;
+  EXPECT_NE(message(bad).find("the list heads times the group are not H"), std::string::npos) << message(bad);
+}
+
 }  // namespace
 }  // namespace attncheck
 

@@ -355,6 +355,17 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
     }
   }
   if (dm && !dm->data[b * dm->strides[0] + h * dm->strides[1] + i * dm->strides[2] + j * dm->strides[3]]) return 0;
+#ifdef ABI4
+  if (call->index_list) { /* selected keys: row (b, h's kv head, i) must list j (its block), -1 never a key */
+    const attncheck_index_list* l = call->index_list;
+    const int64_t g = h / (call->q.shape[1] / call->k.shape[1]), unit = j / l->block_size;
+    const int32_t* row = l->indices + b * l->strides[0] + g * l->strides[1] + i * l->strides[2];
+    int64_t n;
+    for (n = 0; n < l->max_k; ++n)
+      if (row[n * l->strides[3]] >= 0 && row[n * l->strides[3]] == unit) break;
+    if (n == l->max_k) return 0;
+  }
+#endif
   return 1;
 }
 
@@ -720,6 +731,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS | ATTNCHECK_CAP4_KV_GGML_Q8_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q4_0 | ATTNCHECK_CAP4_KV_GGML_Q4_1 | ATTNCHECK_CAP4_KV_GGML_Q5_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q5_1 | ATTNCHECK_CAP4_Q_QUANT
+                | ATTNCHECK_CAP4_INDEX_LIST | ATTNCHECK_CAP4_INDEX_LIST_BLOCKS
 #ifdef PAGED
                 | ATTNCHECK_CAP4_PAGED_QUANT
 #endif

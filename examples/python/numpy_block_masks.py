@@ -7,7 +7,10 @@ batch or the heads): key j is visible to query i of (b, h) where it is True. A b
 BlockMask) arrives as `block_mask`, an attncheck_plugin.BlockMask: a kind per block of block_q x block_k (EMPTY,
 PARTIAL, FULL) and the partial cells; to_dense() gives the bool array it stands for. Both go on top of the causal
 rule, key padding and the left window: every family present must allow a key, and visibility now differs per head
-and may have gaps in a row, which the code below never assumes away.
+and may have gaps in a row, which the code below never assumes away. Selected keys (DeepSeek's DSA top-k, NSA's and
+MoBA's selected blocks) arrive as `index_list`, an attncheck_plugin.IndexList: int32 [B, H_kv, T_q, max_k] key (or
+block) indices with -1 padding; to_mask(T_k, H) gives the keys each query head's row lists, one more family to
+intersect.
 """
 import numpy as np
 
@@ -15,7 +18,7 @@ import attncheck_plugin
 
 
 def visible(B, H, T_q, T_k, alignment="top-left", causal=True, key_lengths=None, window=None, block_mask=None,
-            dense_mask=None):
+            dense_mask=None, index_list=None):
     """The [B, H, T_q, T_k] boolean mask: query i sits at aligned position p = i (top-left) or i + T_k - T_q
     (bottom-right)."""
     p = np.arange(T_q)[:, None] + (T_k - T_q if alignment == "bottom-right" else 0)
@@ -31,11 +34,13 @@ def visible(B, H, T_q, T_k, alignment="top-left", causal=True, key_lengths=None,
         seen &= block_mask.to_dense()  # [B or 1, H or 1, T_q, T_k] broadcasts
     if dense_mask is not None:
         seen &= dense_mask
+    if index_list is not None:
+        seen &= index_list.to_mask(T_k, H)
     return seen
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, window=None, causal=True,
-              block_mask=None, dense_mask=None):
+              block_mask=None, dense_mask=None, index_list=None):
     """q [B,H,T_q,D], k and v [B,H_kv,T_k,D] -> output [B,H,T_q,D] and weights [B,H,T_q,T_k], in float64; a row
     that sees no key gets zeros."""
     B, H, T_q, D = q.shape
@@ -43,7 +48,7 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, windo
     scale = scale or 1 / np.sqrt(D)
     kk = np.repeat(k, H // H_kv, axis=1).astype(np.float64)  # query head h reads kv head h // (H // H_kv)
     vv = np.repeat(v, H // H_kv, axis=1).astype(np.float64)
-    seen = visible(B, H, T_q, T_k, alignment, causal, key_lengths, window, block_mask, dense_mask)
+    seen = visible(B, H, T_q, T_k, alignment, causal, key_lengths, window, block_mask, dense_mask, index_list)
     with np.errstate(all="ignore"):  # NaN/Inf in hidden keys are masked by the select, not warned about
         scores = np.where(seen, q.astype(np.float64) @ kk.swapaxes(-1, -2) * scale, -np.inf)
         top = scores.max(axis=-1, keepdims=True)
@@ -63,4 +68,5 @@ if __name__ == "__main__":
                            description="numpy attention under block masks and dense masks",
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True, empty_rows="zero",
-                           bidirectional=True, block_mask=True, dense_mask=True)
+                           bidirectional=True, block_mask=True, dense_mask=True, index_list=True,
+                           index_list_blocks=True)

@@ -77,7 +77,8 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "kv_e5m2": 0x800, "kv_int8": 0x1000, "kv_scale_per_head": 0x2000, "kv_scale_per_token": 0x4000,
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
           "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
-          "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000}
+          "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000,
+          "index_list": 0x2000000, "index_list_blocks": 0x4000000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -88,7 +89,8 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_e5m2": ("quant",), "kv_int8": ("quant",), "kv_scale_per_head": ("quant",),
                      "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",), "kv_ggml_q8_0": ("quant",),
                      "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
-                     "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant")}
+                     "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant"),
+                     "index_list": ("index_list",), "index_list_blocks": ("index_list",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                 "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
@@ -106,6 +108,7 @@ FEATURE_FAMILIES = {
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1", "q_quant", "paged_quant"),
+    "selected keys": ("index_list", "index_list_blocks"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
@@ -154,7 +157,7 @@ CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap"
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
               "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152, "dropout": 4194304,
-              "quant": 8388608, "quant_q": 16777216}
+              "quant": 8388608, "quant_q": 16777216, "index_list": 33554432}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -470,6 +473,15 @@ def _read_call(payload, backward):
         prob, seed, offset = struct.unpack_from("<dQQ", payload, off)
         off += 24
         dropout = Dropout(float(prob), int(seed), int(offset))
+    index_list = None
+    if fflags & CALL_FLAGS["index_list"]:  # version 4: u32 space, u32 per, i64 block size, heads, max_k; the entries
+        _, _, block_size, heads, max_k = struct.unpack_from("<IIqqq", payload, off)
+        off += 32
+        shape = (qs[0], heads, qs[2], max_k)
+        n = int(np.prod(shape))
+        index_list = IndexList(np.frombuffer(payload, dtype="<i4", count=n, offset=off).reshape(shape).copy(),
+                               int(block_size))
+        off += 4 * n
     quant = None
     paging = None
 
@@ -561,7 +573,8 @@ def _read_call(payload, backward):
               "sinks": sinks, "causal": not fflags & CALL_FLAGS["not_causal"], "paged": paged, "prefix_length": prefix_length,
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
-              "temperature": temperature, "rope": rope, "qk_norm": qk_norm, "dropout": dropout, "quant": quant}
+              "temperature": temperature, "rope": rope, "qk_norm": qk_norm, "dropout": dropout, "quant": quant,
+              "index_list": index_list}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -690,6 +703,32 @@ class QkNorm:
         return "QkNorm(q %s, k %s, eps %g%s)" % ("normalised" if self.q_weight is not None else "not",
                                                "normalised" if self.k_weight is not None else "not", self.eps,
                                                ", outside the root" if self.eps_outside else "")
+
+
+class IndexList:
+    """Selected keys (serve(..., index_list=True)): `indices`, int32 [B, H_kv, T_q, max_k], row (b, g, i) the keys (or,
+    with block_size > 1, the blocks of block_size keys: serve(..., index_list_blocks=True)) that query i of batch entry
+    b sees through any query head of kv head g; -1 pads a row anywhere and is never a key (not the last one). A key
+    listed twice is listed once, and the call's other rules (causal, padding, window, ...) still hide what they hide.
+    to_mask(T_k, H) is the [B, H, T_q, T_k] boolean mask of the keys listed (other rules not applied)."""
+
+    def __init__(self, indices, block_size=1):
+        self.indices, self.block_size = indices, block_size
+
+    def to_mask(self, T_k, H):
+        idx = self.indices if isinstance(self.indices, np.ndarray) else self.indices.cpu().numpy()
+        B, H_kv, T_q, _ = idx.shape
+        mask = np.zeros((B, H_kv, T_q, T_k), dtype=bool)
+        units = np.arange(T_k) // self.block_size
+        for b in range(B):
+            for g in range(H_kv):
+                for i in range(T_q):
+                    row = idx[b, g, i]
+                    mask[b, g, i] = np.isin(units, row[row >= 0])
+        return np.repeat(mask, H // H_kv, axis=1)
+
+    def __repr__(self):
+        return "IndexList(%s, block size %d)" % (list(self.indices.shape), self.block_size)
 
 
 class Dropout:
@@ -941,6 +980,9 @@ class _Torch:
             kw["rope"] = Rope(rope.variant, rope.rotary_dim, rope.base, rope.factor, self.tensor(rope.q_positions),
                               self.tensor(rope.k_positions), rope.scaling, rope.low_freq_factor,
                               rope.high_freq_factor, rope.original_max_position)
+        index_list = kw.get("index_list")
+        if index_list is not None:  # int32 entries on the device
+            kw["index_list"] = IndexList(self.tensor(index_list.indices), index_list.block_size)
         norm = kw.get("qk_norm")
         if norm is not None:
             kw["qk_norm"] = QkNorm(None if norm.q_weight is None else self.tensor(norm.q_weight),
@@ -1076,8 +1118,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           qk_norm_eps_outside=False, dropout=False, rope_ntk=False, rope_llama3=False, kv_e4m3fn=False,
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
-          q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, framework="numpy",
-          device=None):
+          q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, index_list=False,
+          index_list_blocks=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1167,6 +1209,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     page_size, D] head-major, uint8; ggml's [..., D/32, the block's bytes]) and their scales are over the pool's first
     three axes, a key's at its page and slot (per kv head [1, 1, H_kv] or [1, H_kv, 1], per token and head the
     pool's own): `paged.gather(*quant.dequantize())` is the dense float64 k and v.
+    `index_list=True` declares selected keys (DeepSeek's DSA, NSA's selection): fn (and a backward) gets
+    `index_list`, None or an IndexList (`indices` int32 [B, H_kv, T_q, max_k], -1 padding; `block_size`; to_mask());
+    `index_list_blocks=True` declares block indices too (block_size > 1).
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1188,7 +1233,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_ggml_q4_0", kv_ggml_q4_0), ("kv_ggml_q4_1", kv_ggml_q4_1),
                                               ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1),
                                               ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant),
-                                              ("p_fp8", p_fp8), ("paged_quant", paged_quant))}
+                                              ("p_fp8", p_fp8), ("paged_quant", paged_quant),
+                                              ("index_list", index_list), ("index_list_blocks", index_list_blocks))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1203,6 +1249,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if p_fp8 and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: p_fp8=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): P is cast to FP8 only in such a call")
+    if index_list_blocks and not index_list:
+        raise ValueError("serve: index_list_blocks=True needs index_list=True (block indices are an index list's)")
     if paged_quant and not (paged and (kv_e4m3fn or kv_e5m2 or kv_int8 or kv_ggml_q8_0 or kv_ggml_q4_0 or
                                        kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1)):
         raise ValueError("serve: paged_quant=True needs paged=True and a cache format (kv_e4m3fn=True, ...): it "

@@ -370,6 +370,26 @@ struct DropoutArg {
   DropoutArg(const DropoutArg&) = delete;  // ptr points into this object
 };
 
+// A problem's index list as the ABI passes it: its entries contiguous [B, H_kv, T_q, max_k], or null without one.
+struct IndexListArg {
+  attncheck_index_list abi{};
+  const attncheck_index_list* ptr = nullptr;
+  explicit IndexListArg(const Problem& p) {
+    if (!p.index_list) return;
+    const IndexList& l = *p.index_list;
+    abi.space = ATTNCHECK_INDEX_LOGICAL;
+    abi.per = ATTNCHECK_INDEX_PER_KV_HEAD;
+    abi.block_size = l.block_size;
+    abi.max_k = l.max_k;
+    abi.indices = l.indices.data();
+    abi.shape[0] = l.B, abi.shape[1] = l.H, abi.shape[2] = l.T_q, abi.shape[3] = l.max_k;
+    abi.strides[0] = l.H * l.T_q * l.max_k, abi.strides[1] = l.T_q * l.max_k, abi.strides[2] = l.max_k,
+    abi.strides[3] = 1;
+    ptr = &abi;
+  }
+  IndexListArg(const IndexListArg&) = delete;  // ptr points into this object
+};
+
 // A problem's quantised K and V as the ABI passes them: each side's codes (quant_codes of its dequantised values),
 // scales as float32 and zero points as int8, contiguous; in a paged call K's and V's are the pools' (page_quant: the
 // codes and the scales at each key's page and slot, over the pool's axes). Null when it has none.
@@ -502,7 +522,9 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(q_dot_ggml_q8, ATTNCHECK_CAP4_Q_DOT_GGML_Q8),
                              ATTNCHECK_ABI_BIT(q_quant, ATTNCHECK_CAP4_Q_QUANT),
                              ATTNCHECK_ABI_BIT(p_fp8, ATTNCHECK_CAP4_P_FP8),
-                             ATTNCHECK_ABI_BIT(paged_quant, ATTNCHECK_CAP4_PAGED_QUANT)};
+                             ATTNCHECK_ABI_BIT(paged_quant, ATTNCHECK_CAP4_PAGED_QUANT),
+                             ATTNCHECK_ABI_BIT(index_list, ATTNCHECK_CAP4_INDEX_LIST),
+                             ATTNCHECK_ABI_BIT(index_list_blocks, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
@@ -567,6 +589,8 @@ class CPlugin final : public Implementation {
       call.qk_norm = qk_norm.ptr;
       const DropoutArg dropout(p);
       call.dropout = dropout.ptr;
+      const IndexListArg index_list(p);
+      call.index_list = index_list.ptr;
       // Quantised: K and V only as their codes and scales; k.data and v.data NULL, their shapes as they are.
       const QuantArg quant(p, name_.c_str());
       if (quant.ptr) {
@@ -634,6 +658,8 @@ class CPlugin final : public Implementation {
       call.qk_norm = qk_norm.ptr;
       const DropoutArg dropout(p);
       call.dropout = dropout.ptr;
+      const IndexListArg index_list(p);
+      call.index_list = index_list.ptr;
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).

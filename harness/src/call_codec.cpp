@@ -185,7 +185,8 @@ std::string call_payload(const Problem& p) {
         (p.dense_mask ? call_dense_mask : 0u) | (p.layout != InputLayout::contiguous ? call_layout : 0u) |
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
         (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u) |
-        (p.dropout ? call_dropout : 0u) | (p.quant ? call_quant : 0u) | (p.quant && p.quant->q ? call_quant_q : 0u));
+        (p.dropout ? call_dropout : 0u) | (p.quant ? call_quant : 0u) | (p.quant && p.quant->q ? call_quant_q : 0u) |
+        (p.index_list ? call_index_list : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -287,6 +288,16 @@ std::string call_payload(const Problem& p) {
     w.f64(p.dropout->p);
     w.u64(p.dropout->seed);
     w.u64(p.dropout->offset);
+  }
+  if (p.index_list) {  // version 4 (PROTOCOL.md, "Selected keys"): u32 space, u32 per, i64 block size, i64 heads,
+    // i64 max_k, then B·heads·T_q·max_k × i32
+    const IndexList& l = *p.index_list;
+    w.u32(1);
+    w.u32(1);
+    w.i64(l.block_size);
+    w.i64(l.H);
+    w.i64(l.max_k);
+    w.raw(l.indices.data(), l.indices.size() * sizeof(std::int32_t));
   }
   if (p.quant) {  // version 4 (PROTOCOL.md, "Quantised K and V"): u32 format; per side its scales; q; the codes
     const QuantizedKV& qk = *p.quant;
@@ -888,11 +899,11 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (flags & ~kCallFlags)
     throw ProtocolError(
         std::string(what) + ": flags are " + std::to_string(flags) +
-        " (expected bits within 0x1ffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+        " (expected bits within 0x3ffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
         "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout, 8388608 "
-        "quantised K and V, 16777216 quantised Q)");
+        "quantised K and V, 16777216 quantised Q, 33554432 index list)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -955,6 +966,28 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     d.seed = r.u64();
     d.offset = r.u64();
     p.dropout = d;
+  }
+  if (flags & call_index_list) {  // u32 space, u32 per, i64 block size, i64 heads, i64 max_k, the entries
+    const std::uint32_t space = r.u32(), per = r.u32();
+    const std::int64_t block_size = r.i64(), heads = r.i64(), max_k = r.i64();
+    const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": the index list's " + m); };
+    if (space != 1) fail("space is " + std::to_string(space) + " (expected 1, logical key positions)");
+    if (per != 1) fail("per is " + std::to_string(per) + " (expected 1, one list per kv head)");
+    if (heads != ks.H) fail("heads are " + std::to_string(heads) + " (expected H_kv = " + std::to_string(ks.H) + ")");
+    if (block_size < 1 || block_size > (std::int64_t{1} << 32))
+      fail("block size is " + std::to_string(block_size) + " (expected in [1, 2^32])");
+    if (max_k < 0 || std::uint64_t(max_k) > r.left() / sizeof(std::int32_t) / std::uint64_t(qs.B * ks.H * qs.T))
+      fail("width max_k is " + std::to_string(max_k) + " but " + std::to_string(r.left()) + " bytes are left");
+    IndexList l{.block_size = block_size,
+                .group = qs.H / ks.H,
+                .B = qs.B,
+                .H = ks.H,
+                .T_q = qs.T,
+                .max_k = max_k,
+                .indices = std::vector<std::int32_t>(std::size_t(qs.B * ks.H * qs.T * max_k))};
+    const std::string_view bytes = r.raw(l.indices.size() * sizeof(std::int32_t));
+    std::memcpy(l.indices.data(), bytes.data(), bytes.size());
+    p.index_list = std::move(l);  // the entries' range is check_call's
   }
   if ((flags & call_quant_q) && !(flags & call_quant))
     throw ProtocolError(std::string(what) +

@@ -102,9 +102,12 @@ enum CallFlags : std::uint32_t {
   call_quant = 8388608,
   /// version 4, with call_quant: Q quantised too; its scales follow V's and its codes replace q's values
   call_quant_q = 16777216,
+  /// version 4: an index list of selected keys follows the dropout (its block size, heads and width, then the
+  /// entries; PROTOCOL.md, "Selected keys")
+  call_index_list = 33554432,
 };
 /// Every call flag.
-inline constexpr std::uint32_t kCallFlags = 0x1FFFFFFu;
+inline constexpr std::uint32_t kCallFlags = 0x3FFFFFFu;
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
 /// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with

@@ -171,6 +171,14 @@ std::optional<Problem> witness(Feature f) {
       p.paged = PagedPlan{};
       break;
     }
+    case Feature::index_list:  // per kv head (here one per query head), padding and a duplicate
+      p.index_list = IndexList{.block_size = 1, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 2,
+                               .indices = {0, -1, 1, 0, 2, 2, 0, 1, -1, -1, 3, 1}};
+      break;
+    case Feature::index_list_blocks:  // blocks of 2 keys
+      p.index_list = IndexList{.block_size = 2, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 1,
+                               .indices = {0, 1, -1, 1, 0, 0}};
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad:
@@ -415,7 +423,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
       {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope},
       {"qk_norm", call_qk_norm},     {"dropout", call_dropout},       {"quant", call_quant},
-      {"quant_q", call_quant_q}};
+      {"quant_q", call_quant_q},     {"index_list", call_index_list}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

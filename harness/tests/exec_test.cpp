@@ -567,6 +567,30 @@ TEST(Exec, pagedCallsCrossTheWireBitExactly) {
       }
 }
 
+// An index list crosses the wire per kv head (two query heads to each of two kv heads), padding, repeated entries,
+// keys the causal rule hides and block indices included, and the served reference answers it bit for bit as the
+// reference does in process.
+TEST(Exec, indexListCallsCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_TRUE(served->capabilities().declares(Feature::index_list_blocks));
+  for (const DType t : {DType::f32, DType::bf16})
+    for (const Index block : {1, 2}) {
+      Problem p = test::wave_problem(t, 2, 4, 3, 5, 2);
+      p.k = test::wave({2, 2, 5, 2}, t, 0.2);
+      p.v = test::wave({2, 2, 5, 2}, t, 0.3);
+      const Index units = (5 + block - 1) / block;
+      IndexList l{.block_size = block, .group = 2, .B = 2, .H = 2, .T_q = 3, .max_k = 3, .indices = {}};
+      for (Index r = 0; r < 2 * 2 * 3; ++r)
+        for (const Index x : {r % units, Index(-1), (r * 7 + 1) % units}) l.indices.push_back(std::int32_t(x));
+      p.index_list = l;
+      const Outcome a = served->forward(p), b = local->forward(p);
+      EXPECT_EQ(a.output.values(), b.output.values()) << block;
+      ASSERT_TRUE(a.weights && b.weights);
+      EXPECT_EQ(a.weights->values(), b.weights->values()) << block;
+    }
+}
+
 // A paged quantised call crosses as its table and its pools of codes (and scales at each key's page and slot, free
 // slots NaN codes and NaN scales), and the served reference, reading it back through the table, answers bit for bit as
 // the reference does in process; in every format, per tensor, kv head and token, in both layouts.
@@ -1242,9 +1266,9 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
   // A flag beyond 16777216 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 33554432u;
+  const std::uint32_t high = flags | 67108864u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "4194304 dropout, 8388608 quantised K and V, 16777216 quantised Q)");
+  refused(unknown, "4194304 dropout, 8388608 quantised K and V, 16777216 quantised Q, 33554432 index list)");
   // Quantised Q comes only with its cache.
   std::string q_alone = good;
   const std::uint32_t with_q = flags | 16777216u;

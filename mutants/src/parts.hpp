@@ -94,6 +94,7 @@ std::vector<Mutant> position_mutants();  ///< bugs only long contexts show: an i
 std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the call's shape under a batch-invariance claim
 std::vector<Mutant> dropout_mutants();  ///< dropout fused and got wrong (a control)
 std::vector<Mutant> quant_mutants();    ///< quantised K and V caches dequantised wrong (a control)
+std::vector<Mutant> index_list_mutants();  ///< selected keys read wrong (a control)
 std::vector<Mutant> qk_norm_mutants();  ///< QK-norm fused and got wrong (a control)
 std::vector<Mutant> rope_mutants();  ///< rotary embeddings fused and got wrong (a control)
 std::vector<Mutant> temperature_mutants();  ///< a per-query temperature read or applied wrong (a control)

@@ -281,6 +281,23 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:kv-paged-scale-page-first-token", {.T_k = 2, .q = Shape{1, 1, 2, 1}}},
     {"mutant:kv-paged-scale-query-head", {.T_k = 1, .H_kv = 1}},
     {"mutant:kv-paged-scales-ignored", {.T_k = 1}},
+    // Selected keys. The second entries: a decode step (or a prefill chunk) over a few more keys, where the keys an
+    // index list's hashed pattern keys by their coordinates stop the shape from shrinking further on a seed or a few.
+    {"mutant:index-list-ignored", {.T_k = 1}},
+    {"mutant:index-list-ignored", {.T_k = 3, .alignment = kBR}},
+    {"mutant:index-list-first-pad-stops", {.T_k = 1}},
+    {"mutant:index-list-minus-one-last-key", {.T_k = 1}},
+    {"mutant:index-list-minus-one-last-key", {.T_k = 3, .alignment = kBR, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:index-list-duplicates-counted", {.T_k = 2, .alignment = kBR}},
+    {"mutant:index-list-duplicates-counted", {.T_k = 3, .alignment = kBR}},
+    {"mutant:index-list-duplicates-counted", {.T_k = 4, .alignment = kBR}},
+    {"mutant:index-list-query-head", {.T_k = 1, .H_kv = 1}},
+    {"mutant:index-list-block-last-dropped", {.T_k = 1}},
+    {"mutant:index-list-block-last-dropped", {.T_k = 5, .alignment = kBR}},
+    {"mutant:index-list-no-causal", {.T_k = 2}},
+    {"mutant:index-list-no-causal", {.T_k = 3}},
+    {"mutant:index-list-block-as-key", {.T_k = 2, .alignment = kBR}},
+    {"mutant:index-list-block-as-key", {.T_k = 7, .alignment = kBR}},
     {"mutant:q-descale-twice", {.T_k = 1}},
     {"mutant:q-descale-per-kv-head", {.T_k = 1, .H_kv = 1}},
     {"mutant:q-descale-from-k", {.T_k = 1}},
@@ -665,7 +682,8 @@ const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",   
                                                       "control:dbias-from-weights", "control:temperature-in-the-scale",
                                                       "control:rope-at-the-dtype", "control:qk-norm-in-float",
                                                       "control:dropout-own-rng", "control:kv-quant-folded",
-                                                      "control:kv-quant-ggml-q8", "control:kv-quant-p-fp8"};
+                                                      "control:kv-quant-ggml-q8", "control:kv-quant-p-fp8",
+                                                      "control:index-list-gather"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }

@@ -34,7 +34,9 @@ const std::vector<Law>& laws() {
                             dropout_keep_rate(),         grad_dropout_mask(),
                             kv_quant_oracle(),           kv_quant_k_scale(),
                             kv_quant_v_scale(),          kv_quant_requantise(),
-                            kv_quant_dense(),            kv_quant_head_rotation()};
+                            kv_quant_dense(),            kv_quant_head_rotation(),
+                            index_list_oracle(),         index_list_order(),
+                            index_list_full()};
   }();
   return all;
 }

@@ -490,6 +490,53 @@ TEST(Law, kvQuantVScale) { expectHoldsOnReference("kv-quant-v-scale", kAllDtypes
 TEST(Law, kvQuantRequantise) { expectHoldsOnReference("kv-quant-requantise", kAllDtypes); }
 TEST(Law, kvQuantDense) { expectHoldsOnReference("kv-quant-dense", {DType::f32, DType::f16}); }
 TEST(Law, kvQuantHeadRotation) { expectHoldsOnReference("kv-quant-head-rotation", {DType::f32, DType::bf16}); }
+TEST(Law, indexListOracle) { expectHoldsOnReference("index-list-oracle", kAllDtypes); }
+TEST(Law, indexListOrder) { expectHoldsOnReference("index-list-order", {DType::f32, DType::f16}); }
+TEST(Law, indexListFull) { expectHoldsOnReference("index-list-full", {DType::f32, DType::bf16}); }
+
+// The index-list laws draw every pattern the generator has: padding between and around entries, repeated entries,
+// empty rows, listed keys the causal rule hides, unlisted ones it shows, block indices, and lists per kv head shared by
+// grouped query heads.
+TEST(Law, indexListsAreDrawnInEveryWay) {
+  const Law& law = *find_law("index-list-oracle");
+  GenConfig g;
+  g.caps = reference_implementation()->capabilities();
+  std::set<std::string> seen;
+  rc::Random random(23);
+  for (int n = 0; n < 300; ++n) {
+    const Problem p = law.gen(g)(random.split(), 50).value().problem;
+    ASSERT_TRUE(p.index_list.has_value());
+    const IndexList& l = *p.index_list;
+    if (l.block_size > 1) seen.insert("blocks");
+    if (l.group > 1) seen.insert("grouped");
+    const Shape& s = p.q.shape();
+    for (Index b = 0; b < s.B; ++b)
+      for (Index h = 0; h < s.H; ++h)
+        for (Index i = 0; i < s.T; ++i) {
+          const std::int32_t* row = l.row(b, h, i);
+          std::set<std::int32_t> units;
+          bool entry_seen = false;
+          for (Index k = 0; k < l.max_k; ++k) {
+            if (row[k] < 0 && entry_seen && k + 1 < l.max_k && row[k + 1] >= 0) seen.insert("padding between");
+            if (row[k] >= 0 && !units.insert(row[k]).second) seen.insert("repeated");
+            entry_seen = entry_seen || row[k] >= 0;
+          }
+          if (units.empty()) seen.insert("empty row");
+          const Visibility vis = p.visibility(b, h);
+          Problem none = p;
+          none.index_list.reset();
+          const Visibility rules = none.visibility(b, h);
+          for (Index j = 0; j < p.k.shape().T; ++j) {
+            if (l.lists(b, h, i, j) && !rules.visible(i, j)) seen.insert("listed but hidden");
+            if (!l.lists(b, h, i, j) && rules.visible(i, j)) seen.insert("visible but unlisted");
+            EXPECT_EQ(vis.visible(i, j), l.lists(b, h, i, j) && rules.visible(i, j));
+          }
+        }
+  }
+  for (const char* want : {"blocks", "grouped", "padding between", "repeated", "empty row", "listed but hidden",
+                           "visible but unlisted"})
+    EXPECT_TRUE(seen.count(want)) << want;
+}
 
 // The quantised-cache laws draw every declared format, granularity and zero points, with scales that are powers of
 // two and not, codes at the format's limits (its largest, saturated values; e4m3fn's subnormals), and nothing
@@ -697,7 +744,8 @@ TEST(Law, everyLawHasATest) {
                                         "dropout-mask-determinism", "dropout-keep-rate", "grad-dropout-mask",
                                         "kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale",
                                         "kv-quant-requantise", "kv-quant-dense",
-                                        "kv-quant-head-rotation"};
+                                        "kv-quant-head-rotation", "index-list-oracle", "index-list-order",
+                                        "index-list-full"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -203,6 +203,43 @@ DenseMask dense_from_json(const Json& j, const std::string& what, Index B, Index
   return m;
 }
 
+// An index list as {"block_size", "rows": one array of entries per (b, kv head, query) row}: one list per kv head,
+// its group the query heads over the kv heads.
+Json index_list_to_json(const IndexList& l) {
+  Json rows = Json::array();
+  for (Index r = 0; r < l.B * l.H * l.T_q; ++r)
+    rows.push_back(std::vector<std::int32_t>(l.indices.begin() + r * l.max_k, l.indices.begin() + (r + 1) * l.max_k));
+  return Json{{"block_size", l.block_size}, {"rows", rows}};
+}
+
+IndexList index_list_from_json(const Json& j, const std::string& what, Index B, Index H, Index H_kv, Index T_q) {
+  const std::string expected =
+      "{\"block_size\": an integer >= 1, \"rows\": B·H_kv·T_q = " + std::to_string(B * H_kv * T_q) +
+      " arrays of the same length of integers >= -1}";
+  if (!j.is_object()) fail(what, expected, j);
+  const auto bs = j.find("block_size");
+  const auto rows = j.find("rows");
+  if (bs == j.end() || !bs->is_number_integer() || bs->get<std::int64_t>() < 1 || rows == j.end() ||
+      !rows->is_array() || Index(rows->size()) != B * H_kv * T_q)
+    fail(what, expected, j);
+  IndexList l{.block_size = bs->get<std::int64_t>(),
+              .group = H_kv > 0 ? H / H_kv : 1,
+              .B = B,
+              .H = H_kv,
+              .T_q = T_q,
+              .max_k = rows->empty() ? 0 : Index((*rows)[0].is_array() ? (*rows)[0].size() : 0),
+              .indices = {}};
+  for (const Json& row : *rows) {
+    if (!row.is_array() || Index(row.size()) != l.max_k) fail(sub(what, "rows"), expected, row);
+    for (const Json& x : row) {
+      if (!x.is_number_integer() || x.get<std::int64_t>() < -1 || x.get<std::int64_t>() > INT32_MAX)
+        fail(sub(what, "rows"), expected, row);
+      l.indices.push_back(std::int32_t(x.get<std::int64_t>()));
+    }
+  }
+  return l;
+}
+
 // A block mask as {"block_q", "block_k", "B", "H", "kinds": one string of 'E' (empty), 'P' (partial) and 'F'
 // (full) per (b, h, query block) row, "partial": its dense cells, when a block is partial}.
 Json block_to_json(const BlockMask& m) {
@@ -533,6 +570,7 @@ Json to_json(const Problem& p) {
   if (!p.q_doc_bounds.empty()) j["q_doc_bounds"] = p.q_doc_bounds;
   if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
+  if (p.index_list) j["index_list"] = index_list_to_json(*p.index_list);
   if (p.bias) j["bias"] = bias_to_json(*p.bias);
   if (p.temperature) j["temperature"] = temperature_to_json(*p.temperature);
   if (p.rope) j["rope"] = rope_to_json(*p.rope, p.q.shape().B);
@@ -630,6 +668,8 @@ Problem problem_from_json(const Json& j, std::string_view what) {
     p.block_mask = block_from_json(*it, sub(what, "block_mask"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("dense_mask"); it != j.end())
     p.dense_mask = dense_from_json(*it, sub(what, "dense_mask"), q.B, q.H, q.T, k.T);
+  if (const auto it = j.find("index_list"); it != j.end())
+    p.index_list = index_list_from_json(*it, sub(what, "index_list"), q.B, q.H, k.H, q.T);
   if (const auto it = j.find("bias"); it != j.end()) p.bias = bias_from_json(*it, sub(what, "bias"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("temperature"); it != j.end())
     p.temperature = temperature_from_json(*it, sub(what, "temperature"), q.B, q.H, q.T);

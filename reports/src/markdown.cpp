@@ -197,6 +197,21 @@ std::string shape_table(const Problem& p) {
       return std::string(m.visible(b, h, i, j) ? "1" : ".");
     }, "cells of");
   }
+  if (p.index_list) {  // each (batch entry, kv head, query) row's entries, then the keys they leave each query head
+    const IndexList& l = *p.index_list;
+    md += "\nindex list (selected " +
+          std::string(l.block_size > 1 ? "blocks of " + std::to_string(l.block_size) + " keys" : std::string("keys")) +
+          ", one list per kv head, -1 padding; a query sees a key only if its row lists it and every other rule "
+          "allows it):\n";
+    for (Index b = 0; b < l.B; ++b)
+      for (Index g = 0; g < l.H; ++g)
+        for (Index i = 0; i < l.T_q; ++i) {
+          md += "  b" + std::to_string(b) + " kv" + std::to_string(g) + " q" + std::to_string(i) + ": [";
+          const std::int32_t* row = l.indices.data() + ((b * l.H + g) * l.T_q + i) * l.max_k;
+          for (Index n = 0; n < l.max_k; ++n) md += (n ? ", " : "") + std::to_string(row[n]);
+          md += "]\n";
+        }
+  }
   // The score modifiers, in the order they apply.
   const auto list = [](const std::vector<double>& x) {
     std::string s;

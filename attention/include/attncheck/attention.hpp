@@ -229,6 +229,9 @@ struct AttentionOptions {
   /// (1 broadcasts): a key is visible only where each given allows it. Empty: none.
   std::optional<BlockMask> block_mask{};
   std::optional<DenseMask> dense_mask{};
+  /// Selected keys (IndexList): each query sees only the keys its row lists, intersected with every other rule.
+  /// Empty: none. Causal path only.
+  std::optional<IndexList> index_list{};
   /// Threads for the streamed forward (attention() without weights): 0 takes every core. The result's bits
   /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
   int threads = 0;

@@ -48,6 +48,31 @@ struct DenseMask {
   bool operator==(const DenseMask&) const = default;
 };
 
+/// Selected keys (ABI 4's attncheck_index_list): for each batch entry, list head and query, up to max_k key indices, or
+/// block indices with a block size (block n holds keys [n·block_size, (n+1)·block_size): NSA's selection, MoBA), -1
+/// padding anywhere in a row. The list heads are the kv heads (each shared by its group of `group` query heads:
+/// DeepSeek's DSA over one latent head, NSA's per-group selection) or the query heads (group 1). Set semantics: a key
+/// listed twice is listed once. A query sees the keys its row lists and every other rule allows (an intersection).
+struct IndexList {
+  Index block_size = 1;
+  Index group = 1;  ///< query heads per list head: H / H_kv for lists per kv head, 1 for lists per query head
+  Index B = 1, H = 1, T_q = 0, max_k = 0;  ///< H the list heads (H_kv or the query heads)
+  std::vector<std::int32_t> indices{};     ///< [B,H,T_q,max_k] row-major; -1 or a key (block) index < T_k's units
+  /// The row of query i of batch entry b and query head h.
+  const std::int32_t* row(Index b, Index h, Index i) const {
+    return indices.data() + std::size_t(((b * H + h / group) * T_q + i) * max_k);
+  }
+  /// Whether that row lists key j (its block).
+  bool lists(Index b, Index h, Index i, Index j) const {
+    const std::int32_t* r = row(b, h, i);
+    const Index unit = j / block_size;
+    for (Index n = 0; n < max_k; ++n)
+      if (r[n] == unit) return true;
+    return false;
+  }
+  bool operator==(const IndexList&) const = default;
+};
+
 /// The kinds of block of a BlockMask (the values of attncheck/plugin.h's ATTNCHECK_BLOCK_*).
 enum class BlockKind : std::uint8_t { Empty = 0, Partial = 1, Full = 2 };
 
@@ -120,6 +145,8 @@ struct Visibility {
   /// A block mask and a dense mask, or null; point into the options. Read at (batch, head).
   const BlockMask* block = nullptr;
   const DenseMask* dense = nullptr;
+  /// Selected keys, or null; points into the options. Read at (batch, head).
+  const IndexList* index = nullptr;
   /// An additive bias that holds a -inf (AttentionOptions::bias), or null: a bias of -inf hides its cell exactly
   /// as a mask does, so every path, oracle and bound treats it as hidden and never adds -inf to a score. Null for
   /// a finite bias, whose cells are all visible. Points into the options; read at (batch, head).
@@ -132,11 +159,11 @@ struct Visibility {
   /// unless a block or dense mask hides it.
   KeyRange run(Index i) const;
   /// Whether a block or dense mask applies (then the visible keys of a row may have gaps).
-  bool has_cells() const { return block != nullptr || dense != nullptr || bias != nullptr; }
+  bool has_cells() const { return block != nullptr || dense != nullptr || bias != nullptr || index != nullptr; }
   /// Whether the block and dense masks and the bias's -inf cells allow key j to query i (true without them).
   bool cells_allow(Index i, Index j) const {
     return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j)) &&
-           (!bias || !bias_hides(i, j));
+           (!bias || !bias_hides(i, j)) && (!index || index->lists(batch, head, i, j));
   }
   /// Whether the bias is -inf at cell (i, j) of this visibility's (batch, head).
   bool bias_hides(Index i, Index j) const;
@@ -165,7 +192,7 @@ struct Visibility {
   Index query_document(Index i) const;
   Index key_document(Index j) const;
   /// Which family hides key j from query i, in the order above ("causal", "padding", "window", "right window",
-  /// "chunk", "document", "block mask", "dense mask", "bias"); empty when j is visible.
+  /// "chunk", "document", "block mask", "dense mask", "bias", "index list"); empty when j is visible.
   std::string hidden_by(Index i, Index j) const;
 };
 

@@ -184,6 +184,11 @@ extern "C" {
  *  head-major), per token and head the pool's own ([pages, page_size, H_kv] or [pages, H_kv, page_size]). Free slots
  *  hold anything, their codes and scales alike (NaN codes, NaN or 0 scales). */
 #define ATTNCHECK_CAP4_PAGED_QUANT 0x1000000u
+/** Selected keys (attncheck_call.index_list): per batch entry, kv head and query, a list of key indices (DeepSeek's DSA
+ *  top-k, NSA's selection); each query sees the keys its row lists, and of those only what every other rule allows. */
+#define ATTNCHECK_CAP4_INDEX_LIST 0x2000000u
+/** With ATTNCHECK_CAP4_INDEX_LIST: block indices (index_list->block_size > 1: NSA's and MoBA's selected blocks). */
+#define ATTNCHECK_CAP4_INDEX_LIST_BLOCKS 0x4000000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -213,6 +218,10 @@ extern "C" {
 #define ATTNCHECK_QSCALE_KV_HEAD 1u    /**< scales [1,H_kv,1] */
 #define ATTNCHECK_QSCALE_TOKEN_HEAD 2u /**< scales [B,H_kv,T_k] */
 #define ATTNCHECK_QSCALE_BLOCK32 3u    /**< ggml's formats: the scales inside the blocks (scales NULL) */
+/* ABI 4: the values of attncheck_index_list.space and .per. */
+#define ATTNCHECK_INDEX_LOGICAL 1u     /**< key positions 0 .. T_k - 1 */
+#define ATTNCHECK_INDEX_PER_KV_HEAD 1u /**< one list per kv head, shared by its query heads */
+
 /* ABI 4: the values of attncheck_qk_norm.eps_placement. */
 #define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
 #define ATTNCHECK_NORM_EPS_OUTSIDE 2u /**< r = sqrt(mean x^2) + eps */
@@ -361,6 +370,11 @@ typedef struct attncheck_call {
    *  [B,H_kv,T_k,D] and [B,H_kv,T_k,D_v], and the call means attention over the dequantised values
    *  (value(code) - zero_point)·scale of quant->k and quant->v. Neutral: NULL. */
   const struct attncheck_quant_kv* quant;
+  /** Selected keys (ATTNCHECK_CAP4_INDEX_LIST), or NULL, in forward and backward calls: query i of batch entry b and
+   *  query head h sees key j only if row (b, h / (H / H_kv), i) lists j (block_size 1) or j / block_size (block
+   *  indices, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS), and every other rule of the call allows j. A key listed twice is
+   *  listed once. Neutral: NULL. */
+  const struct attncheck_index_list* index_list;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -460,6 +474,21 @@ typedef struct attncheck_quant_kv {
    *  the call's q is as always. */
   attncheck_quant_tensor q;
 } attncheck_quant_kv;
+
+/** ABI 4: selected keys (ATTNCHECK_CAP4_INDEX_LIST). Row (b, g, i) is max_k int32 entries at indices +
+ *  b*strides[0] + g*strides[1] + i*strides[2] + n*strides[3] (strides in elements): each -1 (padding, anywhere in the
+ *  row, never to be read as a key) or a key index in [0, T_k) (a block index in [0, ceil(T_k / block_size)) with
+ *  block_size > 1). attncheck sends duplicates, padding between entries, keys past a sequence's length and keys the
+ *  causal rule hides: the call's rules still decide. */
+typedef struct attncheck_index_list {
+  uint32_t space;      /**< ATTNCHECK_INDEX_LOGICAL */
+  uint32_t per;        /**< ATTNCHECK_INDEX_PER_KV_HEAD */
+  int64_t block_size;  /**< 1: key indices; > 1: block indices */
+  int64_t max_k;       /**< entries per row (0: every row empty) */
+  const int32_t* indices;
+  int64_t shape[4];    /**< [B, H_kv, T_q, max_k] */
+  int64_t strides[4];
+} attncheck_index_list;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
  *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +

@@ -114,10 +114,16 @@ enum class Feature : std::uint8_t {
   /// codes (attncheck/quant.hpp's QuantPool: each key's row and per-token scale at its page and slot). Needs paged
   /// K and V; drawn in paged cases with a declared format.
   paged_quant,
+  /// ABI 4 (ATTNCHECK_CAP4_INDEX_LIST): selected keys, an index list per batch entry, kv head and query (DeepSeek's
+  /// DSA, NSA's selection): each query sees the keys its row lists, intersected with every other rule
+  /// (AttentionOptions::index_list). Drawn only by the laws about it (index-list-*).
+  index_list,
+  /// With index_list: block indices (block_size > 1; NSA's and MoBA's selected blocks).
+  index_list_blocks,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::paged_quant) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_blocks) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -313,6 +313,17 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .requires_feature = Feature::paged, .words = "quantised K and V in paged pools",
      .used = [](const Problem& p) { return p.quant && p.paged; },
      .needs = [](const Problem&) { return std::string("quantised K and V in paged pools"); }},
+    {.id = Feature::index_list, .name = "index_list", .flags4 = 0x2000000, .c_name = "ATTNCHECK_CAP4_INDEX_LIST",
+     .words = "selected keys (an index list per kv head and query)",
+     .used = [](const Problem& p) { return p.index_list.has_value(); },
+     .needs = [](const Problem&) { return std::string("an index list of selected keys"); }},
+    {.id = Feature::index_list_blocks, .name = "index_list_blocks", .flags4 = 0x4000000,
+     .c_name = "ATTNCHECK_CAP4_INDEX_LIST_BLOCKS", .requires_feature = Feature::index_list,
+     .words = "selected blocks of keys (block indices)",
+     .used = [](const Problem& p) { return p.index_list && p.index_list->block_size > 1; },
+     .needs = [](const Problem& p) {
+       return "an index list of blocks of " + std::to_string(p.index_list->block_size) + " keys";
+     }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -157,10 +157,13 @@ struct ProblemOptions {
   ///    default (a law that derives K or V values would have to requantise them); the quantised-cache laws require
   ///    them, and a quantised cache is then drawn in every case that is not paged, and in paged ones where paged
   ///    quantised pools are declared (paged_quant; gen_quant).
+  ///  - index_list, index_list_blocks: not allowed by default (a law that moves or slices keys would have to move the
+  ///    lists); the index-list laws require them (gen_index_list).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8,
                                                Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
-                                               Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1});
+                                               Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1, Feature::index_list,
+                                               Feature::index_list_blocks});
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
   /// then keeps them. A required feature is drawn even when `allow` lacks it.
   FeatureSet require{};
@@ -246,6 +249,27 @@ inline constexpr Feature kQuantFormatFeatures[] = {Feature::kv_e4m3fn,    Featur
                                                    Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1};
 /// Whether a case for `caps` under `opts` may draw a quantised cache (some declared format allowed or required).
 bool may_quantise(const GenConfig& cfg, const ProblemOptions& opts);
+
+/// Selected keys as a case draws them (Feature::index_list, index_list_blocks): per batch entry, kv head and query,
+/// the units (keys, or blocks of block_size keys) a pattern lists: every unit, none, every other one, or (most cases)
+/// each with probability density/4, keyed by the coordinates of the batch entry, kv head, query and the unit's first
+/// key so that shrinking the shape keeps the other rows. The keys the causal rule hides are listed too (the
+/// intersection is the call's). Entries in order, reversed, or (hashed) in a hashed order; with padding a -1 first,
+/// last and (hashed) between entries; with duplicates the first entry again at the end. Shrinking goes toward every
+/// unit listed in order, no padding, no duplicates, key indices.
+struct IndexDraw {
+  bool on = false;
+  Index block_size = 1;
+  enum Pattern { every, none, alternate, hashed };
+  int pattern = every;
+  int density = 2;  ///< of 4, for the hashed pattern
+  bool shuffled = false, padding = false, duplicates = false;
+  std::uint64_t seed = 0;
+  void apply(Problem& p, const CaseShape& s) const;
+};
+/// An IndexDraw in every case where index_list is required (and may be used), none otherwise; block sizes 2, 3 and 16
+/// where index_list_blocks may be used.
+rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& opts);
 
 /// The modifiers a case draws, keyed by query-head coordinate (CaseShape::h_ids) so that deleting a head keeps
 /// every other head's slope and sink: softcap 1, 5 or 50, or, given the largest spread of one row's visible scores

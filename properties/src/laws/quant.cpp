@@ -125,37 +125,9 @@ const char* kOracleWhy =
     "flushes the format's subnormals or ignores a zero point breaks it.";
 
 std::optional<Violation> check_oracle(const Implementation& impl, const LawCase& c) {
-  const char* law = "kv-quant-oracle";
-  const Problem& p = c.problem;
-  if (!p.quant) return std::nullopt;  // a stored case the law does not draw
-  Outcome o = call(impl, outputs_first(impl, p));
-  OracleRun r = run_oracle(p);
-  const Outcome mine = widen_by_reference_error(p, r);
-  const auto seen = seen_rows(p);
-  const auto said = [&](std::optional<Violation> v) {
-    if (v) {
-      v->message += "; the oracle ran on the dequantised K and V, (code - zero point)·scale";
-      v->weights = o.weights;
-    }
-    return v;
-  };
-  if (auto v = said(compare(law, "output", r.out, o.output, &r.tol_out, seen))) return v;
-  if (p.want_lse && o.lse) {
-    const Tensor<double> tl = lse_bound(p, r);
-    if (auto v = said(compare(law, "lse", r.lse, *o.lse, &tl, seen))) return v;
-  }
-  if (c.outputs_only) return std::nullopt;
-  r.tol_w.values() = r.tol_w.values().cwiseMax(2 * (mine.weights->values() - r.w.values()).cwiseAbs() +
-                                               Eigen::VectorXd::Constant(r.w.size(), unit_roundoff(p.dtype)));
-  o.weights = weights_of(impl, c, o);
-  if (!o.weights) return std::nullopt;
-  const Include hidden = hidden_keys(p);  // a hidden weight stays exactly 0
-  for (Index b = 0; b < r.tol_w.shape().B; ++b)
-    for (Index h = 0; h < r.tol_w.shape().H; ++h)
-      for (Index i = 0; i < r.tol_w.shape().T; ++i)
-        for (Index j = 0; j < r.tol_w.shape().D; ++j)
-          if (hidden(b, h, i, j)) r.tol_w(b, h, i, j) = 0;
-  return said(compare(law, "weights", r.w, *o.weights, &r.tol_w, seen));
+  if (!c.problem.quant) return std::nullopt;  // a stored case the law does not draw
+  return agrees_with_oracle("kv-quant-oracle", impl, c,
+                            "the oracle ran on the dequantised K and V, (code - zero point)·scale");
 }
 
 // --- kv-quant-k-scale and kv-quant-v-scale ----------------------------------------------------------------------

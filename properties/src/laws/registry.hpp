@@ -87,5 +87,8 @@ Law kv_quant_v_scale();
 Law kv_quant_requantise();
 Law kv_quant_dense();
 Law kv_quant_head_rotation();
+Law index_list_oracle();
+Law index_list_order();
+Law index_list_full();
 
 }  // namespace attncheck::law_kit

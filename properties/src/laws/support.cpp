@@ -945,4 +945,37 @@ Outcome widen_by_reference_error(const Problem& p, OracleRun& r) {
   return mine;
 }
 
+std::optional<Violation> agrees_with_oracle(const char* law, const Implementation& impl, const LawCase& c,
+                                            const std::string& note) {
+  const Problem& p = c.problem;
+  Outcome o = call(impl, outputs_first(impl, p));
+  OracleRun r = run_oracle(p);
+  const Outcome mine = widen_by_reference_error(p, r);
+  const auto seen = seen_rows(p);
+  const auto said = [&](std::optional<Violation> v) {
+    if (v) {
+      v->message += "; " + note;
+      v->weights = o.weights;
+    }
+    return v;
+  };
+  if (auto v = said(compare(law, "output", r.out, o.output, &r.tol_out, seen))) return v;
+  if (p.want_lse && o.lse) {
+    const Tensor<double> tl = lse_bound(p, r);
+    if (auto v = said(compare(law, "lse", r.lse, *o.lse, &tl, seen))) return v;
+  }
+  if (c.outputs_only) return std::nullopt;
+  r.tol_w.values() = r.tol_w.values().cwiseMax(2 * (mine.weights->values() - r.w.values()).cwiseAbs() +
+                                               Eigen::VectorXd::Constant(r.w.size(), unit_roundoff(p.dtype)));
+  o.weights = weights_of(impl, c, o);
+  if (!o.weights) return std::nullopt;
+  const Include hidden = hidden_keys(p);  // a hidden weight stays exactly 0
+  for (Index b = 0; b < r.tol_w.shape().B; ++b)
+    for (Index h = 0; h < r.tol_w.shape().H; ++h)
+      for (Index i = 0; i < r.tol_w.shape().T; ++i)
+        for (Index j = 0; j < r.tol_w.shape().D; ++j)
+          if (hidden(b, h, i, j)) r.tol_w(b, h, i, j) = 0;
+  return said(compare(law, "weights", r.w, *o.weights, &r.tol_w, seen));
+}
+
 }  // namespace attncheck::law_kit

@@ -155,6 +155,12 @@ GradientCheck run_gradient_oracle(const Problem& p);
 std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
                                            const Gradients* tol, const Include& include = {});
 
+/// The case's output, LSE (where asked for and returned) and weights (unless outputs only) against the float64 oracle:
+/// within the derived bound widened by FlashAttention's rule for the weights, a hidden weight exactly 0. A violation
+/// ends with "; " + `note`.
+std::optional<Violation> agrees_with_oracle(const char* law, const Implementation& impl, const LawCase& c,
+                                            const std::string& note);
+
 /// For a law whose derived call q computes what the case p computes another way: both calls' outputs (and LSEs, where
 /// p asks for them and both return them) agree within both calls' derived bounds plus what their float64 oracles
 /// differ by. A violation says "; <why> (<what> vs. the case as drawn)" and names q as the call, `what` its words.

@@ -1,0 +1,206 @@
+// Selected-key kernels (ABI 4's index lists: DeepSeek's DSA top-k, NSA's selected blocks, MoBA's): each reads the
+// list wrong the way sparse-attention trackers report it: the list ignored (routed to the dense path), read only up
+// to its first -1, -1 taken as the last key (a Python index), a repeated entry counted twice, the query head's list
+// taken instead of its kv head's, the last selected block dropped, the causal rule skipped for listed keys, block
+// indices read as key indices. Most rewrite the call as they read it and run the reference on that; the repeated
+// entry's kernel gathers the listed keys itself, as does the control, which gathers each row's keys once and attends
+// over them alone.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "parts.hpp"
+
+namespace attncheck::zoo {
+namespace {
+
+Capabilities index_capabilities() {
+  Capabilities c = gqa_capabilities();
+  c.features.add({Feature::index_list, Feature::index_list_blocks, Feature::key_padding, Feature::lse});
+  c.empty_rows = EmptyRows::zero;  // an empty list's row is checked: 0, as FlashAttention's
+  return c;
+}
+
+// A kernel that runs the reference on the call as `bend` rewrites it (the list read wrong, or a rule forgotten).
+using Bend = void (*)(Problem& p);
+ImplementationPtr bent(const char* name, const char* description, Bend bend) {
+  return make_implementation(name, description, index_capabilities(), [=](const Problem& p) {
+    if (!p.index_list) return reference_implementation()->forward(p);
+    Problem r = p;
+    bend(r);
+    return reference_implementation()->forward(r);
+  });
+}
+
+// Each row of the list, rewritten by f(row) in place.
+template <class F>
+void each_row(IndexList& l, F f) {
+  for (Index r = 0; r < l.B * l.H * l.T_q; ++r) f(l.indices.data() + r * l.max_k, l.max_k);
+}
+
+// The gather kernel: for each query, the keys its row lists (each once, or each time it is listed), those every other
+// rule allows, attended to alone in double: scores, their softmax, the weighted values; rounded to the dtype.
+Outcome gather_forward(const Problem& p, bool once) {
+  if (!p.index_list) return reference_implementation()->forward(p);
+  const IndexList& l = *p.index_list;
+  Problem rules = p;  // every other rule
+  rules.index_list.reset();
+  const Shape qs = p.q.shape(), ks = p.k.shape();
+  const Index Dv = p.v.shape().D, group = qs.H / ks.H;
+  const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(qs.D));
+  Outcome o;
+  o.output = Tensor<double>(p.output_shape());
+  Tensor<double> w(Shape{qs.B, qs.H, qs.T, ks.T}), lse(Shape{qs.B, qs.H, qs.T, 1});
+  w.values().setZero();
+  for (Index b = 0; b < qs.B; ++b)
+    for (Index h = 0; h < qs.H; ++h) {
+      const Visibility vis = rules.visibility(b, h);
+      const Index g = h / group;
+      for (Index i = 0; i < qs.T; ++i) {
+        std::vector<Index> keys;  // gathered
+        std::set<Index> seen;
+        const std::int32_t* row = l.row(b, h, i);
+        for (Index n = 0; n < l.max_k; ++n) {
+          if (row[n] < 0) continue;
+          for (Index j = row[n] * l.block_size; j < std::min(ks.T, (row[n] + 1) * l.block_size); ++j)
+            if (vis.visible(i, j) && (!once || seen.insert(j).second)) keys.push_back(j);
+        }
+        std::vector<double> s;
+        double m = -std::numeric_limits<double>::infinity();
+        for (const Index j : keys) {
+          double dot = 0;
+          for (Index c = 0; c < qs.D; ++c) dot += p.q(b, h, i, c) * p.k(b, g, j, c);
+          s.push_back(dot * scale);
+          m = std::max(m, s.back());
+        }
+        double sum = 0;
+        for (double& x : s) sum += (x = std::exp(x - m));
+        lse(b, h, i, 0) = keys.empty() ? -std::numeric_limits<double>::infinity() : m + std::log(sum);
+        for (Index c = 0; c < Dv; ++c) {
+          double acc = 0;
+          for (std::size_t n = 0; n < keys.size(); ++n) acc += s[n] / sum * p.v(b, g, keys[n], c);
+          o.output(b, h, i, c) = round_to(p.dtype, acc);
+        }
+        for (std::size_t n = 0; n < keys.size(); ++n) w(b, h, i, keys[n]) += s[n] / sum;
+      }
+    }
+  for (double& x : w.values()) x = round_to(p.dtype, x);
+  if (p.want_weights) o.weights = std::move(w);
+  if (p.want_lse) o.lse = std::move(lse);
+  return o;
+}
+
+Mutant mutant(ImplementationPtr impl, const char* bug, Shape minimal, const char* why,
+              std::vector<std::string> killed_by, std::vector<Shape> also = {}) {
+  return Mutant{.impl = std::move(impl),
+                .bug = bug,
+                .minimal_shape = minimal,
+                .why_minimal = why,
+                .killed_by = std::move(killed_by),
+                .also_minimal = std::move(also)};
+}
+
+}  // namespace
+
+std::vector<Mutant> index_list_mutants() {
+  std::vector<Mutant> z;
+  z.push_back(mutant(bent("mutant:index-list-ignored", "the index list ignored: every key the other rules allow",
+                          [](Problem& p) { p.index_list.reset(); }),
+                     "the selected keys never reach the kernel (a top-k routed to the dense path), so every key "
+                     "the other rules allow is attended",
+                     {1, 1, 1, 1}, "one query over one key its row does not list: it should see nothing",
+                     {"index-list-oracle"}));
+  z.push_back(mutant(bent("mutant:index-list-first-pad-stops", "a row read up to its first -1 only",
+                          [](Problem& p) {
+                            each_row(*p.index_list, [](std::int32_t* row, Index n) {
+                              const auto stop = std::find(row, row + n, -1);
+                              std::fill(stop, row + n, -1);
+                            });
+                          }),
+                     "a row read as a -1-terminated list (padding assumed to trail): entries after a -1 in the middle "
+                     "are never read",
+                     {1, 1, 1, 1}, "one query over one key listed after a -1", {"index-list-oracle"}));
+  z.push_back(mutant(bent("mutant:index-list-minus-one-last-key", "a -1 read as the last key (k[indices] in Python)",
+                          [](Problem& p) {
+                            IndexList& l = *p.index_list;
+                            const std::int32_t last =
+                                std::int32_t((p.k.shape().T + l.block_size - 1) / l.block_size - 1);
+                            for (std::int32_t& x : l.indices)
+                              if (x < 0) x = last;
+                          }),
+                     "padding gathered as an index: -1 selects the last key (block), as k[idx] does in numpy and "
+                     "torch, so the last key joins every padded row",
+                     {1, 1, 1, 1}, "one query over one key, its row padding only: it should see nothing",
+                     {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(
+      mutant(make_implementation("mutant:index-list-duplicates-counted",
+                                 "the listed keys gathered as listed: a repeated key weighs twice",
+                                 index_capabilities(), [](const Problem& p) { return gather_forward(p, false); }),
+             "keys gathered entry by entry with no deduplication: a key listed twice takes two terms of the "
+             "softmax (set semantics broken)",
+             {1, 1, 1, 1}, "one query over two keys, key 0 listed twice", {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(mutant(bent("mutant:index-list-query-head", "the list of the query head read, not its kv head's",
+                          [](Problem& p) {
+                            IndexList& l = *p.index_list;
+                            if (l.group == 1) return;
+                            IndexList per_query{.block_size = l.block_size,
+                                                .group = 1,
+                                                .B = l.B,
+                                                .H = l.H * l.group,
+                                                .T_q = l.T_q,
+                                                .max_k = l.max_k,
+                                                .indices = {}};
+                            for (Index b = 0; b < l.B; ++b)
+                              for (Index h = 0; h < per_query.H; ++h) {
+                                if (h >= l.H)
+                                  throw ImplementationError(ImplementationError::Kind::crash,
+                                                            "index kernel: list head " + std::to_string(h) + " of " +
+                                                                std::to_string(l.H) + " read (a segfault on a device)");
+                                for (Index i = 0; i < l.T_q; ++i) {
+                                  const std::int32_t* row = l.indices.data() + ((b * l.H + h) * l.T_q + i) * l.max_k;
+                                  per_query.indices.insert(per_query.indices.end(), row, row + l.max_k);
+                                }
+                              }
+                            p.index_list = std::move(per_query);
+                          }),
+                     "per-kv-head lists indexed with the query head (a kernel written for one list per query head): "
+                     "right without grouped queries",
+                     {1, 2, 1, 1}, "two query heads over one kv head: head 1 reads past the lists",
+                     {"index-list-oracle"}));
+  z.push_back(mutant(bent("mutant:index-list-block-last-dropped", "a row's last selected block dropped",
+                          [](Problem& p) {
+                            if (p.index_list->block_size == 1) return;
+                            each_row(*p.index_list, [](std::int32_t* row, Index n) {
+                              std::int32_t* top = std::max_element(row, row + n);
+                              if (top != row + n && *top >= 0) *top = -1;
+                            });
+                          }),
+                     "the highest selected block of each row dropped (a loop over blocks that stops one short of the "
+                     "current block MoBA always selects): right for key indices",
+                     {1, 1, 1, 1}, "one query over one key in a listed block of 2 or more", {"index-list-oracle"}));
+  z.push_back(mutant(bent("mutant:index-list-no-causal", "listed keys seen whatever the causal rule says",
+                          [](Problem& p) { p.causal = false; }),
+                     "the selected keys attended without the causal rule (a sparse path trusting its indexer to "
+                     "return only past keys)",
+                     {1, 1, 1, 1}, "one query over two keys, the future one listed", {"index-list-oracle"},
+                     {Shape{1, 1, 2, 1}}));
+  z.push_back(mutant(bent("mutant:index-list-block-as-key", "block indices read as key indices",
+                          [](Problem& p) { p.index_list->block_size = 1; }),
+                     "a block list read as a key list (the block size never applied): block n selects key n alone",
+                     {1, 1, 1, 1}, "one query over one block of keys", {"index-list-oracle"}));
+  z.push_back(Mutant{
+      .impl = make_implementation("control:index-list-gather",
+                                  "correct; each row's listed keys gathered once and attended to alone, in double",
+                                  index_capabilities(), [](const Problem& p) { return gather_forward(p, true); }),
+      .bug = "control: the listed keys of each row gathered once (padding skipped, a repeated key once, blocks "
+             "expanded), those every other rule allows kept, and attended to alone in double: the sparse kernel's "
+             "way, which the oracle's mask must match",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {}});
+  return z;
+}
+
+}  // namespace attncheck::zoo

@@ -358,7 +358,8 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
 #ifdef ABI4
   if (call->index_list) { /* selected keys: row (b, h's kv head, i) must list j (its block), -1 never a key */
     const attncheck_index_list* l = call->index_list;
-    const int64_t g = h / (call->q.shape[1] / call->k.shape[1]), unit = j / l->block_size;
+    const int64_t g = l->per == ATTNCHECK_INDEX_PER_QUERY_HEAD ? h : h / (call->q.shape[1] / call->k.shape[1]),
+                  unit = j / l->block_size;
     const int32_t* row = l->indices + b * l->strides[0] + g * l->strides[1] + i * l->strides[2];
     int64_t n;
     for (n = 0; n < l->max_k; ++n)
@@ -731,7 +732,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 ATTNCHECK_CAP4_KV_SCALE_PER_TOKEN | ATTNCHECK_CAP4_KV_ZERO_POINTS | ATTNCHECK_CAP4_KV_GGML_Q8_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q4_0 | ATTNCHECK_CAP4_KV_GGML_Q4_1 | ATTNCHECK_CAP4_KV_GGML_Q5_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q5_1 | ATTNCHECK_CAP4_Q_QUANT
-                | ATTNCHECK_CAP4_INDEX_LIST | ATTNCHECK_CAP4_INDEX_LIST_BLOCKS
+                | ATTNCHECK_CAP4_INDEX_LIST | ATTNCHECK_CAP4_INDEX_LIST_BLOCKS | ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD
 #ifdef PAGED
                 | ATTNCHECK_CAP4_PAGED_QUANT
 #endif

@@ -9,7 +9,7 @@ PARTIAL, FULL) and the partial cells; to_dense() gives the bool array it stands 
 rule, key padding and the left window: every family present must allow a key, and visibility now differs per head
 and may have gaps in a row, which the code below never assumes away. Selected keys (DeepSeek's DSA top-k, NSA's and
 MoBA's selected blocks) arrive as `index_list`, an attncheck_plugin.IndexList: int32 [B, H_kv, T_q, max_k] key (or
-block) indices with -1 padding; to_mask(T_k, H) gives the keys each query head's row lists, one more family to
+block) indices with -1 padding ([B, H, T_q, max_k] when its `per` is "query_head"); to_mask(T_k, H) gives the keys each query head's row lists, one more family to
 intersect.
 """
 import numpy as np
@@ -69,4 +69,4 @@ if __name__ == "__main__":
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True, empty_rows="zero",
                            bidirectional=True, block_mask=True, dense_mask=True, index_list=True,
-                           index_list_blocks=True)
+                           index_list_blocks=True, index_list_per_query_head=True)

@@ -78,7 +78,7 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
           "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
           "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000,
-          "index_list": 0x2000000, "index_list_blocks": 0x4000000}
+          "index_list": 0x2000000, "index_list_blocks": 0x4000000, "index_list_per_query_head": 0x8000000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -90,7 +90,8 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_scale_per_token": ("quant",), "kv_zero_points": ("quant",), "kv_ggml_q8_0": ("quant",),
                      "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
                      "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant"),
-                     "index_list": ("index_list",), "index_list_blocks": ("index_list",)}
+                     "index_list": ("index_list",), "index_list_blocks": ("index_list",),
+                     "index_list_per_query_head": ("index_list",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                 "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
@@ -108,7 +109,7 @@ FEATURE_FAMILIES = {
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1", "q_quant", "paged_quant"),
-    "selected keys": ("index_list", "index_list_blocks"),
+    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
@@ -475,12 +476,12 @@ def _read_call(payload, backward):
         dropout = Dropout(float(prob), int(seed), int(offset))
     index_list = None
     if fflags & CALL_FLAGS["index_list"]:  # version 4: u32 space, u32 per, i64 block size, heads, max_k; the entries
-        _, _, block_size, heads, max_k = struct.unpack_from("<IIqqq", payload, off)
+        _, per, block_size, heads, max_k = struct.unpack_from("<IIqqq", payload, off)
         off += 32
         shape = (qs[0], heads, qs[2], max_k)
         n = int(np.prod(shape))
         index_list = IndexList(np.frombuffer(payload, dtype="<i4", count=n, offset=off).reshape(shape).copy(),
-                               int(block_size))
+                               int(block_size), "query_head" if per == 2 else "kv_head")
         off += 4 * n
     quant = None
     paging = None
@@ -706,14 +707,15 @@ class QkNorm:
 
 
 class IndexList:
-    """Selected keys (serve(..., index_list=True)): `indices`, int32 [B, H_kv, T_q, max_k], row (b, g, i) the keys (or,
+    """Selected keys (serve(..., index_list=True)): `indices`, int32 [B, H_kv, T_q, max_k] (`per` "kv_head"; with
+    serve(..., index_list_per_query_head=True) [B, H, T_q, max_k] and `per` "query_head"), row (b, g, i) the keys (or,
     with block_size > 1, the blocks of block_size keys: serve(..., index_list_blocks=True)) that query i of batch entry
     b sees through any query head of kv head g; -1 pads a row anywhere and is never a key (not the last one). A key
     listed twice is listed once, and the call's other rules (causal, padding, window, ...) still hide what they hide.
     to_mask(T_k, H) is the [B, H, T_q, T_k] boolean mask of the keys listed (other rules not applied)."""
 
-    def __init__(self, indices, block_size=1):
-        self.indices, self.block_size = indices, block_size
+    def __init__(self, indices, block_size=1, per="kv_head"):
+        self.indices, self.block_size, self.per = indices, block_size, per
 
     def to_mask(self, T_k, H):
         idx = self.indices if isinstance(self.indices, np.ndarray) else self.indices.cpu().numpy()
@@ -725,7 +727,7 @@ class IndexList:
                 for i in range(T_q):
                     row = idx[b, g, i]
                     mask[b, g, i] = np.isin(units, row[row >= 0])
-        return np.repeat(mask, H // H_kv, axis=1)
+        return np.repeat(mask, H // H_kv, axis=1)  # per query head: H_kv here is H
 
     def __repr__(self):
         return "IndexList(%s, block size %d)" % (list(self.indices.shape), self.block_size)
@@ -982,7 +984,7 @@ class _Torch:
                               rope.high_freq_factor, rope.original_max_position)
         index_list = kw.get("index_list")
         if index_list is not None:  # int32 entries on the device
-            kw["index_list"] = IndexList(self.tensor(index_list.indices), index_list.block_size)
+            kw["index_list"] = IndexList(self.tensor(index_list.indices), index_list.block_size, index_list.per)
         norm = kw.get("qk_norm")
         if norm is not None:
             kw["qk_norm"] = QkNorm(None if norm.q_weight is None else self.tensor(norm.q_weight),
@@ -1119,7 +1121,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
           q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, index_list=False,
-          index_list_blocks=False, framework="numpy", device=None):
+          index_list_blocks=False, index_list_per_query_head=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1211,7 +1213,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     pool's own): `paged.gather(*quant.dequantize())` is the dense float64 k and v.
     `index_list=True` declares selected keys (DeepSeek's DSA, NSA's selection): fn (and a backward) gets
     `index_list`, None or an IndexList (`indices` int32 [B, H_kv, T_q, max_k], -1 padding; `block_size`; to_mask());
-    `index_list_blocks=True` declares block indices too (block_size > 1).
+    `index_list_blocks=True` declares block indices too (block_size > 1), `index_list_per_query_head=True` one list
+    per query head (`per` "query_head", [B, H, T_q, max_k]) where K and V have fewer heads.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1234,7 +1237,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("kv_ggml_q5_0", kv_ggml_q5_0), ("kv_ggml_q5_1", kv_ggml_q5_1),
                                               ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant),
                                               ("p_fp8", p_fp8), ("paged_quant", paged_quant),
-                                              ("index_list", index_list), ("index_list_blocks", index_list_blocks))}
+                                              ("index_list", index_list), ("index_list_blocks", index_list_blocks),
+                                              ("index_list_per_query_head", index_list_per_query_head))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1249,8 +1253,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if p_fp8 and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: p_fp8=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): P is cast to FP8 only in such a call")
-    if index_list_blocks and not index_list:
-        raise ValueError("serve: index_list_blocks=True needs index_list=True (block indices are an index list's)")
+    if (index_list_blocks or index_list_per_query_head) and not index_list:
+        raise ValueError("serve: index_list_blocks=True and index_list_per_query_head=True need index_list=True "
+                         "(they say how an index list comes)")
     if paged_quant and not (paged and (kv_e4m3fn or kv_e5m2 or kv_int8 or kv_ggml_q8_0 or kv_ggml_q4_0 or
                                        kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1)):
         raise ValueError("serve: paged_quant=True needs paged=True and a cache format (kv_e4m3fn=True, ...): it "

@@ -378,7 +378,7 @@ struct IndexListArg {
     if (!p.index_list) return;
     const IndexList& l = *p.index_list;
     abi.space = ATTNCHECK_INDEX_LOGICAL;
-    abi.per = ATTNCHECK_INDEX_PER_KV_HEAD;
+    abi.per = l.H == p.k.shape().H ? ATTNCHECK_INDEX_PER_KV_HEAD : ATTNCHECK_INDEX_PER_QUERY_HEAD;
     abi.block_size = l.block_size;
     abi.max_k = l.max_k;
     abi.indices = l.indices.data();
@@ -524,7 +524,8 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(p_fp8, ATTNCHECK_CAP4_P_FP8),
                              ATTNCHECK_ABI_BIT(paged_quant, ATTNCHECK_CAP4_PAGED_QUANT),
                              ATTNCHECK_ABI_BIT(index_list, ATTNCHECK_CAP4_INDEX_LIST),
-                             ATTNCHECK_ABI_BIT(index_list_blocks, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS)};
+                             ATTNCHECK_ABI_BIT(index_list_blocks, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS),
+                             ATTNCHECK_ABI_BIT(index_list_per_query_head, ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)

@@ -293,7 +293,7 @@ std::string call_payload(const Problem& p) {
     // i64 max_k, then B·heads·T_q·max_k × i32
     const IndexList& l = *p.index_list;
     w.u32(1);
-    w.u32(1);
+    w.u32(l.H == p.k.shape().H ? 1u : 2u);  // per kv head, or per query head
     w.i64(l.block_size);
     w.i64(l.H);
     w.i64(l.max_k);
@@ -972,19 +972,23 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     const std::int64_t block_size = r.i64(), heads = r.i64(), max_k = r.i64();
     const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": the index list's " + m); };
     if (space != 1) fail("space is " + std::to_string(space) + " (expected 1, logical key positions)");
-    if (per != 1) fail("per is " + std::to_string(per) + " (expected 1, one list per kv head)");
-    if (heads != ks.H) fail("heads are " + std::to_string(heads) + " (expected H_kv = " + std::to_string(ks.H) + ")");
+    if (per != 1 && per != 2)
+      fail("per is " + std::to_string(per) + " (expected 1, one list per kv head, or 2, one per query head)");
+    const Index list_heads = per == 1 ? ks.H : qs.H;
+    if (heads != list_heads)
+      fail("heads are " + std::to_string(heads) + " (expected " + (per == 1 ? "H_kv = " : "H = ") +
+           std::to_string(list_heads) + ")");
     if (block_size < 1 || block_size > (std::int64_t{1} << 32))
       fail("block size is " + std::to_string(block_size) + " (expected in [1, 2^32])");
-    if (max_k < 0 || std::uint64_t(max_k) > r.left() / sizeof(std::int32_t) / std::uint64_t(qs.B * ks.H * qs.T))
+    if (max_k < 0 || std::uint64_t(max_k) > r.left() / sizeof(std::int32_t) / std::uint64_t(qs.B * list_heads * qs.T))
       fail("width max_k is " + std::to_string(max_k) + " but " + std::to_string(r.left()) + " bytes are left");
     IndexList l{.block_size = block_size,
-                .group = qs.H / ks.H,
+                .group = qs.H / list_heads,
                 .B = qs.B,
-                .H = ks.H,
+                .H = list_heads,
                 .T_q = qs.T,
                 .max_k = max_k,
-                .indices = std::vector<std::int32_t>(std::size_t(qs.B * ks.H * qs.T * max_k))};
+                .indices = std::vector<std::int32_t>(std::size_t(qs.B * list_heads * qs.T * max_k))};
     const std::string_view bytes = r.raw(l.indices.size() * sizeof(std::int32_t));
     std::memcpy(l.indices.data(), bytes.data(), bytes.size());
     p.index_list = std::move(l);  // the entries' range is check_call's

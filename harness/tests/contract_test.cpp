@@ -179,6 +179,12 @@ std::optional<Problem> witness(Feature f) {
       p.index_list = IndexList{.block_size = 2, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 1,
                                .indices = {0, 1, -1, 1, 0, 0}};
       break;
+    case Feature::index_list_per_query_head:  // two query heads over one kv head, a list each
+      p.k = test::wave({1, 1, 4, 2}, DType::f64, 0.2);
+      p.v = test::wave({1, 1, 4, 2}, DType::f64, 0.3);
+      p.index_list = IndexList{.block_size = 1, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 2,
+                               .indices = {0, -1, 1, 0, 2, 2, 0, 1, -1, -1, 3, 1}};
+      break;
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad:
@@ -195,6 +201,7 @@ std::set<Feature> comes_with(Feature f) {
   if (f == Feature::kv_scale_per_head || f == Feature::kv_scale_per_token || f == Feature::q_quant)
     return {Feature::kv_e4m3fn};
   if (f == Feature::paged_quant) return {Feature::paged, Feature::kv_e4m3fn, Feature::kv_scale_per_token};
+  if (f == Feature::index_list_per_query_head) return {Feature::index_list, Feature::gqa};
   if (const auto& r = feature(f).requires_feature) return {*r};
   return {};
 }

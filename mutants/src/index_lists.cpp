@@ -1,10 +1,10 @@
 // Selected-key kernels (ABI 4's index lists: DeepSeek's DSA top-k, NSA's selected blocks, MoBA's): each reads the
 // list wrong the way sparse-attention trackers report it: the list ignored (routed to the dense path), read only up
 // to its first -1, -1 taken as the last key (a Python index), a repeated entry counted twice, the query head's list
-// taken instead of its kv head's, the last selected block dropped, the causal rule skipped for listed keys, block
-// indices read as key indices. Most rewrite the call as they read it and run the reference on that; the repeated
-// entry's kernel gathers the listed keys itself, as does the control, which gathers each row's keys once and attends
-// over them alone.
+// taken instead of its kv head's (or per-query-head lists read as shared), the last selected block dropped, the causal
+// rule skipped for listed keys, block indices read as key indices. Most rewrite the call as they read it and run the
+// reference on that; the repeated entry's kernel gathers the listed keys itself, as does the control, which gathers
+// each row's keys once and attends over them alone.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -24,8 +24,8 @@ Capabilities index_capabilities() {
 
 // A kernel that runs the reference on the call as `bend` rewrites it (the list read wrong, or a rule forgotten).
 using Bend = void (*)(Problem& p);
-ImplementationPtr bent(const char* name, const char* description, Bend bend) {
-  return make_implementation(name, description, index_capabilities(), [=](const Problem& p) {
+ImplementationPtr bent(const char* name, const char* description, Bend bend, Capabilities caps = index_capabilities()) {
+  return make_implementation(name, description, std::move(caps), [=](const Problem& p) {
     if (!p.index_list) return reference_implementation()->forward(p);
     Problem r = p;
     bend(r);
@@ -189,6 +189,35 @@ std::vector<Mutant> index_list_mutants() {
                           [](Problem& p) { p.index_list->block_size = 1; }),
                      "a block list read as a key list (the block size never applied): block n selects key n alone",
                      {1, 1, 1, 1}, "one query over one block of keys", {"index-list-oracle"}));
+  Capabilities per_query = index_capabilities();
+  per_query.features.add(Feature::index_list_per_query_head);
+  z.push_back(mutant(bent(
+                         "mutant:index-list-per-head-as-shared",
+                         "per-query-head lists read as one per kv head (the group's first head's)",
+                         [](Problem& p) {
+                           IndexList& l = *p.index_list;
+                           const Index H_kv = p.k.shape().H;
+                           if (l.H == H_kv) return;
+                           const Index g = l.H / H_kv;  // query heads per kv head
+                           IndexList shared{.block_size = l.block_size,
+                                            .group = g,
+                                            .B = l.B,
+                                            .H = H_kv,
+                                            .T_q = l.T_q,
+                                            .max_k = l.max_k,
+                                            .indices = {}};
+                           for (Index b = 0; b < l.B; ++b)
+                             for (Index kv = 0; kv < H_kv; ++kv) {
+                               const std::int32_t* rows = l.indices.data() + (b * l.H + kv * g) * l.T_q * l.max_k;
+                               shared.indices.insert(shared.indices.end(), rows, rows + l.T_q * l.max_k);
+                             }
+                           p.index_list = std::move(shared);
+                         },
+                         per_query),
+                     "lists given per query head read as shared by the kv head's group (the indexer's per-head "
+                     "selection collapsed to its group's first head): right for the first head of each group",
+                     {1, 2, 1, 1}, "two query heads over one kv head: head 1 takes head 0's list",
+                     {"index-list-oracle"}));
   z.push_back(Mutant{
       .impl = make_implementation("control:index-list-gather",
                                   "correct; each row's listed keys gathered once and attended to alone, in double",

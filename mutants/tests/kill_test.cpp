@@ -292,6 +292,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:index-list-duplicates-counted", {.T_k = 3, .alignment = kBR}},
     {"mutant:index-list-duplicates-counted", {.T_k = 4, .alignment = kBR}},
     {"mutant:index-list-query-head", {.T_k = 1, .H_kv = 1}},
+    {"mutant:index-list-per-head-as-shared", {.T_k = 1, .H_kv = 1}},
     {"mutant:index-list-block-last-dropped", {.T_k = 1}},
     {"mutant:index-list-block-last-dropped", {.T_k = 5, .alignment = kBR}},
     {"mutant:index-list-no-causal", {.T_k = 2}},

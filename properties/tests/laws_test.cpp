@@ -509,6 +509,7 @@ TEST(Law, indexListsAreDrawnInEveryWay) {
     const IndexList& l = *p.index_list;
     if (l.block_size > 1) seen.insert("blocks");
     if (l.group > 1) seen.insert("grouped");
+    if (l.H > p.k.shape().H) seen.insert("per query head");
     const Shape& s = p.q.shape();
     for (Index b = 0; b < s.B; ++b)
       for (Index h = 0; h < s.H; ++h)
@@ -533,7 +534,7 @@ TEST(Law, indexListsAreDrawnInEveryWay) {
           }
         }
   }
-  for (const char* want : {"blocks", "grouped", "padding between", "repeated", "empty row", "listed but hidden",
+  for (const char* want : {"blocks", "grouped", "per query head", "padding between", "repeated", "empty row", "listed but hidden",
                            "visible but unlisted"})
     EXPECT_TRUE(seen.count(want)) << want;
 }

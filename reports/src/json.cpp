@@ -209,23 +209,30 @@ Json index_list_to_json(const IndexList& l) {
   Json rows = Json::array();
   for (Index r = 0; r < l.B * l.H * l.T_q; ++r)
     rows.push_back(std::vector<std::int32_t>(l.indices.begin() + r * l.max_k, l.indices.begin() + (r + 1) * l.max_k));
-  return Json{{"block_size", l.block_size}, {"rows", rows}};
+  Json j{{"block_size", l.block_size}, {"rows", rows}};
+  if (l.group == 1 && l.H > 1)
+    j["per"] = "query_head";  // rows per query head (else per kv head: the same with H_kv = H)
+  return j;
 }
 
 IndexList index_list_from_json(const Json& j, const std::string& what, Index B, Index H, Index H_kv, Index T_q) {
   const std::string expected =
       "{\"block_size\": an integer >= 1, \"rows\": B·H_kv·T_q = " + std::to_string(B * H_kv * T_q) +
-      " arrays of the same length of integers >= -1}";
+      " arrays (with \"per\": \"query_head\", B·H·T_q = " + std::to_string(B * H * T_q) +
+      ") of the same length of integers >= -1}";
   if (!j.is_object()) fail(what, expected, j);
   const auto bs = j.find("block_size");
   const auto rows = j.find("rows");
+  const auto per = j.find("per");
+  if (per != j.end() && *per != "query_head" && *per != "kv_head") fail(sub(what, "per"), expected, *per);
+  const Index heads = per != j.end() && *per == "query_head" ? H : H_kv;
   if (bs == j.end() || !bs->is_number_integer() || bs->get<std::int64_t>() < 1 || rows == j.end() ||
-      !rows->is_array() || Index(rows->size()) != B * H_kv * T_q)
+      !rows->is_array() || Index(rows->size()) != B * heads * T_q)
     fail(what, expected, j);
   IndexList l{.block_size = bs->get<std::int64_t>(),
-              .group = H_kv > 0 ? H / H_kv : 1,
+              .group = heads > 0 ? H / heads : 1,
               .B = B,
-              .H = H_kv,
+              .H = heads,
               .T_q = T_q,
               .max_k = rows->empty() ? 0 : Index((*rows)[0].is_array() ? (*rows)[0].size() : 0),
               .indices = {}};

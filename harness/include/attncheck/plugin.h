@@ -189,6 +189,9 @@ extern "C" {
 #define ATTNCHECK_CAP4_INDEX_LIST 0x2000000u
 /** With ATTNCHECK_CAP4_INDEX_LIST: block indices (index_list->block_size > 1: NSA's and MoBA's selected blocks). */
 #define ATTNCHECK_CAP4_INDEX_LIST_BLOCKS 0x4000000u
+/** With ATTNCHECK_CAP4_INDEX_LIST: one list per query head (index_list->per ATTNCHECK_INDEX_PER_QUERY_HEAD, shape
+ *  [B, H, T_q, max_k]) where K and V have fewer heads than Q (MoBA's and NSA's per-head selections). */
+#define ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD 0x8000000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -221,6 +224,7 @@ extern "C" {
 /* ABI 4: the values of attncheck_index_list.space and .per. */
 #define ATTNCHECK_INDEX_LOGICAL 1u     /**< key positions 0 .. T_k - 1 */
 #define ATTNCHECK_INDEX_PER_KV_HEAD 1u /**< one list per kv head, shared by its query heads */
+#define ATTNCHECK_INDEX_PER_QUERY_HEAD 2u /**< one list per query head (ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD) */
 
 /* ABI 4: the values of attncheck_qk_norm.eps_placement. */
 #define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
@@ -371,7 +375,8 @@ typedef struct attncheck_call {
    *  (value(code) - zero_point)·scale of quant->k and quant->v. Neutral: NULL. */
   const struct attncheck_quant_kv* quant;
   /** Selected keys (ATTNCHECK_CAP4_INDEX_LIST), or NULL, in forward and backward calls: query i of batch entry b and
-   *  query head h sees key j only if row (b, h / (H / H_kv), i) lists j (block_size 1) or j / block_size (block
+   *  query head h sees key j only if row (b, h / (H / H_kv), i) (row (b, h, i) with index_list->per
+   *  ATTNCHECK_INDEX_PER_QUERY_HEAD) lists j (block_size 1) or j / block_size (block
    *  indices, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS), and every other rule of the call allows j. A key listed twice is
    *  listed once. Neutral: NULL. */
   const struct attncheck_index_list* index_list;
@@ -482,11 +487,11 @@ typedef struct attncheck_quant_kv {
  *  causal rule hides: the call's rules still decide. */
 typedef struct attncheck_index_list {
   uint32_t space;      /**< ATTNCHECK_INDEX_LOGICAL */
-  uint32_t per;        /**< ATTNCHECK_INDEX_PER_KV_HEAD */
+  uint32_t per;        /**< ATTNCHECK_INDEX_PER_KV_HEAD, or _PER_QUERY_HEAD (then shape[1] is H) */
   int64_t block_size;  /**< 1: key indices; > 1: block indices */
   int64_t max_k;       /**< entries per row (0: every row empty) */
   const int32_t* indices;
-  int64_t shape[4];    /**< [B, H_kv, T_q, max_k] */
+  int64_t shape[4];    /**< [B, H_kv (or H), T_q, max_k] */
   int64_t strides[4];
 } attncheck_index_list;
 

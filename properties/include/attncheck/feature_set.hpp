@@ -120,10 +120,12 @@ enum class Feature : std::uint8_t {
   index_list,
   /// With index_list: block indices (block_size > 1; NSA's and MoBA's selected blocks).
   index_list_blocks,
+  /// With index_list: one list per query head (MoBA's and NSA's per-head selections) where K and V have fewer heads.
+  index_list_per_query_head,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_blocks) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_per_query_head) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

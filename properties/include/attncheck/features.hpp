@@ -324,6 +324,11 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .needs = [](const Problem& p) {
        return "an index list of blocks of " + std::to_string(p.index_list->block_size) + " keys";
      }},
+    {.id = Feature::index_list_per_query_head, .name = "index_list_per_query_head", .flags4 = 0x8000000,
+     .c_name = "ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD", .requires_feature = Feature::index_list,
+     .words = "selected keys per query head",
+     .used = [](const Problem& p) { return p.index_list && p.index_list->H != p.k.shape().H; },
+     .needs = [](const Problem&) { return std::string("an index list per query head"); }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -264,6 +264,7 @@ struct IndexDraw {
   int pattern = every;
   int density = 2;  ///< of 4, for the hashed pattern
   bool shuffled = false, padding = false, duplicates = false;
+  bool per_query_head = false;  ///< one list per query head (Feature::index_list_per_query_head) where H_kv < H
   std::uint64_t seed = 0;
   void apply(Problem& p, const CaseShape& s) const;
 };

@@ -29,7 +29,8 @@ rc::Gen<int> choice_shrinking_to_each_earlier(std::vector<std::size_t> w) {
 rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& opts) {
   const FeatureSet declared = declared_features(cfg.caps);
   if (!opts.must_use(Feature::index_list, declared)) return rc::gen::just(IndexDraw{});
-  const bool blocks = opts.may_use(Feature::index_list_blocks, declared);
+  const bool blocks = opts.may_use(Feature::index_list_blocks, declared),
+             per_query = opts.may_use(Feature::index_list_per_query_head, declared);
   return rc::gen::exec([=] {
     IndexDraw d;
     d.on = true;
@@ -38,6 +39,7 @@ rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& op
     d.shuffled = *weighted_choice<bool>({{1, false}, {2, true}});
     d.padding = *weighted_choice<bool>({{1, false}, {1, true}});
     d.duplicates = *weighted_choice<bool>({{2, false}, {1, true}});
+    if (per_query) d.per_query_head = *weighted_choice<bool>({{1, false}, {1, true}});
     if (blocks) d.block_size = *weighted_choice<Index>({{2, 1}, {1, 2}, {1, 3}, {1, 16}});
     // Not shrunk: which units are listed follows from it and each unit's coordinates.
     d.seed = *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32));
@@ -51,12 +53,17 @@ void IndexDraw::apply(Problem& p, const CaseShape& s) const {
   // Up to 2^18 weights, as the laws' bounds are materialised (a longer case has none: its laws say so).
   if (!on || double(qs.B) * double(qs.H) * double(qs.T) * double(ks.T) > double(1 << 18)) return;
   const Index units = (ks.T + block_size - 1) / block_size;
+  // Lists per query head only where they differ from per kv head (H_kv < H); keyed by the head's coordinates.
+  const bool per_query = per_query_head && ks.H < qs.H;
+  const Index heads = per_query ? qs.H : ks.H;
+  const std::uint64_t salt = per_query ? 0x9E37 : 0;
   std::vector<std::vector<std::int32_t>> rows;
   std::size_t width = 0;
   for (Index b = 0; b < qs.B; ++b)
-    for (Index g = 0; g < ks.H; ++g)
+    for (Index g = 0; g < heads; ++g)
       for (Index i = 0; i < qs.T; ++i) {
-        const std::uint64_t row_key = coordinate_hash(seed, {id_of(s.b_ids, b), id_of(s.kv_ids, g), id_of(s.q_ids, i)});
+        const std::uint64_t row_key = coordinate_hash(
+            seed + salt, {id_of(s.b_ids, b), per_query ? id_of(s.h_ids, g) : id_of(s.kv_ids, g), id_of(s.q_ids, i)});
         std::vector<std::pair<std::uint64_t, std::int32_t>> listed;
         for (Index u = 0; u < units; ++u) {
           const std::uint64_t h = coordinate_hash(row_key, {id_of(s.k_ids, u * block_size)});
@@ -79,9 +86,9 @@ void IndexDraw::apply(Problem& p, const CaseShape& s) const {
   if (padding) ++width;       // every row ends with padding too
   if (width == 0) width = 1;  // rows of padding alone rather than none
   IndexList l{.block_size = block_size,
-              .group = qs.H / ks.H,
+              .group = qs.H / heads,
               .B = qs.B,
-              .H = ks.H,
+              .H = heads,
               .T_q = qs.T,
               .max_k = Index(width),
               .indices = {}};

@@ -229,9 +229,9 @@ Tensor<S> attention_masked(const Tensor<S>& q, const Tensor<S>& k, const Tensor<
 void require_no_rule_options(const AttentionOptions& opts) {
   if (!opts.key_lengths.empty() || opts.window || opts.window_right || opts.prefix_length != 0 ||
       opts.chunk_size != 0 || !opts.doc_bounds.empty() || !opts.q_doc_bounds.empty() || opts.block_mask ||
-      opts.dense_mask || opts.index_list)
+      opts.dense_mask || opts.index_list || opts.tree)
     throw ValueError("attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask, "
-                     "dense_mask and index_list apply to the causal path; with an explicit mask, fold them into the mask");
+                     "dense_mask, index_list and tree apply to the causal path; with an explicit mask, fold them into the mask");
   if (!opts.causal)
     throw ValueError("attention: causal = false applies to the causal path; an explicit mask is the whole rule");
   if (opts.softcap || !opts.alibi_slopes.empty() || !opts.sinks.empty() || opts.bias || has_prologue(opts) ||
@@ -285,6 +285,51 @@ void check_index_list(const char* who, const IndexList& l, Index B, Index H, Ind
       throw ValueError(pre + "entry " + std::to_string(n) + " is " + std::to_string(l.indices[n]) + "; expected -1 " +
                        "(padding) or a " + (l.block_size > 1 ? "block" : "key") + " index in [0, " +
                        std::to_string(units) + ")");
+}
+
+// A tree must be [B, T_q]: parents each -1 or an earlier node, or a bitmask whose entries each hold T_q rows of their
+// L keys from their offset; every entry must hold its nodes (L >= T_q). Positional families read a node's position,
+// which in a tree is its depth: refused rather than read at its index.
+void check_tree(const char* who, const AttentionOptions& o, Index B, Index T_q, Index T_k) {
+  const TokenTree& t = *o.tree;
+  const std::string pre = std::string(who) + ": tree ";
+  if (t.B != B || t.T_q != T_q)
+    throw ShapeError(pre + "is [" + std::to_string(t.B) + "," + std::to_string(t.T_q) + "]; expected [B,T_q] = [" +
+                     std::to_string(B) + "," + std::to_string(T_q) + "]");
+  if (o.window || o.window_right || o.chunk_size != 0 || !o.doc_bounds.empty() || !o.alibi_slopes.empty())
+    throw ValueError(pre + "comes with a window, a chunk, documents or ALiBi: a tree node's position is its depth, "
+                     "which those would read; expected a tree without them");
+  for (Index b = 0; b < B; ++b) {
+    const Index L = o.key_lengths.empty() ? T_k : o.key_lengths.at(std::size_t(b));
+    if (L < T_q)
+      throw ValueError(pre + "of batch entry " + std::to_string(b) + " has " + std::to_string(T_q) +
+                       " nodes but the entry holds " + std::to_string(L) + " keys; expected the nodes to be its last "
+                       "T_q keys");
+  }
+  if (t.form == TokenTree::Form::parents) {
+    if (t.parents.size() != std::size_t(B * T_q))
+      throw ShapeError(pre + "has " + std::to_string(t.parents.size()) + " parents; expected B·T_q = " +
+                       std::to_string(B * T_q));
+    for (Index b = 0; b < B; ++b)
+      for (Index n = 0; n < T_q; ++n)
+        if (t.parent(b, n) < -1 || t.parent(b, n) >= n)
+          throw ValueError(pre + "node " + std::to_string(n) + " of batch entry " + std::to_string(b) + " has parent " +
+                           std::to_string(t.parent(b, n)) + "; expected -1 (the prefix) or an earlier node in [0, " +
+                           std::to_string(n) + ")");
+    return;
+  }
+  if (t.form != TokenTree::Form::bitmask) throw ValueError(pre + "has an unknown form; expected parents or a bitmask");
+  if (t.offsets.size() != std::size_t(B + 1))
+    throw ShapeError(pre + "bitmask has " + std::to_string(t.offsets.size()) + " offsets; expected B + 1 = " +
+                     std::to_string(B + 1));
+  for (Index b = 0; b < B; ++b) {
+    const Index L = o.key_lengths.empty() ? T_k : o.key_lengths.at(std::size_t(b));
+    const Index need = (T_q * L + 7) / 8, at = t.offsets[std::size_t(b)];
+    if (at < 0 || at > Index(t.bits.size()) || Index(t.bits.size()) - at < need)
+      throw ShapeError(pre + "bitmask of batch entry " + std::to_string(b) + " starts at byte " + std::to_string(at) +
+                       " of " + std::to_string(t.bits.size()) + "; expected " + std::to_string(need) +
+                       " bytes there (T_q rows of " + std::to_string(L) + " keys)");
+  }
 }
 
 // A bias must be [B or 1, H or 1, T_q, T_k] with that many finite values.
@@ -448,6 +493,7 @@ void check_options(const char* who, const AttentionOptions& o, Index B, Index H,
         throw ValueError(std::string(who) + ": key_lengths[" + std::to_string(b) + "] = " +
                          std::to_string(o.key_lengths[b]) + " is outside [0, T_k = " + std::to_string(T_k) + "]");
   }
+  if (o.tree) check_tree(who, o, B, T_q, T_k);  // after the key lengths: its entries hold that many keys
   if (o.window && *o.window < 0)
     throw ValueError(std::string(who) + ": window must be >= 0 (0: a query sees only its own position), got " +
                      std::to_string(*o.window));
@@ -587,6 +633,7 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
   if (opts.block_mask) vis.block = &*opts.block_mask;
   if (opts.dense_mask) vis.dense = &*opts.dense_mask;
   if (opts.index_list) vis.index = &*opts.index_list;
+  if (opts.tree) vis.tree = &*opts.tree;
   // A bias of -inf hides its cell: the head's cells are scanned so that a finite bias keeps the runs unbroken.
   if (opts.bias) {
     const double* at = opts.bias->head(b, h);
@@ -812,6 +859,7 @@ Tensor<S> attention(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, 
   const bool per_b = !opts.key_lengths.empty() || !opts.doc_bounds.empty() ||
                      (opts.block_mask && (opts.block_mask->B > 1 || opts.block_mask->partial.B > 1)) ||
                      (opts.dense_mask && opts.dense_mask->B > 1) || (opts.index_list && opts.index_list->B > 1) ||
+                     (opts.tree && opts.tree->B > 1) ||
                      (opts.bias && opts.bias->B > 1 && bias_hides_cells(*opts.bias));
   const Index nb = per_b ? B : 1, nh = visibility_per_head(opts) ? q.shape().H : 1;
   std::vector<BoolMask> masks;

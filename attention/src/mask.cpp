@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <stdexcept>
 
 #include "attncheck/attention.hpp"
 
@@ -141,7 +142,33 @@ std::string Visibility::hidden_by(Index i, Index j) const {
   if (j >= 0 && j < T_k && dense && !dense->visible(batch, head, i, j)) return "dense mask";
   if (j >= 0 && j < T_k && bias && bias_hides(i, j)) return "bias";
   if (j >= 0 && j < T_k && index && !index->lists(batch, head, i, j)) return "index list";
+  if (j >= 0 && j < T_k && tree && !tree->sees(batch, i, j, key_length < 0 ? T_k : key_length)) return "tree";
   return "out of range";
+}
+
+TokenTree bitmask_tree(Index B, Index T_q, const std::vector<Index>& lengths, bool big_endian,
+                       const std::function<bool(Index b, Index i, Index j)>& cell) {
+  if (Index(lengths.size()) != B) throw std::logic_error("bitmask_tree: one length per batch entry");
+  TokenTree m{.form = TokenTree::Form::bitmask, .big_endian = big_endian, .B = B, .T_q = T_q};
+  m.offsets.push_back(0);
+  for (Index b = 0; b < B; ++b) {
+    const Index L = lengths[std::size_t(b)], start = m.offsets.back();
+    m.bits.resize(std::size_t(start + (T_q * L + 7) / 8), 0);
+    for (Index i = 0; i < T_q; ++i)
+      for (Index j = 0; j < L; ++j)
+        if (cell(b, i, j)) {
+          const Index c = i * L + j;
+          m.bits[std::size_t(start + c / 8)] |= std::uint8_t(1u << (big_endian ? 7 - c % 8 : c % 8));
+        }
+    m.offsets.push_back(Index(m.bits.size()));
+  }
+  return m;
+}
+
+TokenTree packed_tree(const TokenTree& t, const std::vector<Index>& lengths, bool big_endian) {
+  if (t.form != TokenTree::Form::parents) throw std::logic_error("packed_tree: a tree given by its parents");
+  return bitmask_tree(t.B, t.T_q, lengths, big_endian,
+                      [&](Index b, Index i, Index j) { return t.sees(b, i, j, lengths[std::size_t(b)]); });
 }
 
 BoolMask::BoolMask(Array visible) : visible_(std::move(visible)) {

@@ -65,7 +65,7 @@ TEST(Errors, keyLengthsAndWindowAreChecked) {
   EXPECT_THROW_MSG(
       attention(q, q, q, BoolMask::causal(3, 3), AttentionOptions{.window = 1}), ValueError,
       "attention: key_lengths, windows, prefix_length, chunk_size, doc_bounds, q_doc_bounds, block_mask, "
-      "dense_mask and index_list apply to the causal path; with an explicit mask, fold them into the mask");
+      "dense_mask, index_list and tree apply to the causal path; with an explicit mask, fold them into the mask");
 }
 
 TEST(Errors, valueLengthDiffersFromKeyLength) {

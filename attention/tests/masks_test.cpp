@@ -500,5 +500,76 @@ TEST(Visibility, blockAndDenseMasksHideTheirCellsPerHeadAndEveryPathAgrees) {
   EXPECT_NE(message(bad).find("has 1 key blocks; T_k = 5 in blocks of 3 needs 2"), std::string::npos);
 }
 
+// A tree of draft tokens is the mask of each node's prefix and ancestors, written out by hand here for two entries of
+// different lengths (so different prefixes and bitmask row strides); as parents and as a packed bitmask in both bit
+// orders it gives what the dense mask of those cells gives, and bad trees are named.
+TEST(Visibility, aTreeShowsEachNodeItsPrefixAndItsAncestors) {
+  const Index B = 2, H = 1, T_q = 3, T_k = 6;
+  Tensor<double> q = filled({B, H, T_q, 2}, 0.3), k = filled({B, H, T_k, 2}, 1.1), v = filled({B, H, T_k, 2}, 2.7);
+  AttentionOptions o{.alignment = CausalAlignment::BottomRight};
+  o.key_lengths = {6, 5};
+  o.tree = TokenTree{.form = TokenTree::Form::parents, .B = B, .T_q = T_q, .parents = {-1, 0, 0, -1, -1, 1}};
+  // Entry 0 (6 keys, prefix 0..2, nodes at 3, 4, 5): node 1 and node 2 are children of node 0. Entry 1 (5 keys,
+  // prefix 0..1, nodes at 2, 3, 4): nodes 0 and 1 are roots, node 2 a child of node 1.
+  const std::vector<std::vector<std::vector<Index>>> sees = {{{0, 1, 2, 3}, {0, 1, 2, 3, 4}, {0, 1, 2, 3, 5}},
+                                                             {{0, 1, 2}, {0, 1, 3}, {0, 1, 3, 4}}};
+  DenseMask cells{.B = B, .H = 1, .T_q = T_q, .T_k = T_k, .cells = std::vector<std::uint8_t>(B * T_q * T_k, 0)};
+  for (Index b = 0; b < B; ++b)
+    for (Index i = 0; i < T_q; ++i)
+      for (const Index j : sees[b][i]) cells.cells[std::size_t((b * T_q + i) * T_k + j)] = 1;
+  for (Index b = 0; b < B; ++b) {
+    const Visibility vis = visibility(o, b, T_q, T_k, 0);
+    for (Index i = 0; i < T_q; ++i)
+      for (Index j = 0; j < T_k; ++j) {
+        const bool want = std::count(sees[b][i].begin(), sees[b][i].end(), j) > 0;
+        EXPECT_EQ(vis.visible(i, j), want) << b << i << j;
+        if (!want && j < o.key_lengths[b])
+          EXPECT_EQ(vis.hidden_by(i, j), j > vis.position(i) ? "causal" : "tree") << b << i << j;
+      }
+  }
+  AttentionOptions dense{.alignment = CausalAlignment::BottomRight};
+  dense.key_lengths = o.key_lengths;
+  dense.dense_mask = cells;
+  Tensor<double> wd({1, 1, 1, 1});
+  const Tensor<double> want = attention(q, k, v, dense, &wd);
+  for (const int form : {0, 1, 2}) {  // parents, little-endian bits, big-endian bits
+    AttentionOptions t = o;
+    if (form > 0) t.tree = packed_tree(*o.tree, {6, 5}, form == 2);
+    if (form > 0) EXPECT_EQ(t.tree->offsets, (std::vector<Index>{0, 3, 5}));  // 18 bits, then 15, each from a byte
+    Tensor<double> w({1, 1, 1, 1});
+    EXPECT_EQ(attention(q, k, v, t, &w).values(), want.values()) << form;
+    EXPECT_EQ(w.values(), wd.values()) << form;
+    EXPECT_LE((attention(q, k, v, t).values() - want.values()).cwiseAbs().maxCoeff(), 1e-14) << form;
+  }
+  // Entry 1's first byte (byte 3: entry 0 has 18 bits) holds its cells 0-7: row 0's 1 1 1 0 0, row 1's 1 1 0.
+  EXPECT_EQ(packed_tree(*o.tree, {6, 5}, false).bits[3], 0b01100111);  // cell c at bit c
+  EXPECT_EQ(packed_tree(*o.tree, {6, 5}, true).bits[3], 0b11100110);   // cell c at bit 7 - c
+  const auto message = [&](AttentionOptions x) {
+    try {
+      attention(q, k, v, x);
+    } catch (const std::exception& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  AttentionOptions bad = o;
+  bad.tree->parents[4] = 1;
+  EXPECT_NE(message(bad).find("node 1 of batch entry 1 has parent 1; expected -1 (the prefix) or an earlier node"),
+            std::string::npos)
+      << message(bad);
+  bad = o;
+  bad.key_lengths = {6, 2};
+  EXPECT_NE(message(bad).find("has 3 nodes but the entry holds 2 keys"), std::string::npos) << message(bad);
+  bad = o;
+  bad.alibi_slopes = {0.5};
+  EXPECT_NE(message(bad).find("a tree node's position is its depth"), std::string::npos) << message(bad);
+  bad.alibi_slopes.clear();
+  bad.tree = packed_tree(*o.tree, {6, 5}, false);
+  bad.tree->bits.pop_back();
+  EXPECT_NE(message(bad).find("bitmask of batch entry 1 starts at byte 3 of 4; expected 2 bytes there"),
+            std::string::npos)
+      << message(bad);
+}
+
 }  // namespace
 }  // namespace attncheck

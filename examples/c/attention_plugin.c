@@ -22,7 +22,8 @@
  * pairings (call->rope), QK-norm (call->qk_norm), dropout (call->dropout: a keep mask from Random123's Philox,
  * one counter per cell within a head, the head in the counter's last word) and quantised K and V caches
  * (call->quant: FP8 e4m3fn and e5m2 and int8 codes, per tensor, kv head or token, with int8 zero points, and
- * ggml's q8_0, q4_0, q4_1, q5_0 and q5_1 blocks).
+ * ggml's q8_0, q4_0, q4_1, q5_0 and q5_1 blocks), selected keys (call->index_list) and trees of draft tokens
+ * (call->tree: parent arrays, and packed bitmasks in either bit order).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -365,6 +366,20 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
     for (n = 0; n < l->max_k; ++n)
       if (row[n * l->strides[3]] >= 0 && row[n * l->strides[3]] == unit) break;
     if (n == l->max_k) return 0;
+  }
+  if (call->tree) { /* a tree of draft tokens: node i sees the prefix and its ancestors (a bitmask: its cells) */
+    const attncheck_tree_mask* t = call->tree;
+    const int64_t P = t->prefix_lengths[b], L = P + t->nodes;
+    if (j >= L) return 0;
+    if (t->form == ATTNCHECK_TREE_BITMASK) {
+      const int64_t c = i * L + j;
+      const uint8_t byte = t->bits[t->offsets[b] + c / 8];
+      if (!((byte >> (t->bit_order == ATTNCHECK_BITS_MSB_FIRST ? 7 - c % 8 : c % 8)) & 1)) return 0;
+    } else if (j >= P) {
+      int64_t n = i; /* up the parent pointers from node i: j must be one of them */
+      while (n >= 0 && n != j - P) n = t->parents[b * t->nodes + n];
+      if (n < 0) return 0;
+    }
   }
 #endif
   return 1;
@@ -733,6 +748,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 ATTNCHECK_CAP4_KV_GGML_Q4_0 | ATTNCHECK_CAP4_KV_GGML_Q4_1 | ATTNCHECK_CAP4_KV_GGML_Q5_0 |
                 ATTNCHECK_CAP4_KV_GGML_Q5_1 | ATTNCHECK_CAP4_Q_QUANT
                 | ATTNCHECK_CAP4_INDEX_LIST | ATTNCHECK_CAP4_INDEX_LIST_BLOCKS | ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD
+                | ATTNCHECK_CAP4_TREE | ATTNCHECK_CAP4_TREE_BITMASK
 #ifdef PAGED
                 | ATTNCHECK_CAP4_PAGED_QUANT
 #endif

@@ -10,7 +10,9 @@ rule, key padding and the left window: every family present must allow a key, an
 and may have gaps in a row, which the code below never assumes away. Selected keys (DeepSeek's DSA top-k, NSA's and
 MoBA's selected blocks) arrive as `index_list`, an attncheck_plugin.IndexList: int32 [B, H_kv, T_q, max_k] key (or
 block) indices with -1 padding ([B, H, T_q, max_k] when its `per` is "query_head"); to_mask(T_k, H) gives the keys each query head's row lists, one more family to
-intersect.
+intersect. A tree of draft tokens (speculative decoding) arrives as `tree`, an attncheck_plugin.Tree: the last T_q
+keys of each entry are its nodes, given by their `parents` or as a packed bitmask (FlashInfer's, in either bit
+order); to_mask(T_k) gives the [B, T_q, T_k] keys each node sees (the prefix and its ancestors), broadcast over heads.
 """
 import numpy as np
 
@@ -18,7 +20,7 @@ import attncheck_plugin
 
 
 def visible(B, H, T_q, T_k, alignment="top-left", causal=True, key_lengths=None, window=None, block_mask=None,
-            dense_mask=None, index_list=None):
+            dense_mask=None, index_list=None, tree=None):
     """The [B, H, T_q, T_k] boolean mask: query i sits at aligned position p = i (top-left) or i + T_k - T_q
     (bottom-right)."""
     p = np.arange(T_q)[:, None] + (T_k - T_q if alignment == "bottom-right" else 0)
@@ -36,11 +38,13 @@ def visible(B, H, T_q, T_k, alignment="top-left", causal=True, key_lengths=None,
         seen &= dense_mask
     if index_list is not None:
         seen &= index_list.to_mask(T_k, H)
+    if tree is not None:
+        seen &= tree.to_mask(T_k)[:, None]  # one tree per batch entry, every head
     return seen
 
 
 def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, window=None, causal=True,
-              block_mask=None, dense_mask=None, index_list=None):
+              block_mask=None, dense_mask=None, index_list=None, tree=None):
     """q [B,H,T_q,D], k and v [B,H_kv,T_k,D] -> output [B,H,T_q,D] and weights [B,H,T_q,T_k], in float64; a row
     that sees no key gets zeros."""
     B, H, T_q, D = q.shape
@@ -48,7 +52,8 @@ def attention(q, k, v, scale=None, alignment="top-left", key_lengths=None, windo
     scale = scale or 1 / np.sqrt(D)
     kk = np.repeat(k, H // H_kv, axis=1).astype(np.float64)  # query head h reads kv head h // (H // H_kv)
     vv = np.repeat(v, H // H_kv, axis=1).astype(np.float64)
-    seen = visible(B, H, T_q, T_k, alignment, causal, key_lengths, window, block_mask, dense_mask, index_list)
+    seen = visible(B, H, T_q, T_k, alignment, causal, key_lengths, window, block_mask, dense_mask, index_list,
+                   tree)
     with np.errstate(all="ignore"):  # NaN/Inf in hidden keys are masked by the select, not warned about
         scores = np.where(seen, q.astype(np.float64) @ kk.swapaxes(-1, -2) * scale, -np.inf)
         top = scores.max(axis=-1, keepdims=True)
@@ -69,4 +74,4 @@ if __name__ == "__main__":
                            dtypes=("float32", "float64", "float16", "bfloat16"), returns_weights=True,
                            alignments=("top-left", "bottom-right"), nonfinite_safe=True, gqa=True, empty_rows="zero",
                            bidirectional=True, block_mask=True, dense_mask=True, index_list=True,
-                           index_list_blocks=True, index_list_per_query_head=True)
+                           index_list_blocks=True, index_list_per_query_head=True, tree=True, tree_bitmask=True)

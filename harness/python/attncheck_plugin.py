@@ -78,7 +78,8 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "kv_zero_points": 0x8000, "kv_ggml_q8_0": 0x10000, "kv_ggml_q4_0": 0x20000, "kv_ggml_q4_1": 0x40000,
           "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
           "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000,
-          "index_list": 0x2000000, "index_list_blocks": 0x4000000, "index_list_per_query_head": 0x8000000}
+          "index_list": 0x2000000, "index_list_blocks": 0x4000000, "index_list_per_query_head": 0x8000000,
+          "tree": 0x10000000, "tree_bitmask": 0x20000000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -91,7 +92,7 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
                      "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant"),
                      "index_list": ("index_list",), "index_list_blocks": ("index_list",),
-                     "index_list_per_query_head": ("index_list",)}
+                     "index_list_per_query_head": ("index_list",), "tree": ("tree",), "tree_bitmask": ("tree",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                 "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
@@ -109,7 +110,7 @@ FEATURE_FAMILIES = {
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1", "q_quant", "paged_quant"),
-    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head"),
+    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head", "tree", "tree_bitmask"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
@@ -158,7 +159,7 @@ CALL_FLAGS = {"scale": 1, "weights": 2, "key_lengths": 4, "window": 8, "softcap"
               "lse": 128, "not_causal": 256, "paged": 512, "prefix": 1024, "window_right": 2048, "chunk": 4096,
               "documents": 8192, "block_mask": 16384, "dense_mask": 32768, "layout": 65536, "v_head_dim": 131072,
               "bias": 262144, "temperature": 524288, "rope": 1048576, "qk_norm": 2097152, "dropout": 4194304,
-              "quant": 8388608, "quant_q": 16777216, "index_list": 33554432}
+              "quant": 8388608, "quant_q": 16777216, "index_list": 33554432, "tree": 67108864}
 PAGED, PREFIX, WINDOW_RIGHT, CHUNK, DOCUMENTS = (CALL_FLAGS[k] for k in ("paged", "prefix", "window_right", "chunk",
                                                                         "documents"))
 LAYOUT, V_HEAD_DIM = CALL_FLAGS["layout"], CALL_FLAGS["v_head_dim"]
@@ -483,6 +484,21 @@ def _read_call(payload, backward):
         index_list = IndexList(np.frombuffer(payload, dtype="<i4", count=n, offset=off).reshape(shape).copy(),
                                int(block_size), "query_head" if per == 2 else "kv_head")
         off += 4 * n
+    tree = None
+    if fflags & CALL_FLAGS["tree"]:  # version 4: u32 form, u32 bit order; the parents, or B + 1 offsets and the bits
+        form, order = struct.unpack_from("<II", payload, off)
+        off += 8
+        prefix = (np.full(qs[0], ks[2], dtype=np.int64) if key_lengths is None else key_lengths) - qs[2]
+        if form == 1:
+            parents = np.frombuffer(payload, dtype="<i4", count=qs[0] * qs[2], offset=off).reshape(qs[0], qs[2])
+            off += 4 * qs[0] * qs[2]
+            tree = Tree(prefix, qs[2], parents=parents.copy())
+        else:
+            offsets = np.frombuffer(payload, dtype="<i8", count=qs[0] + 1, offset=off).astype(np.int64)
+            off += 8 * (qs[0] + 1)
+            bits = np.frombuffer(payload, dtype=np.uint8, count=int(offsets[-1]), offset=off).copy()
+            off += int(offsets[-1])
+            tree = Tree(prefix, qs[2], bits=bits, offsets=offsets, bit_order="big" if order == 2 else "little")
     quant = None
     paging = None
 
@@ -575,7 +591,7 @@ def _read_call(payload, backward):
               "window_right": window_right, "chunk_size": chunk_size, "q_doc_ids": q_doc_ids, "k_doc_ids": k_doc_ids,
               "block_mask": block_mask, "dense_mask": dense_mask, "bias": bias,
               "temperature": temperature, "rope": rope, "qk_norm": qk_norm, "dropout": dropout, "quant": quant,
-              "index_list": index_list}
+              "index_list": index_list, "tree": tree}
     # version 3, declared strided=True: q, k, v come as views with the layout's strides (_Frameworks.inputs)
     layout = LAYOUT_NAMES[lcode] if fflags & LAYOUT else None
     return arrays, kwargs, dtype, bool(fflags & CALL_FLAGS["weights"]), bool(fflags & CALL_FLAGS["lse"]), layout
@@ -731,6 +747,45 @@ class IndexList:
 
     def __repr__(self):
         return "IndexList(%s, block size %d)" % (list(self.indices.shape), self.block_size)
+
+
+class Tree:
+    """A tree of draft tokens (speculative decoding's verification; serve(..., tree=True) for parent arrays,
+    serve(..., tree_bitmask=True) for FlashInfer's packed bitmask): the call's T_q queries are the nodes, node n of
+    batch entry b its query n and its key prefix_lengths[b] + n (the last T_q of the entry's keys: key_lengths[b],
+    or T_k). Either `parents`, int32 [B, T_q] (node n's parent, < n, or -1 for a child of the prefix), or `bits`,
+    uint8, with `offsets`, int64 [B + 1], and `bit_order` ("little", FlashInfer's, or "big", numpy.packbits'
+    default): entry b's T_q rows of prefix_lengths[b] + T_q cells each (its row stride) from byte offsets[b]. A node
+    sees the prefix, its ancestors and itself (with a bitmask: its 1 cells), and the call's other rules still hide
+    what they hide. `nodes` is T_q. to_mask(T_k) is the [B, T_q, T_k] numpy boolean mask the tree shows (other rules
+    not applied)."""
+
+    def __init__(self, prefix_lengths, nodes, parents=None, bits=None, offsets=None, bit_order=None):
+        self.prefix_lengths, self.nodes, self.parents = prefix_lengths, nodes, parents
+        self.bits, self.offsets, self.bit_order = bits, offsets, bit_order
+
+    def to_mask(self, T_k):
+        B, T_q = len(self.prefix_lengths), self.nodes
+        mask = np.zeros((B, T_q, T_k), dtype=bool)
+        for b in range(B):
+            P = int(self.prefix_lengths[b])
+            L = P + T_q
+            if self.parents is not None:
+                mask[b, :, :P] = True
+                for i in range(T_q):
+                    n = i
+                    while n >= 0:
+                        mask[b, i, P + n] = True
+                        n = int(self.parents[b, n])
+            else:
+                seg = self.bits[int(self.offsets[b]):int(self.offsets[b + 1])]
+                cells = np.unpackbits(seg, bitorder=self.bit_order)[:T_q * L]
+                mask[b, :, :L] = cells.reshape(T_q, L).astype(bool)
+        return mask
+
+    def __repr__(self):
+        return "Tree(%s)" % ("parents %s" % self.parents.tolist() if self.parents is not None else
+                             "bitmask, %s bit order, offsets %s" % (self.bit_order, self.offsets.tolist()))
 
 
 class Dropout:
@@ -1121,7 +1176,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
           q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, index_list=False,
-          index_list_blocks=False, index_list_per_query_head=False, framework="numpy", device=None):
+          index_list_blocks=False, index_list_per_query_head=False, tree=False, tree_bitmask=False, framework="numpy",
+          device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1215,6 +1271,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     `index_list`, None or an IndexList (`indices` int32 [B, H_kv, T_q, max_k], -1 padding; `block_size`; to_mask());
     `index_list_blocks=True` declares block indices too (block_size > 1), `index_list_per_query_head=True` one list
     per query head (`per` "query_head", [B, H, T_q, max_k]) where K and V have fewer heads.
+    `tree=True` declares trees of draft tokens given by their parents, `tree_bitmask=True` as FlashInfer's packed
+    bitmask: fn (and a backward) gets `tree`, None or a Tree (the last T_q keys of each entry are its nodes;
+    `parents`, or `bits`, `offsets` and `bit_order`; to_mask(T_k)). Never with ALiBi, windows, chunks or documents.
     """
     declared = {key: bool(on) for key, on in (("lse", lse), ("sinks", sinks), ("softcap", softcap),
                                               ("alibi", alibi), ("bidirectional", bidirectional), ("paged", paged),
@@ -1238,7 +1297,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("q_dot_ggml_q8", q_dot_ggml_q8), ("q_quant", q_quant),
                                               ("p_fp8", p_fp8), ("paged_quant", paged_quant),
                                               ("index_list", index_list), ("index_list_blocks", index_list_blocks),
-                                              ("index_list_per_query_head", index_list_per_query_head))}
+                                              ("index_list_per_query_head", index_list_per_query_head),
+                                              ("tree", tree), ("tree_bitmask", tree_bitmask))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")

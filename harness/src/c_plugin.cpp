@@ -390,6 +390,34 @@ struct IndexListArg {
   IndexListArg(const IndexListArg&) = delete;  // ptr points into this object
 };
 
+// A problem's tree as the ABI passes it (its parents or its bits and offsets, each entry's prefix length), or null
+// without one.
+struct TreeArg {
+  attncheck_tree_mask abi{};
+  const attncheck_tree_mask* ptr = nullptr;
+  std::vector<std::int64_t> prefix, offsets;
+  explicit TreeArg(const Problem& p) {
+    if (!p.tree) return;
+    const TokenTree& t = *p.tree;
+    for (Index b = 0; b < t.B; ++b)
+      prefix.push_back((p.key_lengths.empty() ? p.k.shape().T : p.key_lengths[std::size_t(b)]) - t.T_q);
+    abi.nodes = t.T_q;
+    abi.prefix_lengths = prefix.data();
+    if (t.form == TokenTree::Form::parents) {
+      abi.form = ATTNCHECK_TREE_PARENTS;
+      abi.parents = t.parents.data();
+    } else {
+      abi.form = ATTNCHECK_TREE_BITMASK;
+      abi.bit_order = t.big_endian ? ATTNCHECK_BITS_MSB_FIRST : ATTNCHECK_BITS_LSB_FIRST;
+      offsets.assign(t.offsets.begin(), t.offsets.end());
+      abi.bits = t.bits.data();
+      abi.offsets = offsets.data();
+    }
+    ptr = &abi;
+  }
+  TreeArg(const TreeArg&) = delete;  // ptr points into this object
+};
+
 // A problem's quantised K and V as the ABI passes them: each side's codes (quant_codes of its dequantised values),
 // scales as float32 and zero points as int8, contiguous; in a paged call K's and V's are the pools' (page_quant: the
 // codes and the scales at each key's page and slot, over the pool's axes). Null when it has none.
@@ -525,6 +553,8 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(paged_quant, ATTNCHECK_CAP4_PAGED_QUANT),
                              ATTNCHECK_ABI_BIT(index_list, ATTNCHECK_CAP4_INDEX_LIST),
                              ATTNCHECK_ABI_BIT(index_list_blocks, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS),
+                             ATTNCHECK_ABI_BIT(tree, ATTNCHECK_CAP4_TREE),
+                             ATTNCHECK_ABI_BIT(tree_bitmask, ATTNCHECK_CAP4_TREE_BITMASK),
                              ATTNCHECK_ABI_BIT(index_list_per_query_head, ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
@@ -592,6 +622,8 @@ class CPlugin final : public Implementation {
       call.dropout = dropout.ptr;
       const IndexListArg index_list(p);
       call.index_list = index_list.ptr;
+      const TreeArg tree(p);
+      call.tree = tree.ptr;
       // Quantised: K and V only as their codes and scales; k.data and v.data NULL, their shapes as they are.
       const QuantArg quant(p, name_.c_str());
       if (quant.ptr) {
@@ -661,6 +693,8 @@ class CPlugin final : public Implementation {
       call.dropout = dropout.ptr;
       const IndexListArg index_list(p);
       call.index_list = index_list.ptr;
+      const TreeArg tree(p);
+      call.tree = tree.ptr;
       call.output = scratch.view();
       call.weights = nullptr;
       // d_sinks: H doubles when the call has sinks (a sentinel-filled buffer with a guard, as every output).

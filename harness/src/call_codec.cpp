@@ -186,7 +186,7 @@ std::string call_payload(const Problem& p) {
         (p.v_dim() != p.k.shape().D ? call_v_head_dim : 0u) | (p.bias ? call_bias : 0u) |
         (p.temperature ? call_temperature : 0u) | (p.rope ? call_rope : 0u) | (p.qk_norm ? call_qk_norm : 0u) |
         (p.dropout ? call_dropout : 0u) | (p.quant ? call_quant : 0u) | (p.quant && p.quant->q ? call_quant_q : 0u) |
-        (p.index_list ? call_index_list : 0u));
+        (p.index_list ? call_index_list : 0u) | (p.tree ? call_tree : 0u));
   if (paged && p.layout != InputLayout::contiguous)
     throw std::logic_error("encode_forward: a paged call with an input layout (paged K and V come as pools)");
   if (p.v.shape().B != p.k.shape().B || p.v.shape().H != p.k.shape().H || p.v.shape().T != p.k.shape().T)
@@ -298,6 +298,19 @@ std::string call_payload(const Problem& p) {
     w.i64(l.H);
     w.i64(l.max_k);
     w.raw(l.indices.data(), l.indices.size() * sizeof(std::int32_t));
+  }
+  if (p.tree) {  // version 4 (PROTOCOL.md, "Trees of draft tokens"): u32 form, u32 bit order, then B·T_q × i32
+    // parents, or (B + 1) × i64 byte offsets and the bits
+    const TokenTree& t = *p.tree;
+    const bool bits = t.form == TokenTree::Form::bitmask;
+    w.u32(bits ? 2 : 1);
+    w.u32(bits ? (t.big_endian ? 2 : 1) : 0);
+    if (!bits) {
+      w.raw(t.parents.data(), t.parents.size() * sizeof(std::int32_t));
+    } else {
+      for (const Index o : t.offsets) w.i64(o);
+      w.raw(t.bits.data(), std::size_t(t.offsets.back()));
+    }
   }
   if (p.quant) {  // version 4 (PROTOCOL.md, "Quantised K and V"): u32 format; per side its scales; q; the codes
     const QuantizedKV& qk = *p.quant;
@@ -899,11 +912,11 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   if (flags & ~kCallFlags)
     throw ProtocolError(
         std::string(what) + ": flags are " + std::to_string(flags) +
-        " (expected bits within 0x3ffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
+        " (expected bits within 0x7ffffff: 1 scale, 2 weights, 4 key lengths, 8 window, 16 softcap, "
         "32 ALiBi, 64 sinks, 128 LSE, 256 not causal, 512 paged, 1024 prefix, 2048 right window, "
         "4096 chunk, 8192 documents, 16384 block mask, 32768 dense mask, 65536 layout, 131072 V head "
         "dimension, 262144 bias, 524288 temperature, 1048576 rope, 2097152 QK-norm, 4194304 dropout, 8388608 "
-        "quantised K and V, 16777216 quantised Q, 33554432 index list)");
+        "quantised K and V, 16777216 quantised Q, 33554432 index list, 67108864 tree)");
   if ((flags & call_paged) && backward)
     throw ProtocolError(std::string(what) + ": flags have 512 (paged), but paged calls are forward only");
   if ((flags & call_paged) && !(flags & call_key_lengths))
@@ -992,6 +1005,31 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     const std::string_view bytes = r.raw(l.indices.size() * sizeof(std::int32_t));
     std::memcpy(l.indices.data(), bytes.data(), bytes.size());
     p.index_list = std::move(l);  // the entries' range is check_call's
+  }
+  if (flags & call_tree) {  // u32 form, u32 bit order, then the parents, or the offsets and the bits
+    const std::uint32_t form = r.u32(), order = r.u32();
+    const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": the tree's " + m); };
+    if (form != 1 && form != 2) fail("form is " + std::to_string(form) + " (expected 1 parents or 2 a bitmask)");
+    if (form == 1 && order != 0) fail("bit order is " + std::to_string(order) + " with parents (expected 0)");
+    if (form == 2 && order != 1 && order != 2)
+      fail("bit order is " + std::to_string(order) + " (expected 1 least significant bit first or 2 most)");
+    TokenTree t{.form = form == 1 ? TokenTree::Form::parents : TokenTree::Form::bitmask,
+                .big_endian = order == 2,
+                .B = qs.B,
+                .T_q = qs.T};
+    if (form == 1) {
+      const std::string_view bytes = r.raw(std::size_t(qs.B * qs.T) * sizeof(std::int32_t));
+      t.parents.resize(std::size_t(qs.B * qs.T));
+      std::memcpy(t.parents.data(), bytes.data(), bytes.size());
+    } else {
+      for (Index b = 0; b <= qs.B; ++b) t.offsets.push_back(r.i64());
+      const std::int64_t n = t.offsets.back();
+      if (n < 0 || std::uint64_t(n) > r.left())
+        fail("bits are " + std::to_string(n) + " bytes but " + std::to_string(r.left()) + " bytes are left");
+      const std::string_view bytes = r.raw(std::size_t(n));
+      t.bits.assign(bytes.begin(), bytes.end());
+    }
+    p.tree = std::move(t);  // the parents and offsets are check_call's
   }
   if ((flags & call_quant_q) && !(flags & call_quant))
     throw ProtocolError(std::string(what) +

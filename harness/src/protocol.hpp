@@ -105,9 +105,12 @@ enum CallFlags : std::uint32_t {
   /// version 4: an index list of selected keys follows the dropout (its block size, heads and width, then the
   /// entries; PROTOCOL.md, "Selected keys")
   call_index_list = 33554432,
+  /// version 4: a tree of draft tokens follows the index list (its form and bit order, then its parents or its
+  /// offsets and bits; PROTOCOL.md, "Trees of draft tokens")
+  call_tree = 67108864,
 };
 /// Every call flag.
-inline constexpr std::uint32_t kCallFlags = 0x3FFFFFFu;
+inline constexpr std::uint32_t kCallFlags = 0x7FFFFFFu;
 
 /// The document ids of a problem with documents (p.doc_bounds): k[b*T_k + j] = document_of(doc_bounds[b], j) and
 /// q[b*T_q + i] = p.visibility(b).query_document(i), what the C ABI's k_doc_ids and q_doc_ids and a frame with

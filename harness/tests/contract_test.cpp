@@ -185,6 +185,13 @@ std::optional<Problem> witness(Feature f) {
       p.index_list = IndexList{.block_size = 1, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 2,
                                .indices = {0, -1, 1, 0, 2, 2, 0, 1, -1, -1, 3, 1}};
       break;
+    case Feature::tree:  // a prefix key, then node 0 and node 1 roots, node 2 node 0's child (bottom-right)
+    case Feature::tree_bitmask: {  // the same, packed most significant bit first
+      p.alignment = CausalAlignment::BottomRight;
+      TokenTree t{.form = TokenTree::Form::parents, .B = 1, .T_q = 3, .parents = {-1, -1, 0}};
+      p.tree = f == Feature::tree ? t : packed_tree(t, {4}, true);
+      break;
+    }
     case Feature::layout_invariant:
     case Feature::batch_invariant:
     case Feature::bias_grad:
@@ -430,7 +437,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
       {"dense_mask", call_dense_mask}, {"layout", call_layout},       {"v_head_dim", call_v_head_dim},
       {"bias", call_bias},           {"temperature", call_temperature}, {"rope", call_rope},
       {"qk_norm", call_qk_norm},     {"dropout", call_dropout},       {"quant", call_quant},
-      {"quant_q", call_quant_q},     {"index_list", call_index_list}};
+      {"quant_q", call_quant_q},     {"index_list", call_index_list}, {"tree", call_tree}};
   EXPECT_EQ(py.at("call").get<decltype(flags3)>(), call);
   const std::map<std::string, std::uint32_t> caps{{"returns_weights", caps_returns_weights},
                                                   {"custom_scale", caps_custom_scale},

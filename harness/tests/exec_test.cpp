@@ -591,6 +591,46 @@ TEST(Exec, indexListCallsCrossTheWireBitExactly) {
     }
 }
 
+// A tree crosses the wire as parents and as a bitmask in both bit orders, over entries of different lengths (so
+// different prefixes, row strides and byte offsets), with grouped heads, and the served reference answers it bit for
+// bit as the reference does in process, forward and backward; a tree frame that does not fit is refused by name.
+TEST(Exec, treeCallsCrossTheWireBitExactly) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_TRUE(served->capabilities().declares(Feature::tree));
+  EXPECT_TRUE(served->capabilities().declares(Feature::tree_bitmask));
+  for (const DType t : {DType::f32, DType::bf16})
+    for (const int form : {0, 1, 2}) {
+      Problem p = test::wave_problem(t, 2, 4, 3, 6, 2);
+      p.k = test::wave({2, 2, 6, 2}, t, 0.2);
+      p.v = test::wave({2, 2, 6, 2}, t, 0.3);
+      p.alignment = CausalAlignment::BottomRight;
+      p.key_lengths = {6, 4};
+      const TokenTree tree{.form = TokenTree::Form::parents, .B = 2, .T_q = 3, .parents = {-1, 0, 0, -1, -1, 1}};
+      p.tree = form == 0 ? tree : packed_tree(tree, {6, 4}, form == 2);
+      const Outcome a = served->forward(p), b = local->forward(p);
+      EXPECT_EQ(a.output.values(), b.output.values()) << form;
+      ASSERT_TRUE(a.weights && b.weights);
+      EXPECT_EQ(a.weights->values(), b.weights->values()) << form;
+      p.d_output = test::wave(p.output_shape(), t, 0.7);
+      const Gradients ga = served->backward(p), gb = local->backward(p);
+      EXPECT_EQ(ga.dq.values(), gb.dq.values()) << form;
+      EXPECT_EQ(ga.dk.values(), gb.dk.values()) << form;
+    }
+  Problem p = test::wave_problem(DType::f32, 1, 2, 3, 4, 2);
+  p.alignment = CausalAlignment::BottomRight;
+  p.tree = TokenTree{.form = TokenTree::Form::parents, .B = 1, .T_q = 3, .parents = {-1, 2, 0}};
+  try {
+    served->forward(p);
+    ADD_FAILURE() << "a parent after its child was answered";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("node 1 of batch entry 0 has parent 2; expected -1 (the prefix) or an "
+                                         "earlier node in [0, 1)"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 // A paged quantised call crosses as its table and its pools of codes (and scales at each key's page and slot, free
 // slots NaN codes and NaN scales), and the served reference, reading it back through the table, answers bit for bit as
 // the reference does in process; in every format, per tensor, kv head and token, in both layouts.
@@ -1266,9 +1306,9 @@ TEST(Serve, blockAndDenseMasksRoundTripAndMalformedOnesAreRefusedNamingWhatWasEx
   refused(huge, "forward frame: block mask kinds of 1 x 4294967296 x 1431655766 x 1073741824 blocks but ");
   // A flag beyond 16777216 is refused, naming the bits; flag 65536 (layout) needs a layout code in 1-5.
   std::string unknown = good;
-  const std::uint32_t high = flags | 67108864u;
+  const std::uint32_t high = flags | 134217728u;
   std::memcpy(unknown.data() + 8, &high, 4);
-  refused(unknown, "4194304 dropout, 8388608 quantised K and V, 16777216 quantised Q, 33554432 index list)");
+  refused(unknown, "8388608 quantised K and V, 16777216 quantised Q, 33554432 index list, 67108864 tree)");
   // Quantised Q comes only with its cache.
   std::string q_alone = good;
   const std::uint32_t with_q = flags | 16777216u;

@@ -121,7 +121,8 @@ std::vector<Mutant> backward_nan_mutants() {
                         Feature::qk_norm_eps_outside, Feature::dropout, Feature::rope_ntk, Feature::rope_llama3});
   full.features.remove(Feature::paged);  // a dense kernel
   // Controls of the empty-row convention, on the contiguous families:
-  full.features.remove({Feature::block_mask, Feature::dense_mask, Feature::index_list, Feature::index_list_blocks});
+  full.features.remove({Feature::block_mask, Feature::dense_mask, Feature::index_list, Feature::index_list_blocks,
+                        Feature::tree, Feature::tree_bitmask});
   full.features.remove(Feature::v_head_dim);  // its backward is written for one head dimension
   z.push_back(Mutant{
       .impl = nan_convention("control:grad-nan-rows",

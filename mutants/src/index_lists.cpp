@@ -40,12 +40,30 @@ void each_row(IndexList& l, F f) {
 }
 
 // The gather kernel: for each query, the keys its row lists (each once, or each time it is listed), those every other
-// rule allows, attended to alone in double: scores, their softmax, the weighted values; rounded to the dtype.
+// rule allows, attended to alone in double (attend_gathered).
 Outcome gather_forward(const Problem& p, bool once) {
   if (!p.index_list) return reference_implementation()->forward(p);
   const IndexList& l = *p.index_list;
   Problem rules = p;  // every other rule
   rules.index_list.reset();
+  const Index T_k = p.k.shape().T;
+  return attend_gathered(p, rules, [&](Index b, Index h, Index i) {
+    std::vector<Index> keys;
+    std::set<Index> seen;
+    const std::int32_t* row = l.row(b, h, i);
+    for (Index n = 0; n < l.max_k; ++n) {
+      if (row[n] < 0) continue;
+      for (Index j = row[n] * l.block_size; j < std::min(T_k, (row[n] + 1) * l.block_size); ++j)
+        if (!once || seen.insert(j).second) keys.push_back(j);
+    }
+    return keys;
+  });
+}
+
+}  // namespace
+
+Outcome attend_gathered(const Problem& p, const Problem& rules,
+                        const std::function<std::vector<Index>(Index b, Index h, Index i)>& keys_of) {
   const Shape qs = p.q.shape(), ks = p.k.shape();
   const Index Dv = p.v.shape().D, group = qs.H / ks.H;
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(qs.D));
@@ -58,14 +76,9 @@ Outcome gather_forward(const Problem& p, bool once) {
       const Visibility vis = rules.visibility(b, h);
       const Index g = h / group;
       for (Index i = 0; i < qs.T; ++i) {
-        std::vector<Index> keys;  // gathered
-        std::set<Index> seen;
-        const std::int32_t* row = l.row(b, h, i);
-        for (Index n = 0; n < l.max_k; ++n) {
-          if (row[n] < 0) continue;
-          for (Index j = row[n] * l.block_size; j < std::min(ks.T, (row[n] + 1) * l.block_size); ++j)
-            if (vis.visible(i, j) && (!once || seen.insert(j).second)) keys.push_back(j);
-        }
+        std::vector<Index> keys;
+        for (const Index j : keys_of(b, h, i))
+          if (vis.visible(i, j)) keys.push_back(j);
         std::vector<double> s;
         double m = -std::numeric_limits<double>::infinity();
         for (const Index j : keys) {
@@ -91,133 +104,123 @@ Outcome gather_forward(const Problem& p, bool once) {
   return o;
 }
 
-Mutant mutant(ImplementationPtr impl, const char* bug, Shape minimal, const char* why,
-              std::vector<std::string> killed_by, std::vector<Shape> also = {}) {
-  return Mutant{.impl = std::move(impl),
-                .bug = bug,
-                .minimal_shape = minimal,
-                .why_minimal = why,
-                .killed_by = std::move(killed_by),
-                .also_minimal = std::move(also)};
-}
-
-}  // namespace
-
 std::vector<Mutant> index_list_mutants() {
   std::vector<Mutant> z;
-  z.push_back(mutant(bent("mutant:index-list-ignored", "the index list ignored: every key the other rules allow",
-                          [](Problem& p) { p.index_list.reset(); }),
-                     "the selected keys never reach the kernel (a top-k routed to the dense path), so every key "
-                     "the other rules allow is attended",
-                     {1, 1, 1, 1}, "one query over one key its row does not list: it should see nothing",
-                     {"index-list-oracle"}));
-  z.push_back(mutant(bent("mutant:index-list-first-pad-stops", "a row read up to its first -1 only",
-                          [](Problem& p) {
-                            each_row(*p.index_list, [](std::int32_t* row, Index n) {
-                              const auto stop = std::find(row, row + n, -1);
-                              std::fill(stop, row + n, -1);
-                            });
-                          }),
-                     "a row read as a -1-terminated list (padding assumed to trail): entries after a -1 in the middle "
-                     "are never read",
-                     {1, 1, 1, 1}, "one query over one key listed after a -1", {"index-list-oracle"}));
-  z.push_back(mutant(bent("mutant:index-list-minus-one-last-key", "a -1 read as the last key (k[indices] in Python)",
-                          [](Problem& p) {
-                            IndexList& l = *p.index_list;
-                            const std::int32_t last =
-                                std::int32_t((p.k.shape().T + l.block_size - 1) / l.block_size - 1);
-                            for (std::int32_t& x : l.indices)
-                              if (x < 0) x = last;
-                          }),
-                     "padding gathered as an index: -1 selects the last key (block), as k[idx] does in numpy and "
-                     "torch, so the last key joins every padded row",
-                     {1, 1, 1, 1}, "one query over one key, its row padding only: it should see nothing",
-                     {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(zoo_entry(bent("mutant:index-list-ignored", "the index list ignored: every key the other rules allow",
+                             [](Problem& p) { p.index_list.reset(); }),
+                        "the selected keys never reach the kernel (a top-k routed to the dense path), so every key "
+                        "the other rules allow is attended",
+                        {1, 1, 1, 1}, "one query over one key its row does not list: it should see nothing",
+                        {"index-list-oracle"}));
   z.push_back(
-      mutant(make_implementation("mutant:index-list-duplicates-counted",
-                                 "the listed keys gathered as listed: a repeated key weighs twice",
-                                 index_capabilities(), [](const Problem& p) { return gather_forward(p, false); }),
-             "keys gathered entry by entry with no deduplication: a key listed twice takes two terms of the "
-             "softmax (set semantics broken)",
-             {1, 1, 1, 1}, "one query over two keys, key 0 listed twice", {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
-  z.push_back(mutant(bent("mutant:index-list-query-head", "the list of the query head read, not its kv head's",
-                          [](Problem& p) {
-                            IndexList& l = *p.index_list;
-                            if (l.group == 1) return;
-                            IndexList per_query{.block_size = l.block_size,
-                                                .group = 1,
-                                                .B = l.B,
-                                                .H = l.H * l.group,
-                                                .T_q = l.T_q,
-                                                .max_k = l.max_k,
-                                                .indices = {}};
-                            for (Index b = 0; b < l.B; ++b)
-                              for (Index h = 0; h < per_query.H; ++h) {
-                                if (h >= l.H)
-                                  throw ImplementationError(ImplementationError::Kind::crash,
-                                                            "index kernel: list head " + std::to_string(h) + " of " +
-                                                                std::to_string(l.H) + " read (a segfault on a device)");
-                                for (Index i = 0; i < l.T_q; ++i) {
-                                  const std::int32_t* row = l.indices.data() + ((b * l.H + h) * l.T_q + i) * l.max_k;
-                                  per_query.indices.insert(per_query.indices.end(), row, row + l.max_k);
-                                }
-                              }
-                            p.index_list = std::move(per_query);
-                          }),
-                     "per-kv-head lists indexed with the query head (a kernel written for one list per query head): "
-                     "right without grouped queries",
-                     {1, 2, 1, 1}, "two query heads over one kv head: head 1 reads past the lists",
-                     {"index-list-oracle"}));
-  z.push_back(mutant(bent("mutant:index-list-block-last-dropped", "a row's last selected block dropped",
-                          [](Problem& p) {
-                            if (p.index_list->block_size == 1) return;
-                            each_row(*p.index_list, [](std::int32_t* row, Index n) {
-                              std::int32_t* top = std::max_element(row, row + n);
-                              if (top != row + n && *top >= 0) *top = -1;
-                            });
-                          }),
-                     "the highest selected block of each row dropped (a loop over blocks that stops one short of the "
-                     "current block MoBA always selects): right for key indices",
-                     {1, 1, 1, 1}, "one query over one key in a listed block of 2 or more", {"index-list-oracle"}));
-  z.push_back(mutant(bent("mutant:index-list-no-causal", "listed keys seen whatever the causal rule says",
-                          [](Problem& p) { p.causal = false; }),
-                     "the selected keys attended without the causal rule (a sparse path trusting its indexer to "
-                     "return only past keys)",
-                     {1, 1, 1, 1}, "one query over two keys, the future one listed", {"index-list-oracle"},
-                     {Shape{1, 1, 2, 1}}));
-  z.push_back(mutant(bent("mutant:index-list-block-as-key", "block indices read as key indices",
-                          [](Problem& p) { p.index_list->block_size = 1; }),
-                     "a block list read as a key list (the block size never applied): block n selects key n alone",
-                     {1, 1, 1, 1}, "one query over one block of keys", {"index-list-oracle"}));
+      zoo_entry(bent("mutant:index-list-first-pad-stops", "a row read up to its first -1 only",
+                     [](Problem& p) {
+                       each_row(*p.index_list, [](std::int32_t* row, Index n) {
+                         const auto stop = std::find(row, row + n, -1);
+                         std::fill(stop, row + n, -1);
+                       });
+                     }),
+                "a row read as a -1-terminated list (padding assumed to trail): entries after a -1 in the middle "
+                "are never read",
+                {1, 1, 1, 1}, "one query over one key listed after a -1", {"index-list-oracle"}));
+  z.push_back(zoo_entry(bent("mutant:index-list-minus-one-last-key", "a -1 read as the last key (k[indices] in Python)",
+                             [](Problem& p) {
+                               IndexList& l = *p.index_list;
+                               const std::int32_t last =
+                                   std::int32_t((p.k.shape().T + l.block_size - 1) / l.block_size - 1);
+                               for (std::int32_t& x : l.indices)
+                                 if (x < 0) x = last;
+                             }),
+                        "padding gathered as an index: -1 selects the last key (block), as k[idx] does in numpy and "
+                        "torch, so the last key joins every padded row",
+                        {1, 1, 1, 1}, "one query over one key, its row padding only: it should see nothing",
+                        {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(zoo_entry(
+      make_implementation("mutant:index-list-duplicates-counted",
+                          "the listed keys gathered as listed: a repeated key weighs twice", index_capabilities(),
+                          [](const Problem& p) { return gather_forward(p, false); }),
+      "keys gathered entry by entry with no deduplication: a key listed twice takes two terms of the "
+      "softmax (set semantics broken)",
+      {1, 1, 1, 1}, "one query over two keys, key 0 listed twice", {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(
+      zoo_entry(bent("mutant:index-list-query-head", "the list of the query head read, not its kv head's",
+                     [](Problem& p) {
+                       IndexList& l = *p.index_list;
+                       if (l.group == 1) return;
+                       IndexList per_query{.block_size = l.block_size,
+                                           .group = 1,
+                                           .B = l.B,
+                                           .H = l.H * l.group,
+                                           .T_q = l.T_q,
+                                           .max_k = l.max_k,
+                                           .indices = {}};
+                       for (Index b = 0; b < l.B; ++b)
+                         for (Index h = 0; h < per_query.H; ++h) {
+                           if (h >= l.H)
+                             throw ImplementationError(ImplementationError::Kind::crash,
+                                                       "index kernel: list head " + std::to_string(h) + " of " +
+                                                           std::to_string(l.H) + " read (a segfault on a device)");
+                           for (Index i = 0; i < l.T_q; ++i) {
+                             const std::int32_t* row = l.indices.data() + ((b * l.H + h) * l.T_q + i) * l.max_k;
+                             per_query.indices.insert(per_query.indices.end(), row, row + l.max_k);
+                           }
+                         }
+                       p.index_list = std::move(per_query);
+                     }),
+                "per-kv-head lists indexed with the query head (a kernel written for one list per query head): "
+                "right without grouped queries",
+                {1, 2, 1, 1}, "two query heads over one kv head: head 1 reads past the lists", {"index-list-oracle"}));
+  z.push_back(
+      zoo_entry(bent("mutant:index-list-block-last-dropped", "a row's last selected block dropped",
+                     [](Problem& p) {
+                       if (p.index_list->block_size == 1) return;
+                       each_row(*p.index_list, [](std::int32_t* row, Index n) {
+                         std::int32_t* top = std::max_element(row, row + n);
+                         if (top != row + n && *top >= 0) *top = -1;
+                       });
+                     }),
+                "the highest selected block of each row dropped (a loop over blocks that stops one short of the "
+                "current block MoBA always selects): right for key indices",
+                {1, 1, 1, 1}, "one query over one key in a listed block of 2 or more", {"index-list-oracle"}));
+  z.push_back(zoo_entry(bent("mutant:index-list-no-causal", "listed keys seen whatever the causal rule says",
+                             [](Problem& p) { p.causal = false; }),
+                        "the selected keys attended without the causal rule (a sparse path trusting its indexer to "
+                        "return only past keys)",
+                        {1, 1, 1, 1}, "one query over two keys, the future one listed", {"index-list-oracle"},
+                        {Shape{1, 1, 2, 1}}));
+  z.push_back(zoo_entry(bent("mutant:index-list-block-as-key", "block indices read as key indices",
+                             [](Problem& p) { p.index_list->block_size = 1; }),
+                        "a block list read as a key list (the block size never applied): block n selects key n alone",
+                        {1, 1, 1, 1}, "one query over one block of keys", {"index-list-oracle"}));
   Capabilities per_query = index_capabilities();
   per_query.features.add(Feature::index_list_per_query_head);
-  z.push_back(mutant(bent(
-                         "mutant:index-list-per-head-as-shared",
-                         "per-query-head lists read as one per kv head (the group's first head's)",
-                         [](Problem& p) {
-                           IndexList& l = *p.index_list;
-                           const Index H_kv = p.k.shape().H;
-                           if (l.H == H_kv) return;
-                           const Index g = l.H / H_kv;  // query heads per kv head
-                           IndexList shared{.block_size = l.block_size,
-                                            .group = g,
-                                            .B = l.B,
-                                            .H = H_kv,
-                                            .T_q = l.T_q,
-                                            .max_k = l.max_k,
-                                            .indices = {}};
-                           for (Index b = 0; b < l.B; ++b)
-                             for (Index kv = 0; kv < H_kv; ++kv) {
-                               const std::int32_t* rows = l.indices.data() + (b * l.H + kv * g) * l.T_q * l.max_k;
-                               shared.indices.insert(shared.indices.end(), rows, rows + l.T_q * l.max_k);
-                             }
-                           p.index_list = std::move(shared);
-                         },
-                         per_query),
-                     "lists given per query head read as shared by the kv head's group (the indexer's per-head "
-                     "selection collapsed to its group's first head): right for the first head of each group",
-                     {1, 2, 1, 1}, "two query heads over one kv head: head 1 takes head 0's list",
-                     {"index-list-oracle"}));
+  z.push_back(zoo_entry(bent(
+                            "mutant:index-list-per-head-as-shared",
+                            "per-query-head lists read as one per kv head (the group's first head's)",
+                            [](Problem& p) {
+                              IndexList& l = *p.index_list;
+                              const Index H_kv = p.k.shape().H;
+                              if (l.H == H_kv) return;
+                              const Index g = l.H / H_kv;  // query heads per kv head
+                              IndexList shared{.block_size = l.block_size,
+                                               .group = g,
+                                               .B = l.B,
+                                               .H = H_kv,
+                                               .T_q = l.T_q,
+                                               .max_k = l.max_k,
+                                               .indices = {}};
+                              for (Index b = 0; b < l.B; ++b)
+                                for (Index kv = 0; kv < H_kv; ++kv) {
+                                  const std::int32_t* rows = l.indices.data() + (b * l.H + kv * g) * l.T_q * l.max_k;
+                                  shared.indices.insert(shared.indices.end(), rows, rows + l.T_q * l.max_k);
+                                }
+                              p.index_list = std::move(shared);
+                            },
+                            per_query),
+                        "lists given per query head read as shared by the kv head's group (the indexer's per-head "
+                        "selection collapsed to its group's first head): right for the first head of each group",
+                        {1, 2, 1, 1}, "two query heads over one kv head: head 1 takes head 0's list",
+                        {"index-list-oracle"}));
   z.push_back(Mutant{
       .impl = make_implementation("control:index-list-gather",
                                   "correct; each row's listed keys gathered once and attended to alone, in double",

@@ -95,6 +95,25 @@ std::vector<Mutant> batch_mutants();    ///< correct kernels switched by the cal
 std::vector<Mutant> dropout_mutants();  ///< dropout fused and got wrong (a control)
 std::vector<Mutant> quant_mutants();    ///< quantised K and V caches dequantised wrong (a control)
 std::vector<Mutant> index_list_mutants();  ///< selected keys read wrong (a control)
+std::vector<Mutant> tree_mutants();        ///< trees of draft tokens read wrong (a control)
+
+/// A zoo entry: the kernel, its bug, its minimal case (q's shape; `also` the other q shapes a shrink may end at),
+/// why that case is minimal, and the laws that must kill it.
+inline Mutant zoo_entry(ImplementationPtr impl, const char* bug, Shape minimal, const char* why,
+                        std::vector<std::string> killed_by, std::vector<Shape> also = {}) {
+  return Mutant{.impl = std::move(impl),
+                .bug = bug,
+                .minimal_shape = minimal,
+                .why_minimal = why,
+                .killed_by = std::move(killed_by),
+                .also_minimal = std::move(also)};
+}
+
+/// Attention in double over the keys keys_of(b, h, i) gives each query (one softmax term per entry: a key given twice
+/// weighs twice), of those `rules` lets it see: scores, their softmax, the weighted values, rounded to p's dtype (the
+/// weights and LSE too, where p asks for them). The gather-then-attend controls' kernel.
+Outcome attend_gathered(const Problem& p, const Problem& rules,
+                        const std::function<std::vector<Index>(Index b, Index h, Index i)>& keys_of);
 std::vector<Mutant> qk_norm_mutants();  ///< QK-norm fused and got wrong (a control)
 std::vector<Mutant> rope_mutants();  ///< rotary embeddings fused and got wrong (a control)
 std::vector<Mutant> temperature_mutants();  ///< a per-query temperature read or applied wrong (a control)

@@ -12,7 +12,7 @@ const std::vector<Mutant>& mutant_zoo() {
     for (auto part : {zoo::mask_mutants, zoo::softmax_mutants, zoo::scale_mutants, zoo::layout_mutants,
                       zoo::gqa_mutants, zoo::padding_mutants, zoo::tiled_mutants, zoo::decode_mutants,
                       zoo::backward_mutants, zoo::backward_nan_mutants, zoo::lse_mutants, zoo::modifier_mutants,
-                      zoo::modifier_backward_mutants, zoo::paged_mutants, zoo::mask_family_mutants, zoo::block_mask_mutants, zoo::stride_mutants, zoo::head_dim_mutants, zoo::position_mutants, zoo::batch_mutants, zoo::bias_mutants, zoo::temperature_mutants, zoo::rope_mutants, zoo::qk_norm_mutants, zoo::dropout_mutants, zoo::quant_mutants, zoo::index_list_mutants, zoo::controls, zoo::modifier_controls, zoo::exactness_controls})
+                      zoo::modifier_backward_mutants, zoo::paged_mutants, zoo::mask_family_mutants, zoo::block_mask_mutants, zoo::stride_mutants, zoo::head_dim_mutants, zoo::position_mutants, zoo::batch_mutants, zoo::bias_mutants, zoo::temperature_mutants, zoo::rope_mutants, zoo::qk_norm_mutants, zoo::dropout_mutants, zoo::quant_mutants, zoo::index_list_mutants, zoo::tree_mutants, zoo::controls, zoo::modifier_controls, zoo::exactness_controls})
       for (Mutant& m : part()) z.push_back(std::move(m));
     return z;
   }();

@@ -281,6 +281,18 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:kv-paged-scale-page-first-token", {.T_k = 2, .q = Shape{1, 1, 2, 1}}},
     {"mutant:kv-paged-scale-query-head", {.T_k = 1, .H_kv = 1}},
     {"mutant:kv-paged-scales-ignored", {.T_k = 1}},
+    // Trees of draft tokens: a node over a prefix key (bottom-right), two roots, a chain of three; the stride's second
+    // entry two nodes per request, where the first request's longer rows reach past the second's.
+    {"mutant:tree-prefix-hidden", {.T_k = 2, .alignment = kBR}},
+    {"mutant:tree-causal-not-tree", {.T_k = 2}},
+    {"mutant:tree-self-hidden", {.T_k = 1}},
+    {"mutant:tree-parent-only", {.T_k = 3}},
+    {"mutant:tree-bits-reversed", {.T_k = 1}},
+    {"mutant:tree-bit-order-ignored", {.T_k = 1}},
+    {"mutant:tree-stride-first-request", {.T_k = 2, .alignment = kBR, .key_lengths = std::vector<Index>{1, 2}}},
+    {"mutant:tree-stride-first-request",
+     {.T_k = 3, .alignment = kBR, .key_lengths = std::vector<Index>{2, 3}, .q = Shape{2, 1, 2, 1}}},
+    {"mutant:tree-offsets-ignored", {.T_k = 1}},
     // Selected keys. The second entries: a decode step (or a prefill chunk) over a few more keys, where the keys an
     // index list's hashed pattern keys by their coordinates stop the shape from shrinking further on a seed or a few.
     {"mutant:index-list-ignored", {.T_k = 1}},
@@ -684,7 +696,7 @@ const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",   
                                                       "control:rope-at-the-dtype", "control:qk-norm-in-float",
                                                       "control:dropout-own-rng", "control:kv-quant-folded",
                                                       "control:kv-quant-ggml-q8", "control:kv-quant-p-fp8",
-                                                      "control:index-list-gather"};
+                                                      "control:index-list-gather", "control:tree-walk"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }

@@ -643,7 +643,8 @@ ImplementationPtr reference_implementation() {
                    Feature::kv_ggml_q5_0,    Feature::kv_ggml_q5_1,
                    Feature::q_quant,        Feature::paged_quant,
                    Feature::index_list,     Feature::index_list_blocks,
-                   Feature::index_list_per_query_head};
+                   Feature::index_list_per_query_head, Feature::tree,
+                   Feature::tree_bitmask};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

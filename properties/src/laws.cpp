@@ -36,7 +36,9 @@ const std::vector<Law>& laws() {
                             kv_quant_v_scale(),          kv_quant_requantise(),
                             kv_quant_dense(),            kv_quant_head_rotation(),
                             index_list_oracle(),         index_list_order(),
-                            index_list_full()};
+                            index_list_full(),           tree_oracle(),
+                            tree_bitmask(),              tree_path(),
+                            tree_siblings(),             tree_chain()};
   }();
   return all;
 }

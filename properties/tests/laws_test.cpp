@@ -2,6 +2,7 @@
 // sets the seed and case count, and a failure prints the minimal case and the RC_PARAMS line that replays it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -539,6 +540,58 @@ TEST(Law, indexListsAreDrawnInEveryWay) {
     EXPECT_TRUE(seen.count(want)) << want;
 }
 
+TEST(Law, treeOracle) { expectHoldsOnReference("tree-oracle", kAllDtypes); }
+TEST(Law, treeBitmask) { expectHoldsOnReference("tree-bitmask", {DType::f32, DType::f16}); }
+TEST(Law, treePath) { expectHoldsOnReference("tree-path", kAllDtypes); }
+TEST(Law, treeSiblings) { expectHoldsOnReference("tree-siblings", {DType::f32, DType::bf16}); }
+TEST(Law, treeChain) { expectHoldsOnReference("tree-chain", {DType::f32, DType::f16}); }
+
+// The tree laws draw every shape of tree and every encoding: roots, chains, branching trees with siblings and depth,
+// parents and bitmasks in both bit orders, entries of different lengths (so different prefixes and row strides), and
+// a prefix; each case's visibility is the tree's cells intersected with the other rules.
+TEST(Law, treesAreDrawnInEveryWay) {
+  GenConfig g;
+  g.caps = reference_implementation()->capabilities();
+  std::set<std::string> seen;
+  rc::Random random(29);
+  for (const char* name : {"tree-oracle", "tree-path"})
+    for (int n = 0; n < 200; ++n) {
+      const Problem p = find_law(name)->gen(g)(random.split(), 50).value().problem;
+      ASSERT_TRUE(p.tree.has_value()) << name << ": every case has a tree";
+      if (p.q.shape().T != p.k.shape().T) EXPECT_EQ(p.alignment, CausalAlignment::BottomRight);
+      const TokenTree& t = *p.tree;
+      seen.insert(t.form == TokenTree::Form::parents ? "parents" : t.big_endian ? "big" : "little");
+      const std::vector<Index> L = p.sequence_lengths();
+      if (std::adjacent_find(L.begin(), L.end(), std::not_equal_to<>()) != L.end()) seen.insert("ragged");
+      for (Index b = 0; b < t.B; ++b) {
+        if (L[std::size_t(b)] > t.T_q) seen.insert("prefix");
+        Index roots = 0;
+        for (Index i = 0; i < t.T_q; ++i) {
+          const Index P = L[std::size_t(b)] - t.T_q;
+          Index depth = 0, seen_nodes = 0;
+          for (Index j = P; j < P + i; ++j) seen_nodes += t.sees(b, i, j, L[std::size_t(b)]) ? 1 : 0;
+          if (t.form == TokenTree::Form::parents)
+            for (Index a = t.parent(b, i); a >= 0; a = t.parent(b, a)) ++depth;
+          else
+            depth = seen_nodes;
+          if (depth == 0) ++roots;
+          if (depth >= 2) seen.insert("depth 2");
+          if (seen_nodes < i && depth > 0) seen.insert("siblings");
+          EXPECT_EQ(depth, seen_nodes) << "a node sees exactly its ancestors among the earlier nodes";
+          const Visibility vis = p.visibility(b, 0);
+          Problem none = p;
+          none.tree.reset();
+          const Visibility rules = none.visibility(b, 0);
+          for (Index j = 0; j < p.k.shape().T; ++j)
+            EXPECT_EQ(vis.visible(i, j), t.sees(b, i, j, L[std::size_t(b)]) && rules.visible(i, j));
+        }
+        if (roots > 1) seen.insert("several roots");
+      }
+    }
+  for (const char* want : {"parents", "little", "big", "ragged", "prefix", "depth 2", "siblings", "several roots"})
+    EXPECT_TRUE(seen.count(want)) << want;
+}
+
 // The quantised-cache laws draw every declared format, granularity and zero points, with scales that are powers of
 // two and not, codes at the format's limits (its largest, saturated values; e4m3fn's subnormals), and nothing
 // undeclared; and they say why they do not apply to an implementation without a format.
@@ -746,7 +799,8 @@ TEST(Law, everyLawHasATest) {
                                         "kv-quant-oracle", "kv-quant-k-scale", "kv-quant-v-scale",
                                         "kv-quant-requantise", "kv-quant-dense",
                                         "kv-quant-head-rotation", "index-list-oracle", "index-list-order",
-                                        "index-list-full"};
+                                        "index-list-full", "tree-oracle", "tree-bitmask", "tree-path",
+                                        "tree-siblings", "tree-chain"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -1,11 +1,12 @@
 // JSON encoding of counterexamples. nlohmann's serializer prints doubles with enough digits to parse back
 // to the same value, so finite numbers round-trip; non-finite ones become strings (JSON has no Inf/NaN).
-#include "attncheck/report_json.hpp"
-
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+
+#include "attncheck/report_json.hpp"
 
 namespace attncheck::reports {
 namespace {
@@ -213,6 +214,55 @@ Json index_list_to_json(const IndexList& l) {
   if (l.group == 1 && l.H > 1)
     j["per"] = "query_head";  // rows per query head (else per kv head: the same with H_kv = H)
   return j;
+}
+
+// A tree as {"form": "parents", "parents": one array of T_q parents per batch entry} or {"form": "bitmask",
+// "bit_order": "little" or "big", "offsets": B + 1 byte offsets, "bits": the bytes}.
+Json tree_to_json(const TokenTree& t) {
+  if (t.form == TokenTree::Form::bitmask)
+    return Json{
+        {"form", "bitmask"}, {"bit_order", t.big_endian ? "big" : "little"}, {"offsets", t.offsets}, {"bits", t.bits}};
+  Json rows = Json::array();
+  for (Index b = 0; b < t.B; ++b)
+    rows.push_back(std::vector<std::int32_t>(t.parents.begin() + b * t.T_q, t.parents.begin() + (b + 1) * t.T_q));
+  return Json{{"form", "parents"}, {"parents", rows}};
+}
+
+TokenTree tree_from_json(const Json& j, const std::string& what, Index B, Index T_q) {
+  const std::string expected = "{\"form\": \"parents\", \"parents\": B = " + std::to_string(B) +
+                               " arrays of T_q = " + std::to_string(T_q) +
+                               " integers} or {\"form\": \"bitmask\", \"bit_order\": " +
+                               "\"little\" or \"big\", \"offsets\": B + 1 integers, \"bits\": bytes}";
+  if (!j.is_object() || !j.contains("form")) fail(what, expected, j);
+  TokenTree t{.B = B, .T_q = T_q};
+  if (j["form"] == "parents") {
+    const auto rows = j.find("parents");
+    if (rows == j.end() || !rows->is_array() || Index(rows->size()) != B) fail(what, expected, j);
+    for (const Json& row : *rows) {
+      if (!row.is_array() || Index(row.size()) != T_q) fail(sub(what, "parents"), expected, row);
+      for (const Json& x : row) {
+        if (!x.is_number_integer()) fail(sub(what, "parents"), expected, x);
+        t.parents.push_back(std::int32_t(std::clamp<std::int64_t>(x.get<std::int64_t>(), -2, T_q)));
+      }
+    }
+    return t;  // each parent's range is the core's to check
+  }
+  if (j["form"] != "bitmask") fail(sub(what, "form"), expected, j["form"]);
+  t.form = TokenTree::Form::bitmask;
+  const auto order = j.find("bit_order"), offsets = j.find("offsets"), bits = j.find("bits");
+  if (order == j.end() || (*order != "little" && *order != "big") || offsets == j.end() || !offsets->is_array() ||
+      Index(offsets->size()) != B + 1 || bits == j.end() || !bits->is_array())
+    fail(what, expected, j);
+  t.big_endian = *order == "big";
+  for (const Json& x : *offsets) {
+    if (!x.is_number_integer()) fail(sub(what, "offsets"), expected, x);
+    t.offsets.push_back(x.get<std::int64_t>());
+  }
+  for (const Json& x : *bits) {
+    if (!x.is_number_unsigned() || x.get<std::uint64_t>() > 255) fail(sub(what, "bits"), expected, x);
+    t.bits.push_back(std::uint8_t(x.get<std::uint64_t>()));
+  }
+  return t;
 }
 
 IndexList index_list_from_json(const Json& j, const std::string& what, Index B, Index H, Index H_kv, Index T_q) {
@@ -578,6 +628,7 @@ Json to_json(const Problem& p) {
   if (p.block_mask) j["block_mask"] = block_to_json(*p.block_mask);
   if (p.dense_mask) j["dense_mask"] = dense_to_json(*p.dense_mask);
   if (p.index_list) j["index_list"] = index_list_to_json(*p.index_list);
+  if (p.tree) j["tree"] = tree_to_json(*p.tree);
   if (p.bias) j["bias"] = bias_to_json(*p.bias);
   if (p.temperature) j["temperature"] = temperature_to_json(*p.temperature);
   if (p.rope) j["rope"] = rope_to_json(*p.rope, p.q.shape().B);
@@ -677,6 +728,7 @@ Problem problem_from_json(const Json& j, std::string_view what) {
     p.dense_mask = dense_from_json(*it, sub(what, "dense_mask"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("index_list"); it != j.end())
     p.index_list = index_list_from_json(*it, sub(what, "index_list"), q.B, q.H, k.H, q.T);
+  if (const auto it = j.find("tree"); it != j.end()) p.tree = tree_from_json(*it, sub(what, "tree"), q.B, q.T);
   if (const auto it = j.find("bias"); it != j.end()) p.bias = bias_from_json(*it, sub(what, "bias"), q.B, q.H, q.T, k.T);
   if (const auto it = j.find("temperature"); it != j.end())
     p.temperature = temperature_from_json(*it, sub(what, "temperature"), q.B, q.H, q.T);

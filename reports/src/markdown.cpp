@@ -212,6 +212,29 @@ std::string shape_table(const Problem& p) {
           md += "]\n";
         }
   }
+  if (p.tree) {  // the parents of each entry's nodes, or its bitmask's rows; then what each node sees
+    const TokenTree& t = *p.tree;
+    md += "\ntree of draft tokens (the last " + std::to_string(t.T_q) +
+          " keys of each entry are its nodes, node n query n; a node sees the prefix and its ancestors, and only what "
+          "every other rule allows):\n";
+    for (Index b = 0; b < t.B; ++b) {
+      const Index L = p.key_lengths.empty() ? p.k.shape().T : p.key_lengths[std::size_t(b)];
+      md += "  b" + std::to_string(b) + ", prefix of " + std::to_string(L - t.T_q) + " keys: ";
+      if (t.form == TokenTree::Form::parents) {
+        md += "parents [";
+        for (Index n = 0; n < t.T_q; ++n) md += (n ? ", " : "") + std::to_string(t.parent(b, n));
+        md += "]\n";
+      } else {
+        md += std::string("bitmask (") + (t.big_endian ? "big" : "little") + "-endian bits from byte " +
+              std::to_string(t.offsets[std::size_t(b)]) + ", rows of " + std::to_string(L) + " cells):";
+        for (Index i = 0; i < t.T_q; ++i) {
+          md += " ";
+          for (Index j = 0; j < L; ++j) md += t.sees(b, i, j, L) ? "1" : "0";
+        }
+        md += "\n";
+      }
+    }
+  }
   // The score modifiers, in the order they apply.
   const auto list = [](const std::vector<double>& x) {
     std::string s;

@@ -232,6 +232,10 @@ struct AttentionOptions {
   /// Selected keys (IndexList): each query sees only the keys its row lists, intersected with every other rule.
   /// Empty: none. Causal path only.
   std::optional<IndexList> index_list{};
+  /// A tree of draft tokens (TokenTree): each node sees the prefix and its ancestors, intersected with every other
+  /// rule. Empty: none. Causal path only; not with ALiBi, windows, chunks or documents (a node's position is its depth
+  /// in the tree, which those families would read: not modelled, so refused).
+  std::optional<TokenTree> tree{};
   /// Threads for the streamed forward (attention() without weights): 0 takes every core. The result's bits
   /// do not depend on it: each (batch, head, query block) is computed whole by one thread.
   int threads = 0;

@@ -5,6 +5,7 @@
 #include <Eigen/Core>
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -72,6 +73,53 @@ struct IndexList {
   }
   bool operator==(const IndexList&) const = default;
 };
+
+/// A tree of draft tokens per batch entry (speculative decoding: EAGLE's and SGLang's top-k trees, Medusa; ABI 4's
+/// attncheck_tree). The call's T_q queries are the tree's nodes and the last T_q of the entry's L keys (L = its key
+/// length, T_k without padding): node n is query n and key P + n, P = L - T_q the prefix every node sees. Given
+///  - as a parent array (Form::parents): node n's parent in [0, n), or -1 for a child of the prefix; node i sees
+///    the prefix, its ancestors and itself;
+///  - or as a packed bitmask (Form::bitmask: FlashInfer's packed_custom_mask with mask_indptr): entry b's T_q rows
+///    of L cells each (its row stride), row-major, from byte offsets[b]; cell c is bit c % 8 of byte c / 8 (little,
+///    FlashInfer's order) or bit 7 - c % 8 (big, numpy.packbits' default). A bitmask may hold any cells.
+/// Keys past L are no node's and hidden. Intersected with every other rule, as every cell family is.
+struct TokenTree {
+  enum class Form : std::uint8_t { parents = 1, bitmask = 2 };
+  Form form = Form::parents;
+  bool big_endian = false;  ///< the bitmask's bit order: false little (bit 0 first), true big
+  Index B = 1, T_q = 0;
+  std::vector<std::int32_t> parents{};  ///< Form::parents: [B, T_q]
+  std::vector<std::uint8_t> bits{};     ///< Form::bitmask: the packed cells
+  std::vector<Index> offsets{};         ///< Form::bitmask: [B + 1] byte offsets, entry b's rows from offsets[b]
+  /// Node n's parent in batch entry b (-1: a child of the prefix).
+  Index parent(Index b, Index n) const { return parents[std::size_t(b * T_q + n)]; }
+  /// Whether node `a` is node n or one of its ancestors (parent form).
+  bool ancestor_or_self(Index b, Index a, Index n) const {
+    for (; n >= a; n = parent(b, n))
+      if (n == a) return true;
+    return false;
+  }
+  /// Whether query i of batch entry b, whose entry holds `length` keys, sees key j by the tree.
+  bool sees(Index b, Index i, Index j, Index length) const {
+    if (j < 0 || j >= length) return false;
+    if (form == Form::bitmask) {
+      const Index c = i * length + j;
+      const std::uint8_t byte = bits[std::size_t(offsets[std::size_t(b)] + c / 8)];
+      return ((byte >> (big_endian ? 7 - c % 8 : c % 8)) & 1) != 0;
+    }
+    const Index P = length - T_q;
+    return j < P || ancestor_or_self(b, j - P, i);
+  }
+  bool operator==(const TokenTree&) const = default;
+};
+
+/// The packed bitmask (Form::bitmask, in the given bit order) of B entries of T_q rows over `lengths` keys each (one
+/// per batch entry) whose cell (b, i, j) is cell(b, i, j): each entry's rows from a byte boundary, as FlashInfer's
+/// segment_packbits lays them out.
+TokenTree bitmask_tree(Index B, Index T_q, const std::vector<Index>& lengths, bool big_endian,
+                       const std::function<bool(Index b, Index i, Index j)>& cell);
+/// The packed bitmask of a tree given by its parents (bitmask_tree of the cells it shows).
+TokenTree packed_tree(const TokenTree& parents, const std::vector<Index>& lengths, bool big_endian);
 
 /// The kinds of block of a BlockMask (the values of attncheck/plugin.h's ATTNCHECK_BLOCK_*).
 enum class BlockKind : std::uint8_t { Empty = 0, Partial = 1, Full = 2 };
@@ -147,6 +195,8 @@ struct Visibility {
   const DenseMask* dense = nullptr;
   /// Selected keys, or null; points into the options. Read at (batch, head).
   const IndexList* index = nullptr;
+  /// A tree of draft tokens, or null; points into the options. Read at batch, over the entry's key_length keys.
+  const TokenTree* tree = nullptr;
   /// An additive bias that holds a -inf (AttentionOptions::bias), or null: a bias of -inf hides its cell exactly
   /// as a mask does, so every path, oracle and bound treats it as hidden and never adds -inf to a score. Null for
   /// a finite bias, whose cells are all visible. Points into the options; read at (batch, head).
@@ -159,11 +209,14 @@ struct Visibility {
   /// unless a block or dense mask hides it.
   KeyRange run(Index i) const;
   /// Whether a block or dense mask applies (then the visible keys of a row may have gaps).
-  bool has_cells() const { return block != nullptr || dense != nullptr || bias != nullptr || index != nullptr; }
+  bool has_cells() const {
+    return block != nullptr || dense != nullptr || bias != nullptr || index != nullptr || tree != nullptr;
+  }
   /// Whether the block and dense masks and the bias's -inf cells allow key j to query i (true without them).
   bool cells_allow(Index i, Index j) const {
     return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j)) &&
-           (!bias || !bias_hides(i, j)) && (!index || index->lists(batch, head, i, j));
+           (!bias || !bias_hides(i, j)) && (!index || index->lists(batch, head, i, j)) &&
+           (!tree || tree->sees(batch, i, j, key_length < 0 ? T_k : key_length));
   }
   /// Whether the bias is -inf at cell (i, j) of this visibility's (batch, head).
   bool bias_hides(Index i, Index j) const;
@@ -192,7 +245,7 @@ struct Visibility {
   Index query_document(Index i) const;
   Index key_document(Index j) const;
   /// Which family hides key j from query i, in the order above ("causal", "padding", "window", "right window",
-  /// "chunk", "document", "block mask", "dense mask", "bias", "index list"); empty when j is visible.
+  /// "chunk", "document", "block mask", "dense mask", "bias", "index list", "tree"); empty when j is visible.
   std::string hidden_by(Index i, Index j) const;
 };
 

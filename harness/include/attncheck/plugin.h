@@ -192,6 +192,11 @@ extern "C" {
 /** With ATTNCHECK_CAP4_INDEX_LIST: one list per query head (index_list->per ATTNCHECK_INDEX_PER_QUERY_HEAD, shape
  *  [B, H, T_q, max_k]) where K and V have fewer heads than Q (MoBA's and NSA's per-head selections). */
 #define ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD 0x8000000u
+/** A tree of draft tokens given by its parents (attncheck_call.tree, form ATTNCHECK_TREE_PARENTS: speculative
+ *  decoding's verification, EAGLE's and SGLang's trees): each node sees the prefix, its ancestors and itself. */
+#define ATTNCHECK_CAP4_TREE 0x10000000u
+/** The tree as a packed bitmask (form ATTNCHECK_TREE_BITMASK: FlashInfer's packed_custom_mask with mask_indptr). */
+#define ATTNCHECK_CAP4_TREE_BITMASK 0x20000000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -225,6 +230,11 @@ extern "C" {
 #define ATTNCHECK_INDEX_LOGICAL 1u     /**< key positions 0 .. T_k - 1 */
 #define ATTNCHECK_INDEX_PER_KV_HEAD 1u /**< one list per kv head, shared by its query heads */
 #define ATTNCHECK_INDEX_PER_QUERY_HEAD 2u /**< one list per query head (ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD) */
+/* ABI 4: the values of attncheck_tree_mask.form and .bit_order. */
+#define ATTNCHECK_TREE_PARENTS 1u       /**< parents[b*T_q + n]: node n's parent (< n), or -1 */
+#define ATTNCHECK_TREE_BITMASK 2u       /**< bits from byte offsets[b]: request b's rows */
+#define ATTNCHECK_BITS_LSB_FIRST 1u     /**< cell c at bit c % 8 of byte c / 8 (FlashInfer's "little") */
+#define ATTNCHECK_BITS_MSB_FIRST 2u     /**< cell c at bit 7 - c % 8 (numpy.packbits' default, "big") */
 
 /* ABI 4: the values of attncheck_qk_norm.eps_placement. */
 #define ATTNCHECK_NORM_EPS_IN_SQRT 1u /**< r = sqrt(mean x^2 + eps) */
@@ -380,6 +390,12 @@ typedef struct attncheck_call {
    *  indices, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS), and every other rule of the call allows j. A key listed twice is
    *  listed once. Neutral: NULL. */
   const struct attncheck_index_list* index_list;
+  /** A tree of draft tokens (ATTNCHECK_CAP4_TREE, ATTNCHECK_CAP4_TREE_BITMASK), or NULL, in forward and backward calls:
+   *  the T_q queries are the tree's nodes, node n of batch entry b its query n and its key prefix_lengths[b] + n (the
+   *  last T_q of its L keys: key_lengths[b], or T_k without them); query i sees key j only if the tree shows it (the
+   *  prefix and node i's ancestors and itself; a bitmask's cell) and every other rule of the call allows j. Never
+   *  with ALiBi, windows, chunks or documents. Neutral: NULL. */
+  const struct attncheck_tree_mask* tree;
 } attncheck_call;
 
 /** ABI 3: the LSE of every query row, [B,H,T_q], written as double whatever the call's dtype (a kernel that
@@ -494,6 +510,22 @@ typedef struct attncheck_index_list {
   int64_t shape[4];    /**< [B, H_kv (or H), T_q, max_k] */
   int64_t strides[4];
 } attncheck_index_list;
+
+/** ABI 4: a tree of draft tokens per batch entry (ATTNCHECK_CAP4_TREE, _TREE_BITMASK), in one of two forms:
+ *  - ATTNCHECK_TREE_PARENTS: parents[b*nodes + n] is node n's parent in [0, n), or -1 (a child of the prefix);
+ *  - ATTNCHECK_TREE_BITMASK: request b's nodes rows of L_b = prefix_lengths[b] + nodes cells each (its row stride),
+ *    row-major from byte offsets[b] (each request from a byte boundary, as FlashInfer's segment_packbits packs
+ *    them), cell (i, j) = c = i*L_b + j in bit_order; key j visible to node i where its bit is 1. Any cells may be
+ *    set, not only a tree's. */
+typedef struct attncheck_tree_mask {
+  uint32_t form;                  /**< ATTNCHECK_TREE_PARENTS or ATTNCHECK_TREE_BITMASK */
+  uint32_t bit_order;             /**< the bitmask's: ATTNCHECK_BITS_LSB_FIRST or _MSB_FIRST (0 with parents) */
+  int64_t nodes;                  /**< T_q */
+  const int64_t* prefix_lengths;  /**< [B]: L_b - nodes, the keys every node sees */
+  const int32_t* parents;         /**< [B, nodes] with ATTNCHECK_TREE_PARENTS, else NULL */
+  const uint8_t* bits;            /**< with ATTNCHECK_TREE_BITMASK, else NULL */
+  const int64_t* offsets;         /**< [B + 1] byte offsets into bits with ATTNCHECK_TREE_BITMASK, else NULL */
+} attncheck_tree_mask;
 
 /** ABI 4 (ATTNCHECK_CAP4_BIAS): an additive score bias [B or 1, H or 1, T_q, T_k] of the call's dtype (T5's relative
  *  buckets, a learned bias, a score_mod written out): element (b,h,i,j) at data + b*strides[0] + h*strides[1] +

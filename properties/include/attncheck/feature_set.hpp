@@ -122,10 +122,17 @@ enum class Feature : std::uint8_t {
   index_list_blocks,
   /// With index_list: one list per query head (MoBA's and NSA's per-head selections) where K and V have fewer heads.
   index_list_per_query_head,
+  /// ABI 4 (ATTNCHECK_CAP4_TREE): a tree of draft tokens per batch entry given by its parents (speculative decoding:
+  /// EAGLE, SGLang's top-k trees): each node sees the prefix and its ancestors (AttentionOptions::tree). Drawn only by
+  /// the laws about it (tree-*).
+  tree,
+  /// ABI 4 (ATTNCHECK_CAP4_TREE_BITMASK): the tree as a packed bitmask of its cells (FlashInfer's packed_custom_mask
+  /// with mask_indptr), in the bit order the call gives. Drawn only by the laws about it (tree-*).
+  tree_bitmask,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_per_query_head) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::tree_bitmask) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

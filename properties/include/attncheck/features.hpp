@@ -329,6 +329,14 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .words = "selected keys per query head",
      .used = [](const Problem& p) { return p.index_list && p.index_list->H != p.k.shape().H; },
      .needs = [](const Problem&) { return std::string("an index list per query head"); }},
+    {.id = Feature::tree, .name = "tree", .flags4 = 0x10000000, .c_name = "ATTNCHECK_CAP4_TREE",
+     .words = "a tree of draft tokens given by its parents",
+     .used = [](const Problem& p) { return p.tree && p.tree->form == TokenTree::Form::parents; },
+     .needs = [](const Problem&) { return std::string("a tree of draft tokens given by its parents"); }},
+    {.id = Feature::tree_bitmask, .name = "tree_bitmask", .flags4 = 0x20000000, .c_name = "ATTNCHECK_CAP4_TREE_BITMASK",
+     .words = "a tree of draft tokens as a packed bitmask",
+     .used = [](const Problem& p) { return p.tree && p.tree->form == TokenTree::Form::bitmask; },
+     .needs = [](const Problem&) { return std::string("a tree of draft tokens as a packed bitmask"); }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -159,11 +159,13 @@ struct ProblemOptions {
   ///    quantised pools are declared (paged_quant; gen_quant).
   ///  - index_list, index_list_blocks: not allowed by default (a law that moves or slices keys would have to move the
   ///    lists); the index-list laws require them (gen_index_list).
+  ///  - tree, tree_bitmask: not allowed by default (their nodes are the last keys); the tree laws require them
+  ///    (gen_tree).
   /// The claims (layout_invariant, batch_invariant) and the backward and the LSE are not drawn from here.
   FeatureSet allow = FeatureSet::all().remove({Feature::dropout, Feature::kv_e4m3fn, Feature::kv_e5m2, Feature::kv_int8,
                                                Feature::kv_ggml_q8_0, Feature::kv_ggml_q4_0, Feature::kv_ggml_q4_1,
                                                Feature::kv_ggml_q5_0, Feature::kv_ggml_q5_1, Feature::index_list,
-                                               Feature::index_list_blocks});
+                                               Feature::index_list_blocks, Feature::tree, Feature::tree_bitmask});
   /// The features every case has (where declared; those that may be drawn): for the laws about them. Shrinking
   /// then keeps them. A required feature is drawn even when `allow` lacks it.
   FeatureSet require{};
@@ -271,6 +273,24 @@ struct IndexDraw {
 /// An IndexDraw in every case where index_list is required (and may be used), none otherwise; block sizes 2, 3 and 16
 /// where index_list_blocks may be used.
 rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& opts);
+
+/// A tree of draft tokens as a case draws it (Feature::tree, tree_bitmask): the last T_q keys of each batch entry
+/// are its nodes. Every node a root (each sees the prefix and itself), a chain (node n the child of node n - 1: the
+/// tree is chunked prefill), or (most cases) branching: node n's parent the latest earlier node whose query coordinate
+/// is at most a hash of n's coordinates and the entry's (below n's own), or none. Given by its parents, or as a packed
+/// bitmask in either bit order, as declared. Shrinking goes toward roots and parents. Where T_q < T_k the case is
+/// bottom-right (a decode step over the prefix) where the implementation accepts it; key lengths below T_q are raised
+/// to T_q (each entry holds its nodes); no tree where T_q > T_k or past 2^18 weights.
+struct TreeDraw {
+  bool on = false;
+  enum Pattern { roots, chain, branching };
+  int pattern = roots;
+  int form = 0;  ///< 0 parents, 1 a little-endian bitmask, 2 a big-endian one
+  std::uint64_t seed = 0;
+  void apply(Problem& p, const CaseShape& s, const Capabilities& caps) const;
+};
+/// A TreeDraw in every case where tree or tree_bitmask is required (and may be used), none otherwise.
+rc::Gen<TreeDraw> gen_tree(const GenConfig& cfg, const ProblemOptions& opts);
 
 /// The modifiers a case draws, keyed by query-head coordinate (CaseShape::h_ids) so that deleting a head keeps
 /// every other head's slope and sink: softcap 1, 5 or 50, or, given the largest spread of one row's visible scores

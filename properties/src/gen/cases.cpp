@@ -418,11 +418,14 @@ rc::Gen<LawCase> gen_case(const GenConfig& cfg, const ProblemOptions& opts, bool
     if (!d_output && may_quantise(cfg, opts))
       (*gen_quant(cfg, opts, std::gcd(p.k.shape().D, p.v.shape().D))).apply(p, s);
     if (!d_output && opts.may_use(Feature::index_list, declared)) (*gen_index_list(cfg, opts)).apply(p, s);
+    if (opts.may_use(Feature::tree, declared) || opts.may_use(Feature::tree_bitmask, declared))
+      (*gen_tree(cfg, opts)).apply(p, s, cfg.caps);
     c.tags = shape_tags(p);
     if (p.index_list) {
       c.tags.push_back(p.index_list->block_size > 1 ? "index-list=blocks of " + std::to_string(p.index_list->block_size)
                                                     : std::string("index-list=keys"));
     }
+    if (p.tree) c.tags.push_back(p.tree->form == TokenTree::Form::parents ? "tree=parents" : "tree=bitmask");
     if (p.quant) {
       c.tags.push_back("kv=" + std::string(quant_format_name(p.quant->format)));
       for (const auto& [side, g] : {std::pair{"k", p.quant->k.granularity}, {"v", p.quant->v.granularity}})

@@ -11,8 +11,9 @@ using namespace generation;
 namespace {
 Index id_of(const std::vector<Index>& ids, Index n) { return ids.empty() ? n : ids[std::size_t(n)]; }
 
-// A choice among `n` (weights w) whose shrinks are every earlier one, first to last: from the hashed pattern back to
-// none as well as to every unit (weighted_choice halves its way to the first, skipping some).
+}  // namespace
+
+namespace generation {
 rc::Gen<int> choice_shrinking_to_each_earlier(std::vector<std::size_t> w) {
   return [w](const rc::Random& random, int) {
     std::size_t sum = 0;
@@ -24,7 +25,7 @@ rc::Gen<int> choice_shrinking_to_each_earlier(std::vector<std::size_t> w) {
         [](std::size_t i) { return int(i); });
   };
 }
-}  // namespace
+}  // namespace generation
 
 rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& opts) {
   const FeatureSet declared = declared_features(cfg.caps);

@@ -55,6 +55,12 @@ BlockMask block_mask_of(const CaseShape& s);
 /// The shape a case starts from, and the rules its shrinking follows.
 std::pair<rc::Gen<CaseShape>, ShrinkRules> first_shape(const GenConfig& cfg, const ProblemOptions& opts);
 
+// ---- index_list.cpp ----
+
+/// A choice among w.size() options (weights w) whose shrinks are every earlier one, first to last: from the last
+/// pattern back to each simpler one (weighted_choice halves its way to the first, skipping some).
+rc::Gen<int> choice_shrinking_to_each_earlier(std::vector<std::size_t> w);
+
 // ---- values.cpp ----
 
 /// The drawn value of every entry of a tensor of shape s whose entries sit at coordinates `at`: a function of the

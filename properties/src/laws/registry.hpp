@@ -90,5 +90,10 @@ Law kv_quant_head_rotation();
 Law index_list_oracle();
 Law index_list_order();
 Law index_list_full();
+Law tree_oracle();
+Law tree_bitmask();
+Law tree_path();
+Law tree_siblings();
+Law tree_chain();
 
 }  // namespace attncheck::law_kit

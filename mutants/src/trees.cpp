@@ -1,0 +1,185 @@
+// Tree kernels (speculative decoding's verification of a tree of draft tokens, ABI 4's attncheck_tree_mask): each
+// builds the tree's mask wrong the way speculative-decoding trackers report it: the prefix hidden from the nodes,
+// every earlier node seen (causal, not the tree), a node blind to itself, the walk up the tree stopped at the parent,
+// the bitmask's bits read in the other order, every request's rows read with the first request's stride, the
+// per-request offsets ignored. Each rewrites the tree into the cells it would read and runs the reference on them;
+// the control walks the parent pointers itself and attends over the keys it collects.
+#include <cmath>
+#include <limits>
+
+#include "parts.hpp"
+
+namespace attncheck::zoo {
+namespace {
+
+Capabilities tree_capabilities(bool parents = true, bool bitmask = true) {
+  Capabilities c = gqa_capabilities();
+  c.features.add({Feature::key_padding, Feature::lse});
+  c.features.set(Feature::tree, parents);
+  c.features.set(Feature::tree_bitmask, bitmask);
+  return c;
+}
+
+// What a kernel reads for cell (i, j) of batch entry b, whose entry holds L keys (P = L - T_q of them the prefix).
+using TreeCells = bool (*)(const Problem& p, Index b, Index i, Index j, Index L);
+
+// A kernel that runs the reference with the tree replaced by the cells `read` says it sees.
+ImplementationPtr recelled(const char* name, const char* description, TreeCells read,
+                           Capabilities caps = tree_capabilities()) {
+  return make_implementation(name, description, std::move(caps), [=](const Problem& p) {
+    if (!p.tree) return reference_implementation()->forward(p);
+    const std::vector<Index> L = p.sequence_lengths();
+    Problem r = p;
+    r.tree = bitmask_tree(p.tree->B, p.tree->T_q, L, false,
+                          [&](Index b, Index i, Index j) { return read(p, b, i, j, L[std::size_t(b)]); });
+    return reference_implementation()->forward(r);
+  });
+}
+
+bool tree_sees(const Problem& p, Index b, Index i, Index j, Index L) { return p.tree->sees(b, i, j, L); }
+
+// Node i's parent as a kernel reads it off the tree: given, or the latest earlier node its row shows.
+Index parent_read(const Problem& p, Index b, Index i, Index L) {
+  const TokenTree& t = *p.tree;
+  if (t.form == TokenTree::Form::parents) return t.parent(b, i);
+  for (Index n = i - 1; n >= 0; --n)
+    if (t.sees(b, i, L - t.T_q + n, L)) return n;
+  return -1;
+}
+
+// Bit c of the bits from byte `start`, in the tree's bit order (0 past the buffer: a read out of bounds).
+bool bit_at(const TokenTree& t, Index start, Index c) {
+  const Index byte = start + c / 8;
+  if (byte < 0 || byte >= Index(t.bits.size())) return false;
+  return ((t.bits[std::size_t(byte)] >> (t.big_endian ? 7 - c % 8 : c % 8)) & 1) != 0;
+}
+
+// The control: for each node, the prefix and the nodes met walking its parent pointers up to a root (a bitmask's
+// cells read one by one), kept where every other rule allows them, attended to alone in double (attend_gathered).
+Outcome walk_forward(const Problem& p) {
+  if (!p.tree) return reference_implementation()->forward(p);
+  const TokenTree& t = *p.tree;
+  Problem rules = p;
+  rules.tree.reset();
+  const std::vector<Index> lengths = p.sequence_lengths();
+  return attend_gathered(p, rules, [&](Index b, Index, Index i) {
+    const Index L = lengths[std::size_t(b)], P = L - t.T_q;
+    std::vector<Index> keys;  // the keys the tree shows node i, in key order
+    if (t.form == TokenTree::Form::parents) {
+      for (Index j = 0; j < P; ++j) keys.push_back(j);
+      std::vector<Index> path;
+      for (Index n = i; n >= 0; n = t.parent(b, n)) path.push_back(P + n);
+      keys.insert(keys.end(), path.rbegin(), path.rend());
+    } else {
+      for (Index j = 0; j < L; ++j)
+        if (bit_at(t, t.offsets[std::size_t(b)], i * L + j)) keys.push_back(j);
+    }
+    return keys;
+  });
+}
+
+}  // namespace
+
+std::vector<Mutant> tree_mutants() {
+  std::vector<Mutant> z;
+  z.push_back(zoo_entry(recelled("mutant:tree-prefix-hidden", "tree nodes see the tree only, not the prefix",
+                                 [](const Problem& p, Index b, Index i, Index j, Index L) {
+                                   return j >= L - p.tree->T_q && tree_sees(p, b, i, j, L);
+                                 }),
+                        "the tree's mask built over the draft tokens alone (a custom mask sized [T_q, T_q] and placed "
+                        "at the end of the keys): the committed prefix is hidden from every node",
+                        {1, 1, 1, 1}, "one node over two keys: it should see the prefix key too", {"tree-oracle"}));
+  z.push_back(
+      zoo_entry(recelled("mutant:tree-causal-not-tree", "every earlier node seen: causal, not the tree",
+                         [](const Problem& p, Index, Index i, Index j, Index L) { return j <= L - p.tree->T_q + i; }),
+                "the tree ignored for a causal mask over the drafts (each node sees every earlier node, its "
+                "siblings' subtrees included): right for a chain",
+                {1, 1, 2, 1}, "two root nodes: the second should not see the first", {"tree-oracle"}));
+  z.push_back(
+      zoo_entry(recelled("mutant:tree-self-hidden", "a node does not see itself",
+                         [](const Problem& p, Index b, Index i, Index j, Index L) {
+                           return j != L - p.tree->T_q + i && tree_sees(p, b, i, j, L);
+                         }),
+                "the diagonal left out of the tree's mask (ancestors only, strictly): a node never sees its own "
+                "key",
+                {1, 1, 1, 1}, "one node over its own key alone: it sees nothing", {"tree-oracle"}));
+  z.push_back(zoo_entry(recelled("mutant:tree-parent-only", "a node sees its parent, not its grandparents",
+                                 [](const Problem& p, Index b, Index i, Index j, Index L) {
+                                   const Index P = L - p.tree->T_q;
+                                   return j < P || j == P + i || j == P + parent_read(p, b, i, L);
+                                 }),
+                        "the walk up the tree stopped after one step (the parent pointer followed once): right for "
+                        "depths 0 and 1",
+                        {1, 1, 3, 1}, "a chain of three nodes: the third should see the first", {"tree-oracle"}));
+  z.push_back(
+      zoo_entry(recelled(
+                    "mutant:tree-bits-reversed", "the bitmask's bits read in the other order within each byte",
+                    [](const Problem& p, Index b, Index i, Index j, Index L) {
+                      const TokenTree& t = *p.tree;
+                      if (t.form != TokenTree::Form::bitmask) return tree_sees(p, b, i, j, L);
+                      TokenTree flipped = t;
+                      flipped.big_endian = !t.big_endian;
+                      return flipped.sees(b, i, j, L);
+                    },
+                    tree_capabilities(false, true)),
+                "a packed mask unpacked in the wrong bit order (numpy.packbits' default big against FlashInfer's "
+                "little): cell c read at bit 7 - c",
+                {1, 1, 1, 1}, "one node over its own key: its one cell read at bit 7", {"tree-oracle"}));
+  z.push_back(zoo_entry(recelled(
+                            "mutant:tree-bit-order-ignored", "the bitmask read least significant bit first, always",
+                            [](const Problem& p, Index b, Index i, Index j, Index L) {
+                              const TokenTree& t = *p.tree;
+                              if (t.form != TokenTree::Form::bitmask) return tree_sees(p, b, i, j, L);
+                              TokenTree little = t;
+                              little.big_endian = false;
+                              return little.sees(b, i, j, L);
+                            },
+                            tree_capabilities(false, true)),
+                        "the call's bit order never read: every bitmask unpacked in FlashInfer's order (a mask "
+                        "packed by numpy.packbits' default arrives reversed within each byte): right for little",
+                        {1, 1, 1, 1}, "one node over its own key, packed big-endian: its cell read at bit 0",
+                        {"tree-oracle", "tree-bitmask"}));
+  z.push_back(zoo_entry(recelled(
+                            "mutant:tree-stride-first-request", "every request's rows read with the first one's stride",
+                            [](const Problem& p, Index b, Index i, Index j, Index L) {
+                              const TokenTree& t = *p.tree;
+                              if (t.form != TokenTree::Form::bitmask) return tree_sees(p, b, i, j, L);
+                              const Index L0 = p.sequence_lengths()[0];
+                              return j < L0 && bit_at(t, t.offsets[std::size_t(b)], i * L0 + j);
+                            },
+                            tree_capabilities(false, true)),
+                        "the row stride of the packed mask taken from request 0's key length for every request (a "
+                        "ragged batch read as if uniform): right when every request is as long",
+                        {2, 1, 1, 1},
+                        "two requests, the second one key longer: its node reads its own key past the first's stride "
+                        "(or, two nodes each, the second request's second row read at the first's stride)",
+                        {"tree-oracle"}, {Shape{2, 1, 2, 1}}));
+  z.push_back(
+      zoo_entry(recelled(
+                    "mutant:tree-offsets-ignored", "requests' bits read back to back, the offsets ignored",
+                    [](const Problem& p, Index b, Index i, Index j, Index L) {
+                      const TokenTree& t = *p.tree;
+                      if (t.form != TokenTree::Form::bitmask) return tree_sees(p, b, i, j, L);
+                      Index before = 0;  // bits of the requests before b, unpadded
+                      for (Index e = 0; e < b; ++e) before += t.T_q * p.sequence_lengths()[std::size_t(e)];
+                      return bit_at(t, t.offsets[0], before + i * L + j);
+                    },
+                    tree_capabilities(false, true)),
+                "mask_indptr ignored: each request's cells read where they would lie unpadded, after the bits of "
+                "the requests before it (segment_packbits starts each at a byte)",
+                {2, 1, 1, 1}, "two requests whose first holds a bit count not a multiple of 8", {"tree-oracle"}));
+  z.push_back(Mutant{
+      .impl = make_implementation(
+          "control:tree-walk", "correct; each node's prefix and the nodes met walking its parent pointers, in double",
+          tree_capabilities(), walk_forward),
+      .bug = "control: each node's keys collected by walking its parent pointers to a root (a bitmask's cells read "
+             "bit by bit), those every other rule allows kept, and attended to alone in double: a tree kernel's "
+             "way, which the oracle's mask must match",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {}});
+  return z;
+}
+
+}  // namespace attncheck::zoo

@@ -1,6 +1,7 @@
 #include "attncheck/paged.hpp"
 
 #include <Eigen/Core>
+#include <algorithm>
 #include <limits>
 #include <stdexcept>
 
@@ -126,5 +127,38 @@ ATTNCHECK_PAGED_INSTANTIATE(double)
 ATTNCHECK_PAGED_INSTANTIATE(Eigen::half)
 ATTNCHECK_PAGED_INSTANTIATE(Eigen::bfloat16)
 #undef ATTNCHECK_PAGED_INSTANTIATE
+
+std::vector<std::int32_t> physical_indices(const IndexList& l, const PagedKV& pk, const std::vector<Index>& lengths) {
+  std::vector<std::int32_t> out = l.indices;
+  for (std::size_t n = 0; n < out.size(); ++n) {
+    const Index b = Index(n) / std::max<Index>(1, l.H * l.T_q * l.max_k), j = out[n];
+    if (j < 0) continue;
+    out[n] = j >= lengths[std::size_t(b)]
+                 ? -1
+                 : std::int32_t(pk.block_table[std::size_t(b * pk.max_pages + j / pk.page_size)] * pk.page_size +
+                                j % pk.page_size);
+  }
+  return out;
+}
+
+std::vector<std::int32_t> logical_indices(const IndexList& l, const PagedKV& pk, const std::vector<Index>& lengths) {
+  std::vector<std::int32_t> out = l.indices;
+  for (std::size_t n = 0; n < out.size(); ++n) {
+    const Index b = Index(n) / std::max<Index>(1, l.H * l.T_q * l.max_k), s = out[n];
+    if (s < 0) continue;
+    const Index page = s / pk.page_size, slot = s % pk.page_size, L = lengths[std::size_t(b)];
+    Index j = -1;
+    for (Index m = 0; m < pk.pages_used(L) && j < 0; ++m)
+      if (pk.block_table[std::size_t(b * pk.max_pages + m)] == page && m * pk.page_size + slot < L)
+        j = m * pk.page_size + slot;
+    if (j < 0)
+      throw std::invalid_argument("index list entry " + std::to_string(n) + " is slot " + std::to_string(s) +
+                                  " (page " + std::to_string(page) + ", slot " + std::to_string(slot) +
+                                  "), which holds no key of batch entry " + std::to_string(b) +
+                                  "; expected -1 or the slot of one of its " + std::to_string(L) + " keys");
+    out[n] = std::int32_t(j);
+  }
+  return out;
+}
 
 }  // namespace attncheck

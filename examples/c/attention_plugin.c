@@ -23,7 +23,8 @@
  * one counter per cell within a head, the head in the counter's last word) and quantised K and V caches
  * (call->quant: FP8 e4m3fn and e5m2 and int8 codes, per tensor, kv head or token, with int8 zero points, and
  * ggml's q8_0, q4_0, q4_1, q5_0 and q5_1 blocks), selected keys (call->index_list) and trees of draft tokens
- * (call->tree: parent arrays, and packed bitmasks in either bit order).
+ * (call->tree: parent arrays, and packed bitmasks in either bit order); with -DABI4 -DPAGED, a paged call's index
+ * lists as slots of the pool too (ATTNCHECK_INDEX_PHYSICAL).
  * Every build honours
  * the modifiers' fields, the masks' fields and a paged call; without -DMODIFIERS, -DMASKS, -DBLOCK_MASKS or
  * -DPAGED attncheck sends only their neutral values (no paged call, no block or dense mask). No build reads a key the query does not see (but the buggy one, which reads every key). */
@@ -359,8 +360,12 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
 #ifdef ABI4
   if (call->index_list) { /* selected keys: row (b, h's kv head, i) must list j (its block), -1 never a key */
     const attncheck_index_list* l = call->index_list;
-    const int64_t g = l->per == ATTNCHECK_INDEX_PER_QUERY_HEAD ? h : h / (call->q.shape[1] / call->k.shape[1]),
-                  unit = j / l->block_size;
+    const int64_t g = l->per == ATTNCHECK_INDEX_PER_QUERY_HEAD ? h : h / (call->q.shape[1] / call->k.shape[1]);
+    int64_t unit = j / l->block_size;
+    if (l->space == ATTNCHECK_INDEX_PHYSICAL && call->paged) { /* the pool's slot of key j: its page's, plus its slot */
+      const attncheck_paged_kv* pk = call->paged;
+      unit = (int64_t)pk->block_table[b * pk->block_table_stride + j / pk->page_size] * pk->page_size + j % pk->page_size;
+    }
     const int32_t* row = l->indices + b * l->strides[0] + g * l->strides[1] + i * l->strides[2];
     int64_t n;
     for (n = 0; n < l->max_k; ++n)
@@ -750,7 +755,7 @@ ATTNCHECK_PLUGIN_EXPORT const attncheck_plugin_v1* attncheck_plugin(void) {
                 | ATTNCHECK_CAP4_INDEX_LIST | ATTNCHECK_CAP4_INDEX_LIST_BLOCKS | ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD
                 | ATTNCHECK_CAP4_TREE | ATTNCHECK_CAP4_TREE_BITMASK
 #ifdef PAGED
-                | ATTNCHECK_CAP4_PAGED_QUANT
+                | ATTNCHECK_CAP4_PAGED_QUANT | ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL
 #endif
                 ,
       /* the bias, dBias, τ, both pairings of rotary embeddings and their NTK and Llama 3 scalings, QK-norm with eps on

@@ -79,7 +79,7 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "kv_ggml_q5_0": 0x80000, "kv_ggml_q5_1": 0x100000, "q_dot_ggml_q8": 0x200000,
           "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000,
           "index_list": 0x2000000, "index_list_blocks": 0x4000000, "index_list_per_query_head": 0x8000000,
-          "tree": 0x10000000, "tree_bitmask": 0x20000000}
+          "tree": 0x10000000, "tree_bitmask": 0x20000000, "index_list_physical": 0x40000000}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -92,7 +92,8 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_ggml_q4_0": ("quant",), "kv_ggml_q4_1": ("quant",), "kv_ggml_q5_0": ("quant",),
                      "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant"),
                      "index_list": ("index_list",), "index_list_blocks": ("index_list",),
-                     "index_list_per_query_head": ("index_list",), "tree": ("tree",), "tree_bitmask": ("tree",)}
+                     "index_list_per_query_head": ("index_list",), "tree": ("tree",), "tree_bitmask": ("tree",),
+                     "index_list_physical": ("index_list",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                 "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
@@ -110,7 +111,8 @@ FEATURE_FAMILIES = {
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1", "q_quant", "paged_quant"),
-    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head", "tree", "tree_bitmask"),
+    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head", "index_list_physical", "tree",
+                      "tree_bitmask"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
@@ -477,12 +479,13 @@ def _read_call(payload, backward):
         dropout = Dropout(float(prob), int(seed), int(offset))
     index_list = None
     if fflags & CALL_FLAGS["index_list"]:  # version 4: u32 space, u32 per, i64 block size, heads, max_k; the entries
-        _, per, block_size, heads, max_k = struct.unpack_from("<IIqqq", payload, off)
+        space, per, block_size, heads, max_k = struct.unpack_from("<IIqqq", payload, off)
         off += 32
         shape = (qs[0], heads, qs[2], max_k)
         n = int(np.prod(shape))
         index_list = IndexList(np.frombuffer(payload, dtype="<i4", count=n, offset=off).reshape(shape).copy(),
-                               int(block_size), "query_head" if per == 2 else "kv_head")
+                               int(block_size), "query_head" if per == 2 else "kv_head",
+                               "physical" if space == 2 else "logical")
         off += 4 * n
     tree = None
     if fflags & CALL_FLAGS["tree"]:  # version 4: u32 form, u32 bit order; the parents, or B + 1 offsets and the bits
@@ -728,13 +731,32 @@ class IndexList:
     with block_size > 1, the blocks of block_size keys: serve(..., index_list_blocks=True)) that query i of batch entry
     b sees through any query head of kv head g; -1 pads a row anywhere and is never a key (not the last one). A key
     listed twice is listed once, and the call's other rules (causal, padding, window, ...) still hide what they hide.
-    to_mask(T_k, H) is the [B, H, T_q, T_k] boolean mask of the keys listed (other rules not applied)."""
+    to_mask(T_k, H) is the [B, H, T_q, T_k] boolean mask of the keys listed (other rules not applied). With
+    serve(..., index_list_physical=True), a paged call's entries are slots of the pool (`space` "physical": page *
+    page_size + slot, FlashMLA's sparse indices): k_pages viewed as [num_pages * page_size, ...] (token-major) reads
+    them directly, and to_logical(paged) gives them as key positions (to_mask(T_k, H, paged) too)."""
 
-    def __init__(self, indices, block_size=1, per="kv_head"):
-        self.indices, self.block_size, self.per = indices, block_size, per
+    def __init__(self, indices, block_size=1, per="kv_head", space="logical"):
+        self.indices, self.block_size, self.per, self.space = indices, block_size, per, space
 
-    def to_mask(self, T_k, H):
+    def to_logical(self, paged):
+        """The entries as key positions (numpy int32), a physical list's slots read through paged's block table."""
         idx = self.indices if isinstance(self.indices, np.ndarray) else self.indices.cpu().numpy()
+        if self.space != "physical":
+            return idx
+        out = np.full(idx.shape, -1, dtype=np.int32)
+        table = np.asarray(paged.block_table)
+        for b in range(idx.shape[0]):
+            where = {}  # slot -> key position, for the keys of sequence b
+            for m in range((int(paged.seq_lens[b]) + paged.page_size - 1) // paged.page_size):
+                for slot in range(paged.page_size):
+                    if m * paged.page_size + slot < int(paged.seq_lens[b]):
+                        where[int(table[b, m]) * paged.page_size + slot] = m * paged.page_size + slot
+            out[b] = np.vectorize(lambda s: where.get(int(s), -1))(idx[b]) if idx[b].size else idx[b]
+        return out
+
+    def to_mask(self, T_k, H, paged=None):
+        idx = self.to_logical(paged)
         B, H_kv, T_q, _ = idx.shape
         mask = np.zeros((B, H_kv, T_q, T_k), dtype=bool)
         units = np.arange(T_k) // self.block_size
@@ -1039,7 +1061,8 @@ class _Torch:
                               rope.high_freq_factor, rope.original_max_position)
         index_list = kw.get("index_list")
         if index_list is not None:  # int32 entries on the device
-            kw["index_list"] = IndexList(self.tensor(index_list.indices), index_list.block_size, index_list.per)
+            kw["index_list"] = IndexList(self.tensor(index_list.indices), index_list.block_size, index_list.per,
+                                         index_list.space)
         norm = kw.get("qk_norm")
         if norm is not None:
             kw["qk_norm"] = QkNorm(None if norm.q_weight is None else self.tensor(norm.q_weight),
@@ -1176,8 +1199,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           kv_e5m2=False, kv_int8=False, kv_scale_per_head=False, kv_scale_per_token=False, kv_zero_points=False,
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
           q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, index_list=False,
-          index_list_blocks=False, index_list_per_query_head=False, tree=False, tree_bitmask=False, framework="numpy",
-          device=None):
+          index_list_blocks=False, index_list_per_query_head=False, tree=False, tree_bitmask=False,
+          index_list_physical=False, framework="numpy", device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1298,7 +1321,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("p_fp8", p_fp8), ("paged_quant", paged_quant),
                                               ("index_list", index_list), ("index_list_blocks", index_list_blocks),
                                               ("index_list_per_query_head", index_list_per_query_head),
-                                              ("tree", tree), ("tree_bitmask", tree_bitmask))}
+                                              ("tree", tree), ("tree_bitmask", tree_bitmask),
+                                              ("index_list_physical", index_list_physical))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1313,8 +1337,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if p_fp8 and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: p_fp8=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): P is cast to FP8 only in such a call")
-    if (index_list_blocks or index_list_per_query_head) and not index_list:
-        raise ValueError("serve: index_list_blocks=True and index_list_per_query_head=True need index_list=True "
+    if (index_list_blocks or index_list_per_query_head or index_list_physical) and not index_list:
+        raise ValueError("serve: index_list_blocks=True, index_list_per_query_head=True and index_list_physical=True "
+                         "need index_list=True "
                          "(they say how an index list comes)")
     if paged_quant and not (paged and (kv_e4m3fn or kv_e5m2 or kv_int8 or kv_ggml_q8_0 or kv_ggml_q4_0 or
                                        kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1)):

@@ -374,14 +374,17 @@ struct DropoutArg {
 struct IndexListArg {
   attncheck_index_list abi{};
   const attncheck_index_list* ptr = nullptr;
+  std::vector<std::int32_t> slots;  // a paged call's physical entries
   explicit IndexListArg(const Problem& p) {
     if (!p.index_list) return;
     const IndexList& l = *p.index_list;
-    abi.space = ATTNCHECK_INDEX_LOGICAL;
+    const bool physical = l.physical && p.paged;
+    if (physical) slots = physical_indices(l, p.paged_kv(), p.sequence_lengths());
+    abi.space = physical ? ATTNCHECK_INDEX_PHYSICAL : ATTNCHECK_INDEX_LOGICAL;
     abi.per = l.H == p.k.shape().H ? ATTNCHECK_INDEX_PER_KV_HEAD : ATTNCHECK_INDEX_PER_QUERY_HEAD;
     abi.block_size = l.block_size;
     abi.max_k = l.max_k;
-    abi.indices = l.indices.data();
+    abi.indices = physical ? slots.data() : l.indices.data();
     abi.shape[0] = l.B, abi.shape[1] = l.H, abi.shape[2] = l.T_q, abi.shape[3] = l.max_k;
     abi.strides[0] = l.H * l.T_q * l.max_k, abi.strides[1] = l.T_q * l.max_k, abi.strides[2] = l.max_k,
     abi.strides[3] = 1;
@@ -555,6 +558,7 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(index_list_blocks, ATTNCHECK_CAP4_INDEX_LIST_BLOCKS),
                              ATTNCHECK_ABI_BIT(tree, ATTNCHECK_CAP4_TREE),
                              ATTNCHECK_ABI_BIT(tree_bitmask, ATTNCHECK_CAP4_TREE_BITMASK),
+                             ATTNCHECK_ABI_BIT(index_list_physical, ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL),
                              ATTNCHECK_ABI_BIT(index_list_per_query_head, ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;

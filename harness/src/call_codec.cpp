@@ -292,12 +292,15 @@ std::string call_payload(const Problem& p) {
   if (p.index_list) {  // version 4 (PROTOCOL.md, "Selected keys"): u32 space, u32 per, i64 block size, i64 heads,
     // i64 max_k, then B·heads·T_q·max_k × i32
     const IndexList& l = *p.index_list;
-    w.u32(1);
+    const bool physical = l.physical && paged;  // the pool's slots (PROTOCOL.md: space 2)
+    w.u32(physical ? 2 : 1);
     w.u32(l.H == p.k.shape().H ? 1u : 2u);  // per kv head, or per query head
     w.i64(l.block_size);
     w.i64(l.H);
     w.i64(l.max_k);
-    w.raw(l.indices.data(), l.indices.size() * sizeof(std::int32_t));
+    const std::vector<std::int32_t> entries =
+        physical ? physical_indices(l, p.paged_kv(), p.sequence_lengths()) : l.indices;
+    w.raw(entries.data(), entries.size() * sizeof(std::int32_t));
   }
   if (p.tree) {  // version 4 (PROTOCOL.md, "Trees of draft tokens"): u32 form, u32 bit order, then B·T_q × i32
     // parents, or (B + 1) × i64 byte offsets and the bits
@@ -447,6 +450,16 @@ PagedPlan read_paging(Reader& r, const char* what, const std::vector<Index>& len
          " keys (attncheck's server takes a paged T_k of at most the pool's keys or " +
          std::to_string(kMaxPagedFreeT) + ", whichever is larger)");
   return plan;
+}
+
+// A paged call's index list of the pool's slots (space 2) read back as key positions, once its table is read.
+void slots_to_keys(Problem& p, const char* what) {
+  if (!p.index_list || !p.index_list->physical) return;
+  try {
+    p.index_list->indices = logical_indices(*p.index_list, p.paged_kv(), p.sequence_lengths());
+  } catch (const std::invalid_argument& e) {
+    throw ProtocolError(std::string(what) + ": the " + e.what());
+  }
 }
 
 // A paged frame's paging and pools (after the modifiers), read into p: the plan holding the table as it came,
@@ -984,7 +997,12 @@ Problem read_call(Reader& r, const char* what, bool backward) {
     const std::uint32_t space = r.u32(), per = r.u32();
     const std::int64_t block_size = r.i64(), heads = r.i64(), max_k = r.i64();
     const auto fail = [&](const std::string& m) { throw ProtocolError(std::string(what) + ": the index list's " + m); };
-    if (space != 1) fail("space is " + std::to_string(space) + " (expected 1, logical key positions)");
+    if (space != 1 && space != 2)
+      fail("space is " + std::to_string(space) + " (expected 1, key positions, or 2, slots of the pool)");
+    if (space == 2 && (!(flags & call_paged) || block_size != 1))
+      fail("space is 2 (slots of the pool) but the call is " +
+           std::string(!(flags & call_paged) ? "not paged (flag 512)" : "of blocks") +
+           " (expected space 1, or key indices of a paged call)");
     if (per != 1 && per != 2)
       fail("per is " + std::to_string(per) + " (expected 1, one list per kv head, or 2, one per query head)");
     const Index list_heads = per == 1 ? ks.H : qs.H;
@@ -1004,6 +1022,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
                 .indices = std::vector<std::int32_t>(std::size_t(qs.B * list_heads * qs.T * max_k))};
     const std::string_view bytes = r.raw(l.indices.size() * sizeof(std::int32_t));
     std::memcpy(l.indices.data(), bytes.data(), bytes.size());
+    l.physical = space == 2;      // slots until the pool is read (to_logical_indices)
     p.index_list = std::move(l);  // the entries' range is check_call's
   }
   if (flags & call_tree) {  // u32 form, u32 bit order, then the parents, or the offsets and the bits
@@ -1045,6 +1064,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
                           ": flags have 8388608 (quantised K and V), but quantised "
                           "calls are forward only");
     read_quant(r, what, p, raw_q, ks, vs, flags & call_quant_q, (flags & call_paged) ? &p.key_lengths : nullptr);
+    if (flags & call_paged) slots_to_keys(p, what);
     if ((flags & call_paged) &&
         std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
       p.key_lengths.clear();  // as a paged frame's
@@ -1052,6 +1072,7 @@ Problem read_call(Reader& r, const char* what, bool backward) {
   }
   if (flags & call_paged) {
     read_pages(r, what, p, p.key_lengths, raw_q, ks, vs);
+    slots_to_keys(p, what);
     // Without padding (every sequence T_k long) the problem has none, as the sender's had.
     if (std::all_of(p.key_lengths.begin(), p.key_lengths.end(), [&](Index len) { return len == ks.T; }))
       p.key_lengths.clear();

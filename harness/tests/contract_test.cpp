@@ -185,6 +185,11 @@ std::optional<Problem> witness(Feature f) {
       p.index_list = IndexList{.block_size = 1, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 2,
                                .indices = {0, -1, 1, 0, 2, 2, 0, 1, -1, -1, 3, 1}};
       break;
+    case Feature::index_list_physical:  // as index_list, in a paged call: the entries cross as the pool's slots
+      p.index_list = IndexList{.block_size = 1, .group = 1, .B = 1, .H = 2, .T_q = 3, .max_k = 2,
+                               .indices = {0, -1, 1, 0, 2, 2, 0, 1, -1, -1, 3, 1}, .physical = true};
+      p.paged = PagedPlan{.order = PagedPlan::Order::reversed, .spare_pages = 1};
+      break;
     case Feature::tree:  // a prefix key, then node 0 and node 1 roots, node 2 node 0's child (bottom-right)
     case Feature::tree_bitmask: {  // the same, packed most significant bit first
       p.alignment = CausalAlignment::BottomRight;
@@ -209,6 +214,7 @@ std::set<Feature> comes_with(Feature f) {
     return {Feature::kv_e4m3fn};
   if (f == Feature::paged_quant) return {Feature::paged, Feature::kv_e4m3fn, Feature::kv_scale_per_token};
   if (f == Feature::index_list_per_query_head) return {Feature::index_list, Feature::gqa};
+  if (f == Feature::index_list_physical) return {Feature::index_list, Feature::paged};
   if (const auto& r = feature(f).requires_feature) return {*r};
   return {};
 }
@@ -378,7 +384,7 @@ TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
                           ? wire::decode_backward(wire::encode_backward(*w).substr(wire::kHeaderSize))
                           : wire::decode_forward(wire::encode_forward(*w).substr(wire::kHeaderSize));
     EXPECT_TRUE(f.used(e)) << f.name;
-    if (f.id == Feature::paged || f.id == Feature::paged_quant) {  // a decoded paged call carries its block table
+    if (w->paged) {  // a decoded paged call carries its block table
       // explicitly, as the wire gave it
       EXPECT_EQ(e.paged_kv().block_table, w->paged_kv().block_table);
       Problem dense = e;

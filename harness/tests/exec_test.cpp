@@ -591,6 +591,52 @@ TEST(Exec, indexListCallsCrossTheWireBitExactly) {
     }
 }
 
+// An index list of a paged call crosses as the pool's slots (space 2) in shuffled pages with spares, and the served
+// reference, reading the slots back through the table, answers bit for bit as the reference does in process with the
+// key positions; slots that hold no key of their sequence, and slots in a call without pages, are refused by name.
+TEST(Exec, physicalIndexListsCrossAsSlotsOfThePool) {
+  const auto served = load_implementation("exec:" ATTNCHECK_SERVE_REFERENCE);
+  const auto local = reference_implementation();
+  EXPECT_TRUE(served->capabilities().declares(Feature::index_list_physical));
+  for (const Index page_size : {1, 8}) {
+    Problem p = test::paged_problem(DType::f32, PageLayout::token_major, page_size);
+    p.window.reset();
+    IndexList l{.block_size = 1, .group = 2, .B = 2, .H = 2, .T_q = 3, .max_k = 3, .indices = {}, .physical = true};
+    for (Index r = 0; r < 2 * 2 * 3; ++r)
+      for (const Index x : {r % 5, Index(-1), (r * 7 + 1) % 5}) l.indices.push_back(std::int32_t(x));
+    p.index_list = l;
+    const std::vector<std::int32_t> slots = physical_indices(l, p.paged_kv(), p.sequence_lengths());
+    EXPECT_NE(slots, l.indices) << page_size << ": shuffled pages put some key at another slot";
+    const Outcome a = served->forward(p), b = local->forward(p);
+    EXPECT_EQ(a.output.values(), b.output.values()) << page_size;
+    ASSERT_TRUE(a.weights && b.weights);
+    EXPECT_EQ(a.weights->values(), b.weights->values()) << page_size;
+  }
+  Problem p = test::paged_problem(DType::f32, PageLayout::token_major, 1);
+  p.window.reset();
+  p.index_list = IndexList{.block_size = 1,
+                           .group = 2,
+                           .B = 2,
+                           .H = 2,
+                           .T_q = 3,
+                           .max_k = 1,
+                           .indices = std::vector<std::int32_t>(12, 0),
+                           .physical = true};
+  std::string frame = wire::encode_forward(p).substr(wire::kHeaderSize);
+  const std::vector<std::int32_t> slots = physical_indices(*p.index_list, p.paged_kv(), p.sequence_lengths());
+  const std::string needle(reinterpret_cast<const char*>(slots.data()), slots.size() * sizeof(std::int32_t));
+  const std::size_t at = frame.find(needle);
+  ASSERT_NE(at, std::string::npos);
+  const std::int32_t nowhere = std::int32_t(p.paged_kv().num_pages * 1 + 5);  // past the pool
+  std::memcpy(frame.data() + at, &nowhere, 4);
+  try {
+    wire::decode_forward(frame);
+    ADD_FAILURE() << "a slot past the pool was read as a key";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("which holds no key of batch entry 0"), std::string::npos) << e.what();
+  }
+}
+
 // A tree crosses the wire as parents and as a bitmask in both bit orders, over entries of different lengths (so
 // different prefixes, row strides and byte offsets), with grouped heads, and the served reference answers it bit for
 // bit as the reference does in process, forward and backward; a tree frame that does not fit is refused by name.

@@ -22,6 +22,35 @@ Capabilities index_capabilities() {
   return c;
 }
 
+// Selected keys as slots of a paged pool (FlashMLA's sparse indices), in pages of 1 and 4 (the size is not the bug).
+Capabilities physical_capabilities() {
+  Capabilities c = index_capabilities();
+  c.features.add({Feature::paged, Feature::index_list_physical});
+  c.features.remove(Feature::index_list_blocks);
+  c.page_sizes = {1, 4};
+  c.page_layouts = 3;
+  c.cross_lengths = false;  // square calls: the keys a query lists shrink with it
+  return c;
+}
+
+// A paged physical call's entries as the kernel's slots, `shift` slots on, read back as the keys they hold (-1 where a
+// slot holds none of the sequence's keys: a read of a free slot, which the bent call then skips).
+void slots_shifted(Problem& p, Index shift) {
+  IndexList& l = *p.index_list;
+  if (!l.physical || !p.paged) return;
+  const PagedKV pk = p.paged_kv();
+  const std::vector<Index> lengths = p.sequence_lengths();
+  const std::vector<std::int32_t> slots = physical_indices(l, pk, lengths);
+  for (std::size_t n = 0; n < slots.size(); ++n) {
+    const Index b = Index(n) / (l.H * l.T_q * l.max_k), s = slots[n] < 0 ? -1 : slots[n] + shift;
+    l.indices[n] = -1;
+    for (Index m = 0; s >= 0 && m < pk.pages_used(lengths[std::size_t(b)]); ++m)
+      if (pk.block_table[std::size_t(b * pk.max_pages + m)] == s / pk.page_size &&
+          m * pk.page_size + s % pk.page_size < lengths[std::size_t(b)])
+        l.indices[n] = std::int32_t(m * pk.page_size + s % pk.page_size);
+  }
+}
+
 // A kernel that runs the reference on the call as `bend` rewrites it (the list read wrong, or a rule forgotten).
 using Bend = void (*)(Problem& p);
 ImplementationPtr bent(const char* name, const char* description, Bend bend, Capabilities caps = index_capabilities()) {
@@ -221,6 +250,32 @@ std::vector<Mutant> index_list_mutants() {
                         "selection collapsed to its group's first head): right for the first head of each group",
                         {1, 2, 1, 1}, "two query heads over one kv head: head 1 takes head 0's list",
                         {"index-list-oracle"}));
+  z.push_back(zoo_entry(bent(
+                            "mutant:index-list-physical-as-logical", "a paged call's slots read as key positions",
+                            [](Problem& p) {
+                              IndexList& l = *p.index_list;
+                              if (!l.physical || !p.paged) return;
+                              l.indices = physical_indices(l, p.paged_kv(), p.sequence_lengths());
+                              for (std::int32_t& x : l.indices)
+                                if (x >= p.k.shape().T) x = -1;  // past the keys: nothing read
+                            },
+                            physical_capabilities()),
+                        "the indexer's slots (page·page_size + slot) taken as positions in the sequence (the "
+                        "logical space assumed): right where each sequence's pages lie first and in order",
+                        {1, 1, 1, 1},
+                        "a pool of two pages: one query over one key in the pool's second page (or two keys in "
+                        "reversed pages, or two sequences of one key)",
+                        {"index-list-oracle", "index-list-pages"}, {Shape{1, 1, 2, 1}, Shape{2, 1, 1, 1}}));
+  z.push_back(
+      zoo_entry(bent(
+                    "mutant:index-list-physical-page-off", "a listed slot read one page on",
+                    [](Problem& p) { slots_shifted(p, p.paged ? p.paged->page_size : 0); }, physical_capabilities()),
+                "the slot's page offset added twice (an indexer offset off by a page): slot s read at s + "
+                "page_size, a key of another page or a free slot",
+                {1, 1, 1, 1},
+                "one query over one listed key: its slot read a page on, where no key lies (or two keys, the "
+                "first read at the second's slot)",
+                {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
   z.push_back(Mutant{
       .impl = make_implementation("control:index-list-gather",
                                   "correct; each row's listed keys gathered once and attended to alone, in double",

@@ -311,6 +311,12 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:index-list-no-causal", {.T_k = 3}},
     {"mutant:index-list-block-as-key", {.T_k = 2, .alignment = kBR}},
     {"mutant:index-list-block-as-key", {.T_k = 7, .alignment = kBR}},
+    // Slots of a paged pool: a pool of two pages, one key and a spare page, two keys, or two sequences of one key.
+    {"mutant:index-list-physical-as-logical", {.T_k = 1}},
+    {"mutant:index-list-physical-as-logical", {.T_k = 2, .q = Shape{1, 1, 2, 1}}},
+    {"mutant:index-list-physical-as-logical", {.T_k = 1, .q = Shape{2, 1, 1, 1}}},
+    {"mutant:index-list-physical-page-off", {.T_k = 1}},
+    {"mutant:index-list-physical-page-off", {.T_k = 2, .q = Shape{1, 1, 2, 1}}},
     {"mutant:q-descale-twice", {.T_k = 1}},
     {"mutant:q-descale-per-kv-head", {.T_k = 1, .H_kv = 1}},
     {"mutant:q-descale-from-k", {.T_k = 1}},

@@ -644,7 +644,7 @@ ImplementationPtr reference_implementation() {
                    Feature::q_quant,        Feature::paged_quant,
                    Feature::index_list,     Feature::index_list_blocks,
                    Feature::index_list_per_query_head, Feature::tree,
-                   Feature::tree_bitmask};
+                   Feature::tree_bitmask, Feature::index_list_physical};
   caps.page_sizes = {1, 8, 16, 64, 256};
   caps.page_layouts = 3;  // token-major and head-major
   caps.reentrant = true;  // a pure function of the problem

@@ -38,7 +38,8 @@ const std::vector<Law>& laws() {
                             index_list_oracle(),         index_list_order(),
                             index_list_full(),           tree_oracle(),
                             tree_bitmask(),              tree_path(),
-                            tree_siblings(),             tree_chain()};
+                            tree_siblings(),             tree_chain(),
+                            index_list_pages()};
   }();
   return all;
 }

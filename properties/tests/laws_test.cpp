@@ -494,6 +494,7 @@ TEST(Law, kvQuantHeadRotation) { expectHoldsOnReference("kv-quant-head-rotation"
 TEST(Law, indexListOracle) { expectHoldsOnReference("index-list-oracle", kAllDtypes); }
 TEST(Law, indexListOrder) { expectHoldsOnReference("index-list-order", {DType::f32, DType::f16}); }
 TEST(Law, indexListFull) { expectHoldsOnReference("index-list-full", {DType::f32, DType::bf16}); }
+TEST(Law, indexListPages) { expectHoldsOnReference("index-list-pages", {DType::f32, DType::f16}); }
 
 // The index-list laws draw every pattern the generator has: padding between and around entries, repeated entries,
 // empty rows, listed keys the causal rule hides, unlisted ones it shows, block indices, and lists per kv head shared by
@@ -800,7 +801,7 @@ TEST(Law, everyLawHasATest) {
                                         "kv-quant-requantise", "kv-quant-dense",
                                         "kv-quant-head-rotation", "index-list-oracle", "index-list-order",
                                         "index-list-full", "tree-oracle", "tree-bitmask", "tree-path",
-                                        "tree-siblings", "tree-chain"};
+                                        "tree-siblings", "tree-chain", "index-list-pages"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

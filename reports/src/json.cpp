@@ -213,6 +213,7 @@ Json index_list_to_json(const IndexList& l) {
   Json j{{"block_size", l.block_size}, {"rows", rows}};
   if (l.group == 1 && l.H > 1)
     j["per"] = "query_head";  // rows per query head (else per kv head: the same with H_kv = H)
+  if (l.physical) j["space"] = "physical";  // crossing a paged call as the pool's slots
   return j;
 }
 
@@ -275,6 +276,8 @@ IndexList index_list_from_json(const Json& j, const std::string& what, Index B, 
   const auto rows = j.find("rows");
   const auto per = j.find("per");
   if (per != j.end() && *per != "query_head" && *per != "kv_head") fail(sub(what, "per"), expected, *per);
+  const auto space = j.find("space");
+  if (space != j.end() && *space != "physical" && *space != "logical") fail(sub(what, "space"), expected, *space);
   const Index heads = per != j.end() && *per == "query_head" ? H : H_kv;
   if (bs == j.end() || !bs->is_number_integer() || bs->get<std::int64_t>() < 1 || rows == j.end() ||
       !rows->is_array() || Index(rows->size()) != B * heads * T_q)
@@ -286,6 +289,7 @@ IndexList index_list_from_json(const Json& j, const std::string& what, Index B, 
               .T_q = T_q,
               .max_k = rows->empty() ? 0 : Index((*rows)[0].is_array() ? (*rows)[0].size() : 0),
               .indices = {}};
+  l.physical = space != j.end() && *space == "physical";
   for (const Json& row : *rows) {
     if (!row.is_array() || Index(row.size()) != l.max_k) fail(sub(what, "rows"), expected, row);
     for (const Json& x : row) {

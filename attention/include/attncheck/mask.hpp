@@ -59,6 +59,10 @@ struct IndexList {
   Index group = 1;  ///< query heads per list head: H / H_kv for lists per kv head, 1 for lists per query head
   Index B = 1, H = 1, T_q = 0, max_k = 0;  ///< H the list heads (H_kv or the query heads)
   std::vector<std::int32_t> indices{};     ///< [B,H,T_q,max_k] row-major; -1 or a key (block) index < T_k's units
+  /// How the entries cross to a paged implementation (Feature::index_list_physical): as the pool's slots
+  /// (physical_indices in attncheck/paged.hpp: FlashMLA's sparse indices) rather than key positions. The entries here
+  /// are key positions whatever it says; without pages it changes nothing.
+  bool physical = false;
   /// The row of query i of batch entry b and query head h.
   const std::int32_t* row(Index b, Index h, Index i) const {
     return indices.data() + std::size_t(((b * H + h / group) * T_q + i) * max_k);

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "attncheck/mask.hpp"
 #include "attncheck/tensor.hpp"
 
 namespace attncheck {
@@ -52,6 +53,14 @@ struct PagedKV {
 /// max_pages >= every sequence's pages, every referenced page in [0, num_pages). Throws std::invalid_argument
 /// naming what was expected and what came.
 void check_paged(const PagedKV& pk, Index B, const std::vector<Index>& lengths);
+
+/// An index list's entries (key positions) as the pool's slots (page·page_size + slot: DeepSeek's FlashMLA sparse
+/// indices) where sequences of `lengths` keys lie as pk lays them out; -1 for padding and for a key past its
+/// sequence's length (it has no slot, and no rule lets a query see it). Key indices only (block_size 1).
+std::vector<std::int32_t> physical_indices(const IndexList& l, const PagedKV& pk, const std::vector<Index>& lengths);
+/// The inverse: slots back to key positions, -1 kept. Throws std::invalid_argument naming an entry whose slot holds
+/// no key of its sequence (a page its table does not list for it, or a slot past its length).
+std::vector<std::int32_t> logical_indices(const IndexList& l, const PagedKV& pk, const std::vector<Index>& lengths);
 
 /// Dense [B,H_kv,T,D] laid out in pages: every live key (t < lengths[b]) written to its page and slot, every
 /// other element of the pool set to pk.fill. A page two sequences both reference (a shared prefix) must get

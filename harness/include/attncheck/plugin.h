@@ -197,6 +197,9 @@ extern "C" {
 #define ATTNCHECK_CAP4_TREE 0x10000000u
 /** The tree as a packed bitmask (form ATTNCHECK_TREE_BITMASK: FlashInfer's packed_custom_mask with mask_indptr). */
 #define ATTNCHECK_CAP4_TREE_BITMASK 0x20000000u
+/** With ATTNCHECK_CAP4_INDEX_LIST and paged K and V: in a paged call the index list's entries may be slots of the pool
+ *  (index_list->space ATTNCHECK_INDEX_PHYSICAL: page * page_size + slot, DeepSeek's FlashMLA sparse indices). */
+#define ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL 0x40000000u
 
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
@@ -228,6 +231,7 @@ extern "C" {
 #define ATTNCHECK_QSCALE_BLOCK32 3u    /**< ggml's formats: the scales inside the blocks (scales NULL) */
 /* ABI 4: the values of attncheck_index_list.space and .per. */
 #define ATTNCHECK_INDEX_LOGICAL 1u     /**< key positions 0 .. T_k - 1 */
+#define ATTNCHECK_INDEX_PHYSICAL 2u    /**< paged calls: slots of the pool, page * page_size + slot */
 #define ATTNCHECK_INDEX_PER_KV_HEAD 1u /**< one list per kv head, shared by its query heads */
 #define ATTNCHECK_INDEX_PER_QUERY_HEAD 2u /**< one list per query head (ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD) */
 /* ABI 4: the values of attncheck_tree_mask.form and .bit_order. */
@@ -502,7 +506,7 @@ typedef struct attncheck_quant_kv {
  *  block_size > 1). attncheck sends duplicates, padding between entries, keys past a sequence's length and keys the
  *  causal rule hides: the call's rules still decide. */
 typedef struct attncheck_index_list {
-  uint32_t space;      /**< ATTNCHECK_INDEX_LOGICAL */
+  uint32_t space;      /**< ATTNCHECK_INDEX_LOGICAL, or _PHYSICAL (ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL, paged calls) */
   uint32_t per;        /**< ATTNCHECK_INDEX_PER_KV_HEAD, or _PER_QUERY_HEAD (then shape[1] is H) */
   int64_t block_size;  /**< 1: key indices; > 1: block indices */
   int64_t max_k;       /**< entries per row (0: every row empty) */

@@ -129,10 +129,13 @@ enum class Feature : std::uint8_t {
   /// ABI 4 (ATTNCHECK_CAP4_TREE_BITMASK): the tree as a packed bitmask of its cells (FlashInfer's packed_custom_mask
   /// with mask_indptr), in the bit order the call gives. Drawn only by the laws about it (tree-*).
   tree_bitmask,
+  /// With index_list and paged: in a paged call the entries are the pool's slots (page·page_size + slot: DeepSeek's
+  /// FlashMLA sparse indices), not key positions. Drawn in half the paged cases of the index-list laws.
+  index_list_physical,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::tree_bitmask) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_physical) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

@@ -337,6 +337,11 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .words = "a tree of draft tokens as a packed bitmask",
      .used = [](const Problem& p) { return p.tree && p.tree->form == TokenTree::Form::bitmask; },
      .needs = [](const Problem&) { return std::string("a tree of draft tokens as a packed bitmask"); }},
+    {.id = Feature::index_list_physical, .name = "index_list_physical", .flags4 = 0x40000000,
+     .c_name = "ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL", .requires_feature = Feature::index_list,
+     .words = "selected keys as slots of the paged pool",
+     .used = [](const Problem& p) { return p.index_list && p.index_list->physical && p.paged; },
+     .needs = [](const Problem&) { return std::string("an index list of the paged pool's slots"); }},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -267,6 +267,8 @@ struct IndexDraw {
   int density = 2;  ///< of 4, for the hashed pattern
   bool shuffled = false, padding = false, duplicates = false;
   bool per_query_head = false;  ///< one list per query head (Feature::index_list_per_query_head) where H_kv < H
+  /// In a paged case of key indices, the entries cross as the pool's slots (Feature::index_list_physical).
+  bool physical = false;
   std::uint64_t seed = 0;
   void apply(Problem& p, const CaseShape& s) const;
 };

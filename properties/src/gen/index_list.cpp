@@ -31,7 +31,8 @@ rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& op
   const FeatureSet declared = declared_features(cfg.caps);
   if (!opts.must_use(Feature::index_list, declared)) return rc::gen::just(IndexDraw{});
   const bool blocks = opts.may_use(Feature::index_list_blocks, declared),
-             per_query = opts.may_use(Feature::index_list_per_query_head, declared);
+             per_query = opts.may_use(Feature::index_list_per_query_head, declared),
+             physical = opts.may_use(Feature::index_list_physical, declared);
   return rc::gen::exec([=] {
     IndexDraw d;
     d.on = true;
@@ -42,6 +43,8 @@ rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& op
     d.duplicates = *weighted_choice<bool>({{2, false}, {1, true}});
     if (per_query) d.per_query_head = *weighted_choice<bool>({{1, false}, {1, true}});
     if (blocks) d.block_size = *weighted_choice<Index>({{2, 1}, {1, 2}, {1, 3}, {1, 16}});
+    if (physical)
+      d.physical = opts.require.has(Feature::index_list_physical) || *weighted_choice<bool>({{1, false}, {1, true}});
     // Not shrunk: which units are listed follows from it and each unit's coordinates.
     d.seed = *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32));
     return d;
@@ -97,6 +100,7 @@ void IndexDraw::apply(Problem& p, const CaseShape& s) const {
     row.resize(width, -1);
     l.indices.insert(l.indices.end(), row.begin(), row.end());
   }
+  l.physical = physical && p.paged && block_size == 1;  // crossing as the pool's slots
   p.index_list = std::move(l);
 }
 

@@ -156,6 +156,74 @@ Verdict check_full(const Implementation& impl, const LawCase& c) {
                      "a list of every key hides nothing");
 }
 
+// --- index-list-pages ---------------------------------------------------------------------------------------------
+
+const char* kPagesWhy =
+    "In a paged cache an index list may name its keys by where they sit: the pool's slots, page·page_size + slot "
+    "(DeepSeek's FlashMLA sparse indices). Where the pages sit is bookkeeping: moving them to other physical pages, "
+    "with the block table and every listed slot moved to match, lists the same keys, so every output is unchanged "
+    "within twice the derived bound (both calls are within it of the same float64 oracle; another physical order may "
+    "sum in another order). A kernel that reads the slots as key positions, or is off by a page turning a slot into "
+    "a key, breaks it (and index-list-oracle).";
+
+std::string needs_physical(const GenConfig& g) {
+  if (!g.caps.declares(Feature::index_list_physical))
+    return "needs selected keys as slots of a paged pool (ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL), which this "
+           "implementation does not declare";
+  if (!g.caps.declares(Feature::paged))
+    return "needs paged K and V (ATTNCHECK_CAP3_PAGED) for its slots, which this implementation does not declare";
+  return needs_index_list(g);
+}
+
+// Every case paged, its key-index list crossing as slots; the variant the same pages in another physical order.
+rc::Gen<LawCase> gen_pages(const GenConfig& cfg) {
+  ProblemOptions po = options(false);
+  po.require.add({Feature::paged, Feature::index_list_physical});
+  po.allow.remove(Feature::index_list_blocks);
+  return rc::gen::exec([cfg, po] {
+    LawCase c = *gen_problem(within_materialised(cfg), po);
+    if (!c.problem.paged) return c;
+    Problem v = c.problem;
+    PagedPlan& plan = *v.paged;
+    const int to = *weighted_choice<int>({{1, 0}, {1, 1}, {2, 2}});  // contiguous, reversed, shuffled
+    plan.order = to == 0   ? PagedPlan::Order::contiguous
+                 : to == 1 ? PagedPlan::Order::reversed
+                           : PagedPlan::Order::shuffled;
+    plan.shuffle_seed = plan.order == PagedPlan::Order::shuffled
+                            ? *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32))
+                            : 0;
+    if (plan == *c.problem.paged) {  // the same order: reverse it instead
+      plan.order = plan.order == PagedPlan::Order::reversed ? PagedPlan::Order::contiguous : PagedPlan::Order::reversed;
+      plan.shuffle_seed = 0;
+    }
+    c.variant = v;
+    c.tags.push_back("pages=" + page_order_name(c.problem.paged->order) + "->" + page_order_name(plan.order));
+    return c;
+  });
+}
+
+Verdict check_pages(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  if (!p.index_list || !p.paged) return std::nullopt;
+  const Problem& q = variant_of(c, "index-list-pages");
+  const Outcome a = call(impl, p), b = call(impl, q);
+  OracleRun r = run_oracle(p);
+  r.tol_out.values() *= 2;
+  std::optional<Violation> v = compare("index-list-pages", "output", a.output, b.output, &r.tol_out, seen_rows(p));
+  if (!v && a.lse && b.lse) {
+    r.tol_lse.values() *= 2;
+    v = compare("index-list-pages", "lse", *a.lse, *b.lse, &r.tol_lse, seen_rows(p));
+  }
+  if (v) {
+    v->message += "; only where the pages sit changed (" + page_order_name(p.paged->order) + " vs. " +
+                  page_order_name(q.paged->order) +
+                  ", the listed slots moved with them): within twice the derived bound";
+    v->call = q;
+    v->call_what = "the same pages in " + page_order_name(q.paged->order) + " order, the slots moved with them";
+  }
+  return v;
+}
+
 }  // namespace index_list_law
 }  // namespace
 
@@ -198,6 +266,19 @@ Law index_list_full() {
       gen_outputs,
       check_full,
       0};
+}
+
+Law index_list_pages() {
+  using namespace index_list_law;
+  return {"index-list-pages",
+          "moving the pages of a paged call, its listed slots with them, changes no output beyond rounding",
+          kPagesWhy,
+          LawDoc{"76", "the pages in another physical order, the slot indices moved to match: the same outputs and LSE",
+                 "2 tol (another physical page order may sum in another order)"},
+          needs_physical,
+          gen_pages,
+          check_pages,
+          0};
 }
 
 }  // namespace attncheck::law_kit

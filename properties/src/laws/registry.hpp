@@ -90,6 +90,7 @@ Law kv_quant_head_rotation();
 Law index_list_oracle();
 Law index_list_order();
 Law index_list_full();
+Law index_list_pages();
 Law tree_oracle();
 Law tree_bitmask();
 Law tree_path();

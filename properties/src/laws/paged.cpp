@@ -131,19 +131,7 @@ const char* kWhyPermutation =
 rc::Gen<LawCase> gen_permutation(const GenConfig& cfg) {
   return rc::gen::exec([cfg] {
     LawCase c = *gen_problem(cfg, paged_options());
-    Problem v = c.problem;
-    PagedPlan& plan = *v.paged;
-    const int to = *weighted_choice<int>({{1, 0}, {1, 1}, {2, 2}});  // contiguous, reversed, shuffled
-    plan.order = to == 0 ? PagedPlan::Order::contiguous : to == 1 ? PagedPlan::Order::reversed : PagedPlan::Order::shuffled;
-    plan.shuffle_seed = plan.order == PagedPlan::Order::shuffled
-                            ? *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32))
-                            : 0;
-    if (plan == *c.problem.paged) {  // the same order: reverse it instead
-      plan.order = plan.order == PagedPlan::Order::reversed ? PagedPlan::Order::contiguous : PagedPlan::Order::reversed;
-      plan.shuffle_seed = 0;
-    }
-    c.variant = v;
-    c.tags.push_back("pages=" + page_order_name(c.problem.paged->order) + "->" + page_order_name(plan.order));
+    with_pages_moved(c);
     return c;
   });
 }

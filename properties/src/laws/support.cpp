@@ -711,6 +711,24 @@ ProblemOptions outputs_only() {
 rc::Gen<LawCase> gen_outputs_only(const GenConfig& cfg) { return gen_problem(cfg, outputs_only()); }
 rc::Gen<LawCase> gen_plain(const GenConfig& cfg) { return gen_problem(cfg); }
 
+void with_pages_moved(LawCase& c) {
+  Problem v = c.problem;
+  PagedPlan& plan = *v.paged;
+  const int to = *weighted_choice<int>({{1, 0}, {1, 1}, {2, 2}});  // contiguous, reversed, shuffled
+  plan.order = to == 0   ? PagedPlan::Order::contiguous
+               : to == 1 ? PagedPlan::Order::reversed
+                         : PagedPlan::Order::shuffled;
+  plan.shuffle_seed = plan.order == PagedPlan::Order::shuffled
+                          ? *rc::gen::noShrink(rc::gen::inRange<std::uint64_t>(0, std::uint64_t(1) << 32))
+                          : 0;
+  if (plan == *c.problem.paged) {  // the same order: reverse it instead
+    plan.order = plan.order == PagedPlan::Order::reversed ? PagedPlan::Order::contiguous : PagedPlan::Order::reversed;
+    plan.shuffle_seed = 0;
+  }
+  c.tags.push_back("pages=" + page_order_name(c.problem.paged->order) + "->" + page_order_name(plan.order));
+  c.variant = std::move(v);
+}
+
 GenConfig within_materialised(const GenConfig& config) {
   constexpr Index kMaxT = 128;  // 4·4·128·128 = 2^18
   GenConfig cfg = config;

@@ -259,6 +259,11 @@ std::string pinned_past_materialised(const GenConfig& g, const std::string& what
 rc::Gen<LawCase> gen_outputs_only(const GenConfig& cfg);
 rc::Gen<LawCase> gen_plain(const GenConfig& cfg);
 
+/// A paged case (c.problem.paged set) with its variant the same pages in another physical order (contiguous, reversed,
+/// or shuffled; never the case's own) and a tag naming both: page-permutation's and index-list-pages' cases. Drawn
+/// inside rc::gen::exec.
+void with_pages_moved(LawCase& c);
+
 /// The shared body of causal-perturbation and strict-causality-nonfinite: the variant changed only the
 /// future of position t ("params.t"), so every output at positions <= t must be bit-identical.
 std::optional<Violation> check_earlier_outputs_unchanged(const char* law, const char* what_changed,

@@ -12,6 +12,17 @@ namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
+// What attention(q, k, v, o) throws, or "no error": the message a bad option gets.
+template <class S>
+std::string error_of(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& o) {
+  try {
+    attention(q, k, v, o);
+  } catch (const std::exception& e) {
+    return std::string(e.what());
+  }
+  return std::string("no error");
+}
+
 BoolMask::Array boolArray(Index r, Index c, std::initializer_list<int> v) {
   BoolMask::Array a(r, c);
   auto it = v.begin();
@@ -191,14 +202,7 @@ TEST(Visibility, anIndexListIsTheMaskOfTheKeysItListsIntersectedWithTheRest) {
         }
     }
   }
-  const auto message = [&](AttentionOptions o) {
-    try {
-      attention(q, k, v, o);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [&](const AttentionOptions& o) { return error_of(q, k, v, o); };
   AttentionOptions bad;
   bad.index_list = IndexList{.block_size = 1, .group = 2, .B = 1, .H = 1, .T_q = T, .max_k = 1, .indices = {}};
   bad.index_list->indices.assign(T, 0);
@@ -412,14 +416,7 @@ TEST(Options, masksBeyondCausalAreValidatedNamingWhatCame) {
   Tensor<float> q({2, 1, 3, 2}), k({2, 1, 3, 2});
   q.values().setOnes();
   k.values().setOnes();
-  const auto message = [&](AttentionOptions o) {
-    try {
-      attention(q, k, k, o);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [&](const AttentionOptions& o) { return error_of(q, k, k, o); };
   EXPECT_NE(message({.doc_bounds = {{1}}}).find("doc_bounds has 1 lists but B = 2"), std::string::npos);
   EXPECT_NE(message({.doc_bounds = {{2, 1}, {}}}).find("doc_bounds[0][1] = 1 is below the bound before it"),
             std::string::npos);
@@ -482,14 +479,7 @@ TEST(Visibility, blockAndDenseMasksHideTheirCellsPerHeadAndEveryPathAgrees) {
     const Tensor<double> again = attention(q, k, v_nan, o);
     EXPECT_EQ(again(0, 0, 0, 0), streamed(0, 0, 0, 0));
   }
-  const auto message = [&](AttentionOptions o) {
-    try {
-      attention(q, k, v, o);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [&](const AttentionOptions& o) { return error_of(q, k, v, o); };
   AttentionOptions bad;
   bad.dense_mask = cells;
   bad.dense_mask->T_k = 4;
@@ -544,14 +534,7 @@ TEST(Visibility, aTreeShowsEachNodeItsPrefixAndItsAncestors) {
   // Entry 1's first byte (byte 3: entry 0 has 18 bits) holds its cells 0-7: row 0's 1 1 1 0 0, row 1's 1 1 0.
   EXPECT_EQ(packed_tree(*o.tree, {6, 5}, false).bits[3], 0b01100111);  // cell c at bit c
   EXPECT_EQ(packed_tree(*o.tree, {6, 5}, true).bits[3], 0b11100110);   // cell c at bit 7 - c
-  const auto message = [&](AttentionOptions x) {
-    try {
-      attention(q, k, v, x);
-    } catch (const std::exception& e) {
-      return std::string(e.what());
-    }
-    return std::string("no error");
-  };
+  const auto message = [&](const AttentionOptions& x) { return error_of(q, k, v, x); };
   AttentionOptions bad = o;
   bad.tree->parents[4] = 1;
   EXPECT_NE(message(bad).find("node 1 of batch entry 1 has parent 1; expected -1 (the prefix) or an earlier node"),

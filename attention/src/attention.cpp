@@ -675,6 +675,11 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.bias_cols = opts.bias->T_k;
   }
   if (!opts.sinks.empty()) m.sink = opts.sinks.at(std::size_t(h));
+  if (opts.index_list && opts.index_list->counted) {
+    m.counted = &*opts.index_list;
+    m.list_b = b;
+    m.list_h = h;
+  }
   if (opts.dropout) {
     if (opts.dropout->keep.empty())
       throw std::logic_error("head_modifiers: the dropout's keep mask must be drawn first (with_dropout_mask)");

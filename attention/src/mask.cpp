@@ -129,6 +129,11 @@ bool Visibility::bias_hides(Index i, Index j) const {
   return (*bias)(batch, head, i, j) == -std::numeric_limits<double>::infinity();
 }
 
+bool Visibility::index_selects(Index i, Index j) const {
+  return index->lists(batch, head, i, j) ||
+         (index->current_block && floor_div(position(i), index->block_size) == j / index->block_size);
+}
+
 std::string Visibility::hidden_by(Index i, Index j) const {
   if (visible(i, j)) return {};
   const Index p = position(i);
@@ -141,7 +146,7 @@ std::string Visibility::hidden_by(Index i, Index j) const {
   if (j >= 0 && j < T_k && block && !block->visible(batch, head, i, j)) return "block mask";
   if (j >= 0 && j < T_k && dense && !dense->visible(batch, head, i, j)) return "dense mask";
   if (j >= 0 && j < T_k && bias && bias_hides(i, j)) return "bias";
-  if (j >= 0 && j < T_k && index && !index->lists(batch, head, i, j)) return "index list";
+  if (j >= 0 && j < T_k && index && !index_selects(i, j)) return "index list";
   if (j >= 0 && j < T_k && tree && !tree->sees(batch, i, j, key_length < 0 ? T_k : key_length)) return "tree";
   return "out of range";
 }

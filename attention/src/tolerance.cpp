@@ -77,7 +77,11 @@
 //    (covered by the 4u_a·max|s| of step 1, taken over the larger of |s_raw| and the modified |s|). An additive
 //    bias b_ij (AttentionOptions::bias) holds values of the call's dtype, exact in the accumulation type: only its
 //    sum, covered the same way (max|s| then over |s_raw| ≤ scale·Σ|q||k| and the modified |s|). A sink σ is
-//    one more softmax term: its rounding u_a·|σ| (in max|s|), and T_vis + 1 terms in γ_T and λ.
+//    one more softmax term: its rounding u_a·|σ| (in max|s|), and T_vis + 1 terms in γ_T and λ. A key an index list
+//    names n times where duplicates count (IndexList::counted) weighs n·e^s, the score plus ln n: ln n rounded to
+//    the accumulation type, u_a·ln n, and the sum, within the 4u_a·max|s| of step 1 (the larger of |s_raw| and
+//    |s_raw + ln n| is at least ln n / 2). A kernel may instead multiply e^(s - m) by n (one more rounding, u_a
+//    relative, as ln n's) or add the key's term n times: T_vis counts each key as often as its row lists it.
 // 8. Temperature. s_ij = scale·(q_i·k_j)/τ_i is attention on q'_i = q_i/τ_i, and the bound above is taken on q'
 //    (every entry point folds it: fold_temperature), so it already holds for a kernel that rounds nothing more.
 //    A kernel may fold τ in its own way, each one rounding more: (a) q·(1/τ) in the dtype (τ or 1/τ rounded to
@@ -149,14 +153,14 @@
 //    past 65504 with Q8_1) the kernel's dot is unresolved: an infinite error, whose weights step 5 caps.
 // 12c. P cast to FP8 e4m3 for P·V (HeadModifiers::p_fp8, declared: FlashAttention 3's FP8 forward). Each
 //    p_j = exp(s_j - m) ≤ 1 (m the running maximum; a later rescale by exp(m_old - m) ≤ 1 scales its error with it)
-//    becomes a code of e4m3: off by at most 2^-4·p_j (three mantissa bits) where p_j ≥ 2^-6 (the smallest normal), by half the subnormal
-//    step, 2^-10, below; a kernel that scales P into the format's range first (by up to 448) only shrinks both. Call
-//    it e_j; with l = Σ_j p_j (the oracle's: l = 1/max_j w_ij, since the largest p_j is 1) and E = Σ_j e_j, a kernel
-//    that divides Σ_j p'_j v_jc by l errs by Σ_j e_j|v_jc|/l, one that divides by its own l' = Σ_j p'_j (|l' - l| ≤ E)
-//    by at most (Σ_j e_j|v_jc| + E·max_j|v_jc|)/(l - E): the output's bound grows by the latter (e_j/l = 2^-4·w_ij or
-//    2^-10/l); at most (2 + E/l)·max_j|v_jc| in any case (the kernel's output lies within (1 + E/l)·max_j|v_jc|, the
-//    oracle's within max_j|v_jc|), which is the bound where E ≥ l. The weights a kernel returns (normalised from P in
-//    float) and the LSE are not affected.
+//    becomes a code of e4m3: off by at most 2^-4·p_j (three mantissa bits) where p_j ≥ 2^-6 (the smallest normal), by
+//    half the subnormal step, 2^-10, below; a kernel that scales P into the format's range first (by up to 448) only
+//    shrinks both. Call it e_j; with l = Σ_j p_j (the oracle's: l = 1/max_j w_ij, since the largest p_j is 1) and E =
+//    Σ_j e_j, a kernel that divides Σ_j p'_j v_jc by l errs by Σ_j e_j|v_jc|/l, one that divides by its own l' = Σ_j
+//    p'_j (|l' - l| ≤ E) by at most (Σ_j e_j|v_jc| + E·max_j|v_jc|)/(l - E): the output's bound grows by the latter
+//    (e_j/l = 2^-4·w_ij or 2^-10/l); at most (2 + E/l)·max_j|v_jc| in any case (the kernel's output lies within (1 +
+//    E/l)·max_j|v_jc|, the oracle's within max_j|v_jc|), which is the bound where E ≥ l. The weights a kernel returns
+//    (normalised from P in float) and the LSE are not affected.
 // The whole first-order bound is multiplied by `safety`.
 #include "attncheck/tolerance.hpp"
 
@@ -338,7 +342,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
     r.s_max = sink ? std::abs(*mods.sink) : 0.0;
     for (Index j = 0; j < T_k; ++j) {
       if (!mask.visible(i, j)) continue;
-      ++r.n_vis;
+      r.n_vis += mods.counted ? std::max<Index>(1, mods.counted->count(mods.list_b, mods.list_h, i, j)) : 1;
       r.abs_dot = std::max(r.abs_dot, abs_qk(i, j));
       r.raw_max = std::max(r.raw_max, std::abs(s(i, j)));
       r.s_max = std::max({r.s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
@@ -526,7 +530,7 @@ Matrix<double> streamed_output_tolerance(DType dtype, Index D_k, const Matrix<do
     const double bias_max = std::abs(mods.alibi_slope) * double(std::max(std::abs(kr.begin - p), std::abs(kr.end - 1 - p)));
     // |s_raw| ≤ abs_dot; without a softcap or a bias tensor also ≤ |s| + |ALiBi's b|, which is tighter.
     const double s_max =
-        mods.softcap || mods.bias ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
+        mods.softcap || mods.bias || mods.counted ? std::max(abs_score(i), abs_dot(i)) : abs_score(i) + bias_max;
     const double temper = mods.tempered ? 3 * terms.u_s * abs_dot(i) + 2 * u_a * s_max : 0.0;  // step 8
     const double normed = mods.qk_norm ? qk_norm_score_error(dtype, D_k, *mods.qk_norm, abs_dot(i)) : 0.0;  // 10
     const double mod_err = (mods.softcap ? 5 * u_a * abs_dot(i) : 0.0) + 2 * u_a * bias_max + temper + normed;

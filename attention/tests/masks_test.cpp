@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attncheck/attention.hpp"
+#include "attncheck/backward.hpp"
 
 namespace attncheck {
 namespace {
@@ -212,6 +213,88 @@ TEST(Visibility, anIndexListIsTheMaskOfTheKeysItListsIntersectedWithTheRest) {
       << message(bad);
   bad.index_list->group = 1;
   EXPECT_NE(message(bad).find("the list heads times the group are not H"), std::string::npos) << message(bad);
+}
+
+// MoBA's current block (IndexList::current_block): a query sees its row's blocks and the block of its own aligned
+// position, the causal rule still cutting inside it; bottom-right, position i + T_k - T_q. Rows list block 0 only
+// (or nothing), blocks of 2 keys.
+TEST(Visibility, theCurrentBlockIsSelectedBesidesTheRow) {
+  const Index T_q = 3, T_k = 6;
+  for (const bool listed : {true, false}) {
+    IndexList l{.block_size = 2, .group = 1, .B = 1, .H = 1, .T_q = T_q, .max_k = 1, .indices = {}};
+    l.indices.assign(T_q, listed ? 0 : -1);
+    l.current_block = true;
+    AttentionOptions o;
+    o.alignment = CausalAlignment::BottomRight;
+    o.index_list = l;
+    const Visibility vis = visibility(o, 0, T_q, T_k, 0);
+    for (Index i = 0; i < T_q; ++i)
+      for (Index j = 0; j < T_k; ++j) {
+        const Index p = i + T_k - T_q;
+        const bool want = j <= p && ((listed && j < 2) || j / 2 == p / 2);
+        EXPECT_EQ(vis.visible(i, j), want) << listed << i << j;
+        if (!want && j <= p) {
+          EXPECT_EQ(vis.hidden_by(i, j), "index list");
+        }
+      }
+    o.index_list->current_block = false;  // the row alone
+    const Visibility row = visibility(o, 0, T_q, T_k, 0);
+    for (Index i = 0; i < T_q; ++i)
+      for (Index j = 0; j < T_k; ++j) EXPECT_EQ(row.visible(i, j), listed && j < 2) << listed << i << j;
+  }
+}
+
+// Where duplicates count (IndexList::counted), a key listed n times is n copies of that key: a row listing keys
+// 0, 2, 0, 3, 0 over K equals the row listing each key once over K with key 0 written out three times (at
+// positions the causal rule shows every query of a decode step), in the output, the weights summed over the
+// copies, the LSE and the gradients (dK and dV summed over the copies), on the materialised and the streamed
+// paths. Without `counted` the same list is the set {0, 2, 3}.
+TEST(Visibility, aCountedDuplicateIsThatKeyWrittenOutAsOftenAsItIsListed) {
+  const Index T = 4, D = 3;
+  const Tensor<double> q = filled({1, 1, 1, D}, 0.3), k = filled({1, 1, T, D}, 1.1), v = filled({1, 1, T, D}, 2.7);
+  AttentionOptions o;
+  o.alignment = CausalAlignment::BottomRight;
+  o.index_list = IndexList{
+      .block_size = 1, .group = 1, .B = 1, .H = 1, .T_q = 1, .max_k = 5, .indices = {0, 2, 0, 3, 0}, .counted = true};
+  // Keys 0, 0, 0, 2, 3 written out (key 1 dropped: unlisted), every one listed once.
+  const std::vector<Index> copies{0, 0, 0, 2, 3};
+  Tensor<double> k5({1, 1, 5, D}), v5({1, 1, 5, D});
+  for (Index n = 0; n < 5; ++n)
+    for (Index c = 0; c < D; ++c) {
+      k5(0, 0, n, c) = k(0, 0, copies[std::size_t(n)], c);
+      v5(0, 0, n, c) = v(0, 0, copies[std::size_t(n)], c);
+    }
+  AttentionOptions plain;
+  plain.alignment = CausalAlignment::BottomRight;
+  Tensor<double> w({1, 1, 1, 1}), w5({1, 1, 1, 1}), lse({1, 1, 1, 1}), lse5({1, 1, 1, 1});
+  const Tensor<double> out = attention(q, k, v, o, &w, &lse), out5 = attention(q, k5, v5, plain, &w5, &lse5);
+  const Tensor<double> streamed = attention(q, k, v, o);
+  for (Index c = 0; c < D; ++c) {
+    EXPECT_NEAR(out(0, 0, 0, c), out5(0, 0, 0, c), 1e-14) << c;
+    EXPECT_NEAR(streamed(0, 0, 0, c), out5(0, 0, 0, c), 1e-14) << c;
+  }
+  EXPECT_NEAR(lse(0, 0, 0, 0), lse5(0, 0, 0, 0), 1e-14);
+  EXPECT_NEAR(w(0, 0, 0, 0), w5(0, 0, 0, 0) + w5(0, 0, 0, 1) + w5(0, 0, 0, 2), 1e-15);
+  EXPECT_EQ(w(0, 0, 0, 1), 0.0);
+  EXPECT_NEAR(w(0, 0, 0, 3), w5(0, 0, 0, 4), 1e-15);
+  const Tensor<double> dO = filled({1, 1, 1, D}, 0.9);
+  const AttentionGradients<double> g = attention_backward(q, k, v, dO, o),
+                                   g5 = attention_backward(q, k5, v5, dO, plain);
+  for (Index c = 0; c < D; ++c) {
+    EXPECT_NEAR(g.dq(0, 0, 0, c), g5.dq(0, 0, 0, c), 1e-14) << c;
+    EXPECT_NEAR(g.dk(0, 0, 0, c), g5.dk(0, 0, 0, c) + g5.dk(0, 0, 1, c) + g5.dk(0, 0, 2, c), 1e-14) << c;
+    EXPECT_NEAR(g.dv(0, 0, 0, c), g5.dv(0, 0, 0, c) + g5.dv(0, 0, 1, c) + g5.dv(0, 0, 2, c), 1e-14) << c;
+    EXPECT_NEAR(g.dv(0, 0, 3, c), g5.dv(0, 0, 4, c), 1e-14) << c;
+  }
+  o.index_list->counted = false;  // a set: {0, 2, 3}, each once
+  Tensor<double> ws({1, 1, 1, 1});
+  attention(q, k, v, o, &ws);
+  EXPECT_NE(ws(0, 0, 0, 0), w(0, 0, 0, 0));
+  AttentionOptions once = o;
+  once.index_list->indices = {0, 2, 3, -1, -1};
+  Tensor<double> w1({1, 1, 1, 1});
+  attention(q, k, v, once, &w1);
+  EXPECT_EQ(ws.values(), w1.values());
 }
 
 }  // namespace

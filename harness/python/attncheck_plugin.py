@@ -80,6 +80,8 @@ FLAGS4 = {"bias": 0x1, "bias_grad": 0x2, "temperature": 0x4, "rope": 0x8, "rope_
           "q_quant": 0x400000, "p_fp8": 0x800000, "paged_quant": 0x1000000,
           "index_list": 0x2000000, "index_list_blocks": 0x4000000, "index_list_per_query_head": 0x8000000,
           "tree": 0x10000000, "tree_bitmask": 0x20000000, "index_list_physical": 0x40000000}
+# Version 4's second word, flags4b (ABI 4's ATTNCHECK_CAP4B_* bits: flags4 has none left), after flags4.
+FLAGS4B = {"index_list_counted": 0x1, "index_list_current_block": 0x2}
 MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("alibi_slopes",),
                      "bidirectional": ("causal",), "paged": ("paged",), "documents": ("q_doc_ids", "k_doc_ids"),
                      "chunked_local": ("chunk_size",), "prefix": ("prefix_length",), "right_window": ("window_right",),
@@ -93,7 +95,8 @@ MODIFIER_KEYWORDS = {"sinks": ("sinks",), "softcap": ("softcap",), "alibi": ("al
                      "kv_ggml_q5_1": ("quant",), "q_quant": ("quant",), "paged_quant": ("paged", "quant"),
                      "index_list": ("index_list",), "index_list_blocks": ("index_list",),
                      "index_list_per_query_head": ("index_list",), "tree": ("tree",), "tree_bitmask": ("tree",),
-                     "index_list_physical": ("index_list",)}
+                     "index_list_physical": ("index_list",), "index_list_counted": ("index_list",),
+                     "index_list_current_block": ("index_list",)}
 # The declarations whose keyword a forward call alone carries (paged and quantised caches are forward only).
 FORWARD_ONLY = ("paged", "kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                 "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0", "kv_ggml_q5_1",
@@ -111,8 +114,8 @@ FEATURE_FAMILIES = {
     "quantised caches": ("kv_e4m3fn", "kv_e5m2", "kv_int8", "kv_scale_per_head", "kv_scale_per_token",
                          "kv_zero_points", "kv_ggml_q8_0", "kv_ggml_q4_0", "kv_ggml_q4_1", "kv_ggml_q5_0",
                          "kv_ggml_q5_1", "q_quant", "paged_quant"),
-    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head", "index_list_physical", "tree",
-                      "tree_bitmask"),
+    "selected keys": ("index_list", "index_list_blocks", "index_list_per_query_head", "index_list_physical",
+                      "index_list_counted", "index_list_current_block", "tree", "tree_bitmask"),
     "claims about results": ("batch_invariant",),
     "compute precision": ("q_dot_ggml_q8", "p_fp8"),
 }
@@ -123,7 +126,8 @@ FEATURES = tuple(name for names in FEATURE_FAMILIES.values() for name in names)
 ABI_WORDS = dict([("ATTNCHECK_CAP3_" + name.upper(), name) for name in FLAGS3]
                  + [("ATTNCHECK_CAP_" + name.upper(), name) for name in ("gqa", "key_lengths", "window")]
                  + [("ATTNCHECK_CAP4_" + name.upper(), name) for name in FLAGS4]
-                 + [("Feature::" + name, name) for name in list(FLAGS3) + list(FLAGS4)]
+                 + [("ATTNCHECK_CAP4B_" + name.upper(), name) for name in FLAGS4B]
+                 + [("Feature::" + name, name) for name in list(FLAGS3) + list(FLAGS4) + list(FLAGS4B)]
                  + [("Feature::" + member, name) for member, name in (
                      ("gqa", "gqa"), ("key_padding", "key_lengths"), ("window", "window"))]
                  + [("Capabilities::" + name, name) for name in (
@@ -143,7 +147,7 @@ def python_words(text):
         words = [ABI_WORDS.get(n) for n in [first] + [base + r for r in rest]]
         return match.group(0) if None in words else ", ".join("%s=True" % w for w in words)
 
-    return re.sub(r"((?:ATTNCHECK_CAP[34]?_|Feature::|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group,
+    return re.sub(r"((?:ATTNCHECK_CAP(?:4B|[34])?_|Feature::|Capabilities::)[A-Za-z_]+)((?:, _?[A-Za-z_]+)*)(?=\))", group,
                   text)
 
 
@@ -730,7 +734,10 @@ class IndexList:
     serve(..., index_list_per_query_head=True) [B, H, T_q, max_k] and `per` "query_head"), row (b, g, i) the keys (or,
     with block_size > 1, the blocks of block_size keys: serve(..., index_list_blocks=True)) that query i of batch entry
     b sees through any query head of kv head g; -1 pads a row anywhere and is never a key (not the last one). A key
-    listed twice is listed once, and the call's other rules (causal, padding, window, ...) still hide what they hide.
+    listed twice is listed once (with serve(..., index_list_counted=True) it weighs twice: a key listed n times weighs
+    n·e^s, as a gather over every entry computes; with serve(..., index_list_current_block=True) each query's own
+    block, that of its aligned position, is selected besides its row, as MoBA's current block), and the call's other
+    rules (causal, padding, window, ...) still hide what they hide.
     to_mask(T_k, H) is the [B, H, T_q, T_k] boolean mask of the keys listed (other rules not applied). With
     serve(..., index_list_physical=True), a paged call's entries are slots of the pool (`space` "physical": page *
     page_size + slot, FlashMLA's sparse indices): k_pages viewed as [num_pages * page_size, ...] (token-major) reads
@@ -1200,7 +1207,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
           kv_ggml_q8_0=False, kv_ggml_q4_0=False, kv_ggml_q4_1=False, kv_ggml_q5_0=False, kv_ggml_q5_1=False,
           q_dot_ggml_q8=False, q_quant=False, p_fp8=False, paged_quant=False, index_list=False,
           index_list_blocks=False, index_list_per_query_head=False, tree=False, tree_bitmask=False,
-          index_list_physical=False, framework="numpy", device=None):
+          index_list_physical=False, index_list_counted=False, index_list_current_block=False, framework="numpy",
+          device=None):
     """Answers attncheck's calls with `fn` until attncheck is done, then exits 0.
 
     `framework="torch"` gives fn torch.Tensors instead of numpy arrays: q, k, v (and dO, the paged pools) at exactly
@@ -1322,7 +1330,9 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                               ("index_list", index_list), ("index_list_blocks", index_list_blocks),
                                               ("index_list_per_query_head", index_list_per_query_head),
                                               ("tree", tree), ("tree_bitmask", tree_bitmask),
-                                              ("index_list_physical", index_list_physical))}
+                                              ("index_list_physical", index_list_physical),
+                                              ("index_list_counted", index_list_counted),
+                                              ("index_list_current_block", index_list_current_block))}
     if layout_invariant and not strided:
         raise ValueError("serve: layout_invariant=True needs strided=True (the layouts come only to a function "
                          "that declares it reads strided inputs)")
@@ -1337,10 +1347,11 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
     if p_fp8 and not (kv_e4m3fn or kv_e5m2 or kv_int8):
         raise ValueError("serve: p_fp8=True needs an FP8 or int8 cache format (kv_e4m3fn=True, kv_e5m2=True or "
                          "kv_int8=True): P is cast to FP8 only in such a call")
-    if (index_list_blocks or index_list_per_query_head or index_list_physical) and not index_list:
-        raise ValueError("serve: index_list_blocks=True, index_list_per_query_head=True and index_list_physical=True "
-                         "need index_list=True "
-                         "(they say how an index list comes)")
+    if (index_list_blocks or index_list_per_query_head or index_list_physical or index_list_counted
+            or index_list_current_block) and not index_list:
+        raise ValueError("serve: index_list_blocks=True, index_list_per_query_head=True, index_list_physical=True, "
+                         "index_list_counted=True and index_list_current_block=True need index_list=True (they say "
+                         "how an index list comes and what it means)")
     if paged_quant and not (paged and (kv_e4m3fn or kv_e5m2 or kv_int8 or kv_ggml_q8_0 or kv_ggml_q4_0 or
                                        kv_ggml_q4_1 or kv_ggml_q5_0 or kv_ggml_q5_1)):
         raise ValueError("serve: paged_quant=True needs paged=True and a cache format (kv_e4m3fn=True, ...): it "
@@ -1413,7 +1424,7 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
                                       ("head_dims=%r" % (head_dims,), bool(head_dims)),
                                       ("empty_rows='any'", empty_rows == "any"))
                 + tuple(("%s=True" % key, on) for key, on in declared.items()) if on]
-    needs_v4 = ["%s=True" % key for key in FLAGS4 if declared[key]]  # and what only version 4 can
+    needs_v4 = ["%s=True" % key for key in list(FLAGS4) + list(FLAGS4B) if declared[key]]  # and what only 4 can
 
     ch = _Channel()
     ftype, payload = ch.read()
@@ -1442,7 +1453,8 @@ def serve_declared(fn, name="python", description="", dtypes=("float32", "float6
         caps += struct.pack("<II", sum(PAGE_LAYOUT_CODES[layout] for layout in set(page_layouts)), len(page_sizes))
         caps += b"".join(struct.pack("<q", size) for size in page_sizes)
         if version >= 4:
-            caps += struct.pack("<I", sum(FLAGS4[key] for key, on in declared.items() if on and key in FLAGS4))
+            caps += struct.pack("<II", sum(FLAGS4[key] for key, on in declared.items() if on and key in FLAGS4),
+                                sum(FLAGS4B[key] for key, on in declared.items() if on and key in FLAGS4B))
         elif needs_v4:
             ch.write(REFUSE, _string("this client declares %s, which needs exec protocol version 4, but this "
                                      "attncheck speaks version %d; use a newer attncheck"

@@ -560,17 +560,23 @@ constexpr bool abi_bits_match() {
                              ATTNCHECK_ABI_BIT(tree_bitmask, ATTNCHECK_CAP4_TREE_BITMASK),
                              ATTNCHECK_ABI_BIT(index_list_physical, ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL),
                              ATTNCHECK_ABI_BIT(index_list_per_query_head, ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD)};
+  constexpr AbiBit abi4b[] = {ATTNCHECK_ABI_BIT(index_list_counted, ATTNCHECK_CAP4B_INDEX_LIST_COUNTED),
+                              ATTNCHECK_ABI_BIT(index_list_current_block, ATTNCHECK_CAP4B_INDEX_LIST_CURRENT_BLOCK)};
   for (const AbiBit& a : abi3)
     if (feature(a.feature).flags3 != a.bit || feature(a.feature).c_name != a.macro) return false;
   for (const AbiBit& a : abi4)
     if (feature(a.feature).flags4 != a.bit || feature(a.feature).c_name != a.macro) return false;
-  std::size_t abi4_rows = 0;
+  for (const AbiBit& a : abi4b)
+    if (feature(a.feature).flags4b != a.bit || feature(a.feature).c_name != a.macro) return false;
+  std::size_t abi4_rows = 0, abi4b_rows = 0;
   for (const FeatureRow& r : kFeatures) {
     abi_rows += r.abi_flag ? 1 : 0;
     abi3_rows += r.flags3 ? 1 : 0;
     abi4_rows += r.flags4 ? 1 : 0;
+    abi4b_rows += r.flags4b ? 1 : 0;
   }
   return abi_rows == std::size(abi) && abi3_rows == std::size(abi3) && abi4_rows == std::size(abi4) &&
+         abi4b_rows == std::size(abi4b) &&
          (wire::kFeatureFlags3 | ATTNCHECK_CAP3_DETERMINISTIC) == kAbi3Flags;
 }
 #undef ATTNCHECK_ABI_BIT
@@ -828,8 +834,18 @@ class CPlugin final : public Implementation {
   Capabilities caps_;
 };
 
+// flags4b, where the table's own size reaches it (a table compiled before it declares none of its bits).
+std::uint32_t flags4b_of(const attncheck_plugin_v1* table) {
+  std::uint32_t size = 0, b = 0;
+  std::memcpy(&size, reinterpret_cast<const char*>(table) + offsetof(attncheck_plugin_v4, table_size), sizeof size);
+  if (size >= offsetof(attncheck_plugin_v4, flags4b) + sizeof b)
+    std::memcpy(&b, reinterpret_cast<const char*>(table) + offsetof(attncheck_plugin_v4, flags4b), sizeof b);
+  return b;
+}
+
 // ABI 4: the table's own size, read first and never read past (a field it does not reach is neutral), then
-// flags4: the ATTNCHECK_CAP4_* bits of the feature table's rows (docs/abi4.md designs them), and no other.
+// flags4: the ATTNCHECK_CAP4_* bits of the feature table's rows (docs/abi4.md designs them), and no other; then
+// flags4b the same way.
 void validate_v4(const std::string& name, const attncheck_plugin_v1* table) {
   std::uint32_t size = 0;
   std::memcpy(&size, reinterpret_cast<const char*>(table) + offsetof(attncheck_plugin_v4, table_size), sizeof size);
@@ -846,6 +862,10 @@ void validate_v4(const std::string& name, const attncheck_plugin_v1* table) {
                     (wire::kFeatureFlags4 ? " (expected ATTNCHECK_CAP4_* bits within " + hex(wire::kFeatureFlags4)
                                           : std::string(" (expected 0: this attncheck knows no ATTNCHECK_CAP4_* bit yet")) +
                     "; build the plug-in against this attncheck's attncheck/plugin.h)" + v3_hint);
+  const std::uint32_t b = flags4b_of(table);
+  if (b & ~wire::kFeatureFlags4b)
+    throw SpecError(name + ": the plug-in's flags4b are " + hex(b) + " (expected ATTNCHECK_CAP4B_* bits within " +
+                    hex(wire::kFeatureFlags4b) + "; build the plug-in against this attncheck's attncheck/plugin.h)");
 }
 
 // Refuses a table that claims what its version cannot carry, or whose ABI-2 tail is not what an ABI-2
@@ -981,7 +1001,8 @@ Capabilities declared_capabilities(const attncheck_plugin_v1* table, const attnc
     for (std::size_t n = 0; n < v3->num_page_sizes; ++n) caps.page_sizes.push_back(v3->page_sizes[n]);
     caps.page_layouts = v3->page_layouts;
   }
-  if (v4) wire::set_flags4_bools(caps, v4->flags4);  // validate_v4 checked the size reaches it, and its bits
+  // validate_v4 checked the size reaches flags4, and the bits of both words
+  if (v4) wire::set_flags4_bools(caps, v4->flags4, flags4b_of(table));
   return caps;
 }
 

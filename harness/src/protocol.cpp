@@ -153,16 +153,26 @@ std::uint32_t flags2_bits(const Capabilities& caps) {
 }
 
 // (After the older words: a row that requires one of theirs, paged_quant paged, reads it from caps.)
-void set_flags4_bools(Capabilities& caps, std::uint32_t flags4) {
-  const auto has = [&](Feature r) { return feature(r).flags4 ? (flags4 & feature(r).flags4) != 0 : caps.declares(r); };
+void set_flags4_bools(Capabilities& caps, std::uint32_t flags4, std::uint32_t flags4b) {
+  const auto bit = [&](const FeatureRow& f) { return (flags4 & f.flags4) != 0 || (flags4b & f.flags4b) != 0; };
+  const auto has = [&](Feature r) {
+    return feature(r).flags4 || feature(r).flags4b ? bit(feature(r)) : caps.declares(r);
+  };
   for (const FeatureRow& f : kFeatures)
-    if (f.flags4) caps.features.set(f.id, (flags4 & f.flags4) && (!f.requires_feature || has(*f.requires_feature)));
+    if (f.flags4 || f.flags4b) caps.features.set(f.id, bit(f) && (!f.requires_feature || has(*f.requires_feature)));
 }
 
 std::uint32_t flags4_bits(const Capabilities& caps) {
   std::uint32_t bits = 0;
   for (const FeatureRow& f : kFeatures)
     if (caps.declares(f.id)) bits |= f.flags4;
+  return bits;
+}
+
+std::uint32_t flags4b_bits(const Capabilities& caps) {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures)
+    if (caps.declares(f.id)) bits |= f.flags4b;
   return bits;
 }
 
@@ -221,7 +231,10 @@ std::string encode_caps(const Handshake& h) {
     w.u32(std::uint32_t(h.caps.page_sizes.size()));
     for (const Index s : h.caps.page_sizes) w.i64(s);
   }
-  if (h.version >= 4) w.u32(flags4_bits(h.caps));
+  if (h.version >= 4) {
+    w.u32(flags4_bits(h.caps));
+    w.u32(flags4b_bits(h.caps));
+  }
   return frame(FrameType::caps, w.bytes());
 }
 
@@ -332,7 +345,12 @@ Handshake decode_caps(std::string_view payload) {
       throw ProtocolError("caps frame: flags4 bits are " + std::to_string(flags4) + " (expected ATTNCHECK_CAP4_* bits" +
                           (kFeatureFlags4 ? ", within " + std::to_string(kFeatureFlags4) : std::string(": none yet")) +
                           ")");
-    set_flags4_bools(h.caps, flags4);
+    // flags4b: a version-4 child built before it ends the frame at flags4, declaring none of its bits.
+    const std::uint32_t flags4b = r.left() >= 4 ? r.u32() : 0;
+    if (flags4b & ~kFeatureFlags4b)
+      throw ProtocolError("caps frame: flags4b bits are " + std::to_string(flags4b) +
+                          " (expected ATTNCHECK_CAP4B_* bits, within " + std::to_string(kFeatureFlags4b) + ")");
+    set_flags4_bools(h.caps, flags4, flags4b);
   }
   return h;
 }

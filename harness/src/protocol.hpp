@@ -58,6 +58,12 @@ inline constexpr std::uint32_t kFeatureFlags4 = [] {
   for (const FeatureRow& f : kFeatures) bits |= f.flags4;
   return bits;
 }();
+/// Version 4's second word, flags4b (the ATTNCHECK_CAP4B_* values), the same way.
+inline constexpr std::uint32_t kFeatureFlags4b = [] {
+  std::uint32_t bits = 0;
+  for (const FeatureRow& f : kFeatures) bits |= f.flags4b;
+  return bits;
+}();
 
 /// The caps frame's flags (every version): what the client's calls return and accept beyond the features.
 enum CapsFlags : std::uint32_t {
@@ -132,9 +138,11 @@ std::uint32_t abi3_bits(const Capabilities& caps);
 /// The same for version 2's flags2 bits (GQA, key lengths, window, backward).
 void set_flags2_bools(Capabilities& caps, std::uint32_t flags2);
 std::uint32_t flags2_bits(const Capabilities& caps);
-/// The same for version 4's flags4 bits (ABI 4's ATTNCHECK_CAP4_*), after the older words (a row may require one of theirs).
-void set_flags4_bools(Capabilities& caps, std::uint32_t flags4);
+/// The same for version 4's flags4 and flags4b bits (ABI 4's ATTNCHECK_CAP4_* and ATTNCHECK_CAP4B_*), after the older
+/// words (a row may require one of theirs); flags4b 0 where the table or the frame does not reach it.
+void set_flags4_bools(Capabilities& caps, std::uint32_t flags4, std::uint32_t flags4b);
 std::uint32_t flags4_bits(const Capabilities& caps);
+std::uint32_t flags4b_bits(const Capabilities& caps);
 
 /// Status codes of a result frame (the C ABI's ATTNCHECK_OK/ERROR/UNSUPPORTED, plus one the host reports).
 enum Status : std::int32_t { ok = 0, error = 1, unsupported = 2, wrong_size = 3 };

@@ -201,7 +201,9 @@ std::optional<Problem> witness(Feature f) {
     case Feature::batch_invariant:
     case Feature::bias_grad:
     case Feature::q_dot_ggml_q8:
-    case Feature::p_fp8: return std::nullopt;
+    case Feature::p_fp8:
+    case Feature::index_list_counted:
+    case Feature::index_list_current_block: return std::nullopt;
   }
   return p;
 }
@@ -324,6 +326,7 @@ TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
       t.flags |= feature(g).abi_flag;
       t.flags3 |= feature(g).flags3;
       t.flags4 |= feature(g).flags4;
+      t.flags4b |= feature(g).flags4b;
     }
     if (f.id == Feature::backward)
       t.backward = [](const attncheck_backward_call*, char*, size_t) -> std::int32_t { return ATTNCHECK_OK; };
@@ -341,8 +344,9 @@ TEST(Contract, everyFeatureDeclaredCrossesTheExecCapsFrameAndTheCAbiTable) {
   }
 }
 
-// Version 4's caps frame ends with flags4: a bit the table does not define is refused naming it, and a version-3
-// frame (an older client's) has none and still reads.
+// Version 4's caps frame ends with flags4 and flags4b: a bit the table does not define is refused naming it, a
+// version-4 frame that ends at flags4 (a client built before flags4b) declares none of flags4b's, and a version-3
+// frame (an older client's) has neither and still reads.
 TEST(Contract, theVersion4CapsFrameCarriesFlags4AndAVersion3OneStillReads) {
   wire::Handshake h;
   h.caps = all_features();
@@ -354,22 +358,50 @@ TEST(Contract, theVersion4CapsFrameCarriesFlags4AndAVersion3OneStillReads) {
     EXPECT_EQ(d.version, version);
     std::set<Feature> want = declared_in(h.caps);
     if (version < 4)  // ABI 4's features are not in a version-3 frame: such a client is never sent them
-      std::erase_if(want, [](Feature f) { return feature(f).flags4 != 0; });
+      std::erase_if(want, [](Feature f) { return feature(f).flags4 != 0 || feature(f).flags4b != 0; });
     EXPECT_EQ(declared_in(d.caps), want) << version;
-    if (version == 4) {  // flags4 is the frame's last u32
-      std::string bad = payload;
+    if (version == 4) {  // flags4 and flags4b are the frame's last two u32s
       const std::uint32_t unknown = 0x80000000u;
-      std::memcpy(bad.data() + bad.size() - 4, &unknown, 4);
-      try {
-        wire::decode_caps(bad);
-        ADD_FAILURE() << "flags4 0x80000000 read";
-      } catch (const wire::ProtocolError& e) {
-        EXPECT_NE(std::string(e.what()).find("flags4 bits are 2147483648 (expected ATTNCHECK_CAP4_* bits"),
-                  std::string::npos)
-            << e.what();
+      for (const std::size_t from_end : {8u, 4u}) {
+        std::string bad = payload;
+        std::memcpy(bad.data() + bad.size() - from_end, &unknown, 4);
+        const std::string word = from_end == 8 ? "flags4 bits are 2147483648 (expected ATTNCHECK_CAP4_* bits"
+                                               : "flags4b bits are 2147483648 (expected ATTNCHECK_CAP4B_* bits";
+        try {
+          wire::decode_caps(bad);
+          ADD_FAILURE() << word << " read";
+        } catch (const wire::ProtocolError& e) {
+          EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+        }
       }
+      const wire::Handshake old = wire::decode_caps(payload.substr(0, payload.size() - 4));
+      std::set<Feature> before = declared_in(h.caps);
+      std::erase_if(before, [](Feature f) { return feature(f).flags4b != 0; });
+      EXPECT_EQ(declared_in(old.caps), before);
     }
   }
+}
+
+// An ABI-4 table compiled before flags4b (its table_size ends at flags4) declares none of flags4b's features, whatever
+// the bytes past its end hold: the loader never reads them.
+TEST(Contract, anAbi4TableThatEndsAtFlags4DeclaresNothingOfFlags4b) {
+  attncheck_plugin_v4 t{};
+  t.abi_version = ATTNCHECK_PLUGIN_ABI_V4;
+  t.table_size = ATTNCHECK_PLUGIN_V4_MIN_SIZE;
+  t.dtypes = ATTNCHECK_DTYPE_F64;
+  t.name = "contract";
+  t.flags4 = ATTNCHECK_CAP4_INDEX_LIST;
+  t.flags4b = 0xFFFFFFFFu;  // past table_size: another struct's bytes, as far as the loader knows
+  const auto* v1 = reinterpret_cast<const attncheck_plugin_v1*>(&t);
+  const Capabilities c = detail::declared_capabilities(v1, reinterpret_cast<const attncheck_plugin_v2*>(&t),
+                                                       reinterpret_cast<const attncheck_plugin_v3*>(&t), &t);
+  EXPECT_TRUE(c.declares(Feature::index_list));
+  EXPECT_FALSE(c.declares(Feature::index_list_counted));
+  t.table_size = ATTNCHECK_PLUGIN_V4_SIZE;
+  t.flags4b = ATTNCHECK_CAP4B_INDEX_LIST_COUNTED;
+  EXPECT_TRUE(detail::declared_capabilities(v1, reinterpret_cast<const attncheck_plugin_v2*>(&t),
+                                            reinterpret_cast<const attncheck_plugin_v3*>(&t), &t)
+                  .declares(Feature::index_list_counted));
 }
 
 TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
@@ -404,7 +436,7 @@ TEST(Contract, aCallUsingEachFeatureCrossesTheExecFramesAndJsonUnchanged) {
 TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   const std::string cmd = "PYTHONPATH=" ATTNCHECK_PYTHON_DIR
                           " /usr/bin/python3 -c 'import attncheck_plugin as a, inspect, json; "
-                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, \"flags4\": a.FLAGS4, \"call\": a.CALL_FLAGS, "
+                          "print(json.dumps({\"flags2\": a.FLAGS2, \"flags3\": a.FLAGS3, \"flags4\": a.FLAGS4, \"flags4b\": a.FLAGS4B, \"call\": a.CALL_FLAGS, "
                           "\"caps\": a.CAPS_FLAGS, \"result\": a.RESULT_FLAGS, \"d_sinks\": a.GRADIENTS_D_SINKS, "
                           "\"keywords\": list(inspect.signature(a.serve_declared).parameters), "
                           "\"features\": a.FEATURES, \"abi_words\": a.ABI_WORDS}))'";
@@ -414,11 +446,12 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   char buf[4096];
   for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, pipe.get())) > 0;) out.append(buf, n);
   const nlohmann::json py = nlohmann::json::parse(out);
-  std::map<std::string, std::uint32_t> flags2, flags3, flags4;
+  std::map<std::string, std::uint32_t> flags2, flags3, flags4, flags4b;
   for (const FeatureRow& f : kFeatures) {
     if (f.flags2) flags2[std::string(f.name)] = f.flags2;
     if (f.flags3) flags3[std::string(f.name)] = f.flags3;
     if (f.flags4) flags4[std::string(f.name)] = f.flags4;
+    if (f.flags4b) flags4b[std::string(f.name)] = f.flags4b;
     const auto& kw = py.at("keywords");
     EXPECT_NE(std::find(kw.begin(), kw.end(), std::string(f.name)), kw.end()) << "serve() has no keyword " << f.name;
     const auto& names = py.at("features");
@@ -432,6 +465,7 @@ TEST(Contract, pythonClientNamesEveryFeatureAsTheTableDoes) {
   EXPECT_EQ(py.at("flags2").get<decltype(flags2)>(), flags2);
   EXPECT_EQ(py.at("flags3").get<decltype(flags3)>(), flags3);
   EXPECT_EQ(py.at("flags4").get<decltype(flags4)>(), flags4);
+  EXPECT_EQ(py.at("flags4b").get<decltype(flags4b)>(), flags4b);
   // The frames' other flags: a call's, the caps frame's, a result's and a gradients frame's.
   using namespace wire;
   const std::map<std::string, std::uint32_t> call{

@@ -22,6 +22,20 @@ Capabilities index_capabilities() {
   return c;
 }
 
+// A kernel that counts duplicates (a key listed n times weighs n times, as a gather over every entry computes).
+Capabilities counted_capabilities() {
+  Capabilities c = index_capabilities();
+  c.features.add(Feature::index_list_counted);
+  return c;
+}
+
+// MoBA's kernel: block indices, each query's own block selected besides its row.
+Capabilities moba_capabilities() {
+  Capabilities c = index_capabilities();
+  c.features.add(Feature::index_list_current_block);
+  return c;
+}
+
 // Selected keys as slots of a paged pool (FlashMLA's sparse indices), in pages of 1 and 4 (the size is not the bug).
 Capabilities physical_capabilities() {
   Capabilities c = index_capabilities();
@@ -68,9 +82,10 @@ void each_row(IndexList& l, F f) {
   for (Index r = 0; r < l.B * l.H * l.T_q; ++r) f(l.indices.data() + r * l.max_k, l.max_k);
 }
 
-// The gather kernel: for each query, the keys its row lists (each once, or each time it is listed), those every other
-// rule allows, attended to alone in double (attend_gathered).
-Outcome gather_forward(const Problem& p, bool once) {
+// The gather kernel: for each query, the keys its row lists (each once, or each time it is listed), and with
+// `current` the block of its own position unless the row lists it, those every other rule allows, attended to alone
+// in double (attend_gathered).
+Outcome gather_forward(const Problem& p, bool once, bool current = false) {
   if (!p.index_list) return reference_implementation()->forward(p);
   const IndexList& l = *p.index_list;
   Problem rules = p;  // every other rule
@@ -80,11 +95,19 @@ Outcome gather_forward(const Problem& p, bool once) {
     std::vector<Index> keys;
     std::set<Index> seen;
     const std::int32_t* row = l.row(b, h, i);
+    const auto gather = [&](Index unit) {
+      for (Index j = unit * l.block_size; j < std::min(T_k, (unit + 1) * l.block_size); ++j)
+        if (!once || seen.insert(j).second) keys.push_back(j);
+    };
+    bool own_listed = false;
+    const Index pos = rules.visibility(b, h).position(i);
+    const Index own = pos >= 0 ? pos / l.block_size : -1;  // no block holds a position before the first key
     for (Index n = 0; n < l.max_k; ++n) {
       if (row[n] < 0) continue;
-      for (Index j = row[n] * l.block_size; j < std::min(T_k, (row[n] + 1) * l.block_size); ++j)
-        if (!once || seen.insert(j).second) keys.push_back(j);
+      gather(row[n]);
+      own_listed = own_listed || row[n] == own;
     }
+    if (current && !own_listed && own >= 0) gather(own);
     return keys;
   });
 }
@@ -276,6 +299,50 @@ std::vector<Mutant> index_list_mutants() {
                 "one query over one listed key: its slot read a page on, where no key lies (or two keys, the "
                 "first read at the second's slot)",
                 {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(zoo_entry(
+      make_implementation("mutant:index-list-counted-deduplicated",
+                          "duplicates declared counted, but each listed key gathered once", counted_capabilities(),
+                          [](const Problem& p) { return gather_forward(p, true); }),
+      "a kernel that declares duplicates counted (a key listed n times weighs n times) deduplicates its rows "
+      "anyway (a set built from the list, a sort-and-unique before the gather): a repeated key weighs once",
+      {1, 1, 1, 1}, "one query over two keys, key 0 listed twice", {"index-list-oracle"}, {Shape{1, 1, 2, 1}}));
+  z.push_back(zoo_entry(bent(
+                            "mutant:index-list-current-block-dropped",
+                            "MoBA's current block declared, but only the row's blocks selected",
+                            [](Problem& p) { p.index_list->current_block = false; }, moba_capabilities()),
+                        "MoBA's current block never forced: a query sees only the blocks its row selects, not its "
+                        "own, so a query whose gate picked no block sees nothing (and none sees its own recent keys)",
+                        {1, 1, 1, 1}, "one query over one key, its row empty: its own block holds that key",
+                        {"index-list-oracle"}));
+  z.push_back(zoo_entry(bent("mutant:index-list-current-block-undeclared",
+                             "each query's own block selected besides its row, though not declared",
+                             [](Problem& p) { p.index_list->current_block = true; }),
+                        "a MoBA kernel behind a DSA-style top-k call: the current block added to every query's "
+                        "selection though the caller's list is the whole selection",
+                        {1, 1, 1, 1}, "one query over one key, its row empty: it should see nothing",
+                        {"index-list-oracle"}));
+  z.push_back(Mutant{
+      .impl = make_implementation("control:index-list-gather-moba",
+                                  "correct for MoBA; each row's blocks and the query's own block gathered once",
+                                  moba_capabilities(), [](const Problem& p) { return gather_forward(p, true, true); }),
+      .bug = "control: MoBA's current block declared, and each query's keys gathered from its row's blocks and its "
+             "own block (added unless listed), those every other rule allows kept, and attended to alone in "
+             "double: MoBA's way, which the oracle's selection must match",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {}});
+  z.push_back(Mutant{
+      .impl = make_implementation("control:index-list-gather-counted",
+                                  "correct where duplicates count; each row's entries gathered as listed, in double",
+                                  counted_capabilities(), [](const Problem& p) { return gather_forward(p, false); }),
+      .bug = "control: duplicates declared counted, and each row's entries gathered one by one (a repeated key as "
+             "often as it is listed, padding skipped, blocks expanded), those every other rule allows kept, and "
+             "attended to alone in double: FlashMLA's sparse kernels' way, which the oracle's counts must match",
+      .control = true,
+      .minimal_shape = {},
+      .why_minimal = "a control: no case should fail",
+      .killed_by = {}});
   z.push_back(Mutant{
       .impl = make_implementation("control:index-list-gather",
                                   "correct; each row's listed keys gathered once and attended to alone, in double",

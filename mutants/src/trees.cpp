@@ -2,10 +2,13 @@
 // builds the tree's mask wrong the way speculative-decoding trackers report it: the prefix hidden from the nodes,
 // every earlier node seen (causal, not the tree), a node blind to itself, the walk up the tree stopped at the parent,
 // the bitmask's bits read in the other order, every request's rows read with the first request's stride, the
-// per-request offsets ignored. Each rewrites the tree into the cells it would read and runs the reference on them;
-// the control walks the parent pointers itself and attends over the keys it collects.
+// per-request offsets ignored, the mask of an earlier call of the same shape reused. Each rewrites the tree into the
+// cells it would read and runs the reference on them; the control walks the parent pointers itself and attends over the
+// keys it collects.
 #include <cmath>
 #include <limits>
+#include <memory>
+#include <mutex>
 
 #include "parts.hpp"
 
@@ -79,6 +82,37 @@ Outcome walk_forward(const Problem& p) {
 }
 
 }  // namespace
+
+// The mask a CUDA graph captured for a batch shape: built on the first call of that shape (B, T_q and each entry's
+// length) and reused by every later call of it until the shape changes, whatever tree the call brings.
+ImplementationPtr stale_mask() {
+  struct Captured {
+    std::mutex m;
+    std::vector<Index> shape;
+    std::optional<TokenTree> cells;
+  };
+  const auto captured = std::make_shared<Captured>();
+  return make_implementation(
+      "mutant:tree-mask-stale", "the tree's mask built once per batch shape and reused while the shape holds",
+      tree_capabilities(), [captured](const Problem& p) {
+        if (!p.tree) return reference_implementation()->forward(p);
+        const std::vector<Index> L = p.sequence_lengths();
+        std::vector<Index> shape{p.tree->B, p.tree->T_q};
+        shape.insert(shape.end(), L.begin(), L.end());
+        Problem r = p;
+        {
+          const std::lock_guard<std::mutex> lock(captured->m);
+          if (shape != captured->shape || !captured->cells) {
+            captured->shape = shape;
+            captured->cells = bitmask_tree(p.tree->B, p.tree->T_q, L, false, [&](Index b, Index i, Index j) {
+              return p.tree->sees(b, i, j, L[std::size_t(b)]);
+            });
+          }
+          r.tree = *captured->cells;
+        }
+        return reference_implementation()->forward(r);
+      });
+}
 
 std::vector<Mutant> tree_mutants() {
   std::vector<Mutant> z;
@@ -168,6 +202,14 @@ std::vector<Mutant> tree_mutants() {
                 "mask_indptr ignored: each request's cells read where they would lie unpadded, after the bits of "
                 "the requests before it (segment_packbits starts each at a byte)",
                 {2, 1, 1, 1}, "two requests whose first holds a bit count not a multiple of 8", {"tree-oracle"}));
+  z.push_back(zoo_entry(stale_mask(),
+                        "a stale tree mask: the mask built for the first call of a batch shape reused by every later "
+                        "call of that shape (a CUDA graph's static buffer refreshed only when the shape changes), so "
+                        "a request verifies the previous request's tree",
+                        {1, 1, 2, 1},
+                        "two nodes over two keys: one tree lets node 1 see node 0, the other does not (a single "
+                        "node has one tree only)",
+                        {"tree-fresh"}));
   z.push_back(Mutant{
       .impl = make_implementation(
           "control:tree-walk", "correct; each node's prefix and the nodes met walking its parent pointers, in double",

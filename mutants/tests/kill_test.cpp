@@ -293,6 +293,7 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:tree-stride-first-request",
      {.T_k = 3, .alignment = kBR, .key_lengths = std::vector<Index>{2, 3}, .q = Shape{2, 1, 2, 1}}},
     {"mutant:tree-offsets-ignored", {.T_k = 1}},
+    {"mutant:tree-mask-stale", {.T_k = 2}},
     // Selected keys. The second entries: a decode step (or a prefill chunk) over a few more keys, where the keys an
     // index list's hashed pattern keys by their coordinates stop the shape from shrinking further on a seed or a few.
     {"mutant:index-list-ignored", {.T_k = 1}},
@@ -303,6 +304,15 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
     {"mutant:index-list-duplicates-counted", {.T_k = 2, .alignment = kBR}},
     {"mutant:index-list-duplicates-counted", {.T_k = 3, .alignment = kBR}},
     {"mutant:index-list-duplicates-counted", {.T_k = 4, .alignment = kBR}},
+    {"mutant:index-list-counted-deduplicated", {.T_k = 2, .alignment = kBR}},
+    {"mutant:index-list-current-block-dropped", {.T_k = 1}},
+    {"mutant:index-list-current-block-dropped", {.T_k = 2, .alignment = kBR}},
+    {"mutant:index-list-current-block-dropped", {.T_k = 3, .alignment = kBR}},
+    {"mutant:index-list-current-block-undeclared", {.T_k = 1}},
+    {"mutant:index-list-current-block-undeclared", {.T_k = 2, .alignment = kBR}},
+    {"mutant:index-list-current-block-undeclared", {.T_k = 3, .alignment = kBR}},
+    {"mutant:index-list-counted-deduplicated", {.T_k = 3, .alignment = kBR}},
+    {"mutant:index-list-counted-deduplicated", {.T_k = 4, .alignment = kBR}},
     {"mutant:index-list-query-head", {.T_k = 1, .H_kv = 1}},
     {"mutant:index-list-per-head-as-shared", {.T_k = 1, .H_kv = 1}},
     {"mutant:index-list-block-last-dropped", {.T_k = 1}},
@@ -702,7 +712,9 @@ const std::vector<std::string> kFalseAlarmControls = {"control:split-kv-lse",   
                                                       "control:rope-at-the-dtype", "control:qk-norm-in-float",
                                                       "control:dropout-own-rng", "control:kv-quant-folded",
                                                       "control:kv-quant-ggml-q8", "control:kv-quant-p-fp8",
-                                                      "control:index-list-gather", "control:tree-walk"};
+                                                      "control:index-list-gather", "control:tree-walk",
+                                                      "control:index-list-gather-counted",
+                                                      "control:index-list-gather-moba"};
 bool in_false_alarm_sweep(const std::string& name) {
   return std::find(kFalseAlarmControls.begin(), kFalseAlarmControls.end(), name) != kFalseAlarmControls.end();
 }

@@ -212,6 +212,7 @@ std::optional<std::string> declarations_in_words(std::string_view inside, Declar
                              : first.starts_with("Capabilities::")   ? "Capabilities::"
                              : first.starts_with("ATTNCHECK_CAP3_") ? "ATTNCHECK_CAP3"
                              : first.starts_with("ATTNCHECK_CAP4_") ? "ATTNCHECK_CAP4"
+                             : first.starts_with("ATTNCHECK_CAP4B_") ? "ATTNCHECK_CAP4B"
                                                                     : "ATTNCHECK_CAP";
   std::string out;
   for (std::size_t i = 0; i < tokens.size(); ++i) {

@@ -39,7 +39,7 @@ const std::vector<Law>& laws() {
                             index_list_full(),           tree_oracle(),
                             tree_bitmask(),              tree_path(),
                             tree_siblings(),             tree_chain(),
-                            index_list_pages()};
+                            index_list_pages(),           tree_fresh()};
   }();
   return all;
 }

@@ -546,6 +546,7 @@ TEST(Law, treeBitmask) { expectHoldsOnReference("tree-bitmask", {DType::f32, DTy
 TEST(Law, treePath) { expectHoldsOnReference("tree-path", kAllDtypes); }
 TEST(Law, treeSiblings) { expectHoldsOnReference("tree-siblings", {DType::f32, DType::bf16}); }
 TEST(Law, treeChain) { expectHoldsOnReference("tree-chain", {DType::f32, DType::f16}); }
+TEST(Law, treeFresh) { expectHoldsOnReference("tree-fresh", {DType::f32, DType::bf16}); }
 
 // The tree laws draw every shape of tree and every encoding: roots, chains, branching trees with siblings and depth,
 // parents and bitmasks in both bit orders, entries of different lengths (so different prefixes and row strides), and
@@ -801,7 +802,7 @@ TEST(Law, everyLawHasATest) {
                                         "kv-quant-requantise", "kv-quant-dense",
                                         "kv-quant-head-rotation", "index-list-oracle", "index-list-order",
                                         "index-list-full", "tree-oracle", "tree-bitmask", "tree-path",
-                                        "tree-siblings", "tree-chain", "index-list-pages"};
+                                        "tree-siblings", "tree-chain", "index-list-pages", "tree-fresh"};
   for (const auto& l : laws()) EXPECT_TRUE(tested.count(l.name)) << l.name << " has no test";
   EXPECT_EQ(laws().size(), tested.size());
 }

@@ -213,7 +213,9 @@ Json index_list_to_json(const IndexList& l) {
   Json j{{"block_size", l.block_size}, {"rows", rows}};
   if (l.group == 1 && l.H > 1)
     j["per"] = "query_head";  // rows per query head (else per kv head: the same with H_kv = H)
-  if (l.physical) j["space"] = "physical";  // crossing a paged call as the pool's slots
+  if (l.physical) j["space"] = "physical";         // crossing a paged call as the pool's slots
+  if (l.counted) j["duplicates"] = "counted";      // a key listed n times weighs n times (else a row is a set)
+  if (l.current_block) j["current_block"] = true;  // each query's own block selected besides the row
   return j;
 }
 
@@ -278,6 +280,9 @@ IndexList index_list_from_json(const Json& j, const std::string& what, Index B, 
   if (per != j.end() && *per != "query_head" && *per != "kv_head") fail(sub(what, "per"), expected, *per);
   const auto space = j.find("space");
   if (space != j.end() && *space != "physical" && *space != "logical") fail(sub(what, "space"), expected, *space);
+  const auto duplicates = j.find("duplicates");
+  if (duplicates != j.end() && *duplicates != "counted" && *duplicates != "once")
+    fail(sub(what, "duplicates"), "\"counted\" or \"once\"", *duplicates);
   const Index heads = per != j.end() && *per == "query_head" ? H : H_kv;
   if (bs == j.end() || !bs->is_number_integer() || bs->get<std::int64_t>() < 1 || rows == j.end() ||
       !rows->is_array() || Index(rows->size()) != B * heads * T_q)
@@ -290,6 +295,11 @@ IndexList index_list_from_json(const Json& j, const std::string& what, Index B, 
               .max_k = rows->empty() ? 0 : Index((*rows)[0].is_array() ? (*rows)[0].size() : 0),
               .indices = {}};
   l.physical = space != j.end() && *space == "physical";
+  l.counted = duplicates != j.end() && *duplicates == "counted";
+  if (const auto cb = j.find("current_block"); cb != j.end()) {
+    if (!cb->is_boolean()) fail(sub(what, "current_block"), "true or false", *cb);
+    l.current_block = cb->get<bool>();
+  }
   for (const Json& row : *rows) {
     if (!row.is_array() || Index(row.size()) != l.max_k) fail(sub(what, "rows"), expected, row);
     for (const Json& x : row) {

@@ -321,19 +321,29 @@ struct HeadModifiers {
   bool dequantised_q = false;
   /// The kernel casts P to FP8 e4m3 for P·V (QuantizedKV::p_fp8): the output's bound widens (step 12c).
   bool p_fp8 = false;
+  /// An index list whose repeated entries count (IndexList::counted), this head's rows (batch entry list_b, query
+  /// head list_h): a key listed n > 1 times has ln n added to its score, so it weighs n·e^s (tolerance.cpp step 7).
+  /// Null: none, or a list whose rows are sets.
+  const IndexList* counted = nullptr;
+  Index list_b = 0, list_h = 0;
+  /// ln n for the key j of query i under `counted` (0 where it is listed once).
+  double log_count(Index i, Index j) const {
+    const Index n = counted->count(list_b, list_h, i, j);
+    return n > 1 ? std::log(double(n)) : 0.0;
+  }
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }
-  /// Whether a score is changed (softcap, ALiBi or a bias); a sink changes the softmax, not a score.
-  bool modifies_scores() const { return softcap || alibi_slope != 0 || bias; }
+  /// Whether a score is changed (softcap, ALiBi, a bias or counted duplicates); a sink changes the softmax, not a score.
+  bool modifies_scores() const { return softcap || alibi_slope != 0 || bias || counted; }
   bool any() const { return modifies_scores() || sink; }
 };
 /// The modifiers query head h of batch entry b gets under these options (T_q queries over T_k keys); points into
 /// opts. A temperature or rope must have been folded into q and k first (folded_options): std::logic_error
 /// otherwise.
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k);
-/// The modified score: softcap, then ALiBi, then the bias, as every path computes it (in the accumulation type A;
-/// a bias value is one of the call's dtype, exact in A).
+/// The modified score: softcap, then ALiBi, then the bias and a counted key's ln n, as every path computes it (in the
+/// accumulation type A; a bias value is one of the call's dtype, exact in A; ln n rounds, tolerance.cpp step 7).
 template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index j) {
   using std::tanh;
   if (m.softcap) {
@@ -342,6 +352,7 @@ template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index 
   }
   if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(j - m.position(i));
   if (m.bias) s += static_cast<A>(m.bias[i * m.bias_cols + j]);
+  if (m.counted) s += static_cast<A>(m.log_count(i, j));
   return s;
 }
 

@@ -63,6 +63,22 @@ struct IndexList {
   /// (physical_indices in attncheck/paged.hpp: FlashMLA's sparse indices) rather than key positions. The entries here
   /// are key positions whatever it says; without pages it changes nothing.
   bool physical = false;
+  /// Whether a key listed n times in a row weighs n·e^s rather than e^s (duplicates counted, as a gather kernel that
+  /// attends over each entry it reads computes: the declaration Feature::index_list_counted). false: a row is a set.
+  /// Visibility is the same either way; the count is a score modifier (HeadModifiers::counted: the score plus ln n).
+  bool counted = false;
+  /// Whether each query's own block (the block of its aligned position, that of the key the causal rule's diagonal
+  /// falls on; its own key with key indices) is selected besides the row's entries, as MoBA always selects the
+  /// current block (the declaration Feature::index_list_current_block). The causal rule still cuts inside it.
+  bool current_block = false;
+  /// How many times the row of (b, h, i) lists key j's unit.
+  Index count(Index b, Index h, Index i, Index j) const {
+    const std::int32_t* r = row(b, h, i);
+    const Index unit = j / block_size;
+    Index n = 0;
+    for (Index e = 0; e < max_k; ++e) n += r[e] == unit ? 1 : 0;
+    return n;
+  }
   /// The row of query i of batch entry b and query head h.
   const std::int32_t* row(Index b, Index h, Index i) const {
     return indices.data() + std::size_t(((b * H + h / group) * T_q + i) * max_k);
@@ -219,11 +235,14 @@ struct Visibility {
   /// Whether the block and dense masks and the bias's -inf cells allow key j to query i (true without them).
   bool cells_allow(Index i, Index j) const {
     return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j)) &&
-           (!bias || !bias_hides(i, j)) && (!index || index->lists(batch, head, i, j)) &&
+           (!bias || !bias_hides(i, j)) && (!index || index_selects(i, j)) &&
            (!tree || tree->sees(batch, i, j, key_length < 0 ? T_k : key_length));
   }
   /// Whether the bias is -inf at cell (i, j) of this visibility's (batch, head).
   bool bias_hides(Index i, Index j) const;
+  /// Whether the index list selects key j for query i: its row lists j's unit, or (IndexList::current_block) j lies
+  /// in the block of query i's aligned position.
+  bool index_selects(Index i, Index j) const;
   bool visible(Index i, Index j) const { return run(i).contains(j) && cells_allow(i, j); }
   /// The span of the keys query i sees: from the first visible key to one past the last (empty when it sees
   /// none); exactly the keys it sees without a block or dense mask.

@@ -201,6 +201,16 @@ extern "C" {
  *  (index_list->space ATTNCHECK_INDEX_PHYSICAL: page * page_size + slot, DeepSeek's FlashMLA sparse indices). */
 #define ATTNCHECK_CAP4_INDEX_LIST_PHYSICAL 0x40000000u
 
+/* ABI 4's second word of declarations (attncheck_plugin_v4.flags4b; flags4 has no bit left). */
+/** With ATTNCHECK_CAP4_INDEX_LIST: a key listed n times in a row weighs n times (its score plus ln n), as a gather
+ *  kernel that attends over every entry it reads (FlashMLA's sparse kernels) computes. Without it a row is a set: a
+ *  repeated entry counts once. attncheck sends duplicates either way. */
+#define ATTNCHECK_CAP4B_INDEX_LIST_COUNTED 0x1u
+/** With ATTNCHECK_CAP4_INDEX_LIST: each query's own block (the block_size keys holding its aligned position, the
+ *  causal rule's diagonal; its own key with key indices) is selected besides the row's entries, as MoBA always
+ *  selects the current block; the causal rule still cuts inside it. attncheck's lists then need not name it. */
+#define ATTNCHECK_CAP4B_INDEX_LIST_CURRENT_BLOCK 0x2u
+
 /* ABI 4: the values of attncheck_rope.variant and .scaling. */
 #define ATTNCHECK_ROPE_HALF_SPLIT 0x1u   /**< pair m is (m, m + rotary_dim/2) */
 #define ATTNCHECK_ROPE_INTERLEAVED 0x2u  /**< pair m is (2m, 2m + 1) */
@@ -687,6 +697,9 @@ typedef struct attncheck_plugin_v4 {
   uint32_t table_size;
   /** ATTNCHECK_CAP4_* bits. */
   uint32_t flags4;
+  /** ATTNCHECK_CAP4B_* bits (read only where table_size reaches them). */
+  uint32_t flags4b;
+  uint32_t reserved4; /**< 0 */
 } attncheck_plugin_v4;
 
 /** The size of the attncheck_plugin_v4 this header describes, and the smallest an ABI-4 table can be (up to and

@@ -132,10 +132,19 @@ enum class Feature : std::uint8_t {
   /// With index_list and paged: in a paged call the entries are the pool's slots (page·page_size + slot: DeepSeek's
   /// FlashMLA sparse indices), not key positions. Drawn in half the paged cases of the index-list laws.
   index_list_physical,
+  /// With index_list: a key listed n times in a row weighs n times (duplicates counted: a gather kernel attending
+  /// over every entry it reads, as FlashMLA's sparse kernels do) rather than once (a row is a set). A meaning, not a
+  /// call option: every list drawn for a declaring implementation is counted (IndexList::counted). ABI 4's second
+  /// word (ATTNCHECK_CAP4B_INDEX_LIST_COUNTED of flags4b).
+  index_list_counted,
+  /// With index_list: each query's own block (of its aligned position; its own key with key indices) is selected
+  /// besides the row's entries, as MoBA always selects the current block. A meaning, as index_list_counted: every list
+  /// drawn for a declaring implementation has it (IndexList::current_block). ATTNCHECK_CAP4B_INDEX_LIST_CURRENT_BLOCK.
+  index_list_current_block,
 };
 
 /// How many features there are (kFeatures has a row for each).
-inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_physical) + 1;
+inline constexpr std::size_t kFeatureCount = std::size_t(Feature::index_list_current_block) + 1;
 static_assert(kFeatureCount <= 64, "FeatureSet: one bit per Feature in 64 bits");
 
 /// A set of features, one bit per Feature.

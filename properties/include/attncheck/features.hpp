@@ -37,6 +37,9 @@ struct FeatureRow {
   /// ABI 4's ATTNCHECK_CAP4_* bit of an attncheck_plugin_v4's flags4, which the exec protocol's caps frame carries
   /// as its u32 flags4 from version 4 (docs/abi4.md). 0: not that way.
   std::uint32_t flags4 = 0;
+  /// ABI 4's second word of declarations, an attncheck_plugin_v4's flags4b (ATTNCHECK_CAP4B_*: flags4 has no bit
+  /// left), which the exec protocol's version-4 caps frame carries after flags4. 0: not that way.
+  std::uint32_t flags4b = 0;
   /// How a C plug-in declares it, for messages: the ATTNCHECK_CAP_*, ATTNCHECK_CAP3_* or ATTNCHECK_CAP4_* macro's name.
   std::string_view c_name;
   /// A feature it is only declared with (query documents with documents; layout invariance with strides).
@@ -342,6 +345,15 @@ inline constexpr std::array<FeatureRow, kFeatureCount> kFeatures{{
      .words = "selected keys as slots of the paged pool",
      .used = [](const Problem& p) { return p.index_list && p.index_list->physical && p.paged; },
      .needs = [](const Problem&) { return std::string("an index list of the paged pool's slots"); }},
+    {.id = Feature::index_list_counted, .name = "index_list_counted", .flags4b = 0x1,
+     .c_name = "ATTNCHECK_CAP4B_INDEX_LIST_COUNTED", .requires_feature = Feature::index_list,
+     // What the lists mean, not what a call carries (as p_fp8 is a precision): the generator marks every list drawn
+     // for a declaring implementation (IndexList::counted), and the oracle counts by it.
+     .words = "selected keys with duplicates counted (a key listed n times weighs n times)"},
+    {.id = Feature::index_list_current_block, .name = "index_list_current_block", .flags4b = 0x2,
+     .c_name = "ATTNCHECK_CAP4B_INDEX_LIST_CURRENT_BLOCK", .requires_feature = Feature::index_list,
+     // A meaning as index_list_counted is: the generator marks every list (IndexList::current_block).
+     .words = "selected keys with each query's own block always selected (MoBA's current block)"},
 }};
 
 constexpr bool rows_in_id_order() {

@@ -269,6 +269,10 @@ struct IndexDraw {
   bool per_query_head = false;  ///< one list per query head (Feature::index_list_per_query_head) where H_kv < H
   /// In a paged case of key indices, the entries cross as the pool's slots (Feature::index_list_physical).
   bool physical = false;
+  /// The implementation counts duplicates (Feature::index_list_counted): the list means it (IndexList::counted).
+  bool counted = false;
+  /// The implementation selects each query's own block too (Feature::index_list_current_block).
+  bool current_block = false;
   std::uint64_t seed = 0;
   void apply(Problem& p, const CaseShape& s) const;
 };

@@ -36,6 +36,9 @@ rc::Gen<IndexDraw> gen_index_list(const GenConfig& cfg, const ProblemOptions& op
   return rc::gen::exec([=] {
     IndexDraw d;
     d.on = true;
+    d.counted = declared.has(Feature::index_list_counted);
+    d.current_block =
+        declared.has(Feature::index_list_current_block);          // a meaning: every list of such an implementation
     d.pattern = *choice_shrinking_to_each_earlier({1, 1, 1, 4});  // every, none, alternate, hashed
     d.density = *weighted_choice<int>({{2, 2}, {1, 1}, {1, 3}});
     d.shuffled = *weighted_choice<bool>({{1, false}, {2, true}});
@@ -101,6 +104,8 @@ void IndexDraw::apply(Problem& p, const CaseShape& s) const {
     l.indices.insert(l.indices.end(), row.begin(), row.end());
   }
   l.physical = physical && p.paged && block_size == 1;  // crossing as the pool's slots
+  l.counted = counted;
+  l.current_block = current_block;
   p.index_list = std::move(l);
 }
 

@@ -40,7 +40,9 @@ rc::Gen<LawCase> gen_outputs(const GenConfig& cfg) { return gen_problem(within_m
 const char* kOracleWhy =
     "An index list says which keys each query may see: query i of batch entry b and query head h sees key j only if "
     "row (b, h's kv head, i) lists j (or its block), and only if every other rule (causal, padding, window, masks) "
-    "allows it too; a key listed twice is listed once. So the call is attention over exactly those keys: its output, "
+    "allows it too; a key listed twice is listed once (where the implementation declares duplicates counted, a key "
+    "listed n times weighs n times, and the oracle counts them too). So the call is attention over exactly those keys: "
+    "its output, "
     "weights and LSE agree with the float64 oracle, which applies the list as one more mask, within the derived bound "
     "(attention/src/tolerance.cpp), a key the list hides weighing exactly 0. Its cases list keys the causal rule "
     "hides, pad rows with -1 between entries and at their end, repeat an entry, and leave rows empty: such a row "
@@ -90,11 +92,29 @@ std::optional<Violation> empty_rows_as_declared(const Implementation& impl, cons
   return std::nullopt;
 }
 
+// Whether a row of l names a unit more than once.
+bool has_duplicates(const IndexList& l) {
+  for (Index r = 0; r < l.B * l.H * l.T_q; ++r) {
+    std::vector<std::int32_t> row(l.indices.begin() + r * l.max_k, l.indices.begin() + (r + 1) * l.max_k);
+    std::erase(row, -1);
+    std::sort(row.begin(), row.end());
+    if (std::adjacent_find(row.begin(), row.end()) != row.end()) return true;
+  }
+  return false;
+}
+
 Verdict check_oracle(const Implementation& impl, const LawCase& c) {
-  if (!c.problem.index_list) return std::nullopt;
-  if (auto v =
-          agrees_with_oracle("index-list-oracle", impl, c, "the oracle saw only the listed keys the other rules allow"))
-    return v;
+  const Problem& p = c.problem;
+  if (!p.index_list) return std::nullopt;
+  std::string note = "the oracle saw only the listed keys the other rules allow";
+  if (has_duplicates(*p.index_list))
+    note += p.index_list->counted ? ", a key listed n times weighing n times as declared"
+                                  : in_declaration_words(
+                                        ", a key listed twice weighing once (a kernel that gathers "
+                                        "every entry counts it twice: if that is its meaning, "
+                                        "declare it (Feature::index_list_counted))",
+                                        declared_by(impl.name()));
+  if (auto v = agrees_with_oracle("index-list-oracle", impl, c, note)) return v;
   return empty_rows_as_declared(impl, c);
 }
 
@@ -105,9 +125,12 @@ const char* kOrderWhy =
     "comes twice change which keys it lists not at all. So the call with every row reversed, its padding moved to the "
     "front and its last entry repeated computes the same attention; a kernel may sum in the order it reads, so the two "
     "calls agree within both calls' derived bounds (plus what their float64 oracles differ by: nothing). A kernel "
-    "that stops at the first -1, counts a repeated key twice, or needs its rows sorted breaks it.";
+    "that stops at the first -1, counts a repeated key twice, or needs its rows sorted breaks it. Where the "
+    "implementation counts duplicates (a key listed n times weighs n times) a row is a multiset: no entry is "
+    "repeated, the rest is the same.";
 
-// p with each row reversed, a -1 first and its last entry repeated (rows two entries wider).
+// p with each row reversed, a -1 first and its last entry repeated (rows two entries wider; not repeated where
+// duplicates count).
 Problem reordered(const Problem& p) {
   Problem q = p;
   IndexList& l = *q.index_list;
@@ -118,7 +141,7 @@ Problem reordered(const Problem& p) {
     std::vector<std::int32_t> row{-1};
     for (Index n = o.max_k - 1; n >= 0; --n)
       if (const std::int32_t x = o.indices[std::size_t(r * o.max_k + n)]; x >= 0) row.push_back(x);
-    if (row.size() > 1) row.push_back(row[1]);
+    if (row.size() > 1 && !o.counted) row.push_back(row[1]);
     row.resize(std::size_t(l.max_k), -1);
     l.indices.insert(l.indices.end(), row.begin(), row.end());
   }

@@ -96,5 +96,6 @@ Law tree_bitmask();
 Law tree_path();
 Law tree_siblings();
 Law tree_chain();
+Law tree_fresh();
 
 }  // namespace attncheck::law_kit

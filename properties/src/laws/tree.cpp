@@ -1,7 +1,8 @@
 // Trees of draft tokens' laws (speculative decoding verifies a tree of drafts in one call): tree-oracle (the call is
 // attention over each node's prefix and ancestors), tree-bitmask (a packed bitmask is the tree it encodes, in either
 // bit order), tree-path (a node's output is causal decoding over the prefix and its path), tree-siblings (relabelling
-// sibling subtrees relabels the outputs) and tree-chain (a chain tree is chunked prefill).
+// sibling subtrees relabels the outputs), tree-chain (a chain tree is chunked prefill) and tree-fresh (no earlier
+// call's mask reaches a call).
 #include <algorithm>
 #include <cmath>
 
@@ -328,8 +329,48 @@ Verdict check_chain(const Implementation& impl, const LawCase& c) {
                      "a chain tree is chunked prefill");
 }
 
+// --- tree-fresh -----------------------------------------------------------------------------------------------------
+
+const char* kFreshWhy =
+    "A call's tree is its own: nothing of an earlier call's mask may reach it. A kernel that builds its mask once per "
+    "batch shape and reuses it (a CUDA graph's static mask buffer refreshed only when the shape changes, a mask cache "
+    "keyed on the sizes alone) applies the previous request's tree to this one, and a check that makes one call per "
+    "case never sees it unless two cases happen to share a shape. So this law makes that call itself: first the "
+    "case's inputs with another tree of the same shape (every node a root where the case's tree has an edge, else a "
+    "chain), then the case, whose output and LSE must agree with the float64 oracle within the derived bound, as "
+    "tree-oracle's do. The earlier call is part of the case, so a failure replays from the case alone.";
+
+Verdict check_fresh(const Implementation& impl, const LawCase& c) {
+  const Problem& p = c.problem;
+  if (!p.tree) return std::nullopt;
+  const std::vector<std::int32_t> parents = parents_of(p);
+  const bool edges = std::any_of(parents.begin(), parents.end(), [](std::int32_t x) { return x >= 0; });
+  std::vector<std::int32_t> other;
+  for (Index b = 0; b < p.tree->B; ++b)
+    for (Index n = 0; n < p.tree->T_q; ++n) other.push_back(edges ? -1 : std::int32_t(n - 1));
+  call(impl, with_parents(p, std::move(other)));  // its result is not this law's: what it leaves behind is
+  return agrees_with_oracle("tree-fresh", impl, c,
+                            std::string("the call came right after one with the same inputs and ") +
+                                (edges ? "every node a root" : "a chain") + ": the mask of an earlier call reached it");
+}
+
 }  // namespace tree_law
 }  // namespace
+
+Law tree_fresh() {
+  using namespace tree_law;
+  return {"tree-fresh",
+          "a call's tree is its own: a call right after one with another tree of the same shape agrees with the oracle",
+          kFreshWhy,
+          LawDoc{"77",
+                 "the case's inputs with another tree of the same shape first, then the case: its outputs and LSE "
+                 "against the float64 oracle",
+                 "derived (`attention/src/tolerance.cpp`)"},
+          needs_tree,
+          gen_outputs,
+          check_fresh,
+          0};
+}
 
 Law tree_oracle() {
   using namespace tree_law;

@@ -288,17 +288,19 @@ void check_index_list(const char* who, const IndexList& l, Index B, Index H, Ind
 }
 
 // A tree must be [B, T_q]: parents each -1 or an earlier node, or a bitmask whose entries each hold T_q rows of their
-// L keys from their offset; every entry must hold its nodes (L >= T_q). Positional families read a node's position,
-// which in a tree is its depth: refused rather than read at its index.
+// L keys from their offset; every entry must hold its nodes (L >= T_q). A left window and ALiBi read a node's place,
+// the prefix's length plus its depth (Visibility::place); a right window, chunks and documents are refused rather
+// than read at an index.
 void check_tree(const char* who, const AttentionOptions& o, Index B, Index T_q, Index T_k) {
   const TokenTree& t = *o.tree;
   const std::string pre = std::string(who) + ": tree ";
   if (t.B != B || t.T_q != T_q)
     throw ShapeError(pre + "is [" + std::to_string(t.B) + "," + std::to_string(t.T_q) + "]; expected [B,T_q] = [" +
                      std::to_string(B) + "," + std::to_string(T_q) + "]");
-  if (o.window || o.window_right || o.chunk_size != 0 || !o.doc_bounds.empty() || !o.alibi_slopes.empty())
-    throw ValueError(pre + "comes with a window, a chunk, documents or ALiBi: a tree node's position is its depth, "
-                     "which those would read; expected a tree without them");
+  if (o.window_right || o.chunk_size != 0 || !o.doc_bounds.empty())
+    throw ValueError(pre + "comes with a right window, a chunk or documents, which would read a node's position (its "
+                     "place in the sequence it continues, the prefix plus its depth) in ways not modelled yet; "
+                     "expected a tree with the causal rule, a left window, ALiBi, padding and masks only");
   for (Index b = 0; b < B; ++b) {
     const Index L = o.key_lengths.empty() ? T_k : o.key_lengths.at(std::size_t(b));
     if (L < T_q)
@@ -618,6 +620,15 @@ ProjectionTrace<S> single_head_attention(const Matrix<S>& x, const Matrix<S>& w_
   return p;
 }
 
+namespace {
+// Each node's depth in batch entry b (TokenTree::depth), for the rules that read a node's place.
+std::shared_ptr<const std::vector<Index>> tree_depths(const TokenTree& t, Index b, Index length) {
+  auto d = std::make_shared<std::vector<Index>>(std::size_t(t.T_q));
+  for (Index n = 0; n < t.T_q; ++n) (*d)[std::size_t(n)] = t.depth(b, n, length);
+  return d;
+}
+}  // namespace
+
 Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_k, Index h) {
   Visibility vis{.T_q = T_q,
                  .T_k = T_k,
@@ -633,7 +644,11 @@ Visibility visibility(const AttentionOptions& opts, Index b, Index T_q, Index T_
   if (opts.block_mask) vis.block = &*opts.block_mask;
   if (opts.dense_mask) vis.dense = &*opts.dense_mask;
   if (opts.index_list) vis.index = &*opts.index_list;
-  if (opts.tree) vis.tree = &*opts.tree;
+  if (opts.tree) {
+    vis.tree = &*opts.tree;
+    if (opts.window || !opts.alibi_slopes.empty())  // rules that read a node's place
+      vis.depths = tree_depths(*opts.tree, b, vis.key_length < 0 ? T_k : vis.key_length);
+  }
   // A bias of -inf hides its cell: the head's cells are scanned so that a finite bias keeps the runs unbroken.
   if (opts.bias) {
     const double* at = opts.bias->head(b, h);
@@ -695,6 +710,10 @@ HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Ind
     m.q_dot_ggml_q8 = opts.quant->q_dot_ggml_q8 && quant_blocked(opts.quant->format);
   }
   m.rows = Visibility{.T_q = T_q, .T_k = T_k, .alignment = opts.alignment};
+  if (opts.tree && !opts.alibi_slopes.empty()) {  // ALiBi reads a node's place: the prefix's length plus its depth
+    m.rows.key_length = opts.key_lengths.empty() ? -1 : opts.key_lengths.at(std::size_t(b));
+    m.rows.depths = tree_depths(*opts.tree, b, m.rows.key_length < 0 ? T_k : m.rows.key_length);
+  }
   if (!opts.q_doc_bounds.empty()) {
     m.rows.doc_bounds = &opts.doc_bounds.at(std::size_t(b));
     m.rows.q_doc_bounds = &opts.q_doc_bounds.at(std::size_t(b));

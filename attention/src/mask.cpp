@@ -52,7 +52,10 @@ KeyRange Visibility::run(Index i) const {
   if (key_length >= 0) end = std::min(end, key_length);
   // p + wr + 1 without overflow: a right window past T_k cuts nothing.
   if (window_right && *window_right < T_k - p) end = std::min(end, p + *window_right + 1);
-  Index begin = window && *window < T_k + std::max<Index>(p, 0) ? std::max<Index>(0, p - *window) : 0;
+  // A tree's window reads the node's place (prefix + depth, at most p): the run starts there, and cells_allow cuts
+  // the nodes' keys by their own places.
+  const Index wp = place(i);
+  Index begin = window && *window < T_k + std::max<Index>(wp, 0) ? std::max<Index>(0, wp - *window) : 0;
   if (chunk > 0) {
     const Index c0 = floor_div(p, chunk) * chunk;
     begin = std::max(begin, c0);
@@ -139,7 +142,7 @@ std::string Visibility::hidden_by(Index i, Index j) const {
   const Index p = position(i);
   if (causal && j > p && j >= prefix) return "causal";
   if (key_length >= 0 && j >= key_length) return "padding";
-  if (window && j < p - *window) return "window";
+  if (window && key_place(j) < place(i) - *window) return "window";
   if (window_right && j > p + *window_right) return "right window";
   if (chunk > 0 && floor_div(j, chunk) != floor_div(p, chunk)) return "chunk";
   if (doc_bounds && key_document(j) != query_document(i)) return "document";

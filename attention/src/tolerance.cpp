@@ -346,7 +346,7 @@ Eigen::VectorXd weight_relative_error(DType dtype, const Matrix<double>& q, cons
       r.abs_dot = std::max(r.abs_dot, abs_qk(i, j));
       r.raw_max = std::max(r.raw_max, std::abs(s(i, j)));
       r.s_max = std::max({r.s_max, std::abs(s(i, j)), std::abs(modified_score<double>(s(i, j), mods, i, j))});
-      r.bias_max = std::max(r.bias_max, std::abs(mods.alibi_slope * double(j - mods.position(i))));
+      r.bias_max = std::max(r.bias_max, std::abs(mods.alibi_slope * double(mods.alibi_distance(i, j))));
       if (flushed.size() > 0) r.flushed = std::max(r.flushed, flushed(i, j));
       if (dequant.size() > 0) r.dequant = std::max(r.dequant, dequant(i, j));
       if (mods.rope) {

@@ -627,14 +627,52 @@ TEST(Visibility, aTreeShowsEachNodeItsPrefixAndItsAncestors) {
   bad.key_lengths = {6, 2};
   EXPECT_NE(message(bad).find("has 3 nodes but the entry holds 2 keys"), std::string::npos) << message(bad);
   bad = o;
-  bad.alibi_slopes = {0.5};
-  EXPECT_NE(message(bad).find("a tree node's position is its depth"), std::string::npos) << message(bad);
-  bad.alibi_slopes.clear();
+  bad.chunk_size = 2;
+  EXPECT_NE(message(bad).find("comes with a right window, a chunk or documents"), std::string::npos) << message(bad);
+  bad.chunk_size = 0;
   bad.tree = packed_tree(*o.tree, {6, 5}, false);
   bad.tree->bits.pop_back();
   EXPECT_NE(message(bad).find("bitmask of batch entry 1 starts at byte 3 of 4; expected 2 bytes there"),
             std::string::npos)
       << message(bad);
+}
+
+// A window and ALiBi read a node's place, the prefix's length plus its depth, not its index: over a prefix of one key,
+// node 0 and node 1 roots and node 2 node 1's child sit at places 1, 1 and 2 (keys 1, 2 and 3 at the same places).
+// A window of 0 shows each node itself alone; of 1 also what sits one place back (node 1 the prefix, node 2 its
+// parent); ALiBi's distance from node 2 to the prefix is -2 (by index it would be -3). Both forms agree.
+TEST(Visibility, aTreeNodeSitsAtThePrefixPlusItsDepth) {
+  const Index T_q = 3, T_k = 4;
+  AttentionOptions o{.alignment = CausalAlignment::BottomRight};
+  o.tree = TokenTree{.form = TokenTree::Form::parents, .B = 1, .T_q = T_q, .parents = {-1, -1, 1}};
+  const std::vector<std::vector<std::vector<Index>>> sees = {{{1}, {2}, {3}}, {{0, 1}, {0, 2}, {2, 3}}};
+  for (const int form : {0, 1}) {
+    AttentionOptions t = o;
+    if (form == 1) t.tree = packed_tree(*o.tree, {T_k}, false);
+    for (const Index w : {0, 1}) {
+      t.window = w;
+      const Visibility vis = visibility(t, 0, T_q, T_k, 0);
+      EXPECT_EQ(vis.place(0), 1);
+      EXPECT_EQ(vis.place(1), 1);
+      EXPECT_EQ(vis.place(2), 2);
+      EXPECT_EQ(vis.key_place(3), 2);
+      for (Index i = 0; i < T_q; ++i)
+        for (Index j = 0; j < T_k; ++j) {
+          const auto& row = sees[std::size_t(w)][std::size_t(i)];
+          const bool want = std::count(row.begin(), row.end(), j) > 0;
+          EXPECT_EQ(vis.visible(i, j), want) << form << w << i << j;
+          if (!want && t.tree->sees(0, i, j, T_k)) {
+            EXPECT_EQ(vis.hidden_by(i, j), "window") << form << w << i << j;
+          }
+        }
+    }
+    t.window.reset();
+    t.alibi_slopes = {0.5};
+    const HeadModifiers m = head_modifiers(t, 0, 0, T_q, T_k);
+    EXPECT_EQ(m.alibi_distance(2, 0), -2) << form;
+    EXPECT_EQ(m.alibi_distance(2, 2), -1) << form;
+    EXPECT_EQ(m.alibi_distance(1, 0), -1) << form;
+  }
 }
 
 }  // namespace

@@ -307,6 +307,43 @@ static int64_t position(const attncheck_call* call, int64_t b, int64_t i) {
   return k0 + (i - q0) + (bottom_right ? (k1 - k0) - (q1 - q0) : 0);
 }
 
+#ifdef ABI4
+/* A tree node's depth in batch entry b: how many earlier nodes its row shows (its ancestors). */
+static int64_t node_depth(const attncheck_tree_mask* t, int64_t b, int64_t n) {
+  const int64_t P = t->prefix_lengths[b], L = P + t->nodes;
+  int64_t d = 0, m;
+  if (t->form == ATTNCHECK_TREE_PARENTS) {
+    for (m = t->parents[b * t->nodes + n]; m >= 0; m = t->parents[b * t->nodes + m]) ++d;
+    return d;
+  }
+  for (m = 0; m < n; ++m) {
+    const int64_t c = n * L + P + m;
+    d += (t->bits[t->offsets[b] + c / 8] >> (t->bit_order == ATTNCHECK_BITS_MSB_FIRST ? 7 - c % 8 : c % 8)) & 1;
+  }
+  return d;
+}
+#endif
+
+/* Where query i sits for the window and ALiBi: its aligned position, or in a tree of draft tokens the prefix's
+ * length plus the node's depth (its place in the sequence it would continue). */
+static int64_t place(const attncheck_call* call, int64_t b, int64_t i) {
+#ifdef ABI4
+  if (call->tree) return call->tree->prefix_lengths[b] + node_depth(call->tree, b, i);
+#endif
+  return position(call, b, i);
+}
+
+/* Where key j sits for them: j, or a tree node's key the place of its node. */
+static int64_t key_place(const attncheck_call* call, int64_t b, int64_t j) {
+#ifdef ABI4
+  if (call->tree) {
+    const int64_t P = call->tree->prefix_lengths[b];
+    if (j >= P && j < P + call->tree->nodes) return P + node_depth(call->tree, b, j - P);
+  }
+#endif
+  return j;
+}
+
 /* floor(a / n) for n > 0, also for a negative a (a position before the first key, bottom-right). */
 static int64_t floor_div(int64_t a, int64_t n) { return a >= 0 ? a / n : -((-a + n - 1) / n); }
 
@@ -321,7 +358,8 @@ static void visible(const attncheck_call* call, int64_t b, int64_t i, int64_t* l
   int64_t last = p > call->prefix_length - 1 ? p : call->prefix_length - 1; /* the causal rule with a prefix */
   *hi = last < Tk - 1 && call->causal ? last : Tk - 1;
   if (call->key_lengths && *hi > call->key_lengths[b] - 1) *hi = call->key_lengths[b] - 1;
-  *lo = call->window >= 0 && p - call->window > 0 ? p - call->window : 0;
+  const int64_t wp = place(call, b, i); /* p, or a tree node's place (cells_allow cuts the nodes' keys) */
+  *lo = call->window >= 0 && wp - call->window > 0 ? wp - call->window : 0;
   if (call->window_right >= 0 && call->window_right < Tk - p && *hi > p + call->window_right)
     *hi = p + call->window_right;
   if (call->chunk_size > 0) {
@@ -385,6 +423,7 @@ static int cells_allow(const attncheck_call* call, int64_t b, int64_t h, int64_t
       while (n >= 0 && n != j - P) n = t->parents[b * t->nodes + n];
       if (n < 0) return 0;
     }
+    if (call->window >= 0 && key_place(call, b, j) < place(call, b, i) - call->window) return 0;
   }
 #endif
   return 1;
@@ -414,7 +453,8 @@ static double temperature_of(const attncheck_call* call, int64_t b, int64_t h, i
  * not NULL, gets its derivative with respect to s (a bias, like ALiBi, only shifts the score). */
 static double modified(const attncheck_call* call, int64_t b, int64_t h, int64_t i, int64_t j, double s,
                        double* ds) {
-  double slope_term = call->alibi_slopes ? call->alibi_slopes[h] * (double)(j - position(call, b, i)) : 0.0;
+  double slope_term =
+      call->alibi_slopes ? call->alibi_slopes[h] * (double)(key_place(call, b, j) - place(call, b, i)) : 0.0;
   const double tau = temperature_of(call, b, h, i);
   s /= tau;
   if (ds) *ds = 1.0 / tau;

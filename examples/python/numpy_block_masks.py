@@ -12,7 +12,8 @@ MoBA's selected blocks) arrive as `index_list`, an attncheck_plugin.IndexList: i
 block) indices with -1 padding ([B, H, T_q, max_k] when its `per` is "query_head"); to_mask(T_k, H) gives the keys each query head's row lists, one more family to
 intersect. A tree of draft tokens (speculative decoding) arrives as `tree`, an attncheck_plugin.Tree: the last T_q
 keys of each entry are its nodes, given by their `parents` or as a packed bitmask (FlashInfer's, in either bit
-order); to_mask(T_k) gives the [B, T_q, T_k] keys each node sees (the prefix and its ancestors), broadcast over heads.
+order); to_mask(T_k) gives the [B, T_q, T_k] keys each node sees (the prefix and its ancestors), broadcast over heads,
+and a window reads each node's place (tree.places: the prefix's length plus its depth), not its index.
 """
 import numpy as np
 
@@ -31,7 +32,11 @@ def visible(B, H, T_q, T_k, alignment="top-left", causal=True, key_lengths=None,
     if key_lengths is not None:
         seen &= j[None, None] < np.asarray(key_lengths)[:, None, None, None]
     if window is not None:
-        seen &= j >= p - window
+        if tree is not None:  # a node's place is the prefix's length plus its depth, not its index
+            q_places, k_places = tree.places(T_k)
+            seen &= (k_places[:, None, None, :] >= q_places[:, None, :, None] - window)
+        else:
+            seen &= j >= p - window
     if block_mask is not None:
         seen &= block_mask.to_dense()  # [B or 1, H or 1, T_q, T_k] broadcasts
     if dense_mask is not None:

@@ -787,7 +787,9 @@ class Tree:
     default): entry b's T_q rows of prefix_lengths[b] + T_q cells each (its row stride) from byte offsets[b]. A node
     sees the prefix, its ancestors and itself (with a bitmask: its 1 cells), and the call's other rules still hide
     what they hide. `nodes` is T_q. to_mask(T_k) is the [B, T_q, T_k] numpy boolean mask the tree shows (other rules
-    not applied)."""
+    not applied). A window and ALiBi read a node's place, the prefix's length plus its depth (the earlier nodes its
+    row shows), not its index: places(T_k) gives the queries' places [B, T_q] and the keys' [B, T_k] (a prefix key
+    at its index, a node's key at its node's place)."""
 
     def __init__(self, prefix_lengths, nodes, parents=None, bits=None, offsets=None, bit_order=None):
         self.prefix_lengths, self.nodes, self.parents = prefix_lengths, nodes, parents
@@ -811,6 +813,18 @@ class Tree:
                 cells = np.unpackbits(seg, bitorder=self.bit_order)[:T_q * L]
                 mask[b, :, :L] = cells.reshape(T_q, L).astype(bool)
         return mask
+
+    def places(self, T_k):
+        mask = self.to_mask(T_k)
+        B, T_q = mask.shape[0], self.nodes
+        q_places = np.zeros((B, T_q), dtype=np.int64)
+        k_places = np.tile(np.arange(T_k, dtype=np.int64), (B, 1))
+        for b in range(B):
+            P = int(self.prefix_lengths[b])
+            depth = np.array([mask[b, n, P:P + n].sum() for n in range(T_q)], dtype=np.int64)
+            q_places[b] = P + depth
+            k_places[b, P:P + T_q] = P + depth
+        return q_places, k_places
 
     def __repr__(self):
         return "Tree(%s)" % ("parents %s" % self.parents.tolist() if self.parents is not None else

@@ -115,7 +115,8 @@ Outcome gather_forward(const Problem& p, bool once, bool current = false) {
 }  // namespace
 
 Outcome attend_gathered(const Problem& p, const Problem& rules,
-                        const std::function<std::vector<Index>(Index b, Index h, Index i)>& keys_of) {
+                        const std::function<std::vector<Index>(Index b, Index h, Index i)>& keys_of,
+                        const std::function<double(Index b, Index h, Index i, Index j)>& score_offset) {
   const Shape qs = p.q.shape(), ks = p.k.shape();
   const Index Dv = p.v.shape().D, group = qs.H / ks.H;
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(qs.D));
@@ -136,7 +137,7 @@ Outcome attend_gathered(const Problem& p, const Problem& rules,
         for (const Index j : keys) {
           double dot = 0;
           for (Index c = 0; c < qs.D; ++c) dot += p.q(b, h, i, c) * p.k(b, g, j, c);
-          s.push_back(dot * scale);
+          s.push_back(dot * scale + (score_offset ? score_offset(b, h, i, j) : 0.0));
           m = std::max(m, s.back());
         }
         double sum = 0;

@@ -111,9 +111,11 @@ inline Mutant zoo_entry(ImplementationPtr impl, const char* bug, Shape minimal, 
 
 /// Attention in double over the keys keys_of(b, h, i) gives each query (one softmax term per entry: a key given twice
 /// weighs twice), of those `rules` lets it see: scores, their softmax, the weighted values, rounded to p's dtype (the
-/// weights and LSE too, where p asks for them). The gather-then-attend controls' kernel.
+/// weights and LSE too, where p asks for them), each score plus score_offset(b, h, i, j) where given (ALiBi at a
+/// kernel's own positions). The gather-then-attend controls' kernel.
 Outcome attend_gathered(const Problem& p, const Problem& rules,
-                        const std::function<std::vector<Index>(Index b, Index h, Index i)>& keys_of);
+                        const std::function<std::vector<Index>(Index b, Index h, Index i)>& keys_of,
+                        const std::function<double(Index b, Index h, Index i, Index j)>& score_offset = {});
 std::vector<Mutant> qk_norm_mutants();  ///< QK-norm fused and got wrong (a control)
 std::vector<Mutant> rope_mutants();  ///< rotary embeddings fused and got wrong (a control)
 std::vector<Mutant> temperature_mutants();  ///< a per-query temperature read or applied wrong (a control)

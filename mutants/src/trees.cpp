@@ -23,6 +23,43 @@ Capabilities tree_capabilities(bool parents = true, bool bitmask = true) {
   return c;
 }
 
+// A tree kernel with a left window and ALiBi, which read each node's place (the prefix's length plus its depth).
+Capabilities placing_capabilities() {
+  Capabilities c = tree_capabilities();
+  c.features.add({Feature::window, Feature::alibi});
+  return c;
+}
+
+// A kernel that places each node at its index (key L - T_q + i of its entry, as a causal call over the entry's keys
+// would), not at the prefix's length plus its depth, for the window (`window`) or ALiBi: the reference on the tree's
+// cells cut by that window, or with that ALiBi written out as a bias.
+ImplementationPtr placed_by_index(const char* name, const char* description, bool window) {
+  return make_implementation(name, description, placing_capabilities(), [=](const Problem& p) {
+    if (!p.tree || (window ? !p.window : p.alibi_slopes.empty())) return reference_implementation()->forward(p);
+    const std::vector<Index> L = p.sequence_lengths();
+    const Index B = p.q.shape().B, H = p.q.shape().H, T_q = p.tree->T_q, T_k = p.k.shape().T;
+    const auto at_index = [&](Index b, Index i) { return L[std::size_t(b)] - T_q + i; };
+    Problem r = p;
+    if (window) {
+      r.tree = bitmask_tree(B, T_q, L, false, [&](Index b, Index i, Index j) {
+        return p.tree->sees(b, i, j, L[std::size_t(b)]) && j >= at_index(b, i) - *p.window;
+      });
+      r.window.reset();
+    } else {
+      ScoreBias bias{.B = B, .H = H, .T_q = T_q, .T_k = T_k, .values = {}};
+      for (Index b = 0; b < B; ++b)
+        for (Index h = 0; h < H; ++h)
+          for (Index i = 0; i < T_q; ++i)
+            for (Index j = 0; j < T_k; ++j)
+              bias.values.push_back((p.bias ? (*p.bias)(b, h, i, j) : 0.0) +
+                                    p.alibi_slopes[std::size_t(h)] * double(j - at_index(b, i)));
+      r.bias = std::move(bias);
+      r.alibi_slopes.clear();
+    }
+    return reference_implementation()->forward(r);
+  });
+}
+
 // What a kernel reads for cell (i, j) of batch entry b, whose entry holds L keys (P = L - T_q of them the prefix).
 using TreeCells = bool (*)(const Problem& p, Index b, Index i, Index j, Index L);
 
@@ -59,15 +96,19 @@ bool bit_at(const TokenTree& t, Index start, Index c) {
 
 // The control: for each node, the prefix and the nodes met walking its parent pointers up to a root (a bitmask's
 // cells read one by one), kept where every other rule allows them, attended to alone in double (attend_gathered).
+// The window and ALiBi at each token's place in the sequence its path spells: a prefix key at its index, a node at
+// the prefix's length plus the number of nodes on its path above it (counted on the walk, or a bitmask row's nodes).
 Outcome walk_forward(const Problem& p) {
   if (!p.tree) return reference_implementation()->forward(p);
   const TokenTree& t = *p.tree;
-  Problem rules = p;
+  Problem rules = p;  // every other rule; the window and ALiBi applied here at the places
   rules.tree.reset();
+  rules.window.reset();
+  rules.alibi_slopes.clear();
   const std::vector<Index> lengths = p.sequence_lengths();
-  return attend_gathered(p, rules, [&](Index b, Index, Index i) {
+  const auto walk = [&](Index b, Index i) {  // the keys the tree shows node i, in key order
     const Index L = lengths[std::size_t(b)], P = L - t.T_q;
-    std::vector<Index> keys;  // the keys the tree shows node i, in key order
+    std::vector<Index> keys;
     if (t.form == TokenTree::Form::parents) {
       for (Index j = 0; j < P; ++j) keys.push_back(j);
       std::vector<Index> path;
@@ -78,7 +119,29 @@ Outcome walk_forward(const Problem& p) {
         if (bit_at(t, t.offsets[std::size_t(b)], i * L + j)) keys.push_back(j);
     }
     return keys;
-  });
+  };
+  // Key j's place: a prefix key at j; a node's key at P + the nodes above it on its own path.
+  const auto place = [&](Index b, Index j) {
+    const Index P = lengths[std::size_t(b)] - t.T_q;
+    if (j < P) return j;
+    Index above = 0;
+    for (const Index k : walk(b, j - P)) above += k >= P && k < j ? 1 : 0;
+    return P + above;
+  };
+  return attend_gathered(
+      p, rules,
+      [&](Index b, Index, Index i) {
+        const Index L = lengths[std::size_t(b)], here = place(b, L - t.T_q + i);
+        std::vector<Index> keys;
+        for (const Index j : walk(b, i))
+          if (!p.window || place(b, j) >= here - *p.window) keys.push_back(j);
+        return keys;
+      },
+      [&](Index b, Index h, Index i, Index j) {
+        if (p.alibi_slopes.empty()) return 0.0;
+        const Index here = place(b, lengths[std::size_t(b)] - t.T_q + i);
+        return p.alibi_slopes[std::size_t(h)] * double(place(b, j) - here);
+      });
 }
 
 }  // namespace
@@ -202,6 +265,22 @@ std::vector<Mutant> tree_mutants() {
                 "mask_indptr ignored: each request's cells read where they would lie unpadded, after the bits of "
                 "the requests before it (segment_packbits starts each at a byte)",
                 {2, 1, 1, 1}, "two requests whose first holds a bit count not a multiple of 8", {"tree-oracle"}));
+  z.push_back(zoo_entry(placed_by_index("mutant:tree-window-by-index", "the window cut at each node's index", true),
+                        "a tree's window measured from each node's index in the call, not its depth: a node at depth "
+                        "d of a tree over P keys sits at P + d in the sequence it continues, but the kernel puts it at "
+                        "its own key's index, so a node past its siblings loses the oldest keys its path still holds",
+                        {1, 1, 2, 1},
+                        "two nodes, both roots, over one prefix key: the second sits at depth 0 but at index 1, and "
+                        "a window of 1 then hides the prefix from it",
+                        {"tree-oracle", "tree-path"}));
+  z.push_back(zoo_entry(placed_by_index("mutant:tree-alibi-by-index", "ALiBi at each node's index", false),
+                        "ALiBi's distance measured from each node's index in the call, not its depth: a node's "
+                        "distance to the prefix grows with its siblings, so the tree's nodes weigh the prefix as "
+                        "decoding their paths never would",
+                        {1, 1, 2, 1},
+                        "two nodes, both roots, over one prefix key: the second is one key from the prefix by depth, "
+                        "two by index",
+                        {"tree-oracle", "tree-path"}));
   z.push_back(zoo_entry(stale_mask(),
                         "a stale tree mask: the mask built for the first call of a batch shape reused by every later "
                         "call of that shape (a CUDA graph's static buffer refreshed only when the shape changes), so "
@@ -213,10 +292,11 @@ std::vector<Mutant> tree_mutants() {
   z.push_back(Mutant{
       .impl = make_implementation(
           "control:tree-walk", "correct; each node's prefix and the nodes met walking its parent pointers, in double",
-          tree_capabilities(), walk_forward),
+          placing_capabilities(), walk_forward),
       .bug = "control: each node's keys collected by walking its parent pointers to a root (a bitmask's cells read "
-             "bit by bit), those every other rule allows kept, and attended to alone in double: a tree kernel's "
-             "way, which the oracle's mask must match",
+             "bit by bit), those every other rule allows kept, the window and ALiBi applied at each token's place "
+             "counted on the walk (the prefix, then one per node on the path), and attended to alone in double: a "
+             "tree kernel's way, which the oracle's mask and places must match",
       .control = true,
       .minimal_shape = {},
       .why_minimal = "a control: no case should fail",

@@ -294,6 +294,8 @@ const std::multimap<std::string, MinimalK> kMinimalK = {
      {.T_k = 3, .alignment = kBR, .key_lengths = std::vector<Index>{2, 3}, .q = Shape{2, 1, 2, 1}}},
     {"mutant:tree-offsets-ignored", {.T_k = 1}},
     {"mutant:tree-mask-stale", {.T_k = 2}},
+    {"mutant:tree-window-by-index", {.T_k = 3, .alignment = kBR, .window = 1}},
+    {"mutant:tree-alibi-by-index", {.T_k = 3, .alignment = kBR, .alibi = true}},
     // Selected keys. The second entries: a decode step (or a prefill chunk) over a few more keys, where the keys an
     // index list's hashed pattern keys by their coordinates stop the shape from shrinking further on a seed or a few.
     {"mutant:index-list-ignored", {.T_k = 1}},

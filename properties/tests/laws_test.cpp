@@ -549,8 +549,9 @@ TEST(Law, treeChain) { expectHoldsOnReference("tree-chain", {DType::f32, DType::
 TEST(Law, treeFresh) { expectHoldsOnReference("tree-fresh", {DType::f32, DType::bf16}); }
 
 // The tree laws draw every shape of tree and every encoding: roots, chains, branching trees with siblings and depth,
-// parents and bitmasks in both bit orders, entries of different lengths (so different prefixes and row strides), and
-// a prefix; each case's visibility is the tree's cells intersected with the other rules.
+// parents and bitmasks in both bit orders, entries of different lengths (so different prefixes and row strides), a
+// prefix, windows and ALiBi; each case's visibility is the tree's cells intersected with the other rules, a window
+// measured between places (a prefix key at its index, a node at the prefix plus its depth).
 TEST(Law, treesAreDrawnInEveryWay) {
   GenConfig g;
   g.caps = reference_implementation()->capabilities();
@@ -565,11 +566,19 @@ TEST(Law, treesAreDrawnInEveryWay) {
       seen.insert(t.form == TokenTree::Form::parents ? "parents" : t.big_endian ? "big" : "little");
       const std::vector<Index> L = p.sequence_lengths();
       if (std::adjacent_find(L.begin(), L.end(), std::not_equal_to<>()) != L.end()) seen.insert("ragged");
+      if (p.window) seen.insert("window");
+      if (!p.alibi_slopes.empty()) seen.insert("alibi");
       for (Index b = 0; b < t.B; ++b) {
         if (L[std::size_t(b)] > t.T_q) seen.insert("prefix");
         Index roots = 0;
+        const Index P = L[std::size_t(b)] - t.T_q;
+        std::vector<Index> place(std::size_t(p.k.shape().T));  // each key's place: a node's key at P + its depth
+        for (Index j = 0; j < p.k.shape().T; ++j) {
+          place[std::size_t(j)] = j;
+          if (j >= P && j < P + t.T_q)
+            for (Index m = P; m < j; ++m) place[std::size_t(j)] -= t.sees(b, j - P, m, L[std::size_t(b)]) ? 0 : 1;
+        }
         for (Index i = 0; i < t.T_q; ++i) {
-          const Index P = L[std::size_t(b)] - t.T_q;
           Index depth = 0, seen_nodes = 0;
           for (Index j = P; j < P + i; ++j) seen_nodes += t.sees(b, i, j, L[std::size_t(b)]) ? 1 : 0;
           if (t.form == TokenTree::Form::parents)
@@ -583,14 +592,19 @@ TEST(Law, treesAreDrawnInEveryWay) {
           const Visibility vis = p.visibility(b, 0);
           Problem none = p;
           none.tree.reset();
+          none.window.reset();
           const Visibility rules = none.visibility(b, 0);
           for (Index j = 0; j < p.k.shape().T; ++j)
-            EXPECT_EQ(vis.visible(i, j), t.sees(b, i, j, L[std::size_t(b)]) && rules.visible(i, j));
+            EXPECT_EQ(vis.visible(i, j),
+                      t.sees(b, i, j, L[std::size_t(b)]) && rules.visible(i, j) &&
+                          (!p.window || place[std::size_t(j)] >= place[std::size_t(P + i)] - *p.window))
+                << b << " " << i << " " << j;
         }
         if (roots > 1) seen.insert("several roots");
       }
     }
-  for (const char* want : {"parents", "little", "big", "ragged", "prefix", "depth 2", "siblings", "several roots"})
+  for (const char* want :
+       {"parents", "little", "big", "ragged", "prefix", "depth 2", "siblings", "several roots", "window", "alibi"})
     EXPECT_TRUE(seen.count(want)) << want;
 }
 

@@ -334,6 +334,10 @@ struct HeadModifiers {
   /// Where the queries sit (alignment, and documents with query bounds of their own): only position() is read.
   Visibility rows{};
   Index position(Index i) const { return rows.position(i); }
+  /// ALiBi's distance j - p, on the places of a tree's nodes (Visibility::key_place, place) where there is one.
+  Index alibi_distance(Index i, Index j) const {
+    return rows.depths ? rows.key_place(j) - rows.place(i) : j - rows.position(i);
+  }
   /// Whether a score is changed (softcap, ALiBi, a bias or counted duplicates); a sink changes the softmax, not a score.
   bool modifies_scores() const { return softcap || alibi_slope != 0 || bias || counted; }
   bool any() const { return modifies_scores() || sink; }
@@ -350,7 +354,7 @@ template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index 
     const A cap = static_cast<A>(*m.softcap);
     s = cap * tanh(s / cap);
   }
-  if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(j - m.position(i));
+  if (m.alibi_slope != 0) s += static_cast<A>(m.alibi_slope) * static_cast<A>(m.alibi_distance(i, j));
   if (m.bias) s += static_cast<A>(m.bias[i * m.bias_cols + j]);
   if (m.counted) s += static_cast<A>(m.log_count(i, j));
   return s;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -119,6 +120,18 @@ struct TokenTree {
       if (n == a) return true;
     return false;
   }
+  /// Node n's depth in batch entry b, whose entry holds `length` keys: how many earlier nodes its row shows (its
+  /// ancestors, for a tree; a bitmask's other cells counted alike). Its position for every rule that reads one
+  /// (a window, ALiBi) is the prefix's length plus its depth.
+  Index depth(Index b, Index n, Index length) const {
+    Index d = 0;
+    if (form == Form::parents) {
+      for (Index m = parent(b, n); m >= 0; m = parent(b, m)) ++d;
+      return d;
+    }
+    for (Index m = 0; m < n; ++m) d += sees(b, n, length - T_q + m, length) ? 1 : 0;
+    return d;
+  }
   /// Whether query i of batch entry b, whose entry holds `length` keys, sees key j by the tree.
   bool sees(Index b, Index i, Index j, Index length) const {
     if (j < 0 || j >= length) return false;
@@ -222,9 +235,24 @@ struct Visibility {
   /// a finite bias, whose cells are all visible. Points into the options; read at (batch, head).
   const ScoreBias* bias = nullptr;
   Index batch = 0, head = 0;
+  /// With a tree and a rule that reads positions (a window, ALiBi): each node's depth in this batch entry
+  /// (TokenTree::depth), shared by the copies of this visibility; null otherwise.
+  std::shared_ptr<const std::vector<Index>> depths{};
 
-  /// The aligned position p of query i.
+  /// The aligned position p of query i: where the causal rule (and chunks, documents) place it.
   Index position(Index i) const;
+  /// Where query i sits for the rules that read a distance (a window, ALiBi): its aligned position, or in a tree
+  /// the entry's prefix length plus its depth (a draft token's place in the sequence it would continue).
+  Index place(Index i) const {
+    if (!depths) return position(i);
+    return (key_length < 0 ? T_k : key_length) - T_q + (*depths)[std::size_t(i)];
+  }
+  /// Where key j sits for those rules: j, or a node's key the place of its node.
+  Index key_place(Index j) const {
+    if (!depths) return j;
+    const Index P = (key_length < 0 ? T_k : key_length) - T_q;
+    return j < P || j >= P + T_q ? j : P + (*depths)[std::size_t(j - P)];
+  }
   /// The run the contiguous families leave query i: every visible key lies in it, and every key of it is visible
   /// unless a block or dense mask hides it.
   KeyRange run(Index i) const;
@@ -236,7 +264,8 @@ struct Visibility {
   bool cells_allow(Index i, Index j) const {
     return (!block || block->visible(batch, head, i, j)) && (!dense || dense->visible(batch, head, i, j)) &&
            (!bias || !bias_hides(i, j)) && (!index || index_selects(i, j)) &&
-           (!tree || tree->sees(batch, i, j, key_length < 0 ? T_k : key_length));
+           (!tree || tree->sees(batch, i, j, key_length < 0 ? T_k : key_length)) &&
+           (!depths || !window || key_place(j) >= place(i) - *window);  // a tree's window, on the nodes' places
   }
   /// Whether the bias is -inf at cell (i, j) of this visibility's (batch, head).
   bool bias_hides(Index i, Index j) const;

@@ -193,7 +193,9 @@ extern "C" {
  *  [B, H, T_q, max_k]) where K and V have fewer heads than Q (MoBA's and NSA's per-head selections). */
 #define ATTNCHECK_CAP4_INDEX_LIST_PER_QUERY_HEAD 0x8000000u
 /** A tree of draft tokens given by its parents (attncheck_call.tree, form ATTNCHECK_TREE_PARENTS: speculative
- *  decoding's verification, EAGLE's and SGLang's trees): each node sees the prefix, its ancestors and itself. */
+ *  decoding's verification, EAGLE's and SGLang's trees): each node sees the prefix, its ancestors and itself. A left
+ *  window and ALiBi read a node's place, prefix_lengths[b] + its depth (the earlier nodes its row shows), not its
+ *  index; a node's key sits at its node's place. Never with a right window, chunks or documents. */
 #define ATTNCHECK_CAP4_TREE 0x10000000u
 /** The tree as a packed bitmask (form ATTNCHECK_TREE_BITMASK: FlashInfer's packed_custom_mask with mask_indptr). */
 #define ATTNCHECK_CAP4_TREE_BITMASK 0x20000000u

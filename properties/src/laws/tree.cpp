@@ -31,20 +31,21 @@ std::string needs_bitmask(const GenConfig& g) {
   return needs_tree(g);
 }
 
-// Every case has a tree (in a declared form); forward and backward calls alike. A tree reads no position but its
-// nodes' (ALiBi, windows, chunks and documents would read a node's depth: the core refuses them with a tree).
+// Every case has a tree (in a declared form); forward and backward calls alike. A left window and ALiBi read a
+// node's place, the prefix's length plus its depth (the sequence the draft would continue); a right window, chunks
+// and documents would read positions the core does not model in a tree, and it refuses them there.
 ProblemOptions options(bool weights) {
   ProblemOptions po = weights ? ProblemOptions{} : outputs_only();
   po.require.add({Feature::tree, Feature::tree_bitmask});
-  po.allow.remove({Feature::window, Feature::right_window, Feature::chunked_local, Feature::documents,
-                   Feature::query_documents, Feature::alibi});
+  po.allow.remove({Feature::right_window, Feature::chunked_local, Feature::documents, Feature::query_documents});
   return po;
 }
-// The derived calls of path, siblings and chain move nodes and their keys: no family beyond causal (no padding: every
-// entry's prefix is T_k - T_q), nothing per cell or per token, no pages.
+// The derived calls of path, siblings and chain move nodes and their keys: no family beyond causal and the left
+// window (no padding: every entry's prefix is T_k - T_q), nothing per cell or per token, no pages. A path's call
+// places its nodes where their depths put them, so a window and ALiBi read the same distances in both calls.
 ProblemOptions moving_options() {
   ProblemOptions po = options(false).no_masks_beyond_causal();
-  po.allow.remove({Feature::key_padding, Feature::paged, Feature::window});
+  po.allow.remove({Feature::key_padding, Feature::paged});
   return po;
 }
 // Cases whose entries hold their nodes: never more queries than keys, and fewer only where they can be the last T_q
@@ -165,7 +166,8 @@ const char* kOracleWhy =
     "itself, never a sibling or a cousin (given by a parent array, or as FlashInfer's packed bitmask). Every other "
     "rule (the causal rule, padding, masks) still hides what it hides. So the call is attention over exactly those "
     "keys: its output, weights and LSE agree with the float64 oracle, which applies the tree as one more mask, "
-    "within the derived bound (attention/src/tolerance.cpp), a key the tree hides weighing exactly 0. A kernel that "
+    "within the derived bound (attention/src/tolerance.cpp), a key the tree hides weighing exactly 0. A window and "
+    "ALiBi read a node's place, the prefix's length plus its depth, as decoding its path would. A kernel that "
     "hides the prefix, lets a node see every earlier node (causal, not the tree), stops one ancestor short, reads the "
     "bitmask's bits in the other order or another request's row stride breaks it.";
 
@@ -206,9 +208,10 @@ const char* kPathWhy =
     "then itself. Verifying it in the tree must give what decoding that continuation would: a plain causal call "
     "over the prefix and the path's keys, with the path's queries as its last rows (the rows before them are the "
     "prefix's, not compared). So the deepest node of the last batch entry and each of its ancestors agree with "
-    "that call's rows, within both calls' derived bounds plus what their float64 oracles differ by (nothing). A "
-    "kernel that hides the prefix, lets a node see a sibling or an earlier node off its path, or stops one "
-    "ancestor short breaks it.";
+    "that call's rows, within both calls' derived bounds plus what their float64 oracles differ by (nothing). In that "
+    "call a node sits at the prefix's length plus its depth, so a window and ALiBi, which read positions, read a "
+    "node's depth in the tree, not its index. A kernel that hides the prefix, lets a node see a sibling or an earlier "
+    "node off its path, stops one ancestor short, or places a node at its index for the window or ALiBi breaks it.";
 
 Verdict check_path(const Implementation& impl, const LawCase& c) {
   const Problem& p = c.problem;

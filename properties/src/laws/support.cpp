@@ -698,7 +698,10 @@ Verdict hidden_weights_are_zero(const std::string& law, const Implementation& im
     const WeightSample s = sample_weights(impl, p, sampled_keys(impl, p));
     return on_sample(nonzero_hidden_weight(law, impl, p, s.w, hidden, &s.keys), s, p);
   }
-  const Outcome o = call(impl, p);
+  Problem q = p;
+  q.want_weights = true;  // a stored case may ask for none (a replayed or hostile file): this check reads them
+  const Outcome o = call(impl, q);
+  if (!o.weights) return std::nullopt;  // an implementation that returns none, which such a law never draws for
   return nonzero_hidden_weight(law, impl, p, *o.weights, hidden);
 }
 

@@ -3,7 +3,7 @@
 #include "attncheck/cancel.hpp"
 
 #include "attncheck/format.hpp"
-#include "streamed.hpp"
+#include "kernels.hpp"
 
 #include <Random123/philox.h>
 

@@ -1,6 +1,7 @@
 // The streamed backward (FlashAttention-2's): attention_backward's path above kStreamedBackwardWeights, the
 // streamed float64 oracle backward, and gradient_check's bound (backward.cpp derives it) without any [T_q,T_k]
-// matrix: O(T·D) extra memory per head plus a few [block, tile] matrices per thread.
+// matrix: O(T·D) extra memory per head plus a few [block, tile] matrices per thread. Compiled once per
+// instruction set (cmake/attncheckIsa.cmake): kernels.hpp's table is all it exports.
 //
 //   q [B,H,T_q,D], k [B,H_kv,T_k,D], v [B,H_kv,T_k,D_v], dO [B,H,T_q,D_v] (D_v read from v, never assumed D)
 //   per (b, h), query block Q_b [Bq,D] and key tile K_t [Bk,D], V_t [Bk,D_v]:
@@ -32,6 +33,7 @@
 
 #include "attncheck/backward.hpp"
 #include "attncheck/cancel.hpp"
+#include "kernels.hpp"
 
 namespace attncheck {
 namespace {
@@ -664,48 +666,40 @@ bool daz(DType dtype, Tensor<double>& t) {
   return true;
 }
 
-}  // namespace
-
-namespace detail {
-
 template <class S>
-AttentionGradients<S> streamed_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
-                                        const Tensor<S>& d_output, const AttentionOptions& opts) {
+AttentionGradients<S> backward_of(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const Tensor<S>& d_output,
+                                  const AttentionOptions& opts) {
   const double scale = resolve_scale(opts.scale, q.shape().D, "attention_backward");
   return Streamed<S, false>(q, k, v, d_output, opts, scale, {}).run(nullptr);
 }
 
-}  // namespace detail
-
 template <class S>
-AttentionGradients<double> streaming_oracle_backward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
-                                                     const Tensor<S>& d_output, const AttentionOptions& opts) {
+AttentionGradients<double> oracle_backward_of(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v,
+                                              const Tensor<S>& d_output, const AttentionOptions& opts) {
   constexpr const char* who = "streaming_oracle_backward";
   check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
   if (has_prologue(opts)) {  // backward.cpp steps 13-15: the call on the folded q and k, then dQ and dK turned back
     const Tensor<double> qd = q.template cast<double>(), kd = k.template cast<double>();
     AttentionGradients<double> g =
-        detail::streamed_backward<double>(fold_queries(qd, opts, who), fold_keys(kd, opts, who),
-                                          v.template cast<double>(), d_output.template cast<double>(),
-                                          folded_options(opts));
+        backward_of<double>(fold_queries(qd, opts, who), fold_keys(kd, opts, who), v.template cast<double>(),
+                            d_output.template cast<double>(), folded_options(opts));
     detail::unfold_prologue(g, opts, qd, kd);
     return g;
   }
-  return detail::streamed_backward<double>(q.template cast<double>(), k.template cast<double>(),
-                                           v.template cast<double>(), d_output.template cast<double>(), opts);
+  return backward_of<double>(q.template cast<double>(), k.template cast<double>(), v.template cast<double>(),
+                             d_output.template cast<double>(), opts);
 }
 
-GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
-                                      const Tensor<double>& v, const Tensor<double>& d_output,
-                                      const AttentionOptions& opts, double safety) {
+GradientCheck gradient_check_of(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
+                                const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
   constexpr const char* who = "streamed_gradient_check";
   check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
   // RoPE's bound (backward.cpp step 14 on the terms of dQ and dK) is derived on the materialised path only.
   if (opts.rope || opts.rope_folded)
     throw std::logic_error(std::string(who) + ": no streamed bound for RoPE yet (its cases stay below 2^22 weights)");
   if (has_prologue(opts)) {  // backward.cpp step 13
-    GradientCheck r = streamed_gradient_check(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
-                                              folded_options(opts), safety);
+    GradientCheck r = gradient_check_of(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
+                                        folded_options(opts), safety);
     detail::unfold_prologue(r, opts, q, k, dtype, safety);
     return r;
   }
@@ -728,8 +722,8 @@ GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, cons
   return r;
 }
 
-Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
-                                              const AttentionOptions& opts) {
+Tensor<double> weight_error_of(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
+                               const AttentionOptions& opts) {
   constexpr const char* who = "streamed_weight_relative_error";
   check_streamed_shapes(who, q.shape(), k.shape(), k.shape(), q.shape(), opts);
   BoundTerms bt;
@@ -743,16 +737,19 @@ Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>&
       .weight_errors();
 }
 
-#define ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(S)                                                              \
-  template AttentionGradients<S> detail::streamed_backward(const Tensor<S>&, const Tensor<S>&, const Tensor<S>&,  \
-                                                           const Tensor<S>&, const AttentionOptions&);            \
-  template AttentionGradients<double> streaming_oracle_backward(const Tensor<S>&, const Tensor<S>&,               \
-                                                                const Tensor<S>&, const Tensor<S>&,               \
-                                                                const AttentionOptions&);
-
-ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(float)
-ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(double)
-ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(Eigen::half)
-ATTNCHECK_INSTANTIATE_STREAMED_BACKWARD(Eigen::bfloat16)
-
+}  // namespace
 }  // namespace attncheck
+
+// This copy's table (kernels.hpp), constant data: isa_prefix.cmake renames it for the instruction set it is for.
+extern "C" const attncheck::detail::BackwardKernels attncheck_backward_kernels;
+extern "C" const attncheck::detail::BackwardKernels attncheck_backward_kernels = {
+    &attncheck::backward_of<float>,
+    &attncheck::backward_of<double>,
+    &attncheck::backward_of<Eigen::half>,
+    &attncheck::backward_of<Eigen::bfloat16>,
+    &attncheck::oracle_backward_of<float>,
+    &attncheck::oracle_backward_of<double>,
+    &attncheck::oracle_backward_of<Eigen::half>,
+    &attncheck::oracle_backward_of<Eigen::bfloat16>,
+    &attncheck::gradient_check_of,
+    &attncheck::weight_error_of};

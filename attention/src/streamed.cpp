@@ -1,6 +1,7 @@
 // The streamed causal forward: query blocks against key tiles with an online softmax (FlashAttention's
 // recurrence), fully hidden tiles skipped, Eigen products per tile, (b, h, query block) items on threads.
 // Extra memory is O(T·D) per head plus one [block, tile] score matrix per thread; no [T_q,T_k] matrix.
+// Compiled once per instruction set (cmake/attncheckIsa.cmake): kernels.hpp's table is all it exports.
 //
 //   q [B,H,T_q,D], k,v [B,H_kv,T_k,D]     per item: Q_blk [Bq,D], K_t,V_t [Bk,D]
 //   S = Q_blk K_tᵀ·scale [Bq,Bk]          m_new = max(m, rowmax S), c = exp(m - m_new)
@@ -15,7 +16,7 @@
 
 #include "attncheck/attention.hpp"
 #include "attncheck/cancel.hpp"
-#include "streamed.hpp"
+#include "kernels.hpp"
 
 namespace attncheck::detail {
 namespace {
@@ -227,25 +228,19 @@ Tensor<S> run(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const 
   return out;
 }
 
-}  // namespace
-
 template <class S>
-Tensor<S> streamed_forward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
-                           double scale, Tensor<double>* stats, bool bounds) {
+Tensor<S> forward(const Tensor<S>& q, const Tensor<S>& k, const Tensor<S>& v, const AttentionOptions& opts,
+                  double scale, Tensor<double>* stats, bool bounds) {
   using A = Acc<S>;
   if (bounds) return run<S, A, true>(q, k, v, opts, scale, stats);
   return run<S, A, false>(q, k, v, opts, scale, stats);
 }
 
-template Tensor<float> streamed_forward(const Tensor<float>&, const Tensor<float>&, const Tensor<float>&,
-                                        const AttentionOptions&, double, Tensor<double>*, bool);
-template Tensor<double> streamed_forward(const Tensor<double>&, const Tensor<double>&, const Tensor<double>&,
-                                         const AttentionOptions&, double, Tensor<double>*, bool);
-template Tensor<Eigen::half> streamed_forward(const Tensor<Eigen::half>&, const Tensor<Eigen::half>&,
-                                              const Tensor<Eigen::half>&, const AttentionOptions&, double,
-                                              Tensor<double>*, bool);
-template Tensor<Eigen::bfloat16> streamed_forward(const Tensor<Eigen::bfloat16>&, const Tensor<Eigen::bfloat16>&,
-                                                  const Tensor<Eigen::bfloat16>&, const AttentionOptions&, double,
-                                                  Tensor<double>*, bool);
-
+}  // namespace
 }  // namespace attncheck::detail
+
+// This copy's table (kernels.hpp), constant data: isa_prefix.cmake renames it for the instruction set it is for.
+extern "C" const attncheck::detail::ForwardKernels attncheck_forward_kernels;
+extern "C" const attncheck::detail::ForwardKernels attncheck_forward_kernels = {
+    &attncheck::detail::forward<float>, &attncheck::detail::forward<double>, &attncheck::detail::forward<Eigen::half>,
+    &attncheck::detail::forward<Eigen::bfloat16>};

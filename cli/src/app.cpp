@@ -11,6 +11,7 @@
 
 #include "attncheck/cancel.hpp"
 #include "attncheck/cli.hpp"
+#include "attncheck/isa.hpp"
 #include "attncheck/reports.hpp"
 #include "check.hpp"
 #include "demo.hpp"
@@ -57,6 +58,13 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
         bool err_is_terminal) {
   CLI::App app{"attncheck: checks the laws of scaled causal attention against an implementation", "attncheck"};
   app.require_subcommand(1);
+  // The version and which instruction set the core's hot loops run on here (attncheck/isa.hpp): timings are
+  // only comparable between runs on the same one.
+  app.set_version_flag("--version", [] {
+    return "attncheck " ATTNCHECK_VERSION "\ncore: " + isa_summary() + "\nEigen " +
+           std::to_string(EIGEN_WORLD_VERSION) + "." + std::to_string(EIGEN_MAJOR_VERSION) + "." +
+           std::to_string(EIGEN_MINOR_VERSION);
+  });
   app.footer(
       "Exit codes: 0 every law held; 1 at least one law was falsified (reports written); 2 usage or configuration "
       "error; 3 internal error; 4 incomplete: nothing falsified, but an applicable law was not checked in full "
@@ -190,6 +198,12 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
                     "run's seed, and write shard.json beside the reports for `attncheck merge` (default: "
                     "$GTEST_SHARD_INDEX/$GTEST_TOTAL_SHARDS when both are set; $GTEST_SHARD_STATUS_FILE is touched)");
 
+  try {  // an ATTNCHECK_ISA this build or CPU lacks is a configuration error, refused before anything runs
+    (void)isa_summary();
+  } catch (const ValueError& e) {
+    err << "attncheck: " << e.what() << "\n";
+    return kUsage;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,6 +1,8 @@
 // The attncheck command end to end, in-process: exit codes and their messages, reports on disk, replay, the
 // corpus, and no silent overwrite. A toy law (rarely failing, instantly shrunk) keeps the mechanics tests
 // independent of the real laws; the real registry checks the reference and a mutant.
+#include "attncheck/cli.hpp"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -10,11 +12,11 @@
 #include <map>
 #include <sstream>
 
-#include "temp_dir.hpp"
-#include "attncheck/cli.hpp"
+#include "attncheck/isa.hpp"
 #include "attncheck/mutants.hpp"
 #include "attncheck/reports.hpp"
 #include "progress.hpp"
+#include "temp_dir.hpp"
 
 namespace attncheck::cli {
 namespace {
@@ -100,6 +102,14 @@ TEST(ExitCodes, badFlagIsAUsageErrorNamingTheFlag) {
   const Result r = attncheck(toy_registry(), {"check", "--impl", "reference", "--bogus"});
   EXPECT_EQ(r.code, kUsage);
   EXPECT_TRUE(contains(r.err, "--bogus")) << r.err;
+}
+
+// --version names the instruction set the core runs on, so a timing can say what it timed.
+TEST(ExitCodes, versionNamesTheCoresInstructionSet) {
+  const Result r = attncheck(toy_registry(), {"--version"});
+  EXPECT_EQ(r.code, kAllHeld);
+  EXPECT_TRUE(contains(r.out, "attncheck 0.")) << r.out;
+  EXPECT_TRUE(contains(r.out, "core: " + active_isa() + " (of generic")) << r.out;
 }
 
 TEST(ExitCodes, unknownLawIsAUsageErrorListingTheLaws) {

@@ -35,9 +35,12 @@ function(attncheck_isa_flags isa out)
   if(isa STREQUAL "native")
     list(APPEND flags -march=native)
   elseif(NOT isa STREQUAL "generic")
+    list(APPEND flags -march=${isa} -mtune=generic)
+  endif()
+  if(NOT isa STREQUAL "generic")
     # GCC 12 warns inside its own AVX-512 intrinsics as Eigen uses them (_mm512_undefined_pd's self-initialised
     # __Y, read only under a full mask): noise from the compiler's headers, not from this code.
-    list(APPEND flags -march=${isa} -mtune=generic $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
+    list(APPEND flags $<$<CXX_COMPILER_ID:GNU>:-Wno-maybe-uninitialized>)
   endif()
   set(${out} ${flags} PARENT_SCOPE)
 endfunction()

@@ -299,23 +299,38 @@ double max_row_spread(const Problem& p) {
   const double scale = p.scale ? *p.scale : 1 / std::sqrt(double(s.D));
   double top = 0;
   if (double(s.B) * double(s.H) * double(s.T) * double(p.k.shape().T) > kMaterialisedWeights) {
-    // A long context: the same spread, 64 query rows at a time (a [T_q,T_k] matrix is 2 GiB at T = 16384), each
-    // row's visible runs scanned whole.
-    constexpr Index kRows = 64;
+    // A long context: the spread of the rows of kBlocks blocks of 64 (the first, the last and evenly between; a
+    // [T_q,T_k] matrix is 2 GiB at T = 16384), each row's visible runs scanned whole, each block against the keys
+    // its rows can see. The cap only has to bite on some row (gen_modifiers: 2c <= spread / 2 on the row of the
+    // largest spread found), and a row of the blocks read is one: every row of a T = 16384 head was the draw's
+    // own O(T²·D) product in double on the thread that draws for every law (about 5 s a case, the workers idle).
+    constexpr Index kRows = 64, kBlocks = 16;
     Matrix<double> scores;
+    const Index blocks = (s.T + kRows - 1) / kRows;
     for (Index b = 0; b < s.B; ++b)
       for (Index h = 0; h < s.H; ++h) {
         const Visibility vis = p.visibility(b, h);
         const auto k = p.k.head(b, h / group);
-        for (Index i0 = 0; i0 < s.T; i0 += kRows) {
-          throw_if_cancelled("drawing a long case");  // seconds at long T: an interrupt must not wait for it
-          const Index n = std::min(kRows, s.T - i0);
-          scores.noalias() = p.q.head(b, h).middleRows(i0, n) * k.transpose();
+        Index last = -1;
+        for (Index n_blk = 0; n_blk < std::min(blocks, kBlocks); ++n_blk) {
+          const Index blk = kBlocks >= blocks ? n_blk : n_blk * (blocks - 1) / (kBlocks - 1);
+          if (blk == last) continue;
+          last = blk;
+          throw_if_cancelled("drawing a long case");  // an interrupt must not wait for a draw
+          const Index i0 = blk * kRows, n = std::min(kRows, s.T - i0);
+          Index j0 = k.rows(), j1 = 0;  // the keys any row of the block sees
+          for (Index i = i0; i < i0 + n; ++i)
+            vis.for_each_run(i, 0, k.rows(), [&](Index a, Index e) {
+              j0 = std::min(j0, a);
+              j1 = std::max(j1, e);
+            });
+          if (j0 >= j1) continue;
+          scores.noalias() = p.q.head(b, h).middleRows(i0, n) * k.middleRows(j0, j1 - j0).transpose();
           scores *= scale;
           for (Index i = i0; i < i0 + n; ++i) {
             double lo = std::numeric_limits<double>::infinity(), hi = -lo;
             vis.for_each_run(i, 0, k.rows(), [&](Index a, Index e) {
-              const auto run = scores.row(i - i0).segment(a, e - a);
+              const auto run = scores.row(i - i0).segment(a - j0, e - a);
               lo = std::min(lo, run.minCoeff());
               hi = std::max(hi, run.maxCoeff());
             });

@@ -34,6 +34,7 @@
 #include "attncheck/backward.hpp"
 #include "attncheck/cancel.hpp"
 #include "kernels.hpp"
+#include "tile_modifiers.hpp"
 
 namespace attncheck {
 namespace {
@@ -69,6 +70,8 @@ struct BoundTerms {
 template <class A> struct Scratch {
   Cells vis;                            // [n,w] visible
   ArrayA<A> s_raw, s, p, dp, ds;        // scores before and after the modifiers, P, dP, dS
+  ArrayA<A> tanh;                       // with a softcap, tanh(s_raw/cap) (tile_modifiers.hpp)
+  ArrayA<double> wide;                  // a float tile's softcap in double
   ArrayA<double> sabs, a, eps, mm, e, t, fl;  // the bound's terms (double only)
   Matrix<A> acc_k, acc_v, acc_q;
   Matrix<double> tol_k, tol_v, tol_q;
@@ -146,8 +149,15 @@ template <class S, bool kBound> class Streamed {
     const Index q_items = B * H * blocks_, k_items = B * ks_.H * tiles_;
     parallel(q_items, [&](Index n, Scratch<A>& sc) { row_stats(n, sc); });
     parallel(q_items, [&](Index n, Scratch<A>& sc) { row_sums(n, sc); });
-    parallel(k_items, [&](Index n, Scratch<A>& sc) { key_tile(n, sc, g, tol); });
-    parallel(q_items, [&](Index n, Scratch<A>& sc) { query_block(n, sc, g, tol); });
+    // Passes 3 and 4 over the tiles and blocks asked for (restrict_to), every one by default.
+    const std::vector<Index> tiles = chosen(k_items, [&](Index n) { return tile_on(n % tiles_); });
+    parallel(Index(tiles.size()), [&](Index n, Scratch<A>& sc) { key_tile(tiles[std::size_t(n)], sc, g, tol); });
+    const std::vector<Index> blocks = chosen(q_items, [&](Index n) {
+      Index b, h, blk, i0, rows;
+      decode_block(n, b, h, blk, i0, rows);
+      return block_on(blk);
+    });
+    parallel(Index(blocks.size()), [&](Index n, Scratch<A>& sc) { query_block(blocks[std::size_t(n)], sc, g, tol); });
     if (opts_.bias) {
       const Shape bs{opts_.bias->B, opts_.bias->H, T_q, ks_.T};
       g.dbias = Tensor<S>(bs);
@@ -180,6 +190,19 @@ template <class S, bool kBound> class Streamed {
     return g;
   }
 
+  /// Passes 3 and 4 only for the key tiles and query blocks that hold `only`'s rows (before run()).
+  void restrict_to(const GradientRows& only) {
+    tile_on_.assign(std::size_t(tiles_), 0);
+    block_on_.assign(std::size_t(blocks_), 0);
+    for (const Index j : only.keys)
+      if (j >= 0 && j < ks_.T) tile_on_[std::size_t(j / kTileK)] = 1;
+    for (const Index i : only.queries)
+      if (i >= 0 && i < qs_.T) block_on_[std::size_t(i / kBlockQ)] = 1;
+  }
+  /// Whether run() computed dK and dV of key j, dQ of query i.
+  bool key_row_on(Index j) const { return tile_on(j / kTileK); }
+  bool query_row_on(Index i) const { return block_on(i / kBlockQ); }
+
   const std::vector<double>& sink_terms() const { return sink_terms_; }
   /// The bound's Σ m_ij per dBias entry (step 12), after run().
   const Tensor<double>& bias_m() const { return bias_m_; }
@@ -194,6 +217,15 @@ template <class S, bool kBound> class Streamed {
 
  private:
   std::size_t row(Index b, Index h, Index i) const { return std::size_t((b * qs_.H + h) * qs_.T + i); }
+  bool tile_on(Index t) const { return tile_on_.empty() || tile_on_[std::size_t(t)]; }
+  bool block_on(Index blk) const { return block_on_.empty() || block_on_[std::size_t(blk)]; }
+  template <class F>
+  static std::vector<Index> chosen(Index items, F&& on) {
+    std::vector<Index> out;
+    for (Index n = 0; n < items; ++n)
+      if (on(n)) out.push_back(n);
+    return out;
+  }
   std::size_t vis_index(Index b, Index h) const { return std::size_t(b * vis_heads_ + (vis_heads_ == 1 ? 0 : h)); }
   const HeadModifiers& mods(Index b, Index h) const { return mods_[std::size_t(b * qs_.H + h)]; }
   bool has_sink(Index b, Index h) const {
@@ -246,9 +278,8 @@ template <class S, bool kBound> class Streamed {
     sc.s_raw *= scale_;
     const HeadModifiers& md = mods(b, h);
     if (md.modifies_scores()) {
-      sc.s.resize(n, w);
-      for (Index r = 0; r < n; ++r)
-        for (Index c = 0; c < w; ++c) sc.s(r, c) = modified_score<A>(sc.s_raw(r, c), md, i0 + r, j0 + c);
+      sc.s = sc.s_raw;
+      detail::modify_tile<A>(sc.s, md, i0, j0, sc.wide, &sc.tanh);  // softcap's tanh kept for its derivative
     } else {
       sc.s = sc.s_raw;
     }
@@ -279,9 +310,7 @@ template <class S, bool kBound> class Streamed {
     for (Index r = 0; r < n; ++r) sc.ds.row(r) = sc.p.row(r) * (sc.dp.row(r) - delta_[row(b, h, i0 + r)]);
     const HeadModifiers& md = mods(b, h);
     if (md.softcap) {  // through s = cap·tanh(s_raw/cap): dS_raw = dS·(1 - tanh²(s_raw/cap))
-      const A cap = static_cast<A>(*md.softcap);
-      const ArrayA<A> t = (sc.s_raw / cap).tanh();
-      sc.ds *= sc.vis.select(A(1) - t * t, A(0));
+      sc.ds *= sc.vis.select(A(1) - sc.tanh * sc.tanh, A(0));  // tanh from scores() on this tile
     }
   }
 
@@ -583,6 +612,7 @@ template <class S, bool kBound> class Streamed {
   const double scale_d_;
   const BoundTerms bt_;
   Index blocks_ = 0, tiles_ = 0, vis_heads_ = 1;
+  std::vector<char> tile_on_, block_on_;  // restrict_to's; empty: every one
   unsigned threads_ = 1;
   std::vector<Visibility> vis_;
   std::vector<std::vector<KeyRange>> runs_, spans_;  // per visibility: each row's run, each block's key span
@@ -615,9 +645,9 @@ void check_streamed_shapes(const char* who, const Shape& q, const Shape& k, cons
   check_options(who, opts, q.B, q.H, k.T, q.T);
 }
 
-GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
-                                const Tensor<double>& v, const Tensor<double>& d_output,
-                                const AttentionOptions& opts, double safety) {
+GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
+                                const Tensor<double>& d_output, const AttentionOptions& opts, double safety,
+                                const GradientRows* only) {
   const Shape qs = q.shape(), ks = k.shape();
   const double scale = resolve_scale(opts.scale, qs.D, "streamed_gradient_check");
   BoundTerms bt;
@@ -636,7 +666,24 @@ GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tens
   bt.k_fold = opts.qk_norm_folded && !opts.qk_norm_folded->k_weight.empty() ? qk_norm_error(dtype, qs.D) : 0.0;
   GradientCheck r;
   Streamed<double, true> engine(q, k, v, d_output, opts, scale, bt);
+  if (only) engine.restrict_to(*only);
   r.oracle = engine.run(&r.tolerance);
+  if (only) {  // the rows not computed: NaN in the oracle and its bound, never a value a law could pass on
+    const double nan = std::numeric_limits<double>::quiet_NaN();
+    for (Index b = 0; b < qs.B; ++b) {
+      for (Index h = 0; h < qs.H; ++h)
+        for (Index i = 0; i < qs.T; ++i)
+          if (!engine.query_row_on(i)) {
+            r.oracle.dq.head(b, h).row(i).setConstant(nan);
+            r.tolerance.dq.head(b, h).row(i).setConstant(nan);
+          }
+      for (Index g = 0; g < ks.H; ++g)
+        for (Index j = 0; j < ks.T; ++j)
+          if (!engine.key_row_on(j))
+            for (Tensor<double>* t : {&r.oracle.dk, &r.oracle.dv, &r.tolerance.dk, &r.tolerance.dv})
+              t->head(b, g).row(j).setConstant(nan);
+    }
+  }
   if (r.tolerance.dsinks.empty()) r.tolerance.dsinks.assign(opts.sinks.size(), 0.0);
   // The final rounding of every gradient into the dtype, and the subnormal floor (step 9), as backward.cpp.
   const auto finish = [&](Tensor<double>& tol, const Tensor<double>& grad, Index terms, double after) {
@@ -691,7 +738,8 @@ AttentionGradients<double> oracle_backward_of(const Tensor<S>& q, const Tensor<S
 }
 
 GradientCheck gradient_check_of(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
-                                const Tensor<double>& d_output, const AttentionOptions& opts, double safety) {
+                                const Tensor<double>& d_output, const AttentionOptions& opts, double safety,
+                                const GradientRows* only) {
   constexpr const char* who = "streamed_gradient_check";
   check_streamed_shapes(who, q.shape(), k.shape(), v.shape(), d_output.shape(), opts);
   // RoPE's bound (backward.cpp step 14 on the terms of dQ and dK) is derived on the materialised path only.
@@ -699,15 +747,15 @@ GradientCheck gradient_check_of(DType dtype, const Tensor<double>& q, const Tens
     throw std::logic_error(std::string(who) + ": no streamed bound for RoPE yet (its cases stay below 2^22 weights)");
   if (has_prologue(opts)) {  // backward.cpp step 13
     GradientCheck r = gradient_check_of(dtype, fold_queries(q, opts, who), fold_keys(k, opts, who), v, d_output,
-                                        folded_options(opts), safety);
+                                        folded_options(opts), safety, only);
     detail::unfold_prologue(r, opts, q, k, dtype, safety);
     return r;
   }
-  GradientCheck r = streamed_check_at(dtype, q, k, v, d_output, opts, safety);
+  GradientCheck r = streamed_check_at(dtype, q, k, v, d_output, opts, safety, only);
   Tensor<double> q0 = q, k0 = k, v0 = v, d0 = d_output;
   const bool flushed[] = {daz(dtype, q0), daz(dtype, k0), daz(dtype, v0), daz(dtype, d0)};
   if (std::none_of(std::begin(flushed), std::end(flushed), [](bool f) { return f; })) return r;
-  const GradientCheck f = streamed_check_at(dtype, q0, k0, v0, d0, opts, safety);  // step 10
+  const GradientCheck f = streamed_check_at(dtype, q0, k0, v0, d0, opts, safety, only);  // step 10
   const auto widen_tol = [](Tensor<double>& tol, const Tensor<double>& tol0, const Tensor<double>& g,
                             const Tensor<double>& g0) {
     tol.values() = tol.values().cwiseMax(tol0.values() + (g.values() - g0.values()).cwiseAbs());

@@ -204,8 +204,8 @@ template AttentionGradients<double> streaming_oracle_backward(const Tensor<Eigen
 
 GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
                                       const Tensor<double>& v, const Tensor<double>& d_output,
-                                      const AttentionOptions& opts, double safety) {
-  return detail::backward_kernels().gradient_check(dtype, q, k, v, d_output, opts, safety);
+                                      const AttentionOptions& opts, double safety, const GradientRows* only) {
+  return detail::backward_kernels().gradient_check(dtype, q, k, v, d_output, opts, safety, only);
 }
 
 Tensor<double> streamed_weight_relative_error(DType dtype, const Tensor<double>& q, const Tensor<double>& k,

@@ -45,7 +45,7 @@ struct BackwardKernels {
   OracleBackward<Eigen::bfloat16> oracle_bf16;
   GradientCheck (*gradient_check)(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
                                   const Tensor<double>& v, const Tensor<double>& d_output, const AttentionOptions& opts,
-                                  double safety);
+                                  double safety, const GradientRows* only);
   Tensor<double> (*weight_relative_error)(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
                                           const AttentionOptions& opts);
 };

@@ -17,6 +17,7 @@
 #include "attncheck/attention.hpp"
 #include "attncheck/cancel.hpp"
 #include "kernels.hpp"
+#include "tile_modifiers.hpp"
 
 namespace attncheck::detail {
 namespace {
@@ -42,6 +43,7 @@ template <class A> struct BlockState {
   Column<A> m, l;              // running max and denominator
   Column<double> abs_s, abs_dot;  // bound statistics (oracle only)
   ArrayA<A> s, p, sabs;        // [n,w] scores, their exps, scale·|Q||K|ᵀ
+  ArrayA<double> wide;         // a float tile's softcap in double (tile_modifiers.hpp)
 };
 
 template <class A, bool kBounds>
@@ -90,8 +92,7 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
     st.s.matrix().noalias() = qb * kt.transpose();
     st.s *= scale;
     if (mods.modifies_scores())  // softcap, then ALiBi and the bias (a hidden entry is modified but never read)
-      for (Index r = 0; r < n; ++r)
-        for (Index c = 0; c < w; ++c) st.s(r, c) = modified_score<A>(st.s(r, c), mods, i0 + r, j0 + c);
+      modify_tile<A>(st.s, mods, i0, j0, st.wide);
     if constexpr (kBounds) {
       st.sabs.resize(n, w);
       st.sabs.matrix().noalias() = qb.cwiseAbs() * kt.cwiseAbs().transpose();

@@ -223,6 +223,49 @@ TEST(StreamedBackward, identicalBitsWhateverTheThreadCount) {
   EXPECT_TRUE(same_bits(x.tolerance.dv, y.tolerance.dv));
 }
 
+// A long context's check of some rows (GradientRows): on the rows it computes (the blocks of 64 queries and the
+// tiles of 128 keys that hold the rows asked for) the oracle and its bound are the whole check's, to the bit (each
+// block and tile is computed alone, its sums in the same order); every other row is NaN, never a number a law could
+// pass. Over every case above (windows, padding, documents, masks, sinks, softcap, GQA, D_v), with a prologue too.
+TEST(StreamedBackward, someRowsAreTheWholeChecksRowsAndTheRestNaN) {
+  std::vector<Case> all = cases();
+  all.push_back({"temperature", 1, 2, 1, 200, 200, 4, {}});
+  all.back().opts.temperature = QueryTemperature{.B = 1, .H = 1, .T_q = 200, .values = std::vector<double>(200, 0.7)};
+  for (const Case& c : all) {
+    const Inputs in = inputs<float>(c);
+    const GradientRows rows{{0, c.T_q - 1, 70}, {c.T_k / 2}};
+    const GradientCheck whole = streamed_gradient_check(DType::f32, in.q, in.k, in.v, in.dO, c.opts),
+                        some = streamed_gradient_check(DType::f32, in.q, in.k, in.v, in.dO, c.opts, 2.0, &rows);
+    const auto on = [](Index i, const std::vector<Index>& asked, Index per) {
+      for (const Index a : asked)
+        if (a / per == i / per) return true;
+      return false;
+    };
+    for (const auto& [what, w, s, keys] : {std::tuple{"dq", &whole.oracle.dq, &some.oracle.dq, false},
+                                           std::tuple{"dk", &whole.oracle.dk, &some.oracle.dk, true},
+                                           std::tuple{"dv", &whole.oracle.dv, &some.oracle.dv, true},
+                                           std::tuple{"dq bound", &whole.tolerance.dq, &some.tolerance.dq, false},
+                                           std::tuple{"dk bound", &whole.tolerance.dk, &some.tolerance.dk, true},
+                                           std::tuple{"dv bound", &whole.tolerance.dv, &some.tolerance.dv, true}}) {
+      const Shape& sh = w->shape();
+      for (Index b = 0; b < sh.B; ++b)
+        for (Index h = 0; h < sh.H; ++h)
+          for (Index i = 0; i < sh.T; ++i) {
+            const bool computed = keys ? on(i, rows.keys, 128) : on(i, rows.queries, 64);
+            for (Index d = 0; d < sh.D; ++d) {
+              const double x = (*w)(b, h, i, d), y = (*s)(b, h, i, d);
+              if (computed)
+                ASSERT_EQ(std::memcmp(&x, &y, sizeof x), 0)
+                    << c.name << " " << what << " row " << i << ": " << x << " vs " << y;
+              else
+                ASSERT_TRUE(std::isnan(y)) << c.name << " " << what << " row " << i << " not asked for: " << y;
+            }
+          }
+    }
+    EXPECT_EQ(whole.oracle.dsinks, some.oracle.dsinks) << c.name;
+  }
+}
+
 TEST(StreamedBackward, hiddenNaNNeverReachesAGradient) {
   Case c{"hidden-nan", 2, 1, 1, 150, 150, 4, {.key_lengths = {100, 150}, .window = 90}};
   const Inputs in = inputs<float>(c);

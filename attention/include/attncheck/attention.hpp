@@ -348,6 +348,8 @@ struct HeadModifiers {
 HeadModifiers head_modifiers(const AttentionOptions& opts, Index b, Index h, Index T_q, Index T_k);
 /// The modified score: softcap, then ALiBi, then the bias and a counted key's ln n, as every path computes it (in the
 /// accumulation type A; a bias value is one of the call's dtype, exact in A; ln n rounds, tolerance.cpp step 7).
+/// The streamed paths modify a whole tile at once, the same steps with tanh on packets (attention/src/
+/// tile_modifiers.hpp); both tanhs are within tolerance.cpp's share.
 template <class A> A modified_score(A s, const HeadModifiers& m, Index i, Index j) {
   using std::tanh;
   if (m.softcap) {

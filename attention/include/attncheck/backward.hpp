@@ -77,13 +77,23 @@ struct GradientCheck {
 GradientCheck gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k, const Tensor<double>& v,
                              const Tensor<double>& d_output, const AttentionOptions& opts, double safety = 2.0);
 
+/// The rows a long context's gradient check is asked for (streamed_gradient_check's `only`): dQ of the query rows
+/// `queries`, dK and dV of the keys `keys` (in every batch entry and head). Each comes with the rest of the block
+/// of rows or tile of keys the check computes it in; every other row of the oracle and of its bound is NaN. The
+/// rows' softmax statistics and Δ are still taken over every row: a key's dK and dV sum over all its queries.
+struct GradientRows {
+  std::vector<Index> queries, keys;
+};
+
 /// gradient_check streamed, for long contexts: the streamed oracle and the same bound (backward.cpp's
 /// derivation, the same formula term by term), whose sums of |P|, |dS|, |dO|·|V| are accumulated tile by tile
 /// in the oracle's own passes: O(T·D) extra memory at any T. Agrees with gradient_check within float64
-/// reassociation (backward_test checks it).
+/// reassociation (backward_test checks it). With `only`, dQ, dK and dV of those rows alone (GradientRows): the
+/// passes over the key tiles and the query blocks, most of the work, shrink to theirs.
 GradientCheck streamed_gradient_check(DType dtype, const Tensor<double>& q, const Tensor<double>& k,
                                       const Tensor<double>& v, const Tensor<double>& d_output,
-                                      const AttentionOptions& opts, double safety = 2.0);
+                                      const AttentionOptions& opts, double safety = 2.0,
+                                      const GradientRows* only = nullptr);
 
 /// weight_relative_error's ρ_i for every row of every head, [B,H,T_q,1], with each head's modifiers and mask
 /// (the same formula on the same row statistics), streamed: no [T_q,T_k] matrix.

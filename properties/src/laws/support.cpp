@@ -339,18 +339,34 @@ Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gr
   return g;
 }
 
-GradientCheck run_gradient_oracle(const Problem& p) {
+GradientCheck run_gradient_oracle(const Problem& p, const GradientRows* only) {
   // A long context: the same oracle and bound streamed, in O(T·D) memory (attention/src/backward_streamed.cpp).
-  if (long_context(p)) return streamed_gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);
+  if (long_context(p) || only)
+    return streamed_gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety, only);
   return gradient_check(p.dtype, p.q, p.k, p.v, *p.d_output, p.options(), kSafety);
 }
 
+std::vector<Index> sample_row_blocks(Index T, Index rows, Index blocks) {
+  const Index count = (T + rows - 1) / rows;
+  std::vector<Index> out;
+  Index last = -1;
+  for (Index n = 0; n < std::min(count, blocks); ++n) {
+    const Index blk = blocks >= count ? n : n * (count - 1) / (blocks - 1);
+    if (blk == last) continue;
+    last = blk;
+    for (Index i = blk * rows; i < std::min(T, (blk + 1) * rows); ++i) out.push_back(i);
+  }
+  return out;
+}
+
 std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
-                                           const Gradients* tol, const Include& include) {
-  for (const auto& [name, e, a, t] : {std::tuple{"dq", &expected.dq, &actual.dq, tol ? &tol->dq : nullptr},
-                                      std::tuple{"dk", &expected.dk, &actual.dk, tol ? &tol->dk : nullptr},
-                                      std::tuple{"dv", &expected.dv, &actual.dv, tol ? &tol->dv : nullptr}})
-    if (auto v = compare(what, name, *e, *a, t, include)) return v;
+                                           const Gradients* tol, const Include& include, const Include& key_include) {
+  const Include& keys = key_include ? key_include : include;
+  for (const auto& [name, e, a, t, in] :
+       {std::tuple{"dq", &expected.dq, &actual.dq, tol ? &tol->dq : nullptr, &include},
+        std::tuple{"dk", &expected.dk, &actual.dk, tol ? &tol->dk : nullptr, &keys},
+        std::tuple{"dv", &expected.dv, &actual.dv, tol ? &tol->dv : nullptr, &keys}})
+    if (auto v = compare(what, name, *e, *a, t, *in)) return v;
   // The sinks' gradients, one per query head, as a [1,H,1,1] tensor.
   if (!expected.dsinks.empty() && actual.dsinks.size() == expected.dsinks.size()) {
     const Index H = Index(expected.dsinks.size());

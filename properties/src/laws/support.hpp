@@ -149,11 +149,17 @@ LawCase zero_empty_row_d_output(const GenConfig& cfg, LawCase c);
 Gradients accept_nan_empty_rows(const Implementation& impl, const Problem& p, Gradients g);
 /// The float64 oracle's gradients and their derived tolerances (attention/src/backward.cpp) for p's dO; for a
 /// long context streamed (streamed_gradient_check: the same bound, O(T·D) memory), every element still derived.
-GradientCheck run_gradient_oracle(const Problem& p);
+/// With `only`, the rows it names alone (GradientRows: every other row of the oracle and its bound is NaN).
+GradientCheck run_gradient_oracle(const Problem& p, const GradientRows* only = nullptr);
+/// A long context's sample of rows: `blocks` blocks of `rows` consecutive rows of [0, T) (the first, the last and
+/// evenly between), every row when they cover T; in order.
+std::vector<Index> sample_row_blocks(Index T, Index rows = 64, Index blocks = 16);
 /// compare() on dQ, dK and dV in turn (quantities "dq", "dk", "dv"); `tol` null means exact. The first
-/// gradient that breaks the law is the violation. include(b, h, i, c) sees kv heads for dK and dV.
+/// gradient that breaks the law is the violation. include(b, h, i, c) sees kv heads for dK and dV; `key_include`,
+/// when given, replaces it for dK and dV (whose rows are keys).
 std::optional<Violation> compare_gradients(const std::string& what, const Gradients& expected, const Gradients& actual,
-                                           const Gradients* tol, const Include& include = {});
+                                           const Gradients* tol, const Include& include = {},
+                                           const Include& key_include = {});
 
 /// The case's output, LSE (where asked for and returned) and weights (unless outputs only) against the float64 oracle:
 /// within the derived bound widened by FlashAttention's rule for the weights, a hidden weight exactly 0. A violation

@@ -71,7 +71,6 @@ template <class A> struct Scratch {
   Cells vis;                            // [n,w] visible
   ArrayA<A> s_raw, s, p, dp, ds;        // scores before and after the modifiers, P, dP, dS
   ArrayA<A> tanh;                       // with a softcap, tanh(s_raw/cap) (tile_modifiers.hpp)
-  ArrayA<double> wide;                  // a float tile's softcap in double
   ArrayA<double> sabs, a, eps, mm, e, t, fl;  // the bound's terms (double only)
   Matrix<A> acc_k, acc_v, acc_q;
   Matrix<double> tol_k, tol_v, tol_q;
@@ -279,7 +278,7 @@ template <class S, bool kBound> class Streamed {
     const HeadModifiers& md = mods(b, h);
     if (md.modifies_scores()) {
       sc.s = sc.s_raw;
-      detail::modify_tile<A>(sc.s, md, i0, j0, sc.wide, &sc.tanh);  // softcap's tanh kept for its derivative
+      detail::modify_tile<A>(sc.s, md, i0, j0, &sc.tanh);  // softcap's tanh kept for its derivative
     } else {
       sc.s = sc.s_raw;
     }

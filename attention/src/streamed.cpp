@@ -42,8 +42,7 @@ template <class A> struct BlockState {
   Matrix<A> acc;               // [n,D] Σ_j exp(s_ij - m_i) v_j
   Column<A> m, l;              // running max and denominator
   Column<double> abs_s, abs_dot;  // bound statistics (oracle only)
-  ArrayA<A> s, p, sabs;        // [n,w] scores, their exps, scale·|Q||K|ᵀ
-  ArrayA<double> wide;         // a float tile's softcap in double (tile_modifiers.hpp)
+  ArrayA<A> s, p, sabs;           // [n,w] scores, their exps, scale·|Q||K|ᵀ
 };
 
 template <class A, bool kBounds>
@@ -92,7 +91,7 @@ void stream_block(const HeadRef<A>& q, const HeadRef<A>& k, const HeadRef<A>& v,
     st.s.matrix().noalias() = qb * kt.transpose();
     st.s *= scale;
     if (mods.modifies_scores())  // softcap, then ALiBi and the bias (a hidden entry is modified but never read)
-      modify_tile<A>(st.s, mods, i0, j0, st.wide);
+      modify_tile<A>(st.s, mods, i0, j0);
     if constexpr (kBounds) {
       st.sabs.resize(n, w);
       st.sabs.matrix().noalias() = qb.cwiseAbs() * kt.cwiseAbs().transpose();

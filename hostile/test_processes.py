@@ -5,6 +5,7 @@ given up on after a few tries instead of stalling the run. The `marker` fixture 
 process behind."""
 import json
 import os
+import re
 import resource
 import signal
 import subprocess
@@ -43,17 +44,23 @@ def kill_mid_call(tmp_path, marker, spec, sig, extra=()):
             p.wait()
 
 
+# The daemon's kernel answers every call: 100,000 cases a law keep the run going when the signal comes (a default
+# check of it ends in about a second).
+LONG_RUN = ("--cases", "100000")
+
+
 def test_sigkill_of_attncheck_ends_a_setsid_daemon(tmp_path, marker):
-    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGKILL) == -signal.SIGKILL
+    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGKILL,
+                         LONG_RUN) == -signal.SIGKILL
 
 
 # SIGINT and SIGTERM end the run with the reports of what it finished: exit 130.
 def test_sigterm_of_attncheck_ends_a_setsid_daemon(tmp_path, marker):
-    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGTERM) == 130
+    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGTERM, LONG_RUN) == 130
 
 
 def test_sigint_of_attncheck_ends_a_setsid_daemon(tmp_path, marker):
-    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGINT) == 130
+    assert kill_mid_call(tmp_path, marker, f"plugin:{bad_plugin('setsid_child')}", signal.SIGINT, LONG_RUN) == 130
 
 
 def test_sigkill_of_attncheck_ends_a_host_deaf_to_sigterm(tmp_path, marker):
@@ -83,7 +90,9 @@ def test_sigint_ends_the_run_with_the_reports_of_what_finished(tmp_path, marker)
     out, err = p.communicate(timeout=60)
     assert p.returncode == 130, (out, err)
     assert "interrupted: held in the" in out and "cases checked before the run was stopped" in out, out
-    assert "not checked: the run was interrupted" in out, out  # zero-future-weight never started
+    # zero-future-weight is not checked either: it never started, or (on two cores, where every law's first 20
+    # cases are checked before any law's second pass) it held in those and the rest never came.
+    assert re.search(r"\nzero-future-weight +not checked ", out), out
     summary = json.loads((tmp_path / "r" / "summary.json").read_text())
     # Neither law was checked in full: neither is held (nor "not applicable"), and the run did not pass.
     assert [law["status"] for law in summary["laws"]] == ["not checked", "not checked"], summary

@@ -1,10 +1,11 @@
 // What a default check costs: calls to the implementation and wall time, law by law, for the reference (which
 // returns its weights), the same core as a black box (weights recovered by one-hot probing), and the numpy
 // example over the exec: protocol, all in one run so that the figures compare (the targets: a black box
-// in <= 10,000 calls, one that returns weights in <= 5,000, numpy in <= 3x the reference's time).
+// in <= 10,000 calls, one that returns weights in <= 8,000, numpy in <= 3x the reference's time).
 //
-// Each benchmark is one whole default check (`attncheck check --impl X`: float32, seed 1, 100 cases per law,
-// the default bounds), run once; counters: calls (all laws), and calls/<law> for the laws that make the most.
+// Each benchmark is one whole default check (`attncheck check --impl X`: float32, seed 1, up to 100 cases per law
+// and about 100 calls each (--law-calls), the default bounds), run once; counters: calls (all laws), and
+// calls/<law> for the laws that make the most.
 #include <benchmark/benchmark.h>
 
 #include <unistd.h>
@@ -51,6 +52,7 @@ void default_check(benchmark::State& state, const ImplementationPtr& impl) {
   for (const Law& l : laws()) all.push_back(&l);
   RunOptions ro;
   ro.cases = 100;
+  ro.law_calls = 100;  // the default check's --law-calls
   ro.seed = 1;
   ro.max_size = 100;
   ro.gen.dtype = DType::f32;
@@ -98,8 +100,13 @@ void BM_two_dtypes(benchmark::State& state, const char* framework) {
 
 // Every mutant of the zoo as a black box: the laws one after the other until one is falsified (a kill), at
 // seed 1 and 100 cases. Counters: mutants, killed, and the calls the kills took.
+// Every mutant of the zoo as a black box, under a default check's options but for --law-calls, which is the
+// argument (0: every law checks 100 cases; 100: the default): the mutants killed, and the calls until each was (a
+// check stops at the first law that kills). The label names the mutants no law killed, so that two arguments
+// compare mutant by mutant.
 void BM_zoo_black_box_kills(benchmark::State& state) {
   long mutants = 0, killed = 0, calls = 0;
+  std::string survivors;
   for (auto _ : state)
     for (const Mutant& m : mutant_zoo()) {
       if (m.control) continue;
@@ -107,18 +114,23 @@ void BM_zoo_black_box_kills(benchmark::State& state) {
       const ImplementationPtr impl = black_box(m.impl);
       RunOptions ro;
       ro.cases = 100;
+      ro.law_calls = state.range(0);
       ro.seed = 1;
       ro.gen.dtype = DType::f32;
       ro.gen.caps = impl->capabilities();
+      bool dead = false;
       for (const Law& l : laws()) {
         const LawResult r = run_law(l, *impl, ro);
         calls += r.calls;
         if (r.status == LawStatus::falsified) {
-          ++killed;
+          dead = true;
           break;
         }
       }
+      killed += dead;
+      if (!dead) survivors += (survivors.empty() ? "survived: " : ", ") + m.impl->name();
     }
+  state.SetLabel(survivors.empty() ? "every mutant killed" : survivors);
   state.counters["mutants"] = double(mutants);
   state.counters["killed"] = double(killed);
   state.counters["calls"] = double(calls);
@@ -129,6 +141,6 @@ BENCHMARK(BM_reference_black_box)->Iterations(1)->UseRealTime()->Unit(benchmark:
 BENCHMARK(BM_numpy_exec)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK_CAPTURE(BM_two_dtypes, numpy, "numpy")->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 BENCHMARK_CAPTURE(BM_two_dtypes, torch, "torch")->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
-BENCHMARK(BM_zoo_black_box_kills)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
+BENCHMARK(BM_zoo_black_box_kills)->Arg(0)->Arg(100)->Iterations(1)->UseRealTime()->Unit(benchmark::kSecond);
 
 }  // namespace

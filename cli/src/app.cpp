@@ -104,7 +104,15 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
   check->add_option("--impl", o.impl,
                     "what to check: reference, mutant:NAME, control:NAME (see `attncheck list`), plugin:PATH.so or "
                     "exec:COMMAND");
-  check->add_option("--cases", o.cases, "cases per law")->check(CLI::Range(1, kMaxCases))->capture_default_str();
+  check->add_option("--cases", o.cases, "the most cases a law checks (see --law-calls)")
+      ->check(CLI::Range(1, kMaxCases))
+      ->capture_default_str();
+  check
+      ->add_option("--law-calls", o.law_calls,
+                   "the calls a law's cases may make, about (default: --cases; 0: every law checks --cases cases): "
+                   "a law checks 20 cases, then as many more as the calls those made allow, so one whose cases "
+                   "make two calls each checks half as many")
+      ->check(CLI::Range(0L, 1'000'000'000'000L));
   check->add_option("--seed", o.seed, "RapidCheck seed; the same seed checks the same cases")
       ->check(seed_check())
       ->capture_default_str();
@@ -224,10 +232,10 @@ int run(int argc, const char* const* argv, const Registry& registry, std::ostrea
       // --replay re-checks the stored case under the bounds recorded with it: every flag that picks laws,
       // cases or bounds, or writes reports, would be ignored, so it is refused rather than dropped silently.
       std::string ignored;
-      for (const char* flag : {"--property", "--reproduce", "--shard", "--shape", "--cases", "--seed", "--max-B", "--max-H",
-                               "--max-Hkv", "--max-T", "--min-T", "--max-D", "--dtype", "--jobs", "--report-dir",
-                               "--format", "--corpus", "--no-corpus", "--force", "--shrink-time", "--max-calls", "--stress",
-                               "--long"})
+      for (const char* flag : {"--property",  "--reproduce", "--shard",       "--shape",      "--cases",  "--law-calls",
+                               "--seed",      "--max-B",     "--max-H",       "--max-Hkv",    "--max-T",  "--min-T",
+                               "--max-D",     "--dtype",     "--jobs",        "--report-dir", "--format", "--corpus",
+                               "--no-corpus", "--force",     "--shrink-time", "--max-calls",  "--stress", "--long"})
         if (check->count(flag) > 0) ignored += (ignored.empty() ? "" : ", ") + std::string(flag);
       if (!ignored.empty())
         throw UsageError("--replay re-checks exactly the case stored in " + o.replay +

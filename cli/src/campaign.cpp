@@ -131,6 +131,8 @@ Campaign read_campaign(const std::string& file) {
       else if (key == "min_T") extent(o.min_T, 1, kMaxSeqLen), o.given.min_T = true;
       else if (key == "max_D") extent(o.max_D, 1, kMaxExtent), o.given.max_D = true;
       else if (key == "max_calls") extent(n, 0, Index{1} << 40), o.max_calls = long(n);
+      else if (key == "law_calls")
+        extent(n, 0, Index{1} << 40), o.law_calls = long(n);
       else if (key == "timeout") {
         seconds(o.timeout);
         if (o.timeout <= 0) bad(file, "options.timeout", "seconds above 0", v);
@@ -138,7 +140,8 @@ Campaign read_campaign(const std::string& file) {
       else if (key == "properties") o.properties = strings(file, *it, "properties", true);
       else
         throw UsageError("campaign " + file + ": unknown option \"" + key +
-                         "\" (expected cases, max_B, max_H, max_Hkv, max_T, min_T, max_D, max_calls, timeout, "
+                         "\" (expected cases, max_B, max_H, max_Hkv, max_T, min_T, max_D, max_calls, law_calls, "
+                         "timeout, "
                          "shrink_time, properties)");
     }
   }

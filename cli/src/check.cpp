@@ -703,6 +703,7 @@ CheckPlan plan_check(const CheckOptions& o, const Registry& reg, ImplementationP
   run.dtype = run.gen.dtype = plan.dtype;
   run.seed = o.seed;
   run.cases = plan.bounds.cases;
+  run.law_calls = o.law_calls < 0 ? run.cases : o.law_calls;
   if (plan.shard.given) run.shard = std::array<int, 2>{plan.shard.index, plan.shard.count};
   run.gen.max_B = plan.bounds.max_B;
   run.gen.max_H = plan.bounds.max_H;
@@ -737,8 +738,8 @@ void print_header(const CheckPlan& plan, std::ostream& out) {
     lengths += "}";
   }
   out << "attncheck check: " << run.implementation << " (" << run.implementation_description << ")\n"
-      << "  dtype " << dtype_name(plan.dtype) << ", seed " << run.seed << ", " << run.cases << " cases per law, B <= "
-      << run.gen.max_B << ", H <= " << run.gen.max_H
+      << "  dtype " << dtype_name(plan.dtype) << ", seed " << run.seed << ", " << reports::cases_per_law(run)
+      << ", B <= " << run.gen.max_B << ", H <= " << run.gen.max_H
       << (run.gen.max_H_kv > 0 ? ", H_kv <= " + std::to_string(run.gen.max_H_kv) : std::string()) << lengths
       << ", D <= " << run.gen.max_D << (run.gen.min_T > 1 ? ", T >= " + std::to_string(run.gen.min_T) : std::string())
       << (run.gen.shape ? ", shape pinned to " + reports::shape_option(*run.gen.shape) : std::string())
@@ -814,6 +815,7 @@ std::vector<reports::LawReport> run_plan(const CheckPlan& plan, const CheckOptio
   RunOptions ro = run_options(plan.bounds.cases, o.seed, plan.run.max_size, plan.run.gen, o.reproduce);
   ro.shrink_seconds = o.shrink_time;
   ro.max_calls = o.max_calls;
+  ro.law_calls = plan.run.law_calls;
   ro.calls_spent = std::make_shared<std::atomic<long>>(0);
   ResultsTable table(plan.selected, out);
   for (std::size_t n = 0; n < n_laws; ++n)  // the rows of the corpus replays at the top, before any law runs

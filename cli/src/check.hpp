@@ -28,6 +28,9 @@ struct CheckOptions {
   std::string program = "attncheck";
   std::string impl;
   int cases = 100;
+  /// The calls a law's cases may make, about (RunOptions::law_calls): a law whose cases make several calls each
+  /// checks fewer cases. Negative: --cases; 0: no limit (every law checks --cases cases).
+  long law_calls = -1;
   std::uint64_t seed = kDefaultSeed;
   Index max_B = 4, max_H = 4, max_T = 256, max_D = 128;
   Index max_H_kv = 0;  ///< 0: kv heads up to H

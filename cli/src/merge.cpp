@@ -119,12 +119,13 @@ std::string run_difference(const reports::ShardDocument& a, const reports::Shard
   };
   const auto n = [](auto v) { return std::to_string(v); };
   for (const std::string& d :
-       {differ("implementation", x.implementation, y.implementation), differ("dtype", std::string(dtype_name(x.dtype)), std::string(dtype_name(y.dtype))),
+       {differ("implementation", x.implementation, y.implementation),
+        differ("dtype", std::string(dtype_name(x.dtype)), std::string(dtype_name(y.dtype))),
         differ("seed", n(x.seed), n(y.seed)), differ("cases", n(x.cases), n(y.cases)),
-        differ("max_size", n(x.max_size), n(y.max_size)), differ("--max-B", n(x.gen.max_B), n(y.gen.max_B)),
-        differ("--max-H", n(x.gen.max_H), n(y.gen.max_H)), differ("--max-Hkv", n(x.gen.max_H_kv), n(y.gen.max_H_kv)),
-        differ("--min-T", n(x.gen.min_T), n(y.gen.min_T)), differ("--max-T", n(x.gen.max_T_tail), n(y.gen.max_T_tail)),
-        differ("--max-D", n(x.gen.max_D), n(y.gen.max_D)),
+        differ("--law-calls", n(x.law_calls), n(y.law_calls)), differ("max_size", n(x.max_size), n(y.max_size)),
+        differ("--max-B", n(x.gen.max_B), n(y.gen.max_B)), differ("--max-H", n(x.gen.max_H), n(y.gen.max_H)),
+        differ("--max-Hkv", n(x.gen.max_H_kv), n(y.gen.max_H_kv)), differ("--min-T", n(x.gen.min_T), n(y.gen.min_T)),
+        differ("--max-T", n(x.gen.max_T_tail), n(y.gen.max_T_tail)), differ("--max-D", n(x.gen.max_D), n(y.gen.max_D)),
         differ("--shape", x.gen.shape ? reports::shape_option(*x.gen.shape) : "none",
                y.gen.shape ? reports::shape_option(*y.gen.shape) : "none"),
         differ("--long", x.gen.long_lengths.empty() ? "off" : "on", y.gen.long_lengths.empty() ? "off" : "on"),

@@ -643,8 +643,8 @@ TEST(DeclaredDrawn, declaredHeadDimensionsAboveTheDefaultMaxDAreDrawn) {
                                         return o;
                                       })};
   TempDir tmp;
-  const std::vector<std::string> args{"check", "--impl", "mla-path-bug", "--property", "oracle-agreement", "--cases",
-                                      "40", "--no-corpus", "--report-dir", (tmp.path() / "r").string()};
+  const std::vector<std::string> args{"check",   "--impl", "mla-path-bug", "--property",   "oracle-agreement",
+                                      "--cases", "100",    "--no-corpus",  "--report-dir", (tmp.path() / "r").string()};
   const Result found = attncheck(reg, args);
   EXPECT_EQ(found.code, kFalsified) << found.out << found.err;
   EXPECT_TRUE(contains(found.out, "head dimensions drawn: 64, 128, 192/128, 576/512 (declared)\n")) << found.out;

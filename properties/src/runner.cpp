@@ -186,13 +186,53 @@ namespace {
 // "1 case", "3 cases".
 std::string cases_text(int n) { return std::to_string(n) + (n == 1 ? " case" : " cases"); }
 
-// RapidCheck's parameters for one law: the run's seed and size, its cases (at most the law's own limit).
-rc::detail::TestParams test_params(const Law& law, const RunOptions& opts) {
+// The most cases law checks in this run: the run's, at most the law's own limit.
+int law_cases(const Law& law, const RunOptions& opts) {
+  return law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
+}
+
+// A law's cases come in at most two passes (RunOptions::law_calls). The first checks this many cases: all of them
+// without a calls allowance.
+int first_pass_cases(const Law& law, const RunOptions& opts) {
+  const int all = law_cases(law, opts);
+  return opts.law_calls > 0 ? std::min(all, std::max(1, opts.first_cases)) : all;
+}
+
+// The cases of the second pass: as many as the allowance takes at the first pass's calls per case (n cases that
+// made `calls` calls), rounded to the nearest case, up to the law's cases in all. A first pass that made no call
+// (every case vacuous) takes all of them. Integer arithmetic: the same calls give the same count everywhere.
+int second_pass_cases(const Law& law, const RunOptions& opts, int n, long calls) {
+  const int all = law_cases(law, opts);
+  if (opts.law_calls <= 0 || n >= all) return 0;
+  if (calls <= 0) return all - n;
+  const long fit = (2 * opts.law_calls * n + calls) / (2 * calls);
+  return int(std::clamp<long>(fit, n, all)) - n;
+}
+
+// RapidCheck's parameters for a pass of n cases of one law: the run's size, and its seed for the first pass;
+// the second draws from a seed mixed from it (splitmix64's finaliser), since the same seed would draw the first
+// pass's first cases again.
+rc::detail::TestParams test_params(const RunOptions& opts, int pass, int n) {
   rc::detail::TestParams params;
-  params.seed = opts.seed;
-  params.maxSuccess = law.max_cases > 0 ? std::min(opts.cases, law.max_cases) : opts.cases;
+  std::uint64_t seed = opts.seed;
+  if (pass > 0) {
+    seed += 0x9e3779b97f4a7c15ULL * std::uint64_t(pass);
+    seed = (seed ^ (seed >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebULL;
+    seed ^= seed >> 31;
+  }
+  params.seed = seed;
+  params.maxSuccess = n;
   params.maxSize = opts.max_size;
   return params;
+}
+
+// Two passes' results as one: their cases and their tags.
+rc::detail::SuccessResult merged(const rc::detail::SuccessResult& a, const rc::detail::SuccessResult& b) {
+  rc::detail::SuccessResult m = a;
+  m.numSuccess += b.numSuccess;
+  for (const auto& [tags, n] : b.distribution) m.distribution[tags] += n;
+  return m;
 }
 
 rc::detail::TestMetadata test_metadata(const Law& law) {
@@ -212,14 +252,13 @@ std::string finding_note(const Law& law, const Implementation& impl, const GenCo
 }
 
 // One law's run: the property RapidCheck calls for every case, the state it keeps between cases (shrinking, the
-// budgets, what was interrupted), and the result made from RapidCheck's. `known_held[n]`, when given, says that
-// the n-th case drawn before any failure was already checked and held (run_laws), so it is not checked again;
-// `known_calls` are the calls those checks made.
+// budgets, what was interrupted), and the result made from RapidCheck's (of one pass of cases, or two with
+// RunOptions::law_calls). `known_held`, when given, holds the calls of each case drawn before any failure that was
+// already checked and held (run_laws), in drawing order, so those are not checked again.
 class LawRun {
  public:
-  LawRun(const Law& law, const Implementation& impl, const RunOptions& opts, const std::vector<bool>* known_held,
-         long known_calls)
-      : law_(law), impl_(impl), opts_(opts), known_held_(known_held), known_calls_(known_calls), counted_(impl) {
+  LawRun(const Law& law, const Implementation& impl, const RunOptions& opts, const std::vector<long>* known_held)
+      : law_(law), impl_(impl), opts_(opts), known_held_(known_held), counted_(impl) {
     r_.law = law.name;
     r_.implementation = impl.name();
     r_.dtype = opts.gen.dtype;
@@ -232,17 +271,30 @@ class LawRun {
   LawResult run() {
     if (not_run()) return r_;
     gen_ = law_.gen(g_);
-    const rc::detail::TestParams params = test_params(law_, opts_);
     const rc::detail::TestMetadata md = test_metadata(law_);
     std::unordered_map<std::string, rc::detail::Reproduce> reproduce_map;
     if (!opts_.reproduce.empty()) {
       check_reproduce_string(opts_.reproduce, law_.name);
       reproduce_map = rc::detail::stringToReproduceMap(opts_.reproduce);
     }
-    progress_.cases_total = params.maxSuccess;
+    const int first = first_pass_cases(law_, opts_);
+    progress_.cases_total = law_cases(law_, opts_);  // at most; the second pass, if any, sets the count
     ProgressListener listener(progress_, opts_.on_progress);
-    const rc::detail::TestResult result =
-        rc::detail::checkTestable([this] { check_one_case(); }, md, params, listener, reproduce_map);
+    rc::detail::TestResult result = rc::detail::checkTestable([this] { check_one_case(); }, md,
+                                                              test_params(opts_, 0, first), listener, reproduce_map);
+    // The second pass, when the first held in full and the calls it made leave room for more cases.
+    if (result.is<rc::detail::SuccessResult>() && opts_.reproduce.empty() && !internal_ && unchecked_ == 0 &&
+        interrupted_ == 0 && start_failure_.empty()) {
+      const int more = second_pass_cases(law_, opts_, first, counted_.calls() + known_calls_);
+      if (more > 0 && stop_requested()) {
+        not_drawn_ = more;  // interrupted between the passes
+      } else if (more > 0) {
+        first_pass_ = result.get<rc::detail::SuccessResult>();
+        progress_.cases_total = first + more;
+        result = rc::detail::checkTestable([this] { check_one_case(); }, md, test_params(opts_, 1, more), listener,
+                                           reproduce_map);
+      }
+    }
     if (result.is<rc::detail::FailureResult>() && last_failure_ && !stop_requested())
       explain(law_, counted_, last_failure_->lcase, last_failure_->violation);  // once, on the case reported
     r_.seconds = elapsed();
@@ -252,7 +304,8 @@ class LawRun {
     if (internal_) std::rethrow_exception(internal_);
     r_.note = sampled_;
     if (result.is<rc::detail::SuccessResult>())
-      held(result.get<rc::detail::SuccessResult>());
+      held(first_pass_ ? merged(*first_pass_, result.get<rc::detail::SuccessResult>())
+                       : result.get<rc::detail::SuccessResult>());
     else if (result.is<rc::detail::FailureResult>())
       falsified(result.get<rc::detail::FailureResult>());
     else if (result.is<rc::detail::GaveUpResult>())
@@ -394,7 +447,10 @@ class LawRun {
     LawCase& c = *drawn;
     for (const auto& t : c.tags) RC_TAG(t);
     const std::size_t n = drawn_++;
-    if (known_held_ && !progress_.shrinking && n < known_held_->size() && (*known_held_)[n]) return;
+    if (known_held_ && !progress_.shrinking && n < known_held_->size()) {
+      known_calls_ += (*known_held_)[n];
+      return;
+    }
     c.outputs_only = g_.caps.weights_probed && failed_on_ == "output";
     bool timed_out = false, not_started = false;
     Verdict verdict = check(c, timed_out, not_started);
@@ -428,6 +484,7 @@ class LawRun {
   void held(const rc::detail::SuccessResult& s) {
     r_.status = LawStatus::held;
     r_.cases_run = s.numSuccess - unchecked_ - interrupted_;
+    interrupted_ += not_drawn_;
     for (const auto& [tags, n] : s.distribution)
       for (const auto& t : tags) r_.coverage[unquote(t)] += n;
     if (law_.finding && unchecked_ == 0 && interrupted_ == 0 && start_failure_.empty() && !stop_requested())
@@ -452,7 +509,7 @@ class LawRun {
 
   void falsified(const rc::detail::FailureResult& f) {
     r_.status = LawStatus::falsified;
-    r_.cases_run = f.numSuccess + 1;
+    r_.cases_run = (first_pass_ ? first_pass_->numSuccess : 0) + f.numSuccess + 1;
     r_.reproduce = rc::detail::reproduceMapToString({{law_.name, f.reproduce}});
     if (shrink_budget_spent())
       r_.note = "shrinking stopped after " + std::to_string(shrink_timeouts_) +
@@ -486,8 +543,8 @@ class LawRun {
   const Law& law_;
   const Implementation& impl_;
   const RunOptions& opts_;
-  const std::vector<bool>* known_held_;
-  const long known_calls_;
+  const std::vector<long>* known_held_;
+  long known_calls_ = 0;  // the calls of the known held cases passed so far
   const CountingImplementation counted_;
   const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
   LawResult r_;
@@ -497,6 +554,7 @@ class LawRun {
   std::string budget_words_;     // that budget, in words
   Progress progress_;
   std::size_t drawn_ = 0;        // cases drawn so far
+  std::optional<rc::detail::SuccessResult> first_pass_;  // the first pass, when a second one ran
   // Shrinking state: whether a failure was found, whether a clear one was, on what quantity, and since when.
   bool shrinking_ = false, have_clear_ = false;
   std::string failed_on_;
@@ -508,6 +566,7 @@ class LawRun {
   std::string start_failure_;  // the first call that failed because the implementation could not be started
   int unchecked_ = 0;          // cases passed untried because the call budget was spent
   int interrupted_ = 0;        // cases passed untried because the run was asked to stop
+  int not_drawn_ = 0;          // a second pass's cases, not drawn because the run was asked to stop before it
   bool interrupted_shrinking_ = false;
   std::exception_ptr internal_;        // attncheck's own first error, rethrown after the run
   std::string sampled_;                // what the last long-context case checked by sampling, for the note
@@ -515,8 +574,8 @@ class LawRun {
 };
 
 LawResult run_law_impl(const Law& law, const Implementation& impl, const RunOptions& opts,
-                       const std::vector<bool>* known_held, long known_calls = 0) {
-  return LawRun(law, impl, opts, known_held, known_calls).run();
+                       const std::vector<long>* known_held) {
+  return LawRun(law, impl, opts, known_held).run();
 }
 
 // One drawn case waiting for, or done with, its check in run_laws.
@@ -602,6 +661,11 @@ class CheckPool {
     queue_.push_back(Job{l, checked_[l].size() - 1, std::move(c)});
     ready_.notify_one();
   }
+  /// Waits until every case queued so far is checked.
+  void wait_idle() {
+    std::unique_lock lock(mu_);
+    idle_.wait(lock, [&] { return queue_.empty() && busy_ == 0; });
+  }
   /// Lets the workers finish the queue, and joins them.
   void close() {
     {
@@ -627,12 +691,17 @@ class CheckPool {
         job = std::move(queue_.front());
         queue_.pop_front();
         space_.notify_one();
-        if (failed_[job.law] || stop_requested()) continue;  // re-run alone anyway, or not at all
+        if (failed_[job.law] || stop_requested()) {  // re-run alone anyway, or not at all
+          if (queue_.empty() && busy_ == 0) idle_.notify_all();
+          continue;
+        }
+        ++busy_;
       }
       Checked c = check(job);
       std::lock_guard lock(mu_);
       if (c.failed) failed_[job.law] = 1;
       checked_[job.law][job.index] = std::move(c);
+      if (--busy_ == 0 && queue_.empty()) idle_.notify_all();
     }
   }
   Checked check(const Job& job) const {
@@ -657,19 +726,21 @@ class CheckPool {
   const Implementation& impl_;
   const int jobs_;
   std::mutex mu_;
-  std::condition_variable ready_, space_;
+  std::condition_variable ready_, space_, idle_;
   std::deque<Job> queue_;
+  int busy_ = 0;  // workers checking a case
   bool closed_ = false;
   std::vector<std::deque<Checked>> checked_;
   std::vector<char> failed_;
   std::vector<std::thread> pool_;
 };
 
-// Draws every case of law l with RapidCheck (on the calling thread) and queues it for the pool; what RapidCheck
-// concluded of the draws. An error of attncheck's own while drawing fails the draw (the law is then re-run alone,
-// where it becomes an internal error), and is not shrunk.
+// Draws the n cases of a pass of law l with RapidCheck (on the calling thread) and queues them for the pool, the
+// progress counting them against `planned` (the law's cases at most, in the first pass of two); what
+// RapidCheck concluded of the draws. An error of attncheck's own while drawing fails the draw (the law is then re-run
+// alone, where it becomes an internal error), and is not shrunk.
 rc::detail::TestResult draw_law(CheckPool& pool, std::size_t l, const Law& law, const GenConfig& g,
-                                const RunOptions& opts, Progress& progress) {
+                                const RunOptions& opts, int pass, int n, int planned, Progress& progress) {
   const rc::Gen<LawCase> gen = law.gen(g);
   bool gen_error = false;
   const auto property = [&] {
@@ -688,8 +759,9 @@ rc::detail::TestResult draw_law(CheckPool& pool, std::size_t l, const Law& law, 
     for (const auto& t : c.tags) RC_TAG(t);
     pool.push(l, std::move(c));
   };
-  const rc::detail::TestParams params = test_params(law, opts);
-  progress = Progress{.law = law.name, .cases_total = params.maxSuccess};
+  const rc::detail::TestParams params = test_params(opts, pass, n);
+  if (pass == 0) progress = Progress{.law = law.name};
+  progress.cases_total = planned;
   ProgressListener listener(progress, opts.on_progress);
   const std::unordered_map<std::string, rc::detail::Reproduce> no_reproduce;
   return rc::detail::checkTestable(property, test_metadata(law), params, listener, no_reproduce);
@@ -697,7 +769,7 @@ rc::detail::TestResult draw_law(CheckPool& pool, std::size_t l, const Law& law, 
 
 // Interrupted: a law with some cases checked, none failing, held in those; any other was not checked.
 LawResult interrupted_result(const Law& law, const Implementation& impl, const RunOptions& opts,
-                             const std::deque<Checked>& checked, bool failed) {
+                             const std::deque<Checked>& checked, bool failed, int planned) {
   LawResult r = blank_result(law, impl, opts);
   r.status = LawStatus::not_checked;
   r.note = "not checked: the run was interrupted";
@@ -709,7 +781,7 @@ LawResult interrupted_result(const Law& law, const Implementation& impl, const R
       r.calls += c.calls;
     }
     r.note = "interrupted: held in the " + cases_text(int(ran)) + " checked before the run was stopped, " +
-             std::to_string(test_params(law, opts).maxSuccess - ran) + " not checked";
+             std::to_string(planned - ran) + " not checked";
   }
   return r;
 }
@@ -744,35 +816,56 @@ std::vector<LawResult> run_laws(const std::vector<const Law*>& laws, const Imple
     return run_serially(laws, impl, opts, done);
   GenConfig g = opts.gen;
   g.caps = impl.capabilities();
-  std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size());
+  // Each law's passes (RunOptions::law_calls): what RapidCheck concluded of each pass's draws, and the cases
+  // planned. The second passes are drawn once every first pass is checked, from the calls it made: the counts are
+  // those a serial run takes.
+  std::vector<std::optional<rc::detail::TestResult>> drawn(laws.size()), drawn_more(laws.size());
+  std::vector<int> planned(laws.size(), 0);
   std::vector<Progress> progress(laws.size());
   CheckPool pool(laws, impl, jobs);
   for (std::size_t l = 0; l < laws.size(); ++l)
-    if (why_not_applicable(*laws[l], impl, g).empty())  // otherwise run_law says so below, without a case
-      drawn[l] = draw_law(pool, l, *laws[l], g, opts, progress[l]);
+    if (why_not_applicable(*laws[l], impl, g).empty()) {  // otherwise run_law says so below, without a case
+      planned[l] = first_pass_cases(*laws[l], opts);
+      drawn[l] = draw_law(pool, l, *laws[l], g, opts, 0, planned[l], law_cases(*laws[l], opts), progress[l]);
+    }
+  if (opts.law_calls > 0) {
+    pool.wait_idle();
+    for (std::size_t l = 0; l < laws.size(); ++l) {
+      if (!drawn[l] || !drawn[l]->is<rc::detail::SuccessResult>() || pool.failed(l)) continue;
+      long calls = 0;
+      for (const Checked& c : pool.checked(l)) calls += c.calls;
+      const int more = second_pass_cases(*laws[l], opts, planned[l], calls);
+      planned[l] += more;  // interrupted: planned, not drawn, so not checked
+      if (more > 0 && !stop_requested())
+        drawn_more[l] = draw_law(pool, l, *laws[l], g, opts, 1, more, planned[l], progress[l]);
+    }
+  }
   pool.close();
 
   std::vector<LawResult> out;
   for (std::size_t l = 0; l < laws.size(); ++l) {
     const Law& law = *laws[l];
     const std::deque<Checked>& checked = pool.checked(l);
-    const bool all_drawn = drawn[l] && drawn[l]->is<rc::detail::SuccessResult>();
+    const auto success = [](const std::optional<rc::detail::TestResult>& r) {
+      return r && r->is<rc::detail::SuccessResult>();
+    };
+    const bool all_drawn = success(drawn[l]) && (!drawn_more[l] || success(drawn_more[l]));
     // Interrupted: a law every case of which was drawn and checked keeps its result.
     const long ran = std::count_if(checked.begin(), checked.end(), [](const Checked& c) { return c.ran; });
-    if (stop_requested() && drawn[l] &&
-        (!all_drawn || pool.failed(l) || ran < long(test_params(law, opts).maxSuccess))) {
-      out.push_back(interrupted_result(law, impl, opts, checked, pool.failed(l)));
+    if (stop_requested() && drawn[l] && (!all_drawn || pool.failed(l) || ran < long(planned[l]))) {
+      out.push_back(interrupted_result(law, impl, opts, checked, pool.failed(l), planned[l]));
     } else if (!all_drawn || pool.failed(l)) {  // not applicable, or something to shrink or report: alone
-      std::vector<bool> held;
-      long held_calls = 0;
+      std::vector<long> held;
       for (const Checked& c : checked) {
         if (c.failed) break;
-        held.push_back(true);
-        held_calls += c.calls;
+        held.push_back(c.calls);
       }
-      out.push_back(run_law_impl(law, impl, opts, &held, held_calls));
+      out.push_back(run_law_impl(law, impl, opts, &held));
     } else {
-      out.push_back(held_result(law, impl, opts, drawn[l]->get<rc::detail::SuccessResult>(), checked));
+      const auto& first = drawn[l]->get<rc::detail::SuccessResult>();
+      out.push_back(held_result(law, impl, opts,
+                                drawn_more[l] ? merged(first, drawn_more[l]->get<rc::detail::SuccessResult>()) : first,
+                                checked));
     }
   }
   if (done)

@@ -878,6 +878,66 @@ TEST(Generators, theCallBudgetIsSharedAndEndsTheRunSayingWhatWasNotChecked) {
       << third.note;
 }
 
+// With a calls allowance (RunOptions::law_calls, the default check's --law-calls), a law checks first_cases cases,
+// then as many more as the allowance takes at the calls per case those made (to the nearest case), never fewer than
+// first_cases nor more than `cases`; without one, every law checks `cases` cases. The parallel path plans the same
+// cases as the serial one, and a failure in the second pass counts the first pass's cases.
+TEST(Generators, aLawsCallsPerCaseSetItsCasesAfterAFirstPass) {
+  const auto calling = [](const char* name, int n) {
+    Law l = probeLaw();
+    l.name = name;
+    l.check = [n](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
+      for (int k = 0; k < n; ++k) impl.forward(c.problem);
+      return std::nullopt;
+    };
+    return l;
+  };
+  const Law one = calling("one", 1), two = calling("two", 2), three = calling("three", 3), seven = calling("seven", 7);
+  RunOptions opts = options_from_rc_params("probe");
+  opts.cases = 100;
+  opts.law_calls = 100;
+  opts.first_cases = 20;
+  const ImplementationPtr ref = reference_implementation();
+  ASSERT_TRUE(ref->capabilities().reentrant) << "the parallel path below needs it";
+  const std::vector<const Law*> all{&one, &two, &three, &seven};
+  const auto serial = run_laws(all, *ref, opts, 1);
+  // 100 calls at 1, 2 and 3 a case: 100, 50 and 33 cases (33.3 rounded); at 7, 14 would fit: the first pass's 20.
+  const int want_cases[] = {100, 50, 33, 20};
+  const int per_case[] = {1, 2, 3, 7};
+  ASSERT_EQ(serial.size(), 4u);
+  for (std::size_t n = 0; n < 4; ++n) {
+    EXPECT_EQ(serial[n].status, LawStatus::held) << serial[n].law << ": " << serial[n].note;
+    EXPECT_EQ(serial[n].cases_run, want_cases[n]) << serial[n].law;
+    EXPECT_EQ(serial[n].calls, long(want_cases[n]) * per_case[n]) << serial[n].law;
+    int tagged = 0;  // every case checked is in the coverage, the second pass's too
+    for (const auto& [tag, k] : serial[n].coverage)
+      if (tag.starts_with("T=") || tag.starts_with("T>")) tagged += k;  // T=1, T=2..15, T=16..64, T>64
+    EXPECT_EQ(tagged, want_cases[n]) << serial[n].law;
+  }
+  const auto parallel = run_laws(all, *ref, opts, 2);
+  ASSERT_EQ(parallel.size(), 4u);
+  for (std::size_t n = 0; n < 4; ++n) {
+    EXPECT_EQ(parallel[n].cases_run, serial[n].cases_run) << parallel[n].law;
+    EXPECT_EQ(parallel[n].calls, serial[n].calls) << parallel[n].law;
+    EXPECT_EQ(parallel[n].coverage, serial[n].coverage) << parallel[n].law;
+  }
+  // Without an allowance: every law its 100 cases.
+  opts.law_calls = 0;
+  EXPECT_EQ(run_law(two, *ref, opts).cases_run, 100);
+  // A failure in the second pass: the 25th case fails (and every case after it, so shrinking keeps failing).
+  opts.law_calls = 100;
+  Law late = calling("late", 1);
+  const auto seen = std::make_shared<int>(0);
+  late.check = [seen](const Implementation& impl, const LawCase& c) -> std::optional<Violation> {
+    impl.forward(c.problem);
+    if (++*seen >= 25) return violation("the 25th case and after");
+    return std::nullopt;
+  };
+  const LawResult r = run_law(late, *ref, opts);
+  EXPECT_EQ(r.status, LawStatus::falsified);
+  EXPECT_EQ(r.cases_run, 25) << "20 in the first pass, the 5th of the second";
+}
+
 // run_laws shares a budget out: each applicable law may spend what is left over the applicable laws left, so a
 // budget too small for all of them checks every law a little (none takes it all), and what a law leaves unspent
 // (a law whose cases cost fewer calls) passes on to the laws after it.

@@ -86,12 +86,23 @@ std::pair<Index, Index> worst_head(const Violation& v, const Shape& s) {
 
 using namespace detail;
 
+std::string cases_per_law(const RunInfo& run) {
+  const RunOptions defaults;
+  if (run.law_calls <= 0 || run.cases <= defaults.first_cases) return std::to_string(run.cases) + " cases per law";
+  return "up to " + std::to_string(run.cases) + " cases per law (about " + std::to_string(run.law_calls) +
+         " calls each, at least " + std::to_string(defaults.first_cases) + " cases)";
+}
+
 namespace {
 
 Json generator_json(const RunInfo& run) {
   Json g{{"cases", run.cases},         {"max_size", run.max_size},     {"max_B", run.gen.max_B},
          {"max_H", run.gen.max_H},     {"min_T", run.gen.min_T},       {"max_T", run.gen.max_T},
          {"max_T_tail", run.gen.max_T_tail}, {"max_D", run.gen.max_D}};
+  if (run.law_calls > 0) {  // fewer cases for a law whose cases make several calls, but at least first_cases
+    g["law_calls"] = run.law_calls;
+    g["first_cases"] = RunOptions{}.first_cases;
+  }
   if (run.gen.shape) g["shape"] = *run.gen.shape;
   if (run.gen.max_H_kv > 0) g["max_H_kv"] = run.gen.max_H_kv;  // only when bounded (--max-Hkv)
   if (!run.gen.long_lengths.empty()) g["long_lengths"] = run.gen.long_lengths;  // --long
@@ -261,8 +272,7 @@ std::string summary_markdown(const RunInfo& run, const std::vector<LawReport>& l
                    "\n\n";
   md += run.implementation_description + "\n\n";
   md += "dtype " + std::string(dtype_name(run.dtype)) + ", seed " + std::to_string(run.seed) + ", " +
-        std::to_string(run.cases) + " cases per law, B ≤ " + std::to_string(run.gen.max_B) + ", H ≤ " +
-        std::to_string(run.gen.max_H) +
+        cases_per_law(run) + ", B ≤ " + std::to_string(run.gen.max_B) + ", H ≤ " + std::to_string(run.gen.max_H) +
         (run.gen.max_H_kv > 0 ? ", H_kv ≤ " + std::to_string(run.gen.max_H_kv) : std::string()) +
         (run.gen.long_lengths.empty()
              ? ", T ≤ " + std::to_string(run.gen.max_T) + " (tail to " + std::to_string(run.gen.max_T_tail) + ")"

@@ -50,10 +50,15 @@ Json run_json(const RunInfo& r) {
          {"max_D", r.gen.max_D},   {"shape", r.gen.shape ? Json(*r.gen.shape) : Json(nullptr)}};
   if (!r.gen.long_lengths.empty()) g["long_lengths"] = r.gen.long_lengths;  // --long
   if (r.gen.long_max_T_q > 0) g["long_max_T_q"] = r.gen.long_max_T_q;     // --long on a zoo kernel
-  return Json{{"implementation", r.implementation}, {"description", r.implementation_description},
-              {"dtype", dtype_name(r.dtype)},       {"seed", std::to_string(r.seed)},
-              {"cases", r.cases},                   {"max_size", r.max_size},
-              {"program", r.program},               {"generator", std::move(g)}};
+  return Json{{"implementation", r.implementation},
+              {"description", r.implementation_description},
+              {"dtype", dtype_name(r.dtype)},
+              {"seed", std::to_string(r.seed)},
+              {"cases", r.cases},
+              {"law_calls", r.law_calls},
+              {"max_size", r.max_size},
+              {"program", r.program},
+              {"generator", std::move(g)}};
 }
 
 RunInfo run_from_json(const Json& j, const std::string& what) {
@@ -70,6 +75,7 @@ RunInfo run_from_json(const Json& j, const std::string& what) {
     fail(what + ".seed", "an unsigned 64-bit integer in a string", field(j, "seed", what));
   }
   r.cases = int(integer(j, "cases", what, 1, 10'000'000));
+  r.law_calls = integer(j, "law_calls", what, 0, kBig);
   r.max_size = int(integer(j, "max_size", what, 0, 1'000'000));
   r.program = text(j, "program", what);
   const std::string gw = what + ".generator";

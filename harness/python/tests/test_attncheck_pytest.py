@@ -1208,7 +1208,7 @@ from kernels import correct
 
 
 def slow(q, k, v, scale=None):
-    time.sleep(0.02)  # a slow function: a law of 100 cases takes seconds
+    time.sleep(0.05)  # a slow function: a law's 100 calls take 5 seconds
     return correct(q, k, v, scale)
 
 

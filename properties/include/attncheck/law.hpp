@@ -167,7 +167,19 @@ struct Progress {
 };
 
 struct RunOptions {
-  int cases = 100;         ///< RapidCheck's max_success
+  /// The most cases a law checks (RapidCheck's max_success; a law's own max_cases may cap it lower). With
+  /// law_calls, a law whose cases make several calls each checks fewer.
+  int cases = 100;
+  /// The calls a law's cases may make, about (0: no limit; every law checks `cases` cases). A law first checks
+  /// first_cases cases; from the calls those made, it checks as many more as law_calls allows at the same calls
+  /// per case, up to `cases` in all. So a law that makes one call a case checks law_calls cases, one that makes
+  /// two (a call and its metamorphic variant) half as many, and one that probes a black box's weights (one call
+  /// per D keys) fewer still, but never fewer than first_cases. Each of the two passes spreads RapidCheck's sizes
+  /// from 0 to max_size over its cases, so a law that stops after the first pass still sees large cases; the
+  /// second pass draws from a seed derived from `seed`. `attncheck check` sets it to --cases (--law-calls).
+  long law_calls = 0;
+  /// With law_calls: the cases every law checks first, whatever its calls (at most `cases`).
+  int first_cases = 20;
   std::uint64_t seed = 0;  ///< RapidCheck's seed; the same seed replays the same run
   int max_size = 100;      ///< RapidCheck's max_size
   GenConfig gen;

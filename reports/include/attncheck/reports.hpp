@@ -23,7 +23,8 @@ struct RunInfo {
   std::string implementation_description;  ///< one line
   DType dtype = DType::f32;
   std::uint64_t seed = 0;
-  int cases = 100;                         ///< per law
+  int cases = 100;                         ///< per law, at most
+  long law_calls = 0;                      ///< the calls a law's cases may make, about (RunOptions::law_calls)
   int max_size = 100;                      ///< RapidCheck's max_size
   GenConfig gen;                           ///< the bounds max_B..max_D (caps are not reported)
   std::string program = "attncheck";       ///< how the commands printed in reports start
@@ -61,6 +62,9 @@ struct ReportFile {
 /// LAW-variance.svg.
 std::string law_file(std::string_view law, std::string_view suffix);
 
+/// "100 cases per law"; with a calls allowance (RunInfo::law_calls) that can cut a law's cases, "up to 100 cases per
+/// law (about 100 calls each, at least 20 cases)".
+std::string cases_per_law(const RunInfo& run);
 /// `attncheck check --impl SPEC --replay FILE`: re-checks exactly the stored case.
 std::string replay_command(const RunInfo& run, const LawReport& r);
 /// `s` quoted for a POSIX shell when it holds anything beyond plain word characters, as the printed commands

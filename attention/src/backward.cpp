@@ -7,9 +7,13 @@
 // first order in u and multiplied by `safety`; the subnormal floors are added after.
 //  0. dO and the inputs are the same (rounded) values for the kernel and the oracle.
 //  1. Weights. A kernel's weights (forward's, or recomputed in the backward from the scores and the
-//     log-sum-exp) are off by ε_ij = P_ij·(ρ_i + u_s) + 2^-126 (u_s: stored in the dtype; 2^-126: Eigen's
-//     vectorised exp floor); capped at 1 (both lie in [0,1]), and 1 where ρ_i overflows (the dtype cannot
-//     resolve the softmax: the bound is then the trivial one).
+//     log-sum-exp) are off by ε_ij = P_ij·(ρ_i + u_s) + min(P_ij·(1 + ρ_i), N_s) + 2^-126 (u_s: stored in the
+//     dtype; 2^-126: Eigen's vectorised exp floor); capped at 1 (both lie in [0,1]), and 1 where ρ_i overflows
+//     (the dtype cannot resolve the softmax: the bound is then the trivial one). N_s, the dtype's smallest normal:
+//     a weight below it, stored in the dtype, is rounded to a subnormal or flushed to 0 (step 9), so it may lose
+//     all of itself, at most the kernel's weight before it is stored, P_ij·(1 + ρ_i). Only float16's N_s (2^-14)
+//     exceeds 2^-126 + ν, so only float16 adds it: a float16 backward that keeps its forward's weights stores
+//     one of 2.4e-8 as 0, and dS_ij = P_ij·G_ij = 7.1e-5 goes with it.
 //  2. dP_ij = dO_i·v_j over D_v terms (V's head dimension, which may differ from Q's and K's D: MLA):
 //     |dP_ij| ≤ A_ij := Σ_c |dO_ic||v_jc|, error γ_D·A_ij with D = D_v (+ u_s·A_ij when a kernel stores dP in the
 //     dtype).
@@ -83,11 +87,12 @@
 //     ε_n·m_ij·|y|, like step 13's. Turning a gradient back sums Jᵀ's absolute entries times the bounds
 //     (|w_c|/r·t_c + |x_c|/(D s r²)·Σ_d|w_d x_d| t_d), adds the kernel's own evaluation of Jᵀ in float (γ_D + 6u_f
 //     relative on each of its two terms, u_f = 2^-24, as step 10's forward) and stores again (u_s·|dx|, the floor).
-// 16. Dropout. The forward multiplies V by P' = μ∘P, μ_ij = M_ij/(1 - p) (M the keep mask: the kernel's own, read off its
+// 16. Dropout. The forward multiplies V by P' = μ∘P, μ_ij = M_ij/(1 - p) (M the keep mask: the kernel's own, read off
+// its
 //     weights, so exact), so dV = P'ᵀ dO, dP_ij = μ_ij·(dO_i·v_j), Δ_i = Σ_j P_ij dP_ij (= dO_i·O_i with O the dropped
 //     output), dS = P∘(dP - Δ): steps 2-7 with A_ij replaced by μ_ij·A_ij ≥ |dP_ij| and dP's error by
-//     (γ_D + 2u_a)·μ_ij·A_ij (1/(1 - p) rounded and its product); step 8 with P'_ij = μ_ij·P_ij for P_ij, whose error is
-//     μ_ij·(ε_ij + 2u_a·P_ij). P itself (steps 1 and 5) is the softmax's, undropped.
+//     (γ_D + 2u_a)·μ_ij·A_ij (1/(1 - p) rounded and its product); step 8 with P'_ij = μ_ij·P_ij for P_ij, whose error
+//     is μ_ij·(ε_ij + 2u_a·P_ij). P itself (steps 1 and 5) is the softmax's, undropped.
 // A row that sees no key has P = 0 in every correct kernel: it adds no tolerance, and its dQ must be 0.
 #include "attncheck/backward.hpp"
 
@@ -277,6 +282,7 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
   const double floor = storage_floor(dtype);
   // ν: the accumulation type's smallest normal, below which an FTZ kernel flushes (step 9).
   const double nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
+  const double p_floor = floor > tiny + nu ? floor : 0.0;  // step 1: a weight below N_s stored in the dtype
   const Index D_v = v.shape().D;  // dP_ij = dO_i·v_j sums over V's head dimension (step 2)
   const double g_D = gamma(D_v, u_a), g_n = gamma(qs.T * (qs.H / ks.H), u_a);
   // Steps 13 and 15: q'_ic's own rounding in dK's terms (a folded temperature, a normalisation), k'_jc's in dQ's.
@@ -358,7 +364,10 @@ GradientCheck gradient_check_at(DType dtype, const Tensor<double>& q, const Tens
         double A_bar = 0, d_delta = 0;
         for (Index j = keys.begin; j < keys.end; ++j) {
           if (gaps && !vis.visible(i, j)) continue;
-          eps(j) = (std::isinf(rho(i)) ? 1.0 : std::min(1.0, P(i, j) * (rho(i) + u_s))) + tiny + nu;
+          eps(j) = (std::isinf(rho(i))
+                        ? 1.0
+                        : std::min(1.0, P(i, j) * (rho(i) + u_s) + std::min(P(i, j) * (1 + rho(i)), p_floor))) +
+                   tiny + nu;
           A_bar += P(i, j) * A(i, j);
           d_delta += eps(j) * A(i, j);
         }

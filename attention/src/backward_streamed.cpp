@@ -63,6 +63,7 @@ template <class A> A rescale(A m_old, A m_new) {
 struct BoundTerms {
   DType dtype = DType::f64;
   double safety = 2, u_s = 0, u_a = 0, tiny = 0, floor = 0, nu = 0, g_D = 0, g_n = 0;
+  double p_floor = 0;             // step 1: what a weight below the dtype's smallest normal may lose when stored
   double q_fold = 0, k_fold = 0;  // backward.cpp steps 13, 15: q'_ic's (k'_jc's) own rounding in dK's (dQ's) terms
 };
 
@@ -327,7 +328,8 @@ template <class S, bool kBound> class Streamed {
         if (std::isinf(rho))
           sc.eps.row(r).setConstant(1.0 + bt_.tiny + bt_.nu);
         else
-          sc.eps.row(r) = (sc.p.row(r) * (rho + bt_.u_s)).min(1.0) + bt_.tiny + bt_.nu;
+          sc.eps.row(r) = (sc.p.row(r) * (rho + bt_.u_s) + (sc.p.row(r) * (1 + rho)).min(bt_.p_floor)).min(1.0) +
+                          bt_.tiny + bt_.nu;  // step 1
       }
       sc.eps = sc.vis.select(sc.eps, 0.0);
     }
@@ -657,6 +659,7 @@ GradientCheck streamed_check_at(DType dtype, const Tensor<double>& q, const Tens
   bt.tiny = dtype == DType::f64 ? 0.0 : std::ldexp(1.0, -126);
   bt.floor = storage_floor(dtype);
   bt.nu = dtype == DType::f64 ? smallest_normal(DType::f64) : smallest_normal(DType::f32);
+  bt.p_floor = bt.floor > bt.tiny + bt.nu ? bt.floor : 0.0;
   bt.g_D = gamma(v.shape().D, bt.u_a);  // dP_ij = dO_i·v_j over D_v terms
   bt.g_n = gamma(qs.T * (qs.H / ks.H), bt.u_a);
   // backward.cpp steps 13 and 15: q'_ic's own rounding in dK's terms, k'_jc's in dQ's.

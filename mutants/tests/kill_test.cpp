@@ -24,7 +24,9 @@ constexpr int kSweepSeeds = 20;     // seeds kSeed+1 .. kSeed+20
 // at seeds 1-20, they were a third of the default stage's test time at ten (CI time is a budget).
 constexpr int kControlSeeds = 4;         // seeds kSeed+1 .. kSeed+4
 constexpr int kControlCases = 25;        // per law and seed
-constexpr int kControlDtypeCases = 100;  // per law at each dtype, at the fixed seed: the default budget
+// Per law at each dtype, at the fixed seed: the default check's budget, up to 100 cases a law and about 100 calls
+// (RunOptions::law_calls, `attncheck check`'s --law-calls), so that what a user's default check draws holds.
+constexpr int kControlDtypeCases = 100;
 constexpr int kSweepCases = 100;    // per law and seed: the default budget, as at the fixed seed
 // The false-alarm sweep's controls, per law and seed 1-20: 1,000 cases a law, ten times a default run (at 100 a seed
 // the sweep was a fifth of the default stage's test time).
@@ -418,10 +420,12 @@ std::vector<Index> sorted(std::vector<Index> v) {
   return v;
 }
 
-LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DType dtype = DType::f32) {
+LawResult run(const Law& law, const Mutant& m, std::uint64_t seed, int cases, DType dtype = DType::f32,
+              long law_calls = 0) {
   RunOptions o;
   o.seed = seed;
   o.cases = cases;
+  o.law_calls = law_calls;
   o.gen.dtype = dtype;
   return run_law(law, *m.impl, mutant_options(m, o));
 }
@@ -727,7 +731,7 @@ TEST_P(Controls, NoLawFailsAtAnyDtype) {
   for (DType t : {DType::f32, DType::f64, DType::f16, DType::bf16})
     for (const Law& l : laws()) {
       if (t == DType::f32 && in_false_alarm_sweep(GetParam())) break;
-      const LawResult r = run(l, m, kSeed, kControlDtypeCases, t);
+      const LawResult r = run(l, m, kSeed, kControlDtypeCases, t, kControlDtypeCases);
       EXPECT_NE(r.status, LawStatus::falsified) << "false alarm at " << dtype_name(t) << ": " << case_line(r);
     }
 }

@@ -624,6 +624,42 @@ TEST(Incomplete, aCampaignWithARunMissingOrIncompleteExitsIncomplete) {
   EXPECT_TRUE(contains(slurp(tmp.path() / "s" / "overview.md"), " ? |"));
 }
 
+// --law-calls (default: --cases): a law checks 20 cases, then as many more as the calls allow at its calls per case.
+// The reference's row-stochastic calls once a case, causal-perturbation twice (the call and its perturbed variant).
+// The header and summary.json say what was asked; --law-calls 0 checks --cases cases a law.
+TEST(Check, lawCallsSetTheCasesOfALawWhoseCasesCallSeveralTimes) {
+  TempDir tmp;
+  const std::string dir = (tmp.path() / "r").string();
+  const auto check = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args{
+        "check",       "--impl",  "reference",    "--property", "row-stochastic,causal-perturbation",
+        "--no-corpus", "--force", "--report-dir", dir};
+    args.insert(args.end(), extra.begin(), extra.end());
+    const Result r = attncheck(real_registry(), args);
+    EXPECT_EQ(r.code, kAllHeld) << r.out << r.err;
+    return std::pair{r.out, reports::Json::parse(slurp(fs::path(dir) / "summary.json"))};
+  };
+  const auto cases = [](const reports::Json& summary) {
+    std::vector<int> n;
+    for (const auto& law : summary["laws"]) n.push_back(law["cases_run"].get<int>());
+    return n;
+  };
+  const auto [out, summary] = check({});
+  EXPECT_TRUE(contains(out, "up to 100 cases per law (about 100 calls each, at least 20 cases)")) << out;
+  EXPECT_EQ(cases(summary), (std::vector<int>{100, 50}));
+  EXPECT_EQ(summary["generator"]["law_calls"], 100);
+  EXPECT_EQ(summary["generator"]["first_cases"], 20);
+  const auto [all_out, all] = check({"--law-calls", "0"});
+  EXPECT_TRUE(contains(all_out, ", 100 cases per law, ")) << all_out;
+  EXPECT_EQ(cases(all), (std::vector<int>{100, 100}));
+  EXPECT_FALSE(all["generator"].contains("law_calls"));
+  const auto [few_out, few] = check({"--law-calls", "40"});
+  EXPECT_EQ(cases(few), (std::vector<int>{40, 20})) << few_out;
+  const Result bad = attncheck(real_registry(), {"check", "--impl", "reference", "--law-calls", "-1"});
+  EXPECT_EQ(bad.code, kUsage) << bad.out << bad.err;
+  EXPECT_TRUE(contains(bad.err, "--law-calls")) << bad.err;
+}
+
 // Declared means drawn: a kernel that declares head dimensions 64, 128 and the MLA pairs 192/128 and 576/512 is
 // called at 192 and 576 under the default --max-D (128), so a bug of its MLA path is found; the header lists what
 // is drawn, and an explicit --max-D that cuts the pairs says which.

@@ -109,7 +109,7 @@ HeadOut<Scalar<M>> alibi_flipped_with_bias(const M& Q, const M& K, const M& V, c
   Matrix<A> s = scores(Q, K, c.resolved_scale());
   for (Index i = 0; i < s.rows(); ++i)
     for (Index j = 0; j < s.cols(); ++j) s(i, j) += A(c.alibi_slope) * A(c.position(i) - j) + A(c.bias_at(i, j));
-  return attend_where(s, V, [&](Index i, Index j) { return c.visible(i, j); });
+  return attend_where(s, V, VisibleCells(c));
 }
 
 // ---- dBias -----------------------------------------------------------------------------------------------------

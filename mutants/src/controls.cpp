@@ -143,11 +143,14 @@ S ftz_store(A x) {
 template <class A>
 A ftz_row(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, Index i, const KeyRange& r, A scale,
           Eigen::Matrix<A, 1, Eigen::Dynamic>* w, Eigen::Matrix<A, 1, Eigen::Dynamic>* out) {
-  const auto score = [&](Index j) {
+  // Each visible score once (the passes below read it three times).
+  Eigen::Matrix<A, 1, Eigen::Dynamic> scores(r.end - r.begin);
+  for (Index j = r.begin; j < r.end; ++j) {
     A s = 0;
     for (Index d = 0; d < Q.cols(); ++d) s = ftz(s + ftz(Q(i, d) * K(j, d)));
-    return ftz(s * scale);
-  };
+    scores(j - r.begin) = ftz(s * scale);
+  }
+  const auto score = [&](Index j) { return scores(j - r.begin); };
   A m = -std::numeric_limits<A>::infinity(), l = 0;
   for (Index j = r.begin; j < r.end; ++j) m = std::max(m, score(j));
   for (Index j = r.begin; j < r.end; ++j) l = ftz(l + ftz(std::exp(ftz(score(j) - m))));

@@ -17,7 +17,7 @@ bool split_decode(const HeadCtx& c) {
 // key, where the right combine weighs each by exp(lse_s - lse) (its share of the row's total weight).
 template <class A>
 HeadOut<A> split_kv_decode(const Matrix<A>& Q, const Matrix<A>& K, const Matrix<A>& V, const HeadCtx& c) {
-  const auto vis = [c](Index i, Index j) { return c.visible(i, j); };
+  VisibleCells vis(c);
   HeadOut<A> r = attend_where(scores(Q, K, c.resolved_scale()), V, vis);  // the weights, as a caller reads them
   if (!split_decode(c)) return r;
   Matrix<A> sum = Matrix<A>::Zero(1, V.cols());

@@ -16,7 +16,7 @@ auto plain_head(MakeVis make_vis) {
   };
 }
 
-const auto kCausal = [](const HeadCtx& c) { return [c](Index i, Index j) { return c.visible(i, j); }; };
+const auto kCausal = [](const HeadCtx& c) { return VisibleCells(c); };
 
 // A single-token decode step against the cache: one query, the newest key last, bottom-right.
 bool decode_step(const HeadCtx& c) {
@@ -108,8 +108,7 @@ std::vector<Mutant> gqa_mutants() {
                     K_read.row(c.T_k - 1) = K.row(c.T_k - 2);
                     V_read.row(c.T_k - 1) = V.row(c.T_k - 2);
                   }
-                  return attend_where(scores(Q, K_read, c.resolved_scale()), V_read,
-                                      [c](Index i, Index j) { return c.visible(i, j); });
+                  return attend_where(scores(Q, K_read, c.resolved_scale()), V_read, VisibleCells(c));
                 },
                 gqa_capabilities()),
       "KV-cache decoding: the new token's key and value go to the wrong cache slot, so at step t the key and "

@@ -67,6 +67,25 @@ struct HeadCtx {
   Index position(Index i) const { return q_doc_bounds ? visibility().position(i) : i + position_offset; }
 };
 
+/// c.visible(i, j) for a loop over the cells row by row: the rule made once and each row's run once (c.visible
+/// makes both again for every cell). Holds a copy of the rule: make one where the context is final.
+class VisibleCells {
+ public:
+  explicit VisibleCells(const HeadCtx& c) : v_(c.visibility()) {}
+  bool operator()(Index i, Index j) {
+    if (i != row_) {
+      run_ = v_.run(i);
+      row_ = i;
+    }
+    return run_.contains(j) && v_.cells_allow(i, j);
+  }
+
+ private:
+  Visibility v_;
+  Index row_ = -1;
+  KeyRange run_{};
+};
+
 /// One head's result in the accumulation type A.
 template <class A>
 struct HeadOut {
@@ -104,9 +123,10 @@ Matrix<A> softmax_rows(const Matrix<A>& z) {
 template <class A>
 Matrix<A> mix_visible(const Matrix<A>& W, const Matrix<A>& V, const HeadCtx& c) {
   Matrix<A> out = Matrix<A>::Zero(W.rows(), V.cols());
+  VisibleCells visible(c);
   for (Index i = 0; i < W.rows(); ++i)
     for (Index j = 0; j < W.cols(); ++j)
-      if (c.visible(i, j)) out.row(i) += W(i, j) * V.row(j);
+      if (visible(i, j)) out.row(i) += W(i, j) * V.row(j);
   return out;
 }
 
@@ -114,9 +134,10 @@ Matrix<A> mix_visible(const Matrix<A>& W, const Matrix<A>& V, const HeadCtx& c) 
 template <class A>
 Matrix<A> causal_select(const Matrix<A>& s, const HeadCtx& c) {
   Matrix<A> z = s;
+  VisibleCells visible(c);
   for (Index i = 0; i < z.rows(); ++i)
     for (Index j = 0; j < z.cols(); ++j)
-      if (!c.visible(i, j)) z(i, j) = -std::numeric_limits<A>::infinity();
+      if (!visible(i, j)) z(i, j) = -std::numeric_limits<A>::infinity();
   return z;
 }
 

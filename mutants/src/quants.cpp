@@ -261,14 +261,19 @@ Outcome folded_forward(const Problem& given, QDot how, PFp8 p_fp8 = PFp8::exact)
         const Visibility vis = p.visibility(b, h);
         for (Index i = 0; i < qs.T; ++i) {
           std::vector<A> s(std::size_t(ks.T), -std::numeric_limits<A>::infinity());
+          // The row's visible keys, and q's ggml blocks, once a row (not once a key and column).
+          const KeyRange run = vis.run(i);
+          std::vector<char> seen(std::size_t(ks.T), 0);
+          for (Index j = run.begin; j < run.end; ++j) seen[std::size_t(j)] = vis.cells_allow(i, j);
+          const std::vector<GgmlQ> qb =
+              quant_blocked(qk.format) ? ggml_q_blocks(p, b, h, i, how) : std::vector<GgmlQ>{};
           A m = -std::numeric_limits<A>::infinity();
           for (Index j = 0; j < ks.T; ++j) {
-            if (!vis.visible(i, j)) continue;
+            if (!seen[std::size_t(j)]) continue;
             const auto kq = [&](Index c) {
               return table_value(kc[std::size_t(((b * ks.H + g) * ks.T + j) * ks.D + c)]);
             };
             if (quant_blocked(qk.format)) {  // ggml's way: d·Σ q·n + m·Σ q per block
-              const std::vector<GgmlQ> qb = ggml_q_blocks(p, b, h, i, how);
               A dot = 0;
               for (Index k0 = 0; k0 < qs.D; k0 += kQuantBlock) {
                 const GgmlQ& blk = qb[std::size_t(k0 / kQuantBlock)];
@@ -292,26 +297,30 @@ Outcome folded_forward(const Problem& given, QDot how, PFp8 p_fp8 = PFp8::exact)
           }
           A l = 0;
           for (Index j = 0; j < ks.T; ++j)
-            if (vis.visible(i, j)) l += std::exp(s[std::size_t(j)] - m);
+            if (seen[std::size_t(j)]) l += std::exp(s[std::size_t(j)] - m);
           lse(b, h, i, 0) = l > 0 ? double(m) + std::log(double(l)) : -HUGE_VAL;
+          std::vector<A> p_row(std::size_t(ks.T), A(0));  // P as the product with V takes it
+          for (Index j = 0; j < ks.T; ++j) {
+            if (!seen[std::size_t(j)]) continue;
+            const A e = std::exp(s[std::size_t(j)] - m);
+            const A p8 = p_fp8 == PFp8::exact
+                             ? e
+                             : A(quant_value(QuantFormat::e4m3fn, quant_nearest(QuantFormat::e4m3fn, double(e) * 448)));
+            p_row[std::size_t(j)] = p_fp8 == PFp8::e4m3 ? p8 / A(448) : p8;
+          }
           for (Index c = 0; c < vs.D; ++c) {
             A acc = 0;
-            const auto p_of = [&](Index j) -> A {  // P as the product with V takes it
-              const A e = std::exp(s[std::size_t(j)] - m);
-              if (p_fp8 == PFp8::exact) return e;
-              const A p8 = A(quant_value(QuantFormat::e4m3fn, quant_nearest(QuantFormat::e4m3fn, double(e) * 448)));
-              return p_fp8 == PFp8::e4m3 ? p8 / A(448) : p8;
-            };
             for (Index j = 0; j < ks.T; ++j)
-              if (vis.visible(i, j))
-                acc += p_of(j) * (A(qk.v.scale(b, g, j, c)) *
-                                      (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
-                                       A(qk.v.zero_point(b, g, j))) +
-                                  A(qk.v.min(b, g, j, c)));
+              if (seen[std::size_t(j)])
+                acc +=
+                    p_row[std::size_t(j)] *
+                    (A(qk.v.scale(b, g, j, c)) * (table_value(vc[std::size_t(((b * vs.H + g) * vs.T + j) * vs.D + c)]) -
+                                                  A(qk.v.zero_point(b, g, j))) +
+                     A(qk.v.min(b, g, j, c)));
             o.output(b, h, i, c) = l > 0 ? double(S(acc / l)) : 0.0;
           }
           for (Index j = 0; j < ks.T; ++j)
-            w(b, h, i, j) = vis.visible(i, j) && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
+            w(b, h, i, j) = seen[std::size_t(j)] && l > 0 ? double(S(std::exp(s[std::size_t(j)] - m) / l)) : 0.0;
         }
       }
     if (p.want_weights) o.weights = w;

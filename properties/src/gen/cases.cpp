@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <functional>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -34,31 +35,48 @@ Shape kv_shape(const CaseShape& s) { return {s.B, s.H_kv, s.T_k, s.D}; }
 Shape v_shape(const CaseShape& s) { return {s.B, s.H_kv, s.T_k, s.value_dim()}; }
 Shape o_shape(const CaseShape& s) { return {s.B, s.H, s.T_q, s.value_dim()}; }  // the output's, and dO's
 
-// id -> index along one axis.
-std::map<Index, Index> positions(const std::vector<Index>& ids) {
+// Where each of `wanted` sits in `ids` (the last place where an id repeats), -1 where it is absent. Ids are
+// usually strictly increasing (a shape's coordinates as drawn and shrunk): then a binary search, else a map.
+std::vector<Index> indices_in(const std::vector<Index>& ids, const std::vector<Index>& wanted) {
+  std::vector<Index> out;
+  out.reserve(wanted.size());
+  if (std::adjacent_find(ids.begin(), ids.end(), std::greater_equal<Index>()) == ids.end()) {
+    for (const Index id : wanted) {
+      const auto it = std::lower_bound(ids.begin(), ids.end(), id);
+      out.push_back(it != ids.end() && *it == id ? Index(it - ids.begin()) : Index{-1});
+    }
+    return out;
+  }
   std::map<Index, Index> at;
   for (std::size_t n = 0; n < ids.size(); ++n) at[ids[n]] = Index(n);
-  return at;
+  for (const Index id : wanted) {
+    const auto it = at.find(id);
+    out.push_back(it == at.end() ? Index{-1} : it->second);
+  }
+  return out;
 }
 
 // Copies into `to` (entries of shape `ts` at coordinates `tc`) the value of every entry that `from` (shape fs,
 // coordinates fc) also has.
 void carry_values(const double* from, const Shape& fs, const std::array<std::vector<Index>, 4>& fc, double* to,
                   const Shape& ts, const std::array<std::vector<Index>, 4>& tc) {
-  const auto pb = positions(fc[0]), ph = positions(fc[1]), pi = positions(fc[2]), pd = positions(fc[3]);
-  const auto find = [](const std::map<Index, Index>& m, Index id) {
-    const auto it = m.find(id);
-    return it == m.end() ? Index{-1} : it->second;
-  };
+  // Each axis's target coordinates as indices into `from` (-1: from has no such coordinate), looked up once per
+  // coordinate, not once per entry (a long context's keys are 2^16 coordinates of D entries each).
+  std::array<std::vector<Index>, 4> at;
+  for (std::size_t axis = 0; axis < 4; ++axis) at[axis] = indices_in(fc[axis], tc[axis]);
   Index n = 0;
   for (Index b = 0; b < ts.B; ++b)
     for (Index h = 0; h < ts.H; ++h)
-      for (Index i = 0; i < ts.T; ++i)
-        for (Index d = 0; d < ts.D; ++d, ++n) {
-          const Index ob = find(pb, tc[0][std::size_t(b)]), oh = find(ph, tc[1][std::size_t(h)]),
-                      oi = find(pi, tc[2][std::size_t(i)]), od = find(pd, tc[3][std::size_t(d)]);
-          if (ob >= 0 && oh >= 0 && oi >= 0 && od >= 0) to[n] = from[((ob * fs.H + oh) * fs.T + oi) * fs.D + od];
+      for (Index i = 0; i < ts.T; ++i) {
+        const Index ob = at[0][std::size_t(b)], oh = at[1][std::size_t(h)], oi = at[2][std::size_t(i)];
+        if (ob < 0 || oh < 0 || oi < 0) {
+          n += ts.D;
+          continue;
         }
+        const double* row = from + ((ob * fs.H + oh) * fs.T + oi) * fs.D;
+        for (Index d = 0; d < ts.D; ++d, ++n)
+          if (const Index od = at[3][std::size_t(d)]; od >= 0) to[n] = row[od];
+      }
 }
 
 // Generic values for a small case: each tensor's entries 1, 2, 3, ... in order, so no entry is 0 and no two rows,

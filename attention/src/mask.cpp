@@ -13,21 +13,18 @@ Index last_visible_key(Index i, Index T_q, Index T_k, CausalAlignment a) {
   return a == CausalAlignment::TopLeft ? i : i + T_k - T_q;
 }
 
-Index Visibility::position(Index i) const {
-  if (q_doc_bounds && doc_bounds) {
-    // Query i's document d and the ranges of queries and keys d holds; aligned on d's own lengths.
-    const std::vector<Index>&qb = *q_doc_bounds, &kb = *doc_bounds;
-    const Index d = document_of(qb, i);
-    const auto start = [d](const std::vector<Index>& bounds, Index T) {
-      return d == 0 ? Index{0} : std::min(bounds[std::size_t(d - 1)], T);
-    };
-    const auto end = [d](const std::vector<Index>& bounds, Index T) {
-      return d < Index(bounds.size()) ? std::min(bounds[std::size_t(d)], T) : T;
-    };
-    const Index qs = start(qb, T_q), qe = end(qb, T_q), ks = start(kb, T_k), ke = end(kb, T_k);
-    return ks + (i - qs) + (alignment == CausalAlignment::TopLeft ? 0 : (ke - ks) - (qe - qs));
-  }
-  return alignment == CausalAlignment::TopLeft ? i : i + T_k - T_q;
+Index Visibility::document_position(Index i) const {
+  // Query i's document d and the ranges of queries and keys d holds; aligned on d's own lengths.
+  const std::vector<Index>&qb = *q_doc_bounds, &kb = *doc_bounds;
+  const Index d = document_of(qb, i);
+  const auto start = [d](const std::vector<Index>& bounds, Index T) {
+    return d == 0 ? Index{0} : std::min(bounds[std::size_t(d - 1)], T);
+  };
+  const auto end = [d](const std::vector<Index>& bounds, Index T) {
+    return d < Index(bounds.size()) ? std::min(bounds[std::size_t(d)], T) : T;
+  };
+  const Index qs = start(qb, T_q), qe = end(qb, T_q), ks = start(kb, T_k), ke = end(kb, T_k);
+  return ks + (i - qs) + (alignment == CausalAlignment::TopLeft ? 0 : (ke - ks) - (qe - qs));
 }
 
 Index document_of(const std::vector<Index>& bounds, Index j) {

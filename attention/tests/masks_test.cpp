@@ -596,8 +596,9 @@ TEST(Visibility, aTreeShowsEachNodeItsPrefixAndItsAncestors) {
       for (Index j = 0; j < T_k; ++j) {
         const bool want = std::count(sees[b][i].begin(), sees[b][i].end(), j) > 0;
         EXPECT_EQ(vis.visible(i, j), want) << b << i << j;
-        if (!want && j < o.key_lengths[b])
+        if (!want && j < o.key_lengths[b]) {
           EXPECT_EQ(vis.hidden_by(i, j), j > vis.position(i) ? "causal" : "tree") << b << i << j;
+        }
       }
   }
   AttentionOptions dense{.alignment = CausalAlignment::BottomRight};

@@ -239,8 +239,14 @@ struct Visibility {
   /// (TokenTree::depth), shared by the copies of this visibility; null otherwise.
   std::shared_ptr<const std::vector<Index>> depths{};
 
-  /// The aligned position p of query i: where the causal rule (and chunks, documents) place it.
-  Index position(Index i) const;
+  /// The aligned position p of query i: where the causal rule (and chunks, documents) place it. (Inline but for
+  /// documents with query bounds: kernels and rules ask it for every cell.)
+  Index position(Index i) const {
+    if (q_doc_bounds && doc_bounds) return document_position(i);
+    return alignment == CausalAlignment::TopLeft ? i : i + T_k - T_q;
+  }
+  /// position(i) for documents with query bounds of their own.
+  Index document_position(Index i) const;
   /// Where query i sits for the rules that read a distance (a window, ALiBi): its aligned position, or in a tree
   /// the entry's prefix length plus its depth (a draft token's place in the sequence it would continue).
   Index place(Index i) const {

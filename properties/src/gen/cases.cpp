@@ -64,6 +64,9 @@ void carry_values(const double* from, const Shape& fs, const std::array<std::vec
   // coordinate, not once per entry (a long context's keys are 2^16 coordinates of D entries each).
   std::array<std::vector<Index>, 4> at;
   for (std::size_t axis = 0; axis < 4; ++axis) at[axis] = indices_in(fc[axis], tc[axis]);
+  // Every target coordinate of the last axis at its own index in `from` (the usual step, which keeps D): rows copy.
+  bool d_kept = true;
+  for (std::size_t d = 0; d < at[3].size(); ++d) d_kept = d_kept && at[3][d] == Index(d);
   Index n = 0;
   for (Index b = 0; b < ts.B; ++b)
     for (Index h = 0; h < ts.H; ++h)
@@ -74,6 +77,11 @@ void carry_values(const double* from, const Shape& fs, const std::array<std::vec
           continue;
         }
         const double* row = from + ((ob * fs.H + oh) * fs.T + oi) * fs.D;
+        if (d_kept) {
+          std::copy(row, row + ts.D, to + n);
+          n += ts.D;
+          continue;
+        }
         for (Index d = 0; d < ts.D; ++d, ++n)
           if (const Index od = at[3][std::size_t(d)]; od >= 0) to[n] = row[od];
       }

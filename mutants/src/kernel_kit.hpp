@@ -146,15 +146,17 @@ Matrix<A> causal_select(const Matrix<A>& s, const HeadCtx& c) {
 template <class A, class Vis>
 HeadOut<A> attend_where(const Matrix<A>& s, const Matrix<A>& V, Vis vis) {
   Matrix<A> z = s;
+  // The rule asked once a cell (a rule may build a whole visibility for each answer).
+  Eigen::Array<bool, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> seen(z.rows(), z.cols());
   for (Index i = 0; i < z.rows(); ++i)
     for (Index j = 0; j < z.cols(); ++j)
-      if (!vis(i, j)) z(i, j) = -std::numeric_limits<A>::infinity();
+      if (!(seen(i, j) = vis(i, j))) z(i, j) = -std::numeric_limits<A>::infinity();
   HeadOut<A> r;
   r.weights = softmax_rows(z);
   r.output = Matrix<A>::Zero(z.rows(), V.cols());
   for (Index i = 0; i < z.rows(); ++i)
     for (Index j = 0; j < z.cols(); ++j)
-      if (vis(i, j)) r.output.row(i) += r.weights(i, j) * V.row(j);
+      if (seen(i, j)) r.output.row(i) += r.weights(i, j) * V.row(j);
   return r;
 }
 

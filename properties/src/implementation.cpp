@@ -3,6 +3,7 @@
 #include "attncheck/implementation.hpp"
 
 #include "attncheck/features.hpp"
+#include "mix64.hpp"
 
 #include <algorithm>
 #include <limits>
@@ -391,12 +392,7 @@ std::string page_order_name(PagedPlan::Order o) {
 }
 
 namespace {
-std::uint64_t splitmix64(std::uint64_t& x) {
-  std::uint64_t z = (x += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
+std::uint64_t splitmix64(std::uint64_t& x) { return mix64(x += 0x9e3779b97f4a7c15ull); }
 }  // namespace
 
 PagedKV Problem::paged_kv() const {

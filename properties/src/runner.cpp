@@ -18,6 +18,7 @@
 #include "attncheck/features.hpp"
 #include "attncheck/law.hpp"
 #include "laws/support.hpp"
+#include "mix64.hpp"
 
 // Declared in rapidcheck's private src/detail/ReproduceListener.h (built into librapidcheck.a, header not
 // installed by Debian): the same encoding RC_PARAMS="reproduce=..." reads.
@@ -215,12 +216,7 @@ int second_pass_cases(const Law& law, const RunOptions& opts, int n, long calls)
 rc::detail::TestParams test_params(const RunOptions& opts, int pass, int n) {
   rc::detail::TestParams params;
   std::uint64_t seed = opts.seed;
-  if (pass > 0) {
-    seed += 0x9e3779b97f4a7c15ULL * std::uint64_t(pass);
-    seed = (seed ^ (seed >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    seed = (seed ^ (seed >> 27)) * 0x94d049bb133111ebULL;
-    seed ^= seed >> 31;
-  }
+  if (pass > 0) seed = mix64(seed + 0x9e3779b97f4a7c15ULL * std::uint64_t(pass));
   params.seed = seed;
   params.maxSuccess = n;
   params.maxSize = opts.max_size;

@@ -2,6 +2,8 @@
 // others' cells, and blocks keyed by the drawn block grid.
 #include "parts.hpp"
 
+#include "../mix64.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -16,11 +18,6 @@ using namespace generation;
 
 namespace {
 
-std::uint64_t mix64(std::uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
-}
 std::uint64_t cell_hash(std::uint64_t seed, Index a, Index b, Index c, Index d) {
   std::uint64_t h = mix64(seed + 0x9e3779b97f4a7c15ull);
   for (const Index x : {a, b, c, d}) h = mix64(h ^ (std::uint64_t(x) + 0x9e3779b97f4a7c15ull));

@@ -3,6 +3,7 @@
 #include "parts.hpp"
 
 #include "attncheck/cancel.hpp"
+#include "../mix64.hpp"
 
 #include <algorithm>
 #include <array>
@@ -60,21 +61,15 @@ namespace {
 // A per-coordinate random integer in [-lim, lim]: the value at (b,h,i,d) depends only on the case's base seed
 // and those four numbers, never on the shape. So when shrinking makes T or D smaller, the entries that remain
 // keep their values and the case usually still fails, and shrinking can go on down to the smallest shape.
-// The key is mixed by splitmix64's finalizer (Steele, Lea and Flood, "Fast splittable pseudorandom number
-// generators", OOPSLA 2014): a bijection of 64-bit words in which every output bit depends on every input bit, and
-// whose outputs pass BigCrush. It was rc::Random(key).next(), a Threefish block per entry: a quarter of the CPU
-// time of a run of every law, for one integer an entry. The randomness still comes from RapidCheck alone (`base`
-// is drawn from the case's rc::Random); this only spreads it over the coordinates.
+// The key is mixed by splitmix64's finalizer (mix64.hpp). It was rc::Random(key).next(), a Threefish block per
+// entry: a quarter of the CPU time of a run of every law, for one integer an entry. The randomness still comes from
+// RapidCheck alone (`base` is drawn from the case's rc::Random); this only spreads it over the coordinates.
 // The key is mixed one coordinate at a time, so a row's key (b, h, i) is mixed once and each entry of the row adds
 // its d (draw_values); coord_int is the two steps in one.
 std::uint64_t mix(std::uint64_t key, Index c) { return (key ^ std::uint64_t(c)) * 0x100000001b3ull + 0x9e3779b97f4a7c15ull; }
 std::uint64_t row_key(std::uint64_t base, Index b, Index h, Index i) { return mix(mix(mix(base, b), h), i); }
 int entry_int(std::uint64_t row, Index d, int lim) {
-  std::uint64_t key = mix(row, d);
-  key = (key ^ (key >> 30)) * 0xbf58476d1ce4e5b9ull;
-  key = (key ^ (key >> 27)) * 0x94d049bb133111ebull;
-  key ^= key >> 31;
-  return int(key % std::uint64_t(2 * lim + 1)) - lim;
+  return int(mix64(mix(row, d)) % std::uint64_t(2 * lim + 1)) - lim;
 }
 int coord_int(std::uint64_t base, Index b, Index h, Index i, Index d, int lim) {
   return entry_int(row_key(base, b, h, i), d, lim);

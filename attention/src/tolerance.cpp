@@ -480,27 +480,39 @@ VisibleRange visible_value_range(const Matrix<double>& v, const Visibility& vis)
     }
     return r;
   }
+  // The queues walk one column at a time: over a column-major copy of V and into column-major results, with each
+  // row's keys found once, not once a column (V and the results are row-major; a long context's V has 2^16 rows,
+  // and a walk down a row-major column missed the cache at every key).
+  std::vector<KeyRange> keys(static_cast<std::size_t>(T_q));
+  for (Index i = 0; i < T_q; ++i) keys[std::size_t(i)] = vis.keys(i);
+  const Eigen::MatrixXd by_column = v;
+  Eigen::MatrixXd mins = Eigen::MatrixXd::Zero(T_q, D), maxs = Eigen::MatrixXd::Zero(T_q, D);
   std::vector<Index> lo, hi;  // monotone queues of key indices: values increasing (lo) or decreasing (hi)
   for (Index c = 0; c < D; ++c) {
+    const double* x = by_column.col(c).data();
+    double* mn = mins.col(c).data();
+    double* mx = maxs.col(c).data();
     lo.clear();
     hi.clear();
     std::size_t lo_head = 0, hi_head = 0;
     Index next = 0;  // keys [0, next) have entered the queues
     for (Index i = 0; i < T_q; ++i) {
-      const KeyRange kr = vis.keys(i);
+      const KeyRange kr = keys[std::size_t(i)];
       if (kr.empty()) continue;
       for (next = std::max(next, kr.begin); next < kr.end; ++next) {
-        while (lo.size() > lo_head && v(lo.back(), c) >= v(next, c)) lo.pop_back();
-        while (hi.size() > hi_head && v(hi.back(), c) <= v(next, c)) hi.pop_back();
+        while (lo.size() > lo_head && x[lo.back()] >= x[next]) lo.pop_back();
+        while (hi.size() > hi_head && x[hi.back()] <= x[next]) hi.pop_back();
         lo.push_back(next);
         hi.push_back(next);
       }
       while (lo[lo_head] < kr.begin) ++lo_head;
       while (hi[hi_head] < kr.begin) ++hi_head;
-      r.min(i, c) = v(lo[lo_head], c);
-      r.max(i, c) = v(hi[hi_head], c);
+      mn[i] = x[lo[lo_head]];
+      mx[i] = x[hi[hi_head]];
     }
   }
+  r.min = mins;
+  r.max = maxs;
   return r;
 }
 

@@ -64,6 +64,10 @@ esac
 
 scripts/setup.sh
 jobs=$(nproc)
+# One compile job more than the cores (a core otherwise idles while a job links or waits on a precompiled header),
+# and two more tests than the cores (some tests wait on timeouts and child processes): every stage of CI's run
+# kept both cores about 95% busy at one job per core and one test more.
+build_jobs=$((jobs + 1))
 # ccache (when CMAKE_CXX_COMPILER_LAUNCHER names it) caches the sources compiled against a precompiled header
 # only with this sloppiness; CI runs without ccache.
 if [[ "${CMAKE_CXX_COMPILER_LAUNCHER:-}" == *ccache* ]]; then
@@ -96,21 +100,21 @@ cpu_start=$cpu_now
 
 echo "== default build: all tests"
 cmake --preset default >/dev/null
-cmake --build --preset default -j"$jobs"
+cmake --build --preset default -j"$build_jobs"
 part "default build"
-ctest --preset default -j"$((jobs + 1))"  # one more than the cores: some tests wait on timeouts and child processes
+ctest --preset default -j"$((jobs + 2))"
 part "default tests"
 
 # The laws' library at -O0 where only CI's subset runs (ATTNCHECK_SANITIZE_LAWS_O0, CMakeLists.txt).
 cmake --preset asan -DATTNCHECK_SANITIZE_LAWS_O0="$(( 1 - all_sanitized ))" >/dev/null
 if [[ "$all_sanitized" == 1 ]]; then
   echo "== asan build: the whole suite and the fuzz targets under ASan + UBSan"
-  cmake --build --preset asan -j"$jobs"
+  cmake --build --preset asan -j"$build_jobs"
   part "asan build"
   ctest --preset asan -j"$((jobs + 1))"
 else
   echo "== asan build: the core's and the report files' tests and the fuzz targets under ASan + UBSan"
-  cmake --build --preset asan -j"$jobs" --target asan-ci  # those tests and the fuzz targets (CMakeLists.txt)
+  cmake --build --preset asan -j"$build_jobs" --target asan-ci  # those tests and the fuzz targets (CMakeLists.txt)
   part "asan build"
   ctest --preset asan -j"$((jobs + 1))" -L asan-ci
 fi

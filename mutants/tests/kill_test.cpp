@@ -29,10 +29,10 @@ constexpr int kControlCases = 25;        // per law and seed
 // (RunOptions::law_calls, `attncheck check`'s --law-calls), so that what a user's default check draws holds.
 constexpr int kControlDtypeCases = 100;
 constexpr int kSweepCases = 100;    // per law and seed: the default budget, as at the fixed seed
-// The false-alarm sweep's controls, per law and seed 1-20: 500 cases a law, five times a default run. At 100 a seed
+// The false-alarm sweep's controls, per law and seed 1-20: 400 cases a law, four times a default run. At 100 a seed
 // the sweep was a fifth of the default stage's test time; at 50 (1,000 a law) still 30% of its CPU, and CI over its
 // 25 minutes (docs/testing.md).
-constexpr int kFalseAlarmCases = 25;
+constexpr int kFalseAlarmCases = 20;
 
 // The k side of each mutant's minimal case (Mutant::minimal_shape is q's [B,H,T_q,D]): T_k, the alignment
 // when T_q != T_k makes it matter, and the kv heads when they are fewer than H. The reasons are the mutants'
@@ -765,7 +765,7 @@ INSTANTIATE_TEST_SUITE_P(Zoo, Controls, testing::ValuesIn(names(true)), param_na
 // Face's rotation at the call's dtype, an RMSNorm in float, dropout from its own RNG scaling the output, a quantised
 // cache's codes kept and its scales folded into the scores and the products.
 // Seeds 1-20 in four blocks of five, one ctest test each, so that the suite's parallel jobs share them (one
-// control's twenty seeds take up to a minute).
+// control's twenty seeds take up to 40 s).
 class FalseAlarmControls : public testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(FalseAlarmControls, EveryLawHoldsAtSeeds1To20) {
